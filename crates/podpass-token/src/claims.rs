@@ -1,0 +1,317 @@
+//! The service-account JWT claims layout (pkg/serviceaccount/claims.go `Claims`).
+//!
+//! Members serialise in the order upstream tokens carry them (go-jose merges claims into
+//! a map, so keys come out sorted): `aud, exp, iat, iss, jti, kubernetes.io, nbf, sub`, and
+//! inside `kubernetes.io`: `namespace, node, pod, secret, serviceaccount, warnafter`.
+
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Deserializer, Serialize};
+use thiserror::Error;
+
+use crate::features::TokenFeatures;
+use crate::user::make_username;
+
+/// Injected bound-token expiration that triggers the extended-expiration path (3607 s).
+pub const WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS: i64 = 60 * 60 + 7;
+/// Extended expiration of such tokens: one year.
+pub const EXPIRATION_EXTENSION_SECONDS: i64 = 24 * 365 * 60 * 60;
+
+/// A reference to a named object with a UID, as carried in the private claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ObjectRef {
+    /// Object name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// Object UID.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+}
+
+impl ObjectRef {
+    /// A reference from name and UID.
+    pub fn new(name: impl Into<String>, uid: impl Into<String>) -> Self {
+        Self { name: name.into(), uid: uid.into() }
+    }
+}
+
+/// The private `kubernetes.io` claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct KubernetesClaims {
+    /// Namespace of the service account.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Node the token is bound to, or the node of the bound pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<ObjectRef>,
+    /// Pod the token is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<ObjectRef>,
+    /// Secret the token is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<ObjectRef>,
+    /// The service account.
+    #[serde(default)]
+    pub serviceaccount: ObjectRef,
+    /// After this time, using the token is reported as stale (extended-expiration tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "numeric_date")]
+    pub warnafter: Option<i64>,
+}
+
+/// The full claim set of a service-account token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Claims {
+    /// Audiences; always a JSON array when written, a string or array when read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "audience")]
+    pub aud: Vec<String>,
+    /// Expiry (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "numeric_date")]
+    pub exp: Option<i64>,
+    /// Issued at.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "numeric_date")]
+    pub iat: Option<i64>,
+    /// Issuer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub iss: String,
+    /// Token id (UUID v4), the credential id of the audit trail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
+    /// Private claims.
+    #[serde(rename = "kubernetes.io", default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesClaims>,
+    /// Not before.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "numeric_date")]
+    pub nbf: Option<i64>,
+    /// Subject: `system:serviceaccount:<namespace>:<name>`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sub: String,
+}
+
+/// What a token is requested for: the inputs of upstream `Claims(...)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TokenRequest {
+    /// Namespace of the service account.
+    pub namespace: String,
+    /// The service account (name and UID).
+    pub service_account: ObjectRef,
+    /// Audiences (already defaulted by the caller).
+    pub audiences: Vec<String>,
+    /// Lifetime written into `exp`.
+    pub expiration_seconds: i64,
+    /// Seconds after issue at which `warnafter` falls; 0 = no `warnafter`.
+    pub warnafter_seconds: i64,
+    /// Bound pod.
+    pub pod: Option<ObjectRef>,
+    /// Bound secret.
+    pub secret: Option<ObjectRef>,
+    /// Node: the bound pod's node, or the bound node of a node-bound token.
+    pub node: Option<ObjectRef>,
+}
+
+/// A claim set could not be built.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ClaimsError {
+    /// Secret binding together with a pod or node (upstream message).
+    #[error("internal error, token can only be bound to one object type")]
+    MultipleBindings,
+    /// Node-only binding while the gate is off (upstream message).
+    #[error("token bound to Node object requested, but \"ServiceAccountTokenNodeBinding\" feature gate is disabled")]
+    NodeBindingDisabled,
+    /// A required field is empty.
+    #[error("{0} must not be empty")]
+    Empty(&'static str),
+    /// Expiration is not positive.
+    #[error("expirationSeconds must be positive, got {0}")]
+    Expiration(i64),
+    /// The system random source failed.
+    #[error("random source failed")]
+    Random,
+}
+
+impl Claims {
+    /// Builds the claims of a token issued at `now` (seconds since the epoch), applying the
+    /// upstream binding rules. `iss` is left for the generator to set.
+    pub fn build(req: &TokenRequest, features: &TokenFeatures, now: i64) -> Result<Self, ClaimsError> {
+        if req.namespace.is_empty() {
+            return Err(ClaimsError::Empty("namespace"));
+        }
+        if req.service_account.name.is_empty() {
+            return Err(ClaimsError::Empty("service account name"));
+        }
+        if req.expiration_seconds <= 0 {
+            return Err(ClaimsError::Expiration(req.expiration_seconds));
+        }
+        let mut private = KubernetesClaims {
+            namespace: req.namespace.clone(),
+            serviceaccount: req.service_account.clone(),
+            ..KubernetesClaims::default()
+        };
+        if req.secret.is_some() && (req.pod.is_some() || req.node.is_some()) {
+            return Err(ClaimsError::MultipleBindings);
+        }
+        match (&req.pod, &req.secret, &req.node) {
+            (Some(pod), _, node) => {
+                private.pod = Some(pod.clone());
+                if features.pod_node_info {
+                    private.node = node.clone();
+                }
+            }
+            (None, Some(secret), _) => private.secret = Some(secret.clone()),
+            (None, None, Some(node)) => {
+                if !features.node_binding {
+                    return Err(ClaimsError::NodeBindingDisabled);
+                }
+                private.node = Some(node.clone());
+            }
+            (None, None, None) => {}
+        }
+        if req.warnafter_seconds != 0 {
+            private.warnafter = Some(now + req.warnafter_seconds);
+        }
+        Ok(Self {
+            aud: req.audiences.clone(),
+            exp: Some(now + req.expiration_seconds),
+            iat: Some(now),
+            iss: String::new(),
+            jti: if features.jti { Some(new_uuid_v4()?) } else { None },
+            kubernetes: Some(private),
+            nbf: Some(now),
+            sub: make_username(&req.namespace, &req.service_account.name),
+        })
+    }
+}
+
+/// A random (version 4) UUID in its canonical lower-case form.
+pub fn new_uuid_v4() -> Result<String, ClaimsError> {
+    let mut b = [0u8; 16];
+    SystemRandom::new().fill(&mut b).map_err(|_| ClaimsError::Random)?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex = data_encoding::HEXLOWER.encode(&b);
+    Ok(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+}
+
+/// go-jose `NumericDate`: a JSON number of seconds; fractions are truncated.
+fn numeric_date<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    let value: Option<serde_json::Number> = Option::deserialize(d)?;
+    let Some(n) = value else { return Ok(None) };
+    if let Some(i) = n.as_i64() {
+        return Ok(Some(i));
+    }
+    match n.as_f64() {
+        Some(f) if f.is_finite() && f.abs() < 1e15 => Ok(Some(f.trunc() as i64)),
+        _ => Err(serde::de::Error::custom("NumericDate out of range")),
+    }
+}
+
+/// go-jose `Audience`: a single string or an array of strings.
+fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Aud {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<Aud>::deserialize(d)? {
+        None => Vec::new(),
+        Some(Aud::One(s)) => vec![s],
+        Some(Aud::Many(v)) => v,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> TokenRequest {
+        TokenRequest {
+            namespace: "ns".into(),
+            service_account: ObjectRef::new("builder", "sa-uid"),
+            audiences: vec!["registry".into()],
+            expiration_seconds: 3600,
+            ..TokenRequest::default()
+        }
+    }
+
+    #[test]
+    fn pod_bound_claims_serialise_in_upstream_order() {
+        let mut req = request();
+        req.pod = Some(ObjectRef::new("p", "pod-uid"));
+        req.node = Some(ObjectRef::new("n1", "node-uid"));
+        req.warnafter_seconds = 3607;
+        let mut claims = Claims::build(&req, &TokenFeatures::default(), 1000).unwrap();
+        claims.iss = "https://issuer".into();
+        claims.jti = Some("fixed".into());
+        let json = serde_json::to_string(&claims).unwrap();
+        assert_eq!(
+            json,
+            r#"{"aud":["registry"],"exp":4600,"iat":1000,"iss":"https://issuer","jti":"fixed","kubernetes.io":{"namespace":"ns","node":{"name":"n1","uid":"node-uid"},"pod":{"name":"p","uid":"pod-uid"},"serviceaccount":{"name":"builder","uid":"sa-uid"},"warnafter":4607},"nbf":1000,"sub":"system:serviceaccount:ns:builder"}"#
+        );
+        let back: Claims = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, claims);
+    }
+
+    #[test]
+    fn node_info_of_pod_follows_gate() {
+        let mut req = request();
+        req.pod = Some(ObjectRef::new("p", "u"));
+        req.node = Some(ObjectRef::new("n1", ""));
+        let off = TokenFeatures { pod_node_info: false, ..TokenFeatures::default() };
+        assert_eq!(Claims::build(&req, &off, 0).unwrap().kubernetes.unwrap().node, None);
+        let on = Claims::build(&req, &TokenFeatures::default(), 0).unwrap();
+        // node found without uid: name only, uid omitted
+        let json = serde_json::to_string(&on).unwrap();
+        assert!(json.contains(r#""node":{"name":"n1"}"#), "{json}");
+    }
+
+    #[test]
+    fn binding_rules_match_upstream() {
+        let mut req = request();
+        req.secret = Some(ObjectRef::new("s", "u"));
+        req.pod = Some(ObjectRef::new("p", "u"));
+        assert_eq!(Claims::build(&req, &TokenFeatures::default(), 0), Err(ClaimsError::MultipleBindings));
+        req.pod = None;
+        req.node = Some(ObjectRef::new("n", "u"));
+        assert_eq!(Claims::build(&req, &TokenFeatures::default(), 0), Err(ClaimsError::MultipleBindings));
+        req.secret = None;
+        let gated = TokenFeatures { node_binding: false, ..TokenFeatures::default() };
+        assert_eq!(
+            Claims::build(&req, &gated, 0).unwrap_err().to_string(),
+            "token bound to Node object requested, but \"ServiceAccountTokenNodeBinding\" feature gate is disabled"
+        );
+        let node_bound = Claims::build(&req, &TokenFeatures::default(), 0).unwrap();
+        assert_eq!(node_bound.kubernetes.unwrap().node, Some(ObjectRef::new("n", "u")));
+    }
+
+    #[test]
+    fn jti_is_a_fresh_uuid_v4_when_gated_on() {
+        let a = Claims::build(&request(), &TokenFeatures::default(), 0).unwrap().jti.unwrap();
+        let b = Claims::build(&request(), &TokenFeatures::default(), 0).unwrap().jti.unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+        let off = TokenFeatures { jti: false, ..TokenFeatures::default() };
+        assert_eq!(Claims::build(&request(), &off, 0).unwrap().jti, None);
+    }
+
+    #[test]
+    fn reads_string_audience_and_fractional_dates() {
+        let c: Claims = serde_json::from_str(r#"{"aud":"one","exp":12.9,"iss":"i","sub":"s"}"#).unwrap();
+        assert_eq!(c.aud, ["one"]);
+        assert_eq!(c.exp, Some(12));
+        assert!(serde_json::from_str::<Claims>(r#"{"exp":"soon"}"#).is_err());
+        assert!(serde_json::from_str::<Claims>(r#"{"exp":1e300}"#).is_err());
+        // duplicate members are refused rather than resolved silently
+        assert!(serde_json::from_str::<Claims>(r#"{"sub":"a","sub":"b"}"#).is_err());
+    }
+
+    #[test]
+    fn refuses_empty_identity_and_non_positive_expiry() {
+        let mut req = request();
+        req.expiration_seconds = 0;
+        assert_eq!(Claims::build(&req, &TokenFeatures::default(), 0), Err(ClaimsError::Expiration(0)));
+        let mut req = request();
+        req.namespace.clear();
+        assert_eq!(Claims::build(&req, &TokenFeatures::default(), 0), Err(ClaimsError::Empty("namespace")));
+    }
+}

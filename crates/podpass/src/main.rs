@@ -1,0 +1,2 @@
+//! The `podpass` command.
+fn main() {}
