@@ -443,11 +443,12 @@ impl Authenticator {
 }
 
 fn check_bound(kind: BoundKind, object: &BoundObject, claim_uid: &str, deleted: bool) -> Result<(), AuthError> {
-    if deleted {
-        return Err(AuthError::Invalidated);
-    }
+    // Newest upstream order: UID first, then deletion (as for the service account).
     if object.uid != claim_uid {
         return Err(AuthError::UidMismatch { kind, actual: object.uid.clone(), claim: claim_uid.to_owned() });
+    }
+    if deleted {
+        return Err(AuthError::Invalidated);
     }
     Ok(())
 }
