@@ -12,11 +12,12 @@ use std::future::Future;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::claims::Claims;
+use crate::claims::ObjectRef;
 use crate::features::TokenFeatures;
 use crate::jws::{self, Header};
 use crate::keys::{Algorithm, SignatureError, VerificationKey};
-use crate::user::{ServiceAccountInfo, UserInfo, make_username};
+use crate::user::{SERVICE_ACCOUNT_USERNAME_PREFIX, ServiceAccountInfo, UserInfo, make_username};
+use crate::wire::{WireClaims, WireKubernetes, WireRef};
 
 /// Tokens larger than this are refused before any parsing.
 pub const MAX_TOKEN_BYTES: usize = 64 * 1024;
@@ -121,7 +122,9 @@ pub enum AuthError {
         claim: String,
     },
     /// Node-bound token while node-binding validation is off (upstream message).
-    #[error("token is bound to a Node object but the ServiceAccountTokenNodeBindingValidation feature gate is disabled")]
+    #[error(
+        "token is bound to a Node object but the ServiceAccountTokenNodeBindingValidation feature gate is disabled"
+    )]
     NodeBindingValidationDisabled,
 }
 
@@ -193,7 +196,11 @@ pub enum LookupError {
 /// Reads the objects tokens are bound to; the control plane implements it over its store.
 pub trait BoundObjectLookup: Sync {
     /// The service account `namespace/name`.
-    fn service_account(&self, namespace: &str, name: &str) -> impl Future<Output = Result<BoundObject, LookupError>> + Send;
+    fn service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<BoundObject, LookupError>> + Send;
     /// The secret `namespace/name`.
     fn secret(&self, namespace: &str, name: &str) -> impl Future<Output = Result<BoundObject, LookupError>> + Send;
     /// The pod `namespace/name`.
@@ -213,11 +220,25 @@ pub enum Freshness {
     Stale(i64),
 }
 
-/// A token whose signature, issuer, audiences, times and claim shape checked out.
+/// A token whose signature, issuer, audiences, times and claim shape checked out, with
+/// what it claims (not yet checked against the store: see [`Authenticator::validate_bound`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedToken {
-    /// The verified claims.
-    pub claims: Claims,
+    /// Who the token speaks for: service account, bound pod, node (pod-bound tokens carry
+    /// their node only with `ServiceAccountTokenPodNodeInfo`), credential id.
+    pub info: ServiceAccountInfo,
+    /// The bound pod claim.
+    pub pod: Option<ObjectRef>,
+    /// The bound secret claim.
+    pub secret: Option<ObjectRef>,
+    /// The node claim of a node-bound token (a node claim without a pod claim).
+    pub bound_node: Option<ObjectRef>,
+    /// `exp`.
+    pub expires_at: Option<i64>,
+    /// `iat`.
+    pub issued_at: Option<i64>,
+    /// `warnafter`.
+    pub warn_after: Option<i64>,
     /// Audiences both the token and the caller accept.
     pub audiences: Vec<String>,
     /// The token had no `aud` (legacy): counted by `serviceaccount_legacy_tokens_total`.
@@ -290,9 +311,23 @@ impl Authenticator {
         }
         let parts = jws::split(token).map_err(|n| not_mine(NotMine::Segments(n)))?;
         let payload = jws::decode_segment(parts.payload).ok_or(not_mine(NotMine::Payload))?;
-        let unverified: IssuerOnly = serde_json::from_slice(&payload).map_err(|_| not_mine(NotMine::Payload))?;
-        if !self.issuers.contains(&unverified.iss) {
-            return Err(not_mine(NotMine::Issuer(unverified.iss)));
+        // One parse on the hot path, into borrowed strings: the full claim set also yields
+        // the (unverified) issuer. Only when it does not decode is the payload re-read for
+        // `iss` alone, so that a signed payload of the wrong shape is still reported after
+        // the signature check, as upstream does.
+        // Validating UTF-8 once over the payload lets the parser skip it per string.
+        let payload_text = std::str::from_utf8(&payload).map_err(|_| not_mine(NotMine::Payload))?;
+        let parsed: Result<WireClaims<'_>, serde_json::Error> = serde_json::from_str(payload_text);
+        match &parsed {
+            Ok(claims) if self.accepts_issuer(claims.iss.as_str()) => {}
+            Ok(claims) => return Err(not_mine(NotMine::Issuer(claims.iss.as_str().to_owned()))),
+            Err(_) => {
+                let unverified: IssuerOnly =
+                    serde_json::from_slice(&payload).map_err(|_| not_mine(NotMine::Payload))?;
+                if !self.accepts_issuer(&unverified.iss) {
+                    return Err(not_mine(NotMine::Issuer(unverified.iss)));
+                }
+            }
         }
 
         let header: Header = jws::decode_segment(parts.header)
@@ -302,13 +337,16 @@ impl Authenticator {
         if header.crit.is_some() {
             return Err(not_mine(NotMine::Critical));
         }
-        let signature = jws::decode_segment(parts.signature).ok_or(not_mine(NotMine::SignatureEncoding))?;
+        // RSA-8192 signatures are the largest: 1024 bytes. Decode on the stack.
+        let mut sig_buf = [0u8; 1024];
+        let signature =
+            jws::decode_segment_into(parts.signature, &mut sig_buf).ok_or(not_mine(NotMine::SignatureEncoding))?;
 
         let kid = header.kid.as_deref().filter(|k| !k.is_empty());
         let mut errors = Vec::new();
         let mut verified = false;
         for key in self.keys.iter().filter(|k| kid.is_none_or(|kid| k.key_id() == kid)) {
-            match key.verify(alg, parts.signing_input.as_bytes(), &signature) {
+            match key.verify(alg, parts.signing_input.as_bytes(), signature) {
                 Ok(()) => {
                     verified = true;
                     break;
@@ -320,23 +358,83 @@ impl Authenticator {
             return Err(if errors.is_empty() { AuthError::NoKeys } else { AuthError::Signature(errors) });
         }
 
-        let claims: Claims =
-            serde_json::from_slice(&payload).map_err(|e| AuthError::Malformed(format!("claims do not decode: {e}")))?;
-        if !self.issuers.contains(&claims.iss) {
-            return Err(AuthError::Issuer(claims.iss));
+        let claims = parsed.map_err(|e| AuthError::Malformed(format!("claims do not decode: {e}")))?;
+        if !self.accepts_issuer(claims.iss.as_str()) {
+            return Err(AuthError::Issuer(claims.iss.as_str().to_owned()));
         }
 
         let legacy = claims.aud.is_empty();
-        let token_auds = if legacy { &self.implicit_audiences } else { &claims.aud };
         let target = requested.unwrap_or(&self.implicit_audiences);
-        let audiences: Vec<String> = target.iter().filter(|a| token_auds.contains(a)).cloned().collect();
+        let audiences: Vec<String> = if legacy {
+            target.iter().filter(|a| self.implicit_audiences.contains(a)).cloned().collect()
+        } else {
+            target.iter().filter(|a| claims.aud.iter().any(|t| t.as_str() == a.as_str())).cloned().collect()
+        };
         if audiences.is_empty() && !self.implicit_audiences.is_empty() {
-            return Err(AuthError::Audience { token: token_auds.clone(), target: target.to_vec() });
+            let token = if legacy {
+                self.implicit_audiences.clone()
+            } else {
+                claims.aud.iter().map(|a| a.as_str().to_owned()).collect()
+            };
+            return Err(AuthError::Audience { token, target: target.to_vec() });
         }
 
-        check_times(&claims, now)?;
-        check_shape(&claims)?;
-        Ok(VerifiedToken { claims, audiences, legacy })
+        check_times(claims.nbf, claims.exp, claims.iat, now)?;
+        let k8s = check_shape(&claims)?;
+        Ok(self.verified(&claims, k8s, audiences, legacy))
+    }
+
+    fn accepts_issuer(&self, iss: &str) -> bool {
+        self.issuers.iter().any(|i| i == iss)
+    }
+
+    /// What the claims say: pod and (gated) node of pod-bound tokens, the node of
+    /// node-bound tokens, the credential id (gated).
+    fn verified(
+        &self,
+        claims: &WireClaims<'_>,
+        k8s: &WireKubernetes<'_>,
+        audiences: Vec<String>,
+        legacy: bool,
+    ) -> VerifiedToken {
+        let mut info = ServiceAccountInfo {
+            namespace: k8s.namespace.as_str().to_owned(),
+            name: k8s.serviceaccount.name.as_str().to_owned(),
+            uid: k8s.serviceaccount.uid.as_str().to_owned(),
+            ..ServiceAccountInfo::default()
+        };
+        let pod = k8s.pod.as_ref().map(WireRef::to_owned_ref);
+        let mut bound_node = None;
+        if let Some(p) = &pod {
+            info.pod_name.clone_from(&p.name);
+            info.pod_uid.clone_from(&p.uid);
+            if self.features.pod_node_info
+                && let Some(node) = &k8s.node
+            {
+                info.node_name = node.name.as_str().to_owned();
+                info.node_uid = node.uid.as_str().to_owned();
+            }
+        } else if let Some(node) = &k8s.node {
+            info.node_name = node.name.as_str().to_owned();
+            info.node_uid = node.uid.as_str().to_owned();
+            bound_node = Some(node.to_owned_ref());
+        }
+        if self.features.jti
+            && let Some(jti) = claims.jti.as_ref().filter(|j| !j.is_empty())
+        {
+            info.credential_id = format!("JTI={}", jti.as_str());
+        }
+        VerifiedToken {
+            info,
+            pod,
+            secret: k8s.secret.as_ref().map(WireRef::to_owned_ref),
+            bound_node,
+            expires_at: claims.exp,
+            issued_at: claims.iat,
+            warn_after: k8s.warnafter,
+            audiences,
+            legacy,
+        }
     }
 
     /// Full authentication at `now`: [`Self::verify`], then the bound objects through
@@ -359,86 +457,55 @@ impl Authenticator {
         lookup: &L,
         now: i64,
     ) -> Result<Authenticated, AuthError> {
-        let VerifiedToken { claims, audiences, legacy } = verified;
-        let k8s = claims.kubernetes.as_ref().ok_or_else(|| AuthError::Malformed("missing kubernetes.io".into()))?;
+        let VerifiedToken { info, pod, secret, bound_node, warn_after, audiences, legacy, .. } = verified;
         let deleted = |o: &BoundObject| o.deletion_timestamp.is_some_and(|t| t < now - LEEWAY_SECONDS);
-        let ns = k8s.namespace.as_str();
-        let sa_ref = &k8s.serviceaccount;
+        let ns = info.namespace.as_str();
 
-        let sa = lookup.service_account(ns, &sa_ref.name).await.map_err(AuthError::ServiceAccountLookup)?;
-        if sa.uid != sa_ref.uid {
-            return Err(AuthError::UidMismatch { kind: BoundKind::ServiceAccount, actual: sa.uid, claim: sa_ref.uid.clone() });
+        let sa = lookup.service_account(ns, &info.name).await.map_err(AuthError::ServiceAccountLookup)?;
+        if sa.uid != info.uid {
+            return Err(AuthError::UidMismatch {
+                kind: BoundKind::ServiceAccount,
+                actual: sa.uid,
+                claim: info.uid.clone(),
+            });
         }
         if deleted(&sa) {
-            return Err(AuthError::ServiceAccountDeleted { namespace: ns.into(), name: sa_ref.name.clone() });
+            return Err(AuthError::ServiceAccountDeleted { namespace: ns.into(), name: info.name.clone() });
         }
 
-        if let Some(secret_ref) = &k8s.secret {
+        if let Some(secret_ref) = &secret {
             let secret = lookup.secret(ns, &secret_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Secret, &secret, &secret_ref.uid, deleted(&secret))?;
         }
 
-        let mut info = self.offline_info(&claims);
-        if let Some(pod_ref) = &k8s.pod {
+        if let Some(pod_ref) = &pod {
             let pod = lookup.pod(ns, &pod_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Pod, &pod, &pod_ref.uid, deleted(&pod))?;
-        } else if let Some(node_ref) = &k8s.node {
+        } else if let Some(node_ref) = &bound_node {
             if !self.features.node_binding_validation {
                 return Err(AuthError::NodeBindingValidationDisabled);
             }
             let node = lookup.node(&node_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Node, &node, &node_ref.uid, deleted(&node))?;
-            info.node_name.clone_from(&node_ref.name);
-            info.node_uid.clone_from(&node_ref.uid);
         }
 
+        let user = info.user_info();
         let mut audit_annotations = Vec::new();
         if legacy {
-            audit_annotations.push((LEGACY_TOKEN_ANNOTATION.to_owned(), claims.sub.clone()));
+            audit_annotations.push((LEGACY_TOKEN_ANNOTATION.to_owned(), user.username.clone()));
         }
-        let freshness = match k8s.warnafter {
+        let freshness = match warn_after {
             Some(w) if w != 0 && now > w => {
                 audit_annotations.push((
                     STALE_TOKEN_ANNOTATION.to_owned(),
-                    format!("subject: {}, seconds after warning threshold: {}", claims.sub, now - w),
+                    format!("subject: {}, seconds after warning threshold: {}", user.username, now - w),
                 ));
                 Freshness::Stale(now - w)
             }
             Some(w) if w != 0 => Freshness::Valid,
             _ => Freshness::NotTracked,
         };
-        Ok(Authenticated { user: info.user_info(), info, audiences, audit_annotations, freshness, legacy })
-    }
-
-    /// What the claims say, without lookups: pod and (gated) node of pod-bound tokens,
-    /// the node of node-bound tokens, and the credential id.
-    pub fn offline_info(&self, claims: &Claims) -> ServiceAccountInfo {
-        let Some(k8s) = &claims.kubernetes else { return ServiceAccountInfo::default() };
-        let mut info = ServiceAccountInfo {
-            namespace: k8s.namespace.clone(),
-            name: k8s.serviceaccount.name.clone(),
-            uid: k8s.serviceaccount.uid.clone(),
-            ..ServiceAccountInfo::default()
-        };
-        if let Some(pod) = &k8s.pod {
-            info.pod_name.clone_from(&pod.name);
-            info.pod_uid.clone_from(&pod.uid);
-            if self.features.pod_node_info
-                && let Some(node) = &k8s.node
-            {
-                info.node_name.clone_from(&node.name);
-                info.node_uid.clone_from(&node.uid);
-            }
-        } else if let Some(node) = &k8s.node {
-            info.node_name.clone_from(&node.name);
-            info.node_uid.clone_from(&node.uid);
-        }
-        if self.features.jti
-            && let Some(jti) = claims.jti.as_deref().filter(|j| !j.is_empty())
-        {
-            info.credential_id = format!("JTI={jti}");
-        }
-        info
+        Ok(Authenticated { user, info, audiences, audit_annotations, freshness, legacy })
     }
 }
 
@@ -454,14 +521,14 @@ fn check_bound(kind: BoundKind, object: &BoundObject, claim_uid: &str, deleted: 
 }
 
 /// go-jose `Claims.ValidateWithLeeway` with the default leeway, in its order.
-fn check_times(claims: &Claims, now: i64) -> Result<(), AuthError> {
-    if claims.nbf.is_some_and(|nbf| now + LEEWAY_SECONDS < nbf) {
+fn check_times(nbf: Option<i64>, exp: Option<i64>, iat: Option<i64>, now: i64) -> Result<(), AuthError> {
+    if nbf.is_some_and(|nbf| now + LEEWAY_SECONDS < nbf) {
         return Err(AuthError::NotValidYet);
     }
-    if claims.exp.is_some_and(|exp| now - LEEWAY_SECONDS > exp) {
+    if exp.is_some_and(|exp| now - LEEWAY_SECONDS > exp) {
         return Err(AuthError::Expired);
     }
-    if claims.iat.is_some_and(|iat| now + LEEWAY_SECONDS < iat) {
+    if iat.is_some_and(|iat| now + LEEWAY_SECONDS < iat) {
         return Err(AuthError::IssuedInFuture);
     }
     Ok(())
@@ -470,7 +537,7 @@ fn check_times(claims: &Claims, now: i64) -> Result<(), AuthError> {
 /// The private claims must name a service account, and `sub` must be that account.
 /// Upstream derives the user from the private claims alone; a `sub` that disagrees is
 /// refused here so that no consumer of `sub` can be told a different identity.
-fn check_shape(claims: &Claims) -> Result<(), AuthError> {
+fn check_shape<'c, 'a>(claims: &'c WireClaims<'a>) -> Result<&'c WireKubernetes<'a>, AuthError> {
     let k8s = claims.kubernetes.as_ref().ok_or_else(|| AuthError::Malformed("missing kubernetes.io".into()))?;
     if k8s.namespace.is_empty() {
         return Err(AuthError::Malformed("missing kubernetes.io.namespace".into()));
@@ -478,11 +545,21 @@ fn check_shape(claims: &Claims) -> Result<(), AuthError> {
     if k8s.serviceaccount.name.is_empty() || k8s.serviceaccount.uid.is_empty() {
         return Err(AuthError::Malformed("missing kubernetes.io.serviceaccount name or uid".into()));
     }
-    let expected = make_username(&k8s.namespace, &k8s.serviceaccount.name);
-    if claims.sub != expected {
-        return Err(AuthError::Malformed(format!("sub {:?} does not match kubernetes.io claims ({expected:?})", claims.sub)));
+    let matches = claims
+        .sub
+        .as_str()
+        .strip_prefix(SERVICE_ACCOUNT_USERNAME_PREFIX)
+        .and_then(|rest| rest.strip_prefix(k8s.namespace.as_str()))
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|name| name == k8s.serviceaccount.name.as_str());
+    if !matches {
+        let expected = make_username(k8s.namespace.as_str(), k8s.serviceaccount.name.as_str());
+        return Err(AuthError::Malformed(format!(
+            "sub {:?} does not match kubernetes.io claims ({expected:?})",
+            claims.sub.as_str()
+        )));
     }
-    Ok(())
+    Ok(k8s)
 }
 
 /// Kubernetes' error aggregate text: one message alone, several as `[a, b]` (duplicates once).

@@ -5,6 +5,7 @@
 //! inside `kubernetes.io`: `namespace, node, pod, secret, serviceaccount, warnafter`.
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
@@ -180,42 +181,107 @@ impl Claims {
     }
 }
 
+/// Random bytes drawn from the system CSPRNG in batches: one `RAND_bytes` call per 32
+/// UUIDs instead of one per token (the per-call cost dominated minting). Bytes are handed
+/// out once and never reused; the pool is per thread, so no lock is taken.
+const RANDOM_POOL_BYTES: usize = 512;
+
+thread_local! {
+    static RANDOM_POOL: std::cell::RefCell<([u8; RANDOM_POOL_BYTES], usize)> =
+        const { std::cell::RefCell::new(([0; RANDOM_POOL_BYTES], RANDOM_POOL_BYTES)) };
+}
+
+fn random_16() -> Result<[u8; 16], ClaimsError> {
+    RANDOM_POOL.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        let (buf, used) = &mut *pool;
+        if *used + 16 > RANDOM_POOL_BYTES {
+            SystemRandom::new().fill(buf).map_err(|_| ClaimsError::Random)?;
+            *used = 0;
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&buf[*used..*used + 16]);
+        // Wipe what was handed out so the pool never holds a live value twice.
+        buf[*used..*used + 16].fill(0);
+        *used += 16;
+        Ok(out)
+    })
+}
+
 /// A random (version 4) UUID in its canonical lower-case form.
 pub fn new_uuid_v4() -> Result<String, ClaimsError> {
-    let mut b = [0u8; 16];
-    SystemRandom::new().fill(&mut b).map_err(|_| ClaimsError::Random)?;
+    let mut b = random_16()?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex = data_encoding::HEXLOWER.encode(&b);
-    Ok(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    Ok(out)
 }
 
 /// go-jose `NumericDate`: a JSON number of seconds; fractions are truncated.
-fn numeric_date<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    let value: Option<serde_json::Number> = Option::deserialize(d)?;
-    let Some(n) = value else { return Ok(None) };
-    if let Some(i) = n.as_i64() {
-        return Ok(Some(i));
+pub(crate) fn numeric_date<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a NumericDate (seconds since the epoch)")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            i64::try_from(v).map(Some).map_err(|_| E::custom("NumericDate out of range"))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            if v.is_finite() && v.abs() < 1e15 {
+                Ok(Some(v.trunc() as i64))
+            } else {
+                Err(E::custom("NumericDate out of range"))
+            }
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
     }
-    match n.as_f64() {
-        Some(f) if f.is_finite() && f.abs() < 1e15 => Ok(Some(f.trunc() as i64)),
-        _ => Err(serde::de::Error::custom("NumericDate out of range")),
-    }
+    d.deserialize_option(V)
 }
 
-/// go-jose `Audience`: a single string or an array of strings.
+/// go-jose `Audience`: a single string or an array of strings (null = none).
 fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Aud {
-        One(String),
-        Many(Vec<String>),
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an array of strings")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![v.to_owned()])
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(1));
+            while let Some(s) = seq.next_element::<String>()? {
+                out.push(s);
+            }
+            Ok(out)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
     }
-    Ok(match Option::<Aud>::deserialize(d)? {
-        None => Vec::new(),
-        Some(Aud::One(s)) => vec![s],
-        Some(Aud::Many(v)) => v,
-    })
+    d.deserialize_any(V)
 }
 
 #[cfg(test)]
@@ -292,6 +358,10 @@ mod tests {
         assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
         let off = TokenFeatures { jti: false, ..TokenFeatures::default() };
         assert_eq!(Claims::build(&request(), &off, 0).unwrap().jti, None);
+        // the pool refills across its boundary and never hands out a value twice
+        let many: std::collections::HashSet<String> = (0..200).map(|_| new_uuid_v4().unwrap()).collect();
+        assert_eq!(many.len(), 200);
+        assert!(many.iter().all(|u| u.len() == 36 && u.as_bytes()[14] == b'4'));
     }
 
     #[test]
@@ -303,6 +373,9 @@ mod tests {
         assert!(serde_json::from_str::<Claims>(r#"{"exp":1e300}"#).is_err());
         // duplicate members are refused rather than resolved silently
         assert!(serde_json::from_str::<Claims>(r#"{"sub":"a","sub":"b"}"#).is_err());
+        assert!(serde_json::from_str::<Claims>(r#"{"aud":[1]}"#).is_err());
+        assert!(serde_json::from_str::<Claims>(r#"{"aud":null,"exp":null}"#).unwrap().aud.is_empty());
+        assert_eq!(serde_json::from_str::<Claims>(r#"{"exp":-5}"#).unwrap().exp, Some(-5));
     }
 
     #[test]

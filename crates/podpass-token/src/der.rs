@@ -22,8 +22,7 @@ pub(crate) const OID_P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
 /// OID 1.3.132.0.35 (secp521r1 / P-521).
 pub(crate) const OID_P521: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x23];
 /// OID 1.2.840.113549.1.1.1 (rsaEncryption).
-pub(crate) const OID_RSA_ENCRYPTION: &[u8] =
-    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+pub(crate) const OID_RSA_ENCRYPTION: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
 
 /// A DER structure was not what the key format requires.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -207,9 +206,7 @@ fn unsigned(int: &[u8]) -> Result<&[u8], DerError> {
     match int {
         [] => Err(DerError("empty INTEGER")),
         [b, ..] if b & 0x80 != 0 => Err(DerError("negative INTEGER")),
-        [0, rest @ ..] if !rest.is_empty() && rest[0] & 0x80 == 0 => {
-            Err(DerError("non-minimal INTEGER"))
-        }
+        [0, rest @ ..] if !rest.is_empty() && rest[0] & 0x80 == 0 => Err(DerError("non-minimal INTEGER")),
         [0, rest @ ..] if !rest.is_empty() => Ok(rest),
         _ => Ok(int),
     }
@@ -276,10 +273,7 @@ mod tests {
         assert!(parse_rsa_public_key(&der[..der.len() - 1]).is_err());
         let mut extra = der.clone();
         extra.push(0);
-        assert_eq!(
-            parse_rsa_public_key(&extra),
-            Err(DerError("trailing bytes after RSAPublicKey"))
-        );
+        assert_eq!(parse_rsa_public_key(&extra), Err(DerError("trailing bytes after RSAPublicKey")));
     }
 
     #[test]

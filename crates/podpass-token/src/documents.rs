@@ -85,10 +85,8 @@ impl Jwk {
     /// The public JWK of a verification key: `use: sig`, `alg`, `kid`.
     pub fn from_key(key: &VerificationKey) -> Result<Self, KeyError> {
         let alg = key.algorithm();
-        let info = der::parse_spki(key.spki_der()).map_err(|e| KeyError::Rejected {
-            what: "public key",
-            reason: e.to_string(),
-        })?;
+        let info = der::parse_spki(key.spki_der())
+            .map_err(|e| KeyError::Rejected { what: "public key", reason: e.to_string() })?;
         let mut jwk = Jwk {
             use_: Some("sig".into()),
             kid: Some(key.key_id().to_owned()),
@@ -100,7 +98,10 @@ impl Jwk {
                 let size = alg.coordinate_len();
                 // uncompressed point: 0x04 || x || y, each exactly `size` bytes
                 if info.key.len() != 1 + 2 * size || info.key[0] != 0x04 {
-                    return Err(KeyError::Rejected { what: "EC public key", reason: "not an uncompressed point".into() });
+                    return Err(KeyError::Rejected {
+                        what: "EC public key",
+                        reason: "not an uncompressed point".into(),
+                    });
                 }
                 jwk.kty = "EC".into();
                 jwk.crv = Some(crv.into());
@@ -108,10 +109,8 @@ impl Jwk {
                 jwk.y = Some(BASE64URL_NOPAD.encode(&info.key[1 + size..]));
             }
             None => {
-                let (n, e) = der::parse_rsa_public_key(info.key).map_err(|e| KeyError::Rejected {
-                    what: "RSA public key",
-                    reason: e.to_string(),
-                })?;
+                let (n, e) = der::parse_rsa_public_key(info.key)
+                    .map_err(|e| KeyError::Rejected { what: "RSA public key", reason: e.to_string() })?;
                 jwk.kty = "RSA".into();
                 jwk.n = Some(BASE64URL_NOPAD.encode(n));
                 jwk.e = Some(BASE64URL_NOPAD.encode(e));
@@ -130,9 +129,11 @@ impl Jwk {
         let field = |field: &'static str, reason: &str| JwkError::Field { index, field, reason: reason.to_owned() };
         let b64 = |field: &'static str, value: &Option<String>| -> Result<Vec<u8>, JwkError> {
             let v = value.as_deref().ok_or_else(|| JwkError::Field { index, field, reason: "required".into() })?;
-            BASE64URL_NOPAD
-                .decode(v.as_bytes())
-                .map_err(|e| JwkError::Field { index, field, reason: format!("not base64url: {e}") })
+            BASE64URL_NOPAD.decode(v.as_bytes()).map_err(|e| JwkError::Field {
+                index,
+                field,
+                reason: format!("not base64url: {e}"),
+            })
         };
         let key = match self.kty.as_str() {
             "EC" => {
@@ -348,7 +349,10 @@ mod tests {
             OidcDiscovery::new("http://x", "https://x/j", &keys).unwrap_err().to_string(),
             "issuer URL must use https scheme, got: http://x"
         );
-        assert_eq!(OidcDiscovery::new("https://x?a", "https://x/j", &keys), Err(DiscoveryError::IssuerQuery("https://x?a".into())));
+        assert_eq!(
+            OidcDiscovery::new("https://x?a", "https://x/j", &keys),
+            Err(DiscoveryError::IssuerQuery("https://x?a".into()))
+        );
         assert_eq!(OidcDiscovery::new("https://x", "https://x/j", &[]), Err(DiscoveryError::NoKeys));
     }
 }

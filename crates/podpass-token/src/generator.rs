@@ -55,7 +55,8 @@ impl TokenGenerator {
     }
 
     fn sign_as_is(&self, claims: &Claims) -> Result<String, GenerateError> {
-        let payload = serde_json::to_vec(claims)?;
+        let mut payload = Vec::with_capacity(1024);
+        serde_json::to_writer(&mut payload, claims)?;
         let mut token = String::with_capacity(self.header.len() + payload.len() * 4 / 3 + 700);
         token.push_str(&self.header);
         token.push('.');
@@ -67,7 +68,12 @@ impl TokenGenerator {
     }
 
     /// Builds the claims for `req` at `now` and signs them; returns the token and claims.
-    pub fn mint(&self, req: &TokenRequest, features: &TokenFeatures, now: i64) -> Result<(String, Claims), GenerateError> {
+    pub fn mint(
+        &self,
+        req: &TokenRequest,
+        features: &TokenFeatures,
+        now: i64,
+    ) -> Result<(String, Claims), GenerateError> {
         let mut claims = Claims::build(req, features, now)?;
         claims.iss.clone_from(&self.issuer);
         let token = self.sign_as_is(&claims)?;

@@ -189,9 +189,9 @@ impl SigningKey {
     pub fn generate(alg: Algorithm) -> Result<Self, KeyError> {
         let signer = match alg.ecdsa_signing() {
             Some(ec) => Signer::Ec(EcdsaKeyPair::generate(ec).map_err(|_| KeyError::Crypto("key generation"))?),
-            None => Signer::Rsa(
-                RsaKeyPair::generate(KeySize::Rsa2048).map_err(|_| KeyError::Crypto("key generation"))?,
-            ),
+            None => {
+                Signer::Rsa(RsaKeyPair::generate(KeySize::Rsa2048).map_err(|_| KeyError::Crypto("key generation"))?)
+            }
         };
         Self::from_signer(signer, alg)
     }
@@ -288,10 +288,9 @@ impl SigningKey {
     /// Signs `message` and returns the JWS signature bytes (fixed-size `r||s` for ECDSA).
     pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, KeyError> {
         match &self.signer {
-            Signer::Ec(kp) => kp
-                .sign(&self.rng, message)
-                .map(|s| s.as_ref().to_vec())
-                .map_err(|_| KeyError::Crypto("signing")),
+            Signer::Ec(kp) => {
+                kp.sign(&self.rng, message).map(|s| s.as_ref().to_vec()).map_err(|_| KeyError::Crypto("signing"))
+            }
             Signer::Rsa(kp) => {
                 let mut sig = vec![0u8; kp.public_modulus_len()];
                 kp.sign(&signature::RSA_PKCS1_SHA256, &self.rng, message, &mut sig)
@@ -527,10 +526,14 @@ mod tests {
 
     #[test]
     fn refuses_unusable_keys_with_upstream_messages() {
-        assert_eq!(SigningKey::from_pem(b"nothing").unwrap_err().to_string(),
-            "data does not contain a valid RSA or ECDSA private key");
-        assert_eq!(VerificationKey::from_pem(b"").unwrap_err().to_string(),
-            "data does not contain any valid RSA or ECDSA public keys");
+        assert_eq!(
+            SigningKey::from_pem(b"nothing").unwrap_err().to_string(),
+            "data does not contain a valid RSA or ECDSA private key"
+        );
+        assert_eq!(
+            VerificationKey::from_pem(b"").unwrap_err().to_string(),
+            "data does not contain any valid RSA or ECDSA public keys"
+        );
         // secp256k1 SPKI: id-ecPublicKey with curve 1.3.132.0.10
         let mut spki = vec![0x30, 0x56, 0x30, 0x10, 0x06, 0x07];
         spki.extend_from_slice(der::OID_EC_PUBLIC_KEY);
@@ -539,7 +542,10 @@ mod tests {
         assert!(matches!(VerificationKey::from_spki_der(&spki), Err(KeyError::UnsupportedCurve)));
         // a 1024-bit RSA public key is refused
         let small = der::encode_rsa_public_key(&[0xc1; 128], &[1, 0, 1]);
-        assert!(matches!(VerificationKey::from_pkcs1_der(&small), Err(KeyError::RsaTooSmall { bits: 1024 }) | Err(KeyError::Rejected { .. })));
+        assert!(matches!(
+            VerificationKey::from_pkcs1_der(&small),
+            Err(KeyError::RsaTooSmall { bits: 1024 }) | Err(KeyError::Rejected { .. })
+        ));
     }
 
     #[test]

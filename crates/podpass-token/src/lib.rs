@@ -31,7 +31,7 @@
 //! let now = podpass_token::now_unix();
 //! let (token, _claims) = generator.mint(&request, &TokenFeatures::default(), now)?;
 //! let verified = verifier.verify(&token, None, now)?;
-//! assert_eq!(verified.claims.sub, "system:serviceaccount:team-a:builder");
+//! assert_eq!(verified.info.user_info().username, "system:serviceaccount:team-a:builder");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -45,6 +45,7 @@ pub mod jws;
 pub mod keys;
 pub mod pem;
 pub mod user;
+mod wire;
 
 pub use authenticator::{
     AuthError, Authenticated, Authenticator, BoundKind, BoundObject, BoundObjectLookup, Freshness, LookupError,

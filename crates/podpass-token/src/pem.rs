@@ -70,10 +70,7 @@ pub fn parse_all(input: &[u8]) -> Result<Vec<PemBlock>, PemError> {
         for line in lines.by_ref() {
             if let Some(end) = marker(line, END) {
                 if end != label {
-                    return Err(PemError::MismatchedEnd {
-                        begin: label.to_owned(),
-                        end: end.to_owned(),
-                    });
+                    return Err(PemError::MismatchedEnd { begin: label.to_owned(), end: end.to_owned() });
                 }
                 ended = true;
                 break;
@@ -86,10 +83,9 @@ pub fn parse_all(input: &[u8]) -> Result<Vec<PemBlock>, PemError> {
         if !ended {
             return Err(PemError::MissingEnd { label: label.to_owned() });
         }
-        let der = BASE64.decode(body.as_bytes()).map_err(|e| PemError::Base64 {
-            label: label.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let der = BASE64
+            .decode(body.as_bytes())
+            .map_err(|e| PemError::Base64 { label: label.to_owned(), reason: e.to_string() })?;
         blocks.push(PemBlock { label: label.to_owned(), der });
     }
     Ok(blocks)
@@ -134,11 +130,8 @@ mod tests {
 
     #[test]
     fn reads_several_blocks_and_skips_surrounding_text() {
-        let text = format!(
-            "comment\n{}between\r\n{}trailer",
-            encode("CERTIFICATE", b"one"),
-            encode("RSA PUBLIC KEY", b"two")
-        );
+        let text =
+            format!("comment\n{}between\r\n{}trailer", encode("CERTIFICATE", b"one"), encode("RSA PUBLIC KEY", b"two"));
         let blocks = parse_all(text.as_bytes()).unwrap();
         assert_eq!(blocks.len(), 2);
         assert_eq!(blocks[1].label, "RSA PUBLIC KEY");
@@ -147,10 +140,7 @@ mod tests {
 
     #[test]
     fn refuses_broken_blocks() {
-        assert_eq!(
-            parse_all(b"-----BEGIN A-----\nAAAA\n"),
-            Err(PemError::MissingEnd { label: "A".into() })
-        );
+        assert_eq!(parse_all(b"-----BEGIN A-----\nAAAA\n"), Err(PemError::MissingEnd { label: "A".into() }));
         assert!(matches!(
             parse_all(b"-----BEGIN A-----\nAAAA\n-----END B-----\n"),
             Err(PemError::MismatchedEnd { .. })
@@ -159,10 +149,7 @@ mod tests {
             parse_all(b"-----BEGIN A-----\nProc-Type: 4,ENCRYPTED\nAAAA\n-----END A-----\n"),
             Err(PemError::Headers { .. })
         ));
-        assert!(matches!(
-            parse_all(b"-----BEGIN A-----\nA!AA\n-----END A-----\n"),
-            Err(PemError::Base64 { .. })
-        ));
+        assert!(matches!(parse_all(b"-----BEGIN A-----\nA!AA\n-----END A-----\n"), Err(PemError::Base64 { .. })));
         assert_eq!(parse_all(b"no pem here").unwrap(), vec![]);
     }
 }

@@ -118,7 +118,10 @@ impl ServiceAccountInfo {
         UserInfo {
             username: make_username(&self.namespace, &self.name),
             uid: self.uid.clone(),
-            groups: vec![ALL_SERVICE_ACCOUNTS_GROUP.to_owned(), format!("{ALL_SERVICE_ACCOUNTS_GROUP}:{}", self.namespace)],
+            groups: vec![
+                ALL_SERVICE_ACCOUNTS_GROUP.to_owned(),
+                format!("{ALL_SERVICE_ACCOUNTS_GROUP}:{}", self.namespace),
+            ],
             extra,
         }
     }
@@ -155,8 +158,10 @@ mod tests {
         // pod name without uid: no pod keys; nothing else set: no extra at all
         let user = info.user_info();
         assert!(user.extra.is_empty());
-        assert_eq!(serde_json::to_string(&user).unwrap(),
-            r#"{"username":"system:serviceaccount:ns:sa","uid":"u","groups":["system:serviceaccounts","system:serviceaccounts:ns"]}"#);
+        assert_eq!(
+            serde_json::to_string(&user).unwrap(),
+            r#"{"username":"system:serviceaccount:ns:sa","uid":"u","groups":["system:serviceaccounts","system:serviceaccounts:ns"]}"#
+        );
         info.pod_uid = "pu".into();
         info.node_name = "n1".into();
         info.credential_id = "JTI=x".into();

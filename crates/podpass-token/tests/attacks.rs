@@ -1,5 +1,8 @@
 //! The attack suite: every token here must be refused, each for the named reason.
 
+// Test helpers panic on failure by design; the lint targets library code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use aws_lc_rs::hmac;
 use data_encoding::BASE64URL_NOPAD as B64;
 use podpass_token::{
@@ -182,7 +185,10 @@ fn wrong_issuer_is_not_mine() {
     let err = verify(&f, &other.sign(claims(NOW)).unwrap()).unwrap_err();
     assert_eq!(err, AuthError::NotMine(NotMine::Issuer("https://evil.test".into())));
     // a trusted key signing for another issuer is refused too
-    let confused = TokenGenerator::new("https://evil.test", SigningKey::from_pem(f.ec.key().to_pkcs8_pem().unwrap().as_bytes()).unwrap());
+    let confused = TokenGenerator::new(
+        "https://evil.test",
+        SigningKey::from_pem(f.ec.key().to_pkcs8_pem().unwrap().as_bytes()).unwrap(),
+    );
     assert!(verify(&f, &confused.sign(claims(NOW)).unwrap()).unwrap_err().is_not_mine());
 }
 
@@ -288,7 +294,12 @@ fn critical_header_extensions_are_refused() {
 fn p384_signature_cannot_pass_as_es256() {
     let f = fixture();
     let p384 = SigningKey::generate(Algorithm::ES384).unwrap();
-    let verifier = Authenticator::new(vec![ISSUER.into()], vec![p384.public_key().clone()], vec![AUD.into()], TokenFeatures::default());
+    let verifier = Authenticator::new(
+        vec![ISSUER.into()],
+        vec![p384.public_key().clone()],
+        vec![AUD.into()],
+        TokenFeatures::default(),
+    );
     let token = forge(&format!(r#"{{"alg":"ES256","kid":"{}"}}"#, p384.key_id()), &payload(&claims(NOW)), &p384);
     assert!(matches!(verifier.verify(&token, None, NOW), Err(AuthError::Signature(_))));
     drop(f);

@@ -1,6 +1,9 @@
 //! Bound-object validation (claims.go `validator.Validate`): existence, UID, deletion
 //! grace, node-bound tokens, user info, staleness, legacy tokens.
 
+// Test helpers panic on failure by design; the lint targets library code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 
 use podpass_token::user::{CREDENTIAL_ID_KEY, NODE_NAME_KEY, NODE_UID_KEY, POD_NAME_KEY, POD_UID_KEY};
@@ -79,7 +82,12 @@ fn pod_bound() -> TokenRequest {
     }
 }
 
-async fn run(s: &Setup, req: &TokenRequest, objects: &Objects, at: i64) -> Result<podpass_token::Authenticated, AuthError> {
+async fn run(
+    s: &Setup,
+    req: &TokenRequest,
+    objects: &Objects,
+    at: i64,
+) -> Result<podpass_token::Authenticated, AuthError> {
     let (token, _) = s.generator.mint(req, &TokenFeatures::default(), NOW).unwrap();
     s.verifier.authenticate(&token, None, objects, at).await
 }
@@ -134,7 +142,10 @@ async fn deleted_objects_get_a_60s_grace() {
     objects.put("sa/ns/builder", "sa-uid", Some(NOW - 60));
     assert!(run(&s, &request(), &objects, NOW).await.is_ok());
     objects.put("sa/ns/builder", "sa-uid", Some(NOW - 61));
-    assert_eq!(run(&s, &request(), &objects, NOW).await.unwrap_err().to_string(), "service account ns/builder has been deleted");
+    assert_eq!(
+        run(&s, &request(), &objects, NOW).await.unwrap_err().to_string(),
+        "service account ns/builder has been deleted"
+    );
 
     let mut objects = world();
     objects.put("pod/ns/web", "pod-uid", Some(NOW - 61));
@@ -149,10 +160,16 @@ async fn missing_or_recreated_pod_invalidates() {
     let mut objects = world();
     objects.put("pod/ns/web", "other-pod", None);
     let err = run(&s, &pod_bound(), &objects, NOW).await.unwrap_err();
-    assert_eq!(err, AuthError::UidMismatch { kind: BoundKind::Pod, actual: "other-pod".into(), claim: "pod-uid".into() });
+    assert_eq!(
+        err,
+        AuthError::UidMismatch { kind: BoundKind::Pod, actual: "other-pod".into(), claim: "pod-uid".into() }
+    );
     assert_eq!(err.to_string(), "pod UID (other-pod) does not match service account pod ref claim (pod-uid)");
     objects.0.remove("pod/ns/web");
-    assert_eq!(run(&s, &pod_bound(), &objects, NOW).await.unwrap_err().to_string(), "service account token has been invalidated");
+    assert_eq!(
+        run(&s, &pod_bound(), &objects, NOW).await.unwrap_err().to_string(),
+        "service account token has been invalidated"
+    );
 }
 
 #[tokio::test]

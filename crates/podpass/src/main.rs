@@ -1,2 +1,44 @@
-//! The `podpass` command.
-fn main() {}
+//! The `podpass` command: per-pod identity for image pulls.
+//!
+//! Subcommands wire the library crates together; errors get context here (`anyhow`).
+//! Exit codes: 0 success, 1 the operation was refused (e.g. a token did not verify),
+//! 64 bad usage or configuration (EX_USAGE), 70 internal failure.
+
+mod fsutil;
+mod token;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for bad flags or configuration (sysexits EX_USAGE).
+const EXIT_USAGE: u8 = 64;
+
+#[derive(Debug, Parser)]
+#[command(name = "podpass", version, about = "Per-pod identity for container image pulls")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Service-account tokens: generate keys, mint, publish JWKS, verify, decode.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            // Printing help or a usage error to a closed pipe is not worth a panic.
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Token(cmd) => token::run(cmd),
+    }
+}
