@@ -378,3 +378,36 @@ fn verify_fetches_jwks_over_https_with_a_private_ca() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
     drop(server);
 }
+
+#[test]
+fn feature_gates_shape_minted_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public, _) = keygen(dir.path(), "ES256");
+    let set = jwks(dir.path(), &[&public]);
+    let token =
+        mint(&key, &["--node-name", "n1", "--node-uid", "nu", "--feature-gates", "ServiceAccountTokenJTI=false"]);
+    let out = podpass(&["token", "decode", &token]);
+    let text = ok_stdout(out, "decode");
+    assert!(!text.contains("\"jti\""), "{text}");
+    // a node-bound token verifies offline and names its node
+    let user: serde_json::Value =
+        serde_json::from_str(&ok_stdout(verify(set.to_str().unwrap(), &token, &[]), "verify")).unwrap();
+    assert_eq!(user["extra"]["authentication.kubernetes.io/node-name"][0], "n1");
+    // node-only binding is refused when its gate is off, with the upstream message
+    let mut args = vec!["token", "mint", "--signing-key", key.to_str().unwrap(), "--issuer", ISSUER];
+    args.extend(["--audience", AUD, "--namespace", "n", "--service-account", "s", "--service-account-uid", "u"]);
+    args.extend(["--node-name", "n1", "--feature-gates", "ServiceAccountTokenNodeBinding=false"]);
+    let out = podpass(&args);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"ServiceAccountTokenNodeBinding\" feature gate is disabled")
+    );
+    // an unknown gate is a usage error naming it
+    let out = podpass(&["token", "decode", "--feature-gates", "x=1", &token]);
+    assert_eq!(out.status.code(), Some(64));
+    let mut args = vec!["token", "verify", "--jwks", set.to_str().unwrap(), "--issuer", ISSUER, "--audience", AUD];
+    args.extend(["--feature-gates", "Bogus=true", token.as_str()]);
+    let out = podpass(&args);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized feature gate: Bogus"));
+}

@@ -14,10 +14,10 @@ use thiserror::Error;
 
 use crate::claims::ObjectRef;
 use crate::features::TokenFeatures;
-use crate::jws::{self, Header};
+use crate::jws;
 use crate::keys::{Algorithm, SignatureError, VerificationKey};
 use crate::user::{SERVICE_ACCOUNT_USERNAME_PREFIX, ServiceAccountInfo, UserInfo, make_username};
-use crate::wire::{WireClaims, WireKubernetes, WireRef};
+use crate::wire::{WireClaims, WireHeader, WireKubernetes, WireRef};
 
 /// Tokens larger than this are refused before any parsing.
 pub const MAX_TOKEN_BYTES: usize = 64 * 1024;
@@ -330,10 +330,19 @@ impl Authenticator {
             }
         }
 
-        let header: Header = jws::decode_segment(parts.header)
-            .and_then(|h| serde_json::from_slice(&h).ok())
-            .ok_or(not_mine(NotMine::Header))?;
-        let alg = Algorithm::from_name(&header.alg).ok_or_else(|| not_mine(NotMine::Algorithm(header.alg.clone())))?;
+        // Headers are small; decode on the stack unless one carries e.g. a certificate chain.
+        let mut header_buf = [0u8; 384];
+        let header_vec;
+        let header_bytes = match jws::decode_segment_into(parts.header, &mut header_buf) {
+            Some(bytes) => bytes,
+            None => {
+                header_vec = jws::decode_segment(parts.header).ok_or(not_mine(NotMine::Header))?;
+                &header_vec[..]
+            }
+        };
+        let header: WireHeader<'_> = serde_json::from_slice(header_bytes).map_err(|_| not_mine(NotMine::Header))?;
+        let alg = Algorithm::from_name(header.alg.as_str())
+            .ok_or_else(|| not_mine(NotMine::Algorithm(header.alg.as_str().to_owned())))?;
         if header.crit.is_some() {
             return Err(not_mine(NotMine::Critical));
         }
@@ -342,7 +351,7 @@ impl Authenticator {
         let signature =
             jws::decode_segment_into(parts.signature, &mut sig_buf).ok_or(not_mine(NotMine::SignatureEncoding))?;
 
-        let kid = header.kid.as_deref().filter(|k| !k.is_empty());
+        let kid = header.kid.as_ref().map(|k| k.as_str()).filter(|k| !k.is_empty());
         let mut errors = Vec::new();
         let mut verified = false;
         for key in self.keys.iter().filter(|k| kid.is_none_or(|kid| k.key_id() == kid)) {

@@ -2,23 +2,9 @@
 //! writes (`{"alg":…,"kid":…}`), and the strict splitting verifiers need.
 
 use data_encoding::BASE64URL_NOPAD;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::keys::Algorithm;
-
-/// A JOSE header as read from a token. Unknown members are ignored; `crit` is kept so
-/// that a token demanding extensions we do not implement can be refused (RFC 7515 §4.1.11).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct Header {
-    /// Signature algorithm.
-    pub alg: String,
-    /// Key id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kid: Option<String>,
-    /// Critical extensions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub crit: Option<serde_json::Value>,
-}
 
 /// The base64url header of tokens signed with `alg` under `kid`, as go-jose writes it.
 pub(crate) fn encode_header(alg: Algorithm, kid: &str) -> String {

@@ -41,7 +41,7 @@ mod der;
 pub mod documents;
 pub mod features;
 pub mod generator;
-pub mod jws;
+mod jws;
 pub mod keys;
 pub mod pem;
 pub mod user;

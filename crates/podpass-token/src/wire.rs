@@ -98,6 +98,17 @@ pub(crate) struct WireClaims<'a> {
     pub sub: Text<'a>,
 }
 
+/// A JOSE header, borrowed. `crit` is only detected, never interpreted.
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireHeader<'a> {
+    #[serde(borrow)]
+    pub alg: Text<'a>,
+    #[serde(borrow, default)]
+    pub kid: Option<Text<'a>>,
+    #[serde(default)]
+    pub crit: Option<serde::de::IgnoredAny>,
+}
+
 /// go-jose `Audience`: a single string or an array of strings (null = none).
 fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Text<'de>>, D::Error> {
     struct V;

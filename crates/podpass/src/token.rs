@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use podpass_api::{Feature, FeatureGates};
 use podpass_token::{
     Algorithm, Authenticator, Jwks, ObjectRef, SigningKey, TokenFeatures, TokenGenerator, TokenRequest,
     VerificationKey, now_unix,
@@ -108,6 +109,9 @@ pub struct MintArgs {
     /// Lifetime in seconds (TokenRequest bounds: 600 to 2^32).
     #[arg(long, default_value_t = 3600)]
     expiration_seconds: i64,
+    /// Feature gates, e.g. `ServiceAccountTokenJTI=false` (upstream defaults otherwise).
+    #[arg(long, default_value = "")]
+    feature_gates: FeatureGates,
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +135,9 @@ pub struct VerifyArgs {
     /// Accepted audience; repeat for several.
     #[arg(long = "audience", required = true)]
     audiences: Vec<String>,
+    /// Feature gates, e.g. `ServiceAccountTokenPodNodeInfo=false` (upstream defaults otherwise).
+    #[arg(long, default_value = "")]
+    feature_gates: FeatureGates,
     /// The token, or `-` (default) to read it from stdin.
     #[arg(default_value = "-")]
     token: String,
@@ -175,6 +182,16 @@ pub fn run(cmd: TokenCommand) -> ExitCode {
             eprintln!("token rejected: {msg}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The token-related gates, as the token library takes them.
+fn token_features(gates: &FeatureGates) -> TokenFeatures {
+    TokenFeatures {
+        jti: gates.enabled(Feature::ServiceAccountTokenJTI),
+        pod_node_info: gates.enabled(Feature::ServiceAccountTokenPodNodeInfo),
+        node_binding: gates.enabled(Feature::ServiceAccountTokenNodeBinding),
+        node_binding_validation: gates.enabled(Feature::ServiceAccountTokenNodeBindingValidation),
     }
 }
 
@@ -245,7 +262,8 @@ fn mint(a: MintArgs) -> Result<()> {
         node: a.node_name.map(|n| ObjectRef::new(n, a.node_uid.unwrap_or_default())),
     };
     let generator = TokenGenerator::new(a.issuer, key);
-    let (token, _) = generator.mint(&request, &TokenFeatures::default(), now_unix()).context("minting token")?;
+    let (token, _) =
+        generator.mint(&request, &token_features(&a.feature_gates), now_unix()).context("minting token")?;
     println!("{token}");
     Ok(())
 }
@@ -323,8 +341,7 @@ fn verify(a: VerifyArgs) -> Result<(), Failure> {
     let keys = Jwks::from_json(&document)
         .and_then(|set| set.verification_keys())
         .with_context(|| format!("loading --jwks {}", a.jwks))?;
-    let features = TokenFeatures::default();
-    let verifier = Authenticator::new(a.issuers, keys, a.audiences, features);
+    let verifier = Authenticator::new(a.issuers, keys, a.audiences, token_features(&a.feature_gates));
     match verifier.verify(&token, None, now_unix()) {
         Ok(verified) => {
             let user = verified.info.user_info();
