@@ -95,7 +95,7 @@ fn main() {
         let generator = TokenGenerator::new(ISSUER, key);
         let now = now_unix();
         let req = request();
-        let (token, _) = generator.mint(&req, &features, now).expect("mint");
+        let token = generator.mint(&req, &features, now).expect("mint").token;
         let (signing_input, sig_b64) = token.rsplit_once('.').expect("three segments");
         let sig = data_encoding::BASE64URL_NOPAD.decode(sig_b64.as_bytes()).expect("b64");
         let message = signing_input.as_bytes().to_vec();
@@ -155,6 +155,6 @@ fn main() {
     }
     println!("token size: {} bytes (pod-bound, node info, jti)", {
         let g = TokenGenerator::new(ISSUER, SigningKey::generate(Algorithm::ES256).expect("key"));
-        g.mint(&request(), &features, now_unix()).expect("mint").0.len()
+        g.mint(&request(), &features, now_unix()).expect("mint").token.len()
     });
 }

@@ -310,20 +310,29 @@ impl Authenticator {
             return Err(not_mine(NotMine::NotCompact));
         }
         let parts = jws::split(token).map_err(|n| not_mine(NotMine::Segments(n)))?;
-        let payload = jws::decode_segment(parts.payload).ok_or(not_mine(NotMine::Payload))?;
+        // Typical payloads (under 1.5 KiB) decode on the stack; larger ones on the heap.
+        let mut payload_buf = [0u8; 1536];
+        let payload_vec;
+        let payload = match jws::decode_segment_into(parts.payload, &mut payload_buf) {
+            Some(bytes) => bytes,
+            None => {
+                payload_vec = jws::decode_segment(parts.payload).ok_or(not_mine(NotMine::Payload))?;
+                &payload_vec[..]
+            }
+        };
         // One parse on the hot path, into borrowed strings: the full claim set also yields
         // the (unverified) issuer. Only when it does not decode is the payload re-read for
         // `iss` alone, so that a signed payload of the wrong shape is still reported after
         // the signature check, as upstream does.
         // Validating UTF-8 once over the payload lets the parser skip it per string.
-        let payload_text = std::str::from_utf8(&payload).map_err(|_| not_mine(NotMine::Payload))?;
+        let payload_text = std::str::from_utf8(payload).map_err(|_| not_mine(NotMine::Payload))?;
         let parsed: Result<WireClaims<'_>, serde_json::Error> = serde_json::from_str(payload_text);
         match &parsed {
             Ok(claims) if self.accepts_issuer(claims.iss.as_str()) => {}
             Ok(claims) => return Err(not_mine(NotMine::Issuer(claims.iss.as_str().to_owned()))),
             Err(_) => {
                 let unverified: IssuerOnly =
-                    serde_json::from_slice(&payload).map_err(|_| not_mine(NotMine::Payload))?;
+                    serde_json::from_slice(payload).map_err(|_| not_mine(NotMine::Payload))?;
                 if !self.accepts_issuer(&unverified.iss) {
                     return Err(not_mine(NotMine::Issuer(unverified.iss)));
                 }

@@ -132,6 +132,70 @@ impl Claims {
     /// Builds the claims of a token issued at `now` (seconds since the epoch), applying the
     /// upstream binding rules. `iss` is left for the generator to set.
     pub fn build(req: &TokenRequest, features: &TokenFeatures, now: i64) -> Result<Self, ClaimsError> {
+        let jti = if features.jti { Some(new_uuid_v4()?) } else { None };
+        Ok(ClaimsRef::bind(req, features, now, jti.as_deref(), "")?.to_owned_claims())
+    }
+}
+
+/// The claims of a token being minted, borrowed from its [`TokenRequest`]: the one place
+/// the binding rules live, and what the generator serialises (no copies of the request's
+/// strings on the minting path). Serialises byte for byte as [`Claims`] does.
+#[derive(Debug, Serialize)]
+pub(crate) struct ClaimsRef<'a> {
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    aud: &'a [String],
+    exp: i64,
+    iat: i64,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    iss: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jti: Option<&'a str>,
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: KubernetesRef<'a>,
+    nbf: i64,
+    sub: Subject<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct KubernetesRef<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    namespace: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a ObjectRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod: Option<&'a ObjectRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    secret: Option<&'a ObjectRef>,
+    serviceaccount: &'a ObjectRef,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnafter: Option<i64>,
+}
+
+/// `system:serviceaccount:<namespace>:<name>`, written without building the string.
+#[derive(Debug)]
+struct Subject<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}:{}", crate::user::SERVICE_ACCOUNT_USERNAME_PREFIX, self.0, self.1)
+    }
+}
+
+impl Serialize for Subject<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'a> ClaimsRef<'a> {
+    /// Applies the upstream binding rules (claims.go `Claims`) to `req` issued at `now`.
+    pub(crate) fn bind(
+        req: &'a TokenRequest,
+        features: &TokenFeatures,
+        now: i64,
+        jti: Option<&'a str>,
+        iss: &'a str,
+    ) -> Result<Self, ClaimsError> {
         if req.namespace.is_empty() {
             return Err(ClaimsError::Empty("namespace"));
         }
@@ -141,43 +205,69 @@ impl Claims {
         if req.expiration_seconds <= 0 {
             return Err(ClaimsError::Expiration(req.expiration_seconds));
         }
-        let mut private = KubernetesClaims {
-            namespace: req.namespace.clone(),
-            serviceaccount: req.service_account.clone(),
-            ..KubernetesClaims::default()
-        };
         if req.secret.is_some() && (req.pod.is_some() || req.node.is_some()) {
             return Err(ClaimsError::MultipleBindings);
         }
+        let mut private = KubernetesRef {
+            namespace: &req.namespace,
+            node: None,
+            pod: None,
+            secret: None,
+            serviceaccount: &req.service_account,
+            warnafter: (req.warnafter_seconds != 0).then_some(now + req.warnafter_seconds),
+        };
         match (&req.pod, &req.secret, &req.node) {
             (Some(pod), _, node) => {
-                private.pod = Some(pod.clone());
+                private.pod = Some(pod);
                 if features.pod_node_info {
-                    private.node = node.clone();
+                    private.node = node.as_ref();
                 }
             }
-            (None, Some(secret), _) => private.secret = Some(secret.clone()),
+            (None, Some(secret), _) => private.secret = Some(secret),
             (None, None, Some(node)) => {
                 if !features.node_binding {
                     return Err(ClaimsError::NodeBindingDisabled);
                 }
-                private.node = Some(node.clone());
+                private.node = Some(node);
             }
             (None, None, None) => {}
         }
-        if req.warnafter_seconds != 0 {
-            private.warnafter = Some(now + req.warnafter_seconds);
-        }
         Ok(Self {
-            aud: req.audiences.clone(),
-            exp: Some(now + req.expiration_seconds),
-            iat: Some(now),
-            iss: String::new(),
-            jti: if features.jti { Some(new_uuid_v4()?) } else { None },
-            kubernetes: Some(private),
-            nbf: Some(now),
-            sub: make_username(&req.namespace, &req.service_account.name),
+            aud: &req.audiences,
+            exp: now + req.expiration_seconds,
+            iat: now,
+            iss,
+            jti,
+            kubernetes: private,
+            nbf: now,
+            sub: Subject(&req.namespace, &req.service_account.name),
         })
+    }
+
+    /// `exp`.
+    pub(crate) fn expires_at(&self) -> i64 {
+        self.exp
+    }
+
+    fn to_owned_claims(&self) -> Claims {
+        let k = &self.kubernetes;
+        Claims {
+            aud: self.aud.to_vec(),
+            exp: Some(self.exp),
+            iat: Some(self.iat),
+            iss: self.iss.to_owned(),
+            jti: self.jti.map(str::to_owned),
+            kubernetes: Some(KubernetesClaims {
+                namespace: k.namespace.to_owned(),
+                node: k.node.cloned(),
+                pod: k.pod.cloned(),
+                secret: k.secret.cloned(),
+                serviceaccount: k.serviceaccount.clone(),
+                warnafter: k.warnafter,
+            }),
+            nbf: Some(self.nbf),
+            sub: make_username(self.sub.0, self.sub.1),
+        }
     }
 }
 

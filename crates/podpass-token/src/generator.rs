@@ -3,7 +3,9 @@
 use data_encoding::BASE64URL_NOPAD;
 use thiserror::Error;
 
-use crate::claims::{Claims, ClaimsError, TokenRequest};
+use serde::Serialize;
+
+use crate::claims::{Claims, ClaimsError, ClaimsRef, TokenRequest, new_uuid_v4};
 use crate::features::TokenFeatures;
 use crate::jws;
 use crate::keys::{KeyError, SigningKey};
@@ -20,6 +22,20 @@ pub enum GenerateError {
     /// The claims could not be serialised.
     #[error("encoding claims: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+/// A freshly minted token and what the caller needs to report about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MintedToken {
+    /// The compact JWS.
+    pub token: String,
+    /// `exp`, seconds since the epoch.
+    pub expires_at: i64,
+    /// `iat` (= `nbf`).
+    pub issued_at: i64,
+    /// `jti`, when the `ServiceAccountTokenJTI` gate is on: the credential id of the audit
+    /// trail (`JTI=<jti>`).
+    pub jti: Option<String>,
 }
 
 /// Signs claim sets as one issuer with one key. The key is parsed once and the JOSE
@@ -51,10 +67,10 @@ impl TokenGenerator {
     /// Signs `claims` (its `iss` is replaced by the generator's) into a compact JWS.
     pub fn sign(&self, mut claims: Claims) -> Result<String, GenerateError> {
         claims.iss.clone_from(&self.issuer);
-        self.sign_as_is(&claims)
+        self.sign_serialize(&claims)
     }
 
-    fn sign_as_is(&self, claims: &Claims) -> Result<String, GenerateError> {
+    fn sign_serialize(&self, claims: &impl Serialize) -> Result<String, GenerateError> {
         let mut payload = Vec::with_capacity(1024);
         serde_json::to_writer(&mut payload, claims)?;
         let mut token = String::with_capacity(self.header.len() + payload.len() * 4 / 3 + 700);
@@ -67,16 +83,62 @@ impl TokenGenerator {
         Ok(token)
     }
 
-    /// Builds the claims for `req` at `now` and signs them; returns the token and claims.
-    pub fn mint(
-        &self,
-        req: &TokenRequest,
-        features: &TokenFeatures,
-        now: i64,
-    ) -> Result<(String, Claims), GenerateError> {
-        let mut claims = Claims::build(req, features, now)?;
-        claims.iss.clone_from(&self.issuer);
-        let token = self.sign_as_is(&claims)?;
-        Ok((token, claims))
+    /// Builds the claims for `req` at `now` (upstream binding rules) and signs them.
+    pub fn mint(&self, req: &TokenRequest, features: &TokenFeatures, now: i64) -> Result<MintedToken, GenerateError> {
+        let jti = if features.jti { Some(new_uuid_v4()?) } else { None };
+        let claims = ClaimsRef::bind(req, features, now, jti.as_deref(), &self.issuer)?;
+        let token = self.sign_serialize(&claims)?;
+        Ok(MintedToken { token, expires_at: claims.expires_at(), issued_at: now, jti })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claims::ObjectRef;
+    use crate::keys::{Algorithm, SigningKey};
+    use data_encoding::BASE64URL_NOPAD;
+
+    fn payload(token: &str) -> Vec<u8> {
+        BASE64URL_NOPAD.decode(token.split('.').nth(1).unwrap().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn minted_payload_is_byte_identical_to_owned_claims() {
+        let g = TokenGenerator::new("https://issuer", SigningKey::generate(Algorithm::ES256).unwrap());
+        let with_pod = TokenRequest {
+            namespace: "ns".into(),
+            service_account: ObjectRef::new("sa", "sa-uid"),
+            audiences: vec!["a".into(), "b\"quoted".into()],
+            expiration_seconds: 3607,
+            warnafter_seconds: 3607,
+            pod: Some(ObjectRef::new("p", "pu")),
+            secret: None,
+            node: Some(ObjectRef::new("n", "")),
+        };
+        let secret_bound = TokenRequest {
+            pod: None,
+            node: None,
+            secret: Some(ObjectRef::new("s", "su")),
+            warnafter_seconds: 0,
+            ..with_pod.clone()
+        };
+        for req in [with_pod, secret_bound] {
+            for features in [
+                TokenFeatures::default(),
+                TokenFeatures { jti: false, pod_node_info: false, ..TokenFeatures::default() },
+            ] {
+                let minted = g.mint(&req, &features, 1000).unwrap();
+                let bytes = payload(&minted.token);
+                let parsed: Claims = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(serde_json::to_vec(&parsed).unwrap(), bytes);
+                assert_eq!(parsed.jti, minted.jti);
+                assert_eq!(parsed.exp, Some(minted.expires_at));
+                let mut expected = Claims::build(&req, &features, 1000).unwrap();
+                expected.iss = "https://issuer".into();
+                expected.jti.clone_from(&minted.jti);
+                assert_eq!(parsed, expected);
+            }
+        }
     }
 }

@@ -29,7 +29,7 @@
 //!     ..TokenRequest::default()
 //! };
 //! let now = podpass_token::now_unix();
-//! let (token, _claims) = generator.mint(&request, &TokenFeatures::default(), now)?;
+//! let token = generator.mint(&request, &TokenFeatures::default(), now)?.token;
 //! let verified = verifier.verify(&token, None, now)?;
 //! assert_eq!(verified.info.user_info().username, "system:serviceaccount:team-a:builder");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -54,6 +54,6 @@ pub use authenticator::{
 pub use claims::{Claims, ClaimsError, KubernetesClaims, ObjectRef, TokenRequest};
 pub use documents::{Jwk, JwkError, Jwks, OidcDiscovery};
 pub use features::TokenFeatures;
-pub use generator::{GenerateError, TokenGenerator};
+pub use generator::{GenerateError, MintedToken, TokenGenerator};
 pub use keys::{Algorithm, KeyError, SignatureError, SigningKey, VerificationKey, key_id, libtrust_key_id};
 pub use user::{ServiceAccountInfo, UserInfo};

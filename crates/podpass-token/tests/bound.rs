@@ -88,14 +88,15 @@ async fn run(
     objects: &Objects,
     at: i64,
 ) -> Result<podpass_token::Authenticated, AuthError> {
-    let (token, _) = s.generator.mint(req, &TokenFeatures::default(), NOW).unwrap();
+    let token = s.generator.mint(req, &TokenFeatures::default(), NOW).unwrap().token;
     s.verifier.authenticate(&token, None, objects, at).await
 }
 
 #[tokio::test]
 async fn pod_bound_token_yields_upstream_user_info() {
     let s = setup(TokenFeatures::default());
-    let (token, claims) = s.generator.mint(&pod_bound(), &TokenFeatures::default(), NOW).unwrap();
+    let minted = s.generator.mint(&pod_bound(), &TokenFeatures::default(), NOW).unwrap();
+    let token = minted.token;
     let a = s.verifier.authenticate(&token, None, &world(), NOW).await.unwrap();
     assert_eq!(a.user.username, "system:serviceaccount:ns:builder");
     assert_eq!(a.user.uid, "sa-uid");
@@ -104,7 +105,7 @@ async fn pod_bound_token_yields_upstream_user_info() {
     assert_eq!(a.user.extra[POD_UID_KEY], ["pod-uid"]);
     assert_eq!(a.user.extra[NODE_NAME_KEY], ["n1"]);
     assert_eq!(a.user.extra[NODE_UID_KEY], ["node-uid"]);
-    assert_eq!(a.user.extra[CREDENTIAL_ID_KEY], [format!("JTI={}", claims.jti.unwrap())]);
+    assert_eq!(a.user.extra[CREDENTIAL_ID_KEY], [format!("JTI={}", minted.jti.unwrap())]);
     assert_eq!(a.freshness, Freshness::NotTracked);
     assert!(a.audit_annotations.is_empty());
 }

@@ -262,9 +262,8 @@ fn mint(a: MintArgs) -> Result<()> {
         node: a.node_name.map(|n| ObjectRef::new(n, a.node_uid.unwrap_or_default())),
     };
     let generator = TokenGenerator::new(a.issuer, key);
-    let (token, _) =
-        generator.mint(&request, &token_features(&a.feature_gates), now_unix()).context("minting token")?;
-    println!("{token}");
+    let minted = generator.mint(&request, &token_features(&a.feature_gates), now_unix()).context("minting token")?;
+    println!("{}", minted.token);
     Ok(())
 }
 
