@@ -411,3 +411,23 @@ fn feature_gates_shape_minted_tokens() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized feature gate: Bogus"));
 }
+
+#[test]
+fn kid_prints_upstream_and_libtrust_ids_that_python_agrees_with() {
+    let dir = tempfile::tempdir().unwrap();
+    for alg in ["ES256", "RS256"] {
+        let (_, public, kid) = keygen(dir.path(), alg);
+        let line = ok_stdout(podpass(&["token", "kid", "--key", public.to_str().unwrap()]), "kid");
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[..2], [alg, kid.as_str()]);
+        // the libtrust recipe of interop.md §1b, computed by Python's cryptography
+        let script = "import base64,hashlib,sys\n\
+            from cryptography.hazmat.primitives import serialization as s\n\
+            pub = s.load_pem_public_key(open(sys.argv[1],'rb').read())\n\
+            der = pub.public_bytes(s.Encoding.DER, s.PublicFormat.SubjectPublicKeyInfo)\n\
+            b = base64.b32encode(hashlib.sha256(der).digest()[:30]).decode().rstrip('=')\n\
+            print(':'.join(b[i:i+4] for i in range(0, len(b), 4)))";
+        let out = Command::new("python3").args(["-c", script]).arg(&public).output().unwrap();
+        assert_eq!(fields[2], ok_stdout(out, "python libtrust kid"), "{alg}");
+    }
+}

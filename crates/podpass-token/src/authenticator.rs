@@ -331,8 +331,7 @@ impl Authenticator {
             Ok(claims) if self.accepts_issuer(claims.iss.as_str()) => {}
             Ok(claims) => return Err(not_mine(NotMine::Issuer(claims.iss.as_str().to_owned()))),
             Err(_) => {
-                let unverified: IssuerOnly =
-                    serde_json::from_slice(payload).map_err(|_| not_mine(NotMine::Payload))?;
+                let unverified: IssuerOnly = serde_json::from_slice(payload).map_err(|_| not_mine(NotMine::Payload))?;
                 if !self.accepts_issuer(&unverified.iss) {
                     return Err(not_mine(NotMine::Issuer(unverified.iss)));
                 }

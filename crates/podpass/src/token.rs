@@ -29,6 +29,8 @@ pub enum TokenCommand {
     Mint(MintArgs),
     /// Print the JWKS of one or more public (or private) key files.
     Jwks(JwksArgs),
+    /// Print each key's upstream `kid` and libtrust key id (CNCF registry 2.8 token auth).
+    Kid(JwksArgs),
     /// Verify a token offline (signature, alg, kid, iss, aud, times, claim shape).
     Verify(VerifyArgs),
     /// Print a token's header and claims WITHOUT verifying it.
@@ -169,6 +171,7 @@ pub fn run(cmd: TokenCommand) -> ExitCode {
         TokenCommand::Keygen(a) => keygen(a).map_err(Failure::from),
         TokenCommand::Mint(a) => mint(a).map_err(Failure::from),
         TokenCommand::Jwks(a) => jwks(a).map_err(Failure::from),
+        TokenCommand::Kid(a) => kid(a).map_err(Failure::from),
         TokenCommand::Verify(a) => verify(a),
         TokenCommand::Decode(a) => decode(a).map_err(Failure::from),
     };
@@ -280,6 +283,13 @@ fn jwks(a: JwksArgs) -> Result<()> {
     let keys = load_public_keys(&a.keys)?;
     let set = Jwks::from_keys(&keys).context("building JWKS")?;
     println!("{}", serde_json::to_string(&set).context("encoding JWKS")?);
+    Ok(())
+}
+
+fn kid(a: JwksArgs) -> Result<()> {
+    for key in load_public_keys(&a.keys)? {
+        println!("{} {} {}", key.algorithm(), key.key_id(), key.libtrust_key_id());
+    }
     Ok(())
 }
 
