@@ -1,0 +1,6 @@
+//! The podpass control plane: the service-account slice of kube-apiserver.
+//!
+//! Today: [`store`], the object store (embedded on `redb`; etcd arrives with the RBAC
+//! issue). The REST layer, token issuance and review build on it.
+
+pub mod store;

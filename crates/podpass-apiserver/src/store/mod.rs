@@ -1,0 +1,269 @@
+//! The object store behind the API: keys laid out as upstream's etcd keys
+//! (`/registry/<resource>/<namespace>/<name>`), a global revision as resourceVersion,
+//! compare-and-swap updates, and watches that resume from a revision.
+//!
+//! Objects are JSON (`serde_json::Value`) exactly as the REST layer accepted them. As
+//! upstream's storage does, `metadata.resourceVersion` is never stored: it is cleared on
+//! write and set from the object's revision on every read.
+
+mod embedded;
+pub mod selector;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+use tokio::sync::mpsc;
+
+pub use embedded::EmbeddedStore;
+pub use selector::{FieldSelector, LabelSelector, SelectorError};
+
+/// A boxed future, so that `Store` can be used as `dyn Store` (embedded or etcd chosen at
+/// start-up).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Where an object lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Plural resource, group-qualified for non-core groups (`roles.rbac.authorization.k8s.io`).
+    pub resource: String,
+    /// Namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// A namespaced key.
+    pub fn namespaced(resource: &str, namespace: &str, name: &str) -> Self {
+        Self { resource: resource.into(), namespace: namespace.into(), name: name.into() }
+    }
+
+    /// A cluster-scoped key.
+    pub fn cluster(resource: &str, name: &str) -> Self {
+        Self { resource: resource.into(), namespace: String::new(), name: name.into() }
+    }
+
+    /// The upstream etcd key: `/registry/<resource>/<namespace>/<name>`, or
+    /// `/registry/<resource>/<name>` when cluster-scoped.
+    pub fn storage_key(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("/registry/{}/{}", self.resource, self.name)
+        } else {
+            format!("/registry/{}/{}/{}", self.resource, self.namespace, self.name)
+        }
+    }
+
+    /// Parses a storage key back; `None` for keys this layout does not produce.
+    pub fn from_storage_key(key: &str) -> Option<Self> {
+        let rest = key.strip_prefix("/registry/")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match parts.as_slice() {
+            [r, n] => Some(Self::cluster(r, n)),
+            [r, ns, n] => Some(Self::namespaced(r, ns, n)),
+            _ => None,
+        }
+    }
+}
+
+/// The key prefix listing `resource` (in `namespace`, when given).
+pub fn list_prefix(resource: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("/registry/{resource}/{ns}/"),
+        _ => format!("/registry/{resource}/"),
+    }
+}
+
+/// An object as read from the store, `metadata.resourceVersion` set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    /// The object.
+    pub object: Value,
+    /// Its revision (= resourceVersion).
+    pub revision: u64,
+}
+
+/// Which objects a list or watch selects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Label requirements.
+    pub labels: LabelSelector,
+    /// Field requirements.
+    pub fields: FieldSelector,
+}
+
+impl ListOptions {
+    /// Whether an object is selected.
+    pub fn matches(&self, object: &Value) -> bool {
+        self.labels.matches(object) && self.fields.matches(object)
+    }
+}
+
+/// The result of a list: the selected objects and the revision they were read at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListResult {
+    /// Objects, in key order.
+    pub items: Vec<Value>,
+    /// The store revision of the snapshot (the list's resourceVersion).
+    pub revision: u64,
+}
+
+/// Kind of change a watch reports (watch event `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EventType {
+    /// Created, or changed into the selection.
+    Added,
+    /// Changed and still selected.
+    Modified,
+    /// Deleted, or changed out of the selection.
+    Deleted,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchEvent {
+    /// Kind of change.
+    pub kind: EventType,
+    /// The object after the change (before it, for deletions), resourceVersion set.
+    pub object: Value,
+    /// Revision of the change.
+    pub revision: u64,
+}
+
+/// A running watch. Ends (returns `None`) when the store closes; yields an error when the
+/// watcher fell too far behind and must relist.
+#[derive(Debug)]
+pub struct WatchStream {
+    rx: mpsc::Receiver<Result<WatchEvent, StoreError>>,
+}
+
+impl WatchStream {
+    /// The next event.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent, StoreError>> {
+        self.rx.recv().await
+    }
+}
+
+/// A store operation failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// No such object (HTTP 404).
+    #[error("{resource} {name:?} not found")]
+    NotFound {
+        /// Resource.
+        resource: String,
+        /// Name.
+        name: String,
+    },
+    /// Create of an existing object (HTTP 409, reason AlreadyExists).
+    #[error("{resource} {name:?} already exists")]
+    AlreadyExists {
+        /// Resource.
+        resource: String,
+        /// Name.
+        name: String,
+    },
+    /// Compare-and-swap lost (HTTP 409, reason Conflict; upstream message).
+    #[error(
+        "Operation cannot be fulfilled on {resource} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+    )]
+    Conflict {
+        /// Resource.
+        resource: String,
+        /// Name.
+        name: String,
+    },
+    /// Watch from a revision older than the retained history (HTTP 410, reason Expired).
+    #[error("too old resource version: {requested} ({oldest})")]
+    Gone {
+        /// The revision asked for.
+        requested: u64,
+        /// The oldest revision a watch can still start from.
+        oldest: u64,
+    },
+    /// The object is not one the store can hold (HTTP 400/500 depending on the caller).
+    #[error("invalid object: {0}")]
+    Invalid(String),
+    /// The backend failed (HTTP 500/503).
+    #[error("storage error: {0}")]
+    Backend(String),
+}
+
+/// The storage interface of the API server.
+pub trait Store: Send + Sync {
+    /// Reads one object.
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>>;
+
+    /// Lists `resource` (in `namespace` when given) at one consistent revision.
+    fn list<'a>(
+        &'a self,
+        resource: &'a str,
+        namespace: Option<&'a str>,
+        options: &'a ListOptions,
+    ) -> BoxFuture<'a, Result<ListResult, StoreError>>;
+
+    /// Creates an object; `AlreadyExists` if the key is taken.
+    fn create<'a>(&'a self, key: &'a ObjectKey, object: Value) -> BoxFuture<'a, Result<Stored, StoreError>>;
+
+    /// Replaces an object. With `expected` set, only if its revision is still `expected`
+    /// (compare-and-swap), else `Conflict`. `NotFound` if it does not exist.
+    fn update<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        object: Value,
+        expected: Option<u64>,
+    ) -> BoxFuture<'a, Result<Stored, StoreError>>;
+
+    /// Deletes an object (optionally only at revision `expected`); returns its last state.
+    fn delete<'a>(&'a self, key: &'a ObjectKey, expected: Option<u64>) -> BoxFuture<'a, Result<Stored, StoreError>>;
+
+    /// Watches `resource` (in `namespace` when given). `from = Some(rv)` delivers every
+    /// change after revision `rv` (or `Gone` if that history is compacted); `from = None`
+    /// first delivers the current objects as `Added`, then every later change.
+    fn watch<'a>(
+        &'a self,
+        resource: &'a str,
+        namespace: Option<&'a str>,
+        options: ListOptions,
+        from: Option<u64>,
+    ) -> BoxFuture<'a, Result<WatchStream, StoreError>>;
+}
+
+/// Returns `object` with `metadata.resourceVersion` removed: what is stored.
+pub(crate) fn strip_resource_version(mut object: Value) -> Result<Value, StoreError> {
+    let meta = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| StoreError::Invalid("object has no metadata".into()))?;
+    meta.remove("resourceVersion");
+    Ok(object)
+}
+
+/// Sets `metadata.resourceVersion` to `revision`: what is read.
+pub(crate) fn with_resource_version(mut object: Value, revision: u64) -> Value {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_keys_follow_upstream_layout() {
+        let k = ObjectKey::namespaced("pods", "ns", "web");
+        assert_eq!(k.storage_key(), "/registry/pods/ns/web");
+        assert_eq!(ObjectKey::from_storage_key("/registry/pods/ns/web"), Some(k));
+        let n = ObjectKey::cluster("nodes", "n1");
+        assert_eq!(n.storage_key(), "/registry/nodes/n1");
+        assert_eq!(ObjectKey::from_storage_key("/registry/nodes/n1"), Some(n));
+        assert_eq!(ObjectKey::from_storage_key("/other/x"), None);
+        assert_eq!(list_prefix("pods", Some("ns")), "/registry/pods/ns/");
+        assert_eq!(list_prefix("pods", None), "/registry/pods/");
+    }
+}
