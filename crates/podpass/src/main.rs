@@ -4,7 +4,6 @@
 //! Exit codes: 0 success, 1 the operation was refused (e.g. a token did not verify),
 //! 64 bad usage or configuration (EX_USAGE), 70 internal failure.
 
-mod fsutil;
 mod token;
 
 use std::process::ExitCode;

@@ -13,7 +13,7 @@ use podpass_token::{
 };
 
 use crate::EXIT_USAGE;
-use crate::fsutil::write_atomic;
+use podpass_apiserver::files::write_atomic;
 
 /// TokenRequest validation bounds (pkg/apis/authentication/validation).
 const MIN_EXPIRATION_SECONDS: i64 = 600;

@@ -1,0 +1,183 @@
+//! The control plane's own PKI for embedded defaults: on first start a CA is created in
+//! the data directory; at every start a serving certificate for the loopback names (and
+//! the bind address) is issued from it, so clients pin the CA once and the serving
+//! certificate never goes stale.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+use thiserror::Error;
+
+use crate::files::{WriteError, write_atomic};
+
+/// Validity of the generated CA.
+const CA_DAYS: i64 = 3650;
+/// Validity of each serving certificate (re-issued at every start).
+const SERVING_DAYS: i64 = 365;
+
+/// The PKI could not be prepared.
+#[derive(Debug, Error)]
+pub enum PkiError {
+    /// Certificate generation failed.
+    #[error("generating {what}: {source}")]
+    Generate {
+        /// Which certificate.
+        what: &'static str,
+        /// Why.
+        source: rcgen::Error,
+    },
+    /// A file could not be read.
+    #[error("reading {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+/// PEM material of the serving identity.
+#[derive(Debug, Clone)]
+pub struct ServingPki {
+    /// The CA certificate clients trust (`certificate-authority-data`).
+    pub ca_pem: String,
+    /// Serving certificate chain: leaf then CA.
+    pub cert_chain_pem: String,
+    /// Serving private key (PKCS#8).
+    pub key_pem: String,
+    /// Where the CA certificate is.
+    pub ca_path: PathBuf,
+}
+
+fn generate(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
+    move |source| PkiError::Generate { what, source }
+}
+
+fn read(path: &Path) -> Result<String, PkiError> {
+    std::fs::read_to_string(path).map_err(|source| PkiError::Read { path: path.to_path_buf(), source })
+}
+
+/// Ensures `<dir>/ca.crt` + `ca.key` exist (created once, key mode 0600) and issues a fresh
+/// serving certificate for `localhost`, `127.0.0.1`, `::1` and `extra_ips`, written to
+/// `<dir>/apiserver.crt` and `apiserver.key`.
+pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki, PkiError> {
+    std::fs::create_dir_all(dir).map_err(|source| PkiError::Read { path: dir.to_path_buf(), source })?;
+    let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
+    if !ca_crt.exists() || !ca_key.exists() {
+        let key = KeyPair::generate().map_err(generate("CA key"))?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, "podpass-ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let (y, m, d) = yesterday();
+        params.not_before = rcgen::date_time_ymd(y, m, d);
+        params.not_after = params.not_before + std::time::Duration::from_secs(CA_DAYS as u64 * 86_400);
+        let cert = params.self_signed(&key).map_err(generate("CA certificate"))?;
+        // Key first: a CA certificate without its key would never be regenerated.
+        write_atomic(&ca_key, key.serialize_pem().as_bytes(), 0o600, true)?;
+        write_atomic(&ca_crt, cert.pem().as_bytes(), 0o644, true)?;
+    }
+    let ca_pem = read(&ca_crt)?;
+    let ca_key_pair = KeyPair::from_pem(&read(&ca_key)?).map_err(generate("CA key (reading)"))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key_pair).map_err(generate("CA certificate (reading)"))?;
+
+    let mut sans = vec![
+        SanType::DnsName("localhost".try_into().map_err(generate("serving certificate names"))?),
+        SanType::IpAddress(IpAddr::from([127, 0, 0, 1])),
+        SanType::IpAddress(IpAddr::from(std::net::Ipv6Addr::LOCALHOST)),
+    ];
+    for ip in extra_ips {
+        if !ip.is_unspecified() && !sans.contains(&SanType::IpAddress(*ip)) {
+            sans.push(SanType::IpAddress(*ip));
+        }
+    }
+    let key = KeyPair::generate().map_err(generate("serving key"))?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, "podpass-apiserver");
+    params.subject_alt_names = sans;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let (y, m, d) = yesterday();
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = params.not_before + std::time::Duration::from_secs(SERVING_DAYS as u64 * 86_400);
+    let cert = params.signed_by(&key, &issuer).map_err(generate("serving certificate"))?;
+    let key_pem = key.serialize_pem();
+    let cert_chain_pem = format!("{}{}", cert.pem(), ca_pem);
+    write_atomic(&dir.join("apiserver.key"), key_pem.as_bytes(), 0o600, true)?;
+    write_atomic(&dir.join("apiserver.crt"), cert_chain_pem.as_bytes(), 0o644, true)?;
+    Ok(ServingPki { ca_pem, cert_chain_pem, key_pem, ca_path: ca_crt })
+}
+
+/// The start of yesterday (UTC), so that clients with a slightly slow clock accept the
+/// certificate. rcgen takes calendar dates; the civil date comes from the Unix day number.
+fn yesterday() -> (i32, u8, u8) {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400)
+        .saturating_sub(1);
+    civil_from_days(i64::try_from(days).unwrap_or(0))
+}
+
+/// Howard Hinnant's days-to-civil algorithm: (year, month, day) of a Unix day number.
+fn civil_from_days(days: i64) -> (i32, u8, u8) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y as i32, m as u8, d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn creates_ca_once_and_issues_serving_certs_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ensure_serving_pki(dir.path(), &[IpAddr::from([10, 0, 0, 1])]).unwrap();
+        let second = ensure_serving_pki(dir.path(), &[]).unwrap();
+        assert_eq!(first.ca_pem, second.ca_pem, "the CA is kept");
+        assert_ne!(first.key_pem, second.key_pem, "serving keys are fresh");
+        use std::os::unix::fs::PermissionsExt;
+        for key in ["ca.key", "apiserver.key"] {
+            assert_eq!(std::fs::metadata(dir.path().join(key)).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        // openssl agrees that the serving certificate chains to the CA and names 127.0.0.1
+        let out = std::process::Command::new("openssl")
+            .args(["verify", "-CAfile"])
+            .arg(dir.path().join("ca.crt"))
+            .arg(dir.path().join("apiserver.crt"))
+            .output();
+        if let Ok(out) = out {
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+            let text = std::process::Command::new("openssl")
+                .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+                .arg(dir.path().join("apiserver.crt"))
+                .output()
+                .unwrap();
+            let sans = String::from_utf8_lossy(&text.stdout);
+            assert!(sans.contains("IP Address:127.0.0.1") && sans.contains("DNS:localhost"), "{sans}");
+        }
+    }
+}

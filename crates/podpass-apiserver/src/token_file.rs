@@ -1,0 +1,172 @@
+//! `--token-auth-file`: kube-apiserver's static token CSV (`token,user,uid,"g1,g2"`),
+//! re-read whenever the file changes so that tokens can be added or revoked live.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use thiserror::Error;
+
+/// Who a static token authenticates as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticUser {
+    /// User name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Groups.
+    pub groups: Vec<String>,
+}
+
+/// The token file is unusable (upstream messages where upstream has them).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TokenFileError {
+    /// The file could not be read.
+    #[error("reading token file {path:?}: {reason}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A record has fewer than three columns.
+    #[error("token file {path:?} must have at least 3 columns (token, user name, user uid), found {found}")]
+    Columns {
+        /// The file.
+        path: PathBuf,
+        /// Columns found.
+        found: usize,
+    },
+    /// A quoted field is not terminated.
+    #[error("token file {path:?} line {line}: unterminated quoted field")]
+    Quote {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+    },
+}
+
+/// Splits one CSV record (RFC 4180 quoting, `""` escapes a quote).
+fn csv_fields(line: &str) -> Option<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', false) if cur.is_empty() => quoted = true,
+            ('"', true) if chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            ('"', true) => quoted = false,
+            (',', false) => fields.push(std::mem::take(&mut cur)),
+            (c, _) => cur.push(c),
+        }
+    }
+    if quoted {
+        return None;
+    }
+    fields.push(cur);
+    Some(fields)
+}
+
+/// Parses the file's contents.
+pub fn parse(path: &Path, text: &str) -> Result<HashMap<String, StaticUser>, TokenFileError> {
+    let mut users = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let fields = csv_fields(line).ok_or(TokenFileError::Quote { path: path.to_path_buf(), line: i + 1 })?;
+        if fields.len() < 3 {
+            return Err(TokenFileError::Columns { path: path.to_path_buf(), found: fields.len() });
+        }
+        let groups = fields
+            .get(3)
+            .map(|g| g.split(',').map(str::trim).filter(|g| !g.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default();
+        // As upstream: a later duplicate replaces an earlier one.
+        users.insert(fields[0].clone(), StaticUser { name: fields[1].clone(), uid: fields[2].clone(), groups });
+    }
+    Ok(users)
+}
+
+/// The token file, reloaded on change. A reload that fails keeps the last good contents.
+#[derive(Debug)]
+pub struct TokenFile {
+    path: PathBuf,
+    state: Mutex<(Option<SystemTime>, HashMap<String, StaticUser>)>,
+}
+
+impl TokenFile {
+    /// Loads the file; an unreadable or malformed file is an error at start-up.
+    pub fn load(path: &Path) -> Result<Self, TokenFileError> {
+        let (mtime, text) = read(path)?;
+        let users = parse(path, &text)?;
+        Ok(Self { path: path.to_path_buf(), state: Mutex::new((mtime, users)) })
+    }
+
+    /// The user a token belongs to, reloading the file first if it changed.
+    pub fn lookup(&self, token: &str) -> Option<StaticUser> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mtime = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        if mtime != state.0
+            && let Ok((mtime, text)) = read(&self.path)
+            && let Ok(users) = parse(&self.path, &text)
+        {
+            *state = (mtime, users);
+        }
+        state.1.get(token).cloned()
+    }
+}
+
+fn read(path: &Path) -> Result<(Option<SystemTime>, String), TokenFileError> {
+    let err = |e: std::io::Error| TokenFileError::Read { path: path.to_path_buf(), reason: e.to_string() };
+    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).map_err(err)?;
+    let text = std::fs::read_to_string(path).map_err(err)?;
+    Ok((Some(mtime), text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_upstream_csv() {
+        let users = parse(Path::new("t"), "tok1,alice,u1,\"system:masters,dev\"\n# comment\n\ntok2,bob,u2\n").unwrap();
+        assert_eq!(users["tok1"].groups, ["system:masters", "dev"]);
+        assert_eq!(users["tok2"], StaticUser { name: "bob".into(), uid: "u2".into(), groups: vec![] });
+        assert_eq!(
+            parse(Path::new("t"), "tok,alice\n").unwrap_err().to_string(),
+            r#"token file "t" must have at least 3 columns (token, user name, user uid), found 2"#
+        );
+        assert!(matches!(parse(Path::new("t"), "a,b,c,\"d\n"), Err(TokenFileError::Quote { line: 1, .. })));
+    }
+
+    #[test]
+    fn reloads_when_the_file_changes_and_keeps_last_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.csv");
+        std::fs::write(&p, "t1,alice,u1\n").unwrap();
+        let f = TokenFile::load(&p).unwrap();
+        assert_eq!(f.lookup("t1").unwrap().name, "alice");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p, "t2,bob,u2\n").unwrap();
+        // make sure the mtime moves even on coarse filesystems
+        let later = SystemTime::now() + std::time::Duration::from_secs(2);
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(later).unwrap();
+        assert_eq!(f.lookup("t1"), None, "revoked");
+        assert_eq!(f.lookup("t2").unwrap().name, "bob");
+        std::fs::write(&p, "broken\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(later + std::time::Duration::from_secs(2))
+            .unwrap();
+        assert_eq!(f.lookup("t2").unwrap().name, "bob", "a broken reload keeps the last good file");
+    }
+}
