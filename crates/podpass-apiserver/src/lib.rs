@@ -5,5 +5,7 @@
 
 pub mod files;
 pub mod pki;
+pub mod server;
 pub mod store;
+pub mod time;
 pub mod token_file;

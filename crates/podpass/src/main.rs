@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the operation was refused (e.g. a token did not verify),
 //! 64 bad usage or configuration (EX_USAGE), 70 internal failure.
 
+mod apiserver;
 mod token;
 
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The control plane: service accounts, TokenRequest, TokenReview, OIDC discovery.
+    Apiserver(apiserver::ApiserverArgs),
     /// Service-account tokens: generate keys, mint, publish JWKS, verify, decode.
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
     }
 }

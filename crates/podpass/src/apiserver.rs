@@ -1,0 +1,171 @@
+//! `podpass apiserver …`: the control plane.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use podpass_api::{Feature, FeatureGates};
+use podpass_apiserver::files::write_atomic;
+use podpass_apiserver::server::{ApiServerConfig, kubeconfig, random_token};
+use podpass_token::TokenFeatures;
+
+use crate::EXIT_USAGE;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ApiserverArgs {
+    #[command(subcommand)]
+    command: Option<ApiserverCommand>,
+    #[command(flatten)]
+    flags: ServerFlags,
+}
+
+#[derive(Debug, Subcommand)]
+enum ApiserverCommand {
+    /// Add a static token for an identity and print a kubeconfig using it.
+    Kubeconfig(KubeconfigArgs),
+}
+
+#[derive(Debug, Args)]
+struct KubeconfigArgs {
+    /// The data directory of the running (or last run) server.
+    #[arg(long, default_value = "./podpass-data")]
+    data_dir: PathBuf,
+    /// User name, e.g. `system:node:n1`.
+    #[arg(long)]
+    user: String,
+    /// Group; repeat for several (e.g. `system:nodes`).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ServerFlags {
+    /// Embedded store, generated keys and certificates, kubeconfigs.
+    #[arg(long, default_value = "./podpass-data")]
+    data_dir: PathBuf,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// Port to serve HTTPS on (0: any free port).
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// Serving certificate chain (PEM); generated in the data dir when absent.
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// Serving private key (PEM).
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// Token issuer; repeatable (the first signs). Default: https://<bind>:<port>.
+    #[arg(long = "service-account-issuer")]
+    issuers: Vec<String>,
+    /// Private key that signs service-account tokens; default: generated ES256 key.
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// Extra verification keys (rotation); repeatable.
+    #[arg(long = "service-account-key-file")]
+    service_account_key_files: Vec<PathBuf>,
+    /// API audiences, comma-separated; default: the issuers.
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// Static token CSV (`token,user,uid,"groups"`); default <data-dir>/tokens.csv.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Feature gates, e.g. `ServiceAccountTokenJTI=false`.
+    #[arg(long, default_value = "")]
+    feature_gates: FeatureGates,
+}
+
+pub fn run(args: ApiserverArgs) -> ExitCode {
+    match args.command {
+        Some(ApiserverCommand::Kubeconfig(k)) => add_kubeconfig(k),
+        None => serve(args.flags),
+    }
+}
+
+fn add_kubeconfig(a: KubeconfigArgs) -> ExitCode {
+    let result = (|| -> anyhow::Result<String> {
+        use anyhow::Context;
+        let tokens = a.data_dir.join("tokens.csv");
+        let mut text = std::fs::read_to_string(&tokens)
+            .with_context(|| format!("reading {} (start `podpass apiserver` once first)", tokens.display()))?;
+        let server = std::fs::read_to_string(a.data_dir.join("server-url")).context("reading server-url")?;
+        let ca = std::fs::read_to_string(a.data_dir.join("pki/ca.crt")).context("reading pki/ca.crt")?;
+        if a.user.is_empty() || a.user.contains(',') || a.user.contains('"') {
+            anyhow::bail!("--user must be non-empty and contain no ',' or '\"'");
+        }
+        let token = random_token()?;
+        let uid = podpass_token::claims::new_uuid_v4()?;
+        let groups = a.groups.join(",");
+        if !text.ends_with('\n') && !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("{token},{},{uid},\"{groups}\"\n", a.user));
+        // The server re-reads the file when it changes: the token works at once.
+        write_atomic(&tokens, text.as_bytes(), 0o600, true)?;
+        Ok(kubeconfig(server.trim(), &ca, &a.user, &token))
+    })();
+    match result {
+        Ok(k) => {
+            print!("{k}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn serve(f: ServerFlags) -> ExitCode {
+    let gates = &f.feature_gates;
+    let config = ApiServerConfig {
+        data_dir: f.data_dir,
+        bind_address: f.bind_address,
+        secure_port: f.secure_port,
+        tls_cert_file: f.tls_cert_file,
+        tls_private_key_file: f.tls_private_key_file,
+        issuers: f.issuers,
+        signing_key_file: f.service_account_signing_key_file,
+        key_files: f.service_account_key_files,
+        api_audiences: f.api_audiences,
+        token_auth_file: f.token_auth_file,
+        features: TokenFeatures {
+            jti: gates.enabled(Feature::ServiceAccountTokenJTI),
+            pod_node_info: gates.enabled(Feature::ServiceAccountTokenPodNodeInfo),
+            node_binding: gates.enabled(Feature::ServiceAccountTokenNodeBinding),
+            node_binding_validation: gates.enabled(Feature::ServiceAccountTokenNodeBindingValidation),
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(async move {
+        // Everything is validated and loaded before a port is bound.
+        let prepared = match config.prepare() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        };
+        let running = match prepared.start().await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: listening: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        eprintln!("podpass apiserver serving on {}", running.server_url);
+        println!("kubectl --kubeconfig {} get --raw /version", running.admin_kubeconfig.display());
+        tokio::select! {
+            _ = running.wait() => ExitCode::from(1),
+            _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+        }
+    })
+}
