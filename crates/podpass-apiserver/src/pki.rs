@@ -13,6 +13,7 @@ use rcgen::{
 use thiserror::Error;
 
 use crate::files::{WriteError, write_atomic};
+use crate::time::civil_from_days;
 
 /// Validity of the generated CA.
 const CA_DAYS: i64 = 3650;
@@ -123,34 +124,13 @@ fn yesterday() -> (i32, u8, u8) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() / 86_400)
         .saturating_sub(1);
-    civil_from_days(i64::try_from(days).unwrap_or(0))
-}
-
-/// Howard Hinnant's days-to-civil algorithm: (year, month, day) of a Unix day number.
-fn civil_from_days(days: i64) -> (i32, u8, u8) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y as i32, m as u8, d as u8)
+    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    (i32::try_from(y).unwrap_or(9999), m, d)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(20_513), (2026, 3, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
 
     #[test]
     fn creates_ca_once_and_issues_serving_certs_from_it() {

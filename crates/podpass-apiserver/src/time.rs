@@ -51,19 +51,24 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se - offset)
 }
 
-/// Formats Unix seconds as `metav1.Time` does: `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn format_rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
+/// (year, month, day) of a Unix day number (Howard Hinnant's days-to-civil algorithm).
+pub fn civil_from_days(days: i64) -> (i64, u8, u8) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    // Both fit in u8 by construction: day 1..=31, month 1..=12.
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Formats Unix seconds as `metav1.Time` does: `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn format_rfc3339(secs: i64) -> String {
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
@@ -77,6 +82,8 @@ mod tests {
             assert_eq!(parse_rfc3339(&format_rfc3339(t)), Some(t));
         }
         assert_eq!(format_rfc3339(1_795_344_902), "2026-11-22T10:55:02Z");
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(parse_rfc3339("2026-11-22T12:55:02.123+02:00"), Some(1_795_344_902));
         for bad in ["2026-13-01T00:00:00Z", "2026-11-22 10:55:02Z", "2026-11-22T10:55:02", "x"] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");

@@ -5,7 +5,7 @@
 //! inside `kubernetes.io`: `namespace, node, pod, secret, serviceaccount, warnafter`.
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
@@ -349,29 +349,10 @@ pub(crate) fn numeric_date<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64
     d.deserialize_option(V)
 }
 
-/// go-jose `Audience`: a single string or an array of strings (null = none).
+/// go-jose `Audience`: a single string or an array of strings (null = none); the one
+/// visitor is the borrowed view's.
 fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Vec<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a string or an array of strings")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(vec![v.to_owned()])
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(1));
-            while let Some(s) = seq.next_element::<String>()? {
-                out.push(s);
-            }
-            Ok(out)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(Vec::new())
-        }
-    }
-    d.deserialize_any(V)
+    Ok(crate::wire::audience(d)?.into_iter().map(|t| t.0.into_owned()).collect())
 }
 
 #[cfg(test)]

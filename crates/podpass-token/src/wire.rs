@@ -110,7 +110,7 @@ pub(crate) struct WireHeader<'a> {
 }
 
 /// go-jose `Audience`: a single string or an array of strings (null = none).
-fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Text<'de>>, D::Error> {
+pub(crate) fn audience<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Text<'de>>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Vec<Text<'de>>;
