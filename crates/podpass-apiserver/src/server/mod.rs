@@ -6,6 +6,7 @@
 //! kubeconfig) and serves.
 
 mod lookup;
+pub(crate) mod rest;
 pub mod status;
 
 use std::net::{IpAddr, SocketAddr};
@@ -214,7 +215,7 @@ fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, ConfigEr
 }
 
 /// Shared request state.
-struct AppState {
+pub(crate) struct AppState {
     store: Arc<dyn Store>,
     authenticator: Authenticator,
     #[allow(dead_code)] // used by the TokenRequest handler that builds on this server
@@ -223,6 +224,7 @@ struct AppState {
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,
     server_url: String,
+    ca_pem: String,
 }
 
 /// A running server.
@@ -297,7 +299,10 @@ impl Prepared {
             oidc_config,
             jwks,
             server_url: server_url.clone(),
+            ca_pem: self.ca_pem.clone(),
         });
+        rest::resume_pending_deletions(&state).await.map_err(std::io::Error::other)?;
+        rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         let app = router(state);
         let tls = self.tls;
         let task = tokio::spawn(async move {
@@ -339,8 +344,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ok))
         .route(OPENID_CONFIG_PATH, get(oidc_config))
         .route(JWKS_PATH, get(jwks))
-        .route("/api", get(api_versions))
-        .fallback(fallback)
+        .fallback(api_request)
         .with_state(state)
 }
 
@@ -431,38 +435,61 @@ fn authorize(user: &User, verb: &str, path: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The `Authorization` header as text (non-text headers count as a bad token).
-fn authorization(req: &Request) -> Option<String> {
-    req.headers().get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("invalid").to_owned())
-}
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-async fn api_versions(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let (auth, path) = (authorization(&req), req.uri().path().to_owned());
+/// Everything but the public endpoints: authenticate, authorize, then discovery or the
+/// resource API.
+async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("invalid").to_owned());
+    let path = parts.uri.path().to_owned();
+    let verb = parts.method.as_str().to_lowercase();
     let result = async {
         let user = authenticate(&state, auth).await?;
-        authorize(&user, "get", &path)?;
-        let address = state.server_url.trim_start_matches("https://").to_owned();
-        Ok::<_, ApiError>(axum::Json(json!({
-            "kind": "APIVersions",
-            "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
-        })))
+        authorize(&user, &verb, &path)?;
+        let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
+            ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                "the request body is too large",
+            )
+        })?;
+        if path == "/api" {
+            let address = state.server_url.trim_start_matches("https://").to_owned();
+            return Ok(axum::Json(json!({
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+            }))
+            .into_response());
+        }
+        if path == "/apis" {
+            return Ok(rest::group_list());
+        }
+        match rest::resources::parse(&path) {
+            Some(rest::resources::Target::Group(g)) => rest::group(&g),
+            Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),
+            Some(rest::resources::Target::Resource(api_path)) => {
+                let query: std::collections::HashMap<String, String> =
+                    axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
+                let content_type =
+                    parts.headers.get(axum::http::header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("");
+                rest::handle(
+                    &state,
+                    rest::ResourceRequest {
+                        method: parts.method.clone(),
+                        path: api_path,
+                        query,
+                        content_type,
+                        body: &body,
+                    },
+                )
+                .await
+            }
+            None => Err(ApiError::not_found_path()),
+        }
     }
     .await;
-    match result {
-        Ok(r) => r.into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn fallback(State(state): State<Arc<AppState>>, req: Request) -> Response {
-    let (auth, path, verb) = (authorization(&req), req.uri().path().to_owned(), req.method().as_str().to_lowercase());
-    drop(req);
-    match authenticate(&state, auth).await {
-        Err(e) => e.into_response(),
-        Ok(user) => match authorize(&user, &verb, &path) {
-            Err(e) => e.into_response(),
-            Ok(()) => ApiError::not_found_path().into_response(),
-        },
-    }
+    result.unwrap_or_else(IntoResponse::into_response)
 }

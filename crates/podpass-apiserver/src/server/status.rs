@@ -42,6 +42,68 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Any status with reason and message.
+    pub fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { code, reason, message: message.into() }
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    /// 422 Invalid (field validation).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message)
+    }
+
+    /// 404 for a named object (`pods "web" not found`).
+    pub fn not_found(resource: &str, name: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NotFound", format!("{resource} {name:?} not found"))
+    }
+
+    /// 405 for a verb a resource does not serve.
+    pub fn method_not_supported(verb: &str, resource: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({verb} {resource})"),
+        )
+    }
+
+    /// 415 for bodies in a media type this endpoint does not decode.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", format!("Internal error occurred: {message}"))
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::StoreError as E;
+        let message = e.to_string();
+        match e {
+            E::NotFound { .. } => Self::new(StatusCode::NOT_FOUND, "NotFound", message),
+            E::AlreadyExists { .. } => Self::new(StatusCode::CONFLICT, "AlreadyExists", message),
+            E::Conflict { .. } => Self::new(StatusCode::CONFLICT, "Conflict", message),
+            E::Gone { .. } => Self::new(StatusCode::GONE, "Expired", message),
+            E::Invalid(_) => Self::bad_request(message),
+            E::Backend(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({

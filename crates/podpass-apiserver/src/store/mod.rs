@@ -145,6 +145,14 @@ impl WatchStream {
     pub async fn next(&mut self) -> Option<Result<WatchEvent, StoreError>> {
         self.rx.recv().await
     }
+
+    /// Polls for the next event (for adapting the watch into a response body stream).
+    pub fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<WatchEvent, StoreError>>> {
+        self.rx.poll_recv(cx)
+    }
 }
 
 /// A store operation failed.

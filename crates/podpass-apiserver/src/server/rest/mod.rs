@@ -1,0 +1,364 @@
+//! The resource API: discovery documents and get/list/create/update/delete of the served
+//! objects, with the upstream behaviours users rely on.
+
+pub mod objects;
+pub mod resources;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use self::objects::{admit_pod, pod_service_account, prepare_new, prepare_update};
+use self::resources::{ApiPath, RESOURCES, Resource, SUBRESOURCES, find, groups};
+use super::AppState;
+use super::status::ApiError;
+use crate::store::{FieldSelector, LabelSelector, ListOptions, ObjectKey, StoreError};
+use crate::time::format_rfc3339;
+
+/// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+fn json_response(code: StatusCode, body: Value) -> Response {
+    (code, Json(body)).into_response()
+}
+
+/// `/api/v1` or `/apis/<g>/v1`: the APIResourceList.
+pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
+    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let mut resources: Vec<Value> = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+        resources.push(json!({
+            "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
+            "verbs": r.verbs(), "shortNames": r.short_names,
+        }));
+        for (res, sub, kind) in SUBRESOURCES.iter().filter(|(res, _, _)| *res == r.plural) {
+            let verbs: &[&str] = if *sub == "token" { &["create"] } else { &["get", "patch", "update"] };
+            let group_kind =
+                if *sub == "token" { json!({"group": "authentication.k8s.io", "version": "v1"}) } else { json!(null) };
+            let mut entry = json!({"name": format!("{res}/{sub}"), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
+            if !group_kind.is_null() {
+                entry["group"] = group_kind["group"].clone();
+                entry["version"] = group_kind["version"].clone();
+            }
+            resources.push(entry);
+        }
+    }
+    if resources.is_empty() {
+        return Err(ApiError::not_found_path());
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    ))
+}
+
+fn group_json(name: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+    json!({"name": name, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+/// `/apis`: the APIGroupList.
+pub fn group_list() -> Response {
+    let groups: Vec<Value> = groups().into_iter().map(group_json).collect();
+    json_response(StatusCode::OK, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+}
+
+/// `/apis/<g>`: one APIGroup.
+pub fn group(name: &str) -> Result<Response, ApiError> {
+    if !groups().contains(&name) {
+        return Err(ApiError::not_found_path());
+    }
+    let mut g = group_json(name);
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Ok(json_response(StatusCode::OK, g))
+}
+
+fn key(res: &Resource, namespace: Option<&str>, name: &str) -> ObjectKey {
+    match namespace {
+        Some(ns) if res.namespaced => ObjectKey::namespaced(res.plural, ns, name),
+        _ => ObjectKey::cluster(res.plural, name),
+    }
+}
+
+fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    if !matches!(media, "" | "application/json" | "*/*") {
+        return Err(ApiError::unsupported_media_type(media));
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+}
+
+/// Fails with the upstream 404 unless namespace `ns` exists.
+async fn require_namespace(state: &AppState, ns: &str) -> Result<(), ApiError> {
+    match state.store.get(&ObjectKey::cluster("namespaces", ns)).await {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound { .. }) => Err(ApiError::not_found("namespaces", ns)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A parsed request to a resource path.
+pub struct ResourceRequest<'a> {
+    /// HTTP method.
+    pub method: Method,
+    /// The path.
+    pub path: ApiPath,
+    /// Query parameters.
+    pub query: HashMap<String, String>,
+    /// `Content-Type`.
+    pub content_type: &'a str,
+    /// Body.
+    pub body: &'a [u8],
+}
+
+/// Serves one resource request (after authentication and authorization).
+pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, ApiError> {
+    let ResourceRequest { method, path, query, content_type, body } = req;
+    let res =
+        find(&path.group, &path.resource).filter(|r| r.version == path.version).ok_or_else(ApiError::not_found_path)?;
+    if res.namespaced != path.namespace.is_some() && path.name.is_some() && res.stored {
+        return Err(ApiError::not_found_path());
+    }
+    let ns = path.namespace.as_deref();
+    match (&method, path.name.as_deref(), path.subresource.as_deref()) {
+        (&Method::GET, Some(name), None | Some("status")) if res.stored => {
+            Ok(json_response(StatusCode::OK, state.store.get(&key(res, ns, name)).await?.object))
+        }
+        (&Method::GET, None, None) if res.stored => list(state, res, ns, &query).await,
+        (&Method::POST, None, None) if res.stored => create(state, res, ns, parse_body(content_type, body)?).await,
+        (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
+            update(state, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
+        }
+        (&Method::DELETE, Some(name), None) if res.stored => delete(state, res, ns, name, &query, body).await,
+        _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
+    }
+}
+
+async fn list(
+    state: &AppState,
+    res: &Resource,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    for path in fields.paths() {
+        let supported = matches!(path, "metadata.name" | "metadata.namespace")
+            || (res.plural == "pods" && matches!(path, "spec.nodeName" | "spec.serviceAccountName" | "status.phase"))
+            || (res.plural == "secrets" && path == "type");
+        if !supported {
+            return Err(ApiError::bad_request(format!("field label not supported: {path}")));
+        }
+    }
+    let options = ListOptions { labels, fields };
+    if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        // Upstream: resourceVersion "" or "0" starts with the current state as ADDED events.
+        let from = match query.get("resourceVersion").map(String::as_str) {
+            None | Some("" | "0") => None,
+            Some(rv) => {
+                Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
+            }
+        };
+        let stream = state.store.watch(res.plural, ns, options, from).await?;
+        return Ok(watch::response(stream));
+    }
+    let result = state.store.list(res.plural, ns, &options).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
+               "metadata": {"resourceVersion": result.revision.to_string()}, "items": result.items}),
+    ))
+}
+
+async fn create(state: &AppState, res: &Resource, ns: Option<&str>, mut object: Value) -> Result<Response, ApiError> {
+    if let Some(ns) = ns {
+        require_namespace(state, ns).await?;
+    }
+    let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
+    if res.plural == "pods" {
+        let ns = ns.unwrap_or_default();
+        let sa_name = pod_service_account(&mut object);
+        let sa = match state.store.get(&ObjectKey::namespaced("serviceaccounts", ns, &sa_name)).await {
+            Ok(sa) => sa.object,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    format!(
+                        "pods {name:?} is forbidden: error looking up service account {ns}/{sa_name}: serviceaccount {sa_name:?} not found"
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        admit_pod(&mut object, &sa)?;
+    }
+    let created = state.store.create(&key(res, ns, &name), object).await?;
+    if res.plural == "namespaces" {
+        namespace_defaults(state, &name).await?;
+    }
+    Ok(json_response(StatusCode::CREATED, created.object))
+}
+
+/// What upstream's controllers add to every namespace: ServiceAccount `default` and
+/// ConfigMap `kube-root-ca.crt` with the cluster CA.
+async fn namespace_defaults(state: &AppState, ns: &str) -> Result<(), ApiError> {
+    let now = podpass_token::now_unix();
+    let sa_res = find("", "serviceaccounts").ok_or_else(ApiError::not_found_path)?;
+    let cm_res = find("", "configmaps").ok_or_else(ApiError::not_found_path)?;
+    let mut sa = json!({"metadata": {"name": "default"}});
+    prepare_new(sa_res, Some(ns), &mut sa, now)?;
+    let mut cm = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": state.ca_pem}});
+    prepare_new(cm_res, Some(ns), &mut cm, now)?;
+    for (res, obj, name) in [(sa_res, sa, "default"), (cm_res, cm, "kube-root-ca.crt")] {
+        match state.store.create(&key(res, Some(ns), name), obj).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn update(
+    state: &AppState,
+    res: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    status_only: bool,
+    mut object: Value,
+) -> Result<Response, ApiError> {
+    let k = key(res, ns, name);
+    let current = state.store.get(&k).await?;
+    let expected = match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+        Some(rv) => {
+            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
+        }
+        None => None,
+    };
+    if status_only {
+        // The status subresource changes status only.
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        object = current.object.clone();
+        object["status"] = status;
+    }
+    prepare_update(res, &current.object, &mut object, name)?;
+    let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
+    Ok(json_response(StatusCode::OK, updated.object))
+}
+
+fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Option<i64> {
+    let from_query = query.get("gracePeriodSeconds").and_then(|g| g.parse().ok());
+    let from_body =
+        serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64));
+    from_query.or(from_body)
+}
+
+async fn delete(
+    state: &Arc<AppState>,
+    res: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let k = key(res, ns, name);
+    let current = state.store.get(&k).await?;
+    if res.plural == "pods" {
+        // Graceful deletion: a pod bound to a node is marked and removed after its grace
+        // period (or when deleted again with 0); an unscheduled pod goes at once.
+        let scheduled = current.object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let grace = grace_period(query, body)
+            .or_else(|| current.object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+            .unwrap_or(DEFAULT_GRACE_SECONDS)
+            .max(0);
+        if scheduled && grace > 0 {
+            if current.object.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(json_response(StatusCode::OK, current.object));
+            }
+            let mut marked = current.object.clone();
+            marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix() + grace));
+            marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            let updated = state.store.update(&k, marked, Some(current.revision)).await?;
+            schedule_removal(Arc::clone(state), k, updated.object.pointer("/metadata/uid").cloned(), grace);
+            return Ok(json_response(StatusCode::OK, updated.object));
+        }
+    }
+    if res.plural == "namespaces" {
+        // Upstream's namespace controller empties the namespace, then removes it.
+        for r in RESOURCES.iter().filter(|r| r.namespaced && r.stored) {
+            for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
+                if let Some(n) = item.pointer("/metadata/name").and_then(Value::as_str) {
+                    match state.store.delete(&ObjectKey::namespaced(r.plural, name, n), None).await {
+                        Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+    }
+    let deleted = state.store.delete(&k, Some(current.revision)).await?;
+    Ok(json_response(StatusCode::OK, deleted.object))
+}
+
+/// Removes a gracefully deleted pod once its grace period is over, unless it was
+/// replaced (another uid) in between.
+pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
+        if let Ok(current) = state.store.get(&key).await
+            && current.object.pointer("/metadata/uid") == uid.as_ref()
+        {
+            let _ = state.store.delete(&key, Some(current.revision)).await;
+        }
+    });
+}
+
+/// At start-up: the namespaces every cluster has (`default`, `kube-system`, `kube-public`,
+/// `kube-node-lease`), each with its defaults.
+pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), ApiError> {
+    let res = find("", "namespaces").ok_or_else(ApiError::not_found_path)?;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let mut object = json!({"metadata": {"name": ns}});
+        prepare_new(res, None, &mut object, podpass_token::now_unix())?;
+        match state.store.create(&ObjectKey::cluster("namespaces", ns), object).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        namespace_defaults(state, ns).await?;
+    }
+    Ok(())
+}
+
+/// At start-up: pods whose deletion was pending when the server stopped are removed when
+/// their deletion time comes.
+pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<(), StoreError> {
+    let now = podpass_token::now_unix();
+    for pod in state.store.list("pods", None, &ListOptions::default()).await?.items {
+        let Some(at) =
+            pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(crate::time::parse_rfc3339)
+        else {
+            continue;
+        };
+        let (Some(ns), Some(name)) = (
+            pod.pointer("/metadata/namespace").and_then(Value::as_str),
+            pod.pointer("/metadata/name").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        schedule_removal(
+            Arc::clone(state),
+            ObjectKey::namespaced("pods", ns, name),
+            pod.pointer("/metadata/uid").cloned(),
+            (at - now).max(0),
+        );
+    }
+    Ok(())
+}

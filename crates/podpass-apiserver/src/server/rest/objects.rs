@@ -1,0 +1,224 @@
+//! What the API server does to objects on their way in: server-set metadata, name rules,
+//! and the admission steps users rely on (namespace must exist, ServiceAccount admission
+//! for pods, per-namespace defaults).
+
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
+use serde_json::{Value, json};
+
+use super::resources::Resource;
+use crate::server::status::ApiError;
+use crate::time::format_rfc3339;
+
+/// Characters upstream uses for generated name suffixes (no vowels, no look-alikes).
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// A random suffix of `n` characters.
+pub fn random_suffix(n: usize) -> Result<String, ApiError> {
+    let mut bytes = vec![0u8; n];
+    SystemRandom::new().fill(&mut bytes).map_err(|_| ApiError::internal("random source failed"))?;
+    Ok(bytes.iter().map(|b| char::from(SUFFIX_ALPHABET[usize::from(*b) % SUFFIX_ALPHABET.len()])).collect())
+}
+
+/// The `metadata` object of a request body, or 400.
+fn metadata_mut(object: &mut Value) -> Result<&mut serde_json::Map<String, Value>, ApiError> {
+    if !object.is_object() {
+        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+    }
+    let meta = object.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| json!({})));
+    meta.and_then(Value::as_object_mut).ok_or_else(|| ApiError::bad_request("metadata must be an object"))
+}
+
+/// Checks `kind`/`apiVersion` of a body against the resource, filling them when absent.
+pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
+    let api_version = res.api_version();
+    let obj =
+        object.as_object_mut().ok_or_else(|| ApiError::bad_request("the body of the request must be a JSON object"))?;
+    match obj.get("kind").and_then(Value::as_str) {
+        None => {
+            obj.insert("kind".into(), json!(res.kind));
+        }
+        Some(k) if k == res.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({api_version}) for kind {k:?}, expected {:?}",
+                res.kind
+            )));
+        }
+    }
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        None => {
+            obj.insert("apiVersion".into(), json!(api_version));
+        }
+        Some(v) if v == api_version => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({api_version})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validates a name as upstream does for the resource (namespaces: DNS label; others:
+/// DNS subdomain), with upstream-shaped messages.
+pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
+    let (ok, rule) = if res.plural == "namespaces" {
+        (
+            is_dns1123_label(name),
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+        )
+    } else {
+        (
+            is_dns1123_subdomain(name),
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        )
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "{} {name:?} is invalid: metadata.name: Invalid value: {name:?}: {rule}",
+            res.kind
+        )))
+    }
+}
+
+/// Server-set metadata for a new object in `namespace` at `now`: name (or generateName),
+/// namespace, uid, creationTimestamp, generation; resourceVersion and deletion fields
+/// cleared. Returns the name.
+pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, now: i64) -> Result<String, ApiError> {
+    check_type(res, object)?;
+    let meta = metadata_mut(object)?;
+    let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        Some(n) => n.to_owned(),
+        None => match meta.get("generateName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            Some(prefix) => format!("{prefix}{}", random_suffix(5)?),
+            None => {
+                return Err(ApiError::invalid(format!(
+                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                    res.kind
+                )));
+            }
+        },
+    };
+    validate_name(res, &name)?;
+    match (namespace, meta.get("namespace").and_then(Value::as_str)) {
+        (Some(url), Some(body)) if !body.is_empty() && body != url => {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        _ => {}
+    }
+    meta.insert("name".into(), json!(name));
+    match namespace {
+        Some(ns) => meta.insert("namespace".into(), json!(ns)),
+        None => meta.remove("namespace"),
+    };
+    meta.insert("uid".into(), json!(podpass_token::claims::new_uuid_v4().map_err(ApiError::internal)?));
+    meta.insert("creationTimestamp".into(), json!(format_rfc3339(now)));
+    meta.insert("generation".into(), json!(1));
+    for server_owned in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        meta.remove(server_owned);
+    }
+    Ok(name)
+}
+
+/// Carries server-owned metadata of `old` into a replacement `new` (uid, creation time,
+/// generation bumped when the spec changed); refuses a rename.
+pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) -> Result<(), ApiError> {
+    check_type(res, new)?;
+    let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let spec_changed = old.get("spec") != new.get("spec");
+    let meta = metadata_mut(new)?;
+    match meta.get("name").and_then(Value::as_str) {
+        Some(n) if n != name => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        _ => {}
+    }
+    meta.insert("name".into(), json!(name));
+    for kept in ["namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+        match old_meta.get(kept) {
+            Some(v) => meta.insert(kept.into(), v.clone()),
+            None => meta.remove(kept),
+        };
+    }
+    let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    meta.insert("generation".into(), json!(if spec_changed { generation + 1 } else { generation }));
+    Ok(())
+}
+
+/// The automounted token volume upstream's ServiceAccount admission adds to pods
+/// (`kube-api-access-<suffix>`): a bound token for the API audience (3607 s), the cluster
+/// CA and the namespace.
+pub fn api_access_volume(name: &str) -> Value {
+    json!({
+        "name": name,
+        "projected": {
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+            ]
+        }
+    })
+}
+
+/// Pod defaults and ServiceAccount admission, given the pod's service account (if it
+/// exists): `serviceAccountName` defaults to `default`, the token volume is added and
+/// mounted unless automounting is off on the pod or the service account, status starts
+/// `Pending`.
+pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiError> {
+    let automount = pod
+        .pointer("/spec/automountServiceAccountToken")
+        .and_then(Value::as_bool)
+        .or_else(|| service_account.get("automountServiceAccountToken").and_then(Value::as_bool))
+        .unwrap_or(true);
+    let spec = pod
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ApiError::invalid("Pod is invalid: spec: Required value"))?;
+    if automount {
+        let volume_name = format!("kube-api-access-{}", random_suffix(5)?);
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(v) = volumes.as_array_mut() {
+            v.push(api_access_volume(&volume_name));
+        }
+        for containers in ["initContainers", "containers"] {
+            if let Some(list) = spec.get_mut(containers).and_then(Value::as_array_mut) {
+                for c in list {
+                    if let Some(obj) = c.as_object_mut() {
+                        let mounts = obj.entry("volumeMounts").or_insert_with(|| json!([]));
+                        if let Some(m) = mounts.as_array_mut() {
+                            m.push(json!({"name": volume_name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let status = pod.as_object_mut().map(|o| o.entry("status").or_insert_with(|| json!({})));
+    if let Some(status) = status.and_then(Value::as_object_mut) {
+        status.entry("phase").or_insert_with(|| json!("Pending"));
+    }
+    Ok(())
+}
+
+/// The service account a pod runs as (defaulting `spec.serviceAccountName` to `default`).
+pub fn pod_service_account(pod: &mut Value) -> String {
+    let name = pod
+        .pointer("/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_owned();
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("serviceAccountName".into(), json!(name));
+    }
+    name
+}

@@ -1,0 +1,190 @@
+//! The resources the control plane serves, and how request paths name them.
+
+/// One served resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// API group (`""` = core).
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Plural name, also the storage prefix (`/registry/<plural>/…`).
+    pub plural: &'static str,
+    /// Singular name (discovery).
+    pub singular: &'static str,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Short names (discovery, so `kubectl get sa` works).
+    pub short_names: &'static [&'static str],
+    /// Whether it is stored (false: create-only reviews such as TokenReview).
+    pub stored: bool,
+}
+
+const CRUD: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+impl Resource {
+    /// `apiVersion` of its objects.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// Verbs listed in discovery.
+    pub fn verbs(&self) -> Vec<&'static str> {
+        if self.stored { CRUD.to_vec() } else { vec!["create"] }
+    }
+}
+
+const fn stored(
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+) -> Resource {
+    Resource { group, version: "v1", kind, plural, singular, namespaced, short_names, stored: true }
+}
+
+const fn review(group: &'static str, kind: &'static str, plural: &'static str, singular: &'static str) -> Resource {
+    Resource { group, version: "v1", kind, plural, singular, namespaced: false, short_names: &[], stored: false }
+}
+
+/// Every served resource.
+pub const RESOURCES: &[Resource] = &[
+    stored("", "Namespace", "namespaces", "namespace", false, &["ns"]),
+    stored("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"]),
+    stored("", "Pod", "pods", "pod", true, &["po"]),
+    stored("", "Node", "nodes", "node", false, &["no"]),
+    stored("", "Secret", "secrets", "secret", true, &[]),
+    stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"]),
+    stored("", "Event", "events", "event", true, &["ev"]),
+    stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[]),
+    stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[]),
+    stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[]),
+    stored("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, &[]),
+    review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview"),
+    review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
+    review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview"),
+];
+
+/// Subresources served, as (resource, subresource, kind).
+pub const SUBRESOURCES: &[(&str, &str, &str)] =
+    &[("pods", "status", "Pod"), ("nodes", "status", "Node"), ("serviceaccounts", "token", "TokenRequest")];
+
+/// The API groups served, with their single version.
+pub fn groups() -> Vec<&'static str> {
+    let mut g: Vec<&str> = RESOURCES.iter().map(|r| r.group).filter(|g| !g.is_empty()).collect();
+    g.dedup();
+    g
+}
+
+/// Looks up a resource by group and plural.
+pub fn find(group: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.group == group && r.plural == plural)
+}
+
+/// A parsed resource path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiPath {
+    /// Group (`""` = core).
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Namespace from `/namespaces/<ns>/…`, if any.
+    pub namespace: Option<String>,
+    /// Plural resource.
+    pub resource: String,
+    /// Object name.
+    pub name: Option<String>,
+    /// Subresource.
+    pub subresource: Option<String>,
+}
+
+/// What a path under `/api` or `/apis` addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// `/api/v1` or `/apis/<g>/<v>`: the resource list.
+    GroupVersion {
+        /// Group.
+        group: String,
+        /// Version.
+        version: String,
+    },
+    /// `/apis/<g>`: one group.
+    Group(String),
+    /// A resource path.
+    Resource(ApiPath),
+}
+
+/// Parses `/api/v1/…` and `/apis/<group>/<version>/…`.
+pub fn parse(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group] => return Some(Target::Group((*group).to_owned())),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return None,
+    };
+    if segs.iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let (group, version) = (group.to_owned(), version.to_owned());
+    let path = |namespace: Option<&str>, resource: &str, name: Option<&str>, sub: Option<&str>| {
+        Some(Target::Resource(ApiPath {
+            group: group.clone(),
+            version: version.clone(),
+            namespace: namespace.map(str::to_owned),
+            resource: resource.to_owned(),
+            name: name.map(str::to_owned),
+            subresource: sub.map(str::to_owned),
+        }))
+    };
+    match rest {
+        [] => Some(Target::GroupVersion { group: group.clone(), version: version.clone() }),
+        // /namespaces/<ns>/<resource>… unless <resource> is a subresource of the namespace
+        ["namespaces", ns, res, tail @ ..] if find(&group, res).is_some_and(|r| r.namespaced) => match tail {
+            [] => path(Some(ns), res, None, None),
+            [name] => path(Some(ns), res, Some(name), None),
+            [name, sub] => path(Some(ns), res, Some(name), Some(sub)),
+            _ => None,
+        },
+        [res] => path(None, res, None, None),
+        [res, name] => path(None, res, Some(name), None),
+        [res, name, sub] => path(None, res, Some(name), Some(sub)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(p: &str) -> ApiPath {
+        match parse(p) {
+            Some(Target::Resource(r)) => r,
+            other => panic!("{p}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_every_shape() {
+        assert_eq!(parse("/api/v1"), Some(Target::GroupVersion { group: "".into(), version: "v1".into() }));
+        assert_eq!(parse("/apis/rbac.authorization.k8s.io"), Some(Target::Group("rbac.authorization.k8s.io".into())));
+        let p = res("/api/v1/namespaces/ns/serviceaccounts/sa/token");
+        assert_eq!(
+            (p.namespace.as_deref(), p.resource.as_str(), p.name.as_deref(), p.subresource.as_deref()),
+            (Some("ns"), "serviceaccounts", Some("sa"), Some("token"))
+        );
+        let p = res("/api/v1/namespaces/ns");
+        assert_eq!((p.resource.as_str(), p.name.as_deref(), p.namespace), ("namespaces", Some("ns"), None));
+        let p = res("/api/v1/namespaces/ns/status");
+        assert_eq!((p.resource.as_str(), p.subresource.as_deref()), ("namespaces", Some("status")));
+        let p = res("/api/v1/pods");
+        assert_eq!((p.resource.as_str(), p.namespace), ("pods", None));
+        let p = res("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/r");
+        assert_eq!((p.group.as_str(), p.name.as_deref()), ("rbac.authorization.k8s.io", Some("r")));
+        assert_eq!(parse("/api//v1"), None);
+        assert_eq!(parse("/healthz"), None);
+    }
+}
