@@ -27,9 +27,13 @@ impl Drop for Server {
 }
 
 fn start(dir: &Path, extra: &[&str]) -> Server {
+    start_on(dir, "0", extra)
+}
+
+fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
     let _ = std::fs::remove_file(dir.join("server-url"));
     let child = Command::new(PODPASS)
-        .args(["apiserver", "--data-dir", dir.to_str().unwrap(), "--secure-port", "0"])
+        .args(["apiserver", "--data-dir", dir.to_str().unwrap(), "--secure-port", port])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -190,4 +194,136 @@ fn real_kubectl_talks_to_it() {
     let version = ok(kubectl(&["version"]), "kubectl version");
     assert!(version.contains("podpass"), "{version}");
     drop(s);
+}
+
+fn kubectl_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(dir.join("admin.kubeconfig"))
+        .arg("--cache-dir")
+        .arg(dir.join("kube-cache"))
+        .args(args)
+        .output()
+        .expect("kubectl is installed (scripts/test installs kubernetes-client)")
+}
+
+fn token_review(s: &Server, token: &str, audience: &str) -> serde_json::Value {
+    let resp = client(&s.dir)
+        .post(format!("{}/apis/authentication.k8s.io/v1/tokenreviews", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                   "spec": {"token": token, "audiences": [audience]}}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    resp.json().unwrap()
+}
+
+#[test]
+fn kubectl_creates_objects_and_pod_bound_tokens_that_review_until_the_pod_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    ok(kubectl_in(d, &["create", "namespace", "team-a"]), "create namespace");
+    ok(kubectl_in(d, &["-n", "team-a", "create", "serviceaccount", "builder"]), "create sa");
+    let pod = d.join("pod.json");
+    std::fs::write(
+        &pod,
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"team-a"},
+            "spec":{"serviceAccountName":"builder","nodeName":"n1","containers":[{"name":"c","image":"registry.example/app:1"}]}}"#,
+    )
+    .unwrap();
+    ok(kubectl_in(d, &["create", "--validate=false", "-f", pod.to_str().unwrap()]), "create pod");
+    let sas = ok(kubectl_in(d, &["-n", "team-a", "get", "sa"]), "get sa");
+    assert!(sas.contains("builder") && sas.contains("default"), "{sas}");
+    let uid = ok(kubectl_in(d, &["-n", "team-a", "get", "pod", "web", "-o", "jsonpath={.metadata.uid}"]), "get pod");
+    let token = ok(
+        kubectl_in(
+            d,
+            &[
+                "-n",
+                "team-a",
+                "create",
+                "token",
+                "builder",
+                "--audience",
+                "registry",
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                "web",
+                "--bound-object-uid",
+                &uid,
+            ],
+        ),
+        "create token",
+    );
+    assert_eq!(ok(kubectl_in(d, &["auth", "can-i", "get", "pods", "-n", "team-a"]), "can-i").trim(), "yes");
+
+    // the token carries pod, node and jti, and verifies with PyJWT via the served JWKS
+    let jwks = d.join("jwks.json");
+    std::fs::write(&jwks, serde_json::to_vec(&get(&s, "/openid/v1/jwks", None).1).unwrap()).unwrap();
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/pyjwt_verify.py"))
+        .args([jwks.to_str().unwrap(), &s.url, "registry", token.trim()])
+        .output()
+        .unwrap();
+    let claims: serde_json::Value = serde_json::from_str(&ok(out, "PyJWT")).unwrap();
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(claims["kubernetes.io"]["node"]["name"], "n1");
+
+    let review = token_review(&s, token.trim(), "registry");
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    assert_eq!(review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-uid"][0], uid.as_str());
+    assert!(
+        review["status"]["user"]["extra"]["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("JTI=")
+    );
+    let wrong_audience = token_review(&s, token.trim(), "other");
+    assert_eq!(wrong_audience["status"]["authenticated"], false);
+
+    // a stale pod UID is refused with 409 and upstream's message
+    let out = kubectl_in(
+        d,
+        &[
+            "-n",
+            "team-a",
+            "create",
+            "token",
+            "builder",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            "web",
+            "--bound-object-uid",
+            "not-the-uid",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not match the UID in record"));
+
+    ok(kubectl_in(d, &["-n", "team-a", "delete", "pod", "web", "--grace-period=0", "--force"]), "delete pod");
+    let review = token_review(&s, token.trim(), "registry");
+    assert_eq!(review["status"]["authenticated"], false, "{review}");
+    assert!(review["status"]["error"].as_str().unwrap().contains("service account token has been invalidated"));
+}
+
+#[test]
+fn objects_and_tokens_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let first = start_on(d, &port, &[]);
+    ok(kubectl_in(d, &["create", "namespace", "keep"]), "create namespace");
+    ok(kubectl_in(d, &["-n", "keep", "create", "serviceaccount", "sa"]), "create sa");
+    let token = ok(kubectl_in(d, &["-n", "keep", "create", "token", "sa", "--audience", "a"]), "create token");
+    drop(first);
+    let second = start_on(d, &port, &[]);
+    assert!(ok(kubectl_in(d, &["-n", "keep", "get", "sa"]), "get sa").contains("sa"));
+    assert_eq!(token_review(&second, token.trim(), "a")["status"]["authenticated"], true);
 }

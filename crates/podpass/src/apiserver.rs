@@ -75,6 +75,9 @@ struct ServerFlags {
     /// Feature gates, e.g. `ServiceAccountTokenJTI=false`.
     #[arg(long, default_value = "")]
     feature_gates: FeatureGates,
+    /// Issue the automounted 3607 s token with a one-year expiry and `warnafter` (upstream default).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    service_account_extend_token_expiration: bool,
 }
 
 pub fn run(args: ApiserverArgs) -> ExitCode {
@@ -131,6 +134,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         key_files: f.service_account_key_files,
         api_audiences: f.api_audiences,
         token_auth_file: f.token_auth_file,
+        extend_token_expiration: f.service_account_extend_token_expiration,
         features: TokenFeatures {
             jti: gates.enabled(Feature::ServiceAccountTokenJTI),
             pod_node_info: gates.enabled(Feature::ServiceAccountTokenPodNodeInfo),

@@ -33,7 +33,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use self::lookup::StoreLookup;
+pub(crate) use self::lookup::StoreLookup;
 use self::status::ApiError;
 use crate::files::write_atomic;
 use crate::pki::ensure_serving_pki;
@@ -68,6 +68,8 @@ pub struct ApiServerConfig {
     pub token_auth_file: Option<PathBuf>,
     /// Token feature gates.
     pub features: TokenFeatures,
+    /// `--service-account-extend-token-expiration` (default true).
+    pub extend_token_expiration: bool,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -218,8 +220,10 @@ fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, ConfigEr
 pub(crate) struct AppState {
     store: Arc<dyn Store>,
     authenticator: Authenticator,
-    #[allow(dead_code)] // used by the TokenRequest handler that builds on this server
     generator: TokenGenerator,
+    features: TokenFeatures,
+    api_audiences: Vec<String>,
+    extend_expiration: bool,
     token_file: TokenFile,
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,
@@ -293,7 +297,10 @@ impl Prepared {
 
         let state = Arc::new(AppState {
             store: self.store,
-            authenticator: Authenticator::new(issuers.clone(), keys, audiences, self.config.features),
+            authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
+            features: self.config.features,
+            api_audiences: audiences,
+            extend_expiration: self.config.extend_token_expiration,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,

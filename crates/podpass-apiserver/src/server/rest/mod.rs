@@ -2,7 +2,9 @@
 //! objects, with the upstream behaviours users rely on.
 
 pub mod objects;
+mod protobuf;
 pub mod resources;
+mod token;
 mod watch;
 
 use std::collections::HashMap;
@@ -88,6 +90,10 @@ fn key(res: &Resource, namespace: Option<&str>, name: &str) -> ObjectKey {
 
 fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
+    if media == "application/vnd.kubernetes.protobuf" {
+        return protobuf::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf request body: {}", e.0)));
+    }
     if !matches!(media, "" | "application/json" | "*/*") {
         return Err(ApiError::unsupported_media_type(media));
     }
@@ -136,6 +142,15 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             update(state, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
         }
         (&Method::DELETE, Some(name), None) if res.stored => delete(state, res, ns, name, &query, body).await,
+        (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
+            token::create_token(state, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
+        }
+        (&Method::POST, None, None) if res.plural == "tokenreviews" => {
+            token::review(state, parse_body(content_type, body)?).await
+        }
+        (&Method::POST, None, None) if res.plural == "selfsubjectaccessreviews" => {
+            Ok(token::self_subject_access_review(parse_body(content_type, body)?))
+        }
         _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }
 }

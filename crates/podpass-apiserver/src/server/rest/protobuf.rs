@@ -1,0 +1,245 @@
+//! The Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`) for the few kinds
+//! kubectl sends as protobuf here — Namespace and ServiceAccount (`kubectl create`),
+//! TokenRequest (`kubectl create token`), SelfSubjectAccessReview (`kubectl auth can-i`) —
+//! decoded into the JSON form the handlers take. Field numbers are those of
+//! k8s.io/api's generated.proto; unknown fields are skipped as protobuf requires.
+
+use serde_json::{Map, Value, json};
+
+/// The body is not a protobuf object this server decodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+const MAGIC: &[u8] = b"k8s\0";
+
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+/// Reads the (field, value) pairs of one message.
+fn fields(mut buf: &[u8]) -> Result<Vec<(u64, Field<'_>)>, DecodeError> {
+    fn varint(buf: &mut &[u8]) -> Result<u64, DecodeError> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = buf.split_first().ok_or_else(|| DecodeError("truncated varint".into()))?;
+            *buf = rest;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(DecodeError("varint too long".into()))
+    }
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let tag = varint(&mut buf)?;
+        let (number, wire) = (tag >> 3, tag & 7);
+        match wire {
+            0 => out.push((number, Field::Varint(varint(&mut buf)?))),
+            2 => {
+                let len = usize::try_from(varint(&mut buf)?).map_err(|_| DecodeError("length overflow".into()))?;
+                if buf.len() < len {
+                    return Err(DecodeError("truncated field".into()));
+                }
+                let (value, rest) = buf.split_at(len);
+                buf = rest;
+                out.push((number, Field::Bytes(value)));
+            }
+            1 => buf = buf.get(8..).ok_or_else(|| DecodeError("truncated fixed64".into()))?,
+            5 => buf = buf.get(4..).ok_or_else(|| DecodeError("truncated fixed32".into()))?,
+            other => return Err(DecodeError(format!("unsupported wire type {other}"))),
+        }
+    }
+    Ok(out)
+}
+
+fn string(bytes: &[u8]) -> Result<String, DecodeError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError("string is not UTF-8".into()))
+}
+
+/// A message's string fields by number, and its repeated/embedded fields.
+fn strings(msg: &[u8], map: &[(u64, &str)]) -> Result<Map<String, Value>, DecodeError> {
+    let mut out = Map::new();
+    for (n, f) in fields(msg)? {
+        if let (Some((_, name)), Field::Bytes(b)) = (map.iter().find(|(k, _)| *k == n), f) {
+            out.insert((*name).to_owned(), json!(string(b)?));
+        }
+    }
+    Ok(out)
+}
+
+fn string_map(entries: &[&[u8]]) -> Result<Value, DecodeError> {
+    let mut out = Map::new();
+    for entry in entries {
+        let kv = strings(entry, &[(1, "k"), (2, "v")])?;
+        let k = kv.get("k").and_then(Value::as_str).unwrap_or_default().to_owned();
+        out.insert(k, kv.get("v").cloned().unwrap_or(json!("")));
+    }
+    Ok(Value::Object(out))
+}
+
+fn object_meta(msg: &[u8]) -> Result<Value, DecodeError> {
+    let mut meta =
+        strings(msg, &[(1, "name"), (2, "generateName"), (3, "namespace"), (5, "uid"), (6, "resourceVersion")])?;
+    let (mut labels, mut annotations) = (Vec::new(), Vec::new());
+    for (n, f) in fields(msg)? {
+        match (n, f) {
+            (11, Field::Bytes(b)) => labels.push(b),
+            (12, Field::Bytes(b)) => annotations.push(b),
+            _ => {}
+        }
+    }
+    if !labels.is_empty() {
+        meta.insert("labels".into(), string_map(&labels)?);
+    }
+    if !annotations.is_empty() {
+        meta.insert("annotations".into(), string_map(&annotations)?);
+    }
+    Ok(Value::Object(meta))
+}
+
+fn token_request_spec(msg: &[u8]) -> Result<Value, DecodeError> {
+    let mut spec = Map::new();
+    let mut audiences = Vec::new();
+    for (n, f) in fields(msg)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => audiences.push(json!(string(b)?)),
+            (3, Field::Bytes(b)) => {
+                let r = strings(b, &[(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")])?;
+                spec.insert("boundObjectRef".into(), Value::Object(r));
+            }
+            (4, Field::Varint(v)) => {
+                spec.insert("expirationSeconds".into(), json!(v as i64));
+            }
+            _ => {}
+        }
+    }
+    if !audiences.is_empty() {
+        spec.insert("audiences".into(), Value::Array(audiences));
+    }
+    Ok(Value::Object(spec))
+}
+
+fn access_review_spec(msg: &[u8]) -> Result<Value, DecodeError> {
+    let mut spec = Map::new();
+    for (n, f) in fields(msg)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => {
+                let attrs = strings(
+                    b,
+                    &[
+                        (1, "namespace"),
+                        (2, "verb"),
+                        (3, "group"),
+                        (4, "version"),
+                        (5, "resource"),
+                        (6, "subresource"),
+                        (7, "name"),
+                    ],
+                )?;
+                spec.insert("resourceAttributes".into(), Value::Object(attrs));
+            }
+            (2, Field::Bytes(b)) => {
+                spec.insert("nonResourceAttributes".into(), Value::Object(strings(b, &[(1, "path"), (2, "verb")])?));
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(spec))
+}
+
+/// Decodes a protobuf request body of a supported kind into its JSON form.
+pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
+    let unknown = body.strip_prefix(MAGIC).ok_or_else(|| DecodeError("missing k8s protobuf magic".into()))?;
+    let (mut type_meta, mut raw) = (Map::new(), None);
+    for (n, f) in fields(unknown)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => type_meta = strings(b, &[(1, "apiVersion"), (2, "kind")])?,
+            (2, Field::Bytes(b)) => raw = Some(b),
+            (3 | 4, Field::Bytes(b)) if !b.is_empty() => {
+                return Err(DecodeError("encoded or typed raw content is not supported".into()));
+            }
+            _ => {}
+        }
+    }
+    let raw = raw.unwrap_or_default();
+    let kind = type_meta.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let mut object = Map::new();
+    object.extend(type_meta);
+    for (n, f) in fields(raw)? {
+        let Field::Bytes(b) = f else {
+            if let (3, Field::Varint(v), "ServiceAccount") = (n, &f, kind.as_str()) {
+                object.insert("automountServiceAccountToken".into(), json!(*v != 0));
+            }
+            continue;
+        };
+        match (kind.as_str(), n) {
+            (_, 1) => {
+                object.insert("metadata".into(), object_meta(b)?);
+            }
+            ("TokenRequest", 2) => {
+                object.insert("spec".into(), token_request_spec(b)?);
+            }
+            ("SelfSubjectAccessReview", 2) => {
+                object.insert("spec".into(), access_review_spec(b)?);
+            }
+            ("Namespace" | "ServiceAccount", _) => {}
+            ("TokenRequest" | "SelfSubjectAccessReview", _) => {}
+            (other, _) => {
+                return Err(DecodeError(format!("protobuf bodies of kind {other:?} are not supported; send JSON")));
+            }
+        }
+    }
+    Ok(Value::Object(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_bytes(n: u64, b: &[u8]) -> Vec<u8> {
+        let mut out = vec![((n << 3) | 2) as u8, b.len() as u8];
+        out.extend_from_slice(b);
+        out
+    }
+
+    #[test]
+    fn decodes_a_kubectl_token_request() {
+        let bound =
+            [field_bytes(1, b"Pod"), field_bytes(2, b"v1"), field_bytes(3, b"p1"), field_bytes(4, b"X")].concat();
+        let spec = [field_bytes(1, b"aud1"), field_bytes(1, b"aud2"), field_bytes(3, &bound), vec![4 << 3, 0xd8, 0x04]]
+            .concat();
+        let raw = [field_bytes(1, b""), field_bytes(2, &spec), field_bytes(3, b"")].concat();
+        let type_meta = [field_bytes(1, b"authentication.k8s.io/v1"), field_bytes(2, b"TokenRequest")].concat();
+        let body = [
+            MAGIC.to_vec(),
+            field_bytes(1, &type_meta),
+            field_bytes(2, &raw),
+            field_bytes(3, b""),
+            field_bytes(4, b""),
+        ]
+        .concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(v["kind"], "TokenRequest");
+        assert_eq!(v["spec"]["audiences"], json!(["aud1", "aud2"]));
+        assert_eq!(v["spec"]["expirationSeconds"], 600);
+        assert_eq!(v["spec"]["boundObjectRef"], json!({"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "X"}));
+    }
+
+    #[test]
+    fn decodes_object_meta_with_labels_and_refuses_garbage() {
+        let label = [field_bytes(1, b"app"), field_bytes(2, b"web")].concat();
+        let meta = [field_bytes(1, b"team-a"), field_bytes(11, &label)].concat();
+        let raw = field_bytes(1, &meta);
+        let type_meta = [field_bytes(1, b"v1"), field_bytes(2, b"Namespace")].concat();
+        let body = [MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(v["metadata"], json!({"name": "team-a", "labels": {"app": "web"}}));
+        assert!(decode(b"{}").is_err());
+        assert!(decode(&[MAGIC, &[0x0a, 0x05, 0x01]].concat()).is_err());
+        let pod_meta = [field_bytes(1, b"v1"), field_bytes(2, b"Pod")].concat();
+        let pod = [MAGIC.to_vec(), field_bytes(1, &pod_meta), field_bytes(2, &field_bytes(2, b"spec"))].concat();
+        assert!(decode(&pod).unwrap_err().0.contains("send JSON"));
+    }
+}

@@ -1,0 +1,233 @@
+//! `serviceaccounts/token` (TokenRequest), `tokenreviews` and `selfsubjectaccessreviews`
+//! (pkg/registry/core/serviceaccount/storage/token.go and friends).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use podpass_token::claims::{EXPIRATION_EXTENSION_SECONDS, WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS};
+use podpass_token::{ObjectRef, TokenRequest, now_unix};
+use serde_json::{Value, json};
+
+use super::super::status::ApiError;
+use super::super::{AppState, StoreLookup};
+use crate::store::{ObjectKey, StoreError};
+use crate::time::format_rfc3339;
+
+/// TokenRequest validation bounds.
+const MIN_EXPIRATION_SECONDS: i64 = 600;
+const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
+/// API default of `spec.expirationSeconds`.
+const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+
+fn invalid(name: &str, field: &str, value: &Value, detail: &str) -> ApiError {
+    ApiError::invalid(format!(
+        "TokenRequest.authentication.k8s.io {name:?} is invalid: {field}: Invalid value: {value}: {detail}"
+    ))
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+}
+
+async fn get_object(state: &AppState, key: ObjectKey) -> Result<Value, ApiError> {
+    Ok(state.store.get(&key).await?.object)
+}
+
+/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
+pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value) -> Result<Response, ApiError> {
+    // 1. name/namespace in the body, if set, must be the URL's.
+    let body_name = str_at(&body, "/metadata/name");
+    if !body_name.is_empty() && body_name != sa_name {
+        return Err(invalid(
+            body_name,
+            "metadata.name",
+            &json!(body_name),
+            "must match the service account name if specified",
+        ));
+    }
+    let body_ns = str_at(&body, "/metadata/namespace");
+    if !body_ns.is_empty() && body_ns != ns {
+        return Err(invalid(
+            sa_name,
+            "metadata.namespace",
+            &json!(body_ns),
+            "must match the service account namespace if specified",
+        ));
+    }
+    // 2. the service account, and the request's UID guard.
+    let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
+    let sa_uid = str_at(&sa, "/metadata/uid").to_owned();
+    let req_uid = str_at(&body, "/metadata/uid");
+    if !req_uid.is_empty() && req_uid != sa_uid {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "the UID in the token request ({req_uid}) does not match the UID of the service account ({sa_uid})"
+            ),
+        ));
+    }
+    // 3-4. audiences and expiry, with defaults and bounds.
+    let mut audiences: Vec<String> = body
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    if audiences.is_empty() {
+        audiences = state.api_audiences.clone();
+    }
+    let expiration =
+        body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+    if expiration < MIN_EXPIRATION_SECONDS {
+        return Err(invalid(
+            sa_name,
+            "spec.expirationSeconds",
+            &json!(expiration),
+            "may not specify a duration less than 10 minutes",
+        ));
+    }
+    if expiration > MAX_EXPIRATION_SECONDS {
+        return Err(invalid(
+            sa_name,
+            "spec.expirationSeconds",
+            &json!(expiration),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    // 5. the bound object.
+    let mut request = TokenRequest {
+        namespace: ns.to_owned(),
+        service_account: ObjectRef::new(sa_name, sa_uid.clone()),
+        audiences: audiences.clone(),
+        expiration_seconds: expiration,
+        ..TokenRequest::default()
+    };
+    let bound = body.pointer("/spec/boundObjectRef").cloned().filter(|b| b.is_object());
+    if let Some(bound) = &bound {
+        let (kind, api_version, name, uid) =
+            (str_at(bound, "/kind"), str_at(bound, "/apiVersion"), str_at(bound, "/name"), str_at(bound, "/uid"));
+        let uid_conflict = |_actual: &str| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+                ),
+            )
+        };
+        match (api_version, kind) {
+            ("v1", "Pod") => {
+                let pod = get_object(state, ObjectKey::namespaced("pods", ns, name)).await?;
+                if str_at(&pod, "/spec/serviceAccountName") != sa_name {
+                    return Err(ApiError::bad_request(format!(
+                        "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
+                    )));
+                }
+                let pod_uid = str_at(&pod, "/metadata/uid");
+                if !uid.is_empty() && uid != pod_uid {
+                    return Err(uid_conflict(pod_uid));
+                }
+                request.pod = Some(ObjectRef::new(name, pod_uid));
+                let node_name = str_at(&pod, "/spec/nodeName");
+                if state.features.pod_node_info && !node_name.is_empty() {
+                    request.node = match state.store.get(&ObjectKey::cluster("nodes", node_name)).await {
+                        Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
+                        Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
+                        Err(e) => return Err(ApiError::internal(e)),
+                    };
+                }
+            }
+            ("v1", "Secret") => {
+                let secret = get_object(state, ObjectKey::namespaced("secrets", ns, name)).await?;
+                let secret_uid = str_at(&secret, "/metadata/uid");
+                if !uid.is_empty() && uid != secret_uid {
+                    return Err(uid_conflict(secret_uid));
+                }
+                request.secret = Some(ObjectRef::new(name, secret_uid));
+            }
+            ("v1", "Node") => {
+                if !state.features.node_binding {
+                    return Err(ApiError::bad_request(
+                        "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
+                    ));
+                }
+                let node = get_object(state, ObjectKey::cluster("nodes", name)).await?;
+                let node_uid = str_at(&node, "/metadata/uid");
+                if !uid.is_empty() && uid != node_uid {
+                    return Err(uid_conflict(node_uid));
+                }
+                request.node = Some(ObjectRef::new(name, node_uid));
+            }
+            _ => {
+                let gvk = if api_version.contains('/') {
+                    format!("{api_version}, Kind={kind}")
+                } else {
+                    format!("/{api_version}, Kind={kind}")
+                };
+                return Err(ApiError::bad_request(format!("cannot bind token to object of type {gvk}")));
+            }
+        }
+    }
+    // 7. extended expiration of the automounted token (3607 s, API audiences only).
+    if state.extend_expiration
+        && request.pod.is_some()
+        && expiration == WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS
+        && audiences.iter().all(|a| state.api_audiences.contains(a))
+    {
+        request.expiration_seconds = EXPIRATION_EXTENSION_SECONDS;
+        request.warnafter_seconds = WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS;
+    }
+    let now = now_unix();
+    let minted = state.generator.mint(&request, &state.features, now).map_err(ApiError::internal)?;
+    // 8. status: expiry as requested (not as extended), so clients refresh normally.
+    let mut spec = json!({"audiences": audiences, "expirationSeconds": expiration});
+    if let Some(b) = bound {
+        spec["boundObjectRef"] = b;
+    }
+    let response = json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": sa_name, "namespace": ns, "creationTimestamp": format_rfc3339(now)},
+        "spec": spec,
+        "status": {"token": minted.token, "expirationTimestamp": format_rfc3339(now + expiration)},
+    });
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
+pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError> {
+    let token = str_at(&body, "/spec/token").to_owned();
+    let requested: Option<Vec<String>> = body
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .filter(|a: &Vec<String>| !a.is_empty());
+    let lookup = StoreLookup { store: state.store.as_ref() };
+    let status = if token.is_empty() {
+        json!({"authenticated": false, "error": "token must not be empty"})
+    } else if let Some(user) = state.token_file.lookup(&token) {
+        json!({"authenticated": true, "user": {"username": user.name, "uid": user.uid, "groups": user.groups},
+               "audiences": requested.clone().unwrap_or_else(|| state.api_audiences.clone())})
+    } else {
+        match state.authenticator.authenticate(&token, requested.as_deref(), &lookup, now_unix()).await {
+            Ok(a) => json!({"authenticated": true, "user": a.user, "audiences": a.audiences}),
+            Err(e) if e.is_not_mine() => json!({"authenticated": false, "error": "invalid bearer token"}),
+            Err(e) => json!({"authenticated": false, "error": format!("[invalid bearer token, {e}]")}),
+        }
+    };
+    let mut response = json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "spec": body.get("spec").cloned().unwrap_or(json!({})), "status": status});
+    if let Some(a) = requested
+        && response["status"]["authenticated"] == json!(true)
+    {
+        response["spec"]["audiences"] = json!(a);
+    }
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: until RBAC lands only
+/// `system:masters` reaches this handler, and it may do everything.
+pub fn self_subject_access_review(body: Value) -> Response {
+    let response = json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {"creationTimestamp": null},
+        "spec": body.get("spec").cloned().unwrap_or(json!({})), "status": {"allowed": true, "reason": "system:masters may do everything until RBAC is served"}});
+    (StatusCode::CREATED, Json(response)).into_response()
+}
