@@ -327,3 +327,83 @@ fn objects_and_tokens_survive_a_restart() {
     assert!(ok(kubectl_in(d, &["-n", "keep", "get", "sa"]), "get sa").contains("sa"));
     assert_eq!(token_review(&second, token.trim(), "a")["status"]["authenticated"], true);
 }
+
+#[test]
+fn max_token_expiration_shortens_requests_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &["--service-account-max-token-expiration", "2h"]);
+    let admin = admin_token(dir.path());
+    let c = client(dir.path());
+    let resp = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"spec": {"audiences": ["a"], "expirationSeconds": 86400}}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let warning = resp.headers().get("warning").unwrap().to_str().unwrap().to_owned();
+    assert_eq!(warning, r#"299 - "requested expiration of 86400 seconds shortened to 7200 seconds""#);
+    let body: serde_json::Value = resp.json().unwrap();
+    assert_eq!(body["spec"]["expirationSeconds"], 7200);
+    // below the TokenRequest minimum: 422 naming the field
+    let resp = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"spec": {"expirationSeconds": 60}}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 422);
+    let status: serde_json::Value = resp.json().unwrap();
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes")
+    );
+    // a bad maximum is refused at start-up
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "--data-dir", dir.path().to_str().unwrap(), "--secure-port", "0"])
+        .args(["--service-account-max-token-expiration", "10m"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn automounted_token_requests_get_extended_expiration_and_warnafter() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let admin = admin_token(d);
+    let c = client(d);
+    let pod = serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
+    let resp =
+        c.post(format!("{}/api/v1/namespaces/default/pods", s.url)).bearer_auth(&admin).json(&pod).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let created: serde_json::Value = resp.json().unwrap();
+    assert_eq!(created["spec"]["serviceAccountName"], "default");
+    assert_eq!(
+        created["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+        3607
+    );
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    let req = serde_json::json!({"spec": {"expirationSeconds": 3607, "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid}}});
+    let resp = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&req)
+        .send()
+        .unwrap();
+    let body: serde_json::Value = resp.json().unwrap();
+    let token = body["status"]["token"].as_str().unwrap();
+    let payload = token.split('.').nth(1).unwrap();
+    let claims: serde_json::Value =
+        serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap();
+    let iat = claims["iat"].as_i64().unwrap();
+    assert_eq!(claims["exp"].as_i64().unwrap() - iat, 31_536_000, "one year");
+    assert_eq!(claims["kubernetes.io"]["warnafter"].as_i64().unwrap() - iat, 3607);
+    assert_eq!(claims["aud"], serde_json::json!([s.url]), "default audience: the API");
+    // the status still reports the requested 3607 s
+    let exp = podpass_apiserver::time::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
+    assert!((exp - iat - 3607).abs() <= 1);
+}

@@ -75,9 +75,64 @@ struct ServerFlags {
     /// Feature gates, e.g. `ServiceAccountTokenJTI=false`.
     #[arg(long, default_value = "")]
     feature_gates: FeatureGates,
+    /// Longest token lifetime a TokenRequest gets (Go duration, e.g. `48h`); longer requests are shortened.
+    #[arg(long, value_parser = parse_go_duration)]
+    service_account_max_token_expiration: Option<i64>,
     /// Issue the automounted 3607 s token with a one-year expiry and `warnafter` (upstream default).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     service_account_extend_token_expiration: bool,
+}
+
+/// A Go `time.Duration` string (`1h30m`, `90s`, `2h`) in whole seconds.
+fn parse_go_duration(s: &str) -> Result<i64, String> {
+    let err = || format!("invalid duration {s:?} (examples: 1h, 90m, 3600s)");
+    if s == "0" {
+        return Ok(0);
+    }
+    let (mut total, mut num) = (0f64, String::new());
+    let mut chars = s.chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let mut unit = c.to_string();
+        if c == 'm' && chars.peek() == Some(&'s') {
+            unit.push('s');
+            chars.next();
+        }
+        let value: f64 = num.parse().map_err(|_| err())?;
+        num.clear();
+        total += value
+            * match unit.as_str() {
+                "h" => 3600.0,
+                "m" => 60.0,
+                "s" => 1.0,
+                "ms" => 0.001,
+                _ => return Err(err()),
+            };
+        any = true;
+    }
+    if !num.is_empty() || !any {
+        return Err(err());
+    }
+    Ok(total as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_go_duration;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("48h"), Ok(172_800));
+        assert_eq!(parse_go_duration("1h30m"), Ok(5400));
+        assert_eq!(parse_go_duration("90s"), Ok(90));
+        assert_eq!(parse_go_duration("0"), Ok(0));
+        assert!(parse_go_duration("10").is_err());
+        assert!(parse_go_duration("5d").is_err());
+    }
 }
 
 pub fn run(args: ApiserverArgs) -> ExitCode {
@@ -135,6 +190,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         api_audiences: f.api_audiences,
         token_auth_file: f.token_auth_file,
         extend_token_expiration: f.service_account_extend_token_expiration,
+        max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {
             jti: gates.enabled(Feature::ServiceAccountTokenJTI),
             pod_node_info: gates.enabled(Feature::ServiceAccountTokenPodNodeInfo),

@@ -70,6 +70,8 @@ pub struct ApiServerConfig {
     pub features: TokenFeatures,
     /// `--service-account-extend-token-expiration` (default true).
     pub extend_token_expiration: bool,
+    /// `--service-account-max-token-expiration` in seconds (None: no maximum).
+    pub max_token_expiration: Option<i64>,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -115,6 +117,13 @@ impl ApiServerConfig {
     pub fn prepare(self) -> Result<Prepared, ConfigError> {
         if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
             return Err(ConfigError("--tls-cert-file and --tls-private-key-file must be given together".into()));
+        }
+        if let Some(max) = self.max_token_expiration
+            && !(3600..=1i64 << 32).contains(&max)
+        {
+            return Err(ConfigError(format!(
+                "--service-account-max-token-expiration: must be between 1 hour and 2^32 seconds, got {max}s"
+            )));
         }
         if self.features.node_binding && !self.features.node_binding_validation {
             return Err(ConfigError(
@@ -224,6 +233,7 @@ pub(crate) struct AppState {
     features: TokenFeatures,
     api_audiences: Vec<String>,
     extend_expiration: bool,
+    max_token_expiration: Option<i64>,
     token_file: TokenFile,
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,
@@ -301,6 +311,7 @@ impl Prepared {
             features: self.config.features,
             api_audiences: audiences,
             extend_expiration: self.config.extend_token_expiration,
+            max_token_expiration: self.config.max_token_expiration,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,

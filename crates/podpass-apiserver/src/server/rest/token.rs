@@ -76,7 +76,7 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
     if audiences.is_empty() {
         audiences = state.api_audiences.clone();
     }
-    let expiration =
+    let mut expiration =
         body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     if expiration < MIN_EXPIRATION_SECONDS {
         return Err(invalid(
@@ -93,6 +93,14 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
             &json!(expiration),
             "may not specify a duration larger than 2^32 seconds",
         ));
+    }
+    // 6. --service-account-max-token-expiration clamps, with a warning to the client.
+    let mut warning = None;
+    if let Some(max) = state.max_token_expiration
+        && expiration > max
+    {
+        warning = Some(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
+        expiration = max;
     }
     // 5. the bound object.
     let mut request = TokenRequest {
@@ -174,7 +182,7 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         && expiration == WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS
         && audiences.iter().all(|a| state.api_audiences.contains(a))
     {
-        request.expiration_seconds = EXPIRATION_EXTENSION_SECONDS;
+        request.expiration_seconds = EXPIRATION_EXTENSION_SECONDS.max(state.max_token_expiration.unwrap_or(0));
         request.warnafter_seconds = WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS;
     }
     let now = now_unix();
@@ -191,7 +199,13 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         "spec": spec,
         "status": {"token": minted.token, "expirationTimestamp": format_rfc3339(now + expiration)},
     });
-    Ok((StatusCode::CREATED, Json(response)).into_response())
+    let mut resp = (StatusCode::CREATED, Json(response)).into_response();
+    if let Some(w) = warning
+        && let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}"))
+    {
+        resp.headers_mut().insert("warning", value);
+    }
+    Ok(resp)
 }
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
