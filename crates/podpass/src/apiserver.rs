@@ -120,21 +120,6 @@ fn parse_go_duration(s: &str) -> Result<i64, String> {
     Ok(total as i64)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_go_duration;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("48h"), Ok(172_800));
-        assert_eq!(parse_go_duration("1h30m"), Ok(5400));
-        assert_eq!(parse_go_duration("90s"), Ok(90));
-        assert_eq!(parse_go_duration("0"), Ok(0));
-        assert!(parse_go_duration("10").is_err());
-        assert!(parse_go_duration("5d").is_err());
-    }
-}
-
 pub fn run(args: ApiserverArgs) -> ExitCode {
     match args.command {
         Some(ApiserverCommand::Kubeconfig(k)) => add_kubeconfig(k),
@@ -228,4 +213,19 @@ fn serve(f: ServerFlags) -> ExitCode {
             _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_go_duration;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("48h"), Ok(172_800));
+        assert_eq!(parse_go_duration("1h30m"), Ok(5400));
+        assert_eq!(parse_go_duration("90s"), Ok(90));
+        assert_eq!(parse_go_duration("0"), Ok(0));
+        assert!(parse_go_duration("10").is_err());
+        assert!(parse_go_duration("5d").is_err());
+    }
 }
