@@ -407,3 +407,43 @@ fn automounted_token_requests_get_extended_expiration_and_warnafter() {
     let exp = podpass_apiserver::time::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
     assert!((exp - iat - 3607).abs() <= 1);
 }
+
+#[test]
+fn audit_log_links_issued_tokens_to_their_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = d.join("audit.log");
+    let s = start(d, &["--audit-log-path", log.to_str().unwrap()]);
+    let admin = admin_token(d);
+    let resp = client(d)
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"spec": {}}))
+        .send()
+        .unwrap();
+    let token = resp.json::<serde_json::Value>().unwrap()["status"]["token"].as_str().unwrap().to_owned();
+    let (code, _) = get(&s, "/api/v1/namespaces/default/pods", Some(&token));
+    assert_eq!(code, 403, "authenticated as the service account, not authorized");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events: Vec<serde_json::Value> = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if events.len() >= 2 || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let issued = events.iter().find(|e| e["objectRef"]["subresource"] == "token").expect("token creation audited");
+    assert_eq!(issued["verb"], "create");
+    assert_eq!(issued["level"], "Metadata");
+    assert_eq!(issued["user"]["username"], "admin");
+    assert_eq!(issued["responseStatus"]["code"], 201);
+    let credential = issued["annotations"]["authentication.k8s.io/issued-credential-id"].as_str().unwrap();
+    assert!(credential.starts_with("JTI="));
+    let used = events.iter().find(|e| e["verb"] == "list").expect("the token's use audited");
+    assert_eq!(used["user"]["username"], "system:serviceaccount:default:default");
+    assert_eq!(used["user"]["extra"]["authentication.kubernetes.io/credential-id"][0], credential);
+    assert_eq!(used["responseStatus"]["code"], 403);
+    assert_eq!(used["objectRef"]["resource"], "pods");
+}

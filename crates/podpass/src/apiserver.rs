@@ -78,6 +78,9 @@ struct ServerFlags {
     /// Longest token lifetime a TokenRequest gets (Go duration, e.g. `48h`); longer requests are shortened.
     #[arg(long, value_parser = parse_go_duration)]
     service_account_max_token_expiration: Option<i64>,
+    /// Append an audit.k8s.io/v1 event per request (Metadata level) to this file.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
     /// Issue the automounted 3607 s token with a one-year expiry and `warnafter` (upstream default).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     service_account_extend_token_expiration: bool,
@@ -175,6 +178,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         api_audiences: f.api_audiences,
         token_auth_file: f.token_auth_file,
         extend_token_expiration: f.service_account_extend_token_expiration,
+        audit_log_path: f.audit_log_path,
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {
             jti: gates.enabled(Feature::ServiceAccountTokenJTI),

@@ -5,6 +5,7 @@
 //! [`Prepared::start`] binds, derives what depends on the bound port (issuer default,
 //! kubeconfig) and serves.
 
+pub mod audit;
 mod lookup;
 pub(crate) mod rest;
 pub mod status;
@@ -72,6 +73,8 @@ pub struct ApiServerConfig {
     pub extend_token_expiration: bool,
     /// `--service-account-max-token-expiration` in seconds (None: no maximum).
     pub max_token_expiration: Option<i64>,
+    /// `--audit-log-path`.
+    pub audit_log_path: Option<PathBuf>,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -93,6 +96,7 @@ pub struct Prepared {
     store: Arc<dyn Store>,
     token_file: TokenFile,
     token_file_path: PathBuf,
+    audit: Option<audit::AuditLog>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -192,7 +196,13 @@ impl ApiServerConfig {
 
         let store: Arc<dyn Store> =
             Arc::new(EmbeddedStore::open(&self.data_dir.join("store.redb")).map_err(|e| ConfigError(e.to_string()))?);
-        Ok(Prepared { config: self, signing_key, extra_keys, tls, ca_pem, store, token_file, token_file_path })
+        let audit = match &self.audit_log_path {
+            Some(p) => Some(
+                audit::AuditLog::open(p).map_err(|e| ConfigError(format!("--audit-log-path {}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
+        Ok(Prepared { config: self, signing_key, extra_keys, tls, ca_pem, store, token_file, token_file_path, audit })
     }
 }
 
@@ -239,6 +249,7 @@ pub(crate) struct AppState {
     jwks: Vec<u8>,
     server_url: String,
     ca_pem: String,
+    audit: Option<audit::AuditLog>,
 }
 
 /// A running server.
@@ -312,6 +323,7 @@ impl Prepared {
             api_audiences: audiences,
             extend_expiration: self.config.extend_token_expiration,
             max_token_expiration: self.config.max_token_expiration,
+            audit: self.audit,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,
@@ -405,15 +417,19 @@ async fn jwks(State(state): State<Arc<AppState>>) -> Response {
 pub struct User {
     /// User name.
     pub name: String,
+    /// UID.
+    pub uid: String,
     /// Groups, `system:authenticated` included.
     pub groups: Vec<String>,
+    /// Extra attributes (service-account tokens: pod, node, credential id).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl From<StaticUser> for User {
     fn from(u: StaticUser) -> Self {
         let mut groups = u.groups;
         groups.push("system:authenticated".into());
-        Self { name: u.name, groups }
+        Self { name: u.name, uid: u.uid, groups, extra: Default::default() }
     }
 }
 
@@ -421,7 +437,12 @@ impl From<StaticUser> for User {
 /// (validated against the store). No token is `system:anonymous`; a bad one is 401.
 async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, ApiError> {
     let Some(header) = authorization else {
-        return Ok(User { name: "system:anonymous".into(), groups: vec!["system:unauthenticated".into()] });
+        return Ok(User {
+            name: "system:anonymous".into(),
+            uid: String::new(),
+            groups: vec!["system:unauthenticated".into()],
+            extra: Default::default(),
+        });
     };
     let token = header
         .strip_prefix("Bearer ")
@@ -438,7 +459,7 @@ async fn authenticate(state: &AppState, authorization: Option<String>) -> Result
         Ok(a) => {
             let mut groups = a.user.groups;
             groups.push("system:authenticated".into());
-            Ok(User { name: a.user.username, groups })
+            Ok(User { name: a.user.username, uid: a.user.uid, groups, extra: a.user.extra })
         }
         Err(_) => Err(ApiError::unauthorized()),
     }
@@ -459,12 +480,21 @@ const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// Everything but the public endpoints: authenticate, authorize, then discovery or the
 /// resource API.
 async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let received = audit_time();
     let (parts, body) = req.into_parts();
     let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("invalid").to_owned());
     let path = parts.uri.path().to_owned();
-    let verb = parts.method.as_str().to_lowercase();
+    let api_path = match rest::resources::parse(&path) {
+        Some(rest::resources::Target::Resource(p)) => Some(p),
+        _ => None,
+    };
+    let query: std::collections::HashMap<String, String> =
+        axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
+    let verb = request_verb(&parts.method, api_path.as_ref(), &query);
+    let mut audit_user = None;
     let result = async {
         let user = authenticate(&state, auth).await?;
+        audit_user = Some(user.clone());
         authorize(&user, &verb, &path)?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
             ApiError::new(
@@ -489,8 +519,6 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
             Some(rest::resources::Target::Group(g)) => rest::group(&g),
             Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),
             Some(rest::resources::Target::Resource(api_path)) => {
-                let query: std::collections::HashMap<String, String> =
-                    axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
                 let content_type =
                     parts.headers.get(axum::http::header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("");
                 rest::handle(
@@ -498,7 +526,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
                     rest::ResourceRequest {
                         method: parts.method.clone(),
                         path: api_path,
-                        query,
+                        query: query.clone(),
                         content_type,
                         body: &body,
                     },
@@ -509,5 +537,77 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         }
     }
     .await;
-    result.unwrap_or_else(IntoResponse::into_response)
+    let response = result.unwrap_or_else(IntoResponse::into_response);
+    if let Some(log) = &state.audit {
+        let user = audit_user.map_or(json!({}), |u| {
+            let mut v = json!({"username": u.name, "groups": u.groups});
+            if !u.uid.is_empty() {
+                v["uid"] = json!(u.uid);
+            }
+            if !u.extra.is_empty() {
+                v["extra"] = json!(u.extra);
+            }
+            v
+        });
+        let mut event = json!({
+            "kind": "Event",
+            "apiVersion": "audit.k8s.io/v1",
+            "level": "Metadata",
+            "auditID": podpass_token::claims::new_uuid_v4().unwrap_or_default(),
+            "stage": "ResponseComplete",
+            "requestURI": parts.uri.to_string(),
+            "verb": verb,
+            "user": user,
+            "userAgent": parts.headers.get(axum::http::header::USER_AGENT).and_then(|h| h.to_str().ok()).unwrap_or(""),
+            "responseStatus": {"metadata": {}, "code": response.status().as_u16()},
+            "requestReceivedTimestamp": received,
+            "stageTimestamp": audit_time(),
+        });
+        if let Some(p) = &api_path {
+            let mut object_ref = json!({"resource": p.resource, "apiVersion": p.version});
+            if !p.group.is_empty() {
+                object_ref["apiGroup"] = json!(p.group);
+            }
+            for (k, v) in [("namespace", &p.namespace), ("name", &p.name), ("subresource", &p.subresource)] {
+                if let Some(v) = v {
+                    object_ref[k] = json!(v);
+                }
+            }
+            event["objectRef"] = object_ref;
+        }
+        if let Some(issued) = response.extensions().get::<audit::IssuedCredential>() {
+            event["annotations"] = json!({"authentication.k8s.io/issued-credential-id": issued.0});
+        }
+        log.record(&event);
+    }
+    response
+}
+
+/// The Kubernetes verb of a request (`list`/`watch` for collection GETs).
+fn request_verb(
+    method: &axum::http::Method,
+    path: Option<&rest::resources::ApiPath>,
+    query: &std::collections::HashMap<String, String>,
+) -> String {
+    use axum::http::Method;
+    let Some(p) = path else { return method.as_str().to_lowercase() };
+    match *method {
+        Method::GET if p.name.is_none() && query.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        Method::GET if p.name.is_none() => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => return method.as_str().to_lowercase(),
+    }
+    .to_owned()
+}
+
+/// Audit timestamps: RFC 3339 with microseconds, as upstream writes them.
+fn audit_time() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let base = crate::time::format_rfc3339(secs);
+    format!("{}.{:06}Z", base.trim_end_matches('Z'), now.subsec_micros())
 }

@@ -197,9 +197,12 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         "apiVersion": "authentication.k8s.io/v1",
         "metadata": {"name": sa_name, "namespace": ns, "creationTimestamp": format_rfc3339(now)},
         "spec": spec,
-        "status": {"token": minted.token, "expirationTimestamp": format_rfc3339(now + expiration)},
+        "status": {"token": minted.token.clone(), "expirationTimestamp": format_rfc3339(now + expiration)},
     });
     let mut resp = (StatusCode::CREATED, Json(response)).into_response();
+    if let Some(jti) = minted.jti {
+        resp.extensions_mut().insert(crate::server::audit::IssuedCredential(format!("JTI={jti}")));
+    }
     if let Some(w) = warning
         && let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}"))
     {
