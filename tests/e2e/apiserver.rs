@@ -406,6 +406,20 @@ fn automounted_token_requests_get_extended_expiration_and_warnafter() {
     // the status still reports the requested 3607 s
     let exp = podpass_apiserver::time::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
     assert!((exp - iat - 3607).abs() <= 1);
+
+    // using it before warnafter counts as a valid tracked token; issuance counts by kind
+    assert_eq!(token_review(&s, token, &s.url)["status"]["authenticated"], true);
+    let metrics = c.get(format!("{}/metrics", s.url)).bearer_auth(&admin).send().unwrap().text().unwrap();
+    for line in [
+        "serviceaccount_valid_tokens_total 1",
+        "serviceaccount_stale_tokens_total 0",
+        "podpass_serviceaccount_issued_tokens_total{bound_kind=\"pod\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
+    }
+    assert!(metrics.contains("apiserver_request_total{verb=\"create\",group=\"\",version=\"v1\",resource=\"pods\",subresource=\"\",code=\"201\"} 1"), "{metrics}");
+    assert!(metrics.contains("apiserver_request_duration_seconds_bucket"));
+    assert_eq!(get(&s, "/metrics", None).0, 403, "metrics need authorization");
 }
 
 #[test]

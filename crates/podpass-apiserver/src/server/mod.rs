@@ -7,6 +7,7 @@
 
 pub mod audit;
 mod lookup;
+pub mod metrics;
 pub(crate) mod rest;
 pub mod status;
 
@@ -250,6 +251,25 @@ pub(crate) struct AppState {
     server_url: String,
     ca_pem: String,
     audit: Option<audit::AuditLog>,
+    metrics: metrics::Metrics,
+}
+
+impl AppState {
+    /// Counts a service-account token use (pkg/serviceaccount metrics).
+    pub(crate) fn count_token_use(&self, a: &podpass_token::Authenticated) {
+        if a.legacy {
+            self.metrics.legacy_tokens.inc();
+        }
+        match a.freshness {
+            podpass_token::Freshness::Valid => {
+                self.metrics.valid_tokens.inc();
+            }
+            podpass_token::Freshness::Stale(_) => {
+                self.metrics.stale_tokens.inc();
+            }
+            podpass_token::Freshness::NotTracked => {}
+        }
+    }
 }
 
 /// A running server.
@@ -324,6 +344,7 @@ impl Prepared {
             extend_expiration: self.config.extend_token_expiration,
             max_token_expiration: self.config.max_token_expiration,
             audit: self.audit,
+            metrics: metrics::Metrics::default(),
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,
@@ -457,6 +478,7 @@ async fn authenticate(state: &AppState, authorization: Option<String>) -> Result
     let lookup = StoreLookup { store: state.store.as_ref() };
     match state.authenticator.authenticate(token, None, &lookup, now_unix()).await {
         Ok(a) => {
+            state.count_token_use(&a);
             let mut groups = a.user.groups;
             groups.push("system:authenticated".into());
             Ok(User { name: a.user.username, uid: a.user.uid, groups, extra: a.user.extra })
@@ -481,6 +503,7 @@ const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// resource API.
 async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let received = audit_time();
+    let received_at = std::time::Instant::now();
     let (parts, body) = req.into_parts();
     let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("invalid").to_owned());
     let path = parts.uri.path().to_owned();
@@ -515,6 +538,10 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         if path == "/apis" {
             return Ok(rest::group_list());
         }
+        if path == "/metrics" {
+            return Ok(([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode())
+                .into_response());
+        }
         match rest::resources::parse(&path) {
             Some(rest::resources::Target::Group(g)) => rest::group(&g),
             Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),
@@ -538,6 +565,28 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     }
     .await;
     let response = result.unwrap_or_else(IntoResponse::into_response);
+    let elapsed = received_at.elapsed().as_secs_f64();
+    let (group, version, resource, subresource) = api_path.as_ref().map_or_else(
+        || (String::new(), String::new(), String::new(), String::new()),
+        |p| (p.group.clone(), p.version.clone(), p.resource.clone(), p.subresource.clone().unwrap_or_default()),
+    );
+    state
+        .metrics
+        .durations
+        .get_or_create(&metrics::DurationLabels { verb: verb.clone(), resource: resource.clone() })
+        .observe(elapsed);
+    state
+        .metrics
+        .requests
+        .get_or_create(&metrics::RequestLabels {
+            verb: verb.clone(),
+            group,
+            version,
+            resource,
+            subresource,
+            code: response.status().as_u16().to_string(),
+        })
+        .inc();
     if let Some(log) = &state.audit {
         let user = audit_user.map_or(json!({}), |u| {
             let mut v = json!({"username": u.name, "groups": u.groups});

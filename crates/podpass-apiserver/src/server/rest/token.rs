@@ -185,8 +185,19 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         request.expiration_seconds = EXPIRATION_EXTENSION_SECONDS.max(state.max_token_expiration.unwrap_or(0));
         request.warnafter_seconds = WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS;
     }
+    let bound_kind = match (&request.pod, &request.secret, &request.node) {
+        (Some(_), _, _) => "pod",
+        (None, Some(_), _) => "secret",
+        (None, None, Some(_)) => "node",
+        _ => "none",
+    };
     let now = now_unix();
     let minted = state.generator.mint(&request, &state.features, now).map_err(ApiError::internal)?;
+    state
+        .metrics
+        .issued_tokens
+        .get_or_create(&crate::server::metrics::IssuedLabels { bound_kind: bound_kind.into() })
+        .inc();
     // 8. status: expiry as requested (not as extended), so clients refresh normally.
     let mut spec = json!({"audiences": audiences, "expirationSeconds": expiration});
     if let Some(b) = bound {
@@ -227,7 +238,10 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
                "audiences": requested.clone().unwrap_or_else(|| state.api_audiences.clone())})
     } else {
         match state.authenticator.authenticate(&token, requested.as_deref(), &lookup, now_unix()).await {
-            Ok(a) => json!({"authenticated": true, "user": a.user, "audiences": a.audiences}),
+            Ok(a) => {
+                state.count_token_use(&a);
+                json!({"authenticated": true, "user": a.user, "audiences": a.audiences})
+            }
             Err(e) if e.is_not_mine() => json!({"authenticated": false, "error": "invalid bearer token"}),
             Err(e) => json!({"authenticated": false, "error": format!("[invalid bearer token, {e}]")}),
         }
