@@ -233,7 +233,16 @@ fn kubectl_creates_objects_and_pod_bound_tokens_that_review_until_the_pod_goes()
             "spec":{"serviceAccountName":"builder","nodeName":"n1","containers":[{"name":"c","image":"registry.example/app:1"}]}}"#,
     )
     .unwrap();
-    ok(kubectl_in(d, &["create", "--validate=false", "-f", pod.to_str().unwrap()]), "create pod");
+    ok(kubectl_in(d, &["apply", "-f", pod.to_str().unwrap()]), "apply pod");
+    // a second apply with a change is a strategic merge patch that keeps server-added fields
+    std::fs::write(&pod, std::fs::read_to_string(&pod).unwrap().replace("app:1", "app:2")).unwrap();
+    assert!(ok(kubectl_in(d, &["apply", "-f", pod.to_str().unwrap()]), "re-apply").contains("configured"));
+    let applied = ok(kubectl_in(d, &["-n", "team-a", "get", "pod", "web", "-o", "json"]), "get pod json");
+    let applied: serde_json::Value = serde_json::from_str(&applied).unwrap();
+    assert_eq!(applied["spec"]["containers"][0]["image"], "registry.example/app:2");
+    assert!(applied["spec"]["volumes"][0]["name"].as_str().unwrap().starts_with("kube-api-access-"));
+    ok(kubectl_in(d, &["-n", "team-a", "label", "pod", "web", "tier=front"]), "label");
+    assert!(ok(kubectl_in(d, &["-n", "team-a", "get", "pods", "-l", "tier=front"]), "get -l").contains("web"));
     let sas = ok(kubectl_in(d, &["-n", "team-a", "get", "sa"]), "get sa");
     assert!(sas.contains("builder") && sas.contains("default"), "{sas}");
     let uid = ok(kubectl_in(d, &["-n", "team-a", "get", "pod", "web", "-o", "jsonpath={.metadata.uid}"]), "get pod");

@@ -538,6 +538,14 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         if path == "/apis" {
             return Ok(rest::group_list());
         }
+        if path == "/openapi/v3" {
+            return Ok(axum::Json(rest::openapi::root()).into_response());
+        }
+        if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+            return rest::openapi::group_version(gv)
+                .map(|d| axum::Json(d).into_response())
+                .ok_or_else(ApiError::not_found_path);
+        }
         if path == "/metrics" {
             return Ok(([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode())
                 .into_response());

@@ -2,6 +2,8 @@
 //! objects, with the upstream behaviours users rely on.
 
 pub mod objects;
+pub mod openapi;
+mod patch;
 mod protobuf;
 pub mod resources;
 mod token;
@@ -142,6 +144,9 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             update(state, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
         }
         (&Method::DELETE, Some(name), None) if res.stored => delete(state, res, ns, name, &query, body).await,
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
+            patch(state, res, ns, name, sub.is_some(), content_type, body).await
+        }
         (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
             token::create_token(state, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
         }
@@ -267,6 +272,61 @@ async fn update(
     prepare_update(res, &current.object, &mut object, name)?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     Ok(json_response(StatusCode::OK, updated.object))
+}
+
+/// Conflicts a patch retries on before giving up (upstream retries patches internally).
+const PATCH_RETRIES: usize = 5;
+
+async fn patch(
+    state: &AppState,
+    res: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    status_only: bool,
+    content_type: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let strategic = match media {
+        "application/merge-patch+json" => false,
+        "application/strategic-merge-patch+json" => true,
+        other => return Err(ApiError::unsupported_media_type(other)),
+    };
+    let patch: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let k = key(res, ns, name);
+    let mut attempt = 0;
+    loop {
+        let current = state.store.get(&k).await?;
+        let mut object = current.object.clone();
+        if strategic {
+            patch::strategic_merge_patch(&mut object, &patch);
+        } else {
+            patch::merge_patch(&mut object, &patch);
+        }
+        if status_only {
+            let status = object.get("status").cloned().unwrap_or(Value::Null);
+            object = current.object.clone();
+            object["status"] = status;
+        }
+        // A patch carrying a resourceVersion is a precondition; otherwise the current one.
+        let expected = match patch.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+            Some(rv) => {
+                rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?
+            }
+            None => current.revision,
+        };
+        prepare_update(res, &current.object, &mut object, name)?;
+        match state.store.update(&k, object, Some(expected)).await {
+            Ok(updated) => return Ok(json_response(StatusCode::OK, updated.object)),
+            Err(StoreError::Conflict { .. })
+                if attempt < PATCH_RETRIES && patch.pointer("/metadata/resourceVersion").is_none() =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Option<i64> {
