@@ -470,3 +470,35 @@ fn audit_log_links_issued_tokens_to_their_use() {
     assert_eq!(used["responseStatus"]["code"], 403);
     assert_eq!(used["objectRef"]["resource"], "pods");
 }
+
+#[test]
+fn node_bound_token_fails_after_the_node_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let (admin, c) = (admin_token(dir.path()), client(dir.path()));
+    let node: serde_json::Value = c
+        .post(format!("{}/api/v1/nodes", s.url))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let req = serde_json::json!({"spec": {"audiences": ["a"], "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node["metadata"]["uid"]}}});
+    let resp: serde_json::Value = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&req)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let token = resp["status"]["token"].as_str().unwrap().to_owned();
+    let ok_review = token_review(&s, &token, "a");
+    assert_eq!(ok_review["status"]["user"]["extra"]["authentication.kubernetes.io/node-name"][0], "n1");
+    let resp = c.delete(format!("{}/api/v1/nodes/n1", s.url)).bearer_auth(&admin).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let review = token_review(&s, &token, "a");
+    assert_eq!(review["status"]["authenticated"], false);
+    assert!(review["status"]["error"].as_str().unwrap().contains("service account token has been invalidated"));
+}
