@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::SystemTime;
+use std::sync::{Mutex, RwLock};
+use std::time::{Instant, SystemTime};
 
 use thiserror::Error;
 
@@ -94,11 +94,19 @@ pub fn parse(path: &Path, text: &str) -> Result<HashMap<String, StaticUser>, Tok
     Ok(users)
 }
 
+/// How long a token found in memory is trusted without checking the file for changes.
+const RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The token file, reloaded on change. A reload that fails keeps the last good contents.
+///
+/// A token not in memory makes the file be checked at once (a token added to the file works
+/// on its first use); a known token rechecks the file at most once per [`RECHECK_INTERVAL`],
+/// so a removed line stops authenticating within a second without a `stat` per request.
 #[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
-    state: Mutex<(Option<SystemTime>, HashMap<String, StaticUser>)>,
+    state: RwLock<(Option<SystemTime>, HashMap<String, StaticUser>)>,
+    checked: Mutex<Instant>,
 }
 
 impl TokenFile {
@@ -106,20 +114,30 @@ impl TokenFile {
     pub fn load(path: &Path) -> Result<Self, TokenFileError> {
         let (mtime, text) = read(path)?;
         let users = parse(path, &text)?;
-        Ok(Self { path: path.to_path_buf(), state: Mutex::new((mtime, users)) })
+        Ok(Self { path: path.to_path_buf(), state: RwLock::new((mtime, users)), checked: Mutex::new(Instant::now()) })
     }
 
     /// The user a token belongs to, reloading the file first if it changed.
     pub fn lookup(&self, token: &str) -> Option<StaticUser> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let due = self.checked.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= RECHECK_INTERVAL;
+        if !due && let Some(user) = self.state.read().unwrap_or_else(|p| p.into_inner()).1.get(token) {
+            return Some(user.clone());
+        }
+        self.reload_if_changed();
+        self.state.read().unwrap_or_else(|p| p.into_inner()).1.get(token).cloned()
+    }
+
+    fn reload_if_changed(&self) {
+        *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let mtime = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
-        if mtime != state.0
-            && let Ok((mtime, text)) = read(&self.path)
+        if mtime == self.state.read().unwrap_or_else(|p| p.into_inner()).0 {
+            return;
+        }
+        if let Ok((mtime, text)) = read(&self.path)
             && let Ok(users) = parse(&self.path, &text)
         {
-            *state = (mtime, users);
+            *self.state.write().unwrap_or_else(|p| p.into_inner()) = (mtime, users);
         }
-        state.1.get(token).cloned()
     }
 }
 
@@ -133,6 +151,7 @@ fn read(path: &Path) -> Result<(Option<SystemTime>, String), TokenFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn parses_upstream_csv() {
@@ -158,15 +177,18 @@ mod tests {
         // make sure the mtime moves even on coarse filesystems
         let later = SystemTime::now() + std::time::Duration::from_secs(2);
         std::fs::File::options().write(true).open(&p).unwrap().set_modified(later).unwrap();
-        assert_eq!(f.lookup("t1"), None, "revoked");
+        assert_eq!(f.lookup("t2").unwrap().name, "bob", "a new token works on first use");
+        assert_eq!(f.lookup("t1"), None, "revoked by the same reload");
+        // A known token is rechecked at most once per interval: revoked within it.
+        std::fs::write(&p, "t3,carol,u3\n").unwrap();
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(later + Duration::from_secs(1)).unwrap();
+        std::thread::sleep(RECHECK_INTERVAL + Duration::from_millis(50));
+        assert_eq!(f.lookup("t2"), None, "revoked after the recheck interval");
+        std::fs::write(&p, "t2,bob,u2\n").unwrap();
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(later + Duration::from_secs(3)).unwrap();
         assert_eq!(f.lookup("t2").unwrap().name, "bob");
         std::fs::write(&p, "broken\n").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(later + std::time::Duration::from_secs(2))
-            .unwrap();
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(later + Duration::from_secs(5)).unwrap();
         assert_eq!(f.lookup("t2").unwrap().name, "bob", "a broken reload keeps the last good file");
     }
 }

@@ -5,6 +5,7 @@
 //! 64 bad usage or configuration (EX_USAGE), 70 internal failure.
 
 mod apiserver;
+mod bench;
 mod token;
 
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ enum Command {
     /// Service-account tokens: generate keys, mint, publish JWKS, verify, decode.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Benchmarks against the physical limit measured in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -43,5 +47,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
+        Command::Bench(cmd) => match bench::run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(70)
+            }
+        },
     }
 }

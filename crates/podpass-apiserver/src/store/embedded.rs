@@ -5,9 +5,15 @@
 //! Layout: `objects` maps the upstream storage key to (revision, JSON); `events` is the
 //! change log by revision, kept for the last `history` revisions so that watches can
 //! resume; `meta` holds the current revision and the highest compacted one.
+//!
+//! Point reads (`get`) are served from an in-memory copy of the latest objects, loaded at
+//! open and updated under the writer lock after each commit. The process holds redb's file
+//! lock, so no one else writes the file and the copy is authoritative; a read never waits
+//! for a blocking thread (TokenRequest and TokenReview do two or three gets each).
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -48,6 +54,8 @@ struct Inner {
     db: Database,
     /// Serialises commit + broadcast so watchers see revisions in order.
     writer: Mutex<()>,
+    /// The latest committed object per storage key (resourceVersion set), for `get`.
+    latest: RwLock<HashMap<String, Stored>>,
     changes: broadcast::Sender<Arc<Change>>,
     history: u64,
 }
@@ -91,8 +99,17 @@ impl EmbeddedStore {
             txn.open_table(META).map_err(backend)?;
         }
         txn.commit().map_err(backend)?;
+        let latest = load_latest(&db)?;
         let (changes, _) = broadcast::channel(WATCH_BUFFER);
-        Ok(Self { inner: Arc::new(Inner { db, writer: Mutex::new(()), changes, history: history.max(1) }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                writer: Mutex::new(()),
+                latest: RwLock::new(latest),
+                changes,
+                history: history.max(1),
+            }),
+        })
     }
 
     async fn blocking<T: Send + 'static>(
@@ -104,6 +121,19 @@ impl EmbeddedStore {
             .await
             .map_err(|e| StoreError::Backend(format!("store task: {e}")))?
     }
+}
+
+/// Every object in the file, decoded, by storage key.
+fn load_latest(db: &Database) -> Result<HashMap<String, Stored>, StoreError> {
+    let txn = db.begin_read().map_err(backend)?;
+    let objects = txn.open_table(OBJECTS).map_err(backend)?;
+    let mut latest = HashMap::new();
+    for entry in objects.iter().map_err(backend)? {
+        let (k, v) = entry.map_err(backend)?;
+        let (revision, bytes) = v.value();
+        latest.insert(k.value().to_owned(), Stored { object: decode(k.value(), revision, bytes)?, revision });
+    }
+    Ok(latest)
 }
 
 fn decode(key: &str, revision: u64, bytes: &[u8]) -> Result<Value, StoreError> {
@@ -169,6 +199,14 @@ impl Inner {
             (Stored { object: stored, revision }, change)
         };
         txn.commit().map_err(backend)?;
+        {
+            let mut latest = self.latest.write().unwrap_or_else(|p| p.into_inner());
+            if change.kind == EventType::Deleted {
+                latest.remove(&skey);
+            } else {
+                latest.insert(skey, result.clone());
+            }
+        }
         // No receivers is fine: nobody watches.
         let _ = self.changes.send(Arc::new(change));
         Ok(result)
@@ -202,18 +240,13 @@ fn filter(change: &Change, prefix: &str, options: &ListOptions) -> Option<WatchE
 
 impl Store for EmbeddedStore {
     fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>> {
-        let key = key.clone();
-        Box::pin(self.blocking(move |inner| {
-            let txn = inner.db.begin_read().map_err(backend)?;
-            let objects = txn.open_table(OBJECTS).map_err(backend)?;
-            let skey = key.storage_key();
-            let found = objects.get(skey.as_str()).map_err(backend)?;
-            let Some(guard) = found else {
-                return Err(StoreError::NotFound { resource: key.resource, name: key.name });
-            };
-            let (revision, bytes) = guard.value();
-            Ok(Stored { object: decode(&skey, revision, bytes)?, revision })
-        }))
+        let found = {
+            let latest = self.inner.latest.read().unwrap_or_else(|p| p.into_inner());
+            latest.get(&key.storage_key()).cloned()
+        };
+        Box::pin(std::future::ready(
+            found.ok_or_else(|| StoreError::NotFound { resource: key.resource.clone(), name: key.name.clone() }),
+        ))
     }
 
     fn list<'a>(

@@ -1,0 +1,330 @@
+//! `podpass bench apiserver`: drives a real `podpass apiserver` (embedded store, HTTPS) with
+//! concurrent pod-bound TokenRequests and TokenReviews, and measures, in the same run, the
+//! physical limit: raw ES256 signs and verifies per second of aws-lc-rs, the library that
+//! signs podpass tokens, on every core of this machine.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use podpass_apiserver::server::ApiServerConfig;
+use podpass_token::TokenFeatures;
+use serde_json::{Value, json};
+
+use self::raw::{RawOp, raw_rate};
+
+mod http;
+mod raw;
+
+/// `podpass bench …`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// TokenRequest and TokenReview throughput of `podpass apiserver` against raw ES256.
+    Apiserver(ApiserverBench),
+}
+
+/// Flags of `podpass bench apiserver`.
+#[derive(Debug, Args)]
+pub struct ApiserverBench {
+    /// Concurrent HTTPS clients, each with its own connection, one request at a time.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds each measured phase runs.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Data directory of the server under test (default: a fresh temporary directory,
+    /// removed afterwards).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+/// Runs a bench subcommand.
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Apiserver(args) => apiserver(args),
+    }
+}
+
+/// One phase's figures.
+struct Phase {
+    ops: usize,
+    elapsed: Duration,
+    latencies_us: Vec<u64>,
+}
+
+impl Phase {
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn percentile_ms(&self, p: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let idx = ((self.latencies_us.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies_us[idx.min(self.latencies_us.len() - 1)] as f64 / 1000.0
+    }
+}
+
+fn apiserver(args: ApiserverBench) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients: must be at least 1");
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        bail!("--seconds: must be a positive number");
+    }
+    let phase = Duration::from_secs_f64(args.seconds);
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let (data_dir, temporary) = match args.data_dir {
+        Some(d) => (d, false),
+        None => (std::env::temp_dir().join(format!("podpass-bench-{}", std::process::id())), true),
+    };
+    if temporary && data_dir.exists() {
+        std::fs::remove_dir_all(&data_dir).with_context(|| format!("clearing {}", data_dir.display()))?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
+    let result = runtime.block_on(drive(&data_dir, args.clients, phase, cores));
+    if temporary {
+        let _ = std::fs::remove_dir_all(&data_dir);
+    }
+    result
+}
+
+async fn drive(data_dir: &std::path::Path, clients: usize, phase: Duration, cores: usize) -> Result<()> {
+    let config = ApiServerConfig {
+        data_dir: data_dir.to_owned(),
+        bind_address: [127, 0, 0, 1].into(),
+        secure_port: 0,
+        tls_cert_file: None,
+        tls_private_key_file: None,
+        issuers: Vec::new(),
+        signing_key_file: None,
+        key_files: Vec::new(),
+        api_audiences: Vec::new(),
+        token_auth_file: None,
+        features: TokenFeatures::default(),
+        extend_token_expiration: true,
+        max_token_expiration: None,
+        audit_log_path: None,
+    };
+    let running = config.prepare().context("preparing the server")?.start().await.context("starting the server")?;
+    let ca = std::fs::read(data_dir.join("pki").join("ca.crt")).context("reading the generated CA")?;
+    let api = Api {
+        connector: http::connector(&ca)?,
+        addr: running.local_addr,
+        host: running.local_addr.to_string(),
+        token: admin_token(&data_dir.join("tokens.csv"))?,
+    };
+    let pod_uids = setup(&api, clients).await?;
+
+    println!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
+    println!("(server and load generator share the cores; raw rates are measured before and after each phase)");
+    let token_path = "/api/v1/namespaces/bench/serviceaccounts/bench/token";
+    let token_body = |i: usize| {
+        json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": ["registry.example"],
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": pod_uids[i]},
+            },
+        })
+        .to_string()
+    };
+    let sign = Raw::measure(cores, phase, RawOp::Sign)?;
+    let requests = run_phase(&api, clients, phase, |i| (token_path, token_body(i)), b"\"token\":\"").await?;
+    let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
+    sign.print("sign");
+    requests.print("TokenRequest (pod-bound)", "tokens", &sign, "sign");
+
+    // TokenReview: every client reviews its own pod-bound token.
+    let mut tokens = Vec::with_capacity(clients);
+    let mut conn = api.connect().await?;
+    for i in 0..clients {
+        let answer = api.post(&mut conn, token_path, &token_body(i)).await?;
+        let token = answer.pointer("/status/token").and_then(Value::as_str).context("TokenRequest without a token")?;
+        tokens.push(token.to_owned());
+    }
+    let verify = Raw::measure(cores, phase, RawOp::Verify)?;
+    let reviews = run_phase(
+        &api,
+        clients,
+        phase,
+        |i| {
+            let body = json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenReview",
+                "spec": {"token": tokens[i], "audiences": ["registry.example"]},
+            });
+            ("/apis/authentication.k8s.io/v1/tokenreviews", body.to_string())
+        },
+        b"\"authenticated\":true",
+    )
+    .await?;
+    let verify = verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?);
+    verify.print("verify");
+    reviews.print("TokenReview (pod-bound)", "reviews", &verify, "verify");
+    Ok(())
+}
+
+/// Raw rates on all cores and on one.
+struct Raw {
+    all: f64,
+    one: f64,
+    cores: usize,
+}
+
+impl Raw {
+    /// A quarter of the phase on all cores, then a quarter on one core.
+    fn measure(cores: usize, phase: Duration, op: RawOp) -> Result<Self> {
+        Ok(Self { all: raw_rate(cores, phase / 4, op)?, one: raw_rate(1, phase / 4, op)?, cores })
+    }
+
+    /// The mean of a measurement before and one after the phase.
+    fn and_after(self, after: Self) -> Self {
+        Self { all: (self.all + after.all) / 2.0, one: (self.one + after.one) / 2.0, cores: self.cores }
+    }
+
+    fn print(&self, op: &str) {
+        println!(
+            "raw ES256 {op:<6} (aws-lc-rs):  {:>9.0}/s on {} threads, {:.0}/s on 1",
+            self.all, self.cores, self.one
+        );
+    }
+}
+
+impl Phase {
+    fn print(&self, what: &str, unit: &str, raw: &Raw, op: &str) {
+        println!(
+            "{what:<26} {:>9.0} {unit}/s  p50 {:.2} ms  p99 {:.2} ms  = {:.2}x raw {op} on {} cores ({:.2}x one core)",
+            self.rate(),
+            self.percentile_ms(0.50),
+            self.percentile_ms(0.99),
+            self.rate() / raw.all,
+            raw.cores,
+            self.rate() / raw.one,
+        );
+    }
+}
+
+/// The admin bearer token the server generated into its token file.
+fn admin_token(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .find(|l| l.contains(",admin,"))
+        .and_then(|l| l.split(',').next())
+        .map(str::to_owned)
+        .context("no admin token in the generated token file")
+}
+
+/// Where and as whom the bench talks to the server.
+struct Api {
+    connector: tokio_rustls::TlsConnector,
+    addr: std::net::SocketAddr,
+    host: String,
+    token: String,
+}
+
+impl Api {
+    async fn connect(&self) -> Result<http::Connection> {
+        http::Connection::open(&self.connector, self.addr).await
+    }
+
+    fn request(&self, path: &str, body: &str) -> Vec<u8> {
+        http::post(&self.host, path, &self.token, body)
+    }
+
+    /// POSTs and decodes a 2xx JSON answer; anything else is an error with the body.
+    async fn post(&self, conn: &mut http::Connection, path: &str, body: &str) -> Result<Value> {
+        let answer = conn.round_trip(&self.request(path, body)).await.with_context(|| format!("POST {path}"))?;
+        if !(200..300).contains(&answer.status) {
+            bail!("POST {path}: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
+        }
+        serde_json::from_slice(&answer.body).with_context(|| format!("POST {path}: decoding the answer"))
+    }
+}
+
+/// Namespace `bench`, ServiceAccount `bench`, Node `bench-node` and one pod per client on
+/// it; returns the pods' UIDs.
+async fn setup(api: &Api, clients: usize) -> Result<Vec<String>> {
+    let mut conn = api.connect().await?;
+    let objects = [
+        ("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})),
+        (
+            "/api/v1/namespaces/bench/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench"}}),
+        ),
+        ("/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bench-node"}})),
+    ];
+    for (path, object) in objects {
+        api.post(&mut conn, path, &object.to_string()).await?;
+    }
+    let mut uids = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": format!("pod-{i}")},
+            "spec": {
+                "serviceAccountName": "bench",
+                "nodeName": "bench-node",
+                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            },
+        });
+        let created = api.post(&mut conn, "/api/v1/namespaces/bench/pods", &pod.to_string()).await?;
+        let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without a uid")?;
+        uids.push(uid.to_owned());
+    }
+    Ok(uids)
+}
+
+/// Runs `clients` connections of sequential POSTs for `phase` after a short warm-up. Every
+/// answer must be 201 and contain `expect`: a fast error is not a result.
+async fn run_phase(
+    api: &Api,
+    clients: usize,
+    phase: Duration,
+    request: impl Fn(usize) -> (&'static str, String),
+    expect: &'static [u8],
+) -> Result<Phase> {
+    let warmup = Duration::from_millis(500).min(phase);
+    let stop = Arc::new(AtomicBool::new(false));
+    let measuring = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let (path, body) = request(i);
+        let bytes = api.request(path, &body);
+        let mut conn = api.connect().await?;
+        let (stop, measuring) = (stop.clone(), measuring.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let answer = conn.round_trip(&bytes).await.with_context(|| format!("POST {path}"))?;
+                if answer.status != 201 || !answer.body.windows(expect.len()).any(|w| w == expect) {
+                    bail!("POST {path}: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
+                }
+                if measuring.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                    latencies.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+                }
+            }
+            Ok(latencies)
+        }));
+    }
+    tokio::time::sleep(warmup).await;
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let mut latencies_us = Vec::new();
+    for task in tasks {
+        latencies_us.extend(task.await.context("bench client panicked")??);
+    }
+    latencies_us.sort_unstable();
+    Ok(Phase { ops: latencies_us.len(), elapsed, latencies_us })
+}
