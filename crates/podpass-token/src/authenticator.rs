@@ -260,6 +260,9 @@ pub struct Authenticated {
     pub freshness: Freshness,
     /// The token had no `aud`.
     pub legacy: bool,
+    /// The token's `exp` (legacy tokens have none): callers caching the result must not
+    /// keep it past this.
+    pub expires_at: Option<i64>,
 }
 
 /// Verifies service-account tokens of a set of issuers against a set of keys.
@@ -474,7 +477,7 @@ impl Authenticator {
         lookup: &L,
         now: i64,
     ) -> Result<Authenticated, AuthError> {
-        let VerifiedToken { info, pod, secret, bound_node, warn_after, audiences, legacy, .. } = verified;
+        let VerifiedToken { info, pod, secret, bound_node, warn_after, audiences, legacy, expires_at, .. } = verified;
         let deleted = |o: &BoundObject| o.deletion_timestamp.is_some_and(|t| t < now - LEEWAY_SECONDS);
         let ns = info.namespace.as_str();
 
@@ -522,7 +525,7 @@ impl Authenticator {
             Some(w) if w != 0 => Freshness::Valid,
             _ => Freshness::NotTracked,
         };
-        Ok(Authenticated { user, info, audiences, audit_annotations, freshness, legacy })
+        Ok(Authenticated { user, info, audiences, audit_annotations, freshness, legacy, expires_at })
     }
 }
 

@@ -24,7 +24,7 @@ fn bound(object: &Value) -> BoundObject {
 
 impl StoreLookup<'_> {
     async fn get(&self, key: ObjectKey) -> Result<BoundObject, LookupError> {
-        match self.store.get(&key).await {
+        match self.store.get_shared(&key).await {
             Ok(stored) => Ok(bound(&stored.object)),
             Err(StoreError::NotFound { .. }) => {
                 Err(LookupError::NotFound { resource: resource_name(&key.resource), name: key.name })

@@ -10,6 +10,7 @@ mod lookup;
 pub mod metrics;
 pub(crate) mod rest;
 pub mod status;
+pub mod token_cache;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -76,6 +77,10 @@ pub struct ApiServerConfig {
     pub max_token_expiration: Option<i64>,
     /// `--audit-log-path`.
     pub audit_log_path: Option<PathBuf>,
+    /// How long a successful token authentication is remembered (kube-apiserver's
+    /// `TokenSuccessCacheTTL`, fixed at 10 s upstream, [`token_cache::DEFAULT_SUCCESS_TTL`]);
+    /// zero disables the cache.
+    pub token_success_cache_ttl: std::time::Duration,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -252,6 +257,7 @@ pub(crate) struct AppState {
     ca_pem: String,
     audit: Option<audit::AuditLog>,
     metrics: metrics::Metrics,
+    token_cache: token_cache::TokenCache,
 }
 
 impl AppState {
@@ -345,6 +351,8 @@ impl Prepared {
             max_token_expiration: self.config.max_token_expiration,
             audit: self.audit,
             metrics: metrics::Metrics::default(),
+            token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
+                .map_err(|_| std::io::Error::other("random source failed"))?,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,
@@ -475,15 +483,25 @@ async fn authenticate(state: &AppState, authorization: Option<String>) -> Result
     if let Some(user) = state.token_file.lookup(token) {
         return Ok(user.into());
     }
+    if let Some(a) = state.token_cache.get(token, None) {
+        return Ok(User::from_token(&a));
+    }
     let lookup = StoreLookup { store: state.store.as_ref() };
-    match state.authenticator.authenticate(token, None, &lookup, now_unix()).await {
+    let now = now_unix();
+    match state.authenticator.authenticate(token, None, &lookup, now).await {
         Ok(a) => {
             state.count_token_use(&a);
-            let mut groups = a.user.groups;
-            groups.push("system:authenticated".into());
-            Ok(User { name: a.user.username, uid: a.user.uid, groups, extra: a.user.extra })
+            Ok(User::from_token(&state.token_cache.insert(token, None, a, now)))
         }
         Err(_) => Err(ApiError::unauthorized()),
+    }
+}
+
+impl User {
+    fn from_token(a: &podpass_token::Authenticated) -> Self {
+        let mut groups = a.user.groups.clone();
+        groups.push("system:authenticated".into());
+        Self { name: a.user.username.clone(), uid: a.user.uid.clone(), groups, extra: a.user.extra.clone() }
     }
 }
 

@@ -55,7 +55,7 @@ struct Inner {
     /// Serialises commit + broadcast so watchers see revisions in order.
     writer: Mutex<()>,
     /// The latest committed object per storage key (resourceVersion set), for `get`.
-    latest: RwLock<HashMap<String, Stored>>,
+    latest: RwLock<HashMap<String, Arc<Stored>>>,
     changes: broadcast::Sender<Arc<Change>>,
     history: u64,
 }
@@ -112,6 +112,14 @@ impl EmbeddedStore {
         })
     }
 
+    fn shared(&self, key: &ObjectKey) -> Result<Arc<Stored>, StoreError> {
+        let latest = self.inner.latest.read().unwrap_or_else(|p| p.into_inner());
+        latest
+            .get(&key.storage_key())
+            .cloned()
+            .ok_or_else(|| StoreError::NotFound { resource: key.resource.clone(), name: key.name.clone() })
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
@@ -124,14 +132,14 @@ impl EmbeddedStore {
 }
 
 /// Every object in the file, decoded, by storage key.
-fn load_latest(db: &Database) -> Result<HashMap<String, Stored>, StoreError> {
+fn load_latest(db: &Database) -> Result<HashMap<String, Arc<Stored>>, StoreError> {
     let txn = db.begin_read().map_err(backend)?;
     let objects = txn.open_table(OBJECTS).map_err(backend)?;
     let mut latest = HashMap::new();
     for entry in objects.iter().map_err(backend)? {
         let (k, v) = entry.map_err(backend)?;
         let (revision, bytes) = v.value();
-        latest.insert(k.value().to_owned(), Stored { object: decode(k.value(), revision, bytes)?, revision });
+        latest.insert(k.value().to_owned(), Arc::new(Stored { object: decode(k.value(), revision, bytes)?, revision }));
     }
     Ok(latest)
 }
@@ -204,7 +212,7 @@ impl Inner {
             if change.kind == EventType::Deleted {
                 latest.remove(&skey);
             } else {
-                latest.insert(skey, result.clone());
+                latest.insert(skey, Arc::new(result.clone()));
             }
         }
         // No receivers is fine: nobody watches.
@@ -240,13 +248,12 @@ fn filter(change: &Change, prefix: &str, options: &ListOptions) -> Option<WatchE
 
 impl Store for EmbeddedStore {
     fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>> {
-        let found = {
-            let latest = self.inner.latest.read().unwrap_or_else(|p| p.into_inner());
-            latest.get(&key.storage_key()).cloned()
-        };
-        Box::pin(std::future::ready(
-            found.ok_or_else(|| StoreError::NotFound { resource: key.resource.clone(), name: key.name.clone() }),
-        ))
+        let found = self.shared(key).map(|s| Stored::clone(&s));
+        Box::pin(std::future::ready(found))
+    }
+
+    fn get_shared<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Arc<Stored>, StoreError>> {
+        Box::pin(std::future::ready(self.shared(key)))
     }
 
     fn list<'a>(

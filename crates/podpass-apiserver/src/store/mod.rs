@@ -205,6 +205,13 @@ pub trait Store: Send + Sync {
     /// Reads one object.
     fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>>;
 
+    /// Reads one object to look at, not to change: a backend that keeps objects in memory
+    /// hands out a shared reference instead of a copy (the token hot paths read two or three
+    /// objects per request).
+    fn get_shared<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<std::sync::Arc<Stored>, StoreError>> {
+        Box::pin(async move { self.get(key).await.map(std::sync::Arc::new) })
+    }
+
     /// Lists `resource` (in `namespace` when given) at one consistent revision.
     fn list<'a>(
         &'a self,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_apiserver::server::ApiServerConfig;
+use podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL;
 use podpass_token::TokenFeatures;
 use serde_json::{Value, json};
 
@@ -39,6 +40,18 @@ pub struct ApiserverBench {
     /// removed afterwards).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Run only this phase (e.g. to profile it).
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+}
+
+/// A bench phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    /// Pod-bound TokenRequests.
+    Requests,
+    /// TokenReviews of pod-bound tokens.
+    Reviews,
 }
 
 /// Runs a bench subcommand.
@@ -86,14 +99,15 @@ fn apiserver(args: ApiserverBench) -> Result<()> {
         std::fs::remove_dir_all(&data_dir).with_context(|| format!("clearing {}", data_dir.display()))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
-    let result = runtime.block_on(drive(&data_dir, args.clients, phase, cores));
+    let result = runtime.block_on(drive(&data_dir, args.clients, phase, cores, args.only));
     if temporary {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
     result
 }
 
-async fn drive(data_dir: &std::path::Path, clients: usize, phase: Duration, cores: usize) -> Result<()> {
+/// Starts a server on `data_dir` (token success cache `ttl`) and creates the bench objects.
+async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Result<(Api, Vec<String>)> {
     let config = ApiServerConfig {
         data_dir: data_dir.to_owned(),
         bind_address: [127, 0, 0, 1].into(),
@@ -109,7 +123,9 @@ async fn drive(data_dir: &std::path::Path, clients: usize, phase: Duration, core
         extend_token_expiration: true,
         max_token_expiration: None,
         audit_log_path: None,
+        token_success_cache_ttl: ttl,
     };
+    // The server task lives as long as the runtime: the bench process ends with it.
     let running = config.prepare().context("preparing the server")?.start().await.context("starting the server")?;
     let ca = std::fs::read(data_dir.join("pki").join("ca.crt")).context("reading the generated CA")?;
     let api = Api {
@@ -119,40 +135,39 @@ async fn drive(data_dir: &std::path::Path, clients: usize, phase: Duration, core
         token: admin_token(&data_dir.join("tokens.csv"))?,
     };
     let pod_uids = setup(&api, clients).await?;
+    Ok((api, pod_uids))
+}
 
-    println!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
-    println!("(server and load generator share the cores; raw rates are measured before and after each phase)");
-    let token_path = "/api/v1/namespaces/bench/serviceaccounts/bench/token";
-    let token_body = |i: usize| {
-        json!({
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "audiences": ["registry.example"],
-                "expirationSeconds": 3600,
-                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": pod_uids[i]},
-            },
-        })
-        .to_string()
-    };
-    let sign = Raw::measure(cores, phase, RawOp::Sign)?;
-    let requests = run_phase(&api, clients, phase, |i| (token_path, token_body(i)), b"\"token\":\"").await?;
-    let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
-    sign.print("sign");
-    requests.print("TokenRequest (pod-bound)", "tokens", &sign, "sign");
+const TOKEN_PATH: &str = "/api/v1/namespaces/bench/serviceaccounts/bench/token";
+const REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 
-    // TokenReview: every client reviews its own pod-bound token.
-    let mut tokens = Vec::with_capacity(clients);
+/// A TokenRequest for a token bound to pod `i`.
+fn token_body(i: usize, pod_uid: &str) -> String {
+    json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": ["registry.example"],
+            "expirationSeconds": 3600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": pod_uid},
+        },
+    })
+    .to_string()
+}
+
+/// Measures TokenReviews of one pod-bound token per client.
+async fn review_phase(api: &Api, pod_uids: &[String], phase: Duration, cores: usize) -> Result<(Phase, Raw)> {
+    let mut tokens = Vec::with_capacity(pod_uids.len());
     let mut conn = api.connect().await?;
-    for i in 0..clients {
-        let answer = api.post(&mut conn, token_path, &token_body(i)).await?;
+    for (i, uid) in pod_uids.iter().enumerate() {
+        let answer = api.post(&mut conn, TOKEN_PATH, &token_body(i, uid)).await?;
         let token = answer.pointer("/status/token").and_then(Value::as_str).context("TokenRequest without a token")?;
         tokens.push(token.to_owned());
     }
     let verify = Raw::measure(cores, phase, RawOp::Verify)?;
     let reviews = run_phase(
-        &api,
-        clients,
+        api,
+        pod_uids.len(),
         phase,
         |i| {
             let body = json!({
@@ -160,14 +175,45 @@ async fn drive(data_dir: &std::path::Path, clients: usize, phase: Duration, core
                 "kind": "TokenReview",
                 "spec": {"token": tokens[i], "audiences": ["registry.example"]},
             });
-            ("/apis/authentication.k8s.io/v1/tokenreviews", body.to_string())
+            (REVIEW_PATH, body.to_string())
         },
         b"\"authenticated\":true",
     )
     .await?;
-    let verify = verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?);
+    Ok((reviews, verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?)))
+}
+
+async fn drive(
+    data_dir: &std::path::Path,
+    clients: usize,
+    phase: Duration,
+    cores: usize,
+    only: Option<Only>,
+) -> Result<()> {
+    println!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
+    println!("(server and load generator share the cores; raw rates are measured before and after each phase)");
+    if only != Some(Only::Reviews) {
+        let (api, pod_uids) = start(&data_dir.join("requests"), clients, DEFAULT_SUCCESS_TTL).await?;
+        let sign = Raw::measure(cores, phase, RawOp::Sign)?;
+        let requests =
+            run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
+        let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
+        sign.print("sign");
+        requests.print("TokenRequest (pod-bound)", "tokens", &sign, "sign");
+    }
+    if only == Some(Only::Requests) {
+        return Ok(());
+    }
+    // Every review verified: the success cache off, so each one checks the signature and
+    // looks up the service account, pod and node.
+    let (api, pod_uids) = start(&data_dir.join("reviews-uncached"), clients, Duration::ZERO).await?;
+    let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
     verify.print("verify");
-    reviews.print("TokenReview (pod-bound)", "reviews", &verify, "verify");
+    reviews.print("TokenReview (verified)", "reviews", &verify, "verify");
+    // As deployed: kube-apiserver's 10 s success cache answers repeated reviews of a token.
+    let (api, pod_uids) = start(&data_dir.join("reviews-cached"), clients, DEFAULT_SUCCESS_TTL).await?;
+    let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
+    reviews.print("TokenReview (10 s cache)", "reviews", &verify, "verify");
     Ok(())
 }
 

@@ -29,8 +29,8 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
-async fn get_object(state: &AppState, key: ObjectKey) -> Result<Value, ApiError> {
-    Ok(state.store.get(&key).await?.object)
+async fn get_object(state: &AppState, key: ObjectKey) -> Result<std::sync::Arc<crate::store::Stored>, ApiError> {
+    Ok(state.store.get_shared(&key).await?)
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
@@ -55,7 +55,8 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         ));
     }
     // 2. the service account, and the request's UID guard.
-    let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
+    let sa_stored = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
+    let sa = &sa_stored.object;
     let sa_uid = str_at(&sa, "/metadata/uid").to_owned();
     let req_uid = str_at(&body, "/metadata/uid");
     if !req_uid.is_empty() && req_uid != sa_uid {
@@ -125,7 +126,8 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         };
         match (api_version, kind) {
             ("v1", "Pod") => {
-                let pod = get_object(state, ObjectKey::namespaced("pods", ns, name)).await?;
+                let pod_stored = get_object(state, ObjectKey::namespaced("pods", ns, name)).await?;
+                let pod = &pod_stored.object;
                 if str_at(&pod, "/spec/serviceAccountName") != sa_name {
                     return Err(ApiError::bad_request(format!(
                         "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
@@ -146,7 +148,8 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
                 }
             }
             ("v1", "Secret") => {
-                let secret = get_object(state, ObjectKey::namespaced("secrets", ns, name)).await?;
+                let secret_stored = get_object(state, ObjectKey::namespaced("secrets", ns, name)).await?;
+                let secret = &secret_stored.object;
                 let secret_uid = str_at(&secret, "/metadata/uid");
                 if !uid.is_empty() && uid != secret_uid {
                     return Err(uid_conflict(secret_uid));
@@ -159,7 +162,8 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
                         "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
                     ));
                 }
-                let node = get_object(state, ObjectKey::cluster("nodes", name)).await?;
+                let node_stored = get_object(state, ObjectKey::cluster("nodes", name)).await?;
+                let node = &node_stored.object;
                 let node_uid = str_at(&node, "/metadata/uid");
                 if !uid.is_empty() && uid != node_uid {
                     return Err(uid_conflict(node_uid));
@@ -237,11 +241,17 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
         json!({"authenticated": true, "user": {"username": user.name, "uid": user.uid, "groups": user.groups},
                "audiences": requested.clone().unwrap_or_else(|| state.api_audiences.clone())})
     } else {
-        match state.authenticator.authenticate(&token, requested.as_deref(), &lookup, now_unix()).await {
-            Ok(a) => {
+        let cached = state.token_cache.get(&token, requested.as_deref());
+        let now = now_unix();
+        let result = match cached {
+            Some(a) => Ok(a),
+            None => state.authenticator.authenticate(&token, requested.as_deref(), &lookup, now).await.map(|a| {
                 state.count_token_use(&a);
-                json!({"authenticated": true, "user": a.user, "audiences": a.audiences})
-            }
+                state.token_cache.insert(&token, requested.as_deref(), a, now)
+            }),
+        };
+        match result {
+            Ok(a) => json!({"authenticated": true, "user": a.user, "audiences": a.audiences}),
             Err(e) if e.is_not_mine() => json!({"authenticated": false, "error": "invalid bearer token"}),
             Err(e) => json!({"authenticated": false, "error": format!("[invalid bearer token, {e}]")}),
         }
