@@ -395,6 +395,74 @@ fn max_token_expiration_shortens_requests_with_a_warning() {
 }
 
 #[test]
+fn token_request_uid_validation_gate_refuses_or_warns() {
+    // on (the default): a stale service-account UID is a 409 worded as upstream's
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let stale = serde_json::json!({"metadata": {"uid": "stale-uid"}, "spec": {"audiences": ["a"]}});
+    let resp = client(dir.path())
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(admin_token(dir.path()))
+        .json(&stale)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 409);
+    let status: serde_json::Value = resp.json().unwrap();
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "Operation cannot be fulfilled on TokenRequest.authentication.k8s.io \"default\": the UID in the token request (stale-uid) does not match the UID of the service account ("
+        ),
+        "{message}"
+    );
+    assert_eq!(status["reason"], "Conflict");
+    drop(s);
+
+    // off: served, with upstream's warning and audit annotation
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.log");
+    let s = start(
+        dir.path(),
+        &[
+            "--feature-gates",
+            "TokenRequestServiceAccountUIDValidation=false",
+            "--audit-log-path",
+            log.to_str().unwrap(),
+        ],
+    );
+    let resp = client(dir.path())
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(admin_token(dir.path()))
+        .json(&stale)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let warning = resp.headers().get("warning").unwrap().to_str().unwrap().to_owned();
+    assert!(
+        warning.starts_with(
+            r#"299 - "the UID in the token request (stale-uid) does not match the UID of the service account ("#
+        ),
+        "{warning}"
+    );
+    assert!(warning.ends_with(r#"but TokenRequestServiceAccountUIDValidation is not enabled. In the future, this will return a conflict error""#), "{warning}");
+    let body: serde_json::Value = resp.json().unwrap();
+    assert_eq!(body["metadata"]["uid"], "stale-uid", "the answer echoes the request's UID, as upstream");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let annotation = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let found = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find_map(|e| {
+            e["annotations"]["authentication.k8s.io/token-request-uid-mismatch"].as_str().map(str::to_owned)
+        });
+        if let Some(a) = found {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no audit annotation in {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(annotation.starts_with("the UID in the token request (stale-uid) does not match"), "{annotation}");
+}
+
+#[test]
 fn automounted_token_requests_get_extended_expiration_and_warnafter() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -516,4 +584,26 @@ fn node_bound_token_fails_after_the_node_is_deleted() {
     assert_eq!(resp.status().as_u16(), 200);
     let review = review_until_refused(&s, &token, "a");
     assert!(review["status"]["error"].as_str().unwrap().contains("service account token has been invalidated"));
+}
+
+#[test]
+fn bench_apiserver_runs_and_reports_ratios() {
+    // A smoke run: the bench must keep working; its figures are read by people, not asserted.
+    let out =
+        Command::new(PODPASS).args(["bench", "apiserver", "--clients", "2", "--seconds", "0.3"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "raw ES256 sign",
+        "TokenRequest (pod-bound)",
+        "raw ES256 verify",
+        "TokenReview (verified)",
+        "TokenReview (10 s cache)",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
+    assert!(stdout.contains("x raw sign on"), "{stdout}");
+    let out = Command::new(PODPASS).args(["bench", "apiserver", "--clients", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--clients"));
 }

@@ -3,6 +3,7 @@
 //! Today: [`store`], the object store (embedded on `redb`; etcd arrives with the RBAC
 //! issue). The REST layer, token issuance and review build on it.
 
+pub mod field;
 pub mod files;
 pub mod pki;
 pub mod server;

@@ -179,6 +179,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         token_auth_file: f.token_auth_file,
         extend_token_expiration: f.service_account_extend_token_expiration,
         audit_log_path: f.audit_log_path,
+        token_request_uid_validation: gates.enabled(Feature::TokenRequestServiceAccountUIDValidation),
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {

@@ -44,6 +44,7 @@ impl AuditLog {
     }
 }
 
-/// Attached to a response whose handler issued a credential (`JTI=<jti>`).
-#[derive(Debug, Clone)]
-pub struct IssuedCredential(pub String);
+/// Audit annotations a handler attaches to its response (e.g.
+/// `authentication.k8s.io/issued-credential-id` = `JTI=<jti>`).
+#[derive(Debug, Clone, Default)]
+pub struct Annotations(pub std::collections::BTreeMap<String, String>);

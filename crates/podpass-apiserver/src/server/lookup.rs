@@ -1,5 +1,6 @@
 //! Bound-object lookups for token validation, answered from the store.
 
+use crate::field::Field;
 use podpass_token::{BoundObject, BoundObjectLookup, LookupError};
 use serde_json::Value;
 
@@ -14,11 +15,8 @@ pub struct StoreLookup<'a> {
 
 fn bound(object: &Value) -> BoundObject {
     BoundObject {
-        uid: object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        deletion_timestamp: object
-            .pointer("/metadata/deletionTimestamp")
-            .and_then(Value::as_str)
-            .and_then(parse_rfc3339),
+        uid: object.field("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        deletion_timestamp: object.field("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(parse_rfc3339),
     }
 }
 

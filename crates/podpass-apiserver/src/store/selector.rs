@@ -1,6 +1,7 @@
 //! Label and field selectors as the API server evaluates them
 //! (k8s.io/apimachinery `labels.Parse` and `fields.ParseSelector`).
 
+use crate::field::Field;
 use std::collections::BTreeSet;
 
 use serde_json::Value;
@@ -128,7 +129,7 @@ impl LabelSelector {
 
     /// Whether an object (its `metadata.labels`) is selected.
     pub fn matches(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
+        let labels = object.field("/metadata/labels");
         self.requirements.iter().all(|(key, op)| {
             let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
             match op {

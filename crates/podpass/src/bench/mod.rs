@@ -123,6 +123,7 @@ async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Res
         extend_token_expiration: true,
         max_token_expiration: None,
         audit_log_path: None,
+        token_request_uid_validation: true,
         token_success_cache_ttl: ttl,
     };
     // The server task lives as long as the runtime: the bench process ends with it.

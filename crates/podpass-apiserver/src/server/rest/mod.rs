@@ -9,6 +9,7 @@ pub mod resources;
 mod token;
 mod watch;
 
+use crate::field::Field;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -257,7 +258,7 @@ async fn update(
 ) -> Result<Response, ApiError> {
     let k = key(res, ns, name);
     let current = state.store.get(&k).await?;
-    let expected = match object.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+    let expected = match object.field("/metadata/resourceVersion").and_then(Value::as_str) {
         Some(rv) => {
             Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
         }
@@ -310,7 +311,7 @@ async fn patch(
             object["status"] = status;
         }
         // A patch carrying a resourceVersion is a precondition; otherwise the current one.
-        let expected = match patch.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+        let expected = match patch.field("/metadata/resourceVersion").and_then(Value::as_str) {
             Some(rv) => {
                 rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?
             }
@@ -320,7 +321,7 @@ async fn patch(
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => return Ok(json_response(StatusCode::OK, updated.object)),
             Err(StoreError::Conflict { .. })
-                if attempt < PATCH_RETRIES && patch.pointer("/metadata/resourceVersion").is_none() =>
+                if attempt < PATCH_RETRIES && patch.field("/metadata/resourceVersion").is_none() =>
             {
                 attempt += 1;
             }
@@ -349,20 +350,20 @@ async fn delete(
     if res.plural == "pods" {
         // Graceful deletion: a pod bound to a node is marked and removed after its grace
         // period (or when deleted again with 0); an unscheduled pod goes at once.
-        let scheduled = current.object.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let scheduled = current.object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
         let grace = grace_period(query, body)
-            .or_else(|| current.object.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+            .or_else(|| current.object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
             .unwrap_or(DEFAULT_GRACE_SECONDS)
             .max(0);
         if scheduled && grace > 0 {
-            if current.object.pointer("/metadata/deletionTimestamp").is_some() {
+            if current.object.field("/metadata/deletionTimestamp").is_some() {
                 return Ok(json_response(StatusCode::OK, current.object));
             }
             let mut marked = current.object.clone();
             marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix() + grace));
             marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
             let updated = state.store.update(&k, marked, Some(current.revision)).await?;
-            schedule_removal(Arc::clone(state), k, updated.object.pointer("/metadata/uid").cloned(), grace);
+            schedule_removal(Arc::clone(state), k, updated.object.field("/metadata/uid").cloned(), grace);
             return Ok(json_response(StatusCode::OK, updated.object));
         }
     }
@@ -370,7 +371,7 @@ async fn delete(
         // Upstream's namespace controller empties the namespace, then removes it.
         for r in RESOURCES.iter().filter(|r| r.namespaced && r.stored) {
             for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
-                if let Some(n) = item.pointer("/metadata/name").and_then(Value::as_str) {
+                if let Some(n) = item.field("/metadata/name").and_then(Value::as_str) {
                     match state.store.delete(&ObjectKey::namespaced(r.plural, name, n), None).await {
                         Ok(_) | Err(StoreError::NotFound { .. }) => {}
                         Err(e) => return Err(e.into()),
@@ -389,7 +390,7 @@ pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
         if let Ok(current) = state.store.get(&key).await
-            && current.object.pointer("/metadata/uid") == uid.as_ref()
+            && current.object.field("/metadata/uid") == uid.as_ref()
         {
             let _ = state.store.delete(&key, Some(current.revision)).await;
         }
@@ -418,20 +419,20 @@ pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<()
     let now = podpass_token::now_unix();
     for pod in state.store.list("pods", None, &ListOptions::default()).await?.items {
         let Some(at) =
-            pod.pointer("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(crate::time::parse_rfc3339)
+            pod.field("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(crate::time::parse_rfc3339)
         else {
             continue;
         };
         let (Some(ns), Some(name)) = (
-            pod.pointer("/metadata/namespace").and_then(Value::as_str),
-            pod.pointer("/metadata/name").and_then(Value::as_str),
+            pod.field("/metadata/namespace").and_then(Value::as_str),
+            pod.field("/metadata/name").and_then(Value::as_str),
         ) else {
             continue;
         };
         schedule_removal(
             Arc::clone(state),
             ObjectKey::namespaced("pods", ns, name),
-            pod.pointer("/metadata/uid").cloned(),
+            pod.field("/metadata/uid").cloned(),
             (at - now).max(0),
         );
     }

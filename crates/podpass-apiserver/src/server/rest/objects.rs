@@ -2,6 +2,7 @@
 //! and the admission steps users rely on (namespace must exist, ServiceAccount admission
 //! for pods, per-namespace defaults).
 
+use crate::field::Field;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
 use serde_json::{Value, json};
@@ -175,7 +176,7 @@ pub fn api_access_volume(name: &str) -> Value {
 /// `Pending`.
 pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiError> {
     let automount = pod
-        .pointer("/spec/automountServiceAccountToken")
+        .field("/spec/automountServiceAccountToken")
         .and_then(Value::as_bool)
         .or_else(|| service_account.get("automountServiceAccountToken").and_then(Value::as_bool))
         .unwrap_or(true);
@@ -212,7 +213,7 @@ pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiErro
 /// The service account a pod runs as (defaulting `spec.serviceAccountName` to `default`).
 pub fn pod_service_account(pod: &mut Value) -> String {
     let name = pod
-        .pointer("/spec/serviceAccountName")
+        .field("/spec/serviceAccountName")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .unwrap_or("default")

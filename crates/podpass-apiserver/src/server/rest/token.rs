@@ -1,6 +1,7 @@
 //! `serviceaccounts/token` (TokenRequest), `tokenreviews` and `selfsubjectaccessreviews`
 //! (pkg/registry/core/serviceaccount/storage/token.go and friends).
 
+use crate::field::Field;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -57,20 +58,27 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
     // 2. the service account, and the request's UID guard.
     let sa_stored = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
     let sa = &sa_stored.object;
-    let sa_uid = str_at(&sa, "/metadata/uid").to_owned();
-    let req_uid = str_at(&body, "/metadata/uid");
+    let sa_uid = str_at(sa, "/metadata/uid").to_owned();
+    let req_uid = str_at(&body, "/metadata/uid").to_owned();
+    let mut warnings = Vec::new();
+    let mut annotations = crate::server::audit::Annotations::default();
     if !req_uid.is_empty() && req_uid != sa_uid {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "the UID in the token request ({req_uid}) does not match the UID of the service account ({sa_uid})"
-            ),
+        let mismatch = format!(
+            "the UID in the token request ({req_uid}) does not match the UID of the service account ({sa_uid})"
+        );
+        if state.token_request_uid_validation {
+            return Err(conflict(sa_name, &mismatch));
+        }
+        warnings.push(format!(
+            "{mismatch} but TokenRequestServiceAccountUIDValidation is not enabled. In the future, this will return a conflict error"
         ));
+        annotations.0.insert("authentication.k8s.io/token-request-uid-mismatch".into(), mismatch);
     }
+    // As upstream: the answer carries the request's UID, else the service account's.
+    let response_uid = if req_uid.is_empty() { sa_uid.clone() } else { req_uid };
     // 3-4. audiences and expiry, with defaults and bounds.
     let mut audiences: Vec<String> = body
-        .pointer("/spec/audiences")
+        .field("/spec/audiences")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
@@ -78,7 +86,7 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         audiences = state.api_audiences.clone();
     }
     let mut expiration =
-        body.pointer("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+        body.field("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     if expiration < MIN_EXPIRATION_SECONDS {
         return Err(invalid(
             sa_name,
@@ -96,11 +104,10 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         ));
     }
     // 6. --service-account-max-token-expiration clamps, with a warning to the client.
-    let mut warning = None;
     if let Some(max) = state.max_token_expiration
         && expiration > max
     {
-        warning = Some(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
+        warnings.push(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
         expiration = max;
     }
     // 5. the bound object.
@@ -111,15 +118,14 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
         expiration_seconds: expiration,
         ..TokenRequest::default()
     };
-    let bound = body.pointer("/spec/boundObjectRef").cloned().filter(|b| b.is_object());
+    let bound = body.field("/spec/boundObjectRef").cloned().filter(|b| b.is_object());
     if let Some(bound) = &bound {
         let (kind, api_version, name, uid) =
             (str_at(bound, "/kind"), str_at(bound, "/apiVersion"), str_at(bound, "/name"), str_at(bound, "/uid"));
         let uid_conflict = |_actual: &str| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "Conflict",
-                format!(
+            conflict(
+                name,
+                &format!(
                     "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
                 ),
             )
@@ -128,17 +134,17 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
             ("v1", "Pod") => {
                 let pod_stored = get_object(state, ObjectKey::namespaced("pods", ns, name)).await?;
                 let pod = &pod_stored.object;
-                if str_at(&pod, "/spec/serviceAccountName") != sa_name {
+                if str_at(pod, "/spec/serviceAccountName") != sa_name {
                     return Err(ApiError::bad_request(format!(
                         "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
                     )));
                 }
-                let pod_uid = str_at(&pod, "/metadata/uid");
+                let pod_uid = str_at(pod, "/metadata/uid");
                 if !uid.is_empty() && uid != pod_uid {
                     return Err(uid_conflict(pod_uid));
                 }
                 request.pod = Some(ObjectRef::new(name, pod_uid));
-                let node_name = str_at(&pod, "/spec/nodeName");
+                let node_name = str_at(pod, "/spec/nodeName");
                 if state.features.pod_node_info && !node_name.is_empty() {
                     request.node = match state.store.get(&ObjectKey::cluster("nodes", node_name)).await {
                         Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
@@ -150,7 +156,7 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
             ("v1", "Secret") => {
                 let secret_stored = get_object(state, ObjectKey::namespaced("secrets", ns, name)).await?;
                 let secret = &secret_stored.object;
-                let secret_uid = str_at(&secret, "/metadata/uid");
+                let secret_uid = str_at(secret, "/metadata/uid");
                 if !uid.is_empty() && uid != secret_uid {
                     return Err(uid_conflict(secret_uid));
                 }
@@ -164,7 +170,7 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
                 }
                 let node_stored = get_object(state, ObjectKey::cluster("nodes", name)).await?;
                 let node = &node_stored.object;
-                let node_uid = str_at(&node, "/metadata/uid");
+                let node_uid = str_at(node, "/metadata/uid");
                 if !uid.is_empty() && uid != node_uid {
                     return Err(uid_conflict(node_uid));
                 }
@@ -210,27 +216,37 @@ pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value
     let response = json!({
         "kind": "TokenRequest",
         "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"name": sa_name, "namespace": ns, "creationTimestamp": format_rfc3339(now)},
+        "metadata": {"name": sa_name, "namespace": ns, "uid": response_uid, "creationTimestamp": format_rfc3339(now)},
         "spec": spec,
         "status": {"token": minted.token.clone(), "expirationTimestamp": format_rfc3339(now + expiration)},
     });
     let mut resp = (StatusCode::CREATED, Json(response)).into_response();
     if let Some(jti) = minted.jti {
-        resp.extensions_mut().insert(crate::server::audit::IssuedCredential(format!("JTI={jti}")));
+        annotations.0.insert("authentication.k8s.io/issued-credential-id".into(), format!("JTI={jti}"));
     }
-    if let Some(w) = warning
-        && let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}"))
-    {
-        resp.headers_mut().insert("warning", value);
+    resp.extensions_mut().insert(annotations);
+    for w in warnings {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            resp.headers_mut().append("warning", value);
+        }
     }
     Ok(resp)
+}
+
+/// A 409 as `errors.NewConflict` words it for TokenRequest.
+fn conflict(name: &str, detail: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!("Operation cannot be fulfilled on TokenRequest.authentication.k8s.io {name:?}: {detail}"),
+    )
 }
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
 pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError> {
     let token = str_at(&body, "/spec/token").to_owned();
     let requested: Option<Vec<String>> = body
-        .pointer("/spec/audiences")
+        .field("/spec/audiences")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .filter(|a: &Vec<String>| !a.is_empty());
