@@ -1,7 +1,13 @@
 //! Wire and configuration types of the kubelet and kube-apiserver that `k8s-openapi` does
-//! not carry, with their validation. It grows with the node agent; today it holds the
-//! `--feature-gates` parser every podpass component shares.
+//! not carry, with their validation: `--feature-gates`, Go durations, the credential
+//! provider config and exec protocol, image URL matching, and apimachinery-worded field
+//! errors.
 
+pub mod credential_provider;
+pub mod duration;
 pub mod feature_gate;
+pub mod image_url;
+pub mod validation;
 
+pub use duration::GoDuration;
 pub use feature_gate::{Feature, FeatureGateError, FeatureGates};

@@ -88,39 +88,9 @@ struct ServerFlags {
 
 /// A Go `time.Duration` string (`1h30m`, `90s`, `2h`) in whole seconds.
 fn parse_go_duration(s: &str) -> Result<i64, String> {
-    let err = || format!("invalid duration {s:?} (examples: 1h, 90m, 3600s)");
-    if s == "0" {
-        return Ok(0);
-    }
-    let (mut total, mut num) = (0f64, String::new());
-    let mut chars = s.chars().peekable();
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let mut unit = c.to_string();
-        if c == 'm' && chars.peek() == Some(&'s') {
-            unit.push('s');
-            chars.next();
-        }
-        let value: f64 = num.parse().map_err(|_| err())?;
-        num.clear();
-        total += value
-            * match unit.as_str() {
-                "h" => 3600.0,
-                "m" => 60.0,
-                "s" => 1.0,
-                "ms" => 0.001,
-                _ => return Err(err()),
-            };
-        any = true;
-    }
-    if !num.is_empty() || !any {
-        return Err(err());
-    }
-    Ok(total as i64)
+    podpass_api::GoDuration::parse(s)
+        .map(|d| d.0 / 1_000_000_000)
+        .map_err(|e| format!("{e} (examples: 1h, 90m, 3600s)"))
 }
 
 pub fn run(args: ApiserverArgs) -> ExitCode {

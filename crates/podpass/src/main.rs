@@ -6,6 +6,7 @@
 
 mod apiserver;
 mod bench;
+mod node;
 mod token;
 
 use std::process::ExitCode;
@@ -35,6 +36,9 @@ enum Command {
     /// Service-account tokens: generate keys, mint, publish JWKS, verify, decode.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Node agent tools: credential provider config checks and lookups.
+    #[command(subcommand)]
+    Node(node::NodeCommand),
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
+        Command::Node(cmd) => node::run(cmd),
         Command::Bench(cmd) => match bench::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
