@@ -1,0 +1,50 @@
+//! The kubelet's keyring for one pod (`MakeDockerKeyring` + the external provider keyring):
+//! pull-secret credentials first, then every provider's answer in config order, then the
+//! node-wide docker config; each credential tracked with its source.
+
+use super::docker_config::{DockerConfig, PullSecret};
+use super::keyring::{CredentialSource, Keyring, TrackedAuth};
+use super::provider::{PluginProvider, PodIdentity, ProviderReport};
+
+/// Everything found for one image.
+#[derive(Debug, Clone, Default)]
+pub struct Lookup {
+    /// Credentials to try, in order.
+    pub credentials: Vec<TrackedAuth>,
+    /// What each provider did.
+    pub providers: Vec<ProviderReport>,
+}
+
+/// Credentials for `image` pulled for `pod`.
+pub async fn lookup(
+    image: &str,
+    pod: Option<&PodIdentity>,
+    pull_secrets: &[PullSecret],
+    providers: &[PluginProvider],
+    node_config: &DockerConfig,
+) -> Lookup {
+    let mut out = Lookup::default();
+    let mut secrets = Keyring::new();
+    for s in pull_secrets {
+        let source =
+            CredentialSource::Secret { namespace: s.namespace.clone(), name: s.name.clone(), uid: s.uid.clone() };
+        secrets.add(&s.config, &source);
+    }
+    out.credentials.extend(secrets.lookup(image));
+
+    let mut provided = Keyring::new();
+    for provider in providers {
+        let p = provider.provide(image, pod).await;
+        let source = p.service_account.map_or(CredentialSource::NodeWide, |(namespace, name, uid)| {
+            CredentialSource::ServiceAccount { namespace, name, uid }
+        });
+        provided.add(&p.config, &source);
+        out.providers.push(p.report);
+    }
+    out.credentials.extend(provided.lookup(image));
+
+    let mut node = Keyring::new();
+    node.add(node_config, &CredentialSource::NodeWide);
+    out.credentials.extend(node.lookup(image));
+    out
+}

@@ -1,0 +1,375 @@
+//! One credential provider plugin as the kubelet runs it (plugin.go `pluginProvider.provide`):
+//! image matching, service-account token mode, cache lookups by image, registry and global
+//! key, a single exec shared by concurrent identical lookups, the echoed-token rule, and
+//! caching by the response's key type and duration. Unlike upstream, every provider that
+//! matched but yielded nothing says why ([`ProviderReport::skip_reason`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use podpass_api::credential_provider::{
+    CacheKeyType, CredentialProvider, CredentialProviderRequest, CredentialProviderResponse,
+};
+use podpass_api::image_url::urls_match_str;
+use serde::Serialize;
+use tokio::sync::OnceCell;
+
+use super::cache::{CredentialCache, ServiceAccountKey, cache_key, service_account_key, single_flight_key};
+use super::docker_config::{DockerConfig, DockerConfigEntry};
+use super::exec::{ExecError, PLUGIN_TIMEOUT, exec_plugin};
+use super::metrics::{CredentialMetrics, PluginLabels};
+
+/// A boxed future (the source trait stays dyn-compatible).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The pod an image is pulled for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodIdentity {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// `spec.serviceAccountName` (empty for static pods).
+    pub service_account: String,
+}
+
+/// A service account as the provider needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServiceAccountInfo {
+    /// UID.
+    pub uid: String,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Reads service accounts and requests pod-bound tokens from the API server.
+pub trait ServiceAccountSource: Send + Sync {
+    /// The service account `namespace/name`.
+    fn service_account<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ServiceAccountInfo, String>>;
+
+    /// A token for the service account (guarded by its UID) with `audience`, bound to the
+    /// pod; the server's default expiry.
+    fn token<'a>(
+        &'a self,
+        pod: &'a PodIdentity,
+        service_account_uid: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>>;
+}
+
+/// What a provider did for one lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderReport {
+    /// Provider name.
+    pub name: String,
+    /// The image matched one of its `matchImages`.
+    pub matched: bool,
+    /// The plugin was executed for this lookup (not a cache hit, not shared).
+    pub ran: bool,
+    /// Answered from the cache.
+    pub cache_hit: bool,
+    /// Why a matching provider yielded no credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
+    /// The response's cache key type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_key_type: Option<String>,
+    /// `namespace/name` of the service account whose token was sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<String>,
+    /// Patterns credentials were returned for.
+    pub auth: Vec<String>,
+}
+
+/// Credentials a provider returned, with the service account they were obtained for.
+#[derive(Debug, Clone, Default)]
+pub struct Provided {
+    /// Credentials by pattern.
+    pub config: DockerConfig,
+    /// (namespace, name, uid) when a service account was used.
+    pub service_account: Option<(String, String, String)>,
+    /// What happened.
+    pub report: ProviderReport,
+}
+
+type Flight = Arc<OnceCell<Arc<Result<CredentialProviderResponse, ExecError>>>>;
+
+/// One registered provider.
+pub struct PluginProvider {
+    config: CredentialProvider,
+    bin_dir: PathBuf,
+    sa_token_feature: bool,
+    source: Option<Arc<dyn ServiceAccountSource>>,
+    cache: CredentialCache,
+    inflight: Mutex<HashMap<Vec<u8>, Flight>>,
+    metrics: CredentialMetrics,
+    timeout: Duration,
+    execs: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginProvider").field("name", &self.config.name).finish_non_exhaustive()
+    }
+}
+
+/// `sha256:<hex>` of a token (empty for no token).
+pub fn token_hash(token: &str) -> String {
+    if token.is_empty() {
+        return String::new();
+    }
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+    format!("sha256:{}", data_encoding::HEXLOWER.encode(digest.as_ref()))
+}
+
+/// `parseRegistry`: the text before the first `/`.
+fn registry_of(image: &str) -> &str {
+    image.split_once('/').map_or(image, |(r, _)| r)
+}
+
+impl PluginProvider {
+    /// A provider for a validated config entry. `source` serves service-account mode.
+    pub fn new(
+        config: CredentialProvider,
+        bin_dir: PathBuf,
+        sa_token_feature: bool,
+        source: Option<Arc<dyn ServiceAccountSource>>,
+        metrics: CredentialMetrics,
+    ) -> Self {
+        Self {
+            config,
+            bin_dir,
+            sa_token_feature,
+            source,
+            cache: CredentialCache::default(),
+            inflight: Mutex::new(HashMap::new()),
+            metrics,
+            timeout: PLUGIN_TIMEOUT,
+            execs: AtomicU64::new(0),
+        }
+    }
+
+    /// Overrides the one-minute exec timeout (tests).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Provider name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// How many times the plugin has been executed.
+    pub fn exec_count(&self) -> u64 {
+        self.execs.load(Ordering::Relaxed)
+    }
+
+    /// Credentials for `image` pulled for `pod` (None: no pod, e.g. a node-level pull).
+    pub async fn provide(&self, image: &str, pod: Option<&PodIdentity>) -> Provided {
+        let mut report = ProviderReport { name: self.config.name.clone(), ..Default::default() };
+        report.matched = self.config.match_images.iter().any(|m| urls_match_str(m, image));
+        if !report.matched {
+            return Provided { report, ..Default::default() };
+        }
+        let skip = |mut report: ProviderReport, reason: String| {
+            tracing::info!(provider = %report.name, image, reason = %reason, "credential provider yielded no credentials");
+            report.skip_reason = Some(reason);
+            Provided { report, ..Default::default() }
+        };
+
+        let attributes = self
+            .config
+            .token_attributes
+            .as_ref()
+            .filter(|t| self.sa_token_feature && !t.service_account_token_audience.is_empty());
+        let mut request = CredentialProviderRequest::new(&self.config.api_version, image);
+        let mut sa_key = Vec::new();
+        let mut coordinates = None;
+        let mut token = String::new();
+        if let Some(attributes) = attributes {
+            let sa_name = pod.map_or("", |p| p.service_account.as_str());
+            if sa_name.is_empty() {
+                if attributes.require_service_account.unwrap_or(true) {
+                    return skip(
+                        report,
+                        "the pod has no service account and the provider requires one (requireServiceAccount)".into(),
+                    );
+                }
+            } else if let (Some(pod), Some(source)) = (pod, &self.source) {
+                let sa = match source.service_account(&pod.namespace, sa_name).await {
+                    Ok(sa) => sa,
+                    Err(e) => return skip(report, format!("service account {}/{sa_name}: {e}", pod.namespace)),
+                };
+                for key in &attributes.required_service_account_annotation_keys {
+                    match sa.annotations.get(key) {
+                        Some(v) => {
+                            request.service_account_annotations.insert(key.clone(), v.clone());
+                        }
+                        None => return skip(report, format!("required annotation {key} not found")),
+                    }
+                }
+                for key in &attributes.optional_service_account_annotation_keys {
+                    if let Some(v) = sa.annotations.get(key) {
+                        request.service_account_annotations.insert(key.clone(), v.clone());
+                    }
+                }
+                token = match source.token(pod, &sa.uid, &attributes.service_account_token_audience).await {
+                    Ok(t) => t,
+                    Err(e) => return skip(report, format!("token request refused: {e}")),
+                };
+                let hash = token_hash(&token);
+                let key = ServiceAccountKey {
+                    namespace: &pod.namespace,
+                    name: sa_name,
+                    uid: &sa.uid,
+                    annotations: &request.service_account_annotations,
+                    token_hash: (attributes.cache_type == "Token").then_some(hash.as_str()),
+                };
+                sa_key = match service_account_key(&key) {
+                    Ok(k) => k,
+                    Err(e) => return skip(report, e.to_string()),
+                };
+                report.service_account = Some(format!("{}/{sa_name}", pod.namespace));
+                coordinates = Some((pod.namespace.clone(), sa_name.to_owned(), sa.uid.clone()));
+                request.service_account_token = token.clone();
+            } else {
+                return skip(report, "no API access to request a service-account token (--kubeconfig)".into());
+            }
+        }
+
+        // Cache: image, then registry, then global, under the same service-account part.
+        let now = Instant::now();
+        for base in [image, registry_of(image), "<global>"] {
+            let Ok(key) = cache_key(base, &sa_key) else { continue };
+            if let Some(hit) = self.cache.get(&key, now) {
+                report.cache_hit = true;
+                report.auth = hit.config.keys().cloned().collect();
+                return Provided { config: hit.config, service_account: hit.service_account.or(coordinates), report };
+            }
+        }
+
+        let flight_key = if token.is_empty() {
+            image.as_bytes().to_vec()
+        } else {
+            match single_flight_key(image, &token_hash(&token), &request.service_account_annotations) {
+                Ok(k) => k,
+                Err(e) => return skip(report, e.to_string()),
+            }
+        };
+        let (response, ran) = self.exec_shared(flight_key, &request).await;
+        report.ran = ran;
+        let response = match response.as_ref() {
+            Ok(r) => r,
+            Err(e) => {
+                let reason = match e {
+                    ExecError::Exec { code, stderr_line, .. } => format!(
+                        "plugin failed: {}{}",
+                        code.map_or_else(|| "timed out or killed".to_owned(), |c| format!("exit code {c}")),
+                        if stderr_line.is_empty() { String::new() } else { format!(": {stderr_line}") }
+                    ),
+                    other => format!("response rejected: {other}"),
+                };
+                return skip(report, reason);
+            }
+        };
+
+        let token_cache = attributes.is_some_and(|a| a.cache_type == "Token");
+        if !token.is_empty() && !token_cache && response.auth.values().any(|a| a.password == token) {
+            return skip(
+                report,
+                "response rejected: the plugin returned the service account token as the password, which is not allowed when the service account cache type is not 'Token'".into(),
+            );
+        }
+        report.cache_key_type = response.cache_key_type.clone();
+        let base = match response.cache_key_type() {
+            Some(CacheKeyType::Image) => image,
+            Some(CacheKeyType::Registry) => registry_of(image),
+            Some(CacheKeyType::Global) => "<global>",
+            None => {
+                return skip(
+                    report,
+                    format!(
+                        "response rejected: invalid cacheKeyType {:?}",
+                        response.cache_key_type.as_deref().unwrap_or("")
+                    ),
+                );
+            }
+        };
+        let config: DockerConfig = response
+            .auth
+            .iter()
+            .map(|(k, a)| {
+                (
+                    k.clone(),
+                    DockerConfigEntry {
+                        username: a.username.clone(),
+                        password: a.password.clone(),
+                        email: String::new(),
+                    },
+                )
+            })
+            .collect();
+        report.auth = config.keys().cloned().collect();
+        let ttl = match response.cache_duration {
+            Some(d) => d.to_std(),
+            None => self.config.default_cache_duration.and_then(|d| d.to_std()),
+        }
+        .unwrap_or_default();
+        if !ttl.is_zero()
+            && let Ok(key) = cache_key(base, &sa_key)
+        {
+            self.cache.insert(key, config.clone(), coordinates.clone(), now, ttl);
+        }
+        Provided { config, service_account: coordinates, report }
+    }
+
+    /// Runs the plugin, or waits for the identical run already in flight; returns the
+    /// answer and whether this caller ran it.
+    async fn exec_shared(
+        &self,
+        key: Vec<u8>,
+        request: &CredentialProviderRequest,
+    ) -> (Arc<Result<CredentialProviderResponse, ExecError>>, bool) {
+        let flight = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(inflight.entry(key.clone()).or_default())
+        };
+        let mut ran = false;
+        let result = flight
+            .get_or_init(|| async {
+                ran = true;
+                self.execs.fetch_add(1, Ordering::Relaxed);
+                let labels = PluginLabels { plugin_name: self.config.name.clone() };
+                let started = Instant::now();
+                let result = exec_plugin(&self.bin_dir, &self.config, request, self.timeout).await;
+                self.metrics.duration.get_or_create(&labels).observe(started.elapsed().as_secs_f64());
+                if let Err(e) = &result
+                    && e.is_exec_failure()
+                {
+                    self.metrics.errors.get_or_create(&labels).inc();
+                }
+                Arc::new(result)
+            })
+            .await
+            .clone();
+        // The flight is over: later lookups run (or hit the cache) afresh.
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if inflight.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+            inflight.remove(&key);
+        }
+        (result, ran)
+    }
+}

@@ -1,0 +1,5 @@
+//! The podpass node agent: image credentials for a pod, from exec credential provider
+//! plugins fed with that pod's service-account token (KEP-4412), pull secrets and node-wide
+//! docker config, assembled into a keyring as the kubelet does.
+
+pub mod credential;
