@@ -2,4 +2,6 @@
 //! plugins fed with that pod's service-account token (KEP-4412), pull secrets and node-wide
 //! docker config, assembled into a keyring as the kubelet does.
 
+pub mod api;
 pub mod credential;
+pub mod token;

@@ -1,0 +1,189 @@
+//! The node agent's view of the Kubernetes API, through kube-rs with a kubeconfig: pods,
+//! service accounts, and pod-bound TokenRequests through the [`TokenManager`]. The same code
+//! works against `podpass apiserver` and a real cluster.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use thiserror::Error;
+
+use crate::credential::provider::BoxFuture;
+use crate::credential::{PodIdentity, ServiceAccountInfo, ServiceAccountSource};
+use crate::token::{IssuedToken, TokenFetcher, TokenKey, TokenManager};
+
+/// The API could not be reached or refused.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// The kubeconfig is unusable.
+    #[error("kubeconfig {path}: {reason}")]
+    Kubeconfig {
+        /// Its path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A request failed.
+    #[error("{0}")]
+    Request(String),
+}
+
+/// The API's own message for a failed request (the `Status` message when there is one).
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A client for the cluster a kubeconfig names (its current context).
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiError> {
+    let err = |reason: String| ApiError::Kubeconfig { path: path.display().to_string(), reason };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| err(e.to_string()))
+}
+
+/// A pod as the credential lookup needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    /// Identity (namespace, name, uid, service account).
+    pub identity: PodIdentity,
+    /// `spec.imagePullSecrets` names.
+    pub pull_secrets: Vec<String>,
+}
+
+/// Reads `namespace/name`.
+pub async fn get_pod(client: &kube::Client, namespace: &str, name: &str) -> Result<PodInfo, ApiError> {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| ApiError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+    let spec = pod.spec.unwrap_or_default();
+    Ok(PodInfo {
+        identity: PodIdentity {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            uid: pod.metadata.uid.unwrap_or_default(),
+            service_account: spec.service_account_name.unwrap_or_default(),
+        },
+        pull_secrets: spec.image_pull_secrets.unwrap_or_default().into_iter().map(|r| r.name).collect(),
+    })
+}
+
+/// Reads a Secret as the manifest text `kubectl get secret -o json` prints.
+pub async fn get_secret_manifest(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| ApiError::Request(format!("secret {namespace}/{name}: {}", message(&e))))?;
+    let mut value = serde_json::to_value(&secret).map_err(|e| ApiError::Request(e.to_string()))?;
+    value["kind"] = "Secret".into();
+    serde_json::to_vec(&value).map_err(|e| ApiError::Request(e.to_string()))
+}
+
+/// TokenRequests through kube-rs.
+#[derive(Clone)]
+pub struct KubeTokenFetcher {
+    client: kube::Client,
+}
+
+impl TokenFetcher for KubeTokenFetcher {
+    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+        Box::pin(async move {
+            let request = TokenRequest {
+                metadata: ObjectMeta {
+                    uid: (!key.service_account_uid.is_empty()).then(|| key.service_account_uid.clone()),
+                    ..Default::default()
+                },
+                spec: TokenRequestSpec {
+                    audiences: key.audiences.clone(),
+                    expiration_seconds: (key.expiration_seconds > 0).then_some(key.expiration_seconds),
+                    bound_object_ref: key.bound.as_ref().map(|(kind, name, uid)| BoundObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some(kind.clone()),
+                        name: Some(name.clone()),
+                        uid: Some(uid.clone()),
+                    }),
+                },
+                status: None,
+            };
+            let answer = Api::<ServiceAccount>::namespaced(self.client.clone(), &key.namespace)
+                .create_token_request(&key.service_account, &PostParams::default(), &request)
+                .await
+                .map_err(|e| message(&e))?;
+            let status = answer.status.ok_or("TokenRequest answer without status")?;
+            Ok(IssuedToken {
+                token: status.token,
+                expires_at: status.expiration_timestamp.0.as_second(),
+                expiration_seconds: answer.spec.expiration_seconds,
+            })
+        })
+    }
+}
+
+/// Service accounts and pod-bound tokens from the API, tokens through a [`TokenManager`].
+pub struct KubeServiceAccounts {
+    client: kube::Client,
+    tokens: TokenManager<KubeTokenFetcher>,
+}
+
+impl KubeServiceAccounts {
+    /// Uses `client` for reads and TokenRequests.
+    pub fn new(client: kube::Client) -> Arc<Self> {
+        let tokens = TokenManager::new(KubeTokenFetcher { client: client.clone() });
+        Arc::new(Self { client, tokens })
+    }
+
+    /// The token manager (for garbage collection and pod deletion).
+    pub fn tokens(&self) -> &TokenManager<KubeTokenFetcher> {
+        &self.tokens
+    }
+}
+
+impl ServiceAccountSource for KubeServiceAccounts {
+    fn service_account<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ServiceAccountInfo, String>> {
+        Box::pin(async move {
+            let sa = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace)
+                .get(name)
+                .await
+                .map_err(|e| message(&e))?;
+            Ok(ServiceAccountInfo {
+                uid: sa.metadata.uid.unwrap_or_default(),
+                annotations: sa.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
+            })
+        })
+    }
+
+    fn token<'a>(
+        &'a self,
+        pod: &'a PodIdentity,
+        service_account_uid: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let key = TokenKey {
+                namespace: pod.namespace.clone(),
+                service_account: pod.service_account.clone(),
+                service_account_uid: service_account_uid.to_owned(),
+                audiences: vec![audience.to_owned()],
+                expiration_seconds: 0,
+                bound: Some(("Pod".into(), pod.name.clone(), pod.uid.clone())),
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            self.tokens.get(&key, now).await.map(|t| t.token).map_err(|e| e.to_string())
+        })
+    }
+}
