@@ -6,54 +6,12 @@
 // Test helpers panic on failure by design; the lint targets library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const PODPASS: &str = env!("CARGO_BIN_EXE_podpass");
-
-/// A server process, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-    dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &Path, extra: &[&str]) -> Server {
-    start_on(dir, "0", extra)
-}
-
-fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
-    let _ = std::fs::remove_file(dir.join("server-url"));
-    let child = Command::new(PODPASS)
-        .args(["apiserver", "--data-dir", dir.to_str().unwrap(), "--secure-port", port])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let url = loop {
-        if let Ok(u) = std::fs::read_to_string(dir.join("server-url")) {
-            break u;
-        }
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    Server { child, url, dir: dir.to_path_buf() }
-}
-
-fn client(dir: &Path) -> reqwest::blocking::Client {
-    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("pki/ca.crt")).unwrap()).unwrap();
-    reqwest::blocking::Client::builder().tls_certs_only([ca]).build().unwrap()
-}
+mod support;
+use support::*;
 
 fn get(s: &Server, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
     let mut req = client(&s.dir).get(format!("{}{path}", s.url));
@@ -63,16 +21,6 @@ fn get(s: &Server, path: &str, token: Option<&str>) -> (u16, serde_json::Value) 
     let resp = req.send().unwrap();
     let code = resp.status().as_u16();
     (code, resp.json().unwrap_or(serde_json::Value::Null))
-}
-
-fn admin_token(dir: &Path) -> String {
-    let line = std::fs::read_to_string(dir.join("tokens.csv")).unwrap();
-    line.split(',').next().unwrap().to_owned()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]

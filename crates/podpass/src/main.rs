@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code for bad flags or configuration (sysexits EX_USAGE).
-const EXIT_USAGE: u8 = 64;
+pub(crate) const EXIT_USAGE: u8 = 64;
 
 #[derive(Debug, Parser)]
 #[command(name = "podpass", version, about = "Per-pod identity for container image pulls")]

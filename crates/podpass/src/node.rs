@@ -3,9 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_api::credential_provider::{read_config, validate};
 use podpass_api::{Feature, FeatureGates};
+use podpass_node::credential::docker_config::{parse_pull_secret, read_node_config};
+use podpass_node::credential::metrics::CredentialMetrics;
+use podpass_node::credential::{PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup};
+use serde_json::{Value, json};
 
 /// `podpass node …`.
 #[derive(Debug, Subcommand)]
@@ -13,6 +18,41 @@ pub enum NodeCommand {
     /// Read and validate a CredentialProviderConfig exactly as the kubelet does; prints
     /// `ok <hash>` or the kubelet's errors (exit 1).
     CheckConfig(CheckConfigArgs),
+    /// Look up the credentials the kubelet would use to pull each image for each pod, running
+    /// the credential provider plugins (with the pod's service-account token where configured).
+    Credentials(CredentialsArgs),
+}
+
+/// Flags of `podpass node credentials`.
+#[derive(Debug, Args)]
+pub struct CredentialsArgs {
+    /// CredentialProviderConfig file or directory.
+    #[arg(long)]
+    image_credential_provider_config: PathBuf,
+    /// Directory holding the provider binaries.
+    #[arg(long)]
+    image_credential_provider_bin_dir: PathBuf,
+    /// Kubelet root dir: node-wide credentials are read from `<root-dir>/config.json`.
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+    /// Kubeconfig for reading pods, secrets and service accounts and requesting tokens.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Pods to look up for (`NAMESPACE/NAME`, repeatable); none: a lookup without a pod.
+    #[arg(long = "pod")]
+    pods: Vec<String>,
+    /// Pull secret manifests (YAML or JSON, as `kubectl get secret -o yaml` prints them).
+    #[arg(long = "pull-secret")]
+    pull_secrets: Vec<PathBuf>,
+    /// Print passwords instead of `<redacted>`.
+    #[arg(long)]
+    show_secrets: bool,
+    /// Feature gates, e.g. `KubeletServiceAccountTokenForCredentialProviders=false`.
+    #[arg(long, default_value = "")]
+    feature_gates: FeatureGates,
+    /// Images, looked up in order.
+    #[arg(required = true)]
+    images: Vec<String>,
 }
 
 /// Flags of `podpass node check-config`.
@@ -30,6 +70,22 @@ pub struct CheckConfigArgs {
 pub fn run(cmd: NodeCommand) -> ExitCode {
     match cmd {
         NodeCommand::CheckConfig(a) => check_config(&a),
+        NodeCommand::Credentials(a) => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: starting runtime: {e}");
+                    return ExitCode::from(70);
+                }
+            };
+            match runtime.block_on(credentials(a)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(crate::EXIT_USAGE)
+                }
+            }
+        }
     }
 }
 
@@ -48,4 +104,117 @@ fn check_config(a: &CheckConfigArgs) -> ExitCode {
     }
     println!("ok {hash}");
     ExitCode::SUCCESS
+}
+
+/// Registers the providers as the kubelet does (plugin.go `RegisterCredentialProviderPlugins`):
+/// the bin dir and every binary must exist, the config must validate.
+fn register(
+    a: &CredentialsArgs,
+    sa_token_feature: bool,
+    source: Option<std::sync::Arc<dyn ServiceAccountSource>>,
+) -> Result<Vec<PluginProvider>> {
+    let bin_dir = &a.image_credential_provider_bin_dir;
+    match std::fs::metadata(bin_dir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("plugin binary directory {} did not exist", bin_dir.display())
+        }
+        Err(e) => bail!("error inspecting binary directory {}: {e}", bin_dir.display()),
+    }
+    let (config, hash) = read_config(&a.image_credential_provider_config)?;
+    let errors = validate(&config, sa_token_feature);
+    if !errors.is_empty() {
+        bail!("failed to validate credential provider config: {errors}");
+    }
+    let metrics = CredentialMetrics::default();
+    metrics.set_config_hash(&hash);
+    let mut providers = Vec::new();
+    for p in config.providers {
+        let path = bin_dir.join(&p.name);
+        match std::fs::metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("plugin binary executable {} did not exist", path.display())
+            }
+            Err(e) => bail!("error inspecting binary executable {}: {e}", path.display()),
+        }
+        providers.push(PluginProvider::new(p, bin_dir.clone(), sa_token_feature, source.clone(), metrics.clone()));
+    }
+    Ok(providers)
+}
+
+async fn credentials(a: CredentialsArgs) -> Result<()> {
+    let sa_token_feature = a.feature_gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
+    let client = match &a.kubeconfig {
+        Some(path) => Some(podpass_node::api::client_from_kubeconfig(path).await?),
+        None => None,
+    };
+    let source: Option<std::sync::Arc<dyn ServiceAccountSource>> = client
+        .clone()
+        .map(|c| podpass_node::api::KubeServiceAccounts::new(c) as std::sync::Arc<dyn ServiceAccountSource>);
+    let providers = register(&a, sa_token_feature, source)?;
+    let node_config = match &a.root_dir {
+        Some(dir) => read_node_config(dir).context("node-wide credentials")?,
+        None => Default::default(),
+    };
+    let mut secrets = Vec::new();
+    for path in &a.pull_secrets {
+        let data = std::fs::read(path).with_context(|| format!("--pull-secret {}", path.display()))?;
+        secrets.push(parse_pull_secret(&data).with_context(|| format!("--pull-secret {}", path.display()))?);
+    }
+    // Each pod with its own pull secrets (read from the API), or one pod-less lookup.
+    let mut targets: Vec<(Option<PodIdentity>, Vec<PullSecret>)> = Vec::new();
+    if a.pods.is_empty() {
+        targets.push((None, secrets.clone()));
+    }
+    for pod in &a.pods {
+        let Some((namespace, name)) = pod.split_once('/') else {
+            bail!("--pod {pod:?}: must be NAMESPACE/NAME");
+        };
+        let client = client.as_ref().context("--pod needs --kubeconfig to read the pod")?;
+        let info = podpass_node::api::get_pod(client, namespace, name).await?;
+        let mut pod_secrets = secrets.clone();
+        for secret in &info.pull_secrets {
+            match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
+                Ok(manifest) => pod_secrets.push(parse_pull_secret(&manifest)?),
+                // As the kubelet: a missing pull secret is skipped, the pull goes on.
+                Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
+            }
+        }
+        targets.push((Some(info.identity), pod_secrets));
+    }
+    let mut lookups = Vec::new();
+    for (pod, pod_secrets) in &targets {
+        for image in &a.images {
+            let found = lookup(image, pod.as_ref(), pod_secrets, &providers, &node_config).await;
+            for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {
+                eprintln!(
+                    "provider {} matched {image} but yielded no credentials: {}",
+                    p.name,
+                    p.skip_reason.as_deref().unwrap_or_default()
+                );
+            }
+            let credentials: Vec<Value> = found
+                .credentials
+                .iter()
+                .map(|c| {
+                    json!({
+                        "username": c.username,
+                        "password": if a.show_secrets { c.password.clone() } else { "<redacted>".to_owned() },
+                        "source": c.source,
+                    })
+                })
+                .collect();
+            lookups.push(json!({
+                "pod": pod.as_ref().map(|p| format!("{}/{}", p.namespace, p.name)),
+                "image": image,
+                "providers": found.providers,
+                "credentials": credentials,
+            }));
+        }
+    }
+    let execs: serde_json::Map<String, Value> =
+        providers.iter().map(|p| (p.name().to_owned(), json!(p.exec_count()))).collect();
+    println!("{}", serde_json::to_string_pretty(&json!({"lookups": lookups, "execs": execs}))?);
+    Ok(())
 }
