@@ -229,3 +229,15 @@ fn registration_fails_like_the_kubelet() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_credentials_runs() {
+    let out = Command::new(PODPASS)
+        .args(["bench", "credentials", "--execs", "3", "--hits", "100", "--concurrent", "20"])
+        .output()
+        .unwrap();
+    let stdout = ok(out, "bench credentials");
+    assert!(stdout.contains("bare spawn+wait"), "{stdout}");
+    assert!(stdout.contains("cache hit: mean"), "{stdout}");
+    assert!(stdout.contains("20 concurrent identical lookups: 1 exec(s), 20 answered"), "{stdout}");
+}

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use self::raw::{RawOp, raw_rate};
 
+mod credentials;
 mod http;
 mod raw;
 
@@ -25,6 +26,8 @@ mod raw;
 pub enum BenchCommand {
     /// TokenRequest and TokenReview throughput of `podpass apiserver` against raw ES256.
     Apiserver(ApiserverBench),
+    /// Credential provider exec overhead, cache-hit latency and shared execs.
+    Credentials(credentials::CredentialsBench),
 }
 
 /// Flags of `podpass bench apiserver`.
@@ -58,6 +61,7 @@ pub enum Only {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Apiserver(args) => apiserver(args),
+        BenchCommand::Credentials(args) => credentials::run(args),
     }
 }
 
