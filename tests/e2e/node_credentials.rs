@@ -28,6 +28,10 @@ print(json.dumps({"kind": "CredentialProviderResponse", "apiVersion": req["apiVe
 "#;
 
 fn config(dir: &Path, echo_token: bool) -> std::path::PathBuf {
+    config_with(dir, echo_token, "ServiceAccount")
+}
+
+fn config_with(dir: &Path, echo_token: bool, cache_type: &str) -> std::path::PathBuf {
     let log = dir.join("runs.log");
     let env = if echo_token { "\n      - name: ECHO_TOKEN\n        value: \"1\"" } else { "" };
     let text = format!(
@@ -43,14 +47,14 @@ providers:
         value: {log}{env}
     tokenAttributes:
       serviceAccountTokenAudience: registry.example
-      cacheType: ServiceAccount
+      cacheType: {cache_type}
       requireServiceAccount: true
       requiredServiceAccountAnnotationKeys: ["example.com/role"]
       optionalServiceAccountAnnotationKeys: ["example.com/team"]
 "#,
         log = log.display()
     );
-    let path = dir.join(if echo_token { "echo.yaml" } else { "config.yaml" });
+    let path = dir.join(format!("config-{echo_token}-{cache_type}.yaml"));
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -197,6 +201,18 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
     assert_eq!(c["kubernetes.io"]["pod"]["uid"], web["metadata"]["uid"]);
     assert_eq!(c["kubernetes.io"]["serviceaccount"]["name"], "builder");
     assert_eq!(c["kubernetes.io"]["node"]["name"], "n1");
+
+    // cacheType ServiceAccount: another pod of the same service account hits the cache (pod
+    // identity is not in the key); cacheType Token: each pod's token is its own key
+    post(&s, "/api/v1/namespaces/team/pods", pod("web2", "builder"));
+    let got = run(&cfg, &["team/web", "team/web2"], &["a.registry.example/app:1"]);
+    assert_eq!(got["lookups"][1]["providers"][0]["cacheHit"], true);
+    assert_eq!(got["execs"]["sa-plugin"], 1);
+    let per_token = config_with(dir.path(), false, "Token");
+    let got = run(&per_token, &["team/web", "team/web2", "team/web"], &["a.registry.example/app:1"]);
+    let ran: Vec<_> = (0..3).map(|i| got["lookups"][i]["providers"][0]["ran"].clone()).collect();
+    assert_eq!(ran, [json!(true), json!(true), json!(false)], "the token manager reuses web's token: a cache hit");
+    assert_eq!(got["execs"]["sa-plugin"], 2);
 
     // a plugin echoing the token back as the password is refused under cacheType ServiceAccount
     let echo = config(dir.path(), true);

@@ -232,3 +232,46 @@ async fn keyring_orders_secrets_then_providers_then_node_config() {
     assert_eq!(serde_json::to_value(&found.credentials[1].source).unwrap(), serde_json::json!({"type": "nodeWide"}));
     assert_eq!(found.providers.len(), 1);
 }
+
+#[tokio::test]
+async fn service_account_mode_without_a_pod_follows_require_service_account() {
+    let bin = Bin::new();
+    let log = bin.log();
+    let attributes = |require: bool| podpass_api::credential_provider::ServiceAccountTokenAttributes {
+        service_account_token_audience: "registry.example".into(),
+        cache_type: "ServiceAccount".into(),
+        require_service_account: Some(require),
+        ..Default::default()
+    };
+    let mut required = provider("echo", &["Image"], &[("RUN_LOG", &log)], 60);
+    required.token_attributes = Some(attributes(true));
+    let got = bin.plugin(required).provide("a.registry.example/app", None).await;
+    assert!(!got.report.ran);
+    assert_eq!(
+        got.report.skip_reason.as_deref(),
+        Some("the pod has no service account and the provider requires one (requireServiceAccount)")
+    );
+    // requireServiceAccount false (static pods): runs without a token, no SA coordinates
+    let mut optional = provider("echo", &["Image"], &[("RUN_LOG", &log)], 60);
+    optional.token_attributes = Some(attributes(false));
+    let got = bin.plugin(optional).provide("a.registry.example/app", None).await;
+    assert!(got.report.ran && got.report.skip_reason.is_none());
+    assert_eq!(got.service_account, None);
+    assert_eq!(got.report.service_account, None);
+    // a pod with a service account but no API access: says so instead of failing silently
+    let mut with_pod = provider("echo", &["Image"], &[("RUN_LOG", &log)], 60);
+    with_pod.token_attributes = Some(attributes(true));
+    let pod = podpass_node::credential::PodIdentity {
+        namespace: "ns".into(),
+        name: "p".into(),
+        uid: "u".into(),
+        service_account: "sa".into(),
+    };
+    let got = bin.plugin(with_pod).provide("a.registry.example/app", Some(&pod)).await;
+    assert!(got.report.skip_reason.unwrap().contains("--kubeconfig"));
+    // the gate off: tokenAttributes are ignored and the plugin runs as a plain provider
+    let mut gated = provider("echo", &["Image"], &[("RUN_LOG", &log)], 60);
+    gated.token_attributes = Some(attributes(true));
+    let p = PluginProvider::new(gated, bin.dir.path().to_owned(), false, None, CredentialMetrics::default());
+    assert!(p.provide("a.registry.example/app", Some(&pod)).await.report.ran);
+}
