@@ -49,9 +49,14 @@ fn serves_https_with_generated_pki_and_authenticates() {
         .unwrap();
     let kubeconfig = ok(out, "apiserver kubeconfig");
     let token = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap().trim_matches('"').to_owned();
-    let (code, status) = get(&s, "/api", Some(&token));
-    assert_eq!(code, 403, "authenticated, not yet authorized: {status}");
-    assert_eq!(status["message"], r#"forbidden: User "system:node:n1" cannot get path "/api""#);
+    let (code, _) = get(&s, "/api", Some(&token));
+    assert_eq!(code, 200, "discovery is bound to system:authenticated (bootstrap policy)");
+    let (code, status) = get(&s, "/api/v1/secrets", Some(&token));
+    assert_eq!(code, 403, "authenticated, not authorized: {status}");
+    assert_eq!(
+        status["message"],
+        r#"secrets is forbidden: User "system:node:n1" cannot list resource "secrets" in API group "" at the cluster scope"#
+    );
 }
 
 #[test]

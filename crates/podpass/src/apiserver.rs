@@ -84,6 +84,18 @@ struct ServerFlags {
     /// Issue the automounted 3607 s token with a one-year expiry and `warnafter` (upstream default).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     service_account_extend_token_expiration: bool,
+    /// Authorizers in order (`Node`, `RBAC`, `AlwaysAllow`, `AlwaysDeny`); `system:masters`
+    /// is always allowed.
+    #[arg(long, default_value = "Node,RBAC", value_parser = parse_authorization_modes)]
+    authorization_mode: AuthorizationModes,
+}
+
+/// A parsed `--authorization-mode`.
+#[derive(Debug, Clone)]
+struct AuthorizationModes(Vec<podpass_apiserver::server::authz::Mode>);
+
+fn parse_authorization_modes(s: &str) -> Result<AuthorizationModes, String> {
+    podpass_apiserver::server::authz::parse_modes(s).map(AuthorizationModes)
 }
 
 /// A Go `time.Duration` string (`1h30m`, `90s`, `2h`) in whole seconds.
@@ -150,6 +162,8 @@ fn serve(f: ServerFlags) -> ExitCode {
         extend_token_expiration: f.service_account_extend_token_expiration,
         audit_log_path: f.audit_log_path,
         token_request_uid_validation: gates.enabled(Feature::TokenRequestServiceAccountUIDValidation),
+        authorization_modes: f.authorization_mode.0.clone(),
+        node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {

@@ -23,6 +23,11 @@ impl ApiError {
         Self { code: StatusCode::UNAUTHORIZED, reason: "Unauthorized", message: "Unauthorized".into() }
     }
 
+    /// 403 with a message already worded.
+    pub fn forbidden_raw(message: String) -> Self {
+        Self { code: StatusCode::FORBIDDEN, reason: "Forbidden", message }
+    }
+
     /// 403 for a non-resource path, with upstream's message.
     pub fn forbidden_path(user: &str, verb: &str, path: &str) -> Self {
         Self {

@@ -128,6 +128,11 @@ async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Res
         max_token_expiration: None,
         audit_log_path: None,
         token_request_uid_validation: true,
+        authorization_modes: vec![
+            podpass_apiserver::server::authz::Mode::Node,
+            podpass_apiserver::server::authz::Mode::Rbac,
+        ],
+        node_audience_restriction: true,
         token_success_cache_ttl: ttl,
     };
     // The server task lives as long as the runtime: the bench process ends with it.

@@ -1,6 +1,7 @@
 //! The resource API: discovery documents and get/list/create/update/delete of the served
 //! objects, with the upstream behaviours users rely on.
 
+mod node_restriction;
 pub mod objects;
 pub mod openapi;
 mod patch;
@@ -124,11 +125,13 @@ pub struct ResourceRequest<'a> {
     pub content_type: &'a str,
     /// Body.
     pub body: &'a [u8],
+    /// The (possibly impersonated) user.
+    pub user: &'a super::User,
 }
 
 /// Serves one resource request (after authentication and authorization).
 pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, ApiError> {
-    let ResourceRequest { method, path, query, content_type, body } = req;
+    let ResourceRequest { method, path, query, content_type, body, user } = req;
     let res =
         find(&path.group, &path.resource).filter(|r| r.version == path.version).ok_or_else(ApiError::not_found_path)?;
     if res.namespaced != path.namespace.is_some() && path.name.is_some() && res.stored {
@@ -149,13 +152,16 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             patch(state, res, ns, name, sub.is_some(), content_type, body).await
         }
         (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
-            token::create_token(state, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
+            token::create_token(state, user, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
         }
         (&Method::POST, None, None) if res.plural == "tokenreviews" => {
             token::review(state, parse_body(content_type, body)?).await
         }
         (&Method::POST, None, None) if res.plural == "selfsubjectaccessreviews" => {
-            Ok(token::self_subject_access_review(parse_body(content_type, body)?))
+            token::self_subject_access_review(state, user, parse_body(content_type, body)?).await
+        }
+        (&Method::POST, None, None) if res.plural == "subjectaccessreviews" => {
+            token::subject_access_review(state, parse_body(content_type, body)?).await
         }
         _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }

@@ -64,6 +64,22 @@ pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
 /// Validates a name as upstream does for the resource (namespaces: DNS label; others:
 /// DNS subdomain), with upstream-shaped messages.
 pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
+    if res.group == "rbac.authorization.k8s.io" {
+        // ValidateRBACName = path.IsValidPathSegmentName: `system:discovery` is fine.
+        let problem = match name {
+            "." | ".." => Some(format!("may not be '{name}'")),
+            _ if name.contains('/') => Some("may not contain '/'".to_owned()),
+            _ if name.contains('%') => Some("may not contain '%'".to_owned()),
+            _ => None,
+        };
+        return match problem {
+            None => Ok(()),
+            Some(p) => Err(ApiError::invalid(format!(
+                "{} {name:?} is invalid: metadata.name: Invalid value: {name:?}: {p}",
+                res.kind
+            ))),
+        };
+    }
     let (ok, rule) = if res.plural == "namespaces" {
         (
             is_dns1123_label(name),

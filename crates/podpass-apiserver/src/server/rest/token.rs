@@ -35,7 +35,15 @@ async fn get_object(state: &AppState, key: ObjectKey) -> Result<std::sync::Arc<c
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
-pub async fn create_token(state: &AppState, ns: &str, sa_name: &str, body: Value) -> Result<Response, ApiError> {
+pub async fn create_token(
+    state: &AppState,
+    user: &crate::server::User,
+    ns: &str,
+    sa_name: &str,
+    body: Value,
+) -> Result<Response, ApiError> {
+    // Admission runs before the handler, as upstream: nodes are restricted first.
+    super::node_restriction::admit(state, user, ns, sa_name, &body).await?;
     // 1. name/namespace in the body, if set, must be the URL's.
     let body_name = str_at(&body, "/metadata/name");
     if !body_name.is_empty() && body_name != sa_name {
@@ -281,10 +289,95 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }
 
-/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: until RBAC lands only
-/// `system:masters` reaches this handler, and it may do everything.
-pub fn self_subject_access_review(body: Value) -> Response {
-    let response = json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "metadata": {"creationTimestamp": null},
-        "spec": body.get("spec").cloned().unwrap_or(json!({})), "status": {"allowed": true, "reason": "system:masters may do everything until RBAC is served"}});
-    (StatusCode::CREATED, Json(response)).into_response()
+/// The attributes an access review asks about (`resourceAttributes` or
+/// `nonResourceAttributes`).
+fn review_attributes(spec: &Value, user: crate::server::User) -> Result<crate::server::authz::Attributes, ApiError> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let mut attrs = crate::server::authz::Attributes {
+        user,
+        verb: String::new(),
+        namespace: String::new(),
+        api_group: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        name: String::new(),
+        resource_request: false,
+        path: String::new(),
+        field_selector: String::new(),
+    };
+    if let Some(r) = spec.get("resourceAttributes").filter(|r| r.is_object()) {
+        attrs.resource_request = true;
+        attrs.verb = s(r, "verb");
+        attrs.namespace = s(r, "namespace");
+        attrs.api_group = s(r, "group");
+        attrs.resource = s(r, "resource");
+        attrs.subresource = s(r, "subresource");
+        attrs.name = s(r, "name");
+        if let Some(f) = r.get("fieldSelector").and_then(|f| f.get("rawSelector")).and_then(Value::as_str) {
+            attrs.field_selector = f.to_owned();
+        }
+    } else if let Some(n) = spec.get("nonResourceAttributes").filter(|n| n.is_object()) {
+        attrs.verb = s(n, "verb");
+        attrs.path = s(n, "path");
+    } else {
+        return Err(ApiError::invalid(
+            "spec.resourceAttributes: Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified".to_owned(),
+        ));
+    }
+    Ok(attrs)
+}
+
+async fn access_review(
+    state: &AppState,
+    kind: &str,
+    body: &Value,
+    user: crate::server::User,
+) -> Result<Response, ApiError> {
+    let spec = body.get("spec").cloned().unwrap_or(json!({}));
+    let attrs = review_attributes(&spec, user)?;
+    let decision = crate::server::authz::authorize(state.store.as_ref(), &state.authorization_modes, &attrs).await?;
+    let status = match decision {
+        crate::server::authz::Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
+        crate::server::authz::Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
+        crate::server::authz::Decision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
+    };
+    let response = json!({"kind": kind, "apiVersion": "authorization.k8s.io/v1", "metadata": {"creationTimestamp": null},
+        "spec": spec, "status": status});
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: may the requesting (or
+/// impersonated) user do this?
+pub async fn self_subject_access_review(
+    state: &AppState,
+    user: &crate::server::User,
+    body: Value,
+) -> Result<Response, ApiError> {
+    access_review(state, "SelfSubjectAccessReview", &body, user.clone()).await
+}
+
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: may `spec.user`/`spec.groups`?
+pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Response, ApiError> {
+    let spec = body.get("spec").cloned().unwrap_or(json!({}));
+    let name = spec.get("user").and_then(Value::as_str).unwrap_or("").to_owned();
+    let groups: Vec<String> = spec
+        .get("groups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    if name.is_empty() && groups.is_empty() {
+        return Err(ApiError::invalid(
+            "spec.user: Invalid value: \"\": at least one of user or group must be specified".to_owned(),
+        ));
+    }
+    let extra = spec
+        .get("extra")
+        .and_then(|e| serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(e.clone()).ok())
+        .unwrap_or_default();
+    let user =
+        crate::server::User { name, uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").into(), groups, extra };
+    access_review(state, "SubjectAccessReview", &body, user).await
 }

@@ -1,0 +1,265 @@
+//! Authorization as kube-apiserver chains it: `system:masters` first (the privileged-group
+//! authorizer), then the `--authorization-mode` list (default `Node,RBAC`); the first Allow
+//! or Deny wins, no opinion from all means forbidden. Also the upstream forbidden messages,
+//! impersonation, and the bootstrap RBAC policy.
+
+pub mod bootstrap;
+pub mod node;
+pub mod rbac;
+
+use crate::server::User;
+use crate::server::status::ApiError;
+use crate::store::{Store, StoreError};
+
+/// What a request wants to do (`authorizer.Attributes`).
+#[derive(Debug, Clone)]
+pub struct Attributes {
+    /// Who.
+    pub user: User,
+    /// Kubernetes verb (`get`, `list`, `create`, …, or a custom verb).
+    pub verb: String,
+    /// Namespace (empty: cluster scope).
+    pub namespace: String,
+    /// API group (`""` = core).
+    pub api_group: String,
+    /// Plural resource.
+    pub resource: String,
+    /// Subresource.
+    pub subresource: String,
+    /// Object name.
+    pub name: String,
+    /// A resource request (else a non-resource path).
+    pub resource_request: bool,
+    /// Request path (non-resource requests).
+    pub path: String,
+    /// The `fieldSelector` of list/watch requests (the Node authorizer reads it).
+    pub field_selector: String,
+}
+
+/// An authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed, with the reason.
+    Allow(String),
+    /// Refused outright.
+    Deny(String),
+    /// Not this authorizer's call; the reason is reported if nobody allows.
+    NoOpinion(String),
+}
+
+/// An `--authorization-mode` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The Node authorizer.
+    Node,
+    /// RBAC.
+    Rbac,
+    /// Everything allowed (tests, development).
+    AlwaysAllow,
+    /// Everything refused.
+    AlwaysDeny,
+}
+
+/// Parses `--authorization-mode` (comma-separated, upstream names).
+pub fn parse_modes(text: &str) -> Result<Vec<Mode>, String> {
+    let mut modes = Vec::new();
+    for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        let mode = match m {
+            "Node" => Mode::Node,
+            "RBAC" => Mode::Rbac,
+            "AlwaysAllow" => Mode::AlwaysAllow,
+            "AlwaysDeny" => Mode::AlwaysDeny,
+            other => {
+                return Err(format!(
+                    "authorization-mode {other:?} is not a valid mode (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)"
+                ));
+            }
+        };
+        if modes.contains(&mode) {
+            return Err(format!("authorization-mode {m:?} has mode specified more than once"));
+        }
+        modes.push(mode);
+    }
+    if modes.is_empty() {
+        return Err("at least one authorization-mode must be passed".into());
+    }
+    Ok(modes)
+}
+
+/// Runs the chain.
+pub async fn authorize(store: &dyn Store, modes: &[Mode], attrs: &Attributes) -> Result<Decision, StoreError> {
+    if attrs.user.groups.iter().any(|g| g == "system:masters") {
+        return Ok(Decision::Allow(String::new()));
+    }
+    let mut reasons = Vec::new();
+    for mode in modes {
+        let decision = match mode {
+            Mode::Node => node::authorize(store, attrs).await?,
+            Mode::Rbac => rbac::authorize(store, attrs).await?,
+            Mode::AlwaysAllow => Decision::Allow(String::new()),
+            Mode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
+        };
+        match decision {
+            Decision::NoOpinion(reason) => {
+                if !reason.is_empty() {
+                    reasons.push(reason);
+                }
+            }
+            decided => return Ok(decided),
+        }
+    }
+    Ok(Decision::NoOpinion(reasons.join("\n")))
+}
+
+/// `forbiddenMessage` + the reason, as `responsewriters.Forbidden` words a refusal.
+pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
+    let user = &attrs.user.name;
+    let suffix = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+    if !attrs.resource_request {
+        return ApiError::forbidden_raw(format!(
+            "forbidden: User {user:?} cannot {} path {:?}{suffix}",
+            attrs.verb, attrs.path
+        ));
+    }
+    let resource = if attrs.subresource.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}/{}", attrs.resource, attrs.subresource)
+    };
+    let what = if attrs.namespace.is_empty() {
+        "at the cluster scope".to_owned()
+    } else {
+        format!("in the namespace {:?}", attrs.namespace)
+    };
+    let message = format!(
+        "User {user:?} cannot {} resource {resource:?} in API group {:?} {what}{suffix}",
+        attrs.verb, attrs.api_group
+    );
+    let group_resource = if attrs.api_group.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}.{}", attrs.resource, attrs.api_group)
+    };
+    ApiError::forbidden_raw(if attrs.name.is_empty() {
+        format!("{group_resource} is forbidden: {message}")
+    } else {
+        format!("{group_resource} {:?} is forbidden: {message}", attrs.name)
+    })
+}
+
+/// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
+/// needs the `impersonate` verb on `users` (or `serviceaccounts`), `groups` and `uids`.
+pub async fn impersonate(
+    store: &dyn Store,
+    modes: &[Mode],
+    requester: &User,
+    user: Option<&str>,
+    groups: &[String],
+    uid: Option<&str>,
+) -> Result<Option<User>, ApiError> {
+    let Some(name) = user else {
+        if groups.is_empty() && uid.is_none() {
+            return Ok(None);
+        }
+        return Err(ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "requested impersonation of groups or uid without impersonating a user".to_owned(),
+        ));
+    };
+    let mut checks: Vec<Attributes> = Vec::new();
+    let base = |resource: &str, name: &str, namespace: &str| Attributes {
+        user: requester.clone(),
+        verb: "impersonate".into(),
+        namespace: namespace.into(),
+        api_group: String::new(),
+        resource: resource.into(),
+        subresource: String::new(),
+        name: name.into(),
+        resource_request: true,
+        path: String::new(),
+        field_selector: String::new(),
+    };
+    match name.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+        Some((ns, sa)) => checks.push(base("serviceaccounts", sa, ns)),
+        None => checks.push(base("users", name, "")),
+    }
+    for g in groups {
+        checks.push(base("groups", g, ""));
+    }
+    if let Some(u) = uid {
+        let mut a = base("uids", u, "");
+        a.api_group = "authentication.k8s.io".into();
+        checks.push(a);
+    }
+    for attrs in &checks {
+        match authorize(store, modes, attrs).await? {
+            Decision::Allow(_) => {}
+            Decision::Deny(reason) | Decision::NoOpinion(reason) => return Err(forbidden(attrs, &reason)),
+        }
+    }
+    let mut all_groups: Vec<String> = groups.to_vec();
+    if let Some((ns, _)) = name.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+        // As upstream: an impersonated service account gets its groups.
+        all_groups.push("system:serviceaccounts".into());
+        all_groups.push(format!("system:serviceaccounts:{ns}"));
+    }
+    if name != "system:anonymous" && !all_groups.iter().any(|g| g == "system:authenticated") {
+        all_groups.push("system:authenticated".into());
+    }
+    Ok(Some(User {
+        name: name.into(),
+        uid: uid.unwrap_or_default().into(),
+        groups: all_groups,
+        extra: Default::default(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(ns: &str, name: &str, group: &str, sub: &str) -> Attributes {
+        Attributes {
+            user: User { name: "system:node:n1".into(), uid: String::new(), groups: vec![], extra: Default::default() },
+            verb: "create".into(),
+            namespace: ns.into(),
+            api_group: group.into(),
+            resource: "serviceaccounts".into(),
+            subresource: sub.into(),
+            name: name.into(),
+            resource_request: true,
+            path: String::new(),
+            field_selector: String::new(),
+        }
+    }
+
+    #[test]
+    fn forbidden_messages_as_upstream() {
+        assert_eq!(
+            forbidden(&attrs("ns", "sa", "", "token"), "no relationship found between node 'n1' and this object")
+                .message,
+            r#"serviceaccounts "sa" is forbidden: User "system:node:n1" cannot create resource "serviceaccounts/token" in API group "" in the namespace "ns": no relationship found between node 'n1' and this object"#
+        );
+        let mut cluster = attrs("", "", "rbac.authorization.k8s.io", "");
+        cluster.resource = "clusterroles".into();
+        cluster.verb = "list".into();
+        assert_eq!(
+            forbidden(&cluster, "").message,
+            r#"clusterroles.rbac.authorization.k8s.io is forbidden: User "system:node:n1" cannot list resource "clusterroles" in API group "rbac.authorization.k8s.io" at the cluster scope"#
+        );
+        let mut path = cluster.clone();
+        path.resource_request = false;
+        path.verb = "get".into();
+        path.path = "/metrics".into();
+        assert_eq!(forbidden(&path, "").message, r#"forbidden: User "system:node:n1" cannot get path "/metrics""#);
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse_modes("Node,RBAC"), Ok(vec![Mode::Node, Mode::Rbac]));
+        assert!(parse_modes("RBAC,RBAC").is_err());
+        assert!(parse_modes("ABAC").unwrap_err().contains("not a valid mode"));
+        assert!(parse_modes("").is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! The Node authorizer (plugin/pkg/auth/authorizer/node): a kubelet identity
+//! `system:node:<name>` in `system:nodes` may read its Node and the pods bound to it, the
+//! secrets, config maps and service accounts those pods reference, request tokens for
+//! those service accounts, update its pods' status and create events. It never denies: it
+//! has no opinion on the rest, so RBAC grants still apply.
+
+use serde_json::Value;
+
+use super::{Attributes, Decision};
+use crate::field::Field;
+use crate::store::{FieldSelector, ListOptions, ObjectKey, Store, StoreError};
+
+/// The node name of a node identity.
+pub fn node_name(user: &crate::server::User) -> Option<&str> {
+    let name = user.name.strip_prefix("system:node:")?;
+    (!name.is_empty() && user.groups.iter().any(|g| g == "system:nodes")).then_some(name)
+}
+
+fn no_relationship(node: &str) -> Decision {
+    Decision::NoOpinion(format!("no relationship found between node '{node}' and this object"))
+}
+
+/// Pods bound to `node` in `namespace`.
+async fn pods_on(store: &dyn Store, node: &str, namespace: &str) -> Result<Vec<Value>, StoreError> {
+    let fields =
+        FieldSelector::parse(&format!("spec.nodeName={node}")).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let options = ListOptions { fields, ..Default::default() };
+    Ok(store.list("pods", Some(namespace), &options).await?.items)
+}
+
+fn str_at<'a>(v: &'a Value, path: &str) -> &'a str {
+    v.field(path).and_then(Value::as_str).unwrap_or("")
+}
+
+fn each<'a>(v: &'a Value, path: &str) -> impl Iterator<Item = &'a Value> {
+    v.field(path).and_then(Value::as_array).into_iter().flatten()
+}
+
+/// Whether `pod` references the object (`secrets`, `configmaps`, `serviceaccounts`).
+pub fn pod_references(pod: &Value, resource: &str, name: &str) -> bool {
+    let containers = || {
+        each(pod, "/spec/containers")
+            .chain(each(pod, "/spec/initContainers"))
+            .chain(each(pod, "/spec/ephemeralContainers"))
+    };
+    match resource {
+        "serviceaccounts" => {
+            let sa = str_at(pod, "/spec/serviceAccountName");
+            (if sa.is_empty() { "default" } else { sa }) == name
+        }
+        "secrets" => {
+            each(pod, "/spec/imagePullSecrets").any(|r| str_at(r, "/name") == name)
+                || each(pod, "/spec/volumes").any(|v| {
+                    str_at(v, "/secret/secretName") == name
+                        || each(v, "/projected/sources").any(|s| str_at(s, "/secret/name") == name)
+                })
+                || containers().any(|c| {
+                    each(c, "/env").any(|e| str_at(e, "/valueFrom/secretKeyRef/name") == name)
+                        || each(c, "/envFrom").any(|e| str_at(e, "/secretRef/name") == name)
+                })
+        }
+        "configmaps" => {
+            each(pod, "/spec/volumes").any(|v| {
+                str_at(v, "/configMap/name") == name
+                    || each(v, "/projected/sources").any(|s| str_at(s, "/configMap/name") == name)
+            }) || containers().any(|c| {
+                each(c, "/env").any(|e| str_at(e, "/valueFrom/configMapKeyRef/name") == name)
+                    || each(c, "/envFrom").any(|e| str_at(e, "/configMapRef/name") == name)
+            })
+        }
+        _ => false,
+    }
+}
+
+/// The node authorizer's decision (NoOpinion for non-node users).
+pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision, StoreError> {
+    let Some(node) = node_name(&attrs.user) else { return Ok(Decision::NoOpinion(String::new())) };
+    if !attrs.resource_request {
+        return Ok(Decision::NoOpinion(String::new()));
+    }
+    let verb = attrs.verb.as_str();
+    let (group, resource, sub) = (attrs.api_group.as_str(), attrs.resource.as_str(), attrs.subresource.as_str());
+    match (group, resource, sub) {
+        ("", "nodes", _) => {
+            let own = attrs.name == node
+                || (attrs.name.is_empty()
+                    && matches!(verb, "list" | "watch")
+                    && attrs.field_selector == format!("metadata.name={node}"));
+            let allowed_verb = matches!(verb, "get" | "list" | "watch" | "create" | "update" | "patch");
+            if own && allowed_verb {
+                return Ok(Decision::Allow(String::new()));
+            }
+            Ok(Decision::NoOpinion(format!("node '{node}' cannot read all nodes, only its own Node object")))
+        }
+        ("", "pods", "") if matches!(verb, "list" | "watch") => {
+            if attrs.field_selector == format!("spec.nodeName={node}") {
+                return Ok(Decision::Allow(String::new()));
+            }
+            Ok(Decision::NoOpinion("can only list/watch pods with spec.nodeName field selector".into()))
+        }
+        ("", "pods", "" | "status") if !attrs.name.is_empty() => {
+            let allowed_verb = if sub.is_empty() {
+                matches!(verb, "get" | "delete")
+            } else {
+                matches!(verb, "get" | "update" | "patch")
+            };
+            if !allowed_verb {
+                return Ok(no_relationship(node));
+            }
+            let key = ObjectKey::namespaced("pods", &attrs.namespace, &attrs.name);
+            match store.get_shared(&key).await {
+                Ok(pod) if str_at(&pod.object, "/spec/nodeName") == node => Ok(Decision::Allow(String::new())),
+                Ok(_) | Err(StoreError::NotFound { .. }) => Ok(no_relationship(node)),
+                Err(e) => Err(e),
+            }
+        }
+        ("", "events", "") if verb == "create" || verb == "patch" => Ok(Decision::Allow(String::new())),
+        ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => Ok(Decision::Allow(String::new())),
+        ("", "secrets" | "configmaps" | "serviceaccounts", "") if verb == "get" && !attrs.name.is_empty() => {
+            let pods = pods_on(store, node, &attrs.namespace).await?;
+            if pods.iter().any(|p| pod_references(p, resource, &attrs.name)) {
+                return Ok(Decision::Allow(String::new()));
+            }
+            Ok(no_relationship(node))
+        }
+        ("", "serviceaccounts", "token") if verb == "create" && !attrs.name.is_empty() => {
+            let pods = pods_on(store, node, &attrs.namespace).await?;
+            if pods.iter().any(|p| pod_references(p, "serviceaccounts", &attrs.name)) {
+                return Ok(Decision::Allow(String::new()));
+            }
+            Ok(no_relationship(node))
+        }
+        _ => Ok(Decision::NoOpinion(String::new())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn references_from_volumes_pull_secrets_env_and_service_account() {
+        let pod = json!({"spec": {
+            "serviceAccountName": "builder",
+            "imagePullSecrets": [{"name": "regcred"}],
+            "volumes": [{"name": "v", "secret": {"secretName": "vol-secret"}},
+                        {"name": "p", "projected": {"sources": [{"configMap": {"name": "proj-cm"}}, {"secret": {"name": "proj-secret"}}]}},
+                        {"name": "c", "configMap": {"name": "vol-cm"}}],
+            "containers": [{"name": "a", "env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "k"}}}],
+                            "envFrom": [{"configMapRef": {"name": "envfrom-cm"}}]}],
+            "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "init-secret"}}]}]}});
+        for s in ["regcred", "vol-secret", "proj-secret", "env-secret", "init-secret"] {
+            assert!(pod_references(&pod, "secrets", s), "{s}");
+        }
+        for c in ["proj-cm", "vol-cm", "envfrom-cm"] {
+            assert!(pod_references(&pod, "configmaps", c), "{c}");
+        }
+        assert!(!pod_references(&pod, "secrets", "vol-cm"));
+        assert!(pod_references(&pod, "serviceaccounts", "builder"));
+        assert!(pod_references(&json!({"spec": {}}), "serviceaccounts", "default"));
+    }
+}
