@@ -1,6 +1,7 @@
 //! The Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`) for the few kinds
 //! kubectl sends as protobuf here — Namespace and ServiceAccount (`kubectl create`),
-//! TokenRequest (`kubectl create token`), SelfSubjectAccessReview (`kubectl auth can-i`) —
+//! TokenRequest (`kubectl create token`), SelfSubjectAccessReview (`kubectl auth can-i`),
+//! RBAC roles and bindings (`kubectl create clusterrolebinding` and friends) —
 //! decoded into the JSON form the handlers take. Field numbers are those of
 //! k8s.io/api's generated.proto; unknown fields are skipped as protobuf requires.
 
@@ -121,6 +122,44 @@ fn token_request_spec(msg: &[u8]) -> Result<Value, DecodeError> {
     Ok(Value::Object(spec))
 }
 
+/// A message's repeated string fields by number (rbac/v1 `PolicyRule`).
+fn repeated_strings(msg: &[u8], map: &[(u64, &str)]) -> Result<Map<String, Value>, DecodeError> {
+    let mut out = Map::new();
+    for (n, f) in fields(msg)? {
+        if let (Some((_, name)), Field::Bytes(b)) = (map.iter().find(|(k, _)| *k == n), f) {
+            let entry = out.entry((*name).to_owned()).or_insert_with(|| json!([]));
+            if let Value::Array(items) = entry {
+                items.push(json!(string(b)?));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// rbac/v1 `PolicyRule`.
+fn policy_rule(msg: &[u8]) -> Result<Value, DecodeError> {
+    Ok(Value::Object(repeated_strings(
+        msg,
+        &[(1, "verbs"), (2, "apiGroups"), (3, "resources"), (4, "resourceNames"), (5, "nonResourceURLs")],
+    )?))
+}
+
+/// rbac/v1 `Subject`.
+fn subject(msg: &[u8]) -> Result<Value, DecodeError> {
+    Ok(Value::Object(strings(msg, &[(1, "kind"), (2, "apiGroup"), (3, "name"), (4, "namespace")])?))
+}
+
+/// rbac/v1 `RoleRef`.
+fn role_ref(msg: &[u8]) -> Result<Value, DecodeError> {
+    Ok(Value::Object(strings(msg, &[(1, "apiGroup"), (2, "kind"), (3, "name")])?))
+}
+
+fn push(object: &mut Map<String, Value>, key: &str, value: Value) {
+    if let Value::Array(items) = object.entry(key.to_owned()).or_insert_with(|| json!([])) {
+        items.push(value);
+    }
+}
+
 fn access_review_spec(msg: &[u8]) -> Result<Value, DecodeError> {
     let mut spec = Map::new();
     for (n, f) in fields(msg)? {
@@ -184,7 +223,12 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
             ("SelfSubjectAccessReview", 2) => {
                 object.insert("spec".into(), access_review_spec(b)?);
             }
-            ("Namespace" | "ServiceAccount", _) => {}
+            ("ClusterRole" | "Role", 2) => push(&mut object, "rules", policy_rule(b)?),
+            ("ClusterRoleBinding" | "RoleBinding", 2) => push(&mut object, "subjects", subject(b)?),
+            ("ClusterRoleBinding" | "RoleBinding", 3) => {
+                object.insert("roleRef".into(), role_ref(b)?);
+            }
+            ("Namespace" | "ServiceAccount" | "ClusterRole" | "Role" | "ClusterRoleBinding" | "RoleBinding", _) => {}
             ("TokenRequest" | "SelfSubjectAccessReview", _) => {}
             (other, _) => {
                 return Err(DecodeError(format!("protobuf bodies of kind {other:?} are not supported; send JSON")));
@@ -225,6 +269,36 @@ mod tests {
         assert_eq!(v["spec"]["audiences"], json!(["aud1", "aud2"]));
         assert_eq!(v["spec"]["expirationSeconds"], 600);
         assert_eq!(v["spec"]["boundObjectRef"], json!({"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "X"}));
+    }
+
+    #[test]
+    fn decodes_rbac_objects_as_kubectl_create_sends_them() {
+        let rule =
+            [field_bytes(1, b"get"), field_bytes(1, b"list"), field_bytes(2, b""), field_bytes(3, b"pods")].concat();
+        let raw = [field_bytes(1, &field_bytes(1, b"reader")), field_bytes(2, &rule)].concat();
+        let type_meta = [field_bytes(1, b"rbac.authorization.k8s.io/v1"), field_bytes(2, b"ClusterRole")].concat();
+        let body = [MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(v["rules"], json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]));
+        let subject =
+            [field_bytes(1, b"User"), field_bytes(2, b"rbac.authorization.k8s.io"), field_bytes(3, b"system:node:n1")]
+                .concat();
+        let role_ref =
+            [field_bytes(1, b"rbac.authorization.k8s.io"), field_bytes(2, b"ClusterRole"), field_bytes(3, b"reader")]
+                .concat();
+        let raw = [field_bytes(1, &field_bytes(1, b"b")), field_bytes(2, &subject), field_bytes(3, &role_ref)].concat();
+        let type_meta =
+            [field_bytes(1, b"rbac.authorization.k8s.io/v1"), field_bytes(2, b"ClusterRoleBinding")].concat();
+        let body = [MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(
+            v["subjects"],
+            json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "system:node:n1"}])
+        );
+        assert_eq!(
+            v["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"})
+        );
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! End-to-end: who may ask for what. A node identity from `podpass apiserver kubeconfig`
+//! uses the real kubectl: tokens only for pods on its node, only for audiences the pod names
+//! or RBAC grants (`request-serviceaccounts-token-audience`), never node-bound; and the
+//! admin's `kubectl auth can-i --as` answers from the same authorizers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::*;
+
+fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .expect("kubectl is installed (scripts/test installs it)")
+}
+
+fn failed(out: Output, what: &str) -> String {
+    assert!(!out.status.success(), "{what} should have failed: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const POD: &str = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"NAME","namespace":"team"},
+ "spec":{"serviceAccountName":"builder","nodeName":"NODE","containers":[{"name":"c","image":"registry.example/app:1"}],
+  "volumes":[{"name":"registry-token","projected":{"sources":[{"serviceAccountToken":{"path":"token","audience":"registry.example"}}]}}]}}"#;
+
+#[test]
+fn nodes_get_tokens_only_for_their_pods_and_allowed_audiences() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _s = start(d, &[]);
+    let admin_cfg = d.join("admin.kubeconfig");
+    let admin = |args: &[&str]| kubectl(&admin_cfg, &d.join("cache-admin"), args);
+    ok(admin(&["create", "namespace", "team"]), "namespace");
+    ok(admin(&["-n", "team", "create", "serviceaccount", "builder"]), "sa");
+    ok(admin(&["-n", "team", "create", "serviceaccount", "other"]), "sa other");
+    for (name, node) in [("web", "n1"), ("far", "n2")] {
+        let path = d.join(format!("{name}.json"));
+        std::fs::write(&path, POD.replace("NAME", name).replace("NODE", node)).unwrap();
+        ok(admin(&["apply", "-f", path.to_str().unwrap()]), "apply pod");
+    }
+    let uid = |name: &str| ok(admin(&["-n", "team", "get", "pod", name, "-o", "jsonpath={.metadata.uid}"]), "get uid");
+    let (web_uid, far_uid) = (uid("web"), uid("far"));
+
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "kubeconfig", "--data-dir", d.to_str().unwrap()])
+        .args(["--user", "system:node:n1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    let node_cfg = d.join("n1.kubeconfig");
+    std::fs::write(&node_cfg, ok(out, "node kubeconfig")).unwrap();
+    let node = |args: &[&str]| kubectl(&node_cfg, &d.join("cache-n1"), args);
+    let token_for = |pod: &str, uid: &str, audience: &str| {
+        node(&[
+            "-n",
+            "team",
+            "create",
+            "token",
+            "builder",
+            "--audience",
+            audience,
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            pod,
+            "--bound-object-uid",
+            uid,
+        ])
+    };
+
+    // the audience the pod's projected volume names: allowed
+    let token = ok(token_for("web", &web_uid, "registry.example"), "token for web");
+    assert!(token.trim().split('.').count() == 3);
+    // an audience nothing allows: 403 naming the audience and the node
+    let err = failed(token_for("web", &web_uid, "vault.example"), "unnamed audience");
+    assert!(
+        err.contains(r#"serviceaccounts "builder" is forbidden: audience "vault.example" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"#),
+        "{err}"
+    );
+    // allowed once RBAC grants it (resource = the audience, name = the service account)
+    // (`kubectl create clusterrole --resource` insists on a discoverable resource type, as
+    // against a real cluster; an audience is not one, so the role is applied as a manifest)
+    let role = d.join("role.json");
+    std::fs::write(
+        &role,
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"vault-audience"},
+            "rules":[{"verbs":["request-serviceaccounts-token-audience"],"apiGroups":[""],
+                      "resources":["vault.example"],"resourceNames":["builder"]}]}"#,
+    )
+    .unwrap();
+    ok(admin(&["apply", "-f", role.to_str().unwrap()]), "clusterrole");
+    ok(
+        admin(&[
+            "create",
+            "clusterrolebinding",
+            "n1-vault",
+            "--clusterrole",
+            "vault-audience",
+            "--user",
+            "system:node:n1",
+        ]),
+        "binding",
+    );
+    ok(token_for("web", &web_uid, "vault.example"), "after the grant");
+    // a pod on another node, a stale UID, a node-bound token: refused
+    let err = failed(token_for("far", &far_uid, "registry.example"), "pod on n2");
+    assert!(err.contains("forbidden"), "{err}");
+    let err = failed(token_for("web", "00000000-0000-0000-0000-000000000000", "registry.example"), "stale uid");
+    assert!(err.contains("does not match the UID in record"), "{err}");
+    let err = failed(
+        node(&["-n", "team", "create", "token", "builder", "--bound-object-kind", "Node", "--bound-object-name", "n1"]),
+        "node-bound",
+    );
+    assert!(err.contains("node requested token not bound to a pod") || err.contains("forbidden"), "{err}");
+    // the node cannot read what its pods do not reference
+    let err = failed(node(&["-n", "team", "get", "serviceaccount", "other"]), "unrelated sa");
+    assert!(err.contains("no relationship found between node 'n1' and this object"), "{err}");
+    assert!(ok(node(&["-n", "team", "get", "serviceaccount", "builder", "-o", "name"]), "own sa").contains("builder"));
+
+    // kubectl auth can-i --as answers from the same authorizers
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--as", "system:node:n1", "--as-group", "system:nodes", "-n", "team"]);
+        let out = admin(&all);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(can(&["create", "serviceaccounts/builder", "--subresource", "token"]), "yes");
+    // kubectl prints the authorizer's reason after a "no"
+    assert_eq!(
+        can(&["create", "serviceaccounts/other", "--subresource", "token"]),
+        "no - no relationship found between node 'n1' and this object"
+    );
+    assert_eq!(can(&["get", "pods/web"]), "yes");
+    assert!(can(&["get", "pods/far"]).starts_with("no"));
+    assert!(can(&["list", "secrets"]).starts_with("no"));
+    // the node itself may not impersonate
+    let err = failed(node(&["get", "pods", "-n", "team", "--as", "system:admin"]), "impersonation by a node");
+    assert!(err.contains("cannot impersonate resource \"users\""), "{err}");
+}
