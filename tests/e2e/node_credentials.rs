@@ -132,7 +132,14 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
     post(&s, "/api/v1/namespaces/team/pods", pod("plain-pod", "plain"));
 
     let cfg = config(dir.path(), false);
-    let kubeconfig = data.join("admin.kubeconfig");
+    // The agent runs as the node the pods are scheduled on, as a kubelet does.
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
+        .args(["--user", "system:node:n1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    let kubeconfig = dir.path().join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(out, "node kubeconfig")).unwrap();
     let run = |cfg: &Path, pods: &[&str], images: &[&str]| -> Value {
         let mut cmd = Command::new(PODPASS);
         cmd.args(["node", "credentials", "--image-credential-provider-config", cfg.to_str().unwrap()])
@@ -144,6 +151,29 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
         let out = cmd.args(images).output().unwrap();
         serde_json::from_str(&ok(out, "node credentials")).unwrap()
     };
+    // No pod volume names the provider's audience and no RBAC grant allows it: the token
+    // request is refused (NodeRestriction), and the report carries the API's message.
+    let refused = run(&cfg, &["team/web"], &["a.registry.example/app:1"]);
+    let reason = refused["lookups"][0]["providers"][0]["skipReason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(r#"token request refused: failed to fetch token: serviceaccounts "builder" is forbidden: audience "registry.example" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"#),
+        "{reason}"
+    );
+    assert_eq!(refused["execs"]["sa-plugin"], 0);
+    // The admin allows nodes to request tokens for the registry's audience.
+    post(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "registry-audience"},
+               "rules": [{"verbs": ["request-serviceaccounts-token-audience"], "apiGroups": [""], "resources": ["registry.example"]}]}),
+    );
+    post(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "nodes-registry-audience"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "registry-audience"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}),
+    );
     let got = run(
         &cfg,
         &["team/web", "team/plain-pod"],
