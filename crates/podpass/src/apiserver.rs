@@ -88,6 +88,10 @@ struct ServerFlags {
     /// is always allowed.
     #[arg(long, default_value = "Node,RBAC", value_parser = parse_authorization_modes)]
     authorization_mode: AuthorizationModes,
+    /// etcd endpoints, comma-separated (`http://127.0.0.1:2379`); default: the embedded store
+    /// in the data dir. Replicas sharing one etcd need the same signing and verification keys.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
 }
 
 /// A parsed `--authorization-mode`.
@@ -164,6 +168,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         token_request_uid_validation: gates.enabled(Feature::TokenRequestServiceAccountUIDValidation),
         authorization_modes: f.authorization_mode.0.clone(),
         node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
+        etcd_servers: f.etcd_servers.clone(),
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {

@@ -87,6 +87,8 @@ pub struct ApiServerConfig {
     /// whose `metadata.uid` is not the service account's is refused with 409; off, it is
     /// served with a warning and an audit annotation.
     pub token_request_uid_validation: bool,
+    /// `--etcd-servers`: etcd endpoints (`http://host:port`); empty = the embedded store.
+    pub etcd_servers: Vec<String>,
     /// How long a successful token authentication is remembered (kube-apiserver's
     /// `TokenSuccessCacheTTL`, fixed at 10 s upstream, [`token_cache::DEFAULT_SUCCESS_TTL`]);
     /// zero disables the cache.
@@ -109,7 +111,7 @@ pub struct Prepared {
     extra_keys: Vec<VerificationKey>,
     tls: TlsAcceptor,
     ca_pem: String,
-    store: Arc<dyn Store>,
+    store: Option<Arc<dyn Store>>,
     token_file: TokenFile,
     token_file_path: PathBuf,
     audit: Option<audit::AuditLog>,
@@ -210,8 +212,19 @@ impl ApiServerConfig {
         }
         let token_file = TokenFile::load(&token_file_path).map_err(|e| ConfigError(e.to_string()))?;
 
-        let store: Arc<dyn Store> =
-            Arc::new(EmbeddedStore::open(&self.data_dir.join("store.redb")).map_err(|e| ConfigError(e.to_string()))?);
+        for server in &self.etcd_servers {
+            if !(server.starts_with("http://") || server.starts_with("https://")) {
+                return Err(ConfigError(format!("--etcd-servers {server:?}: must be an http:// or https:// URL")));
+            }
+        }
+        // etcd is connected to at start (async); the embedded store is opened here.
+        let store: Option<Arc<dyn Store>> = if self.etcd_servers.is_empty() {
+            Some(Arc::new(
+                EmbeddedStore::open(&self.data_dir.join("store.redb")).map_err(|e| ConfigError(e.to_string()))?,
+            ))
+        } else {
+            None
+        };
         let audit = match &self.audit_log_path {
             Some(p) => Some(
                 audit::AuditLog::open(p).map_err(|e| ConfigError(format!("--audit-log-path {}: {e}", p.display())))?,
@@ -321,6 +334,14 @@ pub fn kubeconfig(server_url: &str, ca_pem: &str, user: &str, token: &str) -> St
 impl Prepared {
     /// Binds, writes the admin kubeconfig and serves in the background.
     pub async fn start(self) -> std::io::Result<Running> {
+        let store: Arc<dyn Store> = match self.store.clone() {
+            Some(store) => store,
+            None => Arc::new(
+                crate::store::EtcdStore::connect(&self.config.etcd_servers)
+                    .await
+                    .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
+            ),
+        };
         let listener = TcpListener::bind(SocketAddr::new(self.config.bind_address, self.config.secure_port)).await?;
         let local_addr = listener.local_addr()?;
         let host = if local_addr.ip().is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { local_addr.ip() };
@@ -356,7 +377,7 @@ impl Prepared {
             .map_err(std::io::Error::other)?;
 
         let state = Arc::new(AppState {
-            store: self.store,
+            store,
             authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
             features: self.config.features,
             api_audiences: audiences,

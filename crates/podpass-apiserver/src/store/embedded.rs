@@ -225,25 +225,12 @@ impl Inner {
     }
 }
 
-/// What a watcher sends for a change, given its selection (upstream filtered-watch rules:
-/// a change into the selection is ADDED, out of it DELETED).
+/// What a watcher of `prefix` sends for a change.
 fn filter(change: &Change, prefix: &str, options: &ListOptions) -> Option<WatchEvent> {
     if !change.key.starts_with(prefix) {
         return None;
     }
-    let now = options.matches(&change.object);
-    let kind = match change.kind {
-        EventType::Added if now => EventType::Added,
-        EventType::Deleted if now => EventType::Deleted,
-        EventType::Modified => match (change.prev.as_ref().is_some_and(|p| options.matches(p)), now) {
-            (true, true) => EventType::Modified,
-            (false, true) => EventType::Added,
-            (true, false) => EventType::Deleted,
-            (false, false) => return None,
-        },
-        _ => return None,
-    };
-    Some(WatchEvent { kind, object: change.object.clone(), revision: change.revision })
+    super::selected_event(change.kind, &change.object, change.prev.as_ref(), change.revision, options)
 }
 
 impl Store for EmbeddedStore {

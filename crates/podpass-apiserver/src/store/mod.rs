@@ -7,6 +7,7 @@
 //! write and set from the object's revision on every read.
 
 mod embedded;
+pub mod etcd;
 pub mod selector;
 
 use std::future::Future;
@@ -18,6 +19,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 pub use embedded::EmbeddedStore;
+pub use etcd::EtcdStore;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 
 /// A boxed future, so that `Store` can be used as `dyn Store` (embedded or etcd chosen at
@@ -245,6 +247,30 @@ pub trait Store: Send + Sync {
         options: ListOptions,
         from: Option<u64>,
     ) -> BoxFuture<'a, Result<WatchStream, StoreError>>;
+}
+
+/// What a watcher sends for a change given its selection (upstream filtered-watch rules:
+/// a change into the selection is ADDED, out of it DELETED).
+pub(crate) fn selected_event(
+    kind: EventType,
+    object: &Value,
+    prev: Option<&Value>,
+    revision: u64,
+    options: &ListOptions,
+) -> Option<WatchEvent> {
+    let now = options.matches(object);
+    let kind = match kind {
+        EventType::Added if now => EventType::Added,
+        EventType::Deleted if now => EventType::Deleted,
+        EventType::Modified => match (prev.is_some_and(|p| options.matches(p)), now) {
+            (true, true) => EventType::Modified,
+            (false, true) => EventType::Added,
+            (true, false) => EventType::Deleted,
+            (false, false) => return None,
+        },
+        _ => return None,
+    };
+    Some(WatchEvent { kind, object: object.clone(), revision })
 }
 
 /// Returns `object` with `metadata.resourceVersion` removed: what is stored.

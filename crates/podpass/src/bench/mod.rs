@@ -133,6 +133,7 @@ async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Res
             podpass_apiserver::server::authz::Mode::Rbac,
         ],
         node_audience_restriction: true,
+        etcd_servers: Vec::new(),
         token_success_cache_ttl: ttl,
     };
     // The server task lives as long as the runtime: the bench process ends with it.
