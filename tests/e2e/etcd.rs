@@ -205,6 +205,27 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     assert!((500..600).contains(&code), "{code} {status}");
     assert_eq!(status["kind"], "Status");
     assert!(started.elapsed() < Duration::from_secs(15), "failed after {:?}", started.elapsed());
+    // under load: concurrent reads and writes on both replicas all fail fast, none hang
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                let (server, name) = (if i % 2 == 0 { &a } else { &b }, format!("load-{i}"));
+                scope.spawn(move || {
+                    let started = Instant::now();
+                    let codes = [
+                        get(server, "/api/v1/namespaces/team/pods").0,
+                        call(server, reqwest::Method::POST, "/api/v1/namespaces/team/pods", Some(pod(&name))).0,
+                    ];
+                    (codes, started.elapsed())
+                })
+            })
+            .collect();
+        for w in workers {
+            let (codes, took) = w.join().unwrap();
+            assert!(codes.iter().all(|c| (500..600).contains(c)), "{codes:?}");
+            assert!(took < Duration::from_secs(30), "took {took:?}");
+        }
+    });
     // etcd back: the replicas recover by themselves, and the acknowledged write is there
     let etcd_dir = etcd.dir.clone();
     let _etcd = Etcd::start(&etcd_dir, etcd.client, etcd.peer);
