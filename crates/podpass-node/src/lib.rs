@@ -4,4 +4,5 @@
 
 pub mod api;
 pub mod credential;
+pub mod images;
 pub mod token;

@@ -1,0 +1,6 @@
+//! Ensure-secret-pulled-images (KEP-2535): image references as the kubelet normalises them,
+//! the credential verification policy, and the pull records on disk.
+
+pub mod policy;
+pub mod records;
+pub mod reference;

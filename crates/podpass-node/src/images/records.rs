@@ -1,0 +1,373 @@
+//! Pull intents and pulled records on disk, byte-compatible with the kubelet's
+//! (pullmanager/fs_pullrecords.go): `<root-dir>/image_manager/{pulling,pulled}` (0700),
+//! files named `sha256-<hex of the key>`, JSON of `kubelet.config.k8s.io/v1beta1`
+//! (v1alpha1 read too), strict decoding, atomic tmp+rename writes made durable with fsync,
+//! and the read-side integrity check (a record must be for the key asked).
+//!
+//! These are blocking file operations; async callers run them on `spawn_blocking`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The version written.
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// Versions read.
+pub const READ_VERSIONS: [&str; 2] = ["kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1alpha1"];
+
+/// A pull in progress (`ImagePullIntent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePullIntent {
+    /// `ImagePullIntent`.
+    pub kind: String,
+    /// Version.
+    pub api_version: String,
+    /// The image as requested.
+    pub image: String,
+}
+
+/// A secret that pulled an image.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePullSecret {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The credential's `AuthConfigHash`.
+    pub credential_hash: String,
+}
+
+/// A service account whose token pulled an image.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePullServiceAccount {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Who may use an image (`ImagePullCredentials`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePullCredentials {
+    /// Secrets that pulled it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_secrets: Vec<ImagePullSecret>,
+    /// Service accounts that pulled it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kubernetes_service_accounts: Vec<ImagePullServiceAccount>,
+    /// Pulled without credentials or with node-wide ones: every pod may use it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub node_pods_accessible: bool,
+}
+
+/// An image on the node and the credentials that pulled it (`ImagePulledRecord`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePulledRecord {
+    /// `ImagePulledRecord`.
+    pub kind: String,
+    /// Version.
+    pub api_version: String,
+    /// RFC 3339 (seconds) of the last change.
+    pub last_updated_time: String,
+    /// The CRI image ID.
+    pub image_ref: String,
+    /// Normalised image name → credentials.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub credential_mapping: BTreeMap<String, ImagePullCredentials>,
+}
+
+/// A record store failure.
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// I/O on a path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A file that does not decode strictly, or is of another kind/version.
+    #[error("{path}: {reason}")]
+    Decode {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// `sha256-<hex>` of a key.
+pub fn file_name(key: &str) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
+    format!("sha256-{}", data_encoding::HEXLOWER.encode(digest.as_ref()))
+}
+
+/// The two record directories under a kubelet root dir.
+#[derive(Debug, Clone)]
+pub struct RecordStore {
+    pulling: PathBuf,
+    pulled: PathBuf,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
+    move |source| RecordError::Io { path: path.to_owned(), source }
+}
+
+/// Writes `data` to `path` atomically and durably: `<path>.tmp` (0600), fsync, rename,
+/// fsync of the directory; the tmp file is removed on failure.
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RecordError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    result.map_err(|source| {
+        let _ = std::fs::remove_file(&tmp);
+        RecordError::Io { path: path.to_owned(), source }
+    })
+}
+
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, data: &[u8], kind: &str) -> Result<T, RecordError> {
+    let err = |reason: String| RecordError::Decode { path: path.to_owned(), reason };
+    let value: serde_json::Value = serde_json::from_slice(data).map_err(|e| err(e.to_string()))?;
+    let got_kind = value.get("kind").and_then(serde_json::Value::as_str).unwrap_or("");
+    let version = value.get("apiVersion").and_then(serde_json::Value::as_str).unwrap_or("");
+    if got_kind != kind || !READ_VERSIONS.contains(&version) {
+        return Err(err(format!("no kind {got_kind:?} is registered for version {version:?}")));
+    }
+    serde_json::from_value(value).map_err(|e| err(format!("strict decoding error: {e}")))
+}
+
+/// Encodes as the kubelet's JSON serializer does (compact, trailing newline).
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+impl RecordStore {
+    /// Opens (creating, 0700) `<root_dir>/image_manager/{pulling,pulled}`.
+    pub fn open(root_dir: &Path) -> Result<Self, RecordError> {
+        let base = root_dir.join("image_manager");
+        let (pulling, pulled) = (base.join("pulling"), base.join("pulled"));
+        for dir in [&pulling, &pulled] {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
+        }
+        Ok(Self { pulling, pulled })
+    }
+
+    /// Records that `image` is being pulled.
+    pub fn write_intent(&self, image: &str) -> Result<(), RecordError> {
+        let intent =
+            ImagePullIntent { kind: "ImagePullIntent".into(), api_version: API_VERSION.into(), image: image.into() };
+        write_atomic(&self.pulling.join(file_name(image)), &encode(&intent))
+    }
+
+    /// Whether an intent for exactly `image` exists.
+    pub fn intent_exists(&self, image: &str) -> Result<bool, RecordError> {
+        let path = self.pulling.join(file_name(image));
+        match std::fs::read(&path) {
+            Ok(data) => Ok(decode::<ImagePullIntent>(&path, &data, "ImagePullIntent")?.image == image),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// Removes the intent (absent is fine).
+    pub fn delete_intent(&self, image: &str) -> Result<(), RecordError> {
+        remove(&self.pulling.join(file_name(image)))
+    }
+
+    /// Writes a pulled record.
+    pub fn write_pulled(&self, record: &ImagePulledRecord) -> Result<(), RecordError> {
+        write_atomic(&self.pulled.join(file_name(&record.image_ref)), &encode(record))
+    }
+
+    /// The record for exactly `image_ref` (a file holding another ref is not it).
+    pub fn get_pulled(&self, image_ref: &str) -> Result<Option<ImagePulledRecord>, RecordError> {
+        let path = self.pulled.join(file_name(image_ref));
+        match std::fs::read(&path) {
+            Ok(data) => {
+                let record: ImagePulledRecord = decode(&path, &data, "ImagePulledRecord")?;
+                Ok((record.image_ref == image_ref).then_some(record))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// Removes the record (absent is fine).
+    pub fn delete_pulled(&self, image_ref: &str) -> Result<(), RecordError> {
+        remove(&self.pulled.join(file_name(image_ref)))
+    }
+
+    /// Every intent, and the errors of files that did not read.
+    pub fn list_intents(&self) -> (Vec<ImagePullIntent>, Vec<RecordError>) {
+        list(&self.pulling, "ImagePullIntent")
+    }
+
+    /// Every pulled record, and the errors of files that did not read.
+    pub fn list_pulled(&self) -> (Vec<ImagePulledRecord>, Vec<RecordError>) {
+        list(&self.pulled, "ImagePulledRecord")
+    }
+}
+
+fn remove(path: &Path) -> Result<(), RecordError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
+/// Top-level `sha256-*` files (not `.tmp`, not directories), decoded; failures collected.
+fn list<T: serde::de::DeserializeOwned>(dir: &Path, kind: &str) -> (Vec<T>, Vec<RecordError>) {
+    let (mut items, mut errors) = (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return (items, vec![io(dir)(e)]),
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                errors.push(io(dir)(e));
+                continue;
+            }
+        };
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("sha256-") || name.ends_with(".tmp") || entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::read(&path) {
+            Ok(data) => match decode(&path, &data, kind) {
+                Ok(item) => items.push(item),
+                Err(e) => errors.push(e),
+            },
+            Err(e) => errors.push(io(&path)(e)),
+        }
+    }
+    (items, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn record(image_ref: &str) -> ImagePulledRecord {
+        let mut mapping = BTreeMap::new();
+        mapping.insert(
+            "docker.io/testing/test".to_owned(),
+            ImagePullCredentials {
+                kubernetes_secrets: vec![ImagePullSecret {
+                    uid: "testsecretuid".into(),
+                    namespace: "default".into(),
+                    name: "pull-secret".into(),
+                    credential_hash: "testsecrethash".into(),
+                }],
+                ..Default::default()
+            },
+        );
+        mapping.insert(
+            "repo.repo/test/test".to_owned(),
+            ImagePullCredentials { node_pods_accessible: true, ..Default::default() },
+        );
+        ImagePulledRecord {
+            kind: "ImagePulledRecord".into(),
+            api_version: API_VERSION.into(),
+            last_updated_time: "2024-10-21T12:12:12Z".into(),
+            image_ref: image_ref.into(),
+            credential_mapping: mapping,
+        }
+    }
+
+    #[test]
+    fn file_names_are_sha256_of_the_key() {
+        // sha256("testimageref") and sha256("repo.repo/test/test:latest"), computed with sha256sum.
+        assert!(file_name("testimageref").starts_with("sha256-b3c0cc42"));
+        assert!(file_name("repo.repo/test/test:latest").starts_with("sha256-7d8c031e"));
+        assert!(file_name("repo.repo/test/test:latest").ends_with("1c02"));
+    }
+
+    #[test]
+    fn writes_the_kubelet_format_and_reads_it_back() {
+        let root = tempfile::tempdir().unwrap();
+        let store = RecordStore::open(root.path()).unwrap();
+        let dir = root.path().join("image_manager/pulled");
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        store.write_pulled(&record("testimageref")).unwrap();
+        let path = dir.join(file_name("testimageref"));
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"kind\":\"ImagePulledRecord\",\"apiVersion\":\"kubelet.config.k8s.io/v1beta1\",\"lastUpdatedTime\":\"2024-10-21T12:12:12Z\",\"imageRef\":\"testimageref\",\"credentialMapping\":{\"docker.io/testing/test\":{\"kubernetesSecrets\":[{\"uid\":\"testsecretuid\",\"namespace\":\"default\",\"name\":\"pull-secret\",\"credentialHash\":\"testsecrethash\"}]},\"repo.repo/test/test\":{\"nodePodsAccessible\":true}}}\n"
+        );
+        assert_eq!(store.get_pulled("testimageref").unwrap(), Some(record("testimageref")));
+        assert_eq!(store.get_pulled("other").unwrap(), None);
+        store.write_intent("repo.repo/test/test:latest").unwrap();
+        assert!(store.intent_exists("repo.repo/test/test:latest").unwrap());
+        store.delete_intent("repo.repo/test/test:latest").unwrap();
+        store.delete_intent("repo.repo/test/test:latest").unwrap();
+        assert!(!store.intent_exists("repo.repo/test/test:latest").unwrap());
+    }
+
+    #[test]
+    fn integrity_strictness_and_partial_listing() {
+        let root = tempfile::tempdir().unwrap();
+        let store = RecordStore::open(root.path()).unwrap();
+        let dir = root.path().join("image_manager/pulled");
+        // a record stored under another ref's name is not that ref's record
+        let mut moved = record("sha256:aaa");
+        moved.image_ref = "sha256:bbb".into();
+        std::fs::write(dir.join(file_name("sha256:aaa")), encode(&moved)).unwrap();
+        assert_eq!(store.get_pulled("sha256:aaa").unwrap(), None);
+        // unknown fields and unknown versions are errors; v1alpha1 is read
+        let unknown =
+            String::from_utf8(encode(&record("u"))).unwrap().replace("\"imageRef\"", "\"extra\":1,\"imageRef\"");
+        std::fs::write(dir.join(file_name("u")), unknown).unwrap();
+        assert!(store.get_pulled("u").is_err());
+        let alpha = String::from_utf8(encode(&record("a"))).unwrap().replace("v1beta1", "v1alpha1");
+        std::fs::write(dir.join(file_name("a")), alpha).unwrap();
+        assert_eq!(store.get_pulled("a").unwrap().unwrap().api_version, "kubelet.config.k8s.io/v1alpha1");
+        let v2 = String::from_utf8(encode(&record("v"))).unwrap().replace("v1beta1", "v2");
+        std::fs::write(dir.join(file_name("v")), v2).unwrap();
+        // listing skips .tmp, foreign names and directories, and returns what decoded
+        std::fs::write(dir.join("sha256-x.tmp"), "garbage").unwrap();
+        std::fs::write(dir.join("notes.txt"), "garbage").unwrap();
+        std::fs::create_dir(dir.join("sha256-dir")).unwrap();
+        store.write_pulled(&record("good")).unwrap();
+        let (items, errors) = store.list_pulled();
+        let mut refs: Vec<_> = items.iter().map(|r| r.image_ref.as_str()).collect();
+        refs.sort_unstable();
+        assert_eq!(refs, ["a", "good", "sha256:bbb"]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+    }
+}
