@@ -2,5 +2,6 @@
 //! the credential verification policy, and the pull records on disk.
 
 pub mod policy;
+pub mod pull_manager;
 pub mod records;
 pub mod reference;

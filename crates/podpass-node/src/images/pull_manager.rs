@@ -1,0 +1,439 @@
+//! The pull manager (pullmanager/image_pull_manager.go, revision B): pull intents with
+//! refcounts, pulled records merged with the credentials that pulled, and
+//! `MustAttemptImagePull` — may this pod use an image already on the node, or must its own
+//! credentials be verified by pulling? Any doubt (a record that cannot be read) means
+//! verify.
+//!
+//! Blocking (it reads and writes record files); async callers use `spawn_blocking`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use super::policy::PolicyEnforcer;
+use super::records::{
+    API_VERSION, ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord, RecordError,
+    RecordStore,
+};
+use super::reference::normalized_name;
+
+/// A record keeps at most this many secrets before new ones stop being merged in.
+pub const MAX_SECRETS_PER_IMAGE: usize = 100;
+
+/// The credentials a pod would pull with (resolved lazily, only when needed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodCredentials {
+    /// Its pull secrets' credentials (coordinates and `AuthConfigHash`).
+    pub secrets: Vec<ImagePullSecret>,
+    /// Its service account, when a provider used its token.
+    pub service_account: Option<ImagePullServiceAccount>,
+}
+
+/// `result` label of `kubelet_imagemanager_image_mustpull_checks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CheckLabels {
+    /// `credentialPolicyAllowed|credentialRecordFound|mustAuthenticate|error`.
+    pub result: CheckResult,
+}
+
+/// How a check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelValue)]
+pub enum CheckResult {
+    /// The policy needs no verification.
+    #[allow(non_camel_case_types)]
+    credentialPolicyAllowed,
+    /// The pod's credentials are on record.
+    #[allow(non_camel_case_types)]
+    credentialRecordFound,
+    /// The pod must pull to prove access.
+    #[allow(non_camel_case_types)]
+    mustAuthenticate,
+    /// Records could not be read (fail safe: pull).
+    #[allow(non_camel_case_types)]
+    error,
+}
+
+/// Pull records and the policy.
+pub struct PullManager {
+    store: RecordStore,
+    policy: PolicyEnforcer,
+    intents: Mutex<HashMap<String, usize>>,
+    checks: Family<CheckLabels, Counter>,
+    now: fn() -> String,
+}
+
+impl std::fmt::Debug for PullManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullManager").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day) (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn sort_key_secret(s: &ImagePullSecret) -> (String, String, String) {
+    (s.namespace.clone(), s.name.clone(), s.uid.clone())
+}
+
+/// `pulledRecordMergeNewCreds` for one image entry; returns whether anything changed.
+pub fn merge_credentials(
+    mapping: &mut std::collections::BTreeMap<String, ImagePullCredentials>,
+    image: &str,
+    new: &ImagePullCredentials,
+) -> bool {
+    if new.kubernetes_secrets.is_empty() && new.kubernetes_service_accounts.is_empty() && !new.node_pods_accessible {
+        return false;
+    }
+    let Some(entry) = mapping.get_mut(image) else {
+        mapping.insert(image.to_owned(), new.clone());
+        return true;
+    };
+    if entry.node_pods_accessible {
+        return false;
+    }
+    if new.node_pods_accessible {
+        *entry = ImagePullCredentials { node_pods_accessible: true, ..Default::default() };
+        return true;
+    }
+    if !new.kubernetes_secrets.is_empty() {
+        let mut merged = entry.kubernetes_secrets.clone();
+        for s in &new.kubernetes_secrets {
+            match merged.iter_mut().find(|m| m.uid == s.uid && m.namespace == s.namespace && m.name == s.name) {
+                Some(m) => m.credential_hash = s.credential_hash.clone(),
+                None => merged.push(s.clone()),
+            }
+        }
+        merged.sort_by_key(sort_key_secret);
+        let mut before = entry.kubernetes_secrets.clone();
+        before.sort_by_key(sort_key_secret);
+        if merged == before {
+            return false;
+        }
+        entry.kubernetes_secrets = merged;
+        return true;
+    }
+    let mut merged = entry.kubernetes_service_accounts.clone();
+    for sa in &new.kubernetes_service_accounts {
+        if !merged.contains(sa) {
+            merged.push(sa.clone());
+        }
+    }
+    merged.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+    if merged.len() == entry.kubernetes_service_accounts.len() {
+        return false;
+    }
+    entry.kubernetes_service_accounts = merged;
+    true
+}
+
+impl PullManager {
+    /// A manager over `store` enforcing `policy`.
+    pub fn new(store: RecordStore, policy: PolicyEnforcer) -> Self {
+        Self { store, policy, intents: Mutex::new(HashMap::new()), checks: Family::default(), now: rfc3339_now }
+    }
+
+    /// `kubelet_imagemanager_image_mustpull_checks_total`, to register.
+    pub fn checks_metric(&self) -> Family<CheckLabels, Counter> {
+        self.checks.clone()
+    }
+
+    /// `RecordPullIntent`: on disk first, then the in-memory count.
+    pub fn record_pull_intent(&self, image: &str) -> Result<(), String> {
+        let mut intents = self.intents.lock().unwrap_or_else(|p| p.into_inner());
+        self.store.write_intent(image).map_err(|e| format!("failed to record image pull intent: {e}"))?;
+        *intents.entry(image.to_owned()).or_default() += 1;
+        Ok(())
+    }
+
+    fn decrement_intent(&self, image: &str) {
+        let mut intents = self.intents.lock().unwrap_or_else(|p| p.into_inner());
+        let count = intents.get(image).copied().unwrap_or(0);
+        if count <= 1 {
+            // The count goes only once the file is gone.
+            if self.store.delete_intent(image).is_ok() {
+                intents.remove(image);
+            }
+        } else {
+            intents.insert(image.to_owned(), count - 1);
+        }
+    }
+
+    /// `RecordImagePulled`: merges the credentials that pulled `image` into the record of
+    /// `image_ref`; the intent is released only once the record is written.
+    pub fn record_image_pulled(
+        &self,
+        image: &str,
+        image_ref: &str,
+        credentials: Option<&ImagePullCredentials>,
+    ) -> Result<(), String> {
+        let name = normalized_name(image).map_err(|e| e.to_string())?;
+        let existing = self.store.get_pulled(image_ref).map_err(|e| e.to_string())?;
+        let now = (self.now)();
+        let (mut record, is_new) = match existing {
+            Some(r) => (r, false),
+            None => (
+                ImagePulledRecord {
+                    kind: "ImagePulledRecord".into(),
+                    api_version: API_VERSION.into(),
+                    last_updated_time: now.clone(),
+                    image_ref: image_ref.into(),
+                    credential_mapping: Default::default(),
+                },
+                true,
+            ),
+        };
+        let changed = credentials.is_some_and(|c| merge_credentials(&mut record.credential_mapping, &name, c));
+        if changed || is_new {
+            record.last_updated_time = now;
+            record.api_version = API_VERSION.into();
+            self.store.write_pulled(&record).map_err(|e| e.to_string())?;
+        }
+        self.decrement_intent(image);
+        Ok(())
+    }
+
+    /// `RecordImagePullFailed`.
+    pub fn record_image_pull_failed(&self, image: &str) {
+        self.decrement_intent(image);
+    }
+
+    fn pulled_by_node(&self, image: &str, image_ref: &str) -> Result<(bool, Option<ImagePulledRecord>), RecordError> {
+        let record = self.store.get_pulled(image_ref)?;
+        if record.is_some() {
+            return Ok((true, record));
+        }
+        if self.intents.lock().unwrap_or_else(|p| p.into_inner()).get(image).is_some_and(|c| *c > 0) {
+            return Ok((true, None));
+        }
+        Ok((self.store.intent_exists(image)?, None))
+    }
+
+    /// `MustAttemptImagePull`: whether the pod must pull `image` (present as `image_ref`,
+    /// empty when absent) to prove it may use it. `pod_credentials` is called only when the
+    /// records cannot decide alone; its error fails the check (and the container).
+    pub fn must_attempt_image_pull(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+    ) -> (bool, Option<String>) {
+        if image_ref.is_empty() {
+            return (true, None);
+        }
+        let (answer, result, error) = self.decide(image, image_ref, pod_credentials);
+        self.checks.get_or_create(&CheckLabels { result }).inc();
+        (answer, error)
+    }
+
+    fn decide(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+    ) -> (bool, CheckResult, Option<String>) {
+        let (pulled_by_node, record) = match self.pulled_by_node(image, image_ref) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(image, error = %e, "Unable to access cache records about image pulls");
+                return (true, CheckResult::error, None);
+            }
+        };
+        if !self.policy.requires_verification(image, pulled_by_node) {
+            return (false, CheckResult::credentialPolicyAllowed, None);
+        }
+        let Some(mut record) = record else { return (true, CheckResult::mustAuthenticate, None) };
+        let Ok(name) = normalized_name(image) else { return (true, CheckResult::error, None) };
+        let Some(entry) = record.credential_mapping.get(&name).cloned() else {
+            return (true, CheckResult::mustAuthenticate, None);
+        };
+        if entry.node_pods_accessible {
+            return (false, CheckResult::credentialRecordFound, None);
+        }
+        if entry.kubernetes_secrets.is_empty() && entry.kubernetes_service_accounts.is_empty() {
+            return (true, CheckResult::mustAuthenticate, None);
+        }
+        let pod = match pod_credentials() {
+            Ok(p) => p,
+            Err(e) => return (true, CheckResult::error, Some(e)),
+        };
+        let room = entry.kubernetes_secrets.len() < MAX_SECRETS_PER_IMAGE;
+        for secret in &pod.secrets {
+            for recorded in &entry.kubernetes_secrets {
+                let hashes = !recorded.credential_hash.is_empty() && recorded.credential_hash == secret.credential_hash;
+                let coords = recorded.uid == secret.uid
+                    && recorded.namespace == secret.namespace
+                    && recorded.name == secret.name;
+                if hashes || (coords && room) {
+                    if !coords || !hashes {
+                        // Remember this secret (or its new hash) so the next check matches
+                        // directly, while the record has room.
+                        let add =
+                            ImagePullCredentials { kubernetes_secrets: vec![secret.clone()], ..Default::default() };
+                        if room && merge_credentials(&mut record.credential_mapping, &name, &add) {
+                            record.last_updated_time = (self.now)();
+                            if let Err(e) = self.store.write_pulled(&record) {
+                                tracing::warn!(image, error = %e, "failed to update the pulled record");
+                            }
+                        }
+                    }
+                    return (false, CheckResult::credentialRecordFound, None);
+                }
+            }
+        }
+        if let Some(sa) = &pod.service_account
+            && entry.kubernetes_service_accounts.contains(sa)
+        {
+            return (false, CheckResult::credentialRecordFound, None);
+        }
+        (true, CheckResult::mustAuthenticate, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::policy::VerificationPolicy;
+
+    fn secret(name: &str, hash: &str) -> ImagePullSecret {
+        ImagePullSecret {
+            uid: format!("{name}-uid"),
+            namespace: "ns".into(),
+            name: name.into(),
+            credential_hash: hash.into(),
+        }
+    }
+
+    fn sa(name: &str, uid: &str) -> ImagePullServiceAccount {
+        ImagePullServiceAccount { uid: uid.into(), namespace: "ns".into(), name: name.into() }
+    }
+
+    fn manager(policy: VerificationPolicy) -> (tempfile::TempDir, PullManager) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RecordStore::open(dir.path()).unwrap();
+        let mut m = PullManager::new(store, PolicyEnforcer::new(policy, &[]).unwrap());
+        m.now = || "2026-01-01T00:00:00Z".into();
+        (dir, m)
+    }
+
+    fn creds(secrets: Vec<ImagePullSecret>, sas: Vec<ImagePullServiceAccount>) -> ImagePullCredentials {
+        ImagePullCredentials {
+            kubernetes_secrets: secrets,
+            kubernetes_service_accounts: sas,
+            node_pods_accessible: false,
+        }
+    }
+
+    #[test]
+    fn merge_rules() {
+        let mut m = std::collections::BTreeMap::new();
+        assert!(!merge_credentials(&mut m, "i", &ImagePullCredentials::default()), "nothing to merge");
+        assert!(merge_credentials(&mut m, "i", &creds(vec![secret("b", "h1")], vec![])));
+        assert!(merge_credentials(&mut m, "i", &creds(vec![secret("a", "h2")], vec![])));
+        assert_eq!(m["i"].kubernetes_secrets.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"], "sorted");
+        assert!(!merge_credentials(&mut m, "i", &creds(vec![secret("a", "h2")], vec![])), "unchanged");
+        assert!(merge_credentials(&mut m, "i", &creds(vec![secret("a", "h3")], vec![])), "new hash wins");
+        assert_eq!(m["i"].kubernetes_secrets[0].credential_hash, "h3");
+        assert!(merge_credentials(&mut m, "j", &creds(vec![], vec![sa("x", "1")])));
+        assert!(merge_credentials(&mut m, "j", &creds(vec![], vec![sa("x", "2")])), "same name, other uid: distinct");
+        assert_eq!(m["j"].kubernetes_service_accounts.len(), 2);
+        let open = ImagePullCredentials { node_pods_accessible: true, ..Default::default() };
+        assert!(merge_credentials(&mut m, "i", &open));
+        assert_eq!(m["i"], open, "node-accessible drops the lists");
+        assert!(!merge_credentials(&mut m, "i", &creds(vec![secret("z", "h")], vec![])), "and never changes again");
+    }
+
+    #[test]
+    fn must_attempt_follows_records_and_policy() {
+        let (_dir, m) = manager(VerificationPolicy::NeverVerifyPreloadedImages);
+        let never = || -> Result<PodCredentials, String> { panic!("credentials resolved without need") };
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "", never), (true, None), "absent");
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", never),
+            (false, None),
+            "preloaded, not verified"
+        );
+        m.record_pull_intent("a.io/app:1").unwrap();
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:1", never), (true, None), "intent only");
+        m.record_image_pulled(
+            "a.io/app:1",
+            "sha256:1",
+            Some(&creds(vec![secret("s", "h")], vec![sa("builder", "u1")])),
+        )
+        .unwrap();
+        assert!(!m.store.intent_exists("a.io/app:1").unwrap(), "intent released after the record");
+        let pod = |secrets: Vec<ImagePullSecret>, account: Option<ImagePullServiceAccount>| {
+            move || Ok(PodCredentials { secrets, service_account: account })
+        };
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", pod(vec![secret("s", "h")], None)),
+            (false, None)
+        );
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", pod(vec![], Some(sa("builder", "u1")))),
+            (false, None)
+        );
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", pod(vec![], Some(sa("builder", "recreated")))),
+            (true, None),
+            "a recreated service account (new UID) must pull"
+        );
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", pod(vec![secret("other", "x")], None)),
+            (true, None)
+        );
+        // same credential (hash) under another secret: allowed, and remembered
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", pod(vec![secret("copy", "h")], None)),
+            (false, None)
+        );
+        let record = m.store.get_pulled("sha256:1").unwrap().unwrap();
+        assert_eq!(record.credential_mapping["a.io/app"].kubernetes_secrets.len(), 2);
+        // another repo name for the same image ID has no entry: must pull
+        assert_eq!(m.must_attempt_image_pull("b.io/app:1", "sha256:1", never), (true, None));
+        // credential resolution errors fail the check
+        let failing = || Err("secret ns/s not found".to_owned());
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/app:1", "sha256:1", failing),
+            (true, Some("secret ns/s not found".into()))
+        );
+    }
+
+    #[test]
+    fn node_accessible_pulls_and_unreadable_records_fail_safe() {
+        let (dir, m) = manager(VerificationPolicy::AlwaysVerify);
+        m.record_pull_intent("a.io/open").unwrap();
+        let open = ImagePullCredentials { node_pods_accessible: true, ..Default::default() };
+        m.record_image_pulled("a.io/open", "sha256:2", Some(&open)).unwrap();
+        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (false, None));
+        std::fs::write(dir.path().join("image_manager/pulled").join(super::super::records::file_name("sha256:2")), "{")
+            .unwrap();
+        assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (true, None), "fail safe");
+        let mut text = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("kubelet_imagemanager_image_mustpull_checks", "checks", m.checks_metric());
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("kubelet_imagemanager_image_mustpull_checks_total{result=\"error\"} 1"), "{text}");
+    }
+}
