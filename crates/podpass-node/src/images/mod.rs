@@ -1,6 +1,7 @@
 //! Ensure-secret-pulled-images (KEP-2535): image references as the kubelet normalises them,
 //! the credential verification policy, and the pull records on disk.
 
+pub mod kubelet_config;
 pub mod policy;
 pub mod pull_manager;
 pub mod records;

@@ -20,6 +20,17 @@ use super::records::{
 };
 use super::reference::normalized_name;
 
+/// An image the runtime has (CRI `Image`): its ID, tags and digests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PresentImage {
+    /// Image ID (the imageRef).
+    pub id: String,
+    /// `repoTags`.
+    pub repo_tags: Vec<String>,
+    /// `repoDigests`.
+    pub repo_digests: Vec<String>,
+}
+
 /// A record keeps at most this many secrets before new ones stop being merged in.
 pub const MAX_SECRETS_PER_IMAGE: usize = 100;
 
@@ -211,6 +222,49 @@ impl PullManager {
         }
         self.decrement_intent(image);
         Ok(())
+    }
+
+    /// Start-up housekeeping (`initialize`): an intent whose image is now present (one of
+    /// `images`' repo tags or digests) becomes a record with no credentials — so the image
+    /// counts as node-pulled and must be verified — and the intent goes. Intents of absent
+    /// images stay. Returns the listing errors (logged by the caller; the rest proceeds).
+    pub fn initialize(&self, images: &[PresentImage]) -> Vec<RecordError> {
+        let (intents, errors) = self.store.list_intents();
+        for intent in intents {
+            let present =
+                images.iter().find(|i| i.repo_tags.contains(&intent.image) || i.repo_digests.contains(&intent.image));
+            if let Some(image) = present {
+                if let Err(e) = self.record_image_pulled(&intent.image, &image.id, None) {
+                    tracing::warn!(image = %intent.image, error = %e, "failed to record a pulled image at start-up");
+                    continue;
+                }
+                // record_image_pulled released an in-memory count that start-up never took.
+                if let Err(e) = self.store.delete_intent(&intent.image) {
+                    tracing::warn!(image = %intent.image, error = %e, "failed to remove a resolved pull intent");
+                }
+            }
+        }
+        errors
+    }
+
+    /// `PruneUnknownRecords`: deletes records last updated before `until` (RFC 3339) whose
+    /// image ID the runtime no longer knows; returns how many went.
+    pub fn prune_unknown_records(&self, known_ids: &[String], until: &str) -> usize {
+        let _guard = self.intents.lock().unwrap_or_else(|p| p.into_inner());
+        let (records, errors) = self.store.list_pulled();
+        for e in errors {
+            tracing::warn!(error = %e, "unreadable pulled record while pruning");
+        }
+        let mut pruned = 0;
+        for r in records {
+            if r.last_updated_time.as_str() < until
+                && !known_ids.contains(&r.image_ref)
+                && self.store.delete_pulled(&r.image_ref).is_ok()
+            {
+                pruned += 1;
+            }
+        }
+        pruned
     }
 
     /// `RecordImagePullFailed`.
@@ -417,6 +471,29 @@ mod tests {
             m.must_attempt_image_pull("a.io/app:1", "sha256:1", failing),
             (true, Some("secret ns/s not found".into()))
         );
+    }
+
+    #[test]
+    fn start_up_resolves_intents_of_present_images_and_gc_prunes_unknown_records() {
+        let (_dir, m) = manager(VerificationPolicy::NeverVerifyPreloadedImages);
+        m.store.write_intent("a.io/app:1").unwrap();
+        m.store.write_intent("a.io/gone:1").unwrap();
+        let present =
+            [PresentImage { id: "sha256:aa".into(), repo_tags: vec!["a.io/app:1".into()], repo_digests: vec![] }];
+        assert!(m.initialize(&present).is_empty());
+        assert!(!m.store.intent_exists("a.io/app:1").unwrap());
+        assert!(m.store.intent_exists("a.io/gone:1").unwrap(), "absent images keep their intent");
+        let record = m.store.get_pulled("sha256:aa").unwrap().unwrap();
+        assert!(record.credential_mapping.is_empty(), "no credentials on record: verification forced");
+        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:aa", never), (true, None));
+        // GC: only records older than `until` and unknown to the runtime go
+        m.record_pull_intent("b.io/x").unwrap();
+        m.record_image_pulled("b.io/x", "sha256:bb", None).unwrap();
+        assert_eq!(m.prune_unknown_records(&["sha256:bb".into()], "2026-01-01T00:00:01Z"), 1);
+        assert!(m.store.get_pulled("sha256:aa").unwrap().is_none());
+        assert!(m.store.get_pulled("sha256:bb").unwrap().is_some());
+        assert_eq!(m.prune_unknown_records(&[], "2026-01-01T00:00:00Z"), 0, "not strictly before");
     }
 
     #[test]
