@@ -62,9 +62,11 @@ impl Feature {
         }
     }
 
-    /// The upstream default.
+    /// The upstream default (v1.35: every gate here is beta or GA and on;
+    /// KubeletEnsureSecretPulledImages became beta, on by default, with the v1beta1 records
+    /// this implementation writes).
     pub fn default_enabled(self) -> bool {
-        !matches!(self, Self::KubeletEnsureSecretPulledImages)
+        true
     }
 }
 
@@ -160,17 +162,17 @@ mod tests {
         let g = FeatureGates::default();
         assert!(g.enabled(Feature::ServiceAccountTokenJTI));
         assert!(g.enabled(Feature::ServiceAccountNodeAudienceRestriction));
-        assert!(!g.enabled(Feature::KubeletEnsureSecretPulledImages));
+        assert!(g.enabled(Feature::KubeletEnsureSecretPulledImages));
     }
 
     #[test]
     fn parses_like_component_base() {
         let g: FeatureGates =
-            " ServiceAccountTokenJTI = false ,,KubeletEnsureSecretPulledImages=T,ServiceAccountTokenJTI=0"
+            " ServiceAccountTokenJTI = false ,,KubeletEnsureSecretPulledImages=F,ServiceAccountTokenJTI=0"
                 .parse()
                 .unwrap();
         assert!(!g.enabled(Feature::ServiceAccountTokenJTI));
-        assert!(g.enabled(Feature::KubeletEnsureSecretPulledImages));
+        assert!(!g.enabled(Feature::KubeletEnsureSecretPulledImages));
         assert_eq!("".parse::<FeatureGates>().unwrap(), FeatureGates::default());
     }
 

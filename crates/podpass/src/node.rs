@@ -108,12 +108,12 @@ fn check_config(a: &CheckConfigArgs) -> ExitCode {
 
 /// Registers the providers as the kubelet does (plugin.go `RegisterCredentialProviderPlugins`):
 /// the bin dir and every binary must exist, the config must validate.
-fn register(
-    a: &CredentialsArgs,
+pub(crate) fn register(
+    config_path: &std::path::Path,
+    bin_dir: &std::path::Path,
     sa_token_feature: bool,
     source: Option<std::sync::Arc<dyn ServiceAccountSource>>,
 ) -> Result<Vec<PluginProvider>> {
-    let bin_dir = &a.image_credential_provider_bin_dir;
     match std::fs::metadata(bin_dir) {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -121,7 +121,7 @@ fn register(
         }
         Err(e) => bail!("error inspecting binary directory {}: {e}", bin_dir.display()),
     }
-    let (config, hash) = read_config(&a.image_credential_provider_config)?;
+    let (config, hash) = read_config(config_path)?;
     let errors = validate(&config, sa_token_feature);
     if !errors.is_empty() {
         bail!("failed to validate credential provider config: {errors}");
@@ -138,7 +138,7 @@ fn register(
             }
             Err(e) => bail!("error inspecting binary executable {}: {e}", path.display()),
         }
-        providers.push(PluginProvider::new(p, bin_dir.clone(), sa_token_feature, source.clone(), metrics.clone()));
+        providers.push(PluginProvider::new(p, bin_dir.to_owned(), sa_token_feature, source.clone(), metrics.clone()));
     }
     Ok(providers)
 }
@@ -152,7 +152,8 @@ async fn credentials(a: CredentialsArgs) -> Result<()> {
     let source: Option<std::sync::Arc<dyn ServiceAccountSource>> = client
         .clone()
         .map(|c| podpass_node::api::KubeServiceAccounts::new(c) as std::sync::Arc<dyn ServiceAccountSource>);
-    let providers = register(&a, sa_token_feature, source)?;
+    let providers =
+        register(&a.image_credential_provider_config, &a.image_credential_provider_bin_dir, sa_token_feature, source)?;
     let node_config = match &a.root_dir {
         Some(dir) => read_node_config(dir).context("node-wide credentials")?,
         None => Default::default(),

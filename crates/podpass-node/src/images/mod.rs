@@ -1,8 +1,13 @@
 //! Ensure-secret-pulled-images (KEP-2535): image references as the kubelet normalises them,
 //! the credential verification policy, and the pull records on disk.
 
+pub mod backend;
+pub mod cri;
+pub mod embedded;
 pub mod kubelet_config;
+pub mod manager;
 pub mod policy;
 pub mod pull_manager;
 pub mod records;
 pub mod reference;
+pub mod service;

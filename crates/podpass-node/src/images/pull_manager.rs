@@ -29,6 +29,8 @@ pub struct PresentImage {
     pub repo_tags: Vec<String>,
     /// `repoDigests`.
     pub repo_digests: Vec<String>,
+    /// Size in bytes (compressed content, as the CRI reports it).
+    pub size: u64,
 }
 
 /// A record keeps at most this many secrets before new ones stop being merged in.
@@ -479,7 +481,7 @@ mod tests {
         m.store.write_intent("a.io/app:1").unwrap();
         m.store.write_intent("a.io/gone:1").unwrap();
         let present =
-            [PresentImage { id: "sha256:aa".into(), repo_tags: vec!["a.io/app:1".into()], repo_digests: vec![] }];
+            [PresentImage { id: "sha256:aa".into(), repo_tags: vec!["a.io/app:1".into()], repo_digests: vec![], size: 0 }];
         assert!(m.initialize(&present).is_empty());
         assert!(!m.store.intent_exists("a.io/app:1").unwrap());
         assert!(m.store.intent_exists("a.io/gone:1").unwrap(), "absent images keep their intent");

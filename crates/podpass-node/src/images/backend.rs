@@ -1,0 +1,61 @@
+//! The image service chosen at start-up: the embedded store, or containerd over CRI when
+//! `--container-runtime-endpoint` is given.
+
+use std::path::Path;
+
+use super::cri::CriImageService;
+use super::embedded::EmbeddedStore;
+use super::service::{ImageError, ImageService, PresentImage, PullAuth};
+
+/// One of the two backends.
+#[derive(Debug)]
+pub enum Backend {
+    /// `<root-dir>/images`.
+    Embedded(EmbeddedStore),
+    /// containerd (or any CRI runtime) at an endpoint.
+    Cri(CriImageService),
+}
+
+impl Backend {
+    /// The CRI runtime at `endpoint` (`unix:///…`) when given, else the embedded store.
+    pub async fn open(
+        root_dir: &Path,
+        endpoint: Option<&str>,
+        insecure_registries: Vec<String>,
+    ) -> Result<Self, ImageError> {
+        match endpoint {
+            Some(ep) => Ok(Self::Cri(CriImageService::connect(ep).await?)),
+            None => Ok(Self::Embedded(EmbeddedStore::open(root_dir, insecure_registries)?)),
+        }
+    }
+}
+
+impl ImageService for Backend {
+    async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, ImageError> {
+        match self {
+            Self::Embedded(s) => s.image_status(image).await,
+            Self::Cri(s) => s.image_status(image).await,
+        }
+    }
+
+    async fn pull_image(&self, image: &str, auth: Option<&PullAuth>) -> Result<String, ImageError> {
+        match self {
+            Self::Embedded(s) => s.pull_image(image, auth).await,
+            Self::Cri(s) => s.pull_image(image, auth).await,
+        }
+    }
+
+    async fn list_images(&self) -> Result<Vec<PresentImage>, ImageError> {
+        match self {
+            Self::Embedded(s) => s.list_images().await,
+            Self::Cri(s) => s.list_images().await,
+        }
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<(), ImageError> {
+        match self {
+            Self::Embedded(s) => s.remove_image(image).await,
+            Self::Cri(s) => s.remove_image(image).await,
+        }
+    }
+}

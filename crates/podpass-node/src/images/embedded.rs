@@ -1,0 +1,572 @@
+//! The embedded image store: images pulled with `oci-client` into a content-addressed
+//! store under `<root-dir>/images`, shaped like containerd's as the CRI shows it: the image
+//! ID is the config digest, repo tags are fully-qualified (`docker.io/library/nginx:1`),
+//! repo digests are `name@<manifest digest>`.
+//!
+//! Layout: `blobs/sha256/<hex>` (manifest, config, layers; each verified by digest and
+//! size before it is renamed into place), `ingest/` (downloads in progress) and
+//! `images.json` (the image list; written tmp + fsync + rename + directory fsync).
+//!
+//! Every pull builds a fresh registry client: a bearer token fetched with one pod's
+//! credentials must never serve another pod's pull.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use aws_lc_rs::digest;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use super::reference::{self, ImageReference};
+use super::service::{ImageError, ImageService, PresentImage, PullAuth};
+
+const MANIFEST_TYPES: [&str; 4] = [
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// An image in the store (`images.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoredImage {
+    id: String,
+    repo_tags: Vec<String>,
+    repo_digests: Vec<String>,
+    manifest_digest: String,
+    size: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct State {
+    images: Vec<StoredImage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    #[serde(default)]
+    media_type: String,
+    digest: String,
+    size: i64,
+    #[serde(default)]
+    platform: Option<Platform>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Platform {
+    architecture: String,
+    os: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    #[serde(default)]
+    manifests: Option<Vec<Descriptor>>,
+    #[serde(default)]
+    config: Option<Descriptor>,
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+/// The embedded, content-addressed image store.
+#[derive(Debug)]
+pub struct EmbeddedStore {
+    root: PathBuf,
+    insecure_registries: Vec<String>,
+    // Serialises changes to images.json; blobs are written without it (content-addressed).
+    state_lock: tokio::sync::Mutex<()>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
+    move |source| ImageError::Io { path: path.to_owned(), source }
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    data_encoding::HEXLOWER.encode(digest::digest(&digest::SHA256, data).as_ref())
+}
+
+/// Whether `registry` (`host[:port]`) may be reached over plain HTTP: loopback hosts
+/// (containerd's localhost fallback) and registries named by `--insecure-registry`.
+pub fn plain_http_allowed(registry: &str, insecure: &[String]) -> bool {
+    if insecure.iter().any(|r| r == registry) {
+        return true;
+    }
+    let host = if let Some(rest) = registry.strip_prefix('[') {
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        registry.rsplit_once(':').map_or(registry, |(h, _)| h)
+    };
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The hex of a `sha256:<hex>` digest, refusing anything else (it becomes a file name).
+fn digest_hex(d: &str) -> Result<&str, ImageError> {
+    match d.strip_prefix("sha256:") {
+        Some(hex) if hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => Ok(hex),
+        _ => Err(ImageError::Unsupported(format!("unsupported digest {d:?}"))),
+    }
+}
+
+fn map_oci(what: &str, e: OciDistributionError) -> ImageError {
+    match e {
+        OciDistributionError::AuthenticationFailure(m) => ImageError::Unauthorized(m.trim().to_owned()),
+        OciDistributionError::UnauthorizedError { url } => {
+            ImageError::Unauthorized(format!("unexpected status from GET request to {url}: 401 Unauthorized"))
+        }
+        OciDistributionError::ImageManifestNotFoundError(_) => ImageError::NotFound(what.to_owned()),
+        OciDistributionError::RegistryError { envelope, url } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            let messages: Vec<&str> = envelope.errors.iter().map(|e| e.message.as_str()).collect();
+            if codes.iter().any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied)) {
+                ImageError::Unauthorized(format!("{url}: {}", messages.join("; ")))
+            } else if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::BlobUnknown
+                        | OciErrorCode::NotFound
+                )
+            }) {
+                ImageError::NotFound(what.to_owned())
+            } else {
+                ImageError::Registry(format!("{url}: {}", messages.join("; ")))
+            }
+        }
+        OciDistributionError::DigestError(d) => ImageError::Registry(format!("{what}: {d}")),
+        other => ImageError::Registry(format!("{what}: {other}")),
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (creating) the store under `<root_dir>/images`. `insecure_registries` may be
+    /// reached over plain HTTP in addition to loopback ones.
+    pub fn open(root_dir: &Path, insecure_registries: Vec<String>) -> Result<Self, ImageError> {
+        let root = root_dir.join("images");
+        for dir in [root.join("blobs").join("sha256"), root.join("ingest")] {
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        }
+        Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()) })
+    }
+
+    fn blob_path(&self, hex: &str) -> PathBuf {
+        self.root.join("blobs").join("sha256").join(hex)
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.root.join("images.json")
+    }
+
+    async fn read_state(&self) -> Result<State, ImageError> {
+        let path = self.state_path();
+        match tokio::fs::read(&path).await {
+            Ok(data) => serde_json::from_slice(&data)
+                .map_err(|e| ImageError::Corrupt { path: path.clone(), reason: e.to_string() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    async fn write_state(&self, state: &State) -> Result<(), ImageError> {
+        let path = self.state_path();
+        let data = serde_json::to_vec_pretty(state)
+            .map_err(|e| ImageError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+        tokio::task::spawn_blocking(move || write_durably(&path, &data))
+            .await
+            .map_err(|e| ImageError::Registry(format!("store writer: {e}")))?
+    }
+
+    /// Reads a blob, checking it against its digest.
+    async fn read_blob(&self, d: &str) -> Result<Vec<u8>, ImageError> {
+        let path = self.blob_path(digest_hex(d)?);
+        let data = tokio::fs::read(&path).await.map_err(io(&path))?;
+        let actual = format!("sha256:{}", sha256_hex(&data));
+        if actual != d {
+            return Err(ImageError::Digest { what: path.display().to_string(), expected: d.to_owned(), actual });
+        }
+        Ok(data)
+    }
+
+    /// Stores `data` as the blob `expected` (verified).
+    async fn put_blob(&self, expected: &str, data: &[u8]) -> Result<(), ImageError> {
+        let hex = digest_hex(expected)?.to_owned();
+        let actual = sha256_hex(data);
+        if actual != hex {
+            return Err(ImageError::Digest {
+                what: "manifest".into(),
+                expected: expected.to_owned(),
+                actual: format!("sha256:{actual}"),
+            });
+        }
+        let path = self.blob_path(&hex);
+        let data = data.to_vec();
+        tokio::task::spawn_blocking(move || write_durably(&path, &data))
+            .await
+            .map_err(|e| ImageError::Registry(format!("store writer: {e}")))?
+    }
+
+    /// Downloads a blob unless the store has it, verifying digest and size before it is
+    /// renamed into place.
+    async fn fetch_blob(&self, client: &Client, reference: &Reference, d: &Descriptor) -> Result<(), ImageError> {
+        let hex = digest_hex(&d.digest)?.to_owned();
+        let path = self.blob_path(&hex);
+        if tokio::fs::metadata(&path).await.is_ok_and(|m| i64::try_from(m.len()).ok() == Some(d.size)) {
+            return Ok(());
+        }
+        let ingest = self.root.join("ingest").join(format!("{hex}.{}", std::process::id()));
+        let result = async {
+            let mut file = tokio::fs::File::create(&ingest).await.map_err(io(&ingest))?;
+            let descriptor = OciDescriptor {
+                media_type: d.media_type.clone(),
+                digest: d.digest.clone(),
+                size: d.size,
+                ..Default::default()
+            };
+            client.pull_blob(reference, &descriptor, &mut file).await.map_err(|e| map_oci(&d.digest, e))?;
+            file.flush().await.map_err(io(&ingest))?;
+            file.sync_all().await.map_err(io(&ingest))?;
+            drop(file);
+            let check = ingest.clone();
+            let (actual, len) = tokio::task::spawn_blocking(move || {
+                std::fs::read(&check).map(|data| (format!("sha256:{}", sha256_hex(&data)), data.len()))
+            })
+            .await
+            .map_err(|e| ImageError::Registry(format!("store verifier: {e}")))?
+            .map_err(io(&ingest))?;
+            if actual != d.digest {
+                return Err(ImageError::Digest { what: d.digest.clone(), expected: d.digest.clone(), actual });
+            }
+            if i64::try_from(len).ok() != Some(d.size) {
+                return Err(ImageError::Unsupported(format!(
+                    "{}: size mismatch: expected {}, got {len}",
+                    d.digest, d.size
+                )));
+            }
+            tokio::fs::rename(&ingest, &path).await.map_err(io(&path))?;
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&ingest).await;
+        }
+        result
+    }
+
+    fn client_for(&self, registry: &str) -> Client {
+        let protocol = if plain_http_allowed(registry, &self.insecure_registries) {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        };
+        Client::new(ClientConfig {
+            protocol,
+            platform_resolver: None,
+            connect_timeout: Some(std::time::Duration::from_secs(10)),
+            read_timeout: Some(std::time::Duration::from_secs(60)),
+            user_agent: concat!("podpass/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        })
+    }
+
+    async fn pull(&self, image: &str, auth: Option<&PullAuth>) -> Result<String, ImageError> {
+        let r = reference::parse(image)?;
+        let mut oci_ref = match (&r.tag, &r.digest) {
+            (_, Some(d)) => Reference::with_digest(r.domain.clone(), r.path.clone(), d.clone()),
+            (Some(t), None) => Reference::with_tag(r.domain.clone(), r.path.clone(), t.clone()),
+            (None, None) => Reference::with_tag(r.domain.clone(), r.path.clone(), "latest".into()),
+        };
+        let client = self.client_for(&r.domain);
+        let registry_auth = match auth {
+            Some(a) if !a.username.is_empty() || !a.password.is_empty() => {
+                RegistryAuth::Basic(a.username.clone(), a.password.clone())
+            }
+            _ => RegistryAuth::Anonymous,
+        };
+        let (mut bytes, _) = client
+            .pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES)
+            .await
+            .map_err(|e| map_oci(image, e))?;
+        let mut manifest_digest = format!("sha256:{}", sha256_hex(&bytes));
+        if let Some(d) = &r.digest
+            && *d != manifest_digest
+        {
+            return Err(ImageError::Digest { what: image.into(), expected: d.clone(), actual: manifest_digest });
+        }
+        let mut manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| ImageError::Unsupported(format!("{image}: manifest: {e}")))?;
+        // An index: the entry for this platform (as containerd's default platform matcher).
+        if let Some(entries) = manifest.manifests.take() {
+            let (os, arch) = current_platform();
+            let entry = entries
+                .iter()
+                .find(|m| m.platform.as_ref().is_some_and(|p| p.os == os && p.architecture == arch))
+                .ok_or_else(|| ImageError::NotFound(format!("{image}: no match for platform {os}/{arch} in manifest")))?;
+            oci_ref = Reference::with_digest(r.domain.clone(), r.path.clone(), entry.digest.clone());
+            self.put_blob(&manifest_digest, &bytes).await?;
+            let (platform_bytes, _) = client
+                .pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES[..2])
+                .await
+                .map_err(|e| map_oci(image, e))?;
+            let actual = format!("sha256:{}", sha256_hex(&platform_bytes));
+            if actual != entry.digest {
+                return Err(ImageError::Digest { what: image.into(), expected: entry.digest.clone(), actual });
+            }
+            bytes = platform_bytes;
+            manifest = serde_json::from_slice(&bytes)
+                .map_err(|e| ImageError::Unsupported(format!("{image}: manifest: {e}")))?;
+            // The repo digest stays the index's digest, as containerd records it.
+            self.put_blob(&entry.digest, &bytes).await?;
+        } else {
+            self.put_blob(&manifest_digest, &bytes).await?;
+        }
+        let config = manifest
+            .config
+            .ok_or_else(|| ImageError::Unsupported(format!("{image}: manifest has no config")))?;
+        self.fetch_blob(&client, &oci_ref, &config).await?;
+        let mut size = u64::try_from(config.size).unwrap_or(0);
+        for layer in &manifest.layers {
+            self.fetch_blob(&client, &oci_ref, layer).await?;
+            size += u64::try_from(layer.size).unwrap_or(0);
+        }
+        if r.digest.is_some() {
+            manifest_digest = r.digest.clone().unwrap_or(manifest_digest);
+        }
+        self.add_image(&r, &config.digest, &manifest_digest, size).await?;
+        Ok(config.digest)
+    }
+
+    async fn add_image(
+        &self,
+        r: &ImageReference,
+        id: &str,
+        manifest_digest: &str,
+        size: u64,
+    ) -> Result<(), ImageError> {
+        let _guard = self.state_lock.lock().await;
+        let mut state = self.read_state().await?;
+        let name = r.name();
+        let tag = match (&r.tag, &r.digest) {
+            (Some(t), _) => Some(format!("{name}:{t}")),
+            (None, None) => Some(format!("{name}:latest")),
+            (None, Some(_)) => None,
+        };
+        let repo_digest = format!("{name}@{manifest_digest}");
+        // A tag names one image: it moves off whichever image had it.
+        if let Some(tag) = &tag {
+            for other in state.images.iter_mut().filter(|i| i.id != id) {
+                other.repo_tags.retain(|t| t != tag);
+            }
+        }
+        let entry = match state.images.iter_mut().find(|i| i.id == id) {
+            Some(e) => e,
+            None => {
+                state.images.push(StoredImage {
+                    id: id.to_owned(),
+                    repo_tags: Vec::new(),
+                    repo_digests: Vec::new(),
+                    manifest_digest: manifest_digest.to_owned(),
+                    size,
+                });
+                let last = state.images.len() - 1;
+                &mut state.images[last]
+            }
+        };
+        if let Some(tag) = tag
+            && !entry.repo_tags.contains(&tag)
+        {
+            entry.repo_tags.push(tag);
+        }
+        if !entry.repo_digests.contains(&repo_digest) {
+            entry.repo_digests.push(repo_digest);
+        }
+        self.write_state(&state).await
+    }
+
+    fn find<'a>(state: &'a State, image: &str) -> Result<Option<&'a StoredImage>, ImageError> {
+        // An image ID, full (`sha256:<hex>`) or bare hex.
+        let as_id = if image.len() == 64 { format!("sha256:{image}") } else { image.to_owned() };
+        if as_id.starts_with("sha256:")
+            && let Some(found) = state.images.iter().find(|i| i.id == as_id)
+        {
+            return Ok(Some(found));
+        }
+        let r = reference::parse(image)?;
+        let name = r.name();
+        Ok(match (&r.tag, &r.digest) {
+            (_, Some(d)) => {
+                let wanted = format!("{name}@{d}");
+                state.images.iter().find(|i| i.repo_digests.contains(&wanted))
+            }
+            (tag, None) => {
+                let wanted = format!("{name}:{}", tag.as_deref().unwrap_or("latest"));
+                state.images.iter().find(|i| i.repo_tags.contains(&wanted))
+            }
+        })
+    }
+
+    /// The blobs an image uses (manifest, config, layers), for removal.
+    async fn blobs_of(&self, image: &StoredImage) -> Vec<String> {
+        let mut out = vec![image.manifest_digest.clone(), image.id.clone()];
+        if let Ok(data) = self.read_blob(&image.manifest_digest).await
+            && let Ok(m) = serde_json::from_slice::<Manifest>(&data)
+        {
+            out.extend(m.manifests.unwrap_or_default().into_iter().map(|d| d.digest));
+            out.extend(m.layers.into_iter().map(|d| d.digest));
+        }
+        out
+    }
+}
+
+fn current_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    ("linux", arch)
+}
+
+/// tmp + fsync + rename + directory fsync.
+fn write_durably(path: &Path, data: &[u8]) -> Result<(), ImageError> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    result.map_err(|source| {
+        let _ = std::fs::remove_file(&tmp);
+        ImageError::Io { path: path.to_owned(), source }
+    })
+}
+
+fn present(i: &StoredImage) -> PresentImage {
+    PresentImage { id: i.id.clone(), repo_tags: i.repo_tags.clone(), repo_digests: i.repo_digests.clone(), size: i.size }
+}
+
+impl ImageService for EmbeddedStore {
+    async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, ImageError> {
+        let state = self.read_state().await?;
+        let found = Self::find(&state, image)?;
+        // An image whose content is gone is not present (it would not run).
+        match found {
+            Some(i) if self.read_blob(&i.id).await.is_ok() => Ok(Some(present(i))),
+            _ => Ok(None),
+        }
+    }
+
+    async fn pull_image(&self, image: &str, auth: Option<&PullAuth>) -> Result<String, ImageError> {
+        self.pull(image, auth).await
+    }
+
+    async fn list_images(&self) -> Result<Vec<PresentImage>, ImageError> {
+        Ok(self.read_state().await?.images.iter().map(present).collect())
+    }
+
+    async fn remove_image(&self, image: &str) -> Result<(), ImageError> {
+        let _guard = self.state_lock.lock().await;
+        let mut state = self.read_state().await?;
+        let Some(found) = Self::find(&state, image)?.cloned() else { return Ok(()) };
+        state.images.retain(|i| i.id != found.id);
+        self.write_state(&state).await?;
+        // Blobs still used by another image stay.
+        let mut keep = Vec::new();
+        for other in &state.images {
+            keep.extend(self.blobs_of(other).await);
+        }
+        for d in self.blobs_of(&found).await {
+            if !keep.contains(&d)
+                && let Ok(hex) = digest_hex(&d)
+            {
+                let _ = tokio::fs::remove_file(self.blob_path(hex)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_only_for_loopback_or_named() {
+        assert!(plain_http_allowed("127.0.0.1:5000", &[]));
+        assert!(plain_http_allowed("localhost:5000", &[]));
+        assert!(plain_http_allowed("localhost", &[]));
+        assert!(plain_http_allowed("[::1]:5000", &[]));
+        assert!(plain_http_allowed("127.3.4.5", &[]));
+        assert!(!plain_http_allowed("10.0.0.1:5000", &[]));
+        assert!(!plain_http_allowed("registry.example:5000", &[]));
+        assert!(!plain_http_allowed("localhost.example.com", &[]));
+        assert!(plain_http_allowed("registry.example:5000", &["registry.example:5000".into()]));
+        assert!(!plain_http_allowed("registry.example", &["registry.example:5000".into()]));
+    }
+
+    #[test]
+    fn digests_that_are_not_file_names_are_refused() {
+        assert!(digest_hex(&format!("sha256:{}", "a".repeat(64))).is_ok());
+        assert!(digest_hex("sha256:../../etc/passwd").is_err());
+        assert!(digest_hex(&format!("sha256:{}", "A".repeat(64))).is_err());
+        assert!(digest_hex(&format!("sha512:{}", "a".repeat(128))).is_err());
+    }
+
+    #[tokio::test]
+    async fn find_by_tag_digest_and_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path(), vec![]).unwrap();
+        let id = format!("sha256:{}", "1".repeat(64));
+        let md = format!("sha256:{}", "2".repeat(64));
+        let r = reference::parse("127.0.0.1:5000/tiny/hello:v1").unwrap();
+        store.add_image(&r, &id, &md, 10).await.unwrap();
+        let state = store.read_state().await.unwrap();
+        let by = |s: &str| EmbeddedStore::find(&state, s).unwrap().map(|i| i.id.clone());
+        assert_eq!(by("127.0.0.1:5000/tiny/hello:v1"), Some(id.clone()));
+        assert_eq!(by(&format!("127.0.0.1:5000/tiny/hello@{md}")), Some(id.clone()));
+        assert_eq!(by(&id), Some(id.clone()));
+        assert_eq!(by(&"1".repeat(64)), Some(id.clone()));
+        assert_eq!(by("127.0.0.1:5000/tiny/hello:v2"), None);
+        assert_eq!(by("127.0.0.1:5000/tiny/hello"), None);
+        // A tag moves to the image that was pulled last.
+        let id2 = format!("sha256:{}", "3".repeat(64));
+        store.add_image(&r, &id2, &format!("sha256:{}", "4".repeat(64)), 10).await.unwrap();
+        let state = store.read_state().await.unwrap();
+        assert_eq!(EmbeddedStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()), Some(id2));
+        let old = state.images.iter().find(|i| i.id == id).unwrap();
+        assert!(old.repo_tags.is_empty());
+        assert_eq!(old.repo_digests, vec![format!("127.0.0.1:5000/tiny/hello@{md}")]);
+    }
+
+    #[tokio::test]
+    async fn image_without_content_is_not_present_and_corrupt_state_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path(), vec![]).unwrap();
+        let config = b"{}".to_vec();
+        let id = format!("sha256:{}", sha256_hex(&config));
+        let r = reference::parse("localhost:5000/x:1").unwrap();
+        store.add_image(&r, &id, &format!("sha256:{}", "2".repeat(64)), 2).await.unwrap();
+        assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap(), None);
+        store.put_blob(&id, &config).await.unwrap();
+        assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap().map(|i| i.id), Some(id.clone()));
+        // Tampered content: not present (so the node pulls again).
+        std::fs::write(store.blob_path(digest_hex(&id).unwrap()), b"{ }").unwrap();
+        assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap(), None);
+        std::fs::write(store.state_path(), b"{\"images\":[").unwrap();
+        assert!(matches!(store.image_status("localhost:5000/x:1").await, Err(ImageError::Corrupt { .. })));
+    }
+}

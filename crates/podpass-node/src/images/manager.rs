@@ -1,0 +1,552 @@
+//! `EnsureImageExists` (kubelet: pkg/kubelet/images/image_manager.go, with the
+//! KubeletEnsureSecretPulledImages gate): is the image present, may this pod use it, and
+//! if not, pull it with the pod's credentials — trying each credential of the keyring
+//! lookup in order until one pulls (kuberuntime: `PullImage`) — and record which one did.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde::Serialize;
+use tokio::sync::{OnceCell, Semaphore};
+
+use super::pull_manager::{PodCredentials, PullManager};
+use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
+use super::reference::apply_default_tag;
+use super::service::{ImageService, PullAuth};
+use crate::credential::{CredentialSource, Lookup, TrackedAuth};
+
+/// A container's `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Always pull.
+    Always,
+    /// Pull when absent.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+impl std::str::FromStr for PullPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Always" => Ok(Self::Always),
+            "IfNotPresent" => Ok(Self::IfNotPresent),
+            "Never" => Ok(Self::Never),
+            _ => Err(format!("Unsupported value: {s:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\"")),
+        }
+    }
+}
+
+impl PullPolicy {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::IfNotPresent => "ifnotpresent",
+            Self::Never => "never",
+        }
+    }
+}
+
+/// An event the kubelet would record on the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub event_type: &'static str,
+    /// `Pulled`, `Pulling`, `Failed`, `ErrImageNeverPull`, `InspectFailed`.
+    pub reason: &'static str,
+    /// The message.
+    pub message: String,
+}
+
+/// The error EnsureImageExists returns (the container's waiting reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EnsureError {
+    /// `InvalidImageName`.
+    InvalidImageName,
+    /// `ImageInspectError`.
+    ImageInspectError,
+    /// `ErrImageNeverPull`.
+    ErrImageNeverPull,
+    /// `ErrImagePull`.
+    ErrImagePull,
+}
+
+/// What EnsureImageExists decided and did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// The image after the default tag.
+    pub image: String,
+    /// The runtime had the image before this call.
+    pub present: bool,
+    /// A pull was required (pull policy, or the pod could not show it may use the image).
+    pub must_pull: bool,
+    /// A pull happened and succeeded.
+    pub pulled: bool,
+    /// Where the credential that pulled came from (`none`: anonymous).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential_used: Option<serde_json::Value>,
+    /// The image reference (ID) the container would run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_ref: Option<String>,
+    /// Error kind when the pod may not use the image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<EnsureError>,
+    /// The error's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Events, in order.
+    pub events: Vec<Event>,
+}
+
+impl Decision {
+    /// Whether the container may start with the image.
+    pub fn allowed(&self) -> bool {
+        self.error.is_none() && self.image_ref.is_some()
+    }
+}
+
+/// Labels of `kubelet_image_manager_ensure_image_requests_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct EnsureLabels {
+    /// `always|ifnotpresent|never`.
+    pub pull_policy: &'static str,
+    /// `true|false|unknown`.
+    pub present_locally: &'static str,
+    /// `true|false|unknown`.
+    pub pull_required: &'static str,
+}
+
+fn tri(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "unknown",
+    }
+}
+
+/// A boxed credential lookup, run at most once per call and only when needed.
+pub type LookupFuture = Pin<Box<dyn Future<Output = Lookup> + Send>>;
+
+/// The pod's credentials, looked up on first use.
+pub struct LazyLookup {
+    cell: OnceCell<Lookup>,
+    make: Mutex<Option<Box<dyn FnOnce() -> LookupFuture + Send>>>,
+}
+
+impl std::fmt::Debug for LazyLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyLookup").field("done", &self.cell.initialized()).finish()
+    }
+}
+
+impl LazyLookup {
+    /// A lookup that runs `make()` the first time it is needed.
+    pub fn new(make: impl FnOnce() -> LookupFuture + Send + 'static) -> Arc<Self> {
+        Arc::new(Self { cell: OnceCell::new(), make: Mutex::new(Some(Box::new(make))) })
+    }
+
+    /// Whether the lookup ran.
+    pub fn ran(&self) -> bool {
+        self.cell.initialized()
+    }
+
+    /// The lookup's result.
+    pub async fn get(&self) -> &Lookup {
+        self.cell
+            .get_or_init(|| {
+                let make = self.make.lock().unwrap_or_else(|p| p.into_inner()).take();
+                async move {
+                    match make {
+                        Some(f) => f().await,
+                        None => Lookup::default(),
+                    }
+                }
+            })
+            .await
+    }
+}
+
+/// The pull-record view of the pod's credentials: its pull secrets (with hashes) and the
+/// first service account a provider used. Node-wide credentials are never the pod's.
+pub fn pod_credentials(lookup: &Lookup) -> PodCredentials {
+    let mut out = PodCredentials::default();
+    for c in &lookup.credentials {
+        match &c.source {
+            CredentialSource::Secret { namespace, name, uid } => out.secrets.push(ImagePullSecret {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                credential_hash: c.auth_config_hash.clone(),
+            }),
+            CredentialSource::ServiceAccount { namespace, name, uid } if out.service_account.is_none() => {
+                out.service_account =
+                    Some(ImagePullServiceAccount { uid: uid.clone(), namespace: namespace.clone(), name: name.clone() });
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What to record for the credential that pulled (`None`: anonymous).
+pub fn credentials_to_record(used: Option<&TrackedAuth>) -> ImagePullCredentials {
+    match used.map(|c| &c.source) {
+        Some(CredentialSource::Secret { namespace, name, uid }) => ImagePullCredentials {
+            kubernetes_secrets: vec![ImagePullSecret {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                credential_hash: used.map(|c| c.auth_config_hash.clone()).unwrap_or_default(),
+            }],
+            ..Default::default()
+        },
+        Some(CredentialSource::ServiceAccount { namespace, name, uid }) => ImagePullCredentials {
+            kubernetes_service_accounts: vec![ImagePullServiceAccount {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            }],
+            ..Default::default()
+        },
+        Some(CredentialSource::NodeWide) | None => {
+            ImagePullCredentials { node_pods_accessible: true, ..Default::default() }
+        }
+    }
+}
+
+/// The image manager: image service, pull manager (`None` when the
+/// KubeletEnsureSecretPulledImages gate is off) and the puller's concurrency.
+pub struct ImageManager<S> {
+    service: Arc<S>,
+    pull_manager: Option<Arc<PullManager>>,
+    pulls: Arc<Semaphore>,
+    requests: Family<EnsureLabels, Counter>,
+}
+
+impl<S> std::fmt::Debug for ImageManager<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImageManager").field("pull_manager", &self.pull_manager).finish_non_exhaustive()
+    }
+}
+
+fn format_duration(d: Duration) -> String {
+    // Go's Duration.String of a value truncated to milliseconds.
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = ms / 1000;
+    let frac = ms % 1000;
+    let (m, s) = (secs / 60, secs % 60);
+    let sec = if frac == 0 { format!("{s}s") } else { format!("{s}.{}s", format!("{frac:03}").trim_end_matches('0')) };
+    if m == 0 { sec } else { format!("{m}m{sec}") }
+}
+
+impl<S: ImageService + 'static> ImageManager<S> {
+    /// `serialize`: one pull at a time (`serializeImagePulls`); otherwise at most
+    /// `max_parallel` (`maxParallelImagePulls`, unlimited when `None`).
+    pub fn new(
+        service: Arc<S>,
+        pull_manager: Option<Arc<PullManager>>,
+        serialize: bool,
+        max_parallel: Option<i32>,
+    ) -> Self {
+        let permits = if serialize {
+            1
+        } else {
+            max_parallel.and_then(|n| usize::try_from(n).ok()).filter(|n| *n > 0).unwrap_or(Semaphore::MAX_PERMITS)
+        };
+        Self { service, pull_manager, pulls: Arc::new(Semaphore::new(permits)), requests: Family::default() }
+    }
+
+    /// `kubelet_image_manager_ensure_image_requests_total`, to register.
+    pub fn requests_metric(&self) -> Family<EnsureLabels, Counter> {
+        self.requests.clone()
+    }
+
+    /// The image service.
+    pub fn service(&self) -> &Arc<S> {
+        &self.service
+    }
+
+    /// EnsureImageExists for one container image. `credentials` is looked up only when a
+    /// pull happens or the records cannot decide without the pod's credentials.
+    pub async fn ensure_image_exists(&self, image: &str, policy: PullPolicy, credentials: Arc<LazyLookup>) -> Decision {
+        let mut present = None;
+        let mut required = None;
+        let d = self.ensure(image, policy, credentials, &mut present, &mut required).await;
+        self.requests
+            .get_or_create(&EnsureLabels {
+                pull_policy: policy.label(),
+                present_locally: tri(present),
+                pull_required: tri(required),
+            })
+            .inc();
+        d
+    }
+
+    async fn ensure(
+        &self,
+        requested: &str,
+        policy: PullPolicy,
+        credentials: Arc<LazyLookup>,
+        present_out: &mut Option<bool>,
+        required_out: &mut Option<bool>,
+    ) -> Decision {
+        let mut d = Decision { image: requested.to_owned(), ..Default::default() };
+        let image = match apply_default_tag(requested) {
+            Ok(i) => i,
+            Err(e) => {
+                let msg = format!(
+                    "Failed to apply default image tag {requested:?}: couldn't parse image reference {requested:?}: {e}"
+                );
+                return fail(d, "InspectFailed", EnsureError::InvalidImageName, msg);
+            }
+        };
+        d.image = image.clone();
+        let image_ref = if policy == PullPolicy::Always {
+            String::new()
+        } else {
+            match self.service.image_status(&image).await {
+                Ok(found) => found.map(|i| i.id).unwrap_or_default(),
+                Err(e) => {
+                    let msg = format!("Failed to inspect image {requested:?}: {e}");
+                    return fail(d, "InspectFailed", EnsureError::ImageInspectError, msg);
+                }
+            }
+        };
+        d.present = !image_ref.is_empty();
+        if policy != PullPolicy::Always {
+            *present_out = Some(d.present);
+        }
+        let never_msg = format!("Container image {requested:?} is not present with pull policy of Never");
+        let mut must_pull = match policy {
+            PullPolicy::Always => true,
+            PullPolicy::IfNotPresent => !d.present,
+            PullPolicy::Never => false,
+        };
+        if !must_pull && d.present {
+            let Some(pm) = self.pull_manager.clone() else {
+                *required_out = Some(false);
+                d.image_ref = Some(image_ref);
+                d.events.push(normal("Pulled", format!("Container image {requested:?} already present on machine")));
+                return d;
+            };
+            let (verify, err) = must_attempt(pm, &image, &image_ref, credentials.clone()).await;
+            if let Some(e) = err {
+                *required_out = Some(true);
+                d.must_pull = true;
+                return fail(d, "Failed", EnsureError::ErrImagePull, e);
+            }
+            if !verify {
+                *required_out = Some(false);
+                d.image_ref = Some(image_ref);
+                d.events.push(normal(
+                    "Pulled",
+                    format!("Container image {requested:?} already present on machine and can be accessed by the pod"),
+                ));
+                return d;
+            }
+            must_pull = true;
+        }
+        *required_out = Some(must_pull);
+        d.must_pull = must_pull;
+        if !must_pull || policy == PullPolicy::Never {
+            // Also when the image is present but this pod may not use it: the message does
+            // not reveal that it exists.
+            d.must_pull = d.present;
+            return fail_with(d, "Warning", "ErrImageNeverPull", EnsureError::ErrImageNeverPull, never_msg);
+        }
+        d.events.push(normal("Pulling", format!("Pulling image {requested:?}")));
+        let started = Instant::now();
+        if let Some(pm) = &self.pull_manager {
+            let (pm, img) = (pm.clone(), image.clone());
+            let r = tokio::task::spawn_blocking(move || pm.record_pull_intent(&img))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            if let Err(e) = r {
+                let msg = format!("Failed to record image pull intent for container image {image:?}: {e}");
+                return fail(d, "Failed", EnsureError::ErrImagePull, msg);
+            }
+        }
+        let lookup = credentials.get().await;
+        let permit = self.pulls.clone().acquire_owned().await;
+        let pull_started = Instant::now();
+        let result = self.pull_with(&image, &lookup.credentials).await;
+        let pull_time = pull_started.elapsed();
+        drop(permit);
+        match result {
+            Ok((image_ref, used)) => {
+                if let Some(pm) = &self.pull_manager {
+                    let creds = credentials_to_record(used.as_ref());
+                    let (pm, img, r) = (pm.clone(), image.clone(), image_ref.clone());
+                    let written = tokio::task::spawn_blocking(move || pm.record_image_pulled(&img, &r, Some(&creds)))
+                        .await
+                        .unwrap_or_else(|e| Err(e.to_string()));
+                    if let Err(e) = written {
+                        // The dangling intent keeps the image "pulled by the node" (verify).
+                        tracing::warn!(image, error = %e, "failed to record the pulled image");
+                    }
+                }
+                let size = match self.service.image_status(&image_ref).await {
+                    Ok(Some(i)) => i.size,
+                    _ => 0,
+                };
+                d.pulled = true;
+                d.credential_used = Some(match &used {
+                    Some(c) => serde_json::to_value(&c.source).unwrap_or_default(),
+                    None => serde_json::json!({"type": "none"}),
+                });
+                d.image_ref = Some(image_ref);
+                d.events.push(normal(
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image {requested:?} in {} ({} including waiting). Image size: {size} bytes.",
+                        format_duration(pull_time),
+                        format_duration(started.elapsed()),
+                    ),
+                ));
+                d
+            }
+            Err(e) => {
+                if let Some(pm) = &self.pull_manager {
+                    let (pm, img) = (pm.clone(), image.clone());
+                    let _ = tokio::task::spawn_blocking(move || pm.record_image_pull_failed(&img)).await;
+                }
+                let msg = format!("Failed to pull image {requested:?}: {e}");
+                d.events.push(warning("Failed", msg));
+                d.error = Some(EnsureError::ErrImagePull);
+                d.message = Some(e);
+                d
+            }
+        }
+    }
+
+    /// kuberuntime `PullImage`: anonymous when there are no credentials, else each in
+    /// order until one pulls; all failing is the aggregate of their errors.
+    async fn pull_with(&self, image: &str, creds: &[TrackedAuth]) -> Result<(String, Option<TrackedAuth>), String> {
+        if creds.is_empty() {
+            return self.service.pull_image(image, None).await.map(|r| (r, None)).map_err(|e| e.to_string());
+        }
+        let mut errors = Vec::new();
+        for c in creds {
+            let auth = PullAuth { username: c.username.clone(), password: c.password.clone() };
+            match self.service.pull_image(image, Some(&auth)).await {
+                Ok(r) => return Ok((r, Some(c.clone()))),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        // k8s.io/apimachinery utilerrors.NewAggregate.Error().
+        Err(if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) })
+    }
+}
+
+async fn must_attempt(
+    pm: Arc<PullManager>,
+    image: &str,
+    image_ref: &str,
+    credentials: Arc<LazyLookup>,
+) -> (bool, Option<String>) {
+    let handle = tokio::runtime::Handle::current();
+    let (image, image_ref) = (image.to_owned(), image_ref.to_owned());
+    tokio::task::spawn_blocking(move || {
+        pm.must_attempt_image_pull(&image, &image_ref, || {
+            // A blocking-pool thread may wait on the runtime.
+            Ok(pod_credentials(handle.block_on(credentials.get())))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| (true, Some(e.to_string())))
+}
+
+fn normal(reason: &'static str, message: String) -> Event {
+    Event { event_type: "Normal", reason, message }
+}
+
+fn warning(reason: &'static str, message: String) -> Event {
+    Event { event_type: "Warning", reason, message }
+}
+
+fn fail(d: Decision, reason: &'static str, error: EnsureError, message: String) -> Decision {
+    fail_with(d, "Warning", reason, error, message)
+}
+
+fn fail_with(
+    mut d: Decision,
+    event_type: &'static str,
+    reason: &'static str,
+    error: EnsureError,
+    message: String,
+) -> Decision {
+    d.events.push(Event { event_type, reason, message: message.clone() });
+    d.error = Some(error);
+    d.message = Some(message);
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_go_truncated_to_ms() {
+        assert_eq!(format_duration(Duration::from_micros(300)), "0s");
+        assert_eq!(format_duration(Duration::from_millis(12)), "12ms");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(format_duration(Duration::from_millis(2034)), "2.034s");
+        assert_eq!(format_duration(Duration::from_millis(61_000)), "1m1s");
+    }
+
+    #[test]
+    fn pull_policies_parse_as_the_api_spells_them() {
+        assert_eq!("IfNotPresent".parse::<PullPolicy>(), Ok(PullPolicy::IfNotPresent));
+        assert!("ifnotpresent".parse::<PullPolicy>().is_err());
+    }
+
+    fn tracked(source: CredentialSource) -> TrackedAuth {
+        TrackedAuth {
+            username: "u".into(),
+            password: "p".into(),
+            email: String::new(),
+            source,
+            auth_config_hash: "h".into(),
+        }
+    }
+
+    #[test]
+    fn what_is_recorded_for_each_source() {
+        let secret = CredentialSource::Secret { namespace: "ns".into(), name: "s".into(), uid: "1".into() };
+        let sa = CredentialSource::ServiceAccount { namespace: "ns".into(), name: "sa".into(), uid: "2".into() };
+        let r = credentials_to_record(Some(&tracked(secret.clone())));
+        assert_eq!(r.kubernetes_secrets[0].credential_hash, "h");
+        assert!(!r.node_pods_accessible);
+        let r = credentials_to_record(Some(&tracked(sa.clone())));
+        assert_eq!(r.kubernetes_service_accounts[0].name, "sa");
+        assert!(credentials_to_record(Some(&tracked(CredentialSource::NodeWide))).node_pods_accessible);
+        assert!(credentials_to_record(None).node_pods_accessible);
+        // The pod's view: secrets, the first SA only, never node-wide.
+        let lookup = Lookup {
+            credentials: vec![
+                tracked(CredentialSource::NodeWide),
+                tracked(secret),
+                tracked(sa),
+                tracked(CredentialSource::ServiceAccount { namespace: "ns".into(), name: "x".into(), uid: "3".into() }),
+            ],
+            providers: vec![],
+        };
+        let p = pod_credentials(&lookup);
+        assert_eq!(p.secrets.len(), 1);
+        assert_eq!(p.service_account.map(|s| s.name), Some("sa".into()));
+    }
+}
