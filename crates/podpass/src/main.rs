@@ -7,6 +7,7 @@
 mod apiserver;
 mod bench;
 mod node;
+mod node_images;
 mod token;
 
 use std::process::ExitCode;

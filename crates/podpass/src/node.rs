@@ -21,6 +21,18 @@ pub enum NodeCommand {
     /// Look up the credentials the kubelet would use to pull each image for each pod, running
     /// the credential provider plugins (with the pod's service-account token where configured).
     Credentials(CredentialsArgs),
+    /// The kubelet's EnsureImageExists with ensure-secret-pulled-images: may this pod use the
+    /// image, pulling it with the pod's credentials when it must. Prints the events and a
+    /// JSON decision; exit 0 when the pod may use the image, 1 otherwise.
+    EnsureImage(Box<crate::node_images::EnsureImageArgs>),
+    /// The image store: load (preload) and list images.
+    #[command(subcommand)]
+    Images(crate::node_images::ImagesCommand),
+    /// Pull records (`<root-dir>/image_manager`): who may use which image.
+    #[command(subcommand)]
+    Records(crate::node_images::RecordsCommand),
+    /// Prune pull records of images the runtime no longer has (image GC's `PruneUnknownRecords`).
+    Gc(crate::node_images::GcArgs),
 }
 
 /// Flags of `podpass node credentials`.
@@ -68,23 +80,37 @@ pub struct CheckConfigArgs {
 
 /// Runs a node subcommand.
 pub fn run(cmd: NodeCommand) -> ExitCode {
+    use crate::node_images as ni;
     match cmd {
         NodeCommand::CheckConfig(a) => check_config(&a),
-        NodeCommand::Credentials(a) => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: starting runtime: {e}");
-                    return ExitCode::from(70);
-                }
-            };
-            match runtime.block_on(credentials(a)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(crate::EXIT_USAGE)
-                }
-            }
+        NodeCommand::Credentials(a) => block_on(async { credentials(a).await.map(|()| true) }),
+        NodeCommand::EnsureImage(a) => block_on(ni::ensure_image(*a)),
+        NodeCommand::Images(ni::ImagesCommand::Load(a)) => block_on(async { ni::load(a).await.map(|()| true) }),
+        NodeCommand::Images(ni::ImagesCommand::List(a)) => block_on(async { ni::list(a).await.map(|()| true) }),
+        NodeCommand::Records(ni::RecordsCommand::List(a)) => exit(ni::records_list(&a)),
+        NodeCommand::Records(ni::RecordsCommand::Show(a)) => exit(ni::records_show(&a)),
+        NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),
+    }
+}
+
+/// Ok(true) → 0, Ok(false) → 1 (refused), Err → 64 with the error chain.
+fn exit(r: Result<bool>) -> ExitCode {
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(crate::EXIT_USAGE)
+        }
+    }
+}
+
+fn block_on(f: impl std::future::Future<Output = Result<bool>>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => exit(r.block_on(f)),
+        Err(e) => {
+            eprintln!("error: starting runtime: {e}");
+            ExitCode::from(70)
         }
     }
 }

@@ -168,7 +168,9 @@ impl CriImageService {
                 async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
             }))
             .await
-            .map_err(|e| err(format!("{e}: {}", std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default())))?;
+            .map_err(|e| {
+                err(format!("{e}: {}", std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default()))
+            })?;
         Ok(Self { channel, endpoint: endpoint.to_owned() })
     }
 
@@ -254,8 +256,8 @@ mod tests {
         // field 1 (ImageSpec{field 1 "a"}), field 2 (AuthConfig{1 "u", 2 "p"}).
         assert_eq!(req.encode_to_vec(), [0x0a, 3, 0x0a, 1, b'a', 0x12, 6, 0x0a, 1, b'u', 0x12, 1, b'p']);
         // An Image with fields this client does not know (uid = 5, spec = 7, pinned = 8).
-        let mut wire = Image { id: "sha256:x".into(), repo_tags: vec!["t".into()], repo_digests: vec![], size: 7 }
-            .encode_to_vec();
+        let mut wire =
+            Image { id: "sha256:x".into(), repo_tags: vec!["t".into()], repo_digests: vec![], size: 7 }.encode_to_vec();
         wire.extend([0x40, 1]);
         let back = Image::decode(wire.as_slice()).unwrap();
         assert_eq!((back.id.as_str(), back.size), ("sha256:x", 7));

@@ -290,10 +290,8 @@ impl EmbeddedStore {
             }
             _ => RegistryAuth::Anonymous,
         };
-        let (mut bytes, _) = client
-            .pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES)
-            .await
-            .map_err(|e| map_oci(image, e))?;
+        let (mut bytes, _) =
+            client.pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES).await.map_err(|e| map_oci(image, e))?;
         let mut manifest_digest = format!("sha256:{}", sha256_hex(&bytes));
         if let Some(d) = &r.digest
             && *d != manifest_digest
@@ -308,7 +306,9 @@ impl EmbeddedStore {
             let entry = entries
                 .iter()
                 .find(|m| m.platform.as_ref().is_some_and(|p| p.os == os && p.architecture == arch))
-                .ok_or_else(|| ImageError::NotFound(format!("{image}: no match for platform {os}/{arch} in manifest")))?;
+                .ok_or_else(|| {
+                    ImageError::NotFound(format!("{image}: no match for platform {os}/{arch} in manifest"))
+                })?;
             oci_ref = Reference::with_digest(r.domain.clone(), r.path.clone(), entry.digest.clone());
             self.put_blob(&manifest_digest, &bytes).await?;
             let (platform_bytes, _) = client
@@ -327,9 +327,8 @@ impl EmbeddedStore {
         } else {
             self.put_blob(&manifest_digest, &bytes).await?;
         }
-        let config = manifest
-            .config
-            .ok_or_else(|| ImageError::Unsupported(format!("{image}: manifest has no config")))?;
+        let config =
+            manifest.config.ok_or_else(|| ImageError::Unsupported(format!("{image}: manifest has no config")))?;
         self.fetch_blob(&client, &oci_ref, &config).await?;
         let mut size = u64::try_from(config.size).unwrap_or(0);
         for layer in &manifest.layers {
@@ -456,7 +455,12 @@ fn write_durably(path: &Path, data: &[u8]) -> Result<(), ImageError> {
 }
 
 fn present(i: &StoredImage) -> PresentImage {
-    PresentImage { id: i.id.clone(), repo_tags: i.repo_tags.clone(), repo_digests: i.repo_digests.clone(), size: i.size }
+    PresentImage {
+        id: i.id.clone(),
+        repo_tags: i.repo_tags.clone(),
+        repo_digests: i.repo_digests.clone(),
+        size: i.size,
+    }
 }
 
 impl ImageService for EmbeddedStore {
@@ -546,7 +550,10 @@ mod tests {
         let id2 = format!("sha256:{}", "3".repeat(64));
         store.add_image(&r, &id2, &format!("sha256:{}", "4".repeat(64)), 10).await.unwrap();
         let state = store.read_state().await.unwrap();
-        assert_eq!(EmbeddedStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()), Some(id2));
+        assert_eq!(
+            EmbeddedStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()),
+            Some(id2)
+        );
         let old = state.images.iter().find(|i| i.id == id).unwrap();
         assert!(old.repo_tags.is_empty());
         assert_eq!(old.repo_digests, vec![format!("127.0.0.1:5000/tiny/hello@{md}")]);

@@ -187,8 +187,11 @@ pub fn pod_credentials(lookup: &Lookup) -> PodCredentials {
                 credential_hash: c.auth_config_hash.clone(),
             }),
             CredentialSource::ServiceAccount { namespace, name, uid } if out.service_account.is_none() => {
-                out.service_account =
-                    Some(ImagePullServiceAccount { uid: uid.clone(), namespace: namespace.clone(), name: name.clone() });
+                out.service_account = Some(ImagePullServiceAccount {
+                    uid: uid.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                });
             }
             _ => {}
         }

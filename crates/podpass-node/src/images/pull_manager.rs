@@ -84,7 +84,8 @@ impl std::fmt::Debug for PullManager {
     }
 }
 
-fn rfc3339_now() -> String {
+/// Now as RFC 3339 seconds (`lastUpdatedTime`).
+pub fn rfc3339_now() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let days = secs / 86_400;
     let rem = secs % 86_400;
@@ -171,6 +172,32 @@ impl PullManager {
         self.checks.clone()
     }
 
+    /// Registers the pull manager's metrics (pullmanager/metrics.go): the must-pull checks
+    /// and the on-disk record counts, counted now.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        use prometheus_client::metrics::gauge::Gauge;
+        registry.register(
+            "kubelet_imagemanager_image_mustpull_checks",
+            "Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
+            self.checks.clone(),
+        );
+        let (intents, pulled) = self.store.count_files();
+        let g_intents: Gauge = Gauge::default();
+        g_intents.set(i64::try_from(intents).unwrap_or(i64::MAX));
+        let g_pulled: Gauge = Gauge::default();
+        g_pulled.set(i64::try_from(pulled).unwrap_or(i64::MAX));
+        registry.register(
+            "kubelet_imagemanager_ondisk_pullintents",
+            "Number of ImagePullIntents stored on disk.",
+            g_intents,
+        );
+        registry.register(
+            "kubelet_imagemanager_ondisk_pulledrecords",
+            "Number of ImagePulledRecords stored on disk.",
+            g_pulled,
+        );
+    }
+
     /// `RecordPullIntent`: on disk first, then the in-memory count.
     pub fn record_pull_intent(&self, image: &str) -> Result<(), String> {
         let mut intents = self.intents.lock().unwrap_or_else(|p| p.into_inner());
@@ -201,6 +228,7 @@ impl PullManager {
         credentials: Option<&ImagePullCredentials>,
     ) -> Result<(), String> {
         let name = normalized_name(image).map_err(|e| e.to_string())?;
+        let _lock = self.store.lock().map_err(|e| e.to_string())?;
         let existing = self.store.get_pulled(image_ref).map_err(|e| e.to_string())?;
         let now = (self.now)();
         let (mut record, is_new) = match existing {
@@ -272,6 +300,14 @@ impl PullManager {
     /// `RecordImagePullFailed`.
     pub fn record_image_pull_failed(&self, image: &str) {
         self.decrement_intent(image);
+    }
+
+    /// Takes the cross-process lock and re-reads the record for a merge; `None` (skip the
+    /// merge) when either fails or the record is gone.
+    fn relock(&self, image_ref: &str, record: &mut ImagePulledRecord) -> Option<std::fs::File> {
+        let lock = self.store.lock().ok()?;
+        *record = self.store.get_pulled(image_ref).ok()??;
+        Some(lock)
     }
 
     fn pulled_by_node(&self, image: &str, image_ref: &str) -> Result<(bool, Option<ImagePulledRecord>), RecordError> {
@@ -346,7 +382,10 @@ impl PullManager {
                         // directly, while the record has room.
                         let add =
                             ImagePullCredentials { kubernetes_secrets: vec![secret.clone()], ..Default::default() };
-                        if room && merge_credentials(&mut record.credential_mapping, &name, &add) {
+                        if room
+                            && let Some(_lock) = self.relock(image_ref, &mut record)
+                            && merge_credentials(&mut record.credential_mapping, &name, &add)
+                        {
                             record.last_updated_time = (self.now)();
                             if let Err(e) = self.store.write_pulled(&record) {
                                 tracing::warn!(image, error = %e, "failed to update the pulled record");
@@ -480,8 +519,12 @@ mod tests {
         let (_dir, m) = manager(VerificationPolicy::NeverVerifyPreloadedImages);
         m.store.write_intent("a.io/app:1").unwrap();
         m.store.write_intent("a.io/gone:1").unwrap();
-        let present =
-            [PresentImage { id: "sha256:aa".into(), repo_tags: vec!["a.io/app:1".into()], repo_digests: vec![], size: 0 }];
+        let present = [PresentImage {
+            id: "sha256:aa".into(),
+            repo_tags: vec!["a.io/app:1".into()],
+            repo_digests: vec![],
+            size: 0,
+        }];
         assert!(m.initialize(&present).is_empty());
         assert!(!m.store.intent_exists("a.io/app:1").unwrap());
         assert!(m.store.intent_exists("a.io/gone:1").unwrap(), "absent images keep their intent");

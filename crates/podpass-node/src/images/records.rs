@@ -125,17 +125,23 @@ pub fn file_name(key: &str) -> String {
 pub struct RecordStore {
     pulling: PathBuf,
     pulled: PathBuf,
+    lock: PathBuf,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
     move |source| RecordError::Io { path: path.to_owned(), source }
 }
 
-/// Writes `data` to `path` atomically and durably: `<path>.tmp` (0600), fsync, rename,
-/// fsync of the directory; the tmp file is removed on failure.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Writes `data` to `path` atomically and durably: a `.tmp` file (0600), fsync, rename,
+/// fsync of the directory; the tmp file is removed on failure. The tmp name carries the
+/// process id and a sequence number (the kubelet uses `<name>.tmp`): two node processes on
+/// one root dir must not rename each other's half-written files.
 fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RecordError> {
+    let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.{seq}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let result = (|| {
         let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
@@ -179,7 +185,22 @@ impl RecordStore {
         for dir in [&pulling, &pulled] {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
         }
-        Ok(Self { pulling, pulled })
+        Ok(Self { pulling, pulled, lock: base.join(".lock") })
+    }
+
+    /// An exclusive advisory lock (flock on `image_manager/.lock`) for read-modify-write of
+    /// records, released when the returned file is dropped: node processes sharing a root
+    /// dir merge credentials without losing each other's.
+    pub fn lock(&self) -> Result<std::fs::File, RecordError> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&self.lock)
+            .map_err(io(&self.lock))?;
+        f.lock().map_err(io(&self.lock))?;
+        Ok(f)
     }
 
     /// Records that `image` is being pulled.
@@ -225,6 +246,23 @@ impl RecordStore {
     /// Removes the record (absent is fine).
     pub fn delete_pulled(&self, image_ref: &str) -> Result<(), RecordError> {
         remove(&self.pulled.join(file_name(image_ref)))
+    }
+
+    /// How many intent and pulled-record files there are (names only; nothing is read).
+    pub fn count_files(&self) -> (usize, usize) {
+        let count = |dir: &Path| {
+            std::fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        let name = e.file_name();
+                        let name = name.to_string_lossy();
+                        name.starts_with("sha256-") && !name.ends_with(".tmp")
+                    })
+                    .count()
+            })
+        };
+        (count(&self.pulling), count(&self.pulled))
     }
 
     /// Every intent, and the errors of files that did not read.

@@ -91,8 +91,11 @@ pub trait ImageService: Send + Sync {
     /// ID), or `None` when the runtime does not have it.
     fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<PresentImage>, ImageError>> + Send;
     /// CRI `PullImage`: always goes to the registry; returns the image reference (ID).
-    fn pull_image(&self, image: &str, auth: Option<&PullAuth>)
-    -> impl Future<Output = Result<String, ImageError>> + Send;
+    fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&PullAuth>,
+    ) -> impl Future<Output = Result<String, ImageError>> + Send;
     /// CRI `ListImages`.
     fn list_images(&self) -> impl Future<Output = Result<Vec<PresentImage>, ImageError>> + Send;
     /// CRI `RemoveImage` (absent is not an error).

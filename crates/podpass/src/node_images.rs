@@ -1,0 +1,442 @@
+//! `podpass node ensure-image | images | records | gc`: the kubelet's image manager with
+//! ensure-secret-pulled-images, on the embedded store or containerd over CRI.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use podpass_api::{Feature, FeatureGates};
+use podpass_node::credential::docker_config::{parse_pull_secret, read_node_config};
+use podpass_node::credential::{
+    CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, TrackedAuth,
+    lookup,
+};
+use podpass_node::images::backend::Backend;
+use podpass_node::images::kubelet_config::{self, KubeletImageConfig};
+use podpass_node::images::manager::{ImageManager, LazyLookup, LookupFuture, PullPolicy};
+use podpass_node::images::policy::PolicyEnforcer;
+use podpass_node::images::pull_manager::PullManager;
+use podpass_node::images::records::{ImagePulledRecord, RecordStore};
+use podpass_node::images::service::{ImageService, PullAuth};
+use prometheus_client::registry::Registry;
+
+/// Where images live: the kubelet root dir and the runtime.
+#[derive(Debug, Args)]
+pub struct RuntimeFlags {
+    /// Kubelet root dir: pull records under `image_manager/`, the embedded store under
+    /// `images/`, node-wide credentials in `config.json`.
+    #[arg(long)]
+    root_dir: PathBuf,
+    /// CRI endpoint (`unix:///run/containerd/containerd.sock`); the embedded store when absent.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// Registries the embedded store may reach over plain HTTP (loopback ones always may).
+    #[arg(long = "insecure-registry")]
+    insecure_registries: Vec<String>,
+}
+
+impl RuntimeFlags {
+    async fn backend(&self) -> Result<Backend> {
+        Backend::open(&self.root_dir, self.container_runtime_endpoint.as_deref(), self.insecure_registries.clone())
+            .await
+            .context("image service")
+    }
+}
+
+/// Flags of `podpass node ensure-image`.
+#[derive(Debug, Args)]
+pub struct EnsureImageArgs {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+    /// KubeletConfiguration file (policy, allowlist, pull parallelism, feature gates).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Feature gates on top of the config file's.
+    #[arg(long, default_value = "")]
+    feature_gates: String,
+    /// CredentialProviderConfig file or directory.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the provider binaries.
+    #[arg(long, requires = "image_credential_provider_config")]
+    image_credential_provider_bin_dir: Option<PathBuf>,
+    /// Kubeconfig for reading the pod, its pull secrets and service account, and tokens.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The pod (`NAMESPACE/NAME`), read from the API server.
+    #[arg(long, requires = "kubeconfig", conflicts_with_all = ["pull_secrets", "service_account"])]
+    pod: Option<String>,
+    /// The pod's pull secrets, as `kubectl get secret -o yaml` prints them (repeatable).
+    #[arg(long = "pull-secret")]
+    pull_secrets: Vec<PathBuf>,
+    /// The pod's service account, `NAMESPACE/NAME/UID`.
+    #[arg(long)]
+    service_account: Option<String>,
+    /// `Always`, `IfNotPresent` or `Never`.
+    #[arg(long)]
+    pull_policy: PullPolicy,
+    /// Write the node's metrics (OpenMetrics text) here before exiting.
+    #[arg(long)]
+    metrics_file: Option<PathBuf>,
+    /// The container image.
+    image: String,
+}
+
+/// `podpass node images …`.
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Put an image into the store outside the pull manager, as `ctr images pull` or a node
+    /// image bake does (a "preloaded" image); prints its image ID.
+    Load(LoadArgs),
+    /// List the runtime's images.
+    List(ListArgs),
+}
+
+/// Flags of `podpass node images load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+    /// Pull secret manifests whose credentials may pull it (tried in keyring order).
+    #[arg(long = "pull-secret")]
+    pull_secrets: Vec<PathBuf>,
+    /// The image.
+    image: String,
+}
+
+/// Flags of `podpass node images list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+}
+
+/// `podpass node records …`.
+#[derive(Debug, Subcommand)]
+pub enum RecordsCommand {
+    /// A table of pulled records (image ref, repository, who may use it) and pull intents.
+    List(RecordsArgs),
+    /// The records as the kubelet stores them (JSON), all or those of the given image refs.
+    Show(ShowArgs),
+}
+
+/// Flags of `podpass node records list`.
+#[derive(Debug, Args)]
+pub struct RecordsArgs {
+    /// Kubelet root dir.
+    #[arg(long)]
+    root_dir: PathBuf,
+}
+
+/// Flags of `podpass node records show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Kubelet root dir.
+    #[arg(long)]
+    root_dir: PathBuf,
+    /// Image refs (IDs); all records when none.
+    image_refs: Vec<String>,
+}
+
+/// Flags of `podpass node gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+}
+
+fn open_records(root_dir: &Path) -> Result<RecordStore> {
+    RecordStore::open(root_dir).with_context(|| format!("pull records under {}", root_dir.display()))
+}
+
+fn read_secrets(paths: &[PathBuf]) -> Result<Vec<PullSecret>> {
+    paths
+        .iter()
+        .map(|p| {
+            let data = std::fs::read(p).with_context(|| format!("--pull-secret {}", p.display()))?;
+            parse_pull_secret(&data).with_context(|| format!("--pull-secret {}", p.display()))
+        })
+        .collect()
+}
+
+fn kubelet_config(path: Option<&Path>) -> Result<KubeletImageConfig> {
+    match path {
+        None => Ok(KubeletImageConfig::default()),
+        Some(p) => kubelet_config::read(p)
+            .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
+            .with_context(|| format!("--config {}", p.display())),
+    }
+}
+
+fn gates(config: &KubeletImageConfig, flag: &str) -> Result<FeatureGates> {
+    let mut gates = FeatureGates::default();
+    for (name, enabled) in &config.feature_gates {
+        // Gates this node does not implement are the kubelet's business, not ours.
+        if let Some(f) = Feature::ALL.into_iter().find(|f| f.name() == name) {
+            gates.set(f, *enabled);
+        }
+    }
+    gates.apply(flag).context("--feature-gates")?;
+    Ok(gates)
+}
+
+/// The pod the image is for: identity, pull secrets, and where tokens come from.
+struct PodContext {
+    identity: Option<PodIdentity>,
+    secrets: Vec<PullSecret>,
+    source: Option<Arc<dyn ServiceAccountSource>>,
+}
+
+async fn pod_context(a: &EnsureImageArgs) -> Result<PodContext> {
+    let mut secrets = read_secrets(&a.pull_secrets)?;
+    let client = match &a.kubeconfig {
+        Some(path) => Some(podpass_node::api::client_from_kubeconfig(path).await?),
+        None => None,
+    };
+    let source =
+        client.clone().map(|c| podpass_node::api::KubeServiceAccounts::new(c) as Arc<dyn ServiceAccountSource>);
+    let mut identity = None;
+    if let Some(pod) = &a.pod {
+        let Some((namespace, name)) = pod.split_once('/') else { bail!("--pod {pod:?}: must be NAMESPACE/NAME") };
+        let client = client.as_ref().context("--pod needs --kubeconfig")?;
+        let info = podpass_node::api::get_pod(client, namespace, name).await?;
+        for secret in &info.pull_secrets {
+            match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
+                Ok(manifest) => secrets.push(parse_pull_secret(&manifest)?),
+                // As the kubelet: a missing pull secret is skipped.
+                Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
+            }
+        }
+        identity = Some(info.identity);
+    }
+    Ok(PodContext { identity, secrets, source })
+}
+
+/// The pod's keyring lookup (pull secrets, providers, node-wide `config.json`). With
+/// `--service-account` and no API server, the CLI stands in for the kubelet running the
+/// providers with that service account's token: what the providers return is attributed to
+/// it (never the node-wide file's credentials).
+fn make_lookup(
+    image: String,
+    ctx: PodContext,
+    providers: Arc<Vec<PluginProvider>>,
+    node_config: podpass_node::credential::DockerConfig,
+    sa: Option<(String, String, String)>,
+) -> Arc<LazyLookup> {
+    LazyLookup::new(move || -> LookupFuture {
+        Box::pin(async move {
+            let mut found: Lookup =
+                lookup(&image, ctx.identity.as_ref(), &ctx.secrets, &providers, &Default::default()).await;
+            for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {
+                eprintln!(
+                    "provider {} matched {image} but yielded no credentials: {}",
+                    p.name,
+                    p.skip_reason.as_deref().unwrap_or_default()
+                );
+            }
+            if let Some((namespace, name, uid)) = sa {
+                for c in &mut found.credentials {
+                    if c.source == CredentialSource::NodeWide {
+                        c.source = CredentialSource::ServiceAccount {
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            uid: uid.clone(),
+                        };
+                    }
+                }
+            }
+            let mut node = Keyring::new();
+            node.add(&node_config, &CredentialSource::NodeWide);
+            found.credentials.extend(node.lookup(&image));
+            drop(ctx.source);
+            found
+        })
+    })
+}
+
+fn parse_service_account(s: &str) -> Result<(String, String, String)> {
+    let parts: Vec<&str> = s.split('/').collect();
+    match parts.as_slice() {
+        [ns, name, uid] if !ns.is_empty() && !name.is_empty() && !uid.is_empty() => {
+            Ok(((*ns).to_owned(), (*name).to_owned(), (*uid).to_owned()))
+        }
+        _ => bail!("--service-account {s:?}: must be NAMESPACE/NAME/UID"),
+    }
+}
+
+/// Runs `ensure-image`; the exit code says whether the pod may use the image.
+pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
+    let config = kubelet_config(a.config.as_deref())?;
+    let gates = gates(&config, &a.feature_gates)?;
+    let sa = a.service_account.as_deref().map(parse_service_account).transpose()?;
+    let backend = Arc::new(a.runtime.backend().await?);
+    let pull_manager = if gates.enabled(Feature::KubeletEnsureSecretPulledImages) {
+        let policy = PolicyEnforcer::new(config.policy, &config.allowlist).map_err(|errors| {
+            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            anyhow::anyhow!("preloadedImagesVerificationAllowlist: {}", list.join(", "))
+        })?;
+        let pm = Arc::new(PullManager::new(open_records(&a.runtime.root_dir)?, policy));
+        // Start-up housekeeping: intents of images that are now present become records.
+        let images = backend.list_images().await.context("listing images for start-up housekeeping")?;
+        let pm2 = pm.clone();
+        let errors = tokio::task::spawn_blocking(move || pm2.initialize(&images)).await?;
+        for e in errors {
+            eprintln!("warning: unreadable pull intent: {e}");
+        }
+        Some(pm)
+    } else {
+        None
+    };
+    let manager =
+        ImageManager::new(backend, pull_manager.clone(), config.serialize_image_pulls, config.max_parallel_image_pulls);
+    let ctx = pod_context(&a).await?;
+    let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
+    let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
+        (Some(c), Some(b)) => crate::node::register(c, b, sa_feature, ctx.source.clone())?,
+        _ => Vec::new(),
+    };
+    let node_config = read_node_config(&a.runtime.root_dir).context("node-wide credentials")?;
+    let credentials = make_lookup(a.image.clone(), ctx, Arc::new(providers), node_config, sa);
+    let decision = manager.ensure_image_exists(&a.image, a.pull_policy, credentials).await;
+    for e in &decision.events {
+        eprintln!("{} {} {}", e.event_type, e.reason, e.message);
+    }
+    println!("{}", serde_json::to_string_pretty(&decision)?);
+    if let Some(path) = &a.metrics_file {
+        let mut registry = Registry::default();
+        registry.register(
+            "kubelet_image_manager_ensure_image_requests",
+            "Number of ensure-image requests processed by the kubelet.",
+            manager.requests_metric(),
+        );
+        if let Some(pm) = &pull_manager {
+            pm.register_metrics(&mut registry);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        std::fs::write(path, text).with_context(|| format!("--metrics-file {}", path.display()))?;
+    }
+    Ok(decision.allowed())
+}
+
+/// Runs `images load`.
+pub async fn load(a: LoadArgs) -> Result<()> {
+    let backend = a.runtime.backend().await?;
+    let secrets = read_secrets(&a.pull_secrets)?;
+    let mut keyring = Keyring::new();
+    for s in &secrets {
+        let source =
+            CredentialSource::Secret { namespace: s.namespace.clone(), name: s.name.clone(), uid: s.uid.clone() };
+        keyring.add(&s.config, &source);
+    }
+    let creds: Vec<TrackedAuth> = keyring.lookup(&a.image);
+    let image = podpass_node::images::reference::apply_default_tag(&a.image)?;
+    let mut errors = Vec::new();
+    let attempts: Vec<Option<PullAuth>> = if creds.is_empty() {
+        vec![None]
+    } else {
+        creds.iter().map(|c| Some(PullAuth { username: c.username.clone(), password: c.password.clone() })).collect()
+    };
+    for auth in attempts {
+        match backend.pull_image(&image, auth.as_ref()).await {
+            Ok(id) => {
+                println!("{id}");
+                return Ok(());
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    bail!("failed to load {image}: {}", errors.join("; "))
+}
+
+/// Runs `images list`.
+pub async fn list(a: ListArgs) -> Result<()> {
+    let backend = a.runtime.backend().await?;
+    let images = backend.list_images().await?;
+    println!("{:<73} {:>10}  TAGS / DIGESTS", "IMAGE ID", "SIZE");
+    for i in images {
+        let names: Vec<&str> = i.repo_tags.iter().chain(&i.repo_digests).map(String::as_str).collect();
+        println!("{:<73} {:>10}  {}", i.id, i.size, names.join(" "));
+    }
+    Ok(())
+}
+
+fn who(c: &podpass_node::images::records::ImagePullCredentials) -> String {
+    if c.node_pods_accessible {
+        return "every pod on the node".into();
+    }
+    let mut out: Vec<String> = c
+        .kubernetes_secrets
+        .iter()
+        .map(|s| format!("secret {}/{} (uid {}, hash {:.12})", s.namespace, s.name, s.uid, s.credential_hash))
+        .collect();
+    out.extend(
+        c.kubernetes_service_accounts
+            .iter()
+            .map(|s| format!("serviceaccount {}/{} (uid {})", s.namespace, s.name, s.uid)),
+    );
+    if out.is_empty() { "nobody without verification".into() } else { out.join(", ") }
+}
+
+/// Runs `records list`.
+pub fn records_list(a: &RecordsArgs) -> Result<bool> {
+    let store = open_records(&a.root_dir)?;
+    let (records, errors) = store.list_pulled();
+    let (intents, intent_errors) = store.list_intents();
+    println!("{:<73} {:<20} {:<40} MAY USE", "IMAGE REF", "UPDATED", "REPOSITORY");
+    for r in &records {
+        if r.credential_mapping.is_empty() {
+            println!("{:<73} {:<20} {:<40} nobody without verification", r.image_ref, r.last_updated_time, "-");
+        }
+        for (repo, creds) in &r.credential_mapping {
+            println!("{:<73} {:<20} {:<40} {}", r.image_ref, r.last_updated_time, repo, who(creds));
+        }
+    }
+    println!();
+    println!("PULL INTENTS (pulls in progress or interrupted)");
+    for i in &intents {
+        println!("{}", i.image);
+    }
+    for e in errors.iter().chain(&intent_errors) {
+        eprintln!("unreadable: {e}");
+    }
+    Ok(errors.is_empty() && intent_errors.is_empty())
+}
+
+/// Runs `records show`.
+pub fn records_show(a: &ShowArgs) -> Result<bool> {
+    let store = open_records(&a.root_dir)?;
+    let (records, errors): (Vec<ImagePulledRecord>, _) = if a.image_refs.is_empty() {
+        store.list_pulled()
+    } else {
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        for r in &a.image_refs {
+            match store.get_pulled(r) {
+                Ok(Some(rec)) => found.push(rec),
+                Ok(None) => bail!("no pulled record for {r}"),
+                Err(e) => errors.push(e),
+            }
+        }
+        (found, errors)
+    };
+    let (intents, intent_errors) = store.list_intents();
+    println!("{}", serde_json::to_string_pretty(&serde_json::json!({"pulled": records, "pulling": intents}))?);
+    for e in errors.iter().chain(&intent_errors) {
+        eprintln!("unreadable: {e}");
+    }
+    Ok(errors.is_empty())
+}
+
+/// Runs `gc`: prunes records of images the runtime no longer has.
+pub async fn gc(a: GcArgs) -> Result<()> {
+    let backend = a.runtime.backend().await?;
+    let ids: Vec<String> = backend.list_images().await?.into_iter().map(|i| i.id).collect();
+    let store = open_records(&a.runtime.root_dir)?;
+    let pm = PullManager::new(store, PolicyEnforcer::new(Default::default(), &[]).unwrap_or_default());
+    let until = podpass_node::images::pull_manager::rfc3339_now();
+    let pruned = tokio::task::spawn_blocking(move || pm.prune_unknown_records(&ids, &until)).await?;
+    println!("pruned {pruned} records");
+    Ok(())
+}

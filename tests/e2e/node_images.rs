@@ -1,0 +1,371 @@
+//! End-to-end: `podpass node ensure-image` against the real CNCF registry (htpasswd), on the
+//! embedded store. A pod may use an image another pod's secret pulled only when it shows
+//! credentials of its own; records on disk are the kubelet's; a crash between the intent
+//! and the record leaves the image needing verification; damaged records mean re-verify.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod registry;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use registry::{Registry, pull_secret, sha256};
+use serde_json::Value;
+use support::PODPASS;
+
+struct Run {
+    code: i32,
+    json: Value,
+    stderr: String,
+}
+
+fn ensure(root: &Path, args: &[&str], image: &str) -> Run {
+    let out = Command::new(PODPASS)
+        .args(["node", "ensure-image", "--root-dir", root.to_str().unwrap()])
+        .args(args)
+        .arg(image)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("decision JSON: {e}; stderr: {stderr}"));
+    Run { code: out.status.code().unwrap_or(-1), json, stderr }
+}
+
+fn load(root: &Path, secret: Option<&Path>, image: &str) -> String {
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["node", "images", "load", "--root-dir", root.to_str().unwrap()]);
+    if let Some(s) = secret {
+        cmd.args(["--pull-secret", s.to_str().unwrap()]);
+    }
+    let out = cmd.arg(image).output().unwrap();
+    assert!(out.status.success(), "load: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn kubelet_config(dir: &Path, policy: &str) -> PathBuf {
+    let path = dir.join(format!("kubelet-{policy}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: {policy}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn record_path(root: &Path, image_ref: &str) -> PathBuf {
+    root.join("image_manager/pulled").join(format!("sha256-{}", &sha256(image_ref.as_bytes())[7..]))
+}
+
+fn message(r: &Run) -> String {
+    r.json["events"].as_array().unwrap().last().unwrap()["message"].as_str().unwrap().to_owned()
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    root: PathBuf,
+    registry: Registry,
+    image: String,
+    id: String,
+    alice: PathBuf,
+    alice_copy: PathBuf,
+    mallory: PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let registry = Registry::start(&dir.join("registry"), &[("alice", "wonderland"), ("bob", "builder")]);
+    let (id, _) = registry.push(("alice", "wonderland"), "team/app", "v1", "private app v1");
+    let image = format!("{}/team/app:v1", registry.host);
+    let alice = pull_secret(&dir, "alice", "uid-alice", &registry.host, "alice", "wonderland");
+    // Another secret (other coordinates) holding the very same credential.
+    let alice_copy = pull_secret(&dir, "alice-copy", "uid-alice-copy", &registry.host, "alice", "wonderland");
+    let mallory = pull_secret(&dir, "mallory", "uid-mallory", &registry.host, "alice", "guessed");
+    let root = dir.join("kubelet");
+    Setup { _dir: tmp, dir, root, registry, image, id, alice, alice_copy, mallory }
+}
+
+#[test]
+fn an_image_pulled_with_a_secret_is_usable_only_with_credentials_on_record() {
+    let s = setup();
+    let secret = |p: &PathBuf| vec!["--pull-secret".to_owned(), p.to_str().unwrap().to_owned()];
+    let with = |extra: Vec<String>, policy: &str| {
+        let mut v = extra;
+        v.extend(["--pull-policy".to_owned(), policy.to_owned()]);
+        v
+    };
+    let run = |v: Vec<String>| {
+        let refs: Vec<&str> = v.iter().map(String::as_str).collect();
+        ensure(&s.root, &refs, &s.image)
+    };
+
+    // Nobody can pull anonymously.
+    let r = run(with(vec![], "IfNotPresent"));
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["error"], "ErrImagePull");
+    assert!(
+        message(&r).starts_with(&format!("Failed to pull image {:?}: failed to authorize", s.image)),
+        "{}",
+        message(&r)
+    );
+
+    // Pod A pulls with its secret; the record names that secret and its credential hash.
+    let a = run(with(secret(&s.alice), "IfNotPresent"));
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(a.json["pulled"], true);
+    assert_eq!(a.json["imageRef"], s.id.as_str());
+    assert_eq!(a.json["credentialUsed"]["type"], "secret");
+    assert_eq!(a.json["credentialUsed"]["name"], "alice");
+    let reasons: Vec<&str> =
+        a.json["events"].as_array().unwrap().iter().map(|e| e["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["Pulling", "Pulled"]);
+    assert!(message(&a).starts_with(&format!("Successfully pulled image {:?} in ", s.image)));
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    assert_eq!(record["kind"], "ImagePulledRecord");
+    assert_eq!(record["apiVersion"], "kubelet.config.k8s.io/v1beta1");
+    assert_eq!(record["imageRef"], s.id.as_str());
+    let entry = &record["credentialMapping"][format!("{}/team/app", s.registry.host)];
+    assert_eq!(entry["kubernetesSecrets"][0]["name"], "alice");
+    assert_eq!(entry["kubernetesSecrets"][0]["namespace"], "team");
+    assert_eq!(entry["kubernetesSecrets"][0]["uid"], "uid-alice");
+    assert_eq!(entry["kubernetesSecrets"][0]["credentialHash"].as_str().unwrap().len(), 64);
+    assert!(entry.get("nodePodsAccessible").is_none());
+    assert!(std::fs::read_dir(s.root.join("image_manager/pulling")).unwrap().next().is_none(), "intent released");
+
+    // Pod A again: present and on record, no pull.
+    let again = run(with(secret(&s.alice), "IfNotPresent"));
+    assert_eq!(again.code, 0);
+    assert_eq!(again.json["pulled"], false);
+    assert_eq!(
+        message(&again),
+        format!("Container image {:?} already present on machine and can be accessed by the pod", s.image)
+    );
+
+    // Pod B without credentials: present, but it must pull — and cannot.
+    let b = run(with(vec![], "IfNotPresent"));
+    assert_eq!(b.code, 1);
+    assert_eq!(b.json["present"], true);
+    assert_eq!(b.json["mustPull"], true);
+    assert_eq!(b.json["error"], "ErrImagePull");
+    // With pull policy Never, the answer does not reveal the image is there.
+    let b_never = run(with(vec![], "Never"));
+    assert_eq!(b_never.code, 1);
+    assert_eq!(b_never.json["error"], "ErrImageNeverPull");
+    assert_eq!(message(&b_never), format!("Container image {:?} is not present with pull policy of Never", s.image));
+    // A wrong password cannot use it either.
+    let m = run(with(secret(&s.mallory), "IfNotPresent"));
+    assert_eq!(m.code, 1, "{}", m.stderr);
+    assert_eq!(m.json["mustPull"], true);
+
+    // Another secret with the same credential matches by hash, and is remembered.
+    let c = run(with(secret(&s.alice_copy), "Never"));
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    let names: Vec<&str> = record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alice", "alice-copy"]);
+
+    // NeverVerify: anyone on the node may use what is there.
+    let nv = kubelet_config(&s.dir, "NeverVerify");
+    let r = run(with(vec!["--config".into(), nv.to_str().unwrap().into()], "IfNotPresent"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    // The gate off: upstream's plain "already present" for everyone.
+    let r = run(with(vec!["--feature-gates".into(), "KubeletEnsureSecretPulledImages=false".into()], "IfNotPresent"));
+    assert_eq!(r.code, 0);
+    assert_eq!(message(&r), format!("Container image {:?} already present on machine", s.image));
+
+    // records list names who may use it.
+    let out = Command::new(PODPASS)
+        .args(["node", "records", "list", "--root-dir", s.root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(table.contains(&s.id) && table.contains("secret team/alice (uid uid-alice"), "{table}");
+}
+
+#[test]
+fn preloaded_images_follow_the_policy_and_a_crash_mid_pull_forces_verification() {
+    let s = setup();
+    // Baked into the node (not through the pull manager): no records.
+    let id = load(&s.root, Some(&s.alice), &s.image);
+    assert_eq!(id, s.id);
+    assert!(!record_path(&s.root, &s.id).exists());
+    let metrics = s.dir.join("metrics.txt");
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--metrics-file", metrics.to_str().unwrap()], &s.image);
+    assert_eq!(r.code, 0, "default policy trusts preloaded images: {}", r.stderr);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains(
+            r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="true",pull_required="false"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"kubelet_imagemanager_image_mustpull_checks_total{result="credentialPolicyAllowed"} 1"#),
+        "{text}"
+    );
+    // AlwaysVerify: even a preloaded image needs the pod's own credentials.
+    let av = kubelet_config(&s.dir, "AlwaysVerify");
+    let r = ensure(&s.root, &["--config", av.to_str().unwrap(), "--pull-policy", "IfNotPresent"], &s.image);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.json["mustPull"], true);
+
+    // A pull is under way (registry frozen) when the node is killed -9.
+    s.registry.signal("-STOP");
+    let mut child = Command::new(PODPASS)
+        .args(["node", "ensure-image", "--root-dir", s.root.to_str().unwrap(), "--pull-policy", "Always"])
+        .args(["--pull-secret", s.alice.to_str().unwrap()])
+        .arg(&s.image)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let intent = s.root.join("image_manager/pulling").join(format!("sha256-{}", &sha256(s.image.as_bytes())[7..]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !intent.exists() {
+        assert!(Instant::now() < deadline, "intent not written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    s.registry.signal("-CONT");
+    assert!(intent.exists(), "the intent survives the crash");
+    let text = std::fs::read_to_string(&intent).unwrap();
+    assert_eq!(
+        text.trim(),
+        format!(r#"{{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1beta1","image":"{}"}}"#, s.image)
+    );
+
+    // Restart: housekeeping turns the intent into a record with no credentials, so the image
+    // counts as pulled by the node and a pod without credentials must verify.
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent"], &s.image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["mustPull"], true);
+    assert!(!intent.exists());
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    assert!(record.get("credentialMapping").is_none(), "no one is on record: {record}");
+    // Pod A proves access by pulling; afterwards it is on record.
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["pulled"], true);
+}
+
+#[test]
+fn damaged_records_mean_reverification_never_a_panic() {
+    let s = setup();
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let path = record_path(&s.root, &s.id);
+    let good = std::fs::read(&path).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("garbage", b"\x00\xff not json".to_vec()),
+        ("unknown field", {
+            let mut v: Value = serde_json::from_slice(&good).unwrap();
+            v["surprise"] = Value::Bool(true);
+            serde_json::to_vec(&v).unwrap()
+        }),
+        ("unknown version", {
+            let mut v: Value = serde_json::from_slice(&good).unwrap();
+            v["apiVersion"] = Value::String("kubelet.config.k8s.io/v9".into());
+            v["credentialMapping"] =
+                serde_json::json!({format!("{}/team/app", s.registry.host): {"nodePodsAccessible": true}});
+            serde_json::to_vec(&v).unwrap()
+        }),
+    ];
+    for (what, bytes) in cases {
+        std::fs::write(&path, &bytes).unwrap();
+        let r = ensure(&s.root, &["--pull-policy", "IfNotPresent"], &s.image);
+        assert_eq!(r.code, 1, "{what}: a pod without credentials must verify: {}", r.stderr);
+        assert_eq!(r.json["mustPull"], true, "{what}");
+    }
+    // A file under this image's name holding another imageRef is not this image's record
+    // (upstream's integrity check answers "not found"): the image then counts as not pulled
+    // by the node, which the default policy trusts as preloaded — and AlwaysVerify does not.
+    let mut v: Value = serde_json::from_slice(&good).unwrap();
+    v["imageRef"] = Value::String("sha256:other".into());
+    v["credentialMapping"] = serde_json::json!({format!("{}/team/app", s.registry.host): {"nodePodsAccessible": true}});
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent"], &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["present"], true);
+    let av = kubelet_config(&s.dir, "AlwaysVerify");
+    let r = ensure(&s.root, &["--config", av.to_str().unwrap(), "--pull-policy", "IfNotPresent"], &s.image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["mustPull"], true);
+
+    // A record written in the older v1alpha1 version still reads.
+    let mut v: Value = serde_json::from_slice(&good).unwrap();
+    v["apiVersion"] = Value::String("kubelet.config.k8s.io/v1alpha1".into());
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let r = ensure(&s.root, &["--pull-policy", "Never", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn two_pods_pull_in_parallel_with_different_credentials_only_the_successful_one_is_recorded() {
+    let s = setup();
+    let cfg = s.dir.join("parallel.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: false\nmaxParallelImagePulls: 2\n",
+    )
+    .unwrap();
+    let spawn = |secret: &Path| {
+        Command::new(PODPASS)
+            .args(["node", "ensure-image", "--root-dir", s.root.to_str().unwrap(), "--config", cfg.to_str().unwrap()])
+            .args(["--pull-policy", "Always", "--pull-secret", secret.to_str().unwrap()])
+            .arg(&s.image)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (good, bad) = (spawn(&s.alice), spawn(&s.mallory));
+    let good = good.wait_with_output().unwrap();
+    let bad = bad.wait_with_output().unwrap();
+    assert_eq!(good.status.code(), Some(0), "{}", String::from_utf8_lossy(&good.stderr));
+    assert_eq!(bad.status.code(), Some(1), "{}", String::from_utf8_lossy(&bad.stderr));
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    let secrets = &record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"];
+    assert_eq!(secrets.as_array().unwrap().len(), 1, "{record}");
+    assert_eq!(secrets[0]["name"], "alice");
+    // Only the pod whose pull succeeded may use the image.
+    let a = ensure(&s.root, &["--pull-policy", "Never", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    let m = ensure(&s.root, &["--pull-policy", "Never", "--pull-secret", s.mallory.to_str().unwrap()], &s.image);
+    assert_eq!(m.code, 1);
+    assert_eq!(m.json["error"], "ErrImageNeverPull");
+}
+
+#[test]
+fn gc_prunes_records_of_removed_images() {
+    let s = setup();
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let gc = |root: &Path| {
+        let out = Command::new(PODPASS).args(["node", "gc", "--root-dir", root.to_str().unwrap()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(gc(&s.root).trim(), "pruned 0 records");
+    assert!(record_path(&s.root, &s.id).exists());
+    // The image leaves the store (as image GC would remove it).
+    std::fs::remove_file(s.root.join("images/images.json")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(gc(&s.root).trim(), "pruned 1 records");
+    assert!(!record_path(&s.root, &s.id).exists());
+}

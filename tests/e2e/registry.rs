@@ -1,0 +1,156 @@
+//! The real CNCF registry (Debian `docker-registry`) with htpasswd auth on a free loopback
+//! port, and a hand-made image pushed over the v2 API (interop.md §1a, §1c).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::digest;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn sha256(data: &[u8]) -> String {
+    format!("sha256:{}", data_encoding::HEXLOWER.encode(digest::digest(&digest::SHA256, data).as_ref()))
+}
+
+/// A registry process, killed on drop.
+pub struct Registry {
+    pub child: Child,
+    /// `127.0.0.1:<port>`.
+    pub host: String,
+    pub dir: PathBuf,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // A stopped (SIGSTOP) registry must be continued to die promptly.
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    /// Starts a registry whose users are `users` (name, password).
+    pub fn start(dir: &Path, users: &[(&str, &str)]) -> Registry {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut htpasswd = String::new();
+        for (user, password) in users {
+            let out =
+                Command::new("htpasswd").args(["-Bbn", user, password]).output().expect("htpasswd (apache2-utils)");
+            assert!(out.status.success());
+            htpasswd.push_str(String::from_utf8(out.stdout).unwrap().trim());
+            htpasswd.push('\n');
+        }
+        std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  htpasswd:\n    realm: basic-realm\n    path: {htpasswd}\n",
+            data = dir.join("data").display(),
+            htpasswd = dir.join("htpasswd").display(),
+        );
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        let child = Command::new("docker-registry")
+            .args(["serve", dir.join("config.yml").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+            .spawn()
+            .expect("docker-registry");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::blocking::get(format!("http://{host}/v2/"))
+                && r.status() == 401
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry { child, host, dir: dir.to_path_buf() }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        assert!(Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success());
+    }
+
+    /// Pushes a one-layer image whose file holds `content` as `repo:tag`; returns the
+    /// config digest (the image ID) and the manifest digest.
+    pub fn push(&self, user: (&str, &str), repo: &str, tag: &str, content: &str) -> (String, String) {
+        let work = tempfile::tempdir().unwrap();
+        std::fs::write(work.path().join("hello.txt"), content).unwrap();
+        let st = Command::new("tar")
+            .args(["--mtime=@0", "--owner=0", "--group=0", "-cf", "layer.tar", "hello.txt"])
+            .current_dir(work.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let tar = std::fs::read(work.path().join("layer.tar")).unwrap();
+        let gz = Command::new("gzip").args(["-n", "-c", "layer.tar"]).current_dir(work.path()).output().unwrap();
+        assert!(gz.status.success());
+        let layer = gz.stdout;
+        let config = format!(
+            r#"{{"architecture":"amd64","os":"linux","config":{{"Cmd":["/hello"]}},"rootfs":{{"type":"layers","diff_ids":["{}"]}}}}"#,
+            sha256(&tar)
+        )
+        .into_bytes();
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{}","size":{}}}]}}"#,
+            sha256(&config),
+            config.len(),
+            sha256(&layer),
+            layer.len()
+        )
+        .into_bytes();
+        let client = reqwest::blocking::Client::new();
+        for blob in [&config, &layer] {
+            let r = client
+                .post(format!("http://{}/v2/{repo}/blobs/uploads/", self.host))
+                .basic_auth(user.0, Some(user.1))
+                .send()
+                .unwrap();
+            assert_eq!(r.status(), 202, "start upload");
+            let location = r.headers()["location"].to_str().unwrap().to_owned();
+            let sep = if location.contains('?') { '&' } else { '?' };
+            let url = if location.starts_with("http") {
+                format!("{location}{sep}digest={}", sha256(blob))
+            } else {
+                format!("http://{}{location}{sep}digest={}", self.host, sha256(blob))
+            };
+            let r = client
+                .put(url)
+                .basic_auth(user.0, Some(user.1))
+                .header("content-type", "application/octet-stream")
+                .body(blob.to_vec())
+                .send()
+                .unwrap();
+            assert_eq!(r.status(), 201, "blob upload");
+        }
+        let r = client
+            .put(format!("http://{}/v2/{repo}/manifests/{tag}", self.host))
+            .basic_auth(user.0, Some(user.1))
+            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+            .body(manifest.clone())
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 201, "manifest upload");
+        (sha256(&config), sha256(&manifest))
+    }
+}
+
+/// A dockerconfigjson Secret manifest, as `kubectl get secret -o yaml` prints it.
+pub fn pull_secret(dir: &Path, name: &str, uid: &str, registry: &str, user: &str, password: &str) -> PathBuf {
+    let auth = data_encoding::BASE64.encode(format!("{user}:{password}").as_bytes());
+    let config =
+        format!(r#"{{"auths":{{"{registry}":{{"username":"{user}","password":"{password}","auth":"{auth}"}}}}}}"#);
+    let manifest = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: team\n  uid: {uid}\ntype: kubernetes.io/dockerconfigjson\ndata:\n  .dockerconfigjson: {}\n",
+        data_encoding::BASE64.encode(config.as_bytes())
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, manifest).unwrap();
+    path
+}
