@@ -369,3 +369,80 @@ fn gc_prunes_records_of_removed_images() {
     assert_eq!(gc(&s.root).trim(), "pruned 1 records");
     assert!(!record_path(&s.root, &s.id).exists());
 }
+
+mod containerd;
+
+#[test]
+fn on_containerd_two_parallel_pulls_record_only_the_successful_credential() {
+    let s = setup();
+    let ctd = containerd::Containerd::start(&s.dir.join("ctd"));
+    let ep = ctd.endpoint.as_str();
+    let cfg = s.dir.join("parallel.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: false\n",
+    )
+    .unwrap();
+    // Nothing present, no credentials: containerd's anonymous pull is refused.
+    let r = ensure(&s.root, &["--container-runtime-endpoint", ep, "--pull-policy", "IfNotPresent"], &s.image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(message(&r).contains("rpc error: code = "), "{}", message(&r));
+
+    let spawn = |secret: &Path| {
+        Command::new(PODPASS)
+            .args(["node", "ensure-image", "--root-dir", s.root.to_str().unwrap(), "--config", cfg.to_str().unwrap()])
+            .args(["--container-runtime-endpoint", ep, "--pull-policy", "Always"])
+            .args(["--pull-secret", secret.to_str().unwrap()])
+            .arg(&s.image)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (good, bad) = (spawn(&s.alice), spawn(&s.mallory));
+    let good = good.wait_with_output().unwrap();
+    let bad = bad.wait_with_output().unwrap();
+    assert_eq!(good.status.code(), Some(0), "{}", String::from_utf8_lossy(&good.stderr));
+    assert_eq!(bad.status.code(), Some(1), "{}", String::from_utf8_lossy(&bad.stderr));
+    let decision: Value = serde_json::from_slice(&good.stdout).unwrap();
+    // containerd's image ID is the config digest, as the embedded store's.
+    assert_eq!(decision["imageRef"], s.id.as_str());
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    let secrets = &record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"];
+    assert_eq!(secrets.as_array().unwrap().len(), 1, "{record}");
+    assert_eq!(secrets[0]["name"], "alice");
+
+    let with = |secret: &Path, policy: &str| {
+        ensure(
+            &s.root,
+            &["--container-runtime-endpoint", ep, "--pull-policy", policy, "--pull-secret", secret.to_str().unwrap()],
+            &s.image,
+        )
+    };
+    let a = with(&s.alice, "Never");
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(
+        message(&a),
+        format!("Container image {:?} already present on machine and can be accessed by the pod", s.image)
+    );
+    let m = with(&s.mallory, "Never");
+    assert_eq!(m.code, 1);
+    assert_eq!(m.json["error"], "ErrImageNeverPull");
+    // IfNotPresent: the pod must pull, and containerd refuses its credential.
+    let m = with(&s.mallory, "IfNotPresent");
+    assert_eq!(m.code, 1);
+    assert_eq!(m.json["mustPull"], true);
+
+    // Housekeeping and GC see containerd's images.
+    let out = Command::new(PODPASS)
+        .args(["node", "gc", "--root-dir", s.root.to_str().unwrap(), "--container-runtime-endpoint", ep])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pruned 0 records");
+    let out = Command::new(PODPASS)
+        .args(["node", "images", "list", "--root-dir", s.root.to_str().unwrap(), "--container-runtime-endpoint", ep])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains(&s.id) && list.contains(&s.image), "{list}");
+}
