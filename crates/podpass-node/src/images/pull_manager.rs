@@ -13,6 +13,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use super::mem_records::{CachedRecords, MAX_INTENTS, MAX_PULLED};
 use super::policy::PolicyEnforcer;
 use super::records::{
     API_VERSION, ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord, RecordError,
@@ -71,7 +72,7 @@ pub enum CheckResult {
 
 /// Pull records and the policy.
 pub struct PullManager {
-    store: RecordStore,
+    store: CachedRecords,
     policy: PolicyEnforcer,
     intents: Mutex<HashMap<String, usize>>,
     checks: Family<CheckLabels, Counter>,
@@ -164,6 +165,7 @@ pub fn merge_credentials(
 impl PullManager {
     /// A manager over `store` enforcing `policy`.
     pub fn new(store: RecordStore, policy: PolicyEnforcer) -> Self {
+        let store = CachedRecords::new(store, MAX_INTENTS, MAX_PULLED);
         Self { store, policy, intents: Mutex::new(HashMap::new()), checks: Family::default(), now: rfc3339_now }
     }
 
@@ -181,7 +183,7 @@ impl PullManager {
             "Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
             self.checks.clone(),
         );
-        let (intents, pulled) = self.store.count_files();
+        let (intents, pulled) = self.store.store().count_files();
         let g_intents: Gauge = Gauge::default();
         g_intents.set(i64::try_from(intents).unwrap_or(i64::MAX));
         let g_pulled: Gauge = Gauge::default();
@@ -190,6 +192,21 @@ impl PullManager {
             "kubelet_imagemanager_ondisk_pullintents",
             "Number of ImagePullIntents stored on disk.",
             g_intents,
+        );
+        let (intents_pct, pulled_pct) = self.store.usage_percent();
+        let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+        g.set(intents_pct);
+        registry.register(
+            "kubelet_imagemanager_inmemory_pullintents_usage_percent",
+            "The ImagePullIntents in-memory cache usage in percent.",
+            g,
+        );
+        let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+        g.set(pulled_pct);
+        registry.register(
+            "kubelet_imagemanager_inmemory_pulledrecords_usage_percent",
+            "The ImagePulledRecords in-memory cache usage in percent.",
+            g,
         );
         registry.register(
             "kubelet_imagemanager_ondisk_pulledrecords",
@@ -228,8 +245,9 @@ impl PullManager {
         credentials: Option<&ImagePullCredentials>,
     ) -> Result<(), String> {
         let name = normalized_name(image).map_err(|e| e.to_string())?;
-        let _lock = self.store.lock().map_err(|e| e.to_string())?;
-        let existing = self.store.get_pulled(image_ref).map_err(|e| e.to_string())?;
+        let _lock = self.store.store().lock().map_err(|e| e.to_string())?;
+        // From disk: another node process may have merged into it.
+        let existing = self.store.reread_pulled(image_ref).map_err(|e| e.to_string())?;
         let now = (self.now)();
         let (mut record, is_new) = match existing {
             Some(r) => (r, false),
@@ -305,8 +323,8 @@ impl PullManager {
     /// Takes the cross-process lock and re-reads the record for a merge; `None` (skip the
     /// merge) when either fails or the record is gone.
     fn relock(&self, image_ref: &str, record: &mut ImagePulledRecord) -> Option<std::fs::File> {
-        let lock = self.store.lock().ok()?;
-        *record = self.store.get_pulled(image_ref).ok()??;
+        let lock = self.store.store().lock().ok()?;
+        *record = self.store.reread_pulled(image_ref).ok()??;
         Some(lock)
     }
 
@@ -551,6 +569,13 @@ mod tests {
         assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (false, None));
         std::fs::write(dir.path().join("image_manager/pulled").join(super::super::records::file_name("sha256:2")), "{")
             .unwrap();
+        // The in-memory layer still holds the good record; a restarted node reads the file.
+        assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (false, None));
+        let mut m = PullManager::new(
+            RecordStore::open(dir.path()).unwrap(),
+            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
+        );
+        m.now = || "2026-01-01T00:00:00Z".into();
         assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (true, None), "fail safe");
         let mut text = String::new();
         let mut registry = prometheus_client::registry::Registry::default();
