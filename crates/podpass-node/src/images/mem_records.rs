@@ -4,7 +4,7 @@
 //! eviction ends that (the cache no longer holds everything).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::records::{ImagePullIntent, ImagePulledRecord, RecordError, RecordStore};
 
@@ -16,8 +16,9 @@ pub const MAX_PULLED: usize = 2000;
 /// A small LRU: values by key, keys by last use.
 #[derive(Debug)]
 struct Lru<T> {
-    entries: HashMap<String, (T, u64)>,
-    by_use: BTreeMap<u64, String>,
+    // One shared copy of each key for both indexes.
+    entries: HashMap<Arc<str>, (T, u64)>,
+    by_use: BTreeMap<u64, Arc<str>>,
     tick: u64,
     max: usize,
     authoritative: bool,
@@ -32,17 +33,19 @@ impl<T: Clone> Lru<T> {
         self.tick += 1;
         let tick = self.tick;
         let (value, used) = self.entries.get_mut(key)?;
-        self.by_use.remove(used);
+        if let Some(k) = self.by_use.remove(used) {
+            self.by_use.insert(tick, k);
+        }
         *used = tick;
-        self.by_use.insert(tick, key.to_owned());
         Some(value.clone())
     }
 
     fn insert(&mut self, key: String, value: T) {
         self.tick += 1;
-        if let Some((_, used)) = self.entries.remove(&key) {
+        if let Some((_, used)) = self.entries.remove(key.as_str()) {
             self.by_use.remove(&used);
         }
+        let key: Arc<str> = Arc::from(key);
         self.by_use.insert(self.tick, key.clone());
         self.entries.insert(key, (value, self.tick));
         while self.entries.len() > self.max {
@@ -74,7 +77,7 @@ impl<T: Clone> Lru<T> {
 pub struct CachedRecords {
     store: RecordStore,
     intents: Mutex<Lru<()>>,
-    pulled: Mutex<Lru<ImagePulledRecord>>,
+    pulled: Mutex<Lru<Arc<ImagePulledRecord>>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -149,12 +152,12 @@ impl CachedRecords {
     /// Writes the record (disk first), then caches it.
     pub fn write_pulled(&self, record: &ImagePulledRecord) -> Result<(), RecordError> {
         self.store.write_pulled(record)?;
-        locked(&self.pulled).insert(record.image_ref.clone(), record.clone());
+        locked(&self.pulled).insert(record.image_ref.clone(), Arc::new(record.clone()));
         Ok(())
     }
 
-    /// The record for `image_ref`.
-    pub fn get_pulled(&self, image_ref: &str) -> Result<Option<ImagePulledRecord>, RecordError> {
+    /// The record for `image_ref` (shared with the cache).
+    pub fn get_pulled(&self, image_ref: &str) -> Result<Option<Arc<ImagePulledRecord>>, RecordError> {
         {
             let mut cache = locked(&self.pulled);
             if let Some(r) = cache.get(image_ref) {
@@ -164,7 +167,7 @@ impl CachedRecords {
                 return Ok(None);
             }
         }
-        let record = self.store.get_pulled(image_ref)?;
+        let record = self.store.get_pulled(image_ref)?.map(Arc::new);
         if let Some(r) = &record {
             locked(&self.pulled).insert(image_ref.to_owned(), r.clone());
         }
@@ -176,7 +179,7 @@ impl CachedRecords {
     pub fn reread_pulled(&self, image_ref: &str) -> Result<Option<ImagePulledRecord>, RecordError> {
         let record = self.store.get_pulled(image_ref)?;
         match &record {
-            Some(r) => locked(&self.pulled).insert(image_ref.to_owned(), r.clone()),
+            Some(r) => locked(&self.pulled).insert(image_ref.to_owned(), Arc::new(r.clone())),
             None => locked(&self.pulled).remove(image_ref),
         }
         Ok(record)
@@ -200,7 +203,7 @@ impl CachedRecords {
                     .map(|image| ImagePullIntent {
                         kind: "ImagePullIntent".into(),
                         api_version: super::records::API_VERSION.into(),
-                        image: image.clone(),
+                        image: image.to_string(),
                     })
                     .collect();
                 out.sort_by(|a, b| a.image.cmp(&b.image));
@@ -218,14 +221,15 @@ impl CachedRecords {
         {
             let cache = locked(&self.pulled);
             if cache.authoritative {
-                let mut out: Vec<ImagePulledRecord> = cache.entries.values().map(|(r, _)| r.clone()).collect();
+                let mut out: Vec<ImagePulledRecord> =
+                    cache.entries.values().map(|(r, _)| ImagePulledRecord::clone(r)).collect();
                 out.sort_by(|a, b| a.image_ref.cmp(&b.image_ref));
                 return (out, Vec::new());
             }
         }
         let (items, errors) = self.store.list_pulled();
         let mut cache = locked(&self.pulled);
-        refill(&mut cache, errors.is_empty(), items.iter().map(|r| (r.image_ref.clone(), r.clone())));
+        refill(&mut cache, errors.is_empty(), items.iter().map(|r| (r.image_ref.clone(), Arc::new(r.clone()))));
         (items, errors)
     }
 }

@@ -6,6 +6,7 @@ pub mod cri;
 pub mod embedded;
 pub mod kubelet_config;
 pub mod manager;
+pub mod mapping;
 pub mod mem_records;
 pub mod policy;
 pub mod pull_manager;

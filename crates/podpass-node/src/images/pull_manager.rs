@@ -113,7 +113,7 @@ fn sort_key_secret(s: &ImagePullSecret) -> (String, String, String) {
 
 /// `pulledRecordMergeNewCreds` for one image entry; returns whether anything changed.
 pub fn merge_credentials(
-    mapping: &mut std::collections::BTreeMap<String, ImagePullCredentials>,
+    mapping: &mut super::mapping::CredentialMapping,
     image: &str,
     new: &ImagePullCredentials,
 ) -> bool {
@@ -322,13 +322,17 @@ impl PullManager {
 
     /// Takes the cross-process lock and re-reads the record for a merge; `None` (skip the
     /// merge) when either fails or the record is gone.
-    fn relock(&self, image_ref: &str, record: &mut ImagePulledRecord) -> Option<std::fs::File> {
+    fn relock(&self, image_ref: &str) -> Option<(std::fs::File, ImagePulledRecord)> {
         let lock = self.store.store().lock().ok()?;
-        *record = self.store.reread_pulled(image_ref).ok()??;
-        Some(lock)
+        let record = self.store.reread_pulled(image_ref).ok()??;
+        Some((lock, record))
     }
 
-    fn pulled_by_node(&self, image: &str, image_ref: &str) -> Result<(bool, Option<ImagePulledRecord>), RecordError> {
+    fn pulled_by_node(
+        &self,
+        image: &str,
+        image_ref: &str,
+    ) -> Result<(bool, Option<std::sync::Arc<ImagePulledRecord>>), RecordError> {
         let record = self.store.get_pulled(image_ref)?;
         if record.is_some() {
             return Ok((true, record));
@@ -372,9 +376,9 @@ impl PullManager {
         if !self.policy.requires_verification(image, pulled_by_node) {
             return (false, CheckResult::credentialPolicyAllowed, None);
         }
-        let Some(mut record) = record else { return (true, CheckResult::mustAuthenticate, None) };
+        let Some(record) = record else { return (true, CheckResult::mustAuthenticate, None) };
         let Ok(name) = normalized_name(image) else { return (true, CheckResult::error, None) };
-        let Some(entry) = record.credential_mapping.get(&name).cloned() else {
+        let Some(entry) = record.credential_mapping.get(&name) else {
             return (true, CheckResult::mustAuthenticate, None);
         };
         if entry.node_pods_accessible {
@@ -401,11 +405,11 @@ impl PullManager {
                         let add =
                             ImagePullCredentials { kubernetes_secrets: vec![secret.clone()], ..Default::default() };
                         if room
-                            && let Some(_lock) = self.relock(image_ref, &mut record)
-                            && merge_credentials(&mut record.credential_mapping, &name, &add)
+                            && let Some((_lock, mut fresh)) = self.relock(image_ref)
+                            && merge_credentials(&mut fresh.credential_mapping, &name, &add)
                         {
-                            record.last_updated_time = (self.now)();
-                            if let Err(e) = self.store.write_pulled(&record) {
+                            fresh.last_updated_time = (self.now)();
+                            if let Err(e) = self.store.write_pulled(&fresh) {
                                 tracing::warn!(image, error = %e, "failed to update the pulled record");
                             }
                         }
@@ -459,7 +463,7 @@ mod tests {
 
     #[test]
     fn merge_rules() {
-        let mut m = std::collections::BTreeMap::new();
+        let mut m = crate::images::mapping::CredentialMapping::new();
         assert!(!merge_credentials(&mut m, "i", &ImagePullCredentials::default()), "nothing to merge");
         assert!(merge_credentials(&mut m, "i", &creds(vec![secret("b", "h1")], vec![])));
         assert!(merge_credentials(&mut m, "i", &creds(vec![secret("a", "h2")], vec![])));

@@ -19,6 +19,7 @@ use self::raw::{RawOp, raw_rate};
 
 mod credentials;
 mod http;
+mod images;
 mod raw;
 
 /// `podpass bench …`.
@@ -28,6 +29,9 @@ pub enum BenchCommand {
     Apiserver(ApiserverBench),
     /// Credential provider exec overhead, cache-hit latency and shared execs.
     Credentials(credentials::CredentialsBench),
+    /// Pull manager at node scale: MustAttemptImagePull over 100 000 records, cold start-up,
+    /// memory per record, durable record writes against raw fsync+rename.
+    Images(images::ImagesBench),
 }
 
 /// Flags of `podpass bench apiserver`.
@@ -62,6 +66,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Apiserver(args) => apiserver(args),
         BenchCommand::Credentials(args) => credentials::run(args),
+        BenchCommand::Images(args) => images::run(args),
     }
 }
 
