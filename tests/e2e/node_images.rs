@@ -446,3 +446,89 @@ fn on_containerd_two_parallel_pulls_record_only_the_successful_credential() {
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(list.contains(&s.id) && list.contains(&s.image), "{list}");
 }
+
+/// A credential provider (no token attributes) answering alice's credential for the registry.
+fn provider(dir: &Path, registry: &str) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("provider-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\necho '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Registry\",\"auth\":{{\"{registry}\":{{\"username\":\"alice\",\"password\":\"wonderland\"}}}}}}'\n"
+    );
+    std::fs::write(bin.join("registry-login"), script).unwrap();
+    std::fs::set_permissions(bin.join("registry-login"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.join("providers.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: registry-login\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry}\"]\n  defaultCacheDuration: 0s\n"
+        ),
+    )
+    .unwrap();
+    (config, bin)
+}
+
+#[test]
+fn images_pulled_with_a_service_accounts_credentials_are_recorded_to_that_service_account() {
+    let s = setup();
+    let (config, bin) = provider(&s.dir, &s.registry.host);
+    let run = |sa: Option<&str>, policy: &str, with_provider: bool| {
+        let mut args = vec!["--pull-policy", policy];
+        if with_provider {
+            args.extend([
+                "--image-credential-provider-config",
+                config.to_str().unwrap(),
+                "--image-credential-provider-bin-dir",
+                bin.to_str().unwrap(),
+            ]);
+        }
+        if let Some(sa) = sa {
+            args.extend(["--service-account", sa]);
+        }
+        ensure(&s.root, &args, &s.image)
+    };
+    let r = run(Some("team/builder/uid-1"), "IfNotPresent", true);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["credentialUsed"]["type"], "serviceAccount");
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    assert_eq!(
+        record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesServiceAccounts"],
+        serde_json::json!([{"uid": "uid-1", "namespace": "team", "name": "builder"}])
+    );
+    // The same service account (namespace, name and UID) may use it without pulling.
+    let r = run(Some("team/builder/uid-1"), "Never", true);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // A recreated service account of the same name is another identity.
+    let r = run(Some("team/builder/uid-2"), "Never", true);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["error"], "ErrImageNeverPull");
+    // It may pull for itself, and is then on record too (distinct entries by UID).
+    let r = run(Some("team/builder/uid-2"), "IfNotPresent", true);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["pulled"], true);
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    let uids: Vec<&str> =
+        record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesServiceAccounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["uid"].as_str().unwrap())
+            .collect();
+    assert_eq!(uids, ["uid-1", "uid-2"]);
+    // A pod with neither the service account nor a secret must pull, and cannot.
+    let r = run(None, "IfNotPresent", false);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["mustPull"], true);
+    // With the provider but without a service account, its credential is node-wide: the
+    // pull succeeds and the image becomes usable by every pod (as upstream records it).
+    let r = run(None, "IfNotPresent", true);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["credentialUsed"]["type"], "nodeWide");
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    assert_eq!(
+        record["credentialMapping"][format!("{}/team/app", s.registry.host)],
+        serde_json::json!({"nodePodsAccessible": true})
+    );
+    let r = run(None, "Never", false);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
