@@ -290,6 +290,30 @@ impl PullManager {
                 if let Err(e) = self.store.delete_intent(&intent.image) {
                     tracing::warn!(image = %intent.image, error = %e, "failed to remove a resolved pull intent");
                 }
+            } else if intent.api_version != API_VERSION
+                && let Err(e) = self.store.write_intent(&intent.image)
+            {
+                tracing::warn!(image = %intent.image, error = %e, "failed to migrate a pull intent");
+            }
+        }
+        let mut errors = errors;
+        errors.extend(self.migrate_records());
+        errors
+    }
+
+    /// Rewrites records of an older version (v1alpha1) as the current one, keeping their
+    /// `lastUpdatedTime` (GC reads it). The listing also warms the in-memory layer.
+    fn migrate_records(&self) -> Vec<RecordError> {
+        let (records, errors) = self.store.list_pulled();
+        let stale: Vec<ImagePulledRecord> = records.into_iter().filter(|r| r.api_version != API_VERSION).collect();
+        if stale.is_empty() {
+            return errors;
+        }
+        let Ok(_lock) = self.store.store().lock() else { return errors };
+        for mut record in stale {
+            record.api_version = API_VERSION.into();
+            if let Err(e) = self.store.write_pulled(&record) {
+                tracing::warn!(image_ref = %record.image_ref, error = %e, "failed to migrate a pulled record");
             }
         }
         errors
@@ -561,6 +585,33 @@ mod tests {
         assert!(m.store.get_pulled("sha256:aa").unwrap().is_none());
         assert!(m.store.get_pulled("sha256:bb").unwrap().is_some());
         assert_eq!(m.prune_unknown_records(&[], "2026-01-01T00:00:00Z"), 0, "not strictly before");
+    }
+
+    #[test]
+    fn start_up_migrates_older_versions_keeping_their_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("image_manager");
+        RecordStore::open(dir.path()).unwrap();
+        let old_record = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2025-05-01T10:00:00Z","imageRef":"sha256:old","credentialMapping":{"a.io/app":{"nodePodsAccessible":true}}}"#;
+        let old_intent =
+            r#"{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","image":"a.io/app:2"}"#;
+        let rec_path = base.join("pulled").join(super::super::records::file_name("sha256:old"));
+        let intent_path = base.join("pulling").join(super::super::records::file_name("a.io/app:2"));
+        std::fs::write(&rec_path, old_record).unwrap();
+        std::fs::write(&intent_path, old_intent).unwrap();
+        let m = PullManager::new(
+            RecordStore::open(dir.path()).unwrap(),
+            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
+        );
+        assert!(m.initialize(&[]).is_empty());
+        assert_eq!(
+            std::fs::read_to_string(&rec_path).unwrap(),
+            old_record.replace("v1alpha1", "v1beta1") + "\n",
+            "same bytes but the version"
+        );
+        assert_eq!(std::fs::read_to_string(&intent_path).unwrap(), old_intent.replace("v1alpha1", "v1beta1") + "\n");
+        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:old", never), (false, None));
     }
 
     #[test]
