@@ -532,3 +532,74 @@ fn images_pulled_with_a_service_accounts_credentials_are_recorded_to_that_servic
     let r = run(None, "Never", false);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+/// POST as admin to the control plane.
+fn api_post(s: &support::Server, path: &str, body: Value) -> Value {
+    let resp = support::client(&s.dir)
+        .post(format!("{}{path}", s.url))
+        .bearer_auth(support::admin_token(&s.dir))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "POST {path}: {}", resp.text().unwrap());
+    resp.json().unwrap()
+}
+
+#[test]
+fn through_the_api_a_pod_of_another_tenant_cannot_use_an_image_pulled_with_a_secret() {
+    let s = setup();
+    let data = s.dir.join("apiserver");
+    std::fs::create_dir(&data).unwrap();
+    let server = support::start(&data, &[]);
+    for ns in ["team", "other"] {
+        api_post(
+            &server,
+            "/api/v1/namespaces",
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    let config = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, s.registry.host);
+    let secret = api_post(
+        &server,
+        "/api/v1/namespaces/team/secrets",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": data_encoding::BASE64.encode(config.as_bytes())}}),
+    );
+    let pod = |ns: &str, name: &str, secrets: Value| {
+        api_post(
+            &server,
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": "n1", "imagePullSecrets": secrets,
+                         "containers": [{"name": "app", "image": s.image}]}}),
+        )
+    };
+    pod("team", "web", serde_json::json!([{"name": "regcred"}]));
+    pod("other", "intruder", serde_json::json!([]));
+    // The node agent runs as the node, as a kubelet does.
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
+        .args(["--user", "system:node:n1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    let kubeconfig = s.dir.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, support::ok(out, "node kubeconfig")).unwrap();
+    let run = |pod: &str, policy: &str| {
+        ensure(
+            &s.root,
+            &["--kubeconfig", kubeconfig.to_str().unwrap(), "--pod", pod, "--pull-policy", policy],
+            &s.image,
+        )
+    };
+    let web = run("team/web", "IfNotPresent");
+    assert_eq!(web.code, 0, "{}", web.stderr);
+    assert_eq!(web.json["credentialUsed"]["name"], "regcred");
+    assert_eq!(web.json["credentialUsed"]["uid"], secret["metadata"]["uid"]);
+    let intruder = run("other/intruder", "IfNotPresent");
+    assert_eq!(intruder.code, 1, "{}", intruder.stderr);
+    assert_eq!(intruder.json["present"], true);
+    assert_eq!(intruder.json["mustPull"], true);
+    let again = run("team/web", "Never");
+    assert_eq!(again.code, 0, "{}", again.stderr);
+}
