@@ -603,3 +603,25 @@ fn through_the_api_a_pod_of_another_tenant_cannot_use_an_image_pulled_with_a_sec
     let again = run("team/web", "Never");
     assert_eq!(again.code, 0, "{}", again.stderr);
 }
+
+#[test]
+fn the_embedded_store_pulls_from_a_token_auth_registry_with_the_pods_credentials() {
+    let s = setup();
+    let tr = registry::TokenRegistry::start(&s.dir.join("token-registry"), &s.registry, &[("alice", "wonderland")]);
+    let image = format!("{}/team/app:v1", tr.host);
+    let alice = pull_secret(&s.dir, "alice-t", "uid-alice-t", &tr.host, "alice", "wonderland");
+    let wrong = pull_secret(&s.dir, "wrong-t", "uid-wrong-t", &tr.host, "alice", "nope");
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--pull-secret", alice.to_str().unwrap()], &image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["imageRef"], s.id.as_str(), "same content, same image ID");
+    // The token service saw alice's Basic credentials and granted a pull scope.
+    let log = std::fs::read_to_string(&tr.token_log).unwrap();
+    assert!(log.contains(r#""user": "alice", "auth": "Basic", "scope": "repository:team/app:pull""#), "{log}");
+    // Without credentials, or with wrong ones, the token service refuses: no pull, no use.
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent"], &image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.json["mustPull"], true);
+    let r = ensure(&s.root, &["--pull-policy", "IfNotPresent", "--pull-secret", wrong.to_str().unwrap()], &image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(message(&r).contains("failed to authorize"), "{}", message(&r));
+}

@@ -154,3 +154,116 @@ pub fn pull_secret(dir: &Path, name: &str, uid: &str, registry: &str, user: &str
     std::fs::write(&path, manifest).unwrap();
     path
 }
+
+/// A token service (Python, PyJWT) for registry token auth: `GET /token` with Basic
+/// credentials of a known user answers an ES256 JWT whose `kid` is the libtrust key ID of
+/// the certificate in the registry's bundle (interop.md §1b); anything else is 401.
+const TOKEN_SERVER: &str = r#"
+import base64, hashlib, http.server, json, sys, time, urllib.parse, uuid
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+port, key_path, users_json, log_path = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+users = json.loads(users_json)
+key = serialization.load_pem_private_key(open(key_path, "rb").read(), password=None)
+der = key.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+b32 = base64.b32encode(hashlib.sha256(der).digest()[:30]).decode().rstrip("=")
+kid = ":".join(b32[i:i + 4] for i in range(0, len(b32), 4))
+
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        auth = self.headers.get("Authorization", "")
+        user = None
+        if auth.startswith("Basic "):
+            u, _, p = base64.b64decode(auth[6:]).decode().partition(":")
+            if users.get(u) == p:
+                user = u
+        with open(log_path, "a") as f:
+            f.write(json.dumps({"user": user, "auth": auth[:5], "scope": q.get("scope", [""])[0]}) + "\n")
+        if user is None:
+            self.send_response(401); self.end_headers(); self.wfile.write(b'{"details":"bad credentials"}'); return
+        access = []
+        for scope in q.get("scope", []):
+            typ, name, actions = scope.split(":")
+            access.append({"type": typ, "name": name, "actions": actions.split(",")})
+        now = int(time.time())
+        token = jwt.encode({"iss": "test-token-issuer", "sub": user, "aud": q.get("service", [""])[0],
+                            "exp": now + 300, "nbf": now - 1, "iat": now, "jti": str(uuid.uuid4()),
+                            "access": access}, key, algorithm="ES256", headers={"kid": kid})
+        body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
+        self.send_response(200); self.send_header("Content-Type", "application/json"); self.end_headers()
+        self.wfile.write(body)
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+"#;
+
+/// A token-auth registry serving the storage of `storage_of` (read-only use), and its token
+/// service. Dropped together.
+pub struct TokenRegistry {
+    pub registry: Child,
+    pub tokens: Child,
+    pub host: String,
+    pub token_log: PathBuf,
+}
+
+impl Drop for TokenRegistry {
+    fn drop(&mut self) {
+        for c in [&mut self.registry, &mut self.tokens] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl TokenRegistry {
+    pub fn start(dir: &Path, storage_of: &Registry, users: &[(&str, &str)]) -> TokenRegistry {
+        std::fs::create_dir_all(dir).unwrap();
+        let run = |args: &[&str]| {
+            let st = Command::new("openssl").args(args).current_dir(dir).status().expect("openssl");
+            assert!(st.success(), "openssl {args:?}");
+        };
+        run(&["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ec.key"]);
+        run(&["req", "-new", "-x509", "-key", "ec.key", "-out", "ec.crt", "-days", "2", "-subj", "/CN=token-signer"]);
+        let token_port = free_port();
+        let users_json =
+            format!("{{{}}}", users.iter().map(|(u, p)| format!("\"{u}\":\"{p}\"")).collect::<Vec<_>>().join(","));
+        let token_log = dir.join("token.log");
+        let tokens = Command::new("python3")
+            .args(["-c", TOKEN_SERVER, &token_port.to_string(), dir.join("ec.key").to_str().unwrap(), &users_json])
+            .arg(&token_log)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("token-server.log")).unwrap())
+            .spawn()
+            .expect("python3");
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  token:\n    realm: http://127.0.0.1:{token_port}/token\n    service: registry.local\n    issuer: test-token-issuer\n    rootcertbundle: {bundle}\n",
+            data = storage_of.dir.join("data").display(),
+            bundle = dir.join("ec.crt").display(),
+        );
+        std::fs::write(dir.join("config.yml"), config).unwrap();
+        let registry = Command::new("docker-registry")
+            .args(["serve", dir.join("config.yml").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+            .spawn()
+            .expect("docker-registry");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let reg = reqwest::blocking::get(format!("http://{host}/v2/")).is_ok_and(|r| r.status() == 401);
+            let tok =
+                reqwest::blocking::get(format!("http://127.0.0.1:{token_port}/token")).is_ok_and(|r| r.status() == 401);
+            if reg && tok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "token registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        TokenRegistry { registry, tokens, host, token_log }
+    }
+}
