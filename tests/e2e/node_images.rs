@@ -363,8 +363,21 @@ fn gc_prunes_records_of_removed_images() {
     };
     assert_eq!(gc(&s.root).trim(), "pruned 0 records");
     assert!(record_path(&s.root, &s.id).exists());
-    // The image leaves the store (as image GC would remove it).
-    std::fs::remove_file(s.root.join("images/images.json")).unwrap();
+    // The image leaves the store (as image GC would remove it); its content goes too.
+    let out = Command::new(PODPASS)
+        .args(["node", "images", "remove", "--root-dir", s.root.to_str().unwrap(), &s.image])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let blob = s.root.join("images/blobs/sha256").join(&s.id[7..]);
+    assert!(!blob.exists(), "config blob removed");
+    let out = Command::new(PODPASS)
+        .args(["node", "images", "list", "--root-dir", s.root.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&s.id));
+    // The record outlives the image until GC prunes it.
+    assert!(record_path(&s.root, &s.id).exists());
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(gc(&s.root).trim(), "pruned 1 records");
     assert!(!record_path(&s.root, &s.id).exists());

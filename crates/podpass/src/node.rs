@@ -25,7 +25,7 @@ pub enum NodeCommand {
     /// image, pulling it with the pod's credentials when it must. Prints the events and a
     /// JSON decision; exit 0 when the pod may use the image, 1 otherwise.
     EnsureImage(Box<crate::node_images::EnsureImageArgs>),
-    /// The image store: load (preload) and list images.
+    /// The image store: load (preload), list and remove images.
     #[command(subcommand)]
     Images(crate::node_images::ImagesCommand),
     /// Pull records (`<root-dir>/image_manager`): who may use which image.
@@ -87,6 +87,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
         NodeCommand::EnsureImage(a) => block_on(ni::ensure_image(*a)),
         NodeCommand::Images(ni::ImagesCommand::Load(a)) => block_on(async { ni::load(a).await.map(|()| true) }),
         NodeCommand::Images(ni::ImagesCommand::List(a)) => block_on(async { ni::list(a).await.map(|()| true) }),
+        NodeCommand::Images(ni::ImagesCommand::Remove(a)) => block_on(async { ni::remove(a).await.map(|()| true) }),
         NodeCommand::Records(ni::RecordsCommand::List(a)) => exit(ni::records_list(&a)),
         NodeCommand::Records(ni::RecordsCommand::Show(a)) => exit(ni::records_show(&a)),
         NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),

@@ -91,6 +91,18 @@ pub enum ImagesCommand {
     Load(LoadArgs),
     /// List the runtime's images.
     List(ListArgs),
+    /// Remove an image from the runtime (CRI `RemoveImage`; absent is not an error). Its pull
+    /// records stay until `podpass node gc`.
+    Remove(RemoveArgs),
+}
+
+/// Flags of `podpass node images remove`.
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+    /// The image (tag, digest reference or image ID).
+    image: String,
 }
 
 /// Flags of `podpass node images load`.
@@ -348,6 +360,13 @@ pub async fn load(a: LoadArgs) -> Result<()> {
         }
     }
     bail!("failed to load {image}: {}", errors.join("; "))
+}
+
+/// Runs `images remove`.
+pub async fn remove(a: RemoveArgs) -> Result<()> {
+    let backend = a.runtime.backend().await?;
+    backend.remove_image(&a.image).await.with_context(|| format!("removing {}", a.image))?;
+    Ok(())
 }
 
 /// Runs `images list`.

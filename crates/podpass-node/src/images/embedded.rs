@@ -25,6 +25,9 @@ use tokio::io::AsyncWriteExt;
 use super::reference::{self, ImageReference};
 use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 
+/// Distinguishes concurrent downloads of one blob within a process.
+static INGEST_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 const MANIFEST_TYPES: [&str; 4] = [
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -221,7 +224,8 @@ impl EmbeddedStore {
         if tokio::fs::metadata(&path).await.is_ok_and(|m| i64::try_from(m.len()).ok() == Some(d.size)) {
             return Ok(());
         }
-        let ingest = self.root.join("ingest").join(format!("{hex}.{}", std::process::id()));
+        let seq = INGEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ingest = self.root.join("ingest").join(format!("{hex}.{}.{seq}", std::process::id()));
         let result = async {
             let mut file = tokio::fs::File::create(&ingest).await.map_err(io(&ingest))?;
             let descriptor = OciDescriptor {
@@ -342,6 +346,20 @@ impl EmbeddedStore {
         Ok(config.digest)
     }
 
+    /// Locks `images.json` against other node processes (flock on `images/.lock`), for a
+    /// read-modify-write; released when the file is dropped.
+    async fn lock_state(&self) -> Result<std::fs::File, ImageError> {
+        let path = self.root.join(".lock");
+        tokio::task::spawn_blocking(move || {
+            let f =
+                std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io(&path))?;
+            f.lock().map_err(io(&path))?;
+            Ok(f)
+        })
+        .await
+        .map_err(|e| ImageError::Registry(format!("store lock: {e}")))?
+    }
+
     async fn add_image(
         &self,
         r: &ImageReference,
@@ -350,6 +368,7 @@ impl EmbeddedStore {
         size: u64,
     ) -> Result<(), ImageError> {
         let _guard = self.state_lock.lock().await;
+        let _file_lock = self.lock_state().await?;
         let mut state = self.read_state().await?;
         let name = r.name();
         let tag = match (&r.tag, &r.digest) {
@@ -484,6 +503,7 @@ impl ImageService for EmbeddedStore {
 
     async fn remove_image(&self, image: &str) -> Result<(), ImageError> {
         let _guard = self.state_lock.lock().await;
+        let _file_lock = self.lock_state().await?;
         let mut state = self.read_state().await?;
         let Some(found) = Self::find(&state, image)?.cloned() else { return Ok(()) };
         state.images.retain(|i| i.id != found.id);
