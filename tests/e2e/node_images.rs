@@ -138,8 +138,9 @@ fn an_image_pulled_with_a_secret_is_usable_only_with_credentials_on_record() {
     assert!(entry.get("nodePodsAccessible").is_none());
     assert!(std::fs::read_dir(s.root.join("image_manager/pulling")).unwrap().next().is_none(), "intent released");
 
-    // Pod A again: present and on record, no pull.
-    let again = run(with(secret(&s.alice), "IfNotPresent"));
+    // Pod A again: present and on record, no pull (a tagged image defaults to IfNotPresent).
+    let again = run(secret(&s.alice));
+    assert_eq!(again.json["pullPolicy"], "IfNotPresent");
     assert_eq!(again.code, 0);
     assert_eq!(again.json["pulled"], false);
     assert_eq!(

@@ -73,9 +73,10 @@ pub struct EnsureImageArgs {
     /// The pod's service account, `NAMESPACE/NAME/UID`.
     #[arg(long)]
     service_account: Option<String>,
-    /// `Always`, `IfNotPresent` or `Never`.
+    /// `Always`, `IfNotPresent` or `Never`; when omitted, the API's default: `Always` for a
+    /// `:latest` (or untagged) image, else `IfNotPresent`.
     #[arg(long)]
-    pull_policy: PullPolicy,
+    pull_policy: Option<PullPolicy>,
     /// Write the node's metrics (OpenMetrics text) here before exiting.
     #[arg(long)]
     metrics_file: Option<PathBuf>,
@@ -310,7 +311,8 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     };
     let node_config = read_node_config(&a.runtime.root_dir).context("node-wide credentials")?;
     let credentials = make_lookup(a.image.clone(), ctx, Arc::new(providers), node_config, sa);
-    let decision = manager.ensure_image_exists(&a.image, a.pull_policy, credentials).await;
+    let policy = a.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&a.image));
+    let decision = manager.ensure_image_exists(&a.image, policy, credentials).await;
     for e in &decision.events {
         eprintln!("{} {} {}", e.event_type, e.reason, e.message);
     }

@@ -234,7 +234,9 @@ impl EmbeddedStore {
                 size: d.size,
                 ..Default::default()
             };
-            client.pull_blob(reference, &descriptor, &mut file).await.map_err(|e| map_oci(&d.digest, e))?;
+            let limit = u64::try_from(d.size).unwrap_or(0);
+            let mut limited = Limited { inner: &mut file, left: limit };
+            client.pull_blob(reference, &descriptor, &mut limited).await.map_err(|e| map_oci(&d.digest, e))?;
             file.flush().await.map_err(io(&ingest))?;
             file.sync_all().await.map_err(io(&ingest))?;
             drop(file);
@@ -443,6 +445,45 @@ impl EmbeddedStore {
     }
 }
 
+/// A writer that refuses more bytes than the descriptor announced: a registry cannot fill
+/// the disk by streaming past a blob's size.
+struct Limited<'a, W> {
+    inner: &'a mut W,
+    left: u64,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<'_, W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if u64::try_from(buf.len()).unwrap_or(u64::MAX) > self.left {
+            return std::task::Poll::Ready(Err(std::io::Error::other("blob is larger than its descriptor's size")));
+        }
+        let this = &mut *self;
+        let poll = std::pin::Pin::new(&mut *this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &poll {
+            this.left -= u64::try_from(*n).unwrap_or(0);
+        }
+        poll
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
 fn current_platform() -> (&'static str, &'static str) {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -540,6 +581,17 @@ mod tests {
         assert!(!plain_http_allowed("localhost.example.com", &[]));
         assert!(plain_http_allowed("registry.example:5000", &["registry.example:5000".into()]));
         assert!(!plain_http_allowed("registry.example", &["registry.example:5000".into()]));
+    }
+
+    #[tokio::test]
+    async fn a_blob_cannot_outgrow_its_descriptor() {
+        use tokio::io::AsyncWriteExt as _;
+        let mut sink = Vec::new();
+        let mut w = Limited { inner: &mut sink, left: 4 };
+        w.write_all(b"abcd").await.unwrap();
+        let err = w.write_all(b"e").await.unwrap_err();
+        assert_eq!(err.to_string(), "blob is larger than its descriptor's size");
+        assert_eq!(sink, b"abcd");
     }
 
     #[test]

@@ -44,6 +44,26 @@ impl std::str::FromStr for PullPolicy {
 }
 
 impl PullPolicy {
+    /// The API's default for a container that names none (core/v1 `SetDefaults_Container`):
+    /// `Always` when the image's tag is `latest` (also when it has neither tag nor digest),
+    /// otherwise `IfNotPresent`. An image that does not parse gets `IfNotPresent` here; it
+    /// fails later with the image manager's own error.
+    pub fn default_for(image: &str) -> Self {
+        match super::reference::parse(image) {
+            Ok(r) if r.tag.as_deref() == Some("latest") || (r.tag.is_none() && r.digest.is_none()) => Self::Always,
+            _ => Self::IfNotPresent,
+        }
+    }
+
+    /// As the API spells it.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Self::Always => "Always",
+            Self::IfNotPresent => "IfNotPresent",
+            Self::Never => "Never",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Self::Always => "always",
@@ -84,6 +104,8 @@ pub enum EnsureError {
 pub struct Decision {
     /// The image after the default tag.
     pub image: String,
+    /// The pull policy applied (`Always`, `IfNotPresent`, `Never`).
+    pub pull_policy: &'static str,
     /// The runtime had the image before this call.
     pub present: bool,
     /// A pull was required (pull policy, or the pod could not show it may use the image).
@@ -307,7 +329,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         present_out: &mut Option<bool>,
         required_out: &mut Option<bool>,
     ) -> Decision {
-        let mut d = Decision { image: requested.to_owned(), ..Default::default() };
+        let mut d = Decision { image: requested.to_owned(), pull_policy: policy.api_name(), ..Default::default() };
         let image = match apply_default_tag(requested) {
             Ok(i) => i,
             Err(e) => {
@@ -509,6 +531,16 @@ mod tests {
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(format_duration(Duration::from_millis(2034)), "2.034s");
         assert_eq!(format_duration(Duration::from_millis(61_000)), "1m1s");
+    }
+
+    #[test]
+    fn default_pull_policy_follows_the_tag() {
+        assert_eq!(PullPolicy::default_for("nginx"), PullPolicy::Always);
+        assert_eq!(PullPolicy::default_for("nginx:latest"), PullPolicy::Always);
+        assert_eq!(PullPolicy::default_for("nginx:1"), PullPolicy::IfNotPresent);
+        let digest = format!("nginx@sha256:{}", "a".repeat(64));
+        assert_eq!(PullPolicy::default_for(&digest), PullPolicy::IfNotPresent);
+        assert_eq!(PullPolicy::default_for(&format!("nginx:latest@sha256:{}", "a".repeat(64))), PullPolicy::Always);
     }
 
     #[test]
