@@ -316,18 +316,14 @@ fn damaged_records_mean_reverification_never_a_panic() {
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
-#[test]
-fn two_pods_pull_in_parallel_with_different_credentials_only_the_successful_one_is_recorded() {
-    let s = setup();
-    let cfg = s.dir.join("parallel.yaml");
-    std::fs::write(
-        &cfg,
-        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: false\nmaxParallelImagePulls: 2\n",
-    )
-    .unwrap();
+/// Two pods pull the image at once (pull policy Always), alice's secret and a wrong
+/// password: alice's succeeds, the other fails, and only alice's secret is on record.
+/// Returns alice's decision.
+fn parallel_pulls(s: &Setup, cfg: &Path, extra: &[&str]) -> Value {
     let spawn = |secret: &Path| {
         Command::new(PODPASS)
             .args(["node", "ensure-image", "--root-dir", s.root.to_str().unwrap(), "--config", cfg.to_str().unwrap()])
+            .args(extra)
             .args(["--pull-policy", "Always", "--pull-secret", secret.to_str().unwrap()])
             .arg(&s.image)
             .stdout(Stdio::piped())
@@ -344,6 +340,19 @@ fn two_pods_pull_in_parallel_with_different_credentials_only_the_successful_one_
     let secrets = &record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"];
     assert_eq!(secrets.as_array().unwrap().len(), 1, "{record}");
     assert_eq!(secrets[0]["name"], "alice");
+    serde_json::from_slice(&good.stdout).unwrap()
+}
+
+#[test]
+fn two_pods_pull_in_parallel_with_different_credentials_only_the_successful_one_is_recorded() {
+    let s = setup();
+    let cfg = s.dir.join("parallel.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: false\nmaxParallelImagePulls: 2\n",
+    )
+    .unwrap();
+    parallel_pulls(&s, &cfg, &[]);
     // Only the pod whose pull succeeded may use the image.
     let a = ensure(&s.root, &["--pull-policy", "Never", "--pull-secret", s.alice.to_str().unwrap()], &s.image);
     assert_eq!(a.code, 0, "{}", a.stderr);
@@ -402,29 +411,9 @@ fn on_containerd_two_parallel_pulls_record_only_the_successful_credential() {
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(message(&r).contains("rpc error: code = "), "{}", message(&r));
 
-    let spawn = |secret: &Path| {
-        Command::new(PODPASS)
-            .args(["node", "ensure-image", "--root-dir", s.root.to_str().unwrap(), "--config", cfg.to_str().unwrap()])
-            .args(["--container-runtime-endpoint", ep, "--pull-policy", "Always"])
-            .args(["--pull-secret", secret.to_str().unwrap()])
-            .arg(&s.image)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let (good, bad) = (spawn(&s.alice), spawn(&s.mallory));
-    let good = good.wait_with_output().unwrap();
-    let bad = bad.wait_with_output().unwrap();
-    assert_eq!(good.status.code(), Some(0), "{}", String::from_utf8_lossy(&good.stderr));
-    assert_eq!(bad.status.code(), Some(1), "{}", String::from_utf8_lossy(&bad.stderr));
-    let decision: Value = serde_json::from_slice(&good.stdout).unwrap();
+    let decision = parallel_pulls(&s, &cfg, &["--container-runtime-endpoint", ep]);
     // containerd's image ID is the config digest, as the embedded store's.
     assert_eq!(decision["imageRef"], s.id.as_str());
-    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
-    let secrets = &record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"];
-    assert_eq!(secrets.as_array().unwrap().len(), 1, "{record}");
-    assert_eq!(secrets[0]["name"], "alice");
 
     let with = |secret: &Path, policy: &str| {
         ensure(

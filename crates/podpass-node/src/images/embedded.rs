@@ -494,24 +494,10 @@ fn current_platform() -> (&'static str, &'static str) {
     ("linux", arch)
 }
 
-/// tmp + fsync + rename + directory fsync.
+/// Content and the image list: atomic and durable (`durable::replace`), world-readable as
+/// containerd's content store is.
 fn write_durably(path: &Path, data: &[u8]) -> Result<(), ImageError> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    result.map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        ImageError::Io { path: path.to_owned(), source }
-    })
+    super::durable::replace(path, data, 0o644).map_err(io(path))
 }
 
 fn present(i: &StoredImage) -> PresentImage {

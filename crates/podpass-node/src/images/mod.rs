@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod cri;
+pub mod durable;
 pub mod embedded;
 pub mod kubelet_config;
 pub mod manager;

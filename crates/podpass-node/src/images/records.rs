@@ -6,7 +6,6 @@
 //!
 //! These are blocking file operations; async callers run them on `spawn_blocking`.
 
-use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -133,31 +132,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
     move |source| RecordError::Io { path: path.to_owned(), source }
 }
 
-static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Writes `data` to `path` atomically and durably: a `.tmp` file (0600), fsync, rename,
-/// fsync of the directory; the tmp file is removed on failure. The tmp name carries the
-/// process id and a sequence number (the kubelet uses `<name>.tmp`): two node processes on
-/// one root dir must not rename each other's half-written files.
+/// Writes a record file: atomic, durable, 0600 (`durable::replace`).
 fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RecordError> {
-    let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.{seq}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    result.map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        RecordError::Io { path: path.to_owned(), source }
-    })
+    super::durable::replace(path, data, 0o600).map_err(io(path))
 }
 
 /// A record kind with its `kind` and `apiVersion` fields.

@@ -1,0 +1,57 @@
+//! Atomic, durable file replacement shared by the pull records and the embedded store.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Replaces `path` with `data` atomically and durably: a sibling `.tmp` file created with
+/// `mode`, written, fsynced, renamed over `path`, then the directory fsynced so the rename
+/// survives a crash. The tmp file is removed on failure. Its name carries the process id and
+/// a sequence number (the kubelet uses `<name>.tmp`): concurrent writers — threads or node
+/// processes sharing a root dir — never rename each other's half-written files; readers skip
+/// `.tmp` names.
+pub fn replace(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+    let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.{seq}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn replaces_with_mode_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        replace(&path, b"one", 0o600).unwrap();
+        replace(&path, b"two", 0o600).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A failed write (the target is a directory) cleans up its tmp file.
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        assert!(replace(&dir.path().join("d"), b"x", 0o600).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+}
