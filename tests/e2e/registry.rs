@@ -16,6 +16,27 @@ pub fn sha256(data: &[u8]) -> String {
     format!("sha256:{}", data_encoding::HEXLOWER.encode(digest::digest(&digest::SHA256, data).as_ref()))
 }
 
+/// Starts `docker-registry serve` on `config` (written to `dir/config.yml`), logging to
+/// `dir/registry.log`.
+fn serve(dir: &Path, config: &str) -> Child {
+    std::fs::write(dir.join("config.yml"), config).unwrap();
+    Command::new("docker-registry")
+        .args(["serve", dir.join("config.yml").to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+        .spawn()
+        .expect("docker-registry")
+}
+
+/// Waits (20 s at most) until every URL answers 401: up, and asking for credentials.
+fn wait_for_401(urls: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !urls.iter().all(|u| reqwest::blocking::get(u).is_ok_and(|r| r.status() == 401)) {
+        assert!(Instant::now() < deadline, "not up: {urls:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A registry process, killed on drop.
 pub struct Registry {
     pub child: Child,
@@ -53,23 +74,8 @@ impl Registry {
             data = dir.join("data").display(),
             htpasswd = dir.join("htpasswd").display(),
         );
-        std::fs::write(dir.join("config.yml"), config).unwrap();
-        let child = Command::new("docker-registry")
-            .args(["serve", dir.join("config.yml").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
-            .spawn()
-            .expect("docker-registry");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = reqwest::blocking::get(format!("http://{host}/v2/"))
-                && r.status() == 401
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let child = serve(dir, &config);
+        wait_for_401(&[format!("http://{host}/v2/")]);
         Registry { child, host, dir: dir.to_path_buf() }
     }
 
@@ -246,24 +252,8 @@ impl TokenRegistry {
             data = storage_of.dir.join("data").display(),
             bundle = dir.join("ec.crt").display(),
         );
-        std::fs::write(dir.join("config.yml"), config).unwrap();
-        let registry = Command::new("docker-registry")
-            .args(["serve", dir.join("config.yml").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
-            .spawn()
-            .expect("docker-registry");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let reg = reqwest::blocking::get(format!("http://{host}/v2/")).is_ok_and(|r| r.status() == 401);
-            let tok =
-                reqwest::blocking::get(format!("http://127.0.0.1:{token_port}/token")).is_ok_and(|r| r.status() == 401);
-            if reg && tok {
-                break;
-            }
-            assert!(Instant::now() < deadline, "token registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let registry = serve(dir, &config);
+        wait_for_401(&[format!("http://{host}/v2/"), format!("http://127.0.0.1:{token_port}/token")]);
         TokenRegistry { registry, tokens, host, token_log }
     }
 }
