@@ -9,6 +9,8 @@
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 pub use super::mapping::CredentialMapping;
@@ -18,6 +20,19 @@ use thiserror::Error;
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// Versions read.
 pub const READ_VERSIONS: [&str; 2] = ["kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1alpha1"];
+
+/// The known kind and version strings share one static copy (a node holds thousands of
+/// records in memory); anything else is kept as read (and refused by the decoder).
+fn interned<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Cow<'static, str>, D::Error> {
+    let s = String::deserialize(d)?;
+    Ok(
+        match [READ_VERSIONS[0], READ_VERSIONS[1], "ImagePulledRecord", "ImagePullIntent"].into_iter().find(|k| *k == s)
+        {
+            Some(k) => Cow::Borrowed(k),
+            None => Cow::Owned(s),
+        },
+    )
+}
 
 /// A pull in progress (`ImagePullIntent`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,9 +96,11 @@ pub struct ImagePullCredentials {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImagePulledRecord {
     /// `ImagePulledRecord`.
-    pub kind: String,
+    #[serde(deserialize_with = "interned")]
+    pub kind: Cow<'static, str>,
     /// Version.
-    pub api_version: String,
+    #[serde(deserialize_with = "interned")]
+    pub api_version: Cow<'static, str>,
     /// RFC 3339 (seconds) of the last change.
     pub last_updated_time: String,
     /// The CRI image ID.
@@ -151,7 +168,7 @@ impl Versioned for ImagePullIntent {
 
 impl Versioned for ImagePulledRecord {
     fn kind_and_version(&self) -> (&str, &str) {
-        (&self.kind, &self.api_version)
+        (self.kind.as_ref(), self.api_version.as_ref())
     }
 }
 
