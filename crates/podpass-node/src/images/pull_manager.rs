@@ -560,6 +560,81 @@ mod tests {
         );
     }
 
+    /// Policy × record state for a pod with no credentials: (policy, preloaded?, expected
+    /// must-pull for an allowlisted image, for another image).
+    #[test]
+    fn policy_by_record_state_matrix() {
+        use VerificationPolicy::*;
+        let allow = ["a.io/base/*".to_owned()];
+        let cases = [
+            // preloaded (no intent, no record): only AlwaysVerify and the non-allowlisted
+            // image under NeverVerifyAllowlistedImages are verified.
+            (NeverVerify, true, false, false),
+            (NeverVerifyPreloadedImages, true, false, false),
+            (NeverVerifyAllowlistedImages, true, false, true),
+            (AlwaysVerify, true, true, true),
+            // pulled by the node with a secret the pod does not have.
+            (NeverVerify, false, false, false),
+            (NeverVerifyPreloadedImages, false, true, true),
+            (NeverVerifyAllowlistedImages, false, false, true),
+            (AlwaysVerify, false, true, true),
+        ];
+        for (policy, preloaded, allowlisted_expect, other_expect) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let m =
+                PullManager::new(RecordStore::open(dir.path()).unwrap(), PolicyEnforcer::new(policy, &allow).unwrap());
+            for (image, image_ref, expect) in
+                [("a.io/base/os:1", "sha256:base", allowlisted_expect), ("a.io/app:1", "sha256:app", other_expect)]
+            {
+                if !preloaded {
+                    m.record_pull_intent(image).unwrap();
+                    m.record_image_pulled(image, image_ref, Some(&creds(vec![secret("s", "h")], vec![]))).unwrap();
+                }
+                let nobody = || Ok(PodCredentials::default());
+                assert_eq!(
+                    m.must_attempt_image_pull(image, image_ref, nobody),
+                    (expect, None),
+                    "{policy:?} preloaded={preloaded} {image}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_hundred_secret_rule_and_empty_hashes() {
+        let (_dir, m) = manager(VerificationPolicy::AlwaysVerify);
+        let pod = |secrets: Vec<ImagePullSecret>| move || Ok(PodCredentials { secrets, service_account: None });
+        // A recorded secret whose hash is empty matches by coordinates only (and its hash is
+        // then learned).
+        m.record_pull_intent("a.io/x:1").unwrap();
+        m.record_image_pulled("a.io/x:1", "sha256:x", Some(&creds(vec![secret("s", "")], vec![]))).unwrap();
+        assert_eq!(m.must_attempt_image_pull("a.io/x:1", "sha256:x", pod(vec![secret("t", "")])), (true, None));
+        assert_eq!(m.must_attempt_image_pull("a.io/x:1", "sha256:x", pod(vec![secret("s", "new")])), (false, None));
+        let r = m.store.get_pulled("sha256:x").unwrap().unwrap();
+        assert_eq!(r.credential_mapping["a.io/x"].kubernetes_secrets[0].credential_hash, "new", "rotated hash stored");
+
+        // Fill a record to the limit: rotated secrets (same coordinates, new hash) no longer
+        // match, new secrets with a known hash still do but are not added.
+        let many: Vec<ImagePullSecret> =
+            (0..MAX_SECRETS_PER_IMAGE).map(|i| secret(&format!("s{i:03}"), &format!("h{i}"))).collect();
+        m.record_pull_intent("a.io/y:1").unwrap();
+        m.record_image_pulled("a.io/y:1", "sha256:y", Some(&creds(many, vec![]))).unwrap();
+        assert_eq!(
+            m.must_attempt_image_pull("a.io/y:1", "sha256:y", pod(vec![secret("s007", "rotated")])),
+            (true, None),
+            "coordinates alone do not match a full record"
+        );
+        assert_eq!(m.must_attempt_image_pull("a.io/y:1", "sha256:y", pod(vec![secret("copy", "h7")])), (false, None));
+        let r = m.store.get_pulled("sha256:y").unwrap().unwrap();
+        assert_eq!(r.credential_mapping["a.io/y"].kubernetes_secrets.len(), MAX_SECRETS_PER_IMAGE, "nothing added");
+
+        // An entry with neither secrets nor service accounts: verify.
+        m.record_pull_intent("a.io/z:1").unwrap();
+        m.record_image_pulled("a.io/z:1", "sha256:z", None).unwrap();
+        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        assert_eq!(m.must_attempt_image_pull("a.io/z:1", "sha256:z", never), (true, None));
+    }
+
     #[test]
     fn start_up_resolves_intents_of_present_images_and_gc_prunes_unknown_records() {
         let (_dir, m) = manager(VerificationPolicy::NeverVerifyPreloadedImages);
