@@ -628,3 +628,111 @@ fn the_embedded_store_pulls_from_a_token_auth_registry_with_the_pods_credentials
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(message(&r).contains("failed to authorize"), "{}", message(&r));
 }
+
+/// A provider that exchanges the pod's service-account token for the registry credential:
+/// alice's password only when a token bound to a pod came with the request.
+const TOKEN_EXCHANGE_PLUGIN: &str = r#"#!/usr/bin/env python3
+import base64, json, sys
+req = json.load(sys.stdin)
+tok = req.get("serviceAccountToken", "")
+claims = {}
+if tok.count(".") == 2:
+    part = tok.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+ok = "pod" in claims.get("kubernetes.io", {})
+password = "wonderland" if ok else "no-token"
+registry = sys.argv[1]
+print(json.dumps({"kind": "CredentialProviderResponse", "apiVersion": req["apiVersion"],
+                  "cacheKeyType": "Registry", "cacheDuration": "0s",
+                  "auth": {registry: {"username": "alice", "password": password}}}))
+"#;
+
+#[test]
+fn a_pod_pulls_with_its_own_service_account_token_and_only_that_identity_is_recorded() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup();
+    let data = s.dir.join("apiserver");
+    std::fs::create_dir(&data).unwrap();
+    let server = support::start(&data, &[]);
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    api_post(&server, "/api/v1/namespaces", ns);
+    let sa = api_post(
+        &server,
+        "/api/v1/namespaces/team/serviceaccounts",
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"}}),
+    );
+    api_post(
+        &server,
+        "/api/v1/namespaces/team/serviceaccounts",
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "other"}}),
+    );
+    // The pod names the provider's audience in a projected token volume, so the node may
+    // request that token for it (NodeRestriction).
+    let pod = |name: &str, account: &str| {
+        api_post(
+            &server,
+            "/api/v1/namespaces/team/pods",
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": "n1", "serviceAccountName": account,
+                         "containers": [{"name": "app", "image": s.image}],
+                         "volumes": [{"name": "registry-token", "projected": {"sources": [
+                             {"serviceAccountToken": {"audience": "registry.local", "path": "token"}}]}}]}}),
+        )
+    };
+    pod("web", "builder");
+    pod("batch", "other");
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
+        .args(["--user", "system:node:n1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    let kubeconfig = s.dir.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, support::ok(out, "node kubeconfig")).unwrap();
+    let bin = s.dir.join("exchange-bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("token-exchange"), TOKEN_EXCHANGE_PLUGIN).unwrap();
+    std::fs::set_permissions(bin.join("token-exchange"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = s.dir.join("exchange.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: token-exchange\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{host}\"]\n  defaultCacheDuration: 0s\n  args: [\"{host}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: registry.local\n    cacheType: Token\n    requireServiceAccount: true\n",
+            host = s.registry.host
+        ),
+    )
+    .unwrap();
+    let run = |pod: &str, policy: &str| {
+        ensure(
+            &s.root,
+            &[
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+                "--pod",
+                pod,
+                "--image-credential-provider-config",
+                config.to_str().unwrap(),
+                "--image-credential-provider-bin-dir",
+                bin.to_str().unwrap(),
+                "--pull-policy",
+                policy,
+            ],
+            &s.image,
+        )
+    };
+    let web = run("team/web", "IfNotPresent");
+    assert_eq!(web.code, 0, "{}", web.stderr);
+    assert_eq!(web.json["credentialUsed"]["type"], "serviceAccount");
+    assert_eq!(web.json["credentialUsed"]["uid"], sa["metadata"]["uid"]);
+    let record: Value = serde_json::from_slice(&std::fs::read(record_path(&s.root, &s.id)).unwrap()).unwrap();
+    assert_eq!(
+        record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesServiceAccounts"],
+        serde_json::json!([{"uid": sa["metadata"]["uid"], "namespace": "team", "name": "builder"}])
+    );
+    // Another service account's pod is not on record: with Never it may not use the image.
+    let batch = run("team/batch", "Never");
+    assert_eq!(batch.code, 1, "{}", batch.stderr);
+    assert_eq!(batch.json["error"], "ErrImageNeverPull");
+    // web again: on record, no pull.
+    let again = run("team/web", "Never");
+    assert_eq!(again.code, 0, "{}", again.stderr);
+}
