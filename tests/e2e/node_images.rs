@@ -736,3 +736,38 @@ fn a_pod_pulls_with_its_own_service_account_token_and_only_that_identity_is_reco
     let again = run("team/web", "Never");
     assert_eq!(again.code, 0, "{}", again.stderr);
 }
+
+#[test]
+fn containerd_pulls_from_a_token_auth_registry_with_the_pods_credentials() {
+    let s = setup();
+    let tr = registry::TokenRegistry::start(&s.dir.join("token-registry"), &s.registry, &[("alice", "wonderland")]);
+    let ctd = containerd::Containerd::start(&s.dir.join("ctd"));
+    let image = format!("{}/team/app:v1", tr.host);
+    let alice = pull_secret(&s.dir, "alice-t", "uid-alice-t", &tr.host, "alice", "wonderland");
+    let wrong = pull_secret(&s.dir, "wrong-t", "uid-wrong-t", &tr.host, "alice", "nope");
+    let run = |secret: &Path| {
+        ensure(
+            &s.root,
+            &[
+                "--container-runtime-endpoint",
+                &ctd.endpoint,
+                "--pull-policy",
+                "IfNotPresent",
+                "--pull-secret",
+                secret.to_str().unwrap(),
+            ],
+            &image,
+        )
+    };
+    let w = run(&wrong);
+    assert_eq!(w.code, 1, "{}", w.stderr);
+    let a = run(&alice);
+    assert_eq!(a.code, 0, "{}", a.stderr);
+    assert_eq!(a.json["imageRef"], s.id.as_str());
+    // containerd exchanged alice's credential at the token service (password grant).
+    let log = std::fs::read_to_string(&tr.token_log).unwrap();
+    assert!(log.contains(r#""user": "alice", "auth": "POST", "scope": "repository:team/app:pull""#), "{log}");
+    let w = run(&wrong);
+    assert_eq!(w.code, 1, "a wrong password may not use what alice pulled: {}", w.stderr);
+    assert_eq!(w.json["mustPull"], true);
+}

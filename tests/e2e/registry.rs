@@ -180,6 +180,13 @@ kid = ":".join(b32[i:i + 4] for i in range(0, len(b32), 4))
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
+    def do_POST(self):
+        # OAuth2 password grant, as containerd sends it first (interop.md §2).
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+        q = urllib.parse.parse_qs(body)
+        u, p = q.get("username", [""])[0], q.get("password", [""])[0]
+        user = u if q.get("grant_type", [""])[0] == "password" and users.get(u) == p else None
+        self.answer(q, user, "POST")
     def do_GET(self):
         q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
         auth = self.headers.get("Authorization", "")
@@ -188,8 +195,10 @@ class H(http.server.BaseHTTPRequestHandler):
             u, _, p = base64.b64decode(auth[6:]).decode().partition(":")
             if users.get(u) == p:
                 user = u
+        self.answer(q, user, auth[:5])
+    def answer(self, q, user, how):
         with open(log_path, "a") as f:
-            f.write(json.dumps({"user": user, "auth": auth[:5], "scope": q.get("scope", [""])[0]}) + "\n")
+            f.write(json.dumps({"user": user, "auth": how, "scope": q.get("scope", [""])[0]}) + "\n")
         if user is None:
             self.send_response(401); self.end_headers(); self.wfile.write(b'{"details":"bad credentials"}'); return
         access = []
