@@ -337,14 +337,17 @@ impl EmbeddedStore {
             manifest.config.ok_or_else(|| ImageError::Unsupported(format!("{image}: manifest has no config")))?;
         self.fetch_blob(&client, &oci_ref, &config).await?;
         let mut size = u64::try_from(config.size).unwrap_or(0);
+        let mut content = vec![config.digest.clone()];
         for layer in &manifest.layers {
             self.fetch_blob(&client, &oci_ref, layer).await?;
             size += u64::try_from(layer.size).unwrap_or(0);
+            content.push(layer.digest.clone());
         }
         if r.digest.is_some() {
             manifest_digest = r.digest.clone().unwrap_or(manifest_digest);
         }
-        self.add_image(&r, &config.digest, &manifest_digest, size).await?;
+        content.push(manifest_digest.clone());
+        self.add_image(&r, &config.digest, &manifest_digest, size, &content).await?;
         Ok(config.digest)
     }
 
@@ -368,9 +371,21 @@ impl EmbeddedStore {
         id: &str,
         manifest_digest: &str,
         size: u64,
+        content: &[String],
     ) -> Result<(), ImageError> {
         let _guard = self.state_lock.lock().await;
         let _file_lock = self.lock_state().await?;
+        // Under the lock, so a removal by another process cannot interleave: every blob this
+        // image needs is still there (a concurrent removal of an image sharing them may have
+        // taken one after it was fetched).
+        for d in content {
+            let path = self.blob_path(digest_hex(d)?);
+            if tokio::fs::metadata(&path).await.is_err() {
+                return Err(ImageError::Registry(format!(
+                    "{d}: content removed while the image was being pulled; pull again"
+                )));
+            }
+        }
         let mut state = self.read_state().await?;
         let name = r.name();
         let tag = match (&r.tag, &r.digest) {
@@ -432,14 +447,25 @@ impl EmbeddedStore {
         })
     }
 
-    /// The blobs an image uses (manifest, config, layers), for removal.
+    /// The blobs an image uses (index, manifest, config, layers), for removal.
     async fn blobs_of(&self, image: &StoredImage) -> Vec<String> {
         let mut out = vec![image.manifest_digest.clone(), image.id.clone()];
+        let mut manifests = vec![image.manifest_digest.clone()];
         if let Ok(data) = self.read_blob(&image.manifest_digest).await
             && let Ok(m) = serde_json::from_slice::<Manifest>(&data)
+            && let Some(entries) = m.manifests
         {
-            out.extend(m.manifests.unwrap_or_default().into_iter().map(|d| d.digest));
-            out.extend(m.layers.into_iter().map(|d| d.digest));
+            // An index: the platform manifests this store holds, and their content.
+            manifests = entries.into_iter().map(|d| d.digest).collect();
+            out.extend(manifests.iter().cloned());
+        }
+        for digest in manifests {
+            if let Ok(data) = self.read_blob(&digest).await
+                && let Ok(m) = serde_json::from_slice::<Manifest>(&data)
+            {
+                out.extend(m.config.map(|c| c.digest));
+                out.extend(m.layers.into_iter().map(|d| d.digest));
+            }
         }
         out
     }
@@ -595,7 +621,7 @@ mod tests {
         let id = format!("sha256:{}", "1".repeat(64));
         let md = format!("sha256:{}", "2".repeat(64));
         let r = reference::parse("127.0.0.1:5000/tiny/hello:v1").unwrap();
-        store.add_image(&r, &id, &md, 10).await.unwrap();
+        store.add_image(&r, &id, &md, 10, &[]).await.unwrap();
         let state = store.read_state().await.unwrap();
         let by = |s: &str| EmbeddedStore::find(&state, s).unwrap().map(|i| i.id.clone());
         assert_eq!(by("127.0.0.1:5000/tiny/hello:v1"), Some(id.clone()));
@@ -606,7 +632,7 @@ mod tests {
         assert_eq!(by("127.0.0.1:5000/tiny/hello"), None);
         // A tag moves to the image that was pulled last.
         let id2 = format!("sha256:{}", "3".repeat(64));
-        store.add_image(&r, &id2, &format!("sha256:{}", "4".repeat(64)), 10).await.unwrap();
+        store.add_image(&r, &id2, &format!("sha256:{}", "4".repeat(64)), 10, &[]).await.unwrap();
         let state = store.read_state().await.unwrap();
         assert_eq!(
             EmbeddedStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()),
@@ -624,7 +650,14 @@ mod tests {
         let config = b"{}".to_vec();
         let id = format!("sha256:{}", sha256_hex(&config));
         let r = reference::parse("localhost:5000/x:1").unwrap();
-        store.add_image(&r, &id, &format!("sha256:{}", "2".repeat(64)), 2).await.unwrap();
+        // Content missing: refused.
+        assert!(
+            store
+                .add_image(&r, &id, &format!("sha256:{}", "2".repeat(64)), 2, std::slice::from_ref(&id))
+                .await
+                .is_err()
+        );
+        store.add_image(&r, &id, &format!("sha256:{}", "2".repeat(64)), 2, &[]).await.unwrap();
         assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap(), None);
         store.put_blob(&id, &config).await.unwrap();
         assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap().map(|i| i.id), Some(id.clone()));
