@@ -10,6 +10,9 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// The API client the node uses (kube-rs), as returned by [`client_from_kubeconfig`].
+pub use kube::Client;
 use thiserror::Error;
 
 use crate::credential::provider::BoxFuture;

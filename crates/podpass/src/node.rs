@@ -170,6 +170,34 @@ pub(crate) fn register(
     Ok(providers)
 }
 
+/// Pull secret manifests named by `--pull-secret`.
+pub(crate) fn read_pull_secrets(paths: &[PathBuf]) -> Result<Vec<PullSecret>> {
+    paths
+        .iter()
+        .map(|p| {
+            let data = std::fs::read(p).with_context(|| format!("--pull-secret {}", p.display()))?;
+            parse_pull_secret(&data).with_context(|| format!("--pull-secret {}", p.display()))
+        })
+        .collect()
+}
+
+/// The pod `NAMESPACE/NAME` from the API server: its identity and its image pull secrets.
+/// As the kubelet, a pull secret that cannot be read is skipped with a warning.
+pub(crate) async fn read_pod(client: &podpass_node::api::Client, pod: &str) -> Result<(PodIdentity, Vec<PullSecret>)> {
+    let Some((namespace, name)) = pod.split_once('/') else {
+        bail!("--pod {pod:?}: must be NAMESPACE/NAME");
+    };
+    let info = podpass_node::api::get_pod(client, namespace, name).await?;
+    let mut secrets = Vec::new();
+    for secret in &info.pull_secrets {
+        match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
+            Ok(manifest) => secrets.push(parse_pull_secret(&manifest)?),
+            Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
+        }
+    }
+    Ok((info.identity, secrets))
+}
+
 async fn credentials(a: CredentialsArgs) -> Result<()> {
     let sa_token_feature = a.feature_gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let client = match &a.kubeconfig {
@@ -185,31 +213,17 @@ async fn credentials(a: CredentialsArgs) -> Result<()> {
         Some(dir) => read_node_config(dir).context("node-wide credentials")?,
         None => Default::default(),
     };
-    let mut secrets = Vec::new();
-    for path in &a.pull_secrets {
-        let data = std::fs::read(path).with_context(|| format!("--pull-secret {}", path.display()))?;
-        secrets.push(parse_pull_secret(&data).with_context(|| format!("--pull-secret {}", path.display()))?);
-    }
+    let secrets = read_pull_secrets(&a.pull_secrets)?;
     // Each pod with its own pull secrets (read from the API), or one pod-less lookup.
     let mut targets: Vec<(Option<PodIdentity>, Vec<PullSecret>)> = Vec::new();
     if a.pods.is_empty() {
         targets.push((None, secrets.clone()));
     }
     for pod in &a.pods {
-        let Some((namespace, name)) = pod.split_once('/') else {
-            bail!("--pod {pod:?}: must be NAMESPACE/NAME");
-        };
         let client = client.as_ref().context("--pod needs --kubeconfig to read the pod")?;
-        let info = podpass_node::api::get_pod(client, namespace, name).await?;
-        let mut pod_secrets = secrets.clone();
-        for secret in &info.pull_secrets {
-            match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
-                Ok(manifest) => pod_secrets.push(parse_pull_secret(&manifest)?),
-                // As the kubelet: a missing pull secret is skipped, the pull goes on.
-                Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
-            }
-        }
-        targets.push((Some(info.identity), pod_secrets));
+        let (identity, mut pod_secrets) = read_pod(client, pod).await?;
+        pod_secrets.splice(0..0, secrets.iter().cloned());
+        targets.push((Some(identity), pod_secrets));
     }
     let mut lookups = Vec::new();
     for (pod, pod_secrets) in &targets {

@@ -7,18 +7,17 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_api::{Feature, FeatureGates};
-use podpass_node::credential::docker_config::{parse_pull_secret, read_node_config};
+use podpass_node::credential::docker_config::read_node_config;
 use podpass_node::credential::{
-    CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, TrackedAuth,
-    lookup,
+    CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup,
 };
 use podpass_node::images::backend::Backend;
 use podpass_node::images::kubelet_config::{self, KubeletImageConfig};
-use podpass_node::images::manager::{ImageManager, LazyLookup, LookupFuture, PullPolicy};
+use podpass_node::images::manager::{ImageManager, LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
 use podpass_node::images::policy::PolicyEnforcer;
 use podpass_node::images::pull_manager::PullManager;
 use podpass_node::images::records::{ImagePulledRecord, RecordStore};
-use podpass_node::images::service::{ImageService, PullAuth};
+use podpass_node::images::service::ImageService;
 use prometheus_client::registry::Registry;
 
 /// Where images live: the kubelet root dir and the runtime.
@@ -163,16 +162,6 @@ fn open_records(root_dir: &Path) -> Result<RecordStore> {
     RecordStore::open(root_dir).with_context(|| format!("pull records under {}", root_dir.display()))
 }
 
-fn read_secrets(paths: &[PathBuf]) -> Result<Vec<PullSecret>> {
-    paths
-        .iter()
-        .map(|p| {
-            let data = std::fs::read(p).with_context(|| format!("--pull-secret {}", p.display()))?;
-            parse_pull_secret(&data).with_context(|| format!("--pull-secret {}", p.display()))
-        })
-        .collect()
-}
-
 fn kubelet_config(path: Option<&Path>) -> Result<KubeletImageConfig> {
     match path {
         None => Ok(KubeletImageConfig::default()),
@@ -202,7 +191,7 @@ struct PodContext {
 }
 
 async fn pod_context(a: &EnsureImageArgs) -> Result<PodContext> {
-    let mut secrets = read_secrets(&a.pull_secrets)?;
+    let mut secrets = crate::node::read_pull_secrets(&a.pull_secrets)?;
     let client = match &a.kubeconfig {
         Some(path) => Some(podpass_node::api::client_from_kubeconfig(path).await?),
         None => None,
@@ -211,17 +200,10 @@ async fn pod_context(a: &EnsureImageArgs) -> Result<PodContext> {
         client.clone().map(|c| podpass_node::api::KubeServiceAccounts::new(c) as Arc<dyn ServiceAccountSource>);
     let mut identity = None;
     if let Some(pod) = &a.pod {
-        let Some((namespace, name)) = pod.split_once('/') else { bail!("--pod {pod:?}: must be NAMESPACE/NAME") };
         let client = client.as_ref().context("--pod needs --kubeconfig")?;
-        let info = podpass_node::api::get_pod(client, namespace, name).await?;
-        for secret in &info.pull_secrets {
-            match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
-                Ok(manifest) => secrets.push(parse_pull_secret(&manifest)?),
-                // As the kubelet: a missing pull secret is skipped.
-                Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
-            }
-        }
-        identity = Some(info.identity);
+        let (pod_identity, pod_secrets) = crate::node::read_pod(client, pod).await?;
+        secrets.extend(pod_secrets);
+        identity = Some(pod_identity);
     }
     Ok(PodContext { identity, secrets, source })
 }
@@ -337,31 +319,16 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
 /// Runs `images load`.
 pub async fn load(a: LoadArgs) -> Result<()> {
     let backend = a.runtime.backend().await?;
-    let secrets = read_secrets(&a.pull_secrets)?;
-    let mut keyring = Keyring::new();
-    for s in &secrets {
-        let source =
-            CredentialSource::Secret { namespace: s.namespace.clone(), name: s.name.clone(), uid: s.uid.clone() };
-        keyring.add(&s.config, &source);
-    }
-    let creds: Vec<TrackedAuth> = keyring.lookup(&a.image);
+    let secrets = crate::node::read_pull_secrets(&a.pull_secrets)?;
+    let found = lookup(&a.image, None, &secrets, &[], &Default::default()).await;
     let image = podpass_node::images::reference::apply_default_tag(&a.image)?;
-    let mut errors = Vec::new();
-    let attempts: Vec<Option<PullAuth>> = if creds.is_empty() {
-        vec![None]
-    } else {
-        creds.iter().map(|c| Some(PullAuth { username: c.username.clone(), password: c.password.clone() })).collect()
-    };
-    for auth in attempts {
-        match backend.pull_image(&image, auth.as_ref()).await {
-            Ok(id) => {
-                println!("{id}");
-                return Ok(());
-            }
-            Err(e) => errors.push(e.to_string()),
+    match pull_with_credentials(&backend, &image, &found.credentials).await {
+        Ok((id, _)) => {
+            println!("{id}");
+            Ok(())
         }
+        Err(e) => bail!("failed to load {image}: {e}"),
     }
-    bail!("failed to load {image}: {}", errors.join("; "))
 }
 
 /// Runs `images remove`.

@@ -408,7 +408,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         let lookup = credentials.get().await;
         let permit = self.pulls.clone().acquire_owned().await;
         let pull_started = Instant::now();
-        let result = self.pull_with(&image, &lookup.credentials).await;
+        let result = pull_with_credentials(self.service.as_ref(), &image, &lookup.credentials).await;
         let pull_time = pull_started.elapsed();
         drop(permit);
         match result {
@@ -457,24 +457,29 @@ impl<S: ImageService + 'static> ImageManager<S> {
             }
         }
     }
+}
 
-    /// kuberuntime `PullImage`: anonymous when there are no credentials, else each in
-    /// order until one pulls; all failing is the aggregate of their errors.
-    async fn pull_with(&self, image: &str, creds: &[TrackedAuth]) -> Result<(String, Option<TrackedAuth>), String> {
-        if creds.is_empty() {
-            return self.service.pull_image(image, None).await.map(|r| (r, None)).map_err(|e| e.to_string());
-        }
-        let mut errors = Vec::new();
-        for c in creds {
-            let auth = PullAuth { username: c.username.clone(), password: c.password.clone() };
-            match self.service.pull_image(image, Some(&auth)).await {
-                Ok(r) => return Ok((r, Some(c.clone()))),
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        // k8s.io/apimachinery utilerrors.NewAggregate.Error().
-        Err(if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) })
+/// kuberuntime `PullImage`: anonymous when there are no credentials, else each in order
+/// until one pulls; all failing is the aggregate of their errors. Returns the image
+/// reference and the credential that pulled (`None`: anonymous).
+pub async fn pull_with_credentials<S: ImageService>(
+    service: &S,
+    image: &str,
+    creds: &[TrackedAuth],
+) -> Result<(String, Option<TrackedAuth>), String> {
+    if creds.is_empty() {
+        return service.pull_image(image, None).await.map(|r| (r, None)).map_err(|e| e.to_string());
     }
+    let mut errors = Vec::new();
+    for c in creds {
+        let auth = PullAuth { username: c.username.clone(), password: c.password.clone() };
+        match service.pull_image(image, Some(&auth)).await {
+            Ok(r) => return Ok((r, Some(c.clone()))),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    // k8s.io/apimachinery utilerrors.NewAggregate.Error().
+    Err(if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) })
 }
 
 async fn must_attempt(
