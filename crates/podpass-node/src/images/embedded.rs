@@ -235,18 +235,13 @@ impl EmbeddedStore {
                 ..Default::default()
             };
             let limit = u64::try_from(d.size).unwrap_or(0);
-            let mut limited = Limited { inner: &mut file, left: limit };
-            client.pull_blob(reference, &descriptor, &mut limited).await.map_err(|e| map_oci(&d.digest, e))?;
+            let mut verifying =
+                Verifying { inner: &mut file, left: limit, written: 0, hash: digest::Context::new(&digest::SHA256) };
+            client.pull_blob(reference, &descriptor, &mut verifying).await.map_err(|e| map_oci(&d.digest, e))?;
+            let (len, actual) = verifying.finish();
             file.flush().await.map_err(io(&ingest))?;
             file.sync_all().await.map_err(io(&ingest))?;
             drop(file);
-            let check = ingest.clone();
-            let (actual, len) = tokio::task::spawn_blocking(move || {
-                std::fs::read(&check).map(|data| (format!("sha256:{}", sha256_hex(&data)), data.len()))
-            })
-            .await
-            .map_err(|e| ImageError::Registry(format!("store verifier: {e}")))?
-            .map_err(io(&ingest))?;
             if actual != d.digest {
                 return Err(ImageError::Digest { what: d.digest.clone(), expected: d.digest.clone(), actual });
             }
@@ -471,14 +466,25 @@ impl EmbeddedStore {
     }
 }
 
-/// A writer that refuses more bytes than the descriptor announced: a registry cannot fill
-/// the disk by streaming past a blob's size.
-struct Limited<'a, W> {
+/// A writer that hashes what it writes (no second read of the blob) and refuses more bytes
+/// than the descriptor announced: a registry cannot fill the disk by streaming past a blob's
+/// size.
+struct Verifying<'a, W> {
     inner: &'a mut W,
     left: u64,
+    written: u64,
+    hash: digest::Context,
 }
 
-impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<'_, W> {
+impl<W> Verifying<'_, W> {
+    /// Bytes written and their `sha256:` digest.
+    fn finish(self) -> (u64, String) {
+        let d = self.hash.finish();
+        (self.written, format!("sha256:{}", data_encoding::HEXLOWER.encode(d.as_ref())))
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Verifying<'_, W> {
     fn poll_write(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -490,7 +496,10 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<'_, W> 
         let this = &mut *self;
         let poll = std::pin::Pin::new(&mut *this.inner).poll_write(cx, buf);
         if let std::task::Poll::Ready(Ok(n)) = &poll {
-            this.left -= u64::try_from(*n).unwrap_or(0);
+            this.hash.update(&buf[..*n]);
+            let n = u64::try_from(*n).unwrap_or(0);
+            this.left -= n;
+            this.written += n;
         }
         poll
     }
@@ -599,10 +608,11 @@ mod tests {
     async fn a_blob_cannot_outgrow_its_descriptor() {
         use tokio::io::AsyncWriteExt as _;
         let mut sink = Vec::new();
-        let mut w = Limited { inner: &mut sink, left: 4 };
+        let mut w = Verifying { inner: &mut sink, left: 4, written: 0, hash: digest::Context::new(&digest::SHA256) };
         w.write_all(b"abcd").await.unwrap();
         let err = w.write_all(b"e").await.unwrap_err();
         assert_eq!(err.to_string(), "blob is larger than its descriptor's size");
+        assert_eq!(w.finish(), (4, format!("sha256:{}", sha256_hex(b"abcd"))));
         assert_eq!(sink, b"abcd");
     }
 
