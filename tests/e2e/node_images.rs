@@ -536,6 +536,22 @@ fn images_pulled_with_a_service_accounts_credentials_are_recorded_to_that_servic
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
+/// A `podpass apiserver` for the test, and a kubeconfig for the node agent, which runs as
+/// node n1 (`system:node:n1`, group `system:nodes`) as a kubelet does.
+fn control_plane(s: &Setup) -> (support::Server, PathBuf) {
+    let data = s.dir.join("apiserver");
+    std::fs::create_dir(&data).unwrap();
+    let server = support::start(&data, &[]);
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
+        .args(["--user", "system:node:n1", "--group", "system:nodes"])
+        .output()
+        .unwrap();
+    let kubeconfig = s.dir.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, support::ok(out, "node kubeconfig")).unwrap();
+    (server, kubeconfig)
+}
+
 /// POST as admin to the control plane.
 fn api_post(s: &support::Server, path: &str, body: Value) -> Value {
     let resp = support::client(&s.dir)
@@ -551,9 +567,7 @@ fn api_post(s: &support::Server, path: &str, body: Value) -> Value {
 #[test]
 fn through_the_api_a_pod_of_another_tenant_cannot_use_an_image_pulled_with_a_secret() {
     let s = setup();
-    let data = s.dir.join("apiserver");
-    std::fs::create_dir(&data).unwrap();
-    let server = support::start(&data, &[]);
+    let (server, kubeconfig) = control_plane(&s);
     for ns in ["team", "other"] {
         api_post(
             &server,
@@ -580,14 +594,6 @@ fn through_the_api_a_pod_of_another_tenant_cannot_use_an_image_pulled_with_a_sec
     };
     pod("team", "web", serde_json::json!([{"name": "regcred"}]));
     pod("other", "intruder", serde_json::json!([]));
-    // The node agent runs as the node, as a kubelet does.
-    let out = Command::new(PODPASS)
-        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
-        .args(["--user", "system:node:n1", "--group", "system:nodes"])
-        .output()
-        .unwrap();
-    let kubeconfig = s.dir.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, support::ok(out, "node kubeconfig")).unwrap();
     let run = |pod: &str, policy: &str| {
         ensure(
             &s.root,
@@ -651,9 +657,7 @@ print(json.dumps({"kind": "CredentialProviderResponse", "apiVersion": req["apiVe
 fn a_pod_pulls_with_its_own_service_account_token_and_only_that_identity_is_recorded() {
     use std::os::unix::fs::PermissionsExt;
     let s = setup();
-    let data = s.dir.join("apiserver");
-    std::fs::create_dir(&data).unwrap();
-    let server = support::start(&data, &[]);
+    let (server, kubeconfig) = control_plane(&s);
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
     api_post(&server, "/api/v1/namespaces", ns);
     let sa = api_post(
@@ -681,13 +685,6 @@ fn a_pod_pulls_with_its_own_service_account_token_and_only_that_identity_is_reco
     };
     pod("web", "builder");
     pod("batch", "other");
-    let out = Command::new(PODPASS)
-        .args(["apiserver", "kubeconfig", "--data-dir", data.to_str().unwrap()])
-        .args(["--user", "system:node:n1", "--group", "system:nodes"])
-        .output()
-        .unwrap();
-    let kubeconfig = s.dir.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, support::ok(out, "node kubeconfig")).unwrap();
     let bin = s.dir.join("exchange-bin");
     std::fs::create_dir(&bin).unwrap();
     std::fs::write(bin.join("token-exchange"), TOKEN_EXCHANGE_PLUGIN).unwrap();
