@@ -146,3 +146,179 @@ fn nodes_get_tokens_only_for_their_pods_and_allowed_audiences() {
     let err = failed(node(&["get", "pods", "-n", "team", "--as", "system:admin"]), "impersonation by a node");
     assert!(err.contains("cannot impersonate resource \"users\""), "{err}");
 }
+
+/// A kubeconfig for `user` (with `groups`) from `podpass apiserver kubeconfig`.
+fn identity(d: &Path, user: &str, groups: &[&str]) -> std::path::PathBuf {
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["apiserver", "kubeconfig", "--data-dir", d.to_str().unwrap(), "--user", user]);
+    for g in groups {
+        cmd.args(["--group", g]);
+    }
+    let path = d.join(format!("{user}.kubeconfig"));
+    std::fs::write(&path, ok(cmd.output().unwrap(), "kubeconfig")).unwrap();
+    path
+}
+
+const ESCALATION: &str = "is attempting to grant RBAC permissions not currently held:";
+
+#[test]
+fn tenant_cannot_escalate_through_rbac() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _s = start(d, &[]);
+    let admin_cfg = d.join("admin.kubeconfig");
+    let admin = |args: &[&str]| kubectl(&admin_cfg, &d.join("cache-admin"), args);
+    ok(admin(&["create", "namespace", "team"]), "namespace");
+    // alice may manage RBAC objects in her namespace and read pods; nothing more
+    ok(
+        admin(&[
+            "-n",
+            "team",
+            "create",
+            "role",
+            "rbac-manager",
+            "--verb=create,update,patch,get",
+            "--resource=rolebindings.rbac.authorization.k8s.io,roles.rbac.authorization.k8s.io",
+        ]),
+        "role",
+    );
+    ok(admin(&["-n", "team", "create", "role", "pod-reader", "--verb=get,list", "--resource=pods"]), "pod-reader");
+    ok(admin(&["-n", "team", "create", "rolebinding", "alice-rbac", "--role=rbac-manager", "--user=alice"]), "bind");
+    ok(admin(&["-n", "team", "create", "rolebinding", "alice-pods", "--role=pod-reader", "--user=alice"]), "bind");
+    ok(
+        admin(&[
+            "create",
+            "clusterrole",
+            "crb-creator",
+            "--verb=create",
+            "--resource=clusterrolebindings,clusterroles",
+        ]),
+        "cr",
+    );
+    ok(admin(&["create", "clusterrolebinding", "alice-crb", "--clusterrole=crb-creator", "--user=alice"]), "crb");
+    let alice_cfg = identity(d, "alice", &["team"]);
+    let alice = |args: &[&str]| kubectl(&alice_cfg, &d.join("cache-alice"), args);
+
+    // 1. a RoleBinding to cluster-admin for herself: refused with upstream's message
+    let err = failed(
+        alice(&["-n", "team", "create", "rolebinding", "pwn", "--clusterrole=cluster-admin", "--user=alice"]),
+        "rolebinding to cluster-admin",
+    );
+    assert!(
+        err.contains(&format!(
+            "rolebindings.rbac.authorization.k8s.io \"pwn\" is forbidden: user \"alice\" (groups=[\"team\" \"system:authenticated\"]) {ESCALATION}\n{{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}}\n{{NonResourceURLs:[\"*\"], Verbs:[\"*\"]}}"
+        )),
+        "{err}"
+    );
+    // 2. a ClusterRoleBinding to cluster-admin: refused
+    let err = failed(
+        alice(&["create", "clusterrolebinding", "pwn", "--clusterrole=cluster-admin", "--user=alice"]),
+        "clusterrolebinding to cluster-admin",
+    );
+    assert!(err.contains(ESCALATION), "{err}");
+    assert!(failed(admin(&["get", "clusterrolebinding", "pwn"]), "nothing stored").contains("NotFound"));
+    // 3. widening a role bound to her (update and patch): refused; what she holds is fine
+    let err = failed(
+        alice(&[
+            "-n",
+            "team",
+            "patch",
+            "role",
+            "pod-reader",
+            "--type=merge",
+            "-p",
+            r#"{"rules":[{"apiGroups":[""],"resources":["secrets"],"verbs":["get"]}]}"#,
+        ]),
+        "widening patch",
+    );
+    assert!(
+        err.contains(r#"{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}"#) && err.contains(ESCALATION),
+        "{err}"
+    );
+    let role = d.join("widened.json");
+    std::fs::write(
+        &role,
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"pod-reader","namespace":"team"},
+            "rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list","delete"]}]}"#,
+    )
+    .unwrap();
+    let err = failed(alice(&["replace", "-f", role.to_str().unwrap()]), "widening update");
+    assert!(err.contains(r#"{APIGroups:[""], Resources:["pods"], Verbs:["delete"]}"#), "{err}");
+    ok(
+        alice(&["-n", "team", "create", "role", "narrow", "--verb=get", "--resource=pods"]),
+        "a role within her own rights",
+    );
+    ok(
+        alice(&["-n", "team", "create", "rolebinding", "bob-pods", "--role=pod-reader", "--user=bob"]),
+        "binding a role she holds",
+    );
+    // a binding to a role that does not exist: the role's 404, as upstream
+    let err = failed(alice(&["-n", "team", "create", "rolebinding", "ghost", "--role=nope", "--user=bob"]), "ghost");
+    assert!(err.contains(r#"roles.rbac.authorization.k8s.io "nope" not found"#), "{err}");
+
+    // 4. `bind` on a role lets her bind it without holding it; `escalate` lets her write it
+    ok(admin(&["create", "clusterrole", "secret-reader", "--verb=get", "--resource=secrets"]), "secret-reader");
+    assert!(
+        failed(
+            alice(&["-n", "team", "create", "rolebinding", "bob-secrets", "--clusterrole=secret-reader", "--user=bob"]),
+            "before bind"
+        )
+        .contains(ESCALATION)
+    );
+    ok(
+        admin(&[
+            "-n",
+            "team",
+            "create",
+            "role",
+            "binder",
+            "--verb=bind",
+            "--resource=clusterroles.rbac.authorization.k8s.io",
+            "--resource-name=secret-reader",
+        ]),
+        "binder",
+    );
+    ok(admin(&["-n", "team", "create", "rolebinding", "alice-binder", "--role=binder", "--user=alice"]), "bind");
+    ok(
+        alice(&["-n", "team", "create", "rolebinding", "bob-secrets", "--clusterrole=secret-reader", "--user=bob"]),
+        "with bind",
+    );
+    // … which did not give her the secrets herself
+    assert!(failed(alice(&["-n", "team", "get", "secrets"]), "secrets").contains("forbidden"));
+    ok(
+        admin(&[
+            "-n",
+            "team",
+            "create",
+            "role",
+            "escalator",
+            "--verb=escalate",
+            "--resource=roles.rbac.authorization.k8s.io",
+        ]),
+        "escalator",
+    );
+    ok(admin(&["-n", "team", "create", "rolebinding", "alice-escalator", "--role=escalator", "--user=alice"]), "bind");
+    ok(alice(&["-n", "team", "create", "role", "wide", "--verb=*", "--resource=secrets"]), "with escalate");
+
+    // 5. aggregation: only full authority may set an aggregationRule; aggregated rules count
+    let agg = d.join("agg.json");
+    std::fs::write(
+        &agg,
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"gather"},
+            "aggregationRule":{"clusterRoleSelectors":[{"matchLabels":{"example.com/aggregate-to-gather":"true"}}]}}"#,
+    )
+    .unwrap();
+    let err = failed(alice(&["create", "-f", agg.to_str().unwrap()]), "aggregationRule by a tenant");
+    assert!(err.contains("must have cluster-admin privileges to use the aggregationRule"), "{err}");
+    ok(admin(&["create", "-f", agg.to_str().unwrap()]), "aggregated role");
+    ok(admin(&["create", "clusterrole", "cm-reader", "--verb=get", "--resource=configmaps"]), "cm-reader");
+    ok(admin(&["label", "clusterrole", "cm-reader", "example.com/aggregate-to-gather=true"]), "label");
+    let rules = ok(admin(&["get", "clusterrole", "gather", "-o", "jsonpath={.rules}"]), "gathered");
+    assert!(rules.contains("configmaps"), "{rules}");
+    // she cannot bind the aggregate, whose rules she does not hold; once bound to her, she can
+    let err = failed(alice(&["create", "clusterrolebinding", "g", "--clusterrole=gather", "--user=alice"]), "agg");
+    assert!(err.contains(r#"{APIGroups:[""], Resources:["configmaps"], Verbs:["get"]}"#), "{err}");
+    ok(admin(&["create", "clusterrolebinding", "alice-gather", "--clusterrole=gather", "--user=alice"]), "bind agg");
+    ok(alice(&["create", "clusterrolebinding", "bob-gather", "--clusterrole=gather", "--user=bob"]), "now held");
+    ok(alice(&["-n", "team", "get", "configmap", "kube-root-ca.crt"]), "aggregated rule is in force");
+}

@@ -400,6 +400,7 @@ impl Prepared {
         rest::resume_pending_deletions(&state).await.map_err(std::io::Error::other)?;
         rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
+        authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
         let app = router(state);
         let tls = self.tls;
         let task = tokio::spawn(async move {

@@ -3,9 +3,12 @@
 //! or Deny wins, no opinion from all means forbidden. Also the upstream forbidden messages,
 //! impersonation, and the bootstrap RBAC policy.
 
+pub mod aggregation;
 pub mod bootstrap;
+pub mod escalation;
 pub mod node;
 pub mod rbac;
+pub mod rules;
 
 use crate::server::User;
 use crate::server::status::ApiError;

@@ -5,8 +5,10 @@
 
 use serde_json::Value;
 
+use super::rules::{PolicyRule, rules_of};
 use super::{Attributes, Decision};
 use crate::field::Field;
+use crate::server::User;
 use crate::store::{ListOptions, ObjectKey, Store, StoreError};
 
 fn strings<'a>(rule: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
@@ -47,27 +49,27 @@ pub fn rule_allows(attrs: &Attributes, rule: &Value) -> bool {
 }
 
 /// `appliesToUser` for one subject; `namespace` is the binding's (empty for cluster scope).
-fn subject_applies(attrs: &Attributes, subject: &Value, namespace: &str) -> bool {
+fn subject_applies(user: &User, subject: &Value, namespace: &str) -> bool {
     let kind = subject.get("kind").and_then(Value::as_str).unwrap_or("");
     let name = subject.get("name").and_then(Value::as_str).unwrap_or("");
     match kind {
-        "User" => attrs.user.name == name,
-        "Group" => attrs.user.groups.iter().any(|g| g == name),
+        "User" => user.name == name,
+        "Group" => user.groups.iter().any(|g| g == name),
         "ServiceAccount" => {
             let sa_ns = subject.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(namespace);
-            !sa_ns.is_empty() && attrs.user.name == format!("system:serviceaccount:{sa_ns}:{name}")
+            !sa_ns.is_empty() && user.name == format!("system:serviceaccount:{sa_ns}:{name}")
         }
         _ => false,
     }
 }
 
-fn binding_applies(attrs: &Attributes, binding: &Value, namespace: &str) -> Option<String> {
+fn binding_applies(user: &User, binding: &Value, namespace: &str) -> Option<String> {
     binding
         .get("subjects")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .find(|s| subject_applies(attrs, s, namespace))
+        .find(|s| subject_applies(user, s, namespace))
         .map(|s| {
             format!(
                 "{} {:?}",
@@ -77,13 +79,21 @@ fn binding_applies(attrs: &Attributes, binding: &Value, namespace: &str) -> Opti
         })
 }
 
+/// The role a `roleRef` names, in a binding of `namespace` (empty: a ClusterRoleBinding).
+/// `None` for references no binding can make (a Role from a ClusterRoleBinding).
+pub fn role_ref_key(role_ref: &Value, namespace: &str) -> Option<ObjectKey> {
+    let kind = role_ref.get("kind").and_then(Value::as_str).unwrap_or("");
+    let name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "ClusterRole" => Some(ObjectKey::cluster("clusterroles", name)),
+        "Role" if !namespace.is_empty() => Some(ObjectKey::namespaced("roles", namespace, name)),
+        _ => None,
+    }
+}
+
 async fn role_rules(store: &dyn Store, binding: &Value, namespace: &str) -> Result<Option<Value>, StoreError> {
-    let kind = binding.field("/roleRef/kind").and_then(Value::as_str).unwrap_or("");
-    let name = binding.field("/roleRef/name").and_then(Value::as_str).unwrap_or("");
-    let key = match kind {
-        "ClusterRole" => ObjectKey::cluster("clusterroles", name),
-        "Role" if !namespace.is_empty() => ObjectKey::namespaced("roles", namespace, name),
-        _ => return Ok(None),
+    let Some(key) = role_ref_key(binding.get("roleRef").unwrap_or(&Value::Null), namespace) else {
+        return Ok(None);
     };
     match store.get_shared(&key).await {
         Ok(stored) => Ok(stored.object.get("rules").cloned()),
@@ -93,17 +103,43 @@ async fn role_rules(store: &dyn Store, binding: &Value, namespace: &str) -> Resu
     }
 }
 
-/// Allow when a binding in scope grants a matching rule; otherwise no opinion.
-pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision, StoreError> {
+/// The bindings that can apply in `namespace` (empty: cluster scope only), each with its
+/// namespace and kind.
+async fn bindings_in_scope(
+    store: &dyn Store,
+    namespace: &str,
+) -> Result<Vec<(Value, String, &'static str)>, StoreError> {
     let cluster = store.list("clusterrolebindings", None, &ListOptions::default()).await?;
     let mut scopes: Vec<(Value, String, &str)> =
         cluster.items.into_iter().map(|b| (b, String::new(), "ClusterRoleBinding")).collect();
-    if attrs.resource_request && !attrs.namespace.is_empty() {
-        let local = store.list("rolebindings", Some(&attrs.namespace), &ListOptions::default()).await?;
-        scopes.extend(local.items.into_iter().map(|b| (b, attrs.namespace.clone(), "RoleBinding")));
+    if !namespace.is_empty() {
+        let local = store.list("rolebindings", Some(namespace), &ListOptions::default()).await?;
+        scopes.extend(local.items.into_iter().map(|b| (b, namespace.to_owned(), "RoleBinding")));
     }
+    Ok(scopes)
+}
+
+/// `RulesFor`: every rule granted to `user` in `namespace` (empty: cluster-wide grants
+/// only) — what the escalation check compares a new grant against.
+pub async fn rules_for(store: &dyn Store, user: &User, namespace: &str) -> Result<Vec<PolicyRule>, StoreError> {
+    let mut rules = Vec::new();
+    for (binding, ns, _) in bindings_in_scope(store, namespace).await? {
+        if binding_applies(user, &binding, &ns).is_none() {
+            continue;
+        }
+        if let Some(granted) = role_rules(store, &binding, &ns).await? {
+            rules.extend(rules_of(&serde_json::json!({ "rules": granted })));
+        }
+    }
+    Ok(rules)
+}
+
+/// Allow when a binding in scope grants a matching rule; otherwise no opinion.
+pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision, StoreError> {
+    let namespace = if attrs.resource_request { attrs.namespace.as_str() } else { "" };
+    let scopes = bindings_in_scope(store, namespace).await?;
     for (binding, namespace, binding_kind) in &scopes {
-        let Some(subject) = binding_applies(attrs, binding, namespace) else { continue };
+        let Some(subject) = binding_applies(&attrs.user, binding, namespace) else { continue };
         let Some(rules) = role_rules(store, binding, namespace).await? else { continue };
         if rules.as_array().into_iter().flatten().any(|r| rule_allows(attrs, r)) {
             let binding_name = binding.field("/metadata/name").and_then(Value::as_str).unwrap_or("");
@@ -121,7 +157,6 @@ pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::User;
     use serde_json::json;
 
     fn attrs(verb: &str, resource: &str, sub: &str, name: &str) -> Attributes {
@@ -195,10 +230,10 @@ mod tests {
         let mut a = attrs("get", "pods", "", "");
         a.user.name = "system:serviceaccount:ns:sa".into();
         a.user.groups = vec!["team".into()];
-        assert!(subject_applies(&a, &json!({"kind": "ServiceAccount", "name": "sa"}), "ns"));
-        assert!(!subject_applies(&a, &json!({"kind": "ServiceAccount", "name": "sa"}), ""));
-        assert!(subject_applies(&a, &json!({"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}), ""));
-        assert!(subject_applies(&a, &json!({"kind": "Group", "name": "team"}), ""));
-        assert!(!subject_applies(&a, &json!({"kind": "User", "name": "team"}), ""));
+        assert!(subject_applies(&a.user, &json!({"kind": "ServiceAccount", "name": "sa"}), "ns"));
+        assert!(!subject_applies(&a.user, &json!({"kind": "ServiceAccount", "name": "sa"}), ""));
+        assert!(subject_applies(&a.user, &json!({"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}), ""));
+        assert!(subject_applies(&a.user, &json!({"kind": "Group", "name": "team"}), ""));
+        assert!(!subject_applies(&a.user, &json!({"kind": "User", "name": "team"}), ""));
     }
 }

@@ -6,6 +6,7 @@ pub mod objects;
 pub mod openapi;
 mod patch;
 mod protobuf;
+mod rbac;
 pub mod resources;
 mod token;
 mod watch;
@@ -143,13 +144,15 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             Ok(json_response(StatusCode::OK, state.store.get(&key(res, ns, name)).await?.object))
         }
         (&Method::GET, None, None) if res.stored => list(state, res, ns, &query).await,
-        (&Method::POST, None, None) if res.stored => create(state, res, ns, parse_body(content_type, body)?).await,
+        (&Method::POST, None, None) if res.stored => {
+            create(state, user, res, ns, parse_body(content_type, body)?).await
+        }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            update(state, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
+            update(state, user, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
         }
         (&Method::DELETE, Some(name), None) if res.stored => delete(state, res, ns, name, &query, body).await,
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            patch(state, res, ns, name, sub.is_some(), content_type, body).await
+            patch(state, user, res, ns, name, sub.is_some(), content_type, body).await
         }
         (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
             token::create_token(state, user, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
@@ -205,11 +208,52 @@ async fn list(
     ))
 }
 
-async fn create(state: &AppState, res: &Resource, ns: Option<&str>, mut object: Value) -> Result<Response, ApiError> {
+/// Admission for writes that are grants: RBAC objects are defaulted, validated, and
+/// checked for privilege escalation (see `authz::escalation`).
+async fn admit_rbac(
+    state: &AppState,
+    user: &super::User,
+    res: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    if res.group != crate::server::authz::escalation::RBAC_GROUP {
+        return Ok(());
+    }
+    rbac::admit(res, object, old)?;
+    let write = crate::server::authz::escalation::RbacWrite {
+        user,
+        resource: res.plural,
+        namespace: ns.unwrap_or_default(),
+        name,
+        new: object,
+        old,
+    };
+    crate::server::authz::escalation::check(state.store.as_ref(), &state.authorization_modes, &write).await
+}
+
+/// After a ClusterRole changed: the aggregation controller's pass.
+async fn after_rbac_write(state: &AppState, res: &Resource) -> Result<(), ApiError> {
+    if res.plural == "clusterroles" {
+        crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?;
+    }
+    Ok(())
+}
+
+async fn create(
+    state: &AppState,
+    user: &super::User,
+    res: &Resource,
+    ns: Option<&str>,
+    mut object: Value,
+) -> Result<Response, ApiError> {
     if let Some(ns) = ns {
         require_namespace(state, ns).await?;
     }
     let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
+    admit_rbac(state, user, res, ns, &name, &mut object, None).await?;
     if res.plural == "pods" {
         let ns = ns.unwrap_or_default();
         let sa_name = pod_service_account(&mut object);
@@ -232,6 +276,7 @@ async fn create(state: &AppState, res: &Resource, ns: Option<&str>, mut object: 
     if res.plural == "namespaces" {
         namespace_defaults(state, &name).await?;
     }
+    after_rbac_write(state, res).await?;
     Ok(json_response(StatusCode::CREATED, created.object))
 }
 
@@ -256,6 +301,7 @@ async fn namespace_defaults(state: &AppState, ns: &str) -> Result<(), ApiError> 
 
 async fn update(
     state: &AppState,
+    user: &super::User,
     res: &Resource,
     ns: Option<&str>,
     name: &str,
@@ -277,15 +323,19 @@ async fn update(
         object["status"] = status;
     }
     prepare_update(res, &current.object, &mut object, name)?;
+    admit_rbac(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
+    after_rbac_write(state, res).await?;
     Ok(json_response(StatusCode::OK, updated.object))
 }
 
 /// Conflicts a patch retries on before giving up (upstream retries patches internally).
 const PATCH_RETRIES: usize = 5;
 
+#[allow(clippy::too_many_arguments)]
 async fn patch(
     state: &AppState,
+    user: &super::User,
     res: &Resource,
     ns: Option<&str>,
     name: &str,
@@ -324,8 +374,12 @@ async fn patch(
             None => current.revision,
         };
         prepare_update(res, &current.object, &mut object, name)?;
+        admit_rbac(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
         match state.store.update(&k, object, Some(expected)).await {
-            Ok(updated) => return Ok(json_response(StatusCode::OK, updated.object)),
+            Ok(updated) => {
+                after_rbac_write(state, res).await?;
+                return Ok(json_response(StatusCode::OK, updated.object));
+            }
             Err(StoreError::Conflict { .. })
                 if attempt < PATCH_RETRIES && patch.field("/metadata/resourceVersion").is_none() =>
             {
@@ -387,6 +441,7 @@ async fn delete(
         }
     }
     let deleted = state.store.delete(&k, Some(current.revision)).await?;
+    after_rbac_write(state, res).await?;
     Ok(json_response(StatusCode::OK, deleted.object))
 }
 

@@ -65,18 +65,13 @@ pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
 /// DNS subdomain), with upstream-shaped messages.
 pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
     if res.group == "rbac.authorization.k8s.io" {
-        // ValidateRBACName = path.IsValidPathSegmentName: `system:discovery` is fine.
-        let problem = match name {
-            "." | ".." => Some(format!("may not be '{name}'")),
-            _ if name.contains('/') => Some("may not contain '/'".to_owned()),
-            _ if name.contains('%') => Some("may not contain '%'".to_owned()),
-            _ => None,
-        };
-        return match problem {
+        return match super::rbac::rbac_name_problem(name) {
             None => Ok(()),
             Some(p) => Err(ApiError::invalid(format!(
-                "{} {name:?} is invalid: metadata.name: Invalid value: {name:?}: {p}",
-                res.kind
+                "{}.{} {name:?} is invalid: metadata.name: Invalid value: {}: {p}",
+                res.kind,
+                res.group,
+                podpass_api::validation::quote(name)
             ))),
         };
     }
