@@ -391,3 +391,22 @@ fn kid_prints_upstream_and_libtrust_ids_that_python_agrees_with() {
         assert_eq!(fields[2], ok_stdout(out, "python libtrust kid"), "{alg}");
     }
 }
+
+#[test]
+fn output_into_a_closed_pipe_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, _, _) = keygen(dir.path(), "ES256");
+    // The reading end is closed before the process starts: its first write gets EPIPE, as
+    // `podpass token jwks … | head -c0` would.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(PODPASS)
+        .args(["token", "jwks", "--key", key.to_str().unwrap()])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}

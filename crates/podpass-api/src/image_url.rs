@@ -42,8 +42,9 @@ fn unescape(s: &str, host: bool) -> Result<String, String> {
             b'%' => {
                 let (Some(h), Some(l)) = (b.get(i + 1).and_then(|c| unhex(*c)), b.get(i + 2).and_then(|c| unhex(*c)))
                 else {
+                    // Go quotes up to three *bytes*, which may end inside a UTF-8 character.
                     let end = (i + 3).min(b.len());
-                    return Err(format!("invalid URL escape {}", crate::validation::quote(&s[i..end])));
+                    return Err(format!("invalid URL escape {}", go_quote_bytes(&b[i..end])));
                 };
                 // Go: in hosts, only %25 (zone) and non-ASCII escapes are allowed.
                 let v = h * 16 + l;
@@ -66,6 +67,21 @@ fn unescape(s: &str, host: bool) -> Result<String, String> {
         }
     }
     String::from_utf8(out).map_err(|_| "invalid UTF-8 after unescaping".to_owned())
+}
+
+/// Go's `strconv.Quote` of a byte string: valid UTF-8 as text (JSON-style escapes for the
+/// rest), each invalid byte as `\xNN`.
+fn go_quote_bytes(bytes: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for chunk in bytes.utf8_chunks() {
+        let valid = crate::validation::quote(chunk.valid());
+        out.push_str(&valid[1..valid.len() - 1]);
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Go `shouldEscape(c, encodeHost)` is false for these.
@@ -337,6 +353,11 @@ mod tests {
             r#"parse "https://bad host/x": invalid character " " in host name"#
         );
         assert_eq!(parse_schemeless("h/p%2").unwrap_err().reason, r#"invalid URL escape "%2""#);
+        // an escape cut inside a UTF-8 character (a tenant's pull-secret key) is an error,
+        // worded as Go's, never a panic
+        assert_eq!(parse_schemeless("registry.example/%aé").unwrap_err().reason, r#"invalid URL escape "%a\xc3""#);
+        assert_eq!(parse_schemeless("%é").unwrap_err().reason, r#"invalid URL escape "%é""#);
+        assert_eq!(parse_schemeless("r/%").unwrap_err().reason, r#"invalid URL escape "%""#);
         assert!(parse_schemeless("*.dkr.ecr.*.amazonaws.com").is_ok());
         assert!(parse_schemeless("[::1]:5000/x").is_ok());
     }

@@ -140,7 +140,7 @@ fn add_kubeconfig(a: KubeconfigArgs) -> ExitCode {
     })();
     match result {
         Ok(k) => {
-            print!("{k}");
+            crate::write_stdout(format_args!("{k}"));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -202,7 +202,7 @@ fn serve(f: ServerFlags) -> ExitCode {
             }
         };
         eprintln!("podpass apiserver serving on {}", running.server_url);
-        println!("kubectl --kubeconfig {} get --raw /version", running.admin_kubeconfig.display());
+        outln!("kubectl --kubeconfig {} get --raw /version", running.admin_kubeconfig.display());
         tokio::select! {
             _ = running.wait() => ExitCode::from(1),
             _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,

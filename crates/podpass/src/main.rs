@@ -4,6 +4,18 @@
 //! Exit codes: 0 success, 1 the operation was refused (e.g. a token did not verify),
 //! 64 bad usage or configuration (EX_USAGE), 70 internal failure.
 
+/// `println!` for command output: when stdout is a closed pipe (`podpass … | head`) the
+/// process ends quietly (exit 0) instead of panicking, as a reader that stopped reading
+/// wants; any other write error is reported and exits 74 (EX_IOERR).
+macro_rules! outln {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod apiserver;
 mod bench;
 mod node;
@@ -43,6 +55,20 @@ enum Command {
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+}
+
+/// Writes to stdout for [`outln!`].
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let result = std::io::stdout().lock().write_fmt(args);
+    match result {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: writing to stdout: {e}");
+            std::process::exit(74);
+        }
+    }
 }
 
 fn main() -> ExitCode {

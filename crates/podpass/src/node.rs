@@ -129,7 +129,7 @@ fn check_config(a: &CheckConfigArgs) -> ExitCode {
         eprintln!("failed to validate credential provider config: {errors}");
         return ExitCode::from(1);
     }
-    println!("ok {hash}");
+    outln!("ok {hash}");
     ExitCode::SUCCESS
 }
 
@@ -257,6 +257,6 @@ async fn credentials(a: CredentialsArgs) -> Result<()> {
     }
     let execs: serde_json::Map<String, Value> =
         providers.iter().map(|p| (p.name().to_owned(), json!(p.exec_count()))).collect();
-    println!("{}", serde_json::to_string_pretty(&json!({"lookups": lookups, "execs": execs}))?);
+    outln!("{}", serde_json::to_string_pretty(&json!({"lookups": lookups, "execs": execs}))?);
     Ok(())
 }

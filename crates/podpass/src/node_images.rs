@@ -298,7 +298,7 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     for e in &decision.events {
         eprintln!("{} {} {}", e.event_type, e.reason, e.message);
     }
-    println!("{}", serde_json::to_string_pretty(&decision)?);
+    outln!("{}", serde_json::to_string_pretty(&decision)?);
     if let Some(path) = &a.metrics_file {
         let mut registry = Registry::default();
         registry.register(
@@ -324,7 +324,7 @@ pub async fn load(a: LoadArgs) -> Result<()> {
     let image = podpass_node::images::reference::apply_default_tag(&a.image)?;
     match pull_with_credentials(&backend, &image, &found.credentials).await {
         Ok((id, _)) => {
-            println!("{id}");
+            outln!("{id}");
             Ok(())
         }
         Err(e) => bail!("failed to load {image}: {e}"),
@@ -342,10 +342,10 @@ pub async fn remove(a: RemoveArgs) -> Result<()> {
 pub async fn list(a: ListArgs) -> Result<()> {
     let backend = a.runtime.backend().await?;
     let images = backend.list_images().await?;
-    println!("{:<73} {:>10}  TAGS / DIGESTS", "IMAGE ID", "SIZE");
+    outln!("{:<73} {:>10}  TAGS / DIGESTS", "IMAGE ID", "SIZE");
     for i in images {
         let names: Vec<&str> = i.repo_tags.iter().chain(&i.repo_digests).map(String::as_str).collect();
-        println!("{:<73} {:>10}  {}", i.id, i.size, names.join(" "));
+        outln!("{:<73} {:>10}  {}", i.id, i.size, names.join(" "));
     }
     Ok(())
 }
@@ -372,19 +372,19 @@ pub fn records_list(a: &RecordsArgs) -> Result<bool> {
     let store = open_records(&a.root_dir)?;
     let (records, errors) = store.list_pulled();
     let (intents, intent_errors) = store.list_intents();
-    println!("{:<73} {:<20} {:<40} MAY USE", "IMAGE REF", "UPDATED", "REPOSITORY");
+    outln!("{:<73} {:<20} {:<40} MAY USE", "IMAGE REF", "UPDATED", "REPOSITORY");
     for r in &records {
         if r.credential_mapping.is_empty() {
-            println!("{:<73} {:<20} {:<40} nobody without verification", r.image_ref, r.last_updated_time, "-");
+            outln!("{:<73} {:<20} {:<40} nobody without verification", r.image_ref, r.last_updated_time, "-");
         }
         for (repo, creds) in &r.credential_mapping {
-            println!("{:<73} {:<20} {:<40} {}", r.image_ref, r.last_updated_time, repo, who(creds));
+            outln!("{:<73} {:<20} {:<40} {}", r.image_ref, r.last_updated_time, repo, who(creds));
         }
     }
-    println!();
-    println!("PULL INTENTS (pulls in progress or interrupted)");
+    outln!();
+    outln!("PULL INTENTS (pulls in progress or interrupted)");
     for i in &intents {
-        println!("{}", i.image);
+        outln!("{}", i.image);
     }
     for e in errors.iter().chain(&intent_errors) {
         eprintln!("unreadable: {e}");
@@ -410,7 +410,7 @@ pub fn records_show(a: &ShowArgs) -> Result<bool> {
         (found, errors)
     };
     let (intents, intent_errors) = store.list_intents();
-    println!("{}", serde_json::to_string_pretty(&serde_json::json!({"pulled": records, "pulling": intents}))?);
+    outln!("{}", serde_json::to_string_pretty(&serde_json::json!({"pulled": records, "pulling": intents}))?);
     for e in errors.iter().chain(&intent_errors) {
         eprintln!("unreadable: {e}");
     }
@@ -425,6 +425,6 @@ pub async fn gc(a: GcArgs) -> Result<()> {
     let pm = PullManager::new(store, PolicyEnforcer::new(Default::default(), &[]).unwrap_or_default());
     let until = podpass_node::images::pull_manager::rfc3339_now();
     let pruned = tokio::task::spawn_blocking(move || pm.prune_unknown_records(&ids, &until)).await?;
-    println!("pruned {pruned} records");
+    outln!("pruned {pruned} records");
     Ok(())
 }

@@ -217,7 +217,7 @@ fn keygen(a: KeygenArgs) -> Result<()> {
     let private_pem = key.to_pkcs8_pem().context("encoding private key")?;
     write_atomic(&a.out, private_pem.as_bytes(), 0o600, a.force)?;
     write_atomic(&public_path, key.public_key().to_pem().as_bytes(), 0o644, a.force)?;
-    println!("{}", key.key_id());
+    outln!("{}", key.key_id());
     eprintln!(
         "wrote {} ({}, mode 0600) and {}; kid {}",
         a.out.display(),
@@ -266,7 +266,7 @@ fn mint(a: MintArgs) -> Result<()> {
     };
     let generator = TokenGenerator::new(a.issuer, key);
     let minted = generator.mint(&request, &token_features(&a.feature_gates), now_unix()).context("minting token")?;
-    println!("{}", minted.token);
+    outln!("{}", minted.token);
     Ok(())
 }
 
@@ -282,13 +282,13 @@ fn load_public_keys(paths: &[PathBuf]) -> Result<Vec<VerificationKey>> {
 fn jwks(a: JwksArgs) -> Result<()> {
     let keys = load_public_keys(&a.keys)?;
     let set = Jwks::from_keys(&keys).context("building JWKS")?;
-    println!("{}", serde_json::to_string(&set).context("encoding JWKS")?);
+    outln!("{}", serde_json::to_string(&set).context("encoding JWKS")?);
     Ok(())
 }
 
 fn kid(a: JwksArgs) -> Result<()> {
     for key in load_public_keys(&a.keys)? {
-        println!("{} {} {}", key.algorithm(), key.key_id(), key.libtrust_key_id());
+        outln!("{} {} {}", key.algorithm(), key.key_id(), key.libtrust_key_id());
     }
     Ok(())
 }
@@ -355,7 +355,7 @@ fn verify(a: VerifyArgs) -> Result<(), Failure> {
         Ok(verified) => {
             let user = verified.info.user_info();
             let json = serde_json::to_string_pretty(&user).context("encoding user info")?;
-            println!("{json}");
+            outln!("{json}");
             Ok(())
         }
         Err(e) => Err(Failure::Refused(e.to_string())),
@@ -374,7 +374,7 @@ fn decode(a: DecodeArgs) -> Result<()> {
             .map_err(|e| anyhow!("token {label} is not base64url: {e}"))?;
         let value: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| anyhow!("token {label} is not JSON: {e}"))?;
-        println!("UNVERIFIED {label}:\n{}", serde_json::to_string_pretty(&value).context("encoding")?);
+        outln!("UNVERIFIED {label}:\n{}", serde_json::to_string_pretty(&value).context("encoding")?);
     }
     eprintln!("(signature NOT checked: use `podpass token verify` to verify)");
     Ok(())

@@ -178,6 +178,23 @@ mod tests {
     }
 
     #[test]
+    fn hostile_pull_secret_keys_are_skipped_not_fatal() {
+        // Any namespace user can create a pull secret; its keys must never stop lookups.
+        let mut k = Keyring::new();
+        let config: DockerConfig = [
+            ("registry.example/%aé".to_owned(), entry("cut-utf8")),
+            ("%é".to_owned(), entry("escape-then-utf8")),
+            ("é%".to_owned(), entry("trailing-escape")),
+            ("[::1".to_owned(), entry("open-bracket")),
+            ("registry.example".to_owned(), entry("good")),
+        ]
+        .into();
+        k.add(&config, &CredentialSource::NodeWide);
+        assert_eq!(users(&k.lookup("registry.example/team/app")), ["good"]);
+        assert!(k.lookup("registry.example/%aé").is_empty());
+    }
+
+    #[test]
     fn docker_hub_fallback() {
         let mut k = Keyring::new();
         k.add(&[("https://index.docker.io/v1/".to_owned(), entry("hub"))].into(), &CredentialSource::NodeWide);

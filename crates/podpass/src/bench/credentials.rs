@@ -61,7 +61,7 @@ pub fn run(args: CredentialsBench) -> Result<()> {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).context("chmod")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
     runtime.block_on(async {
-        println!("podpass bench credentials: plugin {}", path.display());
+        outln!("podpass bench credentials: plugin {}", path.display());
         // Exec overhead: alternate bare spawn+wait and a provider lookup that always execs.
         let uncached = provider(dir.path(), 0, None);
         let (mut bare, mut through) = (Duration::ZERO, Duration::ZERO);
@@ -87,7 +87,7 @@ pub fn run(args: CredentialsBench) -> Result<()> {
         }
         let n = args.execs as f64;
         let (bare_ms, through_ms) = (bare.as_secs_f64() * 1e3 / n, through.as_secs_f64() * 1e3 / n);
-        println!(
+        outln!(
             "plugin exec: {through_ms:.2} ms per lookup vs {bare_ms:.2} ms bare spawn+wait = {:.2}x",
             through_ms / bare_ms
         );
@@ -109,7 +109,7 @@ pub fn run(args: CredentialsBench) -> Result<()> {
         }
         let mean_us = started.elapsed().as_secs_f64() * 1e6 / args.hits as f64;
         samples.sort_by(f64::total_cmp);
-        println!(
+        outln!(
             "cache hit: mean {mean_us:.2} µs, p50 {:.2} µs, p99 {:.2} µs",
             percentile(&samples, 0.5),
             percentile(&samples, 0.99)
@@ -128,7 +128,7 @@ pub fn run(args: CredentialsBench) -> Result<()> {
         for t in tasks {
             answered += usize::from(!t.await.context("lookup task")?.config.is_empty());
         }
-        println!(
+        outln!(
             "{} concurrent identical lookups: {} exec(s), {answered} answered, {:.0} ms",
             args.concurrent,
             shared.exec_count(),

@@ -125,7 +125,7 @@ pub fn run(args: ImagesBench) -> Result<()> {
         bytes_total += data.len();
         std::fs::write(pulled_dir.join(file_name(&image_ref(i))), &data)?;
     }
-    println!("{} pulled records on disk, {} bytes each on average", args.records, bytes_total / args.records);
+    outln!("{} pulled records on disk, {} bytes each on average", args.records, bytes_total / args.records);
 
     // Every record held in memory at once, read one by one through the store's strict
     // reader into a vector sized up front, measured first so that no freed memory is reused:
@@ -158,7 +158,7 @@ pub fn run(args: ImagesBench) -> Result<()> {
         });
     }
     let (hot_p50, hot_p99) = time_checks(&pm, args.checks, |n| n % (MAX_PULLED - 1))?;
-    println!(
+    outln!(
         "MustAttemptImagePull, record in the in-memory layer: p50 {:.2} us, p99 {:.2} us (target p50 < 5 us)",
         hot_p50 as f64 / 1000.0,
         hot_p99 as f64 / 1000.0
@@ -167,7 +167,7 @@ pub fn run(args: ImagesBench) -> Result<()> {
     let stride = 7919usize;
     let n = args.records;
     let (cold_p50, cold_p99) = time_checks(&pm, args.checks.min(50_000), |k| (k * stride) % n)?;
-    println!(
+    outln!(
         "MustAttemptImagePull, uniform over {n} records (file read when not in the layer): p50 {:.2} us, p99 {:.2} us",
         cold_p50 as f64 / 1000.0,
         cold_p99 as f64 / 1000.0
@@ -197,7 +197,7 @@ pub fn run(args: ImagesBench) -> Result<()> {
     let t = Instant::now();
     let raw_bytes = raw_read_all(&pulled_dir)?;
     let raw_cold = t.elapsed();
-    println!(
+    outln!(
         "cold start-up over {} record files (page cache {}): housekeeping done (every record read, old versions migrated, layer warmed) in {:.3} s (target < 2 s); a further full listing {:.3} s; a listing with the page cache warm {:.3} s",
         args.records,
         if dropped { "dropped" } else { "warm: could not drop it" },
@@ -206,14 +206,14 @@ pub fn run(args: ImagesBench) -> Result<()> {
         warm_list.as_secs_f64()
     );
     if raw_dropped {
-        println!(
+        outln!(
             "  raw read of the same {} files ({raw_bytes} B) from a dropped page cache: {:.3} s; start-up is {:.2}x that",
             args.records,
             raw_cold.as_secs_f64(),
             ready.as_secs_f64() / raw_cold.as_secs_f64()
         );
     }
-    println!(
+    outln!(
         "resident memory per record (RSS deltas, allocator slack included): {per_record_held:.0} B per record held in memory (target <= 1024 B); {per_record_listing:.0} B per record at the peak of a parallel full listing"
     );
 
@@ -242,7 +242,7 @@ pub fn run(args: ImagesBench) -> Result<()> {
     let (o, r, rd) = (median(&mut ours), median(&mut raw), median(&mut raw_dirsync));
     #[allow(clippy::cast_precision_loss)]
     let (o, r, rd) = (o as f64 / 1000.0, r as f64 / 1000.0, rd as f64 / 1000.0);
-    println!(
+    outln!(
         "durable record write ({} B): median {o:.1} us = {:.2}x raw write+fsync+rename ({r:.1} us; target <= 1.5x), {:.2}x raw with the directory fsync too ({rd:.1} us)",
         data.len(),
         o / r,

@@ -206,8 +206,8 @@ async fn drive(
     cores: usize,
     only: Option<Only>,
 ) -> Result<()> {
-    println!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
-    println!("(server and load generator share the cores; raw rates are measured before and after each phase)");
+    outln!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
+    outln!("(server and load generator share the cores; raw rates are measured before and after each phase)");
     if only != Some(Only::Reviews) {
         let (api, pod_uids) = start(&data_dir.join("requests"), clients, DEFAULT_SUCCESS_TTL).await?;
         let sign = Raw::measure(cores, phase, RawOp::Sign)?;
@@ -252,16 +252,13 @@ impl Raw {
     }
 
     fn print(&self, op: &str) {
-        println!(
-            "raw ES256 {op:<6} (aws-lc-rs):  {:>9.0}/s on {} threads, {:.0}/s on 1",
-            self.all, self.cores, self.one
-        );
+        outln!("raw ES256 {op:<6} (aws-lc-rs):  {:>9.0}/s on {} threads, {:.0}/s on 1", self.all, self.cores, self.one);
     }
 }
 
 impl Phase {
     fn print(&self, what: &str, unit: &str, raw: &Raw, op: &str) {
-        println!(
+        outln!(
             "{what:<26} {:>9.0} {unit}/s  p50 {:.2} ms  p99 {:.2} ms  = {:.2}x raw {op} on {} cores ({:.2}x one core)",
             self.rate(),
             self.percentile_ms(0.50),
