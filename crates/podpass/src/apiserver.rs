@@ -92,6 +92,10 @@ struct ServerFlags {
     /// in the data dir. Replicas sharing one etcd need the same signing and verification keys.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
+    /// Connections served at once; more wait in the listen backlog. Keep it below the open
+    /// file limit (`ulimit -n`).
+    #[arg(long, default_value_t = 1000)]
+    max_connections: usize,
 }
 
 /// A parsed `--authorization-mode`.
@@ -170,6 +174,10 @@ fn serve(f: ServerFlags) -> ExitCode {
         node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
         etcd_servers: f.etcd_servers.clone(),
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
+        serve_limits: podpass_apiserver::server::serve::ServeLimits {
+            max_connections: f.max_connections,
+            ..Default::default()
+        },
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {
             jti: gates.enabled(Feature::ServiceAccountTokenJTI),

@@ -71,6 +71,14 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Library logs (`tracing`) reach the operator on stderr; `RUST_LOG` filters them
+/// (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -81,6 +89,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_logging();
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),

@@ -109,12 +109,125 @@ impl Default for Metrics {
     }
 }
 
+/// Verbs a metric label may carry; anything else is `other` (upstream `cleanVerb` keeps
+/// label values to a fixed set).
+const KNOWN_VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "post",
+    "put",
+    "head",
+    "options",
+    "connect",
+];
+
+/// The labels of one request, from what routing understood of it: the verb if it is a known
+/// one, and group/version/resource/subresource only when they name something served.
+/// Never a raw path segment, so a client sending random paths cannot grow the label set.
+pub fn request_labels(verb: &str, path: Option<&crate::server::rest::resources::ApiPath>) -> RequestLabels {
+    use crate::server::rest::resources::{SUBRESOURCES, find};
+    let verb = if KNOWN_VERBS.contains(&verb) { verb } else { "other" };
+    let mut labels = RequestLabels {
+        verb: verb.to_owned(),
+        group: String::new(),
+        version: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        code: String::new(),
+    };
+    let Some(p) = path else { return labels };
+    let Some(res) = find(&p.group, &p.resource).filter(|r| r.version == p.version) else { return labels };
+    labels.group = res.group.to_owned();
+    labels.version = res.version.to_owned();
+    labels.resource = res.plural.to_owned();
+    if let Some(sub) = &p.subresource
+        && let Some((_, known, _)) = SUBRESOURCES.iter().find(|(r, s, _)| *r == res.plural && s == sub)
+    {
+        labels.subresource = (*known).to_owned();
+    }
+    labels
+}
+
 impl Metrics {
+    /// Counts one answered request (`apiserver_request_total`,
+    /// `apiserver_request_duration_seconds`), labelled by [`request_labels`].
+    pub fn observe_request(
+        &self,
+        verb: &str,
+        path: Option<&crate::server::rest::resources::ApiPath>,
+        code: u16,
+        seconds: f64,
+    ) {
+        let mut labels = request_labels(verb, path);
+        self.durations
+            .get_or_create(&DurationLabels { verb: labels.verb.clone(), resource: labels.resource.clone() })
+            .observe(seconds);
+        labels.code = code.to_string();
+        self.requests.get_or_create(&labels).inc();
+    }
+
     /// The text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::rest::resources::{Target, parse};
+
+    fn path(p: &str) -> Option<crate::server::rest::resources::ApiPath> {
+        match parse(p) {
+            Some(Target::Resource(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn attacker_paths_and_methods_do_not_grow_the_label_set() {
+        let m = Metrics::default();
+        for i in 0..500 {
+            m.observe_request(&format!("method{i}"), path(&format!("/api/v1/random{i}/x/y")).as_ref(), 403, 0.001);
+            m.observe_request("get", path(&format!("/apis/g{i}/v{i}/r{i}")).as_ref(), 403, 0.001);
+            m.observe_request(
+                "get",
+                path(&format!("/api/v1/namespaces/n{i}/secrets/s{i}/sub{i}")).as_ref(),
+                404,
+                0.001,
+            );
+            m.observe_request("get", None, 404, 0.001);
+        }
+        let text = m.encode();
+        let series = text.lines().filter(|l| l.starts_with("apiserver_request_total{")).count();
+        assert_eq!(series, 4, "{text}");
+        assert!(
+            text.contains(
+                r#"apiserver_request_total{verb="other",group="",version="",resource="",subresource="",code="403"} 500"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"apiserver_request_total{verb="get",group="",version="v1",resource="secrets",subresource="",code="404"} 500"#), "{text}");
+        assert!(!text.contains("random") && !text.contains("sub1"));
+    }
+
+    #[test]
+    fn served_resources_keep_their_labels() {
+        let l = request_labels("create", path("/api/v1/namespaces/ns/serviceaccounts/sa/token").as_ref());
+        assert_eq!(
+            (l.verb.as_str(), l.resource.as_str(), l.subresource.as_str()),
+            ("create", "serviceaccounts", "token")
+        );
+        let l = request_labels("list", path("/apis/rbac.authorization.k8s.io/v1/clusterroles").as_ref());
+        assert_eq!((l.group.as_str(), l.version.as_str()), ("rbac.authorization.k8s.io", "v1"));
     }
 }

@@ -10,6 +10,7 @@ pub mod authz;
 mod lookup;
 pub mod metrics;
 pub(crate) mod rest;
+pub mod serve;
 pub mod status;
 pub mod token_cache;
 
@@ -23,8 +24,6 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use podpass_token::documents::{JWKS_PATH, OPENID_CONFIG_PATH};
 use podpass_token::{
     Authenticator, Jwks, OidcDiscovery, SigningKey, TokenFeatures, TokenGenerator, VerificationKey, now_unix,
@@ -93,6 +92,8 @@ pub struct ApiServerConfig {
     /// `TokenSuccessCacheTTL`, fixed at 10 s upstream, [`token_cache::DEFAULT_SUCCESS_TTL`]);
     /// zero disables the cache.
     pub token_success_cache_ttl: std::time::Duration,
+    /// Connection bounds (handshake and header timeouts, connection cap).
+    pub serve_limits: serve::ServeLimits,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -212,6 +213,9 @@ impl ApiServerConfig {
         }
         let token_file = TokenFile::load(&token_file_path).map_err(|e| ConfigError(e.to_string()))?;
 
+        if self.serve_limits.max_connections == 0 {
+            return Err(ConfigError("--max-connections: must be at least 1".into()));
+        }
         for server in &self.etcd_servers {
             if !(server.starts_with("http://") || server.starts_with("https://")) {
                 return Err(ConfigError(format!("--etcd-servers {server:?}: must be an http:// or https:// URL")));
@@ -247,7 +251,7 @@ fn create_private_dir(dir: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, ConfigError> {
+pub(crate) fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, ConfigError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| ConfigError(format!("--tls-cert-file: {e}")))?;
@@ -402,21 +406,7 @@ impl Prepared {
         authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
         let app = router(state);
-        let tls = self.tls;
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _peer)) = listener.accept().await else { continue };
-                let (tls, app) = (tls.clone(), app.clone());
-                tokio::spawn(async move {
-                    let Ok(stream) = tls.accept(tcp).await else { return };
-                    let service = TowerToHyperService::new(app);
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .http1_only()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let task = tokio::spawn(serve::accept_loop(listener, self.tls, app, self.config.serve_limits));
         Ok(Running { local_addr, server_url, admin_kubeconfig, task })
     }
 }
@@ -684,27 +674,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     .await;
     let response = result.unwrap_or_else(IntoResponse::into_response);
     let elapsed = received_at.elapsed().as_secs_f64();
-    let (group, version, resource, subresource) = api_path.as_ref().map_or_else(
-        || (String::new(), String::new(), String::new(), String::new()),
-        |p| (p.group.clone(), p.version.clone(), p.resource.clone(), p.subresource.clone().unwrap_or_default()),
-    );
-    state
-        .metrics
-        .durations
-        .get_or_create(&metrics::DurationLabels { verb: verb.clone(), resource: resource.clone() })
-        .observe(elapsed);
-    state
-        .metrics
-        .requests
-        .get_or_create(&metrics::RequestLabels {
-            verb: verb.clone(),
-            group,
-            version,
-            resource,
-            subresource,
-            code: response.status().as_u16().to_string(),
-        })
-        .inc();
+    state.metrics.observe_request(&verb, api_path.as_ref(), response.status().as_u16(), elapsed);
     if let Some(log) = &state.audit {
         let user = audit_user.map_or(json!({}), |u| {
             let mut v = json!({"username": u.name, "groups": u.groups});

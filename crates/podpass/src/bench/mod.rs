@@ -140,6 +140,7 @@ async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Res
         node_audience_restriction: true,
         etcd_servers: Vec::new(),
         token_success_cache_ttl: ttl,
+        serve_limits: Default::default(),
     };
     // The server task lives as long as the runtime: the bench process ends with it.
     let running = config.prepare().context("preparing the server")?.start().await.context("starting the server")?;
