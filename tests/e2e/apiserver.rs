@@ -63,6 +63,22 @@ fn serves_https_with_generated_pki_and_authenticates() {
 fn oidc_documents_verify_tokens_signed_with_the_servers_key() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(dir.path(), &[]);
+    // as upstream, discovery follows RBAC: service accounts may read it, anonymous clients
+    // only once an operator binds system:service-account-issuer-discovery for them
+    assert_eq!(get(&s, "/.well-known/openid-configuration", None).0, 403);
+    assert_eq!(get(&s, "/openid/v1/jwks", None).0, 403);
+    assert_eq!(get(&s, "/openid/v1/jwks", Some(&admin_token(dir.path()))).0, 200);
+    let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "oidc-anonymous"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:service-account-issuer-discovery"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]});
+    let created = client(&s.dir)
+        .post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url))
+        .bearer_auth(admin_token(dir.path()))
+        .json(&binding)
+        .send()
+        .unwrap();
+    assert_eq!(created.status(), 201);
     let (code, discovery) = get(&s, "/.well-known/openid-configuration", None);
     assert_eq!(code, 200);
     assert_eq!(discovery["issuer"], s.url.as_str());
@@ -90,11 +106,11 @@ fn oidc_documents_verify_tokens_signed_with_the_servers_key() {
 fn restart_keeps_keys_ca_and_admin_access() {
     let dir = tempfile::tempdir().unwrap();
     let first = start(dir.path(), &[]);
-    let (_, jwks1) = get(&first, "/openid/v1/jwks", None);
+    let (_, jwks1) = get(&first, "/openid/v1/jwks", Some(&admin_token(dir.path())));
     let ca1 = std::fs::read(dir.path().join("pki/ca.crt")).unwrap();
     drop(first);
     let second = start(dir.path(), &[]);
-    let (_, jwks2) = get(&second, "/openid/v1/jwks", None);
+    let (_, jwks2) = get(&second, "/openid/v1/jwks", Some(&admin_token(dir.path())));
     assert_eq!(jwks1, jwks2, "the signing key is kept");
     assert_eq!(std::fs::read(dir.path().join("pki/ca.crt")).unwrap(), ca1, "the CA is kept");
     assert_eq!(get(&second, "/api", Some(&admin_token(dir.path()))).0, 200);
@@ -240,7 +256,8 @@ fn kubectl_creates_objects_and_pod_bound_tokens_that_review_until_the_pod_goes()
 
     // the token carries pod, node and jti, and verifies with PyJWT via the served JWKS
     let jwks = d.join("jwks.json");
-    std::fs::write(&jwks, serde_json::to_vec(&get(&s, "/openid/v1/jwks", None).1).unwrap()).unwrap();
+    let admin = admin_token(d);
+    std::fs::write(&jwks, serde_json::to_vec(&get(&s, "/openid/v1/jwks", Some(&admin)).1).unwrap()).unwrap();
     let out = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/pyjwt_verify.py"))
         .args([jwks.to_str().unwrap(), &s.url, "registry", token.trim()])

@@ -83,3 +83,153 @@ fn idle_connections_past_the_file_limit_neither_spin_nor_take_the_server_down() 
     let _ = child.kill();
     let _ = child.wait();
 }
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let cache = kubeconfig.with_extension("cache");
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn identity(d: &std::path::Path, user: &str, groups: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["apiserver", "kubeconfig", "--data-dir", d.to_str().unwrap(), "--user", user]);
+    for g in groups {
+        cmd.args(["--group", g]);
+    }
+    cmd.output().unwrap()
+}
+
+fn review(s: &Server, token: &str, audiences: &[&str]) -> serde_json::Value {
+    let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token, "audiences": audiences}});
+    client(&s.dir)
+        .post(format!("{}/apis/authentication.k8s.io/v1/tokenreviews", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .json(&body)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
+}
+
+#[test]
+fn static_tokens_pass_reviews_only_for_the_api_audiences() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let admin = admin_token(dir.path());
+    let api = review(&s, &admin, &[]);
+    assert_eq!(api["status"]["authenticated"], true, "{api}");
+    assert_eq!(api["status"]["user"]["groups"], serde_json::json!(["system:masters", "system:authenticated"]));
+    assert_eq!(api["status"]["audiences"], serde_json::json!([s.url]));
+    // a registry asking about its own audience must not accept a user's API token
+    let registry = review(&s, &admin, &["registry.example"]);
+    assert_eq!(registry["status"]["authenticated"], false, "{registry}");
+    let both = review(&s, &admin, &["registry.example", &s.url]);
+    assert_eq!(both["status"]["audiences"], serde_json::json!([s.url]), "{both}");
+}
+
+#[test]
+fn bearer_scheme_is_case_insensitive_and_other_schemes_are_anonymous() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let admin = admin_token(dir.path());
+    let c = client(dir.path());
+    let whoami = |auth: &str| {
+        c.get(format!("{}/api/v1/namespaces", s.url)).header("authorization", auth).send().unwrap().status().as_u16()
+    };
+    assert_eq!(whoami(&format!("bearer {admin}")), 200);
+    assert_eq!(whoami(&format!("BEARER {admin}")), 200);
+    assert_eq!(whoami("Basic YWRtaW46cGFzcw=="), 403, "another scheme is anonymous, which may not list");
+    assert_eq!(whoami("Bearer not-a-token"), 401);
+    // as upstream: "Bearer" alone carries no token (anonymous); an empty token is refused
+    assert_eq!(whoami("Bearer "), 403);
+    assert_eq!(whoami("Bearer  x"), 401);
+}
+
+#[test]
+fn kubeconfig_identities_cannot_smuggle_csv_or_yaml() {
+    let dir = tempfile::tempdir().unwrap();
+    let _s = start(dir.path(), &[]);
+    let before = std::fs::read(dir.path().join("tokens.csv")).unwrap();
+    for (user, groups) in [
+        ("eve\nx,admin,1,system:masters", &[][..]),
+        ("eve\"", &[][..]),
+        ("eve,admin", &[][..]),
+        ("eve", &["dev,system:masters"][..]),
+        ("eve", &["dev\"\nt,admin,1,\"system:masters"][..]),
+        ("eve", &[""][..]),
+    ] {
+        let out = identity(dir.path(), user, groups);
+        assert!(!out.status.success(), "{user:?} {groups:?} accepted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("must be non-empty and contain no"));
+    }
+    assert_eq!(std::fs::read(dir.path().join("tokens.csv")).unwrap(), before, "token file untouched");
+}
+
+#[test]
+fn nodes_cannot_label_themselves_into_restricted_domains_and_pods_cannot_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _s = start(d, &[]);
+    let admin = d.join("admin.kubeconfig");
+    let node_cfg = d.join("n1.kubeconfig");
+    std::fs::write(&node_cfg, ok(identity(d, "system:node:n1", &["system:nodes"]), "node identity")).unwrap();
+    let node_json = d.join("node.json");
+    std::fs::write(
+        &node_json,
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","labels":{"kubernetes.io/hostname":"n1"}}}"#,
+    )
+    .unwrap();
+    ok(kubectl(&node_cfg, &["create", "-f", node_json.to_str().unwrap()]), "node registers itself");
+    let out = kubectl(&node_cfg, &["label", "node", "n1", "node-restriction.kubernetes.io/trusted=true"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not allowed to modify labels: node-restriction.kubernetes.io/trusted"), "{err}");
+    ok(kubectl(&node_cfg, &["label", "node", "n1", "example.com/rack=r1"]), "an ordinary label");
+    ok(kubectl(&admin, &["label", "node", "n1", "node-restriction.kubernetes.io/trusted=true"]), "admin may");
+    let out = kubectl(&node_cfg, &["label", "node", "n1", "node-restriction.kubernetes.io/trusted-"]);
+    assert!(!out.status.success(), "the node removed a restricted label");
+    let other = d.join("n2.json");
+    std::fs::write(&other, std::fs::read_to_string(&node_json).unwrap().replace("n1", "n2")).unwrap();
+    let out = kubectl(&node_cfg, &["create", "-f", other.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(r#"node "n1" is not allowed to modify node "n2""#));
+
+    // a pod's node (and the rest of its spec) is fixed once created
+    ok(kubectl(&admin, &["create", "namespace", "team"]), "ns");
+    let pod = d.join("pod.json");
+    std::fs::write(
+        &pod,
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web","namespace":"team"},
+            "spec":{"nodeName":"n1","containers":[{"name":"c","image":"app:1"}]}}"#,
+    )
+    .unwrap();
+    ok(kubectl(&admin, &["create", "-f", pod.to_str().unwrap()]), "pod");
+    let out =
+        kubectl(&admin, &["-n", "team", "patch", "pod", "web", "--type=merge", "-p", r#"{"spec":{"nodeName":"n2"}}"#]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pod updates may not change fields other than"), "{err}");
+    ok(kubectl(&admin, &["-n", "team", "set", "image", "pod/web", "c=app:2"]), "image may change");
+    // a grace period past any calendar is bounded, not an overflow
+    let c = client(d);
+    let resp = c
+        .delete(format!("{}/api/v1/namespaces/team/pods/web?gracePeriodSeconds=9223372036854775807", _s.url))
+        .bearer_auth(admin_token(d))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: serde_json::Value = resp.json().unwrap();
+    assert!(body["metadata"]["deletionTimestamp"].as_str().is_some_and(|t| t.starts_with("21")), "{body}");
+    let resp = c
+        .delete(format!("{}/api/v1/namespaces/team/pods/web?gracePeriodSeconds=soon", _s.url))
+        .bearer_auth(admin_token(d))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(c.get(format!("{}/version", _s.url)).send().unwrap().status(), 200, "server alive");
+}

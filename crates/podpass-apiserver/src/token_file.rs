@@ -86,7 +86,9 @@ pub fn parse(path: &Path, text: &str) -> Result<HashMap<String, StaticUser>, Tok
         }
         let groups = fields
             .get(3)
-            .map(|g| g.split(',').map(str::trim).filter(|g| !g.is_empty()).map(str::to_owned).collect())
+            // As upstream: split on commas and nothing else; `" system:masters"` is not
+            // `system:masters`.
+            .map(|g| g.split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect())
             .unwrap_or_default();
         // As upstream: a later duplicate replaces an earlier one.
         users.insert(fields[0].clone(), StaticUser { name: fields[1].clone(), uid: fields[2].clone(), groups });
@@ -97,66 +99,111 @@ pub fn parse(path: &Path, text: &str) -> Result<HashMap<String, StaticUser>, Tok
 /// How long a token found in memory is trusted without checking the file for changes.
 const RECHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// What identifies one version of the file without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fingerprint {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn fingerprint(path: &Path) -> Option<Fingerprint> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Fingerprint { modified: m.modified().ok(), len: m.len(), inode: m.ino() })
+}
+
+#[derive(Debug)]
+struct Loaded {
+    fingerprint: Option<Fingerprint>,
+    content: Vec<u8>,
+    users: HashMap<String, StaticUser>,
+}
+
 /// The token file, reloaded on change. A reload that fails keeps the last good contents.
 ///
-/// A token not in memory makes the file be checked at once (a token added to the file works
-/// on its first use); a known token rechecks the file at most once per [`RECHECK_INTERVAL`],
-/// so a removed line stops authenticating within a second without a `stat` per request.
+/// A token not in memory makes the file's metadata be checked at once (a token added to the
+/// file works on its first use); at most once per [`RECHECK_INTERVAL`] the content itself
+/// is compared, so a change that keeps size and mtime (a same-second rewrite on a coarse
+/// filesystem, a restored mtime) is seen within a second as well, and a removed line stops
+/// authenticating within a second without a read per request.
 #[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
-    state: RwLock<(Option<SystemTime>, HashMap<String, StaticUser>)>,
+    state: RwLock<Loaded>,
     checked: Mutex<Instant>,
 }
 
 impl TokenFile {
     /// Loads the file; an unreadable or malformed file is an error at start-up.
     pub fn load(path: &Path) -> Result<Self, TokenFileError> {
-        let (mtime, text) = read(path)?;
-        let users = parse(path, &text)?;
-        Ok(Self { path: path.to_path_buf(), state: RwLock::new((mtime, users)), checked: Mutex::new(Instant::now()) })
+        let fp = fingerprint(path);
+        let content = read(path)?;
+        let users = parse(path, &String::from_utf8_lossy(&content))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            state: RwLock::new(Loaded { fingerprint: fp, content, users }),
+            checked: Mutex::new(Instant::now()),
+        })
     }
 
     /// The user a token belongs to, reloading the file first if it changed.
     pub fn lookup(&self, token: &str) -> Option<StaticUser> {
         let due = self.checked.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= RECHECK_INTERVAL;
-        if !due && let Some(user) = self.state.read().unwrap_or_else(|p| p.into_inner()).1.get(token) {
+        if !due && let Some(user) = self.state.read().unwrap_or_else(|p| p.into_inner()).users.get(token) {
             return Some(user.clone());
         }
-        self.reload_if_changed();
-        self.state.read().unwrap_or_else(|p| p.into_inner()).1.get(token).cloned()
+        self.reload_if_changed(due);
+        self.state.read().unwrap_or_else(|p| p.into_inner()).users.get(token).cloned()
     }
 
-    fn reload_if_changed(&self) {
-        *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        let mtime = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
-        if mtime == self.state.read().unwrap_or_else(|p| p.into_inner()).0 {
+    fn reload_if_changed(&self, compare_content: bool) {
+        if compare_content {
+            *self.checked.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        }
+        let fp = fingerprint(&self.path);
+        if !compare_content && fp == self.state.read().unwrap_or_else(|p| p.into_inner()).fingerprint {
             return;
         }
-        if let Ok((mtime, text)) = read(&self.path)
-            && let Ok(users) = parse(&self.path, &text)
-        {
-            *self.state.write().unwrap_or_else(|p| p.into_inner()) = (mtime, users);
+        let Ok(content) = read(&self.path) else { return };
+        if content == self.state.read().unwrap_or_else(|p| p.into_inner()).content {
+            self.state.write().unwrap_or_else(|p| p.into_inner()).fingerprint = fp;
+            return;
+        }
+        if let Ok(users) = parse(&self.path, &String::from_utf8_lossy(&content)) {
+            *self.state.write().unwrap_or_else(|p| p.into_inner()) = Loaded { fingerprint: fp, content, users };
         }
     }
 }
 
-fn read(path: &Path) -> Result<(Option<SystemTime>, String), TokenFileError> {
-    let err = |e: std::io::Error| TokenFileError::Read { path: path.to_path_buf(), reason: e.to_string() };
-    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).map_err(err)?;
-    let text = std::fs::read_to_string(path).map_err(err)?;
-    Ok((Some(mtime), text))
+/// Largest token file read (a file of thousands of identities is a few hundred KiB).
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+fn read(path: &Path) -> Result<Vec<u8>, TokenFileError> {
+    use std::io::Read;
+    let err = |reason: String| TokenFileError::Read { path: path.to_path_buf(), reason };
+    let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut content = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut content).map_err(|e| err(e.to_string()))?;
+    if content.len() as u64 > MAX_FILE_BYTES {
+        return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
+    }
+    Ok(content)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::time::Duration;
 
     #[test]
     fn parses_upstream_csv() {
         let users = parse(Path::new("t"), "tok1,alice,u1,\"system:masters,dev\"\n# comment\n\ntok2,bob,u2\n").unwrap();
         assert_eq!(users["tok1"].groups, ["system:masters", "dev"]);
+        // groups are not trimmed, as upstream: a leading space makes another group
+        let spaced = parse(Path::new("t"), "tok,eve,u,\"dev, system:masters\"\n").unwrap();
+        assert_eq!(spaced["tok"].groups, ["dev", " system:masters"]);
         assert_eq!(users["tok2"], StaticUser { name: "bob".into(), uid: "u2".into(), groups: vec![] });
         assert_eq!(
             parse(Path::new("t"), "tok,alice\n").unwrap_err().to_string(),
@@ -190,5 +237,21 @@ mod tests {
         std::fs::write(&p, "broken\n").unwrap();
         std::fs::File::options().write(true).open(&p).unwrap().set_modified(later + Duration::from_secs(5)).unwrap();
         assert_eq!(f.lookup("t2").unwrap().name, "bob", "a broken reload keeps the last good file");
+    }
+
+    #[test]
+    fn a_content_change_that_keeps_size_and_mtime_is_seen_within_the_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokens.csv");
+        std::fs::write(&p, "t1,alice,u1\n").unwrap();
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let f = TokenFile::load(&p).unwrap();
+        assert_eq!(f.lookup("t1").unwrap().name, "alice");
+        // same length, same mtime, same inode: only the bytes differ
+        std::fs::File::options().write(true).open(&p).unwrap().write_all(b"t9,alice,u1\n").unwrap();
+        std::fs::File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+        std::thread::sleep(RECHECK_INTERVAL + Duration::from_millis(50));
+        assert_eq!(f.lookup("t1"), None, "revoked although size and mtime did not change");
+        assert_eq!(f.lookup("t9").unwrap().name, "alice");
     }
 }

@@ -128,8 +128,14 @@ fn add_kubeconfig(a: KubeconfigArgs) -> ExitCode {
             .with_context(|| format!("reading {} (start `podpass apiserver` once first)", tokens.display()))?;
         let server = std::fs::read_to_string(a.data_dir.join("server-url")).context("reading server-url")?;
         let ca = std::fs::read_to_string(a.data_dir.join("pki/ca.crt")).context("reading pki/ca.crt")?;
-        if a.user.is_empty() || a.user.contains(',') || a.user.contains('"') {
-            anyhow::bail!("--user must be non-empty and contain no ',' or '\"'");
+        // The token file is CSV and the kubeconfig YAML: a comma, quote or line break in a
+        // name would write another identity (or another group) than the one asked for.
+        let bad = |v: &str| v.contains([',', '"']) || v.chars().any(char::is_control);
+        if a.user.is_empty() || bad(&a.user) {
+            anyhow::bail!("--user {:?}: must be non-empty and contain no ',', '\"' or control characters", a.user);
+        }
+        if let Some(g) = a.groups.iter().find(|g| g.is_empty() || bad(g)) {
+            anyhow::bail!("--group {g:?}: must be non-empty and contain no ',', '\"' or control characters");
         }
         let token = random_token()?;
         let uid = podpass_token::claims::new_uuid_v4()?;

@@ -430,8 +430,6 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(ok))
-        .route(OPENID_CONFIG_PATH, get(oidc_config))
-        .route(JWKS_PATH, get(jwks))
         .fallback(api_request)
         .with_state(state)
 }
@@ -462,14 +460,6 @@ fn json_bytes(body: Vec<u8>, content_type: &'static str) -> Response {
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-async fn oidc_config(State(state): State<Arc<AppState>>) -> Response {
-    json_bytes(state.oidc_config.clone(), "application/json")
-}
-
-async fn jwks(State(state): State<Arc<AppState>>) -> Response {
-    json_bytes(state.jwks.clone(), "application/jwk-set+json")
-}
-
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
 pub struct User {
@@ -494,21 +484,27 @@ impl From<StaticUser> for User {
 /// Authenticates the bearer token: static token file first, then service-account tokens
 /// (validated against the store). No token is `system:anonymous`; a bad one is 401.
 async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, ApiError> {
-    let Some(header) = authorization else {
-        return Ok(User {
-            name: "system:anonymous".into(),
-            uid: String::new(),
-            groups: vec!["system:unauthenticated".into()],
-            extra: Default::default(),
-        });
+    let anonymous = || User {
+        name: "system:anonymous".into(),
+        uid: String::new(),
+        groups: vec!["system:unauthenticated".into()],
+        extra: Default::default(),
     };
-    let token = header
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(ApiError::unauthorized)?
-        .to_owned();
-    let token = token.as_str();
+    let Some(header) = authorization else { return Ok(anonymous()) };
+    // bearertoken.Authenticator: the scheme is case-insensitive; a header of another scheme
+    // carries no bearer token (the request is anonymous); an empty token is refused.
+    let header = header.trim();
+    if header.is_empty() {
+        return Ok(anonymous());
+    }
+    let mut parts = header.splitn(3, ' ');
+    let scheme = parts.next().unwrap_or_default();
+    let Some(token) = parts.next().filter(|_| scheme.eq_ignore_ascii_case("bearer")) else {
+        return Ok(anonymous());
+    };
+    if token.is_empty() {
+        return Err(ApiError::unauthorized());
+    }
     if let Some(user) = state.token_file.lookup(token) {
         return Ok(user.into());
     }
@@ -587,7 +583,8 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     let received = state.audit.as_ref().map(|_| audit_time());
     let received_at = std::time::Instant::now();
     let (parts, body) = req.into_parts();
-    let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("invalid").to_owned());
+    // A header that is not visible ASCII cannot hold a token: refused, never anonymous.
+    let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("Bearer \u{0}").to_owned());
     let path = parts.uri.path().to_owned();
     let api_path = match rest::resources::parse(&path) {
         Some(rest::resources::Target::Resource(p)) => Some(p),
@@ -636,6 +633,14 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         }
         if path == "/apis" {
             return Ok(rest::group_list());
+        }
+        // Served after authorization, as upstream: RBAC's
+        // system:service-account-issuer-discovery grants them.
+        if path == OPENID_CONFIG_PATH && parts.method == axum::http::Method::GET {
+            return Ok(json_bytes(state.oidc_config.clone(), "application/json"));
+        }
+        if path == JWKS_PATH && parts.method == axum::http::Method::GET {
+            return Ok(json_bytes(state.jwks.clone(), "application/jwk-set+json"));
         }
         if path == "/openapi/v3" {
             return Ok(axum::Json(rest::openapi::root()).into_response());

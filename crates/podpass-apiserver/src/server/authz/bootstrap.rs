@@ -82,7 +82,13 @@ pub fn policy() -> Vec<(&'static str, Value)> {
         ("clusterrolebindings", binding("system:public-info-viewer", "system:public-info-viewer", &everyone)),
         (
             "clusterrolebindings",
-            binding("system:service-account-issuer-discovery", "system:service-account-issuer-discovery", &everyone),
+            // As upstream: service accounts only; an operator who wants anonymous discovery
+            // binds the role to system:unauthenticated.
+            binding(
+                "system:service-account-issuer-discovery",
+                "system:service-account-issuer-discovery",
+                &["system:serviceaccounts"],
+            ),
         ),
     ]
 }

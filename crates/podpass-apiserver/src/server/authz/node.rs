@@ -82,7 +82,10 @@ pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision
     let (group, resource, sub) = (attrs.api_group.as_str(), attrs.resource.as_str(), attrs.subresource.as_str());
     match (group, resource, sub) {
         ("", "nodes", _) => {
+            // A create names no object in its path: allowed here as by upstream's node rules,
+            // and NodeRestriction admission confines it to the node's own Node.
             let own = attrs.name == node
+                || (attrs.name.is_empty() && verb == "create" && sub.is_empty())
                 || (attrs.name.is_empty()
                     && matches!(verb, "list" | "watch")
                     && attrs.field_selector == format!("metadata.name={node}"));

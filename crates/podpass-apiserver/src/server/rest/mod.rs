@@ -208,9 +208,10 @@ async fn list(
     ))
 }
 
-/// Admission for writes that are grants: RBAC objects are defaulted, validated, and
-/// checked for privilege escalation (see `authz::escalation`).
-async fn admit_rbac(
+/// Admission for writes of existing kinds: RBAC objects are defaulted, validated, and
+/// checked for privilege escalation (see `authz::escalation`); nodes writing Node objects
+/// pass NodeRestriction; pod specs are immutable once created.
+async fn admit_write(
     state: &AppState,
     user: &super::User,
     res: &Resource,
@@ -219,6 +220,14 @@ async fn admit_rbac(
     object: &mut Value,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    if res.plural == "nodes" {
+        return node_restriction::admit_node_write(user, name, object, old);
+    }
+    if res.plural == "pods"
+        && let Some(old) = old
+    {
+        return objects::validate_pod_update(name, old, object);
+    }
     if res.group != crate::server::authz::escalation::RBAC_GROUP {
         return Ok(());
     }
@@ -253,7 +262,7 @@ async fn create(
         require_namespace(state, ns).await?;
     }
     let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
-    admit_rbac(state, user, res, ns, &name, &mut object, None).await?;
+    admit_write(state, user, res, ns, &name, &mut object, None).await?;
     if res.plural == "pods" {
         let ns = ns.unwrap_or_default();
         let sa_name = pod_service_account(&mut object);
@@ -323,7 +332,7 @@ async fn update(
         object["status"] = status;
     }
     prepare_update(res, &current.object, &mut object, name)?;
-    admit_rbac(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
+    admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     after_rbac_write(state, res).await?;
     Ok(json_response(StatusCode::OK, updated.object))
@@ -374,7 +383,7 @@ async fn patch(
             None => current.revision,
         };
         prepare_update(res, &current.object, &mut object, name)?;
-        admit_rbac(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
+        admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
                 after_rbac_write(state, res).await?;
@@ -390,11 +399,25 @@ async fn patch(
     }
 }
 
-fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Option<i64> {
-    let from_query = query.get("gracePeriodSeconds").and_then(|g| g.parse().ok());
-    let from_body =
-        serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64));
-    from_query.or(from_body)
+/// Longest grace period honoured: a century. Larger values (up to `i64::MAX` from a client)
+/// would overflow the deletion timestamp.
+const MAX_GRACE_SECONDS: i64 = 100 * 365 * 24 * 3600;
+
+/// `gracePeriodSeconds` from the query or the DeleteOptions body; a value that is not an
+/// integer is a 400 naming it.
+fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i64>, ApiError> {
+    if let Some(g) = query.get("gracePeriodSeconds") {
+        return g.parse().map(Some).map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds: Invalid value: {g:?}: must be an integer"))
+        });
+    }
+    Ok(serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64)))
+}
+
+/// The grace a pod gets: a negative request is 1 s (pod strategy `CheckGracefulDelete`),
+/// and no grace exceeds [`MAX_GRACE_SECONDS`].
+fn bounded_grace(grace: i64) -> i64 {
+    if grace < 0 { 1 } else { grace.min(MAX_GRACE_SECONDS) }
 }
 
 async fn delete(
@@ -411,10 +434,11 @@ async fn delete(
         // Graceful deletion: a pod bound to a node is marked and removed after its grace
         // period (or when deleted again with 0); an unscheduled pod goes at once.
         let scheduled = current.object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let grace = grace_period(query, body)
-            .or_else(|| current.object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-            .unwrap_or(DEFAULT_GRACE_SECONDS)
-            .max(0);
+        let grace = bounded_grace(
+            grace_period(query, body)?
+                .or_else(|| current.object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
+        );
         if scheduled && grace > 0 {
             if current.object.field("/metadata/deletionTimestamp").is_some() {
                 return Ok(json_response(StatusCode::OK, current.object));

@@ -120,3 +120,153 @@ mod tests {
         assert!(!pod_names_audience(&json!({"spec": {}}), ""));
     }
 }
+
+/// Labels a kubelet may set on its own Node (kubelet apis `kubeletLabels`).
+const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+];
+
+fn label_namespace(label: &str) -> &str {
+    label.split_once('/').map_or("", |(ns, _)| ns)
+}
+
+fn in_domain(namespace: &str, domain: &str) -> bool {
+    namespace == domain || namespace.strip_suffix(domain).is_some_and(|p| p.ends_with('.'))
+}
+
+/// `IsKubeletLabel`.
+fn is_kubelet_label(label: &str) -> bool {
+    let ns = label_namespace(label);
+    KUBELET_LABELS.contains(&label) || in_domain(ns, "kubelet.kubernetes.io") || in_domain(ns, "node.kubernetes.io")
+}
+
+/// `getForbiddenLabels`: the node-restriction domain, and kubernetes.io / k8s.io labels that
+/// are not kubelet labels.
+pub fn forbidden_node_labels<'a>(modified: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = modified
+        .filter(|label| {
+            let ns = label_namespace(label);
+            let restricted = in_domain(ns, "node-restriction.kubernetes.io");
+            let kubernetes = in_domain(ns, "kubernetes.io") || in_domain(ns, "k8s.io");
+            restricted || (kubernetes && !is_kubelet_label(label))
+        })
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn labels(node: &Value) -> serde_json::Map<String, Value> {
+    node.field("/metadata/labels").and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+/// NodeRestriction `admitNode`: a node writes only its own Node object, may not give it
+/// labels that steer privileged workloads (node-restriction.kubernetes.io, unknown
+/// kubernetes.io/k8s.io labels) and may not change its taints.
+pub fn admit_node_write(user: &User, name: &str, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let Some(node) = authz::node::node_name(user) else { return Ok(()) };
+    let forbidden = |msg: String| ApiError::forbidden_raw(format!("nodes {name:?} is forbidden: {msg}"));
+    if node != name {
+        return Err(forbidden(format!("node {node:?} is not allowed to modify node {name:?}")));
+    }
+    let new_labels = labels(new);
+    match old {
+        None => {
+            let bad = forbidden_node_labels(new_labels.keys().map(String::as_str));
+            if !bad.is_empty() {
+                return Err(forbidden(format!(
+                    "node {node:?} is not allowed to set the following labels: {}",
+                    bad.join(", ")
+                )));
+            }
+        }
+        Some(old) => {
+            let old_labels = labels(old);
+            // getModifiedLabels: added, removed or changed
+            let modified = new_labels
+                .iter()
+                .filter(|(k, v)| old_labels.get(*k) != Some(v))
+                .map(|(k, _)| k.as_str())
+                .chain(old_labels.keys().filter(|k| !new_labels.contains_key(*k)).map(String::as_str));
+            let bad = forbidden_node_labels(modified);
+            if !bad.is_empty() {
+                return Err(forbidden(format!("is not allowed to modify labels: {}", bad.join(", "))));
+            }
+            let taints = |v: &Value| v.field("/spec/taints").filter(|t| !t.is_null()).cloned();
+            if taints(new) != taints(old) {
+                return Err(forbidden(format!("node {node:?} is not allowed to modify taints")));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod node_write_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node_user(name: &str) -> User {
+        User {
+            name: format!("system:node:{name}"),
+            uid: String::new(),
+            groups: vec!["system:nodes".into(), "system:authenticated".into()],
+            extra: Default::default(),
+        }
+    }
+
+    fn node(labels: Value) -> Value {
+        json!({"metadata": {"name": "n1", "labels": labels}})
+    }
+
+    #[test]
+    fn a_node_may_not_label_itself_into_restricted_domains() {
+        let u = node_user("n1");
+        let ok = node(
+            json!({"kubernetes.io/hostname": "n1", "kubernetes.io/os": "linux", "node.kubernetes.io/exclude-from-external-load-balancers": "", "example.com/x": "y"}),
+        );
+        assert_eq!(admit_node_write(&u, "n1", &ok, None), Ok(()));
+        let bad = node(
+            json!({"node-restriction.kubernetes.io/trusted": "true", "a.node-restriction.kubernetes.io/b": "1", "kubernetes.io/role": "master"}),
+        );
+        assert_eq!(
+            admit_node_write(&u, "n1", &bad, None).unwrap_err().message,
+            r#"nodes "n1" is forbidden: node "n1" is not allowed to set the following labels: a.node-restriction.kubernetes.io/b, kubernetes.io/role, node-restriction.kubernetes.io/trusted"#
+        );
+        let with_restricted = node(json!({"node-restriction.kubernetes.io/trusted": "true"}));
+        // an admin set it; the node keeping it is fine, changing or removing it is not
+        assert_eq!(admit_node_write(&u, "n1", &with_restricted, Some(&with_restricted)), Ok(()));
+        assert_eq!(
+            admit_node_write(&u, "n1", &node(json!({})), Some(&with_restricted)).unwrap_err().message,
+            r#"nodes "n1" is forbidden: is not allowed to modify labels: node-restriction.kubernetes.io/trusted"#
+        );
+        assert!(
+            admit_node_write(&u, "n2", &ok, None)
+                .unwrap_err()
+                .message
+                .contains(r#"node "n1" is not allowed to modify node "n2""#)
+        );
+        let mut tainted = ok.clone();
+        tainted["spec"] = json!({"taints": [{"key": "k", "effect": "NoSchedule"}]});
+        assert!(
+            admit_node_write(&u, "n1", &ok, Some(&tainted))
+                .unwrap_err()
+                .message
+                .ends_with("is not allowed to modify taints")
+        );
+        // not a node: not this plugin's business
+        let admin = User { name: "admin".into(), uid: String::new(), groups: vec![], extra: Default::default() };
+        assert_eq!(admit_node_write(&admin, "n1", &bad, None), Ok(()));
+    }
+}

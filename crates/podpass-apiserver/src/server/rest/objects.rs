@@ -234,3 +234,87 @@ pub fn pod_service_account(pod: &mut Value) -> String {
     }
     name
 }
+
+/// `ValidatePodUpdate`: after creation only container images, `activeDeadlineSeconds`,
+/// added tolerations and a negative `terminationGracePeriodSeconds` set to 1 may change in a
+/// pod's spec — in particular `nodeName`, `serviceAccountName` and volumes are fixed, which
+/// the Node authorizer and NodeRestriction rely on.
+pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+    let (Some(old_spec), Some(new_spec)) = (old.get("spec"), new.get("spec")) else {
+        return if old.get("spec") == new.get("spec") {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(format!("Pod {name:?} is invalid: spec: Required value")))
+        };
+    };
+    // The new spec with the mutable fields taken from the old one must equal the old one.
+    let mut candidate = new_spec.clone();
+    for list in ["containers", "initContainers"] {
+        let old_list = old_spec.get(list).and_then(Value::as_array);
+        if let (Some(items), Some(old_items)) = (candidate.get_mut(list).and_then(Value::as_array_mut), old_list)
+            && items.len() == old_items.len()
+        {
+            for (item, old_item) in items.iter_mut().zip(old_items) {
+                if let Some(obj) = item.as_object_mut() {
+                    match old_item.get("image") {
+                        Some(image) => obj.insert("image".into(), image.clone()),
+                        None => obj.remove("image"),
+                    };
+                }
+            }
+        }
+    }
+    let Some(obj) = candidate.as_object_mut() else {
+        return Err(ApiError::invalid(format!("Pod {name:?} is invalid: spec: Invalid value: must be an object")));
+    };
+    let mut copy_old = |field: &str| match old_spec.get(field) {
+        Some(v) => obj.insert(field.into(), v.clone()),
+        None => obj.remove(field),
+    };
+    copy_old("activeDeadlineSeconds");
+    // tolerations: additions only
+    let old_tolerations = old_spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    let new_tolerations = new_spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    let only_added = old_tolerations.iter().all(|t| new_tolerations.contains(t));
+    if only_added {
+        copy_old("tolerations");
+    }
+    let old_grace = old_spec.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
+    let new_grace = new_spec.get("terminationGracePeriodSeconds").and_then(Value::as_i64);
+    if old_grace.is_some_and(|g| g < 0) && new_grace == Some(1) {
+        copy_old("terminationGracePeriodSeconds");
+    }
+    if &candidate == old_spec {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "Pod {name:?} is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+    )))
+}
+
+#[cfg(test)]
+mod pod_update_tests {
+    use super::*;
+
+    #[test]
+    fn only_upstreams_mutable_pod_fields_change() {
+        let old = json!({"spec": {"nodeName": "n1", "serviceAccountName": "sa",
+            "containers": [{"name": "c", "image": "a:1"}], "tolerations": [{"key": "a"}]}});
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = old.clone();
+            f(&mut v);
+            validate_pod_update("web", &old, &v)
+        };
+        assert_eq!(with(&|v| v["spec"]["containers"][0]["image"] = json!("a:2")), Ok(()));
+        assert_eq!(with(&|v| v["spec"]["activeDeadlineSeconds"] = json!(5)), Ok(()));
+        assert_eq!(with(&|v| v["spec"]["tolerations"] = json!([{"key": "a"}, {"key": "b"}])), Ok(()));
+        let moved = with(&|v| v["spec"]["nodeName"] = json!("n2")).unwrap_err();
+        assert!(
+            moved.message.starts_with(r#"Pod "web" is invalid: spec: Forbidden: pod updates may not change fields"#)
+        );
+        assert!(with(&|v| v["spec"]["serviceAccountName"] = json!("admin")).is_err());
+        assert!(with(&|v| v["spec"]["tolerations"] = json!([])).is_err());
+        assert!(with(&|v| v["spec"]["containers"][0]["name"] = json!("d")).is_err());
+        assert!(with(&|v| v["spec"]["volumes"] = json!([{"name": "x"}])).is_err());
+    }
+}

@@ -259,11 +259,21 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .filter(|a: &Vec<String>| !a.is_empty());
     let lookup = StoreLookup { store: state.store.as_ref() };
+    // Static tokens are audience-agnostic only for the API server's own audiences
+    // (authenticator.WrapAudienceAgnosticToken): a review for another audience does not
+    // authenticate them, and the answer's audiences are the intersection.
+    let api_audiences = &state.api_audiences;
+    let static_audiences: Vec<String> = match &requested {
+        None => api_audiences.clone(),
+        Some(r) => r.iter().filter(|a| api_audiences.contains(a)).cloned().collect(),
+    };
+    let static_user = state.token_file.lookup(&token).filter(|_| !static_audiences.is_empty());
     let status = if token.is_empty() {
         json!({"authenticated": false, "error": "token must not be empty"})
-    } else if let Some(user) = state.token_file.lookup(&token) {
+    } else if let Some(user) = static_user {
+        let user = crate::server::User::from(user);
         json!({"authenticated": true, "user": {"username": user.name, "uid": user.uid, "groups": user.groups},
-               "audiences": requested.clone().unwrap_or_else(|| state.api_audiences.clone())})
+               "audiences": static_audiences})
     } else {
         let cached = state.token_cache.get(&token, requested.as_deref());
         let now = now_unix();
@@ -275,7 +285,14 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
             }),
         };
         match result {
-            Ok(a) => json!({"authenticated": true, "user": a.user, "audiences": a.audiences}),
+            Ok(a) => {
+                // The authenticated group is added to every user, as upstream's group adder does.
+                let mut user = a.user.clone();
+                if !user.groups.iter().any(|g| g == "system:authenticated") {
+                    user.groups.push("system:authenticated".into());
+                }
+                json!({"authenticated": true, "user": user, "audiences": a.audiences})
+            }
             Err(e) if e.is_not_mine() => json!({"authenticated": false, "error": "invalid bearer token"}),
             Err(e) => json!({"authenticated": false, "error": format!("[invalid bearer token, {e}]")}),
         }
