@@ -233,3 +233,158 @@ fn nodes_cannot_label_themselves_into_restricted_domains_and_pods_cannot_move() 
     assert_eq!(resp.status(), 400);
     assert_eq!(c.get(format!("{}/version", _s.url)).send().unwrap().status(), 200, "server alive");
 }
+
+fn nested(depth: usize) -> serde_json::Value {
+    let mut v = serde_json::json!("leaf");
+    for _ in 0..depth {
+        v = serde_json::json!({ "n": v });
+    }
+    v
+}
+
+fn longrunning_watches(s: &Server, resource: &str) -> Option<i64> {
+    let metrics = client(&s.dir)
+        .get(format!("{}/metrics", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    metrics
+        .lines()
+        .find(|l| l.starts_with("apiserver_longrunning_requests{") && l.contains(&format!("resource=\"{resource}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+}
+
+#[test]
+fn abandoned_watches_end_and_watches_per_user_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let admin = admin_token(dir.path());
+    let url = format!("{}/api/v1/configmaps?watch=true&labelSelector=never%3Dmatches", s.url);
+    let mut open = Vec::new();
+    for _ in 0..200 {
+        // a client per watch: each holds its own connection, as separate processes would
+        let resp = client(dir.path()).get(&url).bearer_auth(&admin).send().unwrap();
+        assert_eq!(resp.status(), 200);
+        open.push(resp);
+    }
+    let refused = client(dir.path()).get(&url).bearer_auth(&admin).send().unwrap();
+    assert_eq!(refused.status(), 429, "the 201st watch of one user");
+    assert_eq!(longrunning_watches(&s, "configmaps"), Some(200));
+    // the clients go away without a word; their watches (and store tasks) end
+    drop(open);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while longrunning_watches(&s, "configmaps") != Some(0) {
+        assert!(Instant::now() < deadline, "watches still open: {:?}", longrunning_watches(&s, "configmaps"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let again = client(dir.path()).get(&url).bearer_auth(&admin).send().unwrap();
+    assert_eq!(again.status(), 200, "slots are free again");
+}
+
+#[test]
+fn deep_objects_are_refused_and_never_poison_resumed_watches() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let admin = admin_token(dir.path());
+    let c = client(dir.path());
+    let post = |name: &str, depth: usize| {
+        let body = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "extra": nested(depth)});
+        c.post(format!("{}/api/v1/namespaces/default/configmaps", s.url))
+            .bearer_auth(&admin)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    let list: serde_json::Value =
+        c.get(format!("{}/api/v1/configmaps", s.url)).bearer_auth(&admin).send().unwrap().json().unwrap();
+    let before = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let deep = post("deep", 124);
+    assert_eq!(deep.status(), 400);
+    let text = deep.text().unwrap();
+    assert!(text.contains("nesting depth"), "{text}");
+    assert_eq!(post("fine", 60).status(), 201);
+    assert_eq!(post("after", 1).status(), 201);
+    // a watch resumed from before them sees both and does not fail
+    let watch = reqwest::blocking::Client::builder()
+        .tls_certs_only([
+            reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("pki/ca.crt")).unwrap()).unwrap()
+        ])
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .get(format!("{}/api/v1/configmaps?watch=true&resourceVersion={before}", s.url))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    let mut names = Vec::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(watch)) {
+        let Ok(line) = line else { break };
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_ne!(event["type"], "ERROR", "{event}");
+        names.push(event["object"]["metadata"]["name"].as_str().unwrap_or_default().to_owned());
+        if names.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(names, ["fine", "after"]);
+    // a revision from the future is upstream's 504, not a silent wait
+    let future = c
+        .get(format!("{}/api/v1/configmaps?watch=true&resourceVersion=999999999", s.url))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    assert_eq!(future.status(), 504);
+    let text = future.text().unwrap();
+    assert!(text.contains("Too large resource version: 999999999, current: "), "{text}");
+}
+
+#[test]
+fn a_watch_sees_an_object_leave_its_selection_with_its_last_selected_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let admin = admin_token(dir.path());
+    let c = client(dir.path());
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"app": "web"}}, "data": {"k": "before"}});
+    let created: serde_json::Value = c
+        .post(format!("{}/api/v1/namespaces/default/configmaps", s.url))
+        .bearer_auth(&admin)
+        .json(&cm)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let patched = c
+        .patch(format!("{}/api/v1/namespaces/default/configmaps/c", s.url))
+        .bearer_auth(&admin)
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"metadata":{"labels":{"app":"db"}},"data":{"k":"after"}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let watch = reqwest::blocking::Client::builder()
+        .tls_certs_only([
+            reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("pki/ca.crt")).unwrap()).unwrap()
+        ])
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}",
+            s.url
+        ))
+        .bearer_auth(&admin)
+        .send()
+        .unwrap();
+    let line = std::io::BufRead::lines(std::io::BufReader::new(watch)).next().unwrap().unwrap();
+    let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["type"], "DELETED");
+    assert_eq!(event["object"]["metadata"]["labels"]["app"], "web", "{event}");
+    assert_eq!(event["object"]["data"]["k"], "before", "{event}");
+    assert_ne!(event["object"]["metadata"]["resourceVersion"].as_str().unwrap(), rv);
+}

@@ -33,6 +33,25 @@ pub struct DurationLabels {
     pub resource: String,
 }
 
+/// Labels of `apiserver_longrunning_requests` (upstream's label set).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LongRunningLabels {
+    /// `WATCH`.
+    pub verb: String,
+    /// API group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource.
+    pub resource: String,
+    /// Subresource.
+    pub subresource: String,
+    /// `namespace` or `cluster`.
+    pub scope: String,
+    /// `apiserver`.
+    pub component: String,
+}
+
 /// Labels of the issued-token counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct IssuedLabels {
@@ -55,6 +74,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     /// Request latency.
     pub durations: Family<DurationLabels, Histogram>,
+    /// Open watches.
+    pub longrunning: Family<LongRunningLabels, prometheus_client::metrics::gauge::Gauge>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -72,8 +93,14 @@ impl Default for Metrics {
             issued_tokens: Family::default(),
             requests: Family::default(),
             durations: Family::new_with_constructor(latency_histogram),
+            longrunning: Family::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "apiserver_longrunning_requests",
+            "Gauge of all active long-running apiserver requests broken out by verb, group, version, resource, scope and component",
+            m.longrunning.clone(),
+        );
         // The encoder appends `_total` to counters.
         registry.register(
             "serviceaccount_valid_tokens",

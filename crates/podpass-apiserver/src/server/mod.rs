@@ -288,6 +288,7 @@ pub(crate) struct AppState {
     audit: Option<audit::AuditLog>,
     metrics: metrics::Metrics,
     token_cache: token_cache::TokenCache,
+    watches: rest::watch::WatchLimiter,
 }
 
 impl AppState {
@@ -392,6 +393,7 @@ impl Prepared {
             node_audience_restriction: self.config.node_audience_restriction,
             audit: self.audit,
             metrics: metrics::Metrics::default(),
+            watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
             token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
                 .map_err(|_| std::io::Error::other("random source failed"))?,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
@@ -572,6 +574,9 @@ pub(crate) async fn authorize(state: &AppState, attrs: &authz::Attributes) -> Re
         authz::Decision::Deny(reason) | authz::Decision::NoOpinion(reason) => Err(authz::forbidden(attrs, &reason)),
     }
 }
+
+/// Watches one user may hold open at once (a kubelet needs a handful; controllers tens).
+const MAX_WATCHES_PER_USER: usize = 200;
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;

@@ -103,6 +103,7 @@ impl From<crate::store::StoreError> for ApiError {
             E::AlreadyExists { .. } => Self::new(StatusCode::CONFLICT, "AlreadyExists", message),
             E::Conflict { .. } => Self::new(StatusCode::CONFLICT, "Conflict", message),
             E::Gone { .. } => Self::new(StatusCode::GONE, "Expired", message),
+            E::TooLargeResourceVersion { .. } => Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message),
             E::Invalid(_) => Self::bad_request(message),
             E::Backend(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message),
         }

@@ -316,13 +316,19 @@ impl Store for EmbeddedStore {
                         Some(rv) if rv < compacted => {
                             return Err(StoreError::Gone { requested: rv, oldest: compacted });
                         }
+                        Some(rv) if rv > current => {
+                            return Err(StoreError::TooLargeResourceVersion { requested: rv, current });
+                        }
                         Some(rv) => {
                             let events = txn.open_table(EVENTS).map_err(backend)?;
                             for entry in events.range(rv.saturating_add(1)..=current).map_err(backend)? {
-                                let (_, bytes) = entry.map_err(backend)?;
-                                let change: Change = serde_json::from_slice(bytes.value())
-                                    .map_err(|e| StoreError::Backend(format!("corrupt change log: {e}")))?;
-                                out.extend(filter(&change, &backlog_prefix, &backlog_options));
+                                let (revision, bytes) = entry.map_err(backend)?;
+                                // One undecodable entry must not fail every watch that
+                                // resumes before it: it is skipped, and said so.
+                                match serde_json::from_slice::<Change>(bytes.value()) {
+                                    Ok(change) => out.extend(filter(&change, &backlog_prefix, &backlog_options)),
+                                    Err(e) => tracing::warn!(revision = revision.value(), error = %e, "skipping an undecodable change-log entry"),
+                                }
                             }
                         }
                         None => {
@@ -333,7 +339,13 @@ impl Store for EmbeddedStore {
                                     break;
                                 }
                                 let (rev, bytes) = v.value();
-                                let object = decode(k.value(), rev, bytes)?;
+                                let object = match decode(k.value(), rev, bytes) {
+                                    Ok(object) => object,
+                                    Err(e) => {
+                                        tracing::warn!(key = k.value(), error = %e, "skipping an undecodable object");
+                                        continue;
+                                    }
+                                };
                                 if backlog_options.matches(&object) {
                                     out.push(WatchEvent { kind: EventType::Added, object, revision: rev });
                                 }
@@ -351,7 +363,12 @@ impl Store for EmbeddedStore {
                     }
                 }
                 loop {
-                    match live.recv().await {
+                    // Ends as soon as the client is gone, even if no change ever matches.
+                    let received = tokio::select! {
+                        () = tx.closed() => return,
+                        received = live.recv() => received,
+                    };
+                    match received {
                         Ok(change) if change.revision <= last => {}
                         Ok(change) => {
                             last = change.revision;

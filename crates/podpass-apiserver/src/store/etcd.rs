@@ -84,6 +84,13 @@ impl EtcdStore {
         }
     }
 
+    /// The cluster's current revision (a count-only read of one key).
+    async fn current_revision(&self) -> Result<u64, StoreError> {
+        let options = GetOptions::new().with_count_only();
+        let resp = self.client.kv_client().get("/registry/", Some(options)).await.map_err(backend)?;
+        Ok(revision_of(resp.header().map_or(0, |h| h.revision())))
+    }
+
     /// Runs a transaction whose success branch writes `object` at `key`.
     async fn put_if(&self, key: &ObjectKey, compare: Compare, object: Value) -> Result<Option<Stored>, StoreError> {
         let bytes = serde_json::to_vec(&strip_resource_version(object)?).map_err(backend)?;
@@ -207,7 +214,13 @@ impl Store for EtcdStore {
             let prefix = list_prefix(resource, namespace);
             // No revision: the current state as ADDED, then changes after the list.
             let (backlog, start) = match from {
-                Some(rv) => (Vec::new(), rv + 1),
+                Some(rv) => {
+                    let current = self.current_revision().await?;
+                    if rv > current {
+                        return Err(StoreError::TooLargeResourceVersion { requested: rv, current });
+                    }
+                    (Vec::new(), rv + 1)
+                }
                 None => {
                     let listed = self.list(resource, namespace, &options).await?;
                     let events = listed
@@ -240,7 +253,13 @@ impl Store for EtcdStore {
                 }
                 let mut last = start.saturating_sub(1);
                 loop {
-                    let message = match stream.message().await {
+                    // Ends as soon as the client is gone, even if no change ever matches;
+                    // dropping the stream cancels the etcd watch.
+                    let received = tokio::select! {
+                        () = tx.closed() => return,
+                        received = stream.message() => received,
+                    };
+                    let message = match received {
                         Ok(Some(m)) => m,
                         Ok(None) => return,
                         Err(e) => {

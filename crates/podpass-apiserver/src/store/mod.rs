@@ -194,6 +194,15 @@ pub enum StoreError {
         /// The oldest revision a watch can still start from.
         oldest: u64,
     },
+    /// Watch from a revision the store has not reached (HTTP 504, reason Timeout; upstream
+    /// message).
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The revision asked for.
+        requested: u64,
+        /// The store's current revision.
+        current: u64,
+    },
     /// The object is not one the store can hold (HTTP 400/500 depending on the caller).
     #[error("invalid object: {0}")]
     Invalid(String),
@@ -265,7 +274,12 @@ pub(crate) fn selected_event(
         EventType::Modified => match (prev.is_some_and(|p| options.matches(p)), now) {
             (true, true) => EventType::Modified,
             (false, true) => EventType::Added,
-            (true, false) => EventType::Deleted,
+            (true, false) => {
+                // Leaving the selection: upstream's cacher sends the last state the watcher
+                // was entitled to see (the previous object) at the change's revision.
+                let last = with_resource_version(prev.cloned().unwrap_or(Value::Null), revision);
+                return Some(WatchEvent { kind: EventType::Deleted, object: last, revision });
+            }
             (false, false) => return None,
         },
         _ => return None,
@@ -291,9 +305,56 @@ pub(crate) fn with_resource_version(mut object: Value, revision: u64) -> Value {
     object
 }
 
+/// Deepest nesting of arrays and objects the API accepts in an object (upstream's CBOR
+/// decoder limit; JSON bodies are held to the same). The store wraps objects in change
+/// records a few levels deeper, which must stay decodable.
+pub const MAX_OBJECT_DEPTH: usize = 64;
+
+/// The nesting depth of a value (a scalar is 0), computed without recursion.
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(map.values().map(|i| (i, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_counts_containers() {
+        assert_eq!(depth(&serde_json::json!(1)), 0);
+        assert_eq!(depth(&serde_json::json!({"a": [1, {"b": []}]})), 4);
+        let mut deep = serde_json::json!(0);
+        for _ in 0..100 {
+            deep = serde_json::json!([deep]);
+        }
+        assert_eq!(depth(&deep), 100);
+    }
+
+    #[test]
+    fn leaving_a_selection_is_deleted_with_the_last_selected_state() {
+        let options = ListOptions { labels: LabelSelector::parse("app=web").unwrap(), ..Default::default() };
+        let before = serde_json::json!({"metadata": {"name": "p", "labels": {"app": "web"}, "resourceVersion": "4"}});
+        let after = serde_json::json!({"metadata": {"name": "p", "labels": {"app": "db"}, "resourceVersion": "5"}});
+        let e = selected_event(EventType::Modified, &after, Some(&before), 5, &options).unwrap();
+        assert_eq!(e.kind, EventType::Deleted);
+        assert_eq!(e.object["metadata"]["labels"]["app"], "web");
+        assert_eq!(e.object["metadata"]["resourceVersion"], "5");
+    }
 
     #[test]
     fn storage_keys_follow_upstream_layout() {

@@ -191,6 +191,17 @@ fn decode<T: serde::de::DeserializeOwned + Versioned>(path: &Path, data: &[u8], 
     serde_json::from_value(value).map_err(|e| err(format!("strict decoding error: {e}")))
 }
 
+/// Decodes the bytes of a pulled-record file as [`RecordStore::get_pulled`] does (strict,
+/// upstream kinds and versions); `path` only names the file in errors.
+pub fn decode_pulled(path: &Path, data: &[u8]) -> Result<ImagePulledRecord, RecordError> {
+    decode(path, data, "ImagePulledRecord")
+}
+
+/// Decodes the bytes of a pull-intent file, as start-up housekeeping reads them.
+pub fn decode_intent(path: &Path, data: &[u8]) -> Result<ImagePullIntent, RecordError> {
+    decode(path, data, "ImagePullIntent")
+}
+
 /// Encodes as the kubelet's JSON serializer does (compact, trailing newline).
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = serde_json::to_vec(value).unwrap_or_default();
@@ -256,7 +267,7 @@ impl RecordStore {
         let path = self.pulled.join(file_name(image_ref));
         match std::fs::read(&path) {
             Ok(data) => {
-                let record: ImagePulledRecord = decode(&path, &data, "ImagePulledRecord")?;
+                let record = decode_pulled(&path, &data)?;
                 Ok((record.image_ref == image_ref).then_some(record))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -9,7 +9,7 @@ mod protobuf;
 mod rbac;
 pub mod resources;
 mod token;
-mod watch;
+pub(crate) mod watch;
 
 use crate::field::Field;
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use self::objects::{admit_pod, pod_service_account, prepare_new, prepare_update}
 use self::resources::{ApiPath, RESOURCES, Resource, SUBRESOURCES, find, groups};
 use super::AppState;
 use super::status::ApiError;
-use crate::store::{FieldSelector, LabelSelector, ListOptions, ObjectKey, StoreError};
+use crate::store::{FieldSelector, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, StoreError};
 use crate::time::format_rfc3339;
 
 /// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
@@ -93,16 +93,31 @@ fn key(res: &Resource, namespace: Option<&str>, name: &str) -> ObjectKey {
     }
 }
 
-fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+/// Decodes a request body (JSON or kubectl's protobuf) into an object no deeper than
+/// [`MAX_OBJECT_DEPTH`].
+pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
-    if media == "application/vnd.kubernetes.protobuf" {
-        return protobuf::decode(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf request body: {}", e.0)));
-    }
-    if !matches!(media, "" | "application/json" | "*/*") {
+    let value = if media == "application/vnd.kubernetes.protobuf" {
+        protobuf::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf request body: {}", e.0)))?
+    } else if matches!(media, "" | "application/json" | "*/*") {
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?
+    } else {
         return Err(ApiError::unsupported_media_type(media));
+    };
+    check_depth(&value)?;
+    Ok(value)
+}
+
+/// Refuses objects nested deeper than [`MAX_OBJECT_DEPTH`].
+fn check_depth(value: &Value) -> Result<(), ApiError> {
+    let depth = crate::store::depth(value);
+    if depth > MAX_OBJECT_DEPTH {
+        return Err(ApiError::bad_request(format!(
+            "error decoding request body: object nesting depth {depth} exceeds the limit of {MAX_OBJECT_DEPTH}"
+        )));
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+    Ok(())
 }
 
 /// Fails with the upstream 404 unless namespace `ns` exists.
@@ -143,7 +158,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
             Ok(json_response(StatusCode::OK, state.store.get(&key(res, ns, name)).await?.object))
         }
-        (&Method::GET, None, None) if res.stored => list(state, res, ns, &query).await,
+        (&Method::GET, None, None) if res.stored => list(state, user, res, ns, &query).await,
         (&Method::POST, None, None) if res.stored => {
             create(state, user, res, ns, parse_body(content_type, body)?).await
         }
@@ -172,6 +187,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
 
 async fn list(
     state: &AppState,
+    user: &super::User,
     res: &Resource,
     ns: Option<&str>,
     query: &HashMap<String, String>,
@@ -197,8 +213,29 @@ async fn list(
                 Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
             }
         };
+        let slot = state.watches.acquire(&user.name).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!("too many open watches for user {:?}, please try again later", user.name),
+            )
+        })?;
+        let gauge = state
+            .metrics
+            .longrunning
+            .get_or_create(&crate::server::metrics::LongRunningLabels {
+                verb: "WATCH".into(),
+                group: res.group.into(),
+                version: res.version.into(),
+                resource: res.plural.into(),
+                subresource: String::new(),
+                scope: if ns.is_some() { "namespace" } else { "cluster" }.into(),
+                component: "apiserver".into(),
+            })
+            .clone();
+        let slot = slot.counted_in(gauge);
         let stream = state.store.watch(res.plural, ns, options, from).await?;
-        return Ok(watch::response(stream));
+        return Ok(watch::response(stream, Some(slot)));
     }
     let result = state.store.list(res.plural, ns, &options).await?;
     Ok(json_response(
@@ -360,6 +397,7 @@ async fn patch(
     };
     let patch: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    check_depth(&patch)?;
     let k = key(res, ns, name);
     let mut attempt = 0;
     loop {
@@ -383,6 +421,7 @@ async fn patch(
             None => current.revision,
         };
         prepare_update(res, &current.object, &mut object, name)?;
+        check_depth(&object)?;
         admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
