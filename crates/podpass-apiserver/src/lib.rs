@@ -10,3 +10,7 @@ pub mod server;
 pub mod store;
 pub mod time;
 pub mod token_file;
+
+/// Decodes an API request body as the REST layer does before anything else sees it
+/// (content type, JSON or kubectl's protobuf, nesting limit); for fuzzing and tools.
+pub use server::rest::parse_body as decode_request_body;

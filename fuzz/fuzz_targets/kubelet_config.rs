@@ -1,0 +1,8 @@
+//! The kubelet configuration subset podpass reads (image pull policy, allowlist, gates).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = podpass_node::images::kubelet_config::parse(data);
+});
