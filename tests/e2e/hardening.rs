@@ -388,3 +388,72 @@ fn a_watch_sees_an_object_leave_its_selection_with_its_last_selected_state() {
     assert_eq!(event["object"]["data"]["k"], "before", "{event}");
     assert_ne!(event["object"]["metadata"]["resourceVersion"].as_str().unwrap(), rv);
 }
+
+#[test]
+fn every_object_is_addressable_and_fake_subresources_do_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let admin = admin_token(d);
+    let c = client(d);
+    // a namespaced kind on the cluster path: not creatable (it could never be reached)
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lost"}});
+    let resp = c.post(format!("{}/api/v1/configmaps", s.url)).bearer_auth(&admin).json(&cm).send().unwrap();
+    assert_eq!(resp.status(), 405);
+    let listed: serde_json::Value =
+        c.get(format!("{}/api/v1/configmaps", s.url)).bearer_auth(&admin).send().unwrap().json().unwrap();
+    assert!(listed["items"].as_array().unwrap().iter().all(|i| i["metadata"]["name"] != "lost"));
+    assert!(!listed["items"].as_array().unwrap().is_empty(), "lists across namespaces");
+
+    // names are what the decoded path says: a role with a space is reachable with %20
+    let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "with space"}, "rules": []});
+    let roles = format!("{}/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", s.url);
+    assert_eq!(c.post(&roles).bearer_auth(&admin).json(&role).send().unwrap().status(), 201);
+    assert_eq!(c.get(format!("{roles}/with%20space")).bearer_auth(&admin).send().unwrap().status(), 200);
+    assert_eq!(c.delete(format!("{roles}/with%20space")).bearer_auth(&admin).send().unwrap().status(), 200);
+    for bad in ["nul\u{0}", "line\nbreak", "..", "a/b", "a%b"] {
+        let role = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": bad}, "rules": []});
+        let resp = c.post(&roles).bearer_auth(&admin).json(&role).send().unwrap();
+        assert_eq!(resp.status(), 422, "{bad:?}");
+    }
+    assert_eq!(c.get(format!("{roles}/bad%zzescape")).bearer_auth(&admin).send().unwrap().status(), 400);
+
+    // a user allowed only `*/status` reads no secret through a status path
+    let secret =
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"p": "x"}});
+    let secrets = format!("{}/api/v1/namespaces/default/secrets", s.url);
+    assert_eq!(c.post(&secrets).bearer_auth(&admin).json(&secret).send().unwrap().status(), 201);
+    let status_reader = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "status-reader"}, "rules": [{"apiGroups": [""], "resources": ["*/status"], "verbs": ["get"]}]});
+    let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "status-reader"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "status-reader"},
+        "subjects": [{"kind": "User", "name": "watcher", "apiGroup": "rbac.authorization.k8s.io"}]});
+    let rbac = format!("{}/apis/rbac.authorization.k8s.io/v1", s.url);
+    assert_eq!(
+        c.post(format!("{rbac}/clusterroles")).bearer_auth(&admin).json(&status_reader).send().unwrap().status(),
+        201
+    );
+    assert_eq!(
+        c.post(format!("{rbac}/clusterrolebindings")).bearer_auth(&admin).json(&binding).send().unwrap().status(),
+        201
+    );
+    let cfg = d.join("watcher.kubeconfig");
+    std::fs::write(&cfg, ok(identity(d, "watcher", &[]), "identity")).unwrap();
+    let token = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    let resp = c.get(format!("{secrets}/db/status")).bearer_auth(&token).send().unwrap();
+    assert_eq!(resp.status(), 404);
+    assert!(!resp.text().unwrap().contains("\"p\""));
+    // … while pods/status, a real subresource, answers
+    let pod_status =
+        c.get(format!("{}/api/v1/namespaces/default/pods/none/status", s.url)).bearer_auth(&token).send().unwrap();
+    assert_eq!(pod_status.status(), 404);
+    assert!(pod_status.text().unwrap().contains(r#"pods \"none\" not found"#));
+}

@@ -590,7 +590,10 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     let (parts, body) = req.into_parts();
     // A header that is not visible ASCII cannot hold a token: refused, never anonymous.
     let auth = parts.headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("Bearer \u{0}").to_owned());
-    let path = parts.uri.path().to_owned();
+    // Go's server hands handlers the decoded path; a malformed escape is a bad request.
+    let Some(path) = rest::resources::decode_path(parts.uri.path()) else {
+        return ApiError::bad_request(format!("invalid URL escape in path {:?}", parts.uri.path())).into_response();
+    };
     let api_path = match rest::resources::parse(&path) {
         Some(rest::resources::Target::Resource(p)) => Some(p),
         _ => None,

@@ -153,6 +153,17 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     if res.namespaced != path.namespace.is_some() && path.name.is_some() && res.stored {
         return Err(ApiError::not_found_path());
     }
+    // Only kinds that have a subresource serve it: `secrets/db/status` is no path at all.
+    if let Some(sub) = path.subresource.as_deref()
+        && !SUBRESOURCES.iter().any(|(r, s, _)| *r == res.plural && *s == sub)
+    {
+        return Err(ApiError::not_found_path());
+    }
+    // A namespaced kind is created in a namespace: the cluster path lists across
+    // namespaces and serves nothing else (upstream: 405).
+    if res.namespaced && path.namespace.is_none() && path.name.is_none() && method != Method::GET {
+        return Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural));
+    }
     let ns = path.namespace.as_deref();
     match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {

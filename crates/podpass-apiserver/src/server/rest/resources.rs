@@ -69,8 +69,12 @@ pub const RESOURCES: &[Resource] = &[
 ];
 
 /// Subresources served, as (resource, subresource, kind).
-pub const SUBRESOURCES: &[(&str, &str, &str)] =
-    &[("pods", "status", "Pod"), ("nodes", "status", "Node"), ("serviceaccounts", "token", "TokenRequest")];
+pub const SUBRESOURCES: &[(&str, &str, &str)] = &[
+    ("namespaces", "status", "Namespace"),
+    ("pods", "status", "Pod"),
+    ("nodes", "status", "Node"),
+    ("serviceaccounts", "token", "TokenRequest"),
+];
 
 /// The API groups served, with their single version.
 pub fn groups() -> Vec<&'static str> {
@@ -115,6 +119,30 @@ pub enum Target {
     Group(String),
     /// A resource path.
     Resource(ApiPath),
+}
+
+/// Decodes a request path's percent-escapes, as Go's `url.URL.Path` holds it (so
+/// `/api/v1/namespaces/ns/roles/a%20b` names the role `a b`, and `%2F` becomes a
+/// separator). `None` for a malformed escape or bytes that are not UTF-8.
+pub fn decode_path(raw: &str) -> Option<String> {
+    if !raw.contains('%') {
+        return Some(raw.to_owned());
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Parses `/api/v1/…` and `/apis/<group>/<version>/…`.
@@ -185,6 +213,15 @@ mod tests {
         let p = res("/apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/r");
         assert_eq!((p.group.as_str(), p.name.as_deref()), ("rbac.authorization.k8s.io", Some("r")));
         assert_eq!(parse("/api//v1"), None);
+        assert_eq!(
+            decode_path("/api/v1/namespaces/ns/roles/a%20b").as_deref(),
+            Some("/api/v1/namespaces/ns/roles/a b")
+        );
+        assert_eq!(decode_path("/x/%2Fy").as_deref(), Some("/x//y"));
+        assert_eq!(decode_path("/x/%zz"), None);
+        assert_eq!(decode_path("/x/%2"), None);
+        assert_eq!(decode_path("/x/%ff"), None, "not UTF-8");
+        assert_eq!(decode_path("/x/%C3%A9").as_deref(), Some("/x/é"));
         assert_eq!(parse("/healthz"), None);
     }
 }
