@@ -457,3 +457,141 @@ fn every_object_is_addressable_and_fake_subresources_do_not_exist() {
     assert_eq!(pod_status.status(), 404);
     assert!(pod_status.text().unwrap().contains(r#"pods \"none\" not found"#));
 }
+
+fn json_req(
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = client(&s.dir).request(method.clone(), format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir));
+    if let Some(b) = body {
+        req = if method == reqwest::Method::PATCH {
+            req.header("content-type", "application/merge-patch+json").body(b.to_string())
+        } else {
+            req.json(&b)
+        };
+    }
+    let resp = req.send().unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().unwrap_or(serde_json::Value::Null))
+}
+
+fn wait_gone(s: &Server, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while json_req(s, reqwest::Method::GET, path, None).0 != 404 {
+        assert!(Instant::now() < deadline, "{path} still there");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn namespace_deletion_terminates_refuses_creates_and_honours_finalizers() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let ns = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let cm = |name: &str, finalizers: &[&str]| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "finalizers": finalizers}});
+    assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces", Some(ns("team"))).0, 201);
+    let (code, held) =
+        json_req(&s, Method::POST, "/api/v1/namespaces/team/configmaps", Some(cm("held", &["example.com/hold"])));
+    assert_eq!(code, 201, "{held}");
+    let (code, deleted) = json_req(&s, Method::DELETE, "/api/v1/namespaces/team", None);
+    assert_eq!(code, 200);
+    assert_eq!(deleted["status"]["phase"], "Terminating");
+    // NamespaceLifecycle: nothing new in a terminating namespace
+    let (code, refused) = json_req(&s, Method::POST, "/api/v1/namespaces/team/configmaps", Some(cm("late", &[])));
+    assert_eq!(code, 403);
+    assert_eq!(
+        refused["message"],
+        r#"configmaps "late" is forbidden: unable to create new content in namespace team because it is being terminated"#
+    );
+    // the finalized object is marked, not removed, and holds the namespace
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, marked) = json_req(&s, Method::GET, "/api/v1/namespaces/team/configmaps/held", None);
+    assert_eq!(code, 200);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    assert_eq!(json_req(&s, Method::GET, "/api/v1/namespaces/team", None).0, 200, "held by its content");
+    // adding a finalizer now is refused; removing the last one lets both go
+    let (code, _) = json_req(
+        &s,
+        Method::PATCH,
+        "/api/v1/namespaces/team/configmaps/held",
+        Some(serde_json::json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}})),
+    );
+    assert_eq!(code, 422);
+    let (code, _) = json_req(
+        &s,
+        Method::PATCH,
+        "/api/v1/namespaces/team/configmaps/held",
+        Some(serde_json::json!({"metadata": {"finalizers": null}})),
+    );
+    assert_eq!(code, 200);
+    wait_gone(&s, "/api/v1/namespaces/team/configmaps/held");
+    wait_gone(&s, "/api/v1/namespaces/team");
+    // the immortal namespaces stay
+    let (code, body) = json_req(&s, Method::DELETE, "/api/v1/namespaces/default", None);
+    assert_eq!(code, 403, "{body}");
+}
+
+#[test]
+fn creates_racing_a_namespace_deletion_never_survive_into_a_new_namespace() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "race"}});
+    for round in 0..3 {
+        assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces", Some(ns.clone())).0, 201, "round {round}");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let (stop, url, dir) = (stop.clone(), s.url.clone(), s.dir.clone());
+                std::thread::spawn(move || {
+                    let c = client(&dir);
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 400 {
+                        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("r{round}-w{w}-{i}")}});
+                        let _ = c
+                            .post(format!("{url}/api/v1/namespaces/race/configmaps"))
+                            .bearer_auth(admin_token(&dir))
+                            .json(&cm)
+                            .send();
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(json_req(&s, Method::DELETE, "/api/v1/namespaces/race", None).0, 200);
+        wait_gone(&s, "/api/v1/namespaces/race");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        let (_, listed) = json_req(&s, Method::GET, "/api/v1/namespaces/race/configmaps", None);
+        let left: Vec<&serde_json::Value> = listed["items"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+        assert!(left.is_empty(), "round {round}: survived {}", left.len());
+    }
+}
+
+#[test]
+fn a_service_account_with_finalizers_is_marked_and_its_tokens_keep_their_grace() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let sa = serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder", "finalizers": ["example.com/keep"]}});
+    assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces/default/serviceaccounts", Some(sa)).0, 201);
+    let tr = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": ["registry.example"]}});
+    let (code, issued) =
+        json_req(&s, Method::POST, "/api/v1/namespaces/default/serviceaccounts/builder/token", Some(tr));
+    assert_eq!(code, 201, "{issued}");
+    let token = issued["status"]["token"].as_str().unwrap().to_owned();
+    let (code, marked) = json_req(&s, Method::DELETE, "/api/v1/namespaces/default/serviceaccounts/builder", None);
+    assert_eq!(code, 200);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    assert_eq!(json_req(&s, Method::GET, "/api/v1/namespaces/default/serviceaccounts/builder", None).0, 200);
+    let review = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": token, "audiences": ["registry.example"]}});
+    let (_, reviewed) = json_req(&s, Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews", Some(review));
+    assert_eq!(reviewed["status"]["authenticated"], true, "within the one-minute grace: {reviewed}");
+}

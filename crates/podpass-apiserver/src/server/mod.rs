@@ -404,6 +404,7 @@ impl Prepared {
             ca_pem: self.ca_pem.clone(),
         });
         rest::resume_pending_deletions(&state).await.map_err(std::io::Error::other)?;
+        rest::lifecycle::resume_terminating_namespaces(&state).await.map_err(std::io::Error::other)?;
         rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;

@@ -1,6 +1,7 @@
 //! The resource API: discovery documents and get/list/create/update/delete of the served
 //! objects, with the upstream behaviours users rely on.
 
+pub(crate) mod lifecycle;
 mod node_restriction;
 pub mod objects;
 pub mod openapi;
@@ -118,15 +119,6 @@ fn check_depth(value: &Value) -> Result<(), ApiError> {
         )));
     }
     Ok(())
-}
-
-/// Fails with the upstream 404 unless namespace `ns` exists.
-async fn require_namespace(state: &AppState, ns: &str) -> Result<(), ApiError> {
-    match state.store.get(&ObjectKey::cluster("namespaces", ns)).await {
-        Ok(_) => Ok(()),
-        Err(StoreError::NotFound { .. }) => Err(ApiError::not_found("namespaces", ns)),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A parsed request to a resource path.
@@ -306,10 +298,14 @@ async fn create(
     ns: Option<&str>,
     mut object: Value,
 ) -> Result<Response, ApiError> {
-    if let Some(ns) = ns {
-        require_namespace(state, ns).await?;
-    }
     let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
+    let ns_uid = match ns {
+        Some(ns) => Some(lifecycle::admit_create(state, res, ns, &name).await?),
+        None => None,
+    };
+    if res.plural == "namespaces" {
+        lifecycle::namespace_defaults(&mut object);
+    }
     admit_write(state, user, res, ns, &name, &mut object, None).await?;
     if res.plural == "pods" {
         let ns = ns.unwrap_or_default();
@@ -329,7 +325,11 @@ async fn create(
         };
         admit_pod(&mut object, &sa)?;
     }
-    let created = state.store.create(&key(res, ns, &name), object).await?;
+    let k = key(res, ns, &name);
+    let created = state.store.create(&k, object).await?;
+    if let (Some(ns), Some(uid)) = (ns, &ns_uid) {
+        lifecycle::after_create(state, res, ns, uid, &k, &created).await?;
+    }
     if res.plural == "namespaces" {
         namespace_defaults(state, &name).await?;
     }
@@ -380,10 +380,11 @@ async fn update(
         object["status"] = status;
     }
     prepare_update(res, &current.object, &mut object, name)?;
+    lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
     admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     after_rbac_write(state, res).await?;
-    Ok(json_response(StatusCode::OK, updated.object))
+    Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
 }
 
 /// Conflicts a patch retries on before giving up (upstream retries patches internally).
@@ -433,11 +434,12 @@ async fn patch(
         };
         prepare_update(res, &current.object, &mut object, name)?;
         check_depth(&object)?;
+        lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
         admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
                 after_rbac_write(state, res).await?;
-                return Ok(json_response(StatusCode::OK, updated.object));
+                return Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?));
             }
             Err(StoreError::Conflict { .. })
                 if attempt < PATCH_RETRIES && patch.field("/metadata/resourceVersion").is_none() =>
@@ -502,17 +504,10 @@ async fn delete(
         }
     }
     if res.plural == "namespaces" {
-        // Upstream's namespace controller empties the namespace, then removes it.
-        for r in RESOURCES.iter().filter(|r| r.namespaced && r.stored) {
-            for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
-                if let Some(n) = item.field("/metadata/name").and_then(Value::as_str) {
-                    match state.store.delete(&ObjectKey::namespaced(r.plural, name, n), None).await {
-                        Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }
+        return Ok(json_response(StatusCode::OK, lifecycle::delete_namespace(state, name, current).await?));
+    }
+    if let Some(marked) = lifecycle::mark_if_finalized(state, &k, &current).await? {
+        return Ok(json_response(StatusCode::OK, marked));
     }
     let deleted = state.store.delete(&k, Some(current.revision)).await?;
     after_rbac_write(state, res).await?;
@@ -527,7 +522,14 @@ pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option
         if let Ok(current) = state.store.get(&key).await
             && current.object.field("/metadata/uid") == uid.as_ref()
         {
-            let _ = state.store.delete(&key, Some(current.revision)).await;
+            if lifecycle::finalizers(&current.object).is_empty() {
+                let _ = state.store.delete(&key, Some(current.revision)).await;
+            } else {
+                // Grace is over; the pod goes when its last finalizer is removed.
+                let mut done = current.object.clone();
+                done["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                let _ = state.store.update(&key, done, Some(current.revision)).await;
+            }
         }
     });
 }
@@ -539,6 +541,7 @@ pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), Api
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let mut object = json!({"metadata": {"name": ns}});
         prepare_new(res, None, &mut object, podpass_token::now_unix())?;
+        lifecycle::namespace_defaults(&mut object);
         match state.store.create(&ObjectKey::cluster("namespaces", ns), object).await {
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),

@@ -1,0 +1,301 @@
+//! Object lifecycle as upstream runs it: `metadata.finalizers` (an object with finalizers
+//! is only marked on delete, and goes when the last one is removed), NamespaceLifecycle
+//! admission (no new content in a namespace being terminated, none in a namespace that is
+//! gone), and the namespace controller (a deleted namespace is marked `Terminating`,
+//! emptied, then removed).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use super::resources::{RESOURCES, Resource};
+use crate::field::Field;
+use crate::server::AppState;
+use crate::server::status::ApiError;
+use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
+use crate::time::format_rfc3339;
+
+/// Namespaces upstream refuses to delete.
+const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// The finalizer the namespace controller owns (`spec.finalizers`).
+const NAMESPACE_FINALIZER: &str = "kubernetes";
+
+fn str_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(object: &Value) -> Vec<String> {
+    str_list(object.field("/metadata/finalizers"))
+}
+
+fn being_deleted(object: &Value) -> bool {
+    object.field("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
+}
+
+/// NamespaceLifecycle admission for a create in `ns`: the namespace exists and is not
+/// terminating. Returns its UID, which [`after_create`] checks again.
+pub async fn admit_create(state: &AppState, res: &Resource, ns: &str, name: &str) -> Result<String, ApiError> {
+    let namespace = match state.store.get_shared(&ObjectKey::cluster("namespaces", ns)).await {
+        Ok(n) => n,
+        Err(StoreError::NotFound { .. }) => return Err(ApiError::not_found("namespaces", ns)),
+        Err(e) => return Err(e.into()),
+    };
+    if being_deleted(&namespace.object)
+        || namespace.object.field("/status/phase").and_then(Value::as_str) == Some("Terminating")
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                res.plural
+            ),
+        ));
+    }
+    Ok(namespace.object.field("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned())
+}
+
+/// After a create in `ns`: if the namespace began terminating (or was replaced) while the
+/// object was written, the namespace controller's last pass may have missed it, so it is
+/// removed here and the create refused. Between the two checks no object outlives its
+/// namespace into a re-created one of the same name.
+pub async fn after_create(
+    state: &AppState,
+    res: &Resource,
+    ns: &str,
+    ns_uid: &str,
+    key: &ObjectKey,
+    created: &Stored,
+) -> Result<(), ApiError> {
+    let still = match state.store.get_shared(&ObjectKey::cluster("namespaces", ns)).await {
+        Ok(n) => !being_deleted(&n.object) && n.object.field("/metadata/uid").and_then(Value::as_str) == Some(ns_uid),
+        Err(StoreError::NotFound { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if still {
+        return Ok(());
+    }
+    match state.store.delete(key, Some(created.revision)).await {
+        Ok(_) | Err(StoreError::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let name = created.object.field("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        format!(
+            "{} {name:?} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            res.plural
+        ),
+    ))
+}
+
+/// `ValidateObjectMetaUpdate`: once deletion started, no finalizer may be added.
+pub fn check_finalizer_update(kind: &str, name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+    if !being_deleted(old) {
+        return Ok(());
+    }
+    let before = finalizers(old);
+    let added: Vec<String> = finalizers(new).into_iter().filter(|f| !before.contains(f)).collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = added.iter().map(|f| podpass_api::validation::quote(f)).collect();
+    Err(ApiError::invalid(format!(
+        "{kind} {name:?} is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+        listed.join(", ")
+    )))
+}
+
+/// Marks an object with finalizers as being deleted (deletionTimestamp now, grace 0), or
+/// returns it unchanged if it already is. `None`: it has no finalizers, delete it.
+pub async fn mark_if_finalized(state: &AppState, key: &ObjectKey, current: &Stored) -> Result<Option<Value>, ApiError> {
+    if finalizers(&current.object).is_empty() {
+        return Ok(None);
+    }
+    if being_deleted(&current.object) {
+        return Ok(Some(current.object.clone()));
+    }
+    let mut marked = current.object.clone();
+    marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix()));
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    Ok(Some(state.store.update(key, marked, Some(current.revision)).await?.object))
+}
+
+/// After an update: an object being deleted whose last finalizer is gone (and, for pods,
+/// whose grace period is over) is removed. Returns the object as the client should see it.
+pub async fn finish_if_finalized(state: &AppState, key: &ObjectKey, updated: Stored) -> Result<Value, ApiError> {
+    let grace_over = updated.object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0)
+        == 0
+        || key.resource != "pods";
+    if being_deleted(&updated.object) && finalizers(&updated.object).is_empty() && grace_over {
+        match state.store.delete(key, Some(updated.revision)).await {
+            Ok(_) | Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(updated.object)
+}
+
+/// New namespaces start `Active` with the controller's finalizer, as upstream's strategy
+/// sets them.
+pub fn namespace_defaults(object: &mut Value) {
+    let Some(obj) = object.as_object_mut() else { return };
+    let spec = obj.entry("spec").or_insert_with(|| json!({}));
+    if let Some(spec) = spec.as_object_mut() {
+        let finalizers = spec.entry("finalizers").or_insert_with(|| json!([]));
+        if let Some(list) = finalizers.as_array_mut()
+            && !list.iter().any(|f| f == NAMESPACE_FINALIZER)
+        {
+            list.push(json!(NAMESPACE_FINALIZER));
+        }
+    }
+    obj.insert("status".into(), json!({"phase": "Active"}));
+}
+
+/// `DELETE /api/v1/namespaces/{name}`: refuses the immortal ones; otherwise marks the
+/// namespace `Terminating` and starts the controller that empties and removes it.
+pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored) -> Result<Value, ApiError> {
+    if IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden_raw(format!(
+            "namespaces {name:?} is forbidden: this namespace may not be deleted"
+        )));
+    }
+    if being_deleted(&current.object) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on namespaces {name:?}: The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
+            ),
+        ));
+    }
+    let mut marked = current.object.clone();
+    marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix()));
+    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    marked["status"] = json!({"phase": "Terminating"});
+    let updated = state.store.update(&ObjectKey::cluster("namespaces", name), marked, Some(current.revision)).await?;
+    spawn_namespace_controller(Arc::clone(state), name.to_owned());
+    Ok(updated.object)
+}
+
+/// Pause between passes while content with finalizers is still being finalized.
+const CONTROLLER_RETRY: Duration = Duration::from_millis(500);
+
+/// Runs the namespace controller for one terminating namespace until it is gone.
+pub fn spawn_namespace_controller(state: Arc<AppState>, name: String) {
+    tokio::spawn(async move {
+        loop {
+            match namespace_pass(&state, &name).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(namespace = %name, error = %e, "namespace deletion pass failed; retrying"),
+            }
+            tokio::time::sleep(CONTROLLER_RETRY).await;
+        }
+    });
+}
+
+/// One pass: delete every object in the namespace; when a pass finds nothing left, drop
+/// the controller's finalizer and remove the namespace (if no other finalizer holds it).
+/// Returns whether the namespace is finished.
+async fn namespace_pass(state: &AppState, name: &str) -> Result<bool, StoreError> {
+    let key = ObjectKey::cluster("namespaces", name);
+    let current = match state.store.get(&key).await {
+        Ok(c) => c,
+        Err(StoreError::NotFound { .. }) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    if !being_deleted(&current.object) {
+        return Ok(true);
+    }
+    let mut remaining = 0usize;
+    for r in RESOURCES.iter().filter(|r| r.namespaced && r.stored) {
+        for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
+            remaining += 1;
+            let Some(n) = item.field("/metadata/name").and_then(Value::as_str) else { continue };
+            let k = ObjectKey::namespaced(r.plural, name, n);
+            let revision = item.field("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse().ok());
+            if !finalizers(&item).is_empty() {
+                if !being_deleted(&item) {
+                    let stored = Stored { object: item.clone(), revision: revision.unwrap_or(0) };
+                    match mark_if_finalized(state, &k, &stored).await {
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!(key = ?k, error = %e.message, "marking for deletion"),
+                    }
+                }
+                continue;
+            }
+            match state.store.delete(&k, None).await {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if remaining > 0 {
+        return Ok(false);
+    }
+    // Empty: finalize (spec.finalizers without ours), then remove if metadata.finalizers
+    // hold nothing either.
+    let mut finalized = current.object.clone();
+    let spec_finalizers: Vec<String> =
+        str_list(current.object.field("/spec/finalizers")).into_iter().filter(|f| f != NAMESPACE_FINALIZER).collect();
+    finalized["spec"]["finalizers"] = json!(spec_finalizers);
+    let updated = match state.store.update(&key, finalized, Some(current.revision)).await {
+        Ok(u) => u,
+        Err(StoreError::Conflict { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if spec_finalizers.is_empty() && finalizers(&updated.object).is_empty() {
+        match state.store.delete(&key, Some(updated.revision)).await {
+            Ok(_) | Err(StoreError::NotFound { .. }) => return Ok(true),
+            Err(StoreError::Conflict { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+/// At start-up: namespaces that were terminating when the server stopped finish.
+pub async fn resume_terminating_namespaces(state: &Arc<AppState>) -> Result<(), StoreError> {
+    for ns in state.store.list("namespaces", None, &ListOptions::default()).await?.items {
+        if being_deleted(&ns)
+            && let Some(name) = ns.field("/metadata/name").and_then(Value::as_str)
+        {
+            spawn_namespace_controller(Arc::clone(state), name.to_owned());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_finalizer_may_be_added_once_deletion_started() {
+        let old = json!({"metadata": {"name": "c", "finalizers": ["a"], "deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        let mut new = old.clone();
+        new["metadata"]["finalizers"] = json!(["a", "b"]);
+        let err = check_finalizer_update("ConfigMap", "c", &old, &new).unwrap_err();
+        assert!(err.message.ends_with(r#"found new finalizers []string{"b"}"#), "{}", err.message);
+        new["metadata"]["finalizers"] = json!([]);
+        assert_eq!(check_finalizer_update("ConfigMap", "c", &old, &new), Ok(()));
+        let live = json!({"metadata": {"name": "c"}});
+        assert_eq!(check_finalizer_update("ConfigMap", "c", &live, &old), Ok(()));
+    }
+
+    #[test]
+    fn namespaces_start_active_with_the_controller_finalizer() {
+        let mut ns = json!({"metadata": {"name": "n"}, "spec": {"finalizers": ["example.com/x"]}});
+        namespace_defaults(&mut ns);
+        assert_eq!(ns["spec"]["finalizers"], json!(["example.com/x", "kubernetes"]));
+        assert_eq!(ns["status"]["phase"], "Active");
+        namespace_defaults(&mut ns);
+        assert_eq!(ns["spec"]["finalizers"], json!(["example.com/x", "kubernetes"]));
+    }
+}
