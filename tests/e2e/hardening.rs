@@ -595,3 +595,73 @@ fn a_service_account_with_finalizers_is_marked_and_its_tokens_keep_their_grace()
     let (_, reviewed) = json_req(&s, Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews", Some(review));
     assert_eq!(reviewed["status"]["authenticated"], true, "within the one-minute grace: {reviewed}");
 }
+
+/// The hostile registry (tests/e2e/hostile_registry.py), killed on drop.
+struct HostileRegistry {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Drop for HostileRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hostile_registry(dir: &std::path::Path) -> HostileRegistry {
+    let port_file = dir.join("registry-port");
+    let child = Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/hostile_registry.py"))
+        .arg(&port_file)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "registry did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    HostileRegistry { child, addr: format!("127.0.0.1:{}", port.trim()) }
+}
+
+fn load(root: &std::path::Path, image: &str) -> (bool, String) {
+    let out = Command::new(PODPASS)
+        .args(["node", "images", "load", "--root-dir", root.to_str().unwrap(), image])
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn files_in(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_hostile_registry_cannot_exhaust_the_node_and_failed_pulls_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = hostile_registry(dir.path());
+    let root = dir.path().join("node");
+    for (repo, expect) in [
+        ("huge", "larger than the 4194304-byte limit"),
+        ("hugelen", "larger than the 4194304-byte limit"),
+        ("bigconfig", "config size 3221225472 is outside"),
+        ("partial", "Invalid digest"),
+    ] {
+        let (ok, stderr) = load(&root, &format!("{}/{repo}:1", reg.addr));
+        assert!(!ok, "{repo} loaded");
+        assert!(stderr.contains(expect), "{repo}: {stderr}");
+    }
+    // the config the partial pull fetched is gone with it; nothing is left in ingest/
+    let images = root.join("images");
+    assert_eq!(files_in(&images.join("blobs/sha256")), Vec::<String>::new());
+    assert_eq!(files_in(&images.join("ingest")), Vec::<String>::new());
+    // a download left behind by a process that died is removed at the next start
+    std::fs::write(images.join("ingest").join(format!("{}.999999999.0", "a".repeat(64))), b"half").unwrap();
+    let _ = load(&root, &format!("{}/partial:1", reg.addr));
+    assert_eq!(files_in(&images.join("ingest")), Vec::<String>::new());
+}

@@ -32,6 +32,8 @@ const FAIL: &str = "#!/bin/sh\necho 'registry refused: bad credentials' >&2\nech
 const SLEEP: &str = "#!/bin/sh\nexec sleep 30\n";
 const WRONG_VERSION: &str = "#!/bin/sh\ncat >/dev/null\necho '{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1beta1\",\"cacheKeyType\":\"Image\"}'\n";
 const GARBAGE: &str = "#!/bin/sh\ncat >/dev/null\necho '{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Image\",\"auth\":{\"r\":{\"username\":\"u\",\"password\":\"hunter2\",\"unknown\":1}}}'\n";
+/// Streams stdout without end (and stderr too), ignoring its input.
+const FLOOD: &str = "#!/bin/sh\n(yes stderr-noise >&2 &)\nexec yes '{\"kind\":\"CredentialProviderResponse\"}'\n";
 const BAD_KEY_TYPE: &str = "#!/bin/sh\ncat >/dev/null\necho '{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Pod\"}'\n";
 
 fn install(dir: &Path, name: &str, body: &str) {
@@ -66,6 +68,7 @@ impl Bin {
             ("wrong-version", WRONG_VERSION),
             ("garbage", GARBAGE),
             ("bad-key-type", BAD_KEY_TYPE),
+            ("flood", FLOOD),
         ] {
             install(dir.path(), name, body);
         }
@@ -188,6 +191,12 @@ async fn failures_yield_nothing_and_say_why() {
         bad_key.provide("a.registry.example/app", None).await.report.skip_reason.as_deref(),
         Some("response rejected: invalid cacheKeyType \"Pod\"")
     );
+    // a plugin flooding stdout is cut off at the cap (not at the timeout) and killed
+    let flood = bin.plugin(provider("flood", &[], &[], 60)).with_timeout(Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let reason = flood.provide("a.registry.example/app", None).await.report.skip_reason.unwrap();
+    assert_eq!(reason, "response rejected: credential provider plugin wrote more than 1048576 bytes to stdout");
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped at the cap, not the timeout");
     let missing = bin.plugin(provider("not-installed", &[], &[], 60));
     assert!(
         missing.provide("a.registry.example/app", None).await.report.skip_reason.unwrap().starts_with("plugin failed")

@@ -44,6 +44,12 @@ pub enum ExecError {
         /// Answered.
         got: String,
     },
+    /// The plugin wrote more than [`MAX_STDOUT_BYTES`] to stdout; it was killed.
+    #[error("credential provider plugin wrote more than {limit} bytes to stdout")]
+    StdoutTooLarge {
+        /// The limit.
+        limit: usize,
+    },
     /// Strict decoding failed; the inner error is dropped as upstream does (it may echo
     /// secrets).
     #[error("error decoding credential provider plugin response from stdout")]
@@ -88,26 +94,92 @@ pub async fn exec_plugin(
         .kill_on_drop(true);
     let mut child = command.spawn().map_err(|e| fail(e.to_string(), None, ""))?;
     let mut stdin = child.stdin.take();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let run = async {
-        if let Some(stdin) = stdin.as_mut() {
-            // A plugin that exits without reading its input is not an error by itself.
-            let _ = stdin.write_all(&input).await;
+        let feed = async {
+            if let Some(stdin) = stdin.as_mut() {
+                // A plugin that exits without reading its input is not an error by itself.
+                let _ = stdin.write_all(&input).await;
+            }
+            drop(stdin);
+        };
+        // stdout past its cap ends the run at once: stderr stops being read and the plugin
+        // is killed, rather than left blocked on a full pipe until the timeout.
+        let overflow = tokio::sync::Notify::new();
+        let out = async {
+            let read = read_capped(stdout, MAX_STDOUT_BYTES, true).await;
+            if matches!(&read, Ok(c) if c.overflowed) {
+                overflow.notify_one();
+            }
+            read
+        };
+        let err = async {
+            tokio::select! {
+                read = read_capped(stderr, MAX_STDERR_BYTES, false) => read,
+                () = overflow.notified() => Ok(Capped::default()),
+            }
+        };
+        let (_, out, err) = tokio::join!(feed, out, err);
+        let out = out?;
+        if out.overflowed {
+            let _ = child.start_kill();
         }
-        drop(stdin);
-        child.wait_with_output().await
+        let status = child.wait().await?;
+        Ok::<_, std::io::Error>((status, out, err?))
     };
-    let output = match tokio::time::timeout(timeout, run).await {
+    let (status, stdout, stderr) = match tokio::time::timeout(timeout, run).await {
         Err(_) => return Err(fail("context deadline exceeded".into(), None, "")),
         Ok(Err(e)) => return Err(fail(e.to_string(), None, "")),
         Ok(Ok(o)) => o,
     };
-    let stderr = String::from_utf8_lossy(&output.stderr).trim_end().to_owned();
-    if !output.status.success() {
-        let code = output.status.code();
+    let stderr = String::from_utf8_lossy(&stderr.bytes).trim_end().to_owned();
+    if stdout.overflowed {
+        return Err(ExecError::StdoutTooLarge { limit: MAX_STDOUT_BYTES });
+    }
+    if !status.success() {
+        let code = status.code();
         let reason = code.map_or_else(|| "signal: killed".to_owned(), |c| format!("exit status {c}"));
         return Err(fail(reason, code, &stderr));
     }
-    decode_response(&output.stdout, &provider.api_version)
+    decode_response(&stdout.bytes, &provider.api_version)
+}
+
+/// Most of a plugin's stdout read: a CredentialProviderResponse is a few KiB.
+pub const MAX_STDOUT_BYTES: usize = 1 << 20;
+/// Most of a plugin's stderr kept for the error message (the rest is read and dropped).
+pub const MAX_STDERR_BYTES: usize = 64 << 10;
+
+#[derive(Default)]
+struct Capped {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+/// Reads `pipe` keeping at most `cap` bytes. With `stop`, reading ends at the cap (the
+/// plugin is killed when dropped); without, the rest is drained so the plugin never blocks.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<R>,
+    cap: usize,
+    stop: bool,
+) -> std::io::Result<Capped> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Capped { bytes: Vec::new(), overflowed: false };
+    let Some(mut pipe) = pipe else { return Ok(out) };
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let room = cap.saturating_sub(out.bytes.len());
+        out.bytes.extend_from_slice(&buf[..n.min(room)]);
+        if n > room {
+            out.overflowed = true;
+            if stop {
+                return Ok(out);
+            }
+        }
+    }
 }
 
 /// Response checks in upstream order: GVK readable, apiVersion as configured, strict decode

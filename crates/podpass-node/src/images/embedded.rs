@@ -17,7 +17,8 @@ use aws_lc_rs::digest;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::OciDescriptor;
-use oci_client::secrets::RegistryAuth;
+
+use super::manifest_fetch;
 use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
@@ -118,7 +119,7 @@ fn digest_hex(d: &str) -> Result<&str, ImageError> {
     }
 }
 
-fn map_oci(what: &str, e: OciDistributionError) -> ImageError {
+pub(crate) fn map_oci(what: &str, e: OciDistributionError) -> ImageError {
     match e {
         OciDistributionError::AuthenticationFailure(m) => ImageError::Unauthorized(m.trim().to_owned()),
         OciDistributionError::UnauthorizedError { url } => {
@@ -149,6 +150,32 @@ fn map_oci(what: &str, e: OciDistributionError) -> ImageError {
     }
 }
 
+/// Removes downloads left in `ingest/` by processes that are gone (a crash or kill mid-pull).
+/// Ingest names are `<hex>.<pid>.<seq>`: a live process's downloads are left alone, since
+/// several processes may share the store.
+fn clean_ingest(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let pid = name.split('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The HTTP client for manifest GETs (same timeouts as the registry client).
+fn http_client() -> Result<reqwest::Client, ImageError> {
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .read_timeout(std::time::Duration::from_secs(60))
+        .user_agent(concat!("podpass/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ImageError::Registry(format!("HTTP client: {e}")))
+}
+
 impl EmbeddedStore {
     /// Opens (creating) the store under `<root_dir>/images`. `insecure_registries` may be
     /// reached over plain HTTP in addition to loopback ones.
@@ -157,6 +184,7 @@ impl EmbeddedStore {
         for dir in [root.join("blobs").join("sha256"), root.join("ingest")] {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
+        clean_ingest(&root.join("ingest"));
         Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()) })
     }
 
@@ -199,7 +227,7 @@ impl EmbeddedStore {
     }
 
     /// Stores `data` as the blob `expected` (verified).
-    async fn put_blob(&self, expected: &str, data: &[u8]) -> Result<(), ImageError> {
+    async fn put_blob(&self, expected: &str, data: &[u8], fresh: &mut Vec<String>) -> Result<(), ImageError> {
         let hex = digest_hex(expected)?.to_owned();
         let actual = sha256_hex(data);
         if actual != hex {
@@ -210,6 +238,9 @@ impl EmbeddedStore {
             });
         }
         let path = self.blob_path(&hex);
+        if tokio::fs::metadata(&path).await.is_err() {
+            fresh.push(expected.to_owned());
+        }
         let data = data.to_vec();
         tokio::task::spawn_blocking(move || write_durably(&path, &data))
             .await
@@ -218,7 +249,13 @@ impl EmbeddedStore {
 
     /// Downloads a blob unless the store has it, verifying digest and size before it is
     /// renamed into place.
-    async fn fetch_blob(&self, client: &Client, reference: &Reference, d: &Descriptor) -> Result<(), ImageError> {
+    async fn fetch_blob(
+        &self,
+        client: &Client,
+        reference: &Reference,
+        d: &Descriptor,
+        fresh: &mut Vec<String>,
+    ) -> Result<(), ImageError> {
         let hex = digest_hex(&d.digest)?.to_owned();
         let path = self.blob_path(&hex);
         if tokio::fs::metadata(&path).await.is_ok_and(|m| i64::try_from(m.len()).ok() == Some(d.size)) {
@@ -252,6 +289,7 @@ impl EmbeddedStore {
                 )));
             }
             tokio::fs::rename(&ingest, &path).await.map_err(io(&path))?;
+            fresh.push(d.digest.clone());
             Ok(())
         }
         .await;
@@ -278,6 +316,42 @@ impl EmbeddedStore {
     }
 
     async fn pull(&self, image: &str, auth: Option<&PullAuth>) -> Result<String, ImageError> {
+        let mut fresh = Vec::new();
+        let result = self.pull_into_store(image, auth, &mut fresh).await;
+        if result.is_err() {
+            self.discard_unreferenced(&fresh).await;
+        }
+        result
+    }
+
+    /// After a failed pull: the blobs it wrote that no image uses are removed, so a failed
+    /// pull leaves nothing behind.
+    async fn discard_unreferenced(&self, fresh: &[String]) {
+        if fresh.is_empty() {
+            return;
+        }
+        let _guard = self.state_lock.lock().await;
+        let Ok(_file_lock) = self.lock_state().await else { return };
+        let Ok(state) = self.read_state().await else { return };
+        let mut keep = Vec::new();
+        for image in &state.images {
+            keep.extend(self.blobs_of(image).await);
+        }
+        for d in fresh {
+            if !keep.contains(d)
+                && let Ok(hex) = digest_hex(d)
+            {
+                let _ = tokio::fs::remove_file(self.blob_path(hex)).await;
+            }
+        }
+    }
+
+    async fn pull_into_store(
+        &self,
+        image: &str,
+        auth: Option<&PullAuth>,
+        fresh: &mut Vec<String>,
+    ) -> Result<String, ImageError> {
         let r = reference::parse(image)?;
         let mut oci_ref = match (&r.tag, &r.digest) {
             (_, Some(d)) => Reference::with_digest(r.domain.clone(), r.path.clone(), d.clone()),
@@ -285,14 +359,10 @@ impl EmbeddedStore {
             (None, None) => Reference::with_tag(r.domain.clone(), r.path.clone(), "latest".into()),
         };
         let client = self.client_for(&r.domain);
-        let registry_auth = match auth {
-            Some(a) if !a.username.is_empty() || !a.password.is_empty() => {
-                RegistryAuth::Basic(a.username.clone(), a.password.clone())
-            }
-            _ => RegistryAuth::Anonymous,
-        };
-        let (mut bytes, _) =
-            client.pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES).await.map_err(|e| map_oci(image, e))?;
+        let plain_http = plain_http_allowed(&r.domain, &self.insecure_registries);
+        let http = http_client()?;
+        let mut bytes =
+            manifest_fetch::fetch_manifest(&client, &http, plain_http, &oci_ref, auth, &MANIFEST_TYPES).await?;
         let mut manifest_digest = format!("sha256:{}", sha256_hex(&bytes));
         if let Some(d) = &r.digest
             && *d != manifest_digest
@@ -311,11 +381,10 @@ impl EmbeddedStore {
                     ImageError::NotFound(format!("{image}: no match for platform {os}/{arch} in manifest"))
                 })?;
             oci_ref = Reference::with_digest(r.domain.clone(), r.path.clone(), entry.digest.clone());
-            self.put_blob(&manifest_digest, &bytes).await?;
-            let (platform_bytes, _) = client
-                .pull_manifest_raw(&oci_ref, &registry_auth, &MANIFEST_TYPES[..2])
-                .await
-                .map_err(|e| map_oci(image, e))?;
+            self.put_blob(&manifest_digest, &bytes, fresh).await?;
+            let platform_bytes =
+                manifest_fetch::fetch_manifest(&client, &http, plain_http, &oci_ref, auth, &MANIFEST_TYPES[..2])
+                    .await?;
             let actual = format!("sha256:{}", sha256_hex(&platform_bytes));
             if actual != entry.digest {
                 return Err(ImageError::Digest { what: image.into(), expected: entry.digest.clone(), actual });
@@ -324,17 +393,24 @@ impl EmbeddedStore {
             manifest = serde_json::from_slice(&bytes)
                 .map_err(|e| ImageError::Unsupported(format!("{image}: manifest: {e}")))?;
             // The repo digest stays the index's digest, as containerd records it.
-            self.put_blob(&entry.digest, &bytes).await?;
+            self.put_blob(&entry.digest, &bytes, fresh).await?;
         } else {
-            self.put_blob(&manifest_digest, &bytes).await?;
+            self.put_blob(&manifest_digest, &bytes, fresh).await?;
         }
         let config =
             manifest.config.ok_or_else(|| ImageError::Unsupported(format!("{image}: manifest has no config")))?;
-        self.fetch_blob(&client, &oci_ref, &config).await?;
+        if !(0..=manifest_fetch::MAX_CONFIG_BYTES).contains(&config.size) {
+            return Err(ImageError::Unsupported(format!(
+                "{image}: config size {} is outside 0..={}",
+                config.size,
+                manifest_fetch::MAX_CONFIG_BYTES
+            )));
+        }
+        self.fetch_blob(&client, &oci_ref, &config, fresh).await?;
         let mut size = u64::try_from(config.size).unwrap_or(0);
         let mut content = vec![config.digest.clone()];
         for layer in &manifest.layers {
-            self.fetch_blob(&client, &oci_ref, layer).await?;
+            self.fetch_blob(&client, &oci_ref, layer, fresh).await?;
             size += u64::try_from(layer.size).unwrap_or(0);
             content.push(layer.digest.clone());
         }
@@ -669,7 +745,7 @@ mod tests {
         );
         store.add_image(&r, &id, &format!("sha256:{}", "2".repeat(64)), 2, &[]).await.unwrap();
         assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap(), None);
-        store.put_blob(&id, &config).await.unwrap();
+        store.put_blob(&id, &config, &mut Vec::new()).await.unwrap();
         assert_eq!(store.image_status("localhost:5000/x:1").await.unwrap().map(|i| i.id), Some(id.clone()));
         // Tampered content: not present (so the node pulls again).
         std::fs::write(store.blob_path(digest_hex(&id).unwrap()), b"{ }").unwrap();

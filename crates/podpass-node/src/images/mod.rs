@@ -7,6 +7,7 @@ pub mod durable;
 pub mod embedded;
 pub mod kubelet_config;
 pub mod manager;
+pub mod manifest_fetch;
 pub mod mapping;
 pub mod mem_records;
 pub mod policy;
