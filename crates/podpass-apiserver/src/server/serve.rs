@@ -102,7 +102,7 @@ mod tests {
     async fn serve(limits: ServeLimits) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let pki = crate::pki::ensure_serving_pki(dir.path(), &[]).unwrap();
-        let tls = crate::server::tls_acceptor(pki.cert_chain_pem.as_bytes(), pki.key_pem.as_bytes()).unwrap();
+        let tls = crate::server::config::tls_acceptor(pki.cert_chain_pem.as_bytes(), pki.key_pem.as_bytes()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));

@@ -1,0 +1,109 @@
+//! Authentication: the bearer token of a request (`bearertoken.Authenticator`), checked
+//! against the static token file, then as a service-account token; no token is
+//! `system:anonymous`.
+
+use super::AppState;
+use super::StoreLookup;
+use super::status::ApiError;
+use crate::token_file::StaticUser;
+use podpass_token::now_unix;
+
+/// The authenticated user of a request.
+#[derive(Debug, Clone)]
+pub struct User {
+    /// User name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Groups, `system:authenticated` included.
+    pub groups: Vec<String>,
+    /// Extra attributes (service-account tokens: pod, node, credential id).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl From<StaticUser> for User {
+    fn from(u: StaticUser) -> Self {
+        let mut groups = u.groups;
+        groups.push("system:authenticated".into());
+        Self { name: u.name, uid: u.uid, groups, extra: Default::default() }
+    }
+}
+
+/// Authenticates the bearer token: static token file first, then service-account tokens
+/// (validated against the store). No token is `system:anonymous`; a bad one is 401.
+pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, ApiError> {
+    let anonymous = || User {
+        name: "system:anonymous".into(),
+        uid: String::new(),
+        groups: vec!["system:unauthenticated".into()],
+        extra: Default::default(),
+    };
+    let Some(header) = authorization else { return Ok(anonymous()) };
+    let Some(token) = bearer_token(&header)? else { return Ok(anonymous()) };
+    if let Some(user) = state.token_file.lookup(token) {
+        return Ok(user.into());
+    }
+    if let Some(a) = state.token_cache.get(token, None) {
+        return Ok(User::from_token(&a));
+    }
+    let lookup = StoreLookup { store: state.store.as_ref() };
+    let now = now_unix();
+    match state.authenticator.authenticate(token, None, &lookup, now).await {
+        Ok(a) => {
+            state.count_token_use(&a);
+            Ok(User::from_token(&state.token_cache.insert(token, None, a, now)))
+        }
+        Err(_) => Err(ApiError::unauthorized()),
+    }
+}
+
+/// `bearertoken.Authenticator`: the token of an `Authorization` header. The scheme is
+/// case-insensitive; a header of another scheme (or none) carries no bearer token
+/// (`Ok(None)`: the request is anonymous); an empty token is refused.
+pub fn bearer_token(header: &str) -> Result<Option<&str>, ApiError> {
+    let header = header.trim();
+    let mut parts = header.splitn(3, ' ');
+    let scheme = parts.next().unwrap_or_default();
+    match parts.next() {
+        Some(token) if scheme.eq_ignore_ascii_case("bearer") => {
+            if token.is_empty() {
+                Err(ApiError::unauthorized())
+            } else {
+                Ok(Some(token))
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+impl User {
+    fn from_token(a: &podpass_token::Authenticated) -> Self {
+        let mut groups = a.user.groups.clone();
+        groups.push("system:authenticated".into());
+        Self { name: a.user.username.clone(), uid: a.user.uid.clone(), groups, extra: a.user.extra.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_as_upstream() {
+        assert_eq!(bearer_token("Bearer abc"), Ok(Some("abc")));
+        assert_eq!(bearer_token("bearer abc"), Ok(Some("abc")));
+        assert_eq!(bearer_token("  BEARER abc  "), Ok(Some("abc")));
+        // a third part is ignored, as Go's SplitN(…, 3) leaves it
+        assert_eq!(bearer_token("Bearer abc def"), Ok(Some("abc")));
+        assert_eq!(bearer_token("Bearer"), Ok(None));
+        assert_eq!(bearer_token("Basic dTpw"), Ok(None));
+        assert_eq!(bearer_token(""), Ok(None));
+        assert_eq!(bearer_token("Bearer  x"), Err(ApiError::unauthorized()));
+    }
+
+    #[test]
+    fn every_authenticated_user_is_in_the_authenticated_group() {
+        let u: User = StaticUser { name: "alice".into(), uid: "1".into(), groups: vec!["dev".into()] }.into();
+        assert_eq!(u.groups, ["dev", "system:authenticated"]);
+    }
+}

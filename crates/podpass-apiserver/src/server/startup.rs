@@ -1,0 +1,158 @@
+//! Start-up: [`Prepared::start`] binds, derives what depends on the bound port (issuer
+//! default, OIDC documents, kubeconfig), builds the shared state, runs the start-up
+//! reconcilers (pending deletions, system namespaces, bootstrap RBAC, aggregation) and
+//! serves.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use podpass_token::documents::JWKS_PATH;
+use podpass_token::{Authenticator, Jwks, OidcDiscovery, TokenGenerator};
+use tokio::net::TcpListener;
+
+use super::config::Prepared;
+use super::{AppState, MAX_WATCHES_PER_USER, authz, metrics, rest, routing, serve, token_cache};
+use crate::files::write_atomic;
+use crate::store::Store;
+
+/// A running server.
+#[derive(Debug)]
+pub struct Running {
+    /// Where it listens.
+    pub local_addr: SocketAddr,
+    /// `https://host:port` clients use.
+    pub server_url: String,
+    /// The admin kubeconfig written at start.
+    pub admin_kubeconfig: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Serves until the task ends (it does not, unless the runtime shuts down).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// A kubeconfig for `user` with `token`, trusting `ca_pem`.
+pub fn kubeconfig(server_url: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    let ca = data_encoding::BASE64.encode(ca_pem.as_bytes());
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: podpass\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user:?}\n  user:\n    token: {token:?}\ncontexts:\n- name: podpass\n  context:\n    cluster: podpass\n    user: {user:?}\ncurrent-context: podpass\n"
+    )
+}
+
+impl Prepared {
+    /// Binds, writes the admin kubeconfig and serves in the background.
+    pub async fn start(self) -> std::io::Result<Running> {
+        let store: Arc<dyn Store> = match self.store.clone() {
+            Some(store) => store,
+            None => Arc::new(
+                crate::store::EtcdStore::connect(&self.config.etcd_servers)
+                    .await
+                    .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
+            ),
+        };
+        let listener = TcpListener::bind(SocketAddr::new(self.config.bind_address, self.config.secure_port)).await?;
+        let local_addr = listener.local_addr()?;
+        let host = if local_addr.ip().is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { local_addr.ip() };
+        let server_url = match host {
+            IpAddr::V6(v6) => format!("https://[{v6}]:{}", local_addr.port()),
+            IpAddr::V4(v4) => format!("https://{v4}:{}", local_addr.port()),
+        };
+        let issuers =
+            if self.config.issuers.is_empty() { vec![server_url.clone()] } else { self.config.issuers.clone() };
+        let audiences =
+            if self.config.api_audiences.is_empty() { issuers.clone() } else { self.config.api_audiences.clone() };
+        let mut keys = vec![self.signing_key.public_key().clone()];
+        keys.extend(self.extra_keys.iter().cloned());
+        let jwks = serde_json::to_vec(&Jwks::from_keys(&keys).map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+        // OIDC discovery needs an https issuer; a non-https issuer simply gets no document.
+        let oidc_config = OidcDiscovery::new(&issuers[0], &format!("{server_url}{JWKS_PATH}"), &keys)
+            .ok()
+            .and_then(|d| serde_json::to_vec(&d).ok())
+            .unwrap_or_default();
+
+        let admin_kubeconfig = self.config.data_dir.join("admin.kubeconfig");
+        if let Some(admin) = admin_token(&self.token_file_path) {
+            write_atomic(
+                &admin_kubeconfig,
+                kubeconfig(&server_url, &self.ca_pem, "admin", &admin).as_bytes(),
+                0o600,
+                true,
+            )
+            .map_err(std::io::Error::other)?;
+        }
+        write_atomic(&self.config.data_dir.join("server-url"), server_url.as_bytes(), 0o644, true)
+            .map_err(std::io::Error::other)?;
+
+        let state = Arc::new(AppState {
+            store,
+            authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
+            features: self.config.features,
+            api_audiences: audiences,
+            extend_expiration: self.config.extend_token_expiration,
+            max_token_expiration: self.config.max_token_expiration,
+            token_request_uid_validation: self.config.token_request_uid_validation,
+            authorization_modes: self.config.authorization_modes.clone(),
+            node_audience_restriction: self.config.node_audience_restriction,
+            audit: self.audit,
+            metrics: metrics::Metrics::default(),
+            watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
+            token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
+                .map_err(|_| std::io::Error::other("random source failed"))?,
+            generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
+            token_file: self.token_file,
+            oidc_config,
+            jwks,
+            server_url: server_url.clone(),
+            ca_pem: self.ca_pem.clone(),
+        });
+        rest::resume_pending_deletions(&state).await.map_err(std::io::Error::other)?;
+        rest::lifecycle::resume_terminating_namespaces(&state).await.map_err(std::io::Error::other)?;
+        rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
+        authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
+        authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
+        let app = routing::router(state);
+        let task = tokio::spawn(serve::accept_loop(listener, self.tls, app, self.config.serve_limits));
+        Ok(Running { local_addr, server_url, admin_kubeconfig, task })
+    }
+}
+
+/// The token of the first `system:masters` user named `admin` in the token file.
+fn admin_token(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let users = crate::token_file::parse(path, &text).ok()?;
+    let mut admins: Vec<_> = users
+        .into_iter()
+        .filter(|(_, u)| u.name == "admin" && u.groups.iter().any(|g| g == "system:masters"))
+        .map(|(t, _)| t)
+        .collect();
+    admins.sort();
+    admins.into_iter().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeconfigs_quote_names_and_embed_the_ca() {
+        let k = kubeconfig("https://127.0.0.1:6443", "CA PEM", "system:node:n1", "tok");
+        assert!(k.contains("server: https://127.0.0.1:6443"));
+        assert!(k.contains(&format!("certificate-authority-data: {}", data_encoding::BASE64.encode(b"CA PEM"))));
+        assert!(k.contains(r#"- name: "system:node:n1""#) && k.contains(r#"token: "tok""#));
+    }
+
+    #[test]
+    fn the_admin_kubeconfig_uses_the_first_masters_admin() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let p = dir.path().join("tokens.csv");
+        std::fs::write(&p, "zz,admin,1,\"system:masters\"\naa,admin,2,\"system:masters\"\nbb,admin,3,dev\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(admin_token(&p).as_deref(), Some("aa"));
+        assert_eq!(admin_token(&dir.path().join("missing")), None);
+    }
+}
