@@ -4,6 +4,7 @@
 //! pod scheduled on it, and only for an audience the pod's projected token volumes name or
 //! RBAC grants with verb `request-serviceaccounts-token-audience`.
 
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use serde_json::Value;
 
 use crate::field::Field;
@@ -35,14 +36,17 @@ pub async fn admit(
     user: &User,
     namespace: &str,
     sa_name: &str,
-    body: &Value,
+    request: &TokenRequest,
 ) -> Result<(), ApiError> {
     let Some(node) = authz::node::node_name(user) else { return Ok(()) };
     let forbidden = |msg: String| ApiError::forbidden_raw(format!("serviceaccounts {sa_name:?} is forbidden: {msg}"));
-    let bound = body.field("/spec/boundObjectRef").filter(|b| b.is_object());
-    let Some(bound) = bound else { return Err(forbidden("node requested token not bound to a pod".into())) };
+    let Some(bound) = request.spec.bound_object_ref.as_ref() else {
+        return Err(forbidden("node requested token not bound to a pod".into()));
+    };
+    let field = |v: &Option<String>| v.as_deref().unwrap_or_default().to_owned();
     let (api_version, kind, name, uid) =
-        (str_at(bound, "/apiVersion"), str_at(bound, "/kind"), str_at(bound, "/name"), str_at(bound, "/uid"));
+        (field(&bound.api_version), field(&bound.kind), field(&bound.name), field(&bound.uid));
+    let (api_version, kind, name, uid) = (api_version.as_str(), kind.as_str(), name.as_str(), uid.as_str());
     if api_version != "v1" || kind != "Pod" || name.is_empty() {
         return Err(forbidden("node requested token not bound to a pod".into()));
     }
@@ -66,13 +70,7 @@ pub async fn admit(
     if !state.node_audience_restriction {
         return Ok(());
     }
-    let audiences: Vec<&str> = body
-        .field("/spec/audiences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let audiences: Vec<&str> = request.spec.audiences.iter().map(String::as_str).collect();
     if audiences.len() > 1 {
         return Err(forbidden("node may only request 0 or 1 audiences".into()));
     }

@@ -5,14 +5,16 @@ use crate::field::Field;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use podpass_token::claims::{EXPIRATION_EXTENSION_SECONDS, WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS};
-use podpass_token::{ObjectRef, TokenRequest, now_unix};
+use podpass_token::{ObjectRef, TokenRequest as TokenRequestClaims, now_unix};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::super::status::ApiError;
 use super::super::{AppState, StoreLookup};
 use crate::store::{ObjectKey, StoreError};
-use crate::time::format_rfc3339;
 
 /// TokenRequest validation bounds.
 const MIN_EXPIRATION_SECONDS: i64 = 600;
@@ -34,7 +36,8 @@ async fn get_object(state: &AppState, key: ObjectKey) -> Result<std::sync::Arc<c
     Ok(state.store.get_shared(&key).await?)
 }
 
-/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`.
+/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`
+/// (pkg/registry/core/serviceaccount/storage/token.go `Create`), in upstream's order.
 pub async fn create_token(
     state: &AppState,
     user: &crate::server::User,
@@ -42,10 +45,68 @@ pub async fn create_token(
     sa_name: &str,
     body: Value,
 ) -> Result<Response, ApiError> {
+    let request = decode(body)?;
     // Admission runs before the handler, as upstream: nodes are restricted first.
-    super::node_restriction::admit(state, user, ns, sa_name, &body).await?;
-    // 1. name/namespace in the body, if set, must be the URL's.
-    let body_name = str_at(&body, "/metadata/name");
+    super::node_restriction::admit(state, user, ns, sa_name, &request).await?;
+    check_target(&request, ns, sa_name)?;
+    let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
+    let sa_uid = str_at(&sa.object, "/metadata/uid").to_owned();
+    let mut outcome = Outcome::default();
+    let response_uid = check_request_uid(state, &request, sa_name, &sa_uid, &mut outcome)?;
+    let (audiences, expiration) = audiences_and_expiration(state, &request, sa_name, &mut outcome)?;
+    let mut claims = TokenRequestClaims {
+        namespace: ns.to_owned(),
+        service_account: ObjectRef::new(sa_name, sa_uid),
+        audiences: audiences.clone(),
+        expiration_seconds: expiration,
+        ..TokenRequestClaims::default()
+    };
+    if let Some(bound) = &request.spec.bound_object_ref {
+        bind(state, ns, sa_name, bound, &mut claims).await?;
+    }
+    extend_automounted(state, &mut claims);
+    let now = now_unix();
+    let minted = state.generator.mint(&claims, &state.features, now).map_err(ApiError::internal)?;
+    state
+        .metrics
+        .issued_tokens
+        .get_or_create(&crate::server::metrics::IssuedLabels { bound_kind: bound_kind(&claims).into() })
+        .inc();
+    if let Some(jti) = &minted.jti {
+        outcome.annotations.0.insert("authentication.k8s.io/issued-credential-id".into(), format!("JTI={jti}"));
+    }
+    let answered = answer(request, ns, sa_name, response_uid, audiences, expiration, minted.token, now)?;
+    Ok(outcome.respond(answered))
+}
+
+/// What a TokenRequest answer carries besides the object: warnings and audit annotations.
+#[derive(Default)]
+struct Outcome {
+    warnings: Vec<String>,
+    annotations: crate::server::audit::Annotations,
+}
+
+impl Outcome {
+    fn respond(self, body: Value) -> Response {
+        let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+        resp.extensions_mut().insert(self.annotations);
+        for w in self.warnings {
+            if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+                resp.headers_mut().append("warning", value);
+            }
+        }
+        resp
+    }
+}
+
+/// The body as an `authentication.k8s.io/v1` TokenRequest (k8s-openapi's type).
+fn decode(body: Value) -> Result<TokenRequest, ApiError> {
+    TokenRequest::deserialize(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+}
+
+/// Step 1: name/namespace in the body, if set, must be the URL's.
+fn check_target(request: &TokenRequest, ns: &str, sa_name: &str) -> Result<(), ApiError> {
+    let body_name = request.metadata.name.as_deref().unwrap_or_default();
     if !body_name.is_empty() && body_name != sa_name {
         return Err(invalid(
             body_name,
@@ -54,7 +115,7 @@ pub async fn create_token(
             "must match the service account name if specified",
         ));
     }
-    let body_ns = str_at(&body, "/metadata/namespace");
+    let body_ns = request.metadata.namespace.as_deref().unwrap_or_default();
     if !body_ns.is_empty() && body_ns != ns {
         return Err(invalid(
             sa_name,
@@ -63,13 +124,20 @@ pub async fn create_token(
             "must match the service account namespace if specified",
         ));
     }
-    // 2. the service account, and the request's UID guard.
-    let sa_stored = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
-    let sa = &sa_stored.object;
-    let sa_uid = str_at(sa, "/metadata/uid").to_owned();
-    let req_uid = str_at(&body, "/metadata/uid").to_owned();
-    let mut warnings = Vec::new();
-    let mut annotations = crate::server::audit::Annotations::default();
+    Ok(())
+}
+
+/// Step 2: the request's UID guard (TokenRequestServiceAccountUIDValidation): a `metadata.uid`
+/// that is not the service account's is a 409, or with the gate off a warning and an audit
+/// annotation. Returns the UID the answer carries (the request's, else the account's).
+fn check_request_uid(
+    state: &AppState,
+    request: &TokenRequest,
+    sa_name: &str,
+    sa_uid: &str,
+    outcome: &mut Outcome,
+) -> Result<String, ApiError> {
+    let req_uid = request.metadata.uid.clone().unwrap_or_default();
     if !req_uid.is_empty() && req_uid != sa_uid {
         let mismatch = format!(
             "the UID in the token request ({req_uid}) does not match the UID of the service account ({sa_uid})"
@@ -77,24 +145,25 @@ pub async fn create_token(
         if state.token_request_uid_validation {
             return Err(conflict(sa_name, &mismatch));
         }
-        warnings.push(format!(
+        outcome.warnings.push(format!(
             "{mismatch} but TokenRequestServiceAccountUIDValidation is not enabled. In the future, this will return a conflict error"
         ));
-        annotations.0.insert("authentication.k8s.io/token-request-uid-mismatch".into(), mismatch);
+        outcome.annotations.0.insert("authentication.k8s.io/token-request-uid-mismatch".into(), mismatch);
     }
-    // As upstream: the answer carries the request's UID, else the service account's.
-    let response_uid = if req_uid.is_empty() { sa_uid.clone() } else { req_uid };
-    // 3-4. audiences and expiry, with defaults and bounds.
-    let mut audiences: Vec<String> = body
-        .field("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
-    if audiences.is_empty() {
-        audiences = state.api_audiences.clone();
-    }
-    let mut expiration =
-        body.field("/spec/expirationSeconds").and_then(Value::as_i64).unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+    Ok(if req_uid.is_empty() { sa_uid.to_owned() } else { req_uid })
+}
+
+/// Step 3-4, 6: audiences (default: the API's) and expiry (default 1 h, 10 min … 2^32 s,
+/// then shortened to `--service-account-max-token-expiration` with a warning).
+fn audiences_and_expiration(
+    state: &AppState,
+    request: &TokenRequest,
+    sa_name: &str,
+    outcome: &mut Outcome,
+) -> Result<(Vec<String>, i64), ApiError> {
+    let audiences =
+        if request.spec.audiences.is_empty() { state.api_audiences.clone() } else { request.spec.audiences.clone() };
+    let mut expiration = request.spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     if expiration < MIN_EXPIRATION_SECONDS {
         return Err(invalid(
             sa_name,
@@ -111,134 +180,141 @@ pub async fn create_token(
             "may not specify a duration larger than 2^32 seconds",
         ));
     }
-    // 6. --service-account-max-token-expiration clamps, with a warning to the client.
     if let Some(max) = state.max_token_expiration
         && expiration > max
     {
-        warnings.push(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
+        outcome.warnings.push(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
         expiration = max;
     }
-    // 5. the bound object.
-    let mut request = TokenRequest {
-        namespace: ns.to_owned(),
-        service_account: ObjectRef::new(sa_name, sa_uid.clone()),
-        audiences: audiences.clone(),
-        expiration_seconds: expiration,
-        ..TokenRequest::default()
+    Ok((audiences, expiration))
+}
+
+/// Step 5: the bound object: a Pod (of this service account; its node too with
+/// ServiceAccountTokenPodNodeInfo), a Secret, or a Node (ServiceAccountTokenNodeBinding),
+/// each with a matching UID when one is given.
+async fn bind(
+    state: &AppState,
+    ns: &str,
+    sa_name: &str,
+    bound: &BoundObjectReference,
+    claims: &mut TokenRequestClaims,
+) -> Result<(), ApiError> {
+    let field = |v: &Option<String>| v.clone().unwrap_or_default();
+    let (kind, api_version, name, uid) =
+        (field(&bound.kind), field(&bound.api_version), field(&bound.name), field(&bound.uid));
+    let check_uid = |actual: &str| {
+        if uid.is_empty() || uid == actual {
+            return Ok(());
+        }
+        Err(conflict(
+            &name,
+            &format!(
+                "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
+        ))
     };
-    let bound = body.field("/spec/boundObjectRef").cloned().filter(|b| b.is_object());
-    if let Some(bound) = &bound {
-        let (kind, api_version, name, uid) =
-            (str_at(bound, "/kind"), str_at(bound, "/apiVersion"), str_at(bound, "/name"), str_at(bound, "/uid"));
-        let uid_conflict = |_actual: &str| {
-            conflict(
-                name,
-                &format!(
-                    "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have been deleted and then recreated"
-                ),
-            )
-        };
-        match (api_version, kind) {
-            ("v1", "Pod") => {
-                let pod_stored = get_object(state, ObjectKey::namespaced("pods", ns, name)).await?;
-                let pod = &pod_stored.object;
-                if str_at(pod, "/spec/serviceAccountName") != sa_name {
-                    return Err(ApiError::bad_request(format!(
-                        "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
-                    )));
-                }
-                let pod_uid = str_at(pod, "/metadata/uid");
-                if !uid.is_empty() && uid != pod_uid {
-                    return Err(uid_conflict(pod_uid));
-                }
-                request.pod = Some(ObjectRef::new(name, pod_uid));
-                let node_name = str_at(pod, "/spec/nodeName");
-                if state.features.pod_node_info && !node_name.is_empty() {
-                    request.node = match state.store.get(&ObjectKey::cluster("nodes", node_name)).await {
-                        Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
-                        Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
-                        Err(e) => return Err(ApiError::internal(e)),
-                    };
-                }
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Pod") => {
+            let pod = get_object(state, ObjectKey::namespaced("pods", ns, &name)).await?;
+            let pod = &pod.object;
+            if str_at(pod, "/spec/serviceAccountName") != sa_name {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
+                )));
             }
-            ("v1", "Secret") => {
-                let secret_stored = get_object(state, ObjectKey::namespaced("secrets", ns, name)).await?;
-                let secret = &secret_stored.object;
-                let secret_uid = str_at(secret, "/metadata/uid");
-                if !uid.is_empty() && uid != secret_uid {
-                    return Err(uid_conflict(secret_uid));
-                }
-                request.secret = Some(ObjectRef::new(name, secret_uid));
-            }
-            ("v1", "Node") => {
-                if !state.features.node_binding {
-                    return Err(ApiError::bad_request(
-                        "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
-                    ));
-                }
-                let node_stored = get_object(state, ObjectKey::cluster("nodes", name)).await?;
-                let node = &node_stored.object;
-                let node_uid = str_at(node, "/metadata/uid");
-                if !uid.is_empty() && uid != node_uid {
-                    return Err(uid_conflict(node_uid));
-                }
-                request.node = Some(ObjectRef::new(name, node_uid));
-            }
-            _ => {
-                let gvk = if api_version.contains('/') {
-                    format!("{api_version}, Kind={kind}")
-                } else {
-                    format!("/{api_version}, Kind={kind}")
+            let pod_uid = str_at(pod, "/metadata/uid");
+            check_uid(pod_uid)?;
+            claims.pod = Some(ObjectRef::new(&name, pod_uid));
+            let node_name = str_at(pod, "/spec/nodeName");
+            if state.features.pod_node_info && !node_name.is_empty() {
+                claims.node = match state.store.get(&ObjectKey::cluster("nodes", node_name)).await {
+                    Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
+                    Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
+                    Err(e) => return Err(ApiError::internal(e)),
                 };
-                return Err(ApiError::bad_request(format!("cannot bind token to object of type {gvk}")));
             }
         }
+        ("v1", "Secret") => {
+            let secret = get_object(state, ObjectKey::namespaced("secrets", ns, &name)).await?;
+            let secret_uid = str_at(&secret.object, "/metadata/uid");
+            check_uid(secret_uid)?;
+            claims.secret = Some(ObjectRef::new(&name, secret_uid));
+        }
+        ("v1", "Node") => {
+            if !state.features.node_binding {
+                return Err(ApiError::bad_request(
+                    "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
+                ));
+            }
+            let node = get_object(state, ObjectKey::cluster("nodes", &name)).await?;
+            let node_uid = str_at(&node.object, "/metadata/uid");
+            check_uid(node_uid)?;
+            claims.node = Some(ObjectRef::new(&name, node_uid));
+        }
+        _ => {
+            let gvk = if api_version.contains('/') {
+                format!("{api_version}, Kind={kind}")
+            } else {
+                format!("/{api_version}, Kind={kind}")
+            };
+            return Err(ApiError::bad_request(format!("cannot bind token to object of type {gvk}")));
+        }
     }
-    // 7. extended expiration of the automounted token (3607 s, API audiences only).
+    Ok(())
+}
+
+/// Step 7: the automounted token (3607 s, pod-bound, API audiences only) is issued for a year
+/// with `warnafter` at 3607 s (`--service-account-extend-token-expiration`).
+fn extend_automounted(state: &AppState, claims: &mut TokenRequestClaims) {
     if state.extend_expiration
-        && request.pod.is_some()
-        && expiration == WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS
-        && audiences.iter().all(|a| state.api_audiences.contains(a))
+        && claims.pod.is_some()
+        && claims.expiration_seconds == WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS
+        && claims.audiences.iter().all(|a| state.api_audiences.contains(a))
     {
-        request.expiration_seconds = EXPIRATION_EXTENSION_SECONDS.max(state.max_token_expiration.unwrap_or(0));
-        request.warnafter_seconds = WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS;
+        claims.expiration_seconds = EXPIRATION_EXTENSION_SECONDS.max(state.max_token_expiration.unwrap_or(0));
+        claims.warnafter_seconds = WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS;
     }
-    let bound_kind = match (&request.pod, &request.secret, &request.node) {
+}
+
+/// The bound-object kind label of the issued-token counter.
+fn bound_kind(claims: &TokenRequestClaims) -> &'static str {
+    match (&claims.pod, &claims.secret, &claims.node) {
         (Some(_), _, _) => "pod",
         (None, Some(_), _) => "secret",
         (None, None, Some(_)) => "node",
         _ => "none",
+    }
+}
+
+/// Step 8: the answer: the request with its spec completed and a status whose expiry is the
+/// requested one (not the extended), so clients refresh normally.
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    mut request: TokenRequest,
+    ns: &str,
+    sa_name: &str,
+    uid: String,
+    audiences: Vec<String>,
+    expiration: i64,
+    token: String,
+    now: i64,
+) -> Result<Value, ApiError> {
+    let time = |secs: i64| {
+        k8s_openapi::jiff::Timestamp::from_second(secs)
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+            .map_err(ApiError::internal)
     };
-    let now = now_unix();
-    let minted = state.generator.mint(&request, &state.features, now).map_err(ApiError::internal)?;
-    state
-        .metrics
-        .issued_tokens
-        .get_or_create(&crate::server::metrics::IssuedLabels { bound_kind: bound_kind.into() })
-        .inc();
-    // 8. status: expiry as requested (not as extended), so clients refresh normally.
-    let mut spec = json!({"audiences": audiences, "expirationSeconds": expiration});
-    if let Some(b) = bound {
-        spec["boundObjectRef"] = b;
-    }
-    let response = json!({
-        "kind": "TokenRequest",
-        "apiVersion": "authentication.k8s.io/v1",
-        "metadata": {"name": sa_name, "namespace": ns, "uid": response_uid, "creationTimestamp": format_rfc3339(now)},
-        "spec": spec,
-        "status": {"token": minted.token.clone(), "expirationTimestamp": format_rfc3339(now + expiration)},
-    });
-    let mut resp = (StatusCode::CREATED, Json(response)).into_response();
-    if let Some(jti) = minted.jti {
-        annotations.0.insert("authentication.k8s.io/issued-credential-id".into(), format!("JTI={jti}"));
-    }
-    resp.extensions_mut().insert(annotations);
-    for w in warnings {
-        if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
-            resp.headers_mut().append("warning", value);
-        }
-    }
-    Ok(resp)
+    request.metadata = ObjectMeta {
+        name: Some(sa_name.to_owned()),
+        namespace: Some(ns.to_owned()),
+        uid: Some(uid),
+        creation_timestamp: Some(time(now)?),
+        ..ObjectMeta::default()
+    };
+    request.spec.audiences = audiences;
+    request.spec.expiration_seconds = Some(expiration);
+    request.status = Some(TokenRequestStatus { token, expiration_timestamp: time(now + expiration)? });
+    serde_json::to_value(&request).map_err(ApiError::internal)
 }
 
 /// A 409 as `errors.NewConflict` words it for TokenRequest.
@@ -397,4 +473,58 @@ pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Resp
     let user =
         crate::server::User { name, uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").into(), groups, extra };
     access_review(state, "SubjectAccessReview", &body, user).await
+}
+
+#[cfg(test)]
+mod create_token_tests {
+    use super::*;
+
+    fn request(v: Value) -> TokenRequest {
+        decode(v).unwrap_or_else(|e| panic!("{}", e.message))
+    }
+
+    #[test]
+    fn bodies_decode_as_k8s_openapi_token_requests() {
+        let r = request(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": null, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}}}));
+        assert!(r.spec.audiences.is_empty());
+        assert_eq!(r.spec.bound_object_ref.and_then(|b| b.name).as_deref(), Some("p"));
+        assert!(request(json!({})).spec.expiration_seconds.is_none());
+        let wrong = decode(json!({"spec": {"expirationSeconds": "soon"}})).unwrap_err();
+        assert!(wrong.message.starts_with("error decoding request body:"), "{}", wrong.message);
+        assert!(decode(json!({"kind": "Pod"})).is_err());
+    }
+
+    #[test]
+    fn the_body_may_only_name_the_urls_account() {
+        assert!(check_target(&request(json!({"metadata": {"name": "sa", "namespace": "ns"}})), "ns", "sa").is_ok());
+        let other = check_target(&request(json!({"metadata": {"name": "admin"}})), "ns", "sa").unwrap_err();
+        assert!(
+            other
+                .message
+                .ends_with("metadata.name: Invalid value: \"admin\": must match the service account name if specified"),
+            "{}",
+            other.message
+        );
+        assert!(check_target(&request(json!({"metadata": {"namespace": "kube-system"}})), "ns", "sa").is_err());
+    }
+
+    #[test]
+    fn answers_carry_the_requested_expiry_and_the_bound_reference() {
+        let r =
+            request(json!({"spec": {"boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "u"}}}));
+        let a = answer(r, "ns", "sa", "uid-1".into(), vec!["aud".into()], 600, "tok".into(), 1_700_000_000).unwrap();
+        assert_eq!(a["apiVersion"], "authentication.k8s.io/v1");
+        assert_eq!(a["kind"], "TokenRequest");
+        assert_eq!(
+            a["metadata"],
+            json!({"name": "sa", "namespace": "ns", "uid": "uid-1", "creationTimestamp": "2023-11-14T22:13:20Z"})
+        );
+        assert_eq!(
+            a["spec"],
+            json!({"audiences": ["aud"], "expirationSeconds": 600,
+            "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "u"}})
+        );
+        assert_eq!(a["status"], json!({"token": "tok", "expirationTimestamp": "2023-11-14T22:23:20Z"}));
+    }
 }
