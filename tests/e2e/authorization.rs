@@ -13,14 +13,7 @@ use std::process::{Command, Output};
 use support::*;
 
 fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .output()
-        .expect("kubectl is installed (scripts/test installs it)")
+    kubectl_with(kubeconfig, cache, args)
 }
 
 fn failed(out: Output, what: &str) -> String {
@@ -149,13 +142,8 @@ fn nodes_get_tokens_only_for_their_pods_and_allowed_audiences() {
 
 /// A kubeconfig for `user` (with `groups`) from `podpass apiserver kubeconfig`.
 fn identity(d: &Path, user: &str, groups: &[&str]) -> std::path::PathBuf {
-    let mut cmd = Command::new(PODPASS);
-    cmd.args(["apiserver", "kubeconfig", "--data-dir", d.to_str().unwrap(), "--user", user]);
-    for g in groups {
-        cmd.args(["--group", g]);
-    }
     let path = d.join(format!("{user}.kubeconfig"));
-    std::fs::write(&path, ok(cmd.output().unwrap(), "kubeconfig")).unwrap();
+    std::fs::write(&path, ok(identity_output(d, user, groups), "kubeconfig")).unwrap();
     path
 }
 

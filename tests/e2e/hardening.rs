@@ -53,14 +53,7 @@ fn idle_connections_past_the_file_limit_neither_spin_nor_take_the_server_down() 
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let url = loop {
-        if let Ok(u) = std::fs::read_to_string(d.join("server-url")) {
-            break u;
-        }
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let url = wait_for_url(d);
     let addr = url.trim_start_matches("https://").to_owned();
     let idle: Vec<TcpStream> = (0..300).filter_map(|_| TcpStream::connect(&addr).ok()).collect();
     assert!(idle.len() >= 200, "only {} connections", idle.len());
@@ -71,11 +64,7 @@ fn idle_connections_past_the_file_limit_neither_spin_nor_take_the_server_down() 
     let used = cpu_seconds(child.id()) - before;
     assert!(used < 1.0, "server used {used:.2} CPU seconds in 2 s while out of file descriptors");
     // idle connections are closed by the handshake timeout and a real client gets through
-    let c = reqwest::blocking::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(d.join("pki/ca.crt")).unwrap()).unwrap()])
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let c = streaming_client(d, Duration::from_secs(60));
     let resp = c.get(format!("{url}/version")).bearer_auth(admin_token(d)).send().unwrap();
     assert_eq!(resp.status(), 200);
     assert!(child.try_wait().unwrap().is_none(), "server exited");
@@ -85,24 +74,11 @@ fn idle_connections_past_the_file_limit_neither_spin_nor_take_the_server_down() 
 }
 
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let cache = kubeconfig.with_extension("cache");
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .output()
-        .unwrap()
+    kubectl_with(kubeconfig, &kubeconfig.with_extension("cache"), args)
 }
 
 fn identity(d: &std::path::Path, user: &str, groups: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(PODPASS);
-    cmd.args(["apiserver", "kubeconfig", "--data-dir", d.to_str().unwrap(), "--user", user]);
-    for g in groups {
-        cmd.args(["--group", g]);
-    }
-    cmd.output().unwrap()
+    identity_output(d, user, groups)
 }
 
 fn review(s: &Server, token: &str, audiences: &[&str]) -> serde_json::Value {
@@ -308,13 +284,7 @@ fn deep_objects_are_refused_and_never_poison_resumed_watches() {
     assert_eq!(post("fine", 60).status(), 201);
     assert_eq!(post("after", 1).status(), 201);
     // a watch resumed from before them sees both and does not fail
-    let watch = reqwest::blocking::Client::builder()
-        .tls_certs_only([
-            reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("pki/ca.crt")).unwrap()).unwrap()
-        ])
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
+    let watch = streaming_client(dir.path(), Duration::from_secs(5))
         .get(format!("{}/api/v1/configmaps?watch=true&resourceVersion={before}", s.url))
         .bearer_auth(&admin)
         .send()
@@ -367,13 +337,7 @@ fn a_watch_sees_an_object_leave_its_selection_with_its_last_selected_state() {
         .send()
         .unwrap();
     assert_eq!(patched.status(), 200);
-    let watch = reqwest::blocking::Client::builder()
-        .tls_certs_only([
-            reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("pki/ca.crt")).unwrap()).unwrap()
-        ])
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
+    let watch = streaming_client(dir.path(), Duration::from_secs(5))
         .get(format!(
             "{}/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}",
             s.url

@@ -34,15 +34,48 @@ pub fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let url = wait_for_url(dir);
+    Server { child, url, dir: dir.to_path_buf() }
+}
+
+/// The URL a starting server writes to `<dir>/server-url` once it listens (30 s at most).
+pub fn wait_for_url(dir: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let url = loop {
+    loop {
         if let Ok(u) = std::fs::read_to_string(dir.join("server-url")) {
-            break u;
+            return u;
         }
         assert!(Instant::now() < deadline, "server did not start");
         std::thread::sleep(Duration::from_millis(50));
-    };
-    Server { child, url, dir: dir.to_path_buf() }
+    }
+}
+
+/// A client for streaming reads (watches) that gives up after `timeout`.
+pub fn streaming_client(dir: &Path, timeout: Duration) -> reqwest::blocking::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.join("pki/ca.crt")).unwrap()).unwrap();
+    reqwest::blocking::Client::builder().tls_certs_only([ca]).timeout(timeout).build().unwrap()
+}
+
+/// The real kubectl with `kubeconfig` and its own cache dir.
+pub fn kubectl_with(kubeconfig: &Path, cache: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .expect("kubectl is installed (scripts/test installs it)")
+}
+
+/// `podpass apiserver kubeconfig` for `user` in `groups` (the raw output).
+pub fn identity_output(dir: &Path, user: &str, groups: &[&str]) -> Output {
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["apiserver", "kubeconfig", "--data-dir", dir.to_str().unwrap(), "--user", user]);
+    for g in groups {
+        cmd.args(["--group", g]);
+    }
+    cmd.output().unwrap()
 }
 
 pub fn client(dir: &Path) -> reqwest::blocking::Client {

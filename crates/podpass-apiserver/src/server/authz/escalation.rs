@@ -62,18 +62,7 @@ pub fn only_gc_fields_change(new: &Value, old: &Value) -> bool {
 }
 
 fn attrs(user: &User, verb: &str, resource: &str, namespace: &str, name: &str) -> Attributes {
-    Attributes {
-        user: user.clone(),
-        verb: verb.into(),
-        namespace: namespace.into(),
-        api_group: RBAC_GROUP.into(),
-        resource: resource.into(),
-        subresource: String::new(),
-        name: name.into(),
-        resource_request: true,
-        path: String::new(),
-        field_selector: String::new(),
-    }
+    Attributes::resource(user, verb, RBAC_GROUP, resource, namespace, name)
 }
 
 async fn allowed(store: &dyn Store, modes: &[Mode], a: &Attributes) -> Result<bool, StoreError> {

@@ -39,6 +39,25 @@ pub struct Attributes {
     pub field_selector: String,
 }
 
+impl Attributes {
+    /// A resource request by `user`: `verb` on `resource` (in `api_group`) named `name` in
+    /// `namespace` (empty: cluster scope).
+    pub fn resource(user: &User, verb: &str, api_group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            user: user.clone(),
+            verb: verb.into(),
+            namespace: namespace.into(),
+            api_group: api_group.into(),
+            resource: resource.into(),
+            subresource: String::new(),
+            name: name.into(),
+            resource_request: true,
+            path: String::new(),
+            field_selector: String::new(),
+        }
+    }
+}
+
 /// An authorizer's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -171,17 +190,8 @@ pub async fn impersonate(
         ));
     };
     let mut checks: Vec<Attributes> = Vec::new();
-    let base = |resource: &str, name: &str, namespace: &str| Attributes {
-        user: requester.clone(),
-        verb: "impersonate".into(),
-        namespace: namespace.into(),
-        api_group: String::new(),
-        resource: resource.into(),
-        subresource: String::new(),
-        name: name.into(),
-        resource_request: true,
-        path: String::new(),
-        field_selector: String::new(),
+    let base = |resource: &str, name: &str, namespace: &str| {
+        Attributes::resource(requester, "impersonate", "", resource, namespace, name)
     };
     match name.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
         Some((ns, sa)) => checks.push(base("serviceaccounts", sa, ns)),

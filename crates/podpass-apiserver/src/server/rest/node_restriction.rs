@@ -78,18 +78,7 @@ pub async fn admit(
     if pod_names_audience(pod, audience) {
         return Ok(());
     }
-    let attrs = Attributes {
-        user: user.clone(),
-        verb: "request-serviceaccounts-token-audience".into(),
-        namespace: namespace.into(),
-        api_group: String::new(),
-        resource: audience.into(),
-        subresource: String::new(),
-        name: sa_name.into(),
-        resource_request: true,
-        path: String::new(),
-        field_selector: String::new(),
-    };
+    let attrs = Attributes::resource(user, "request-serviceaccounts-token-audience", "", audience, namespace, sa_name);
     match authz::authorize(state.store.as_ref(), &state.authorization_modes, &attrs).await {
         Ok(Decision::Allow(_)) => Ok(()),
         Ok(_) => Err(forbidden(format!(
