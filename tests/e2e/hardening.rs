@@ -629,3 +629,28 @@ fn a_hostile_registry_cannot_exhaust_the_node_and_failed_pulls_leave_nothing() {
     let _ = load(&root, &format!("{}/partial:1", reg.addr));
     assert_eq!(files_in(&images.join("ingest")), Vec::<String>::new());
 }
+
+#[test]
+fn a_tenants_hostile_pull_secret_key_does_not_stop_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({"auths": {
+        "registry.example/%aé": {"username": "u", "password": "p"},
+        "%é": {"username": "u", "password": "p"},
+        "127.0.0.1:9": {"username": "good", "password": "p"}}});
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": data_encoding::BASE64.encode(config.to_string().as_bytes())}});
+    let path = dir.path().join("secret.json");
+    std::fs::write(&path, secret.to_string()).unwrap();
+    let out = Command::new(PODPASS)
+        .args(["node", "images", "load", "--root-dir", dir.path().join("node").to_str().unwrap()])
+        .args(["--pull-secret", path.to_str().unwrap(), "127.0.0.1:9/team/app:1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // the pull fails (nothing listens on port 9), but as an error, not a panic
+    assert!(!out.status.success());
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:9"), "{stderr}");
+}
