@@ -241,3 +241,45 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     }
     assert_eq!(get(&a, "/api/v1/namespaces/team/pods/web").0, 200, "A recovered too");
 }
+
+/// etcd's own count of open watchers (`etcd_debugging_mvcc_watcher_total`).
+fn etcd_watchers(etcd: &Etcd) -> i64 {
+    let text = reqwest::blocking::get(format!("{}/metrics", etcd.url())).unwrap().text().unwrap();
+    text.lines()
+        .find(|l| l.starts_with("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .map_or(0, |n| n as i64)
+}
+
+#[test]
+fn abandoned_watches_cancel_their_etcd_watchers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let tokens = d.join("tokens.csv");
+    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
+    let etcd_url = etcd.url();
+    std::fs::create_dir(d.join("a")).unwrap();
+    let a = start(&d.join("a"), &["--etcd-servers", &etcd_url, "--token-auth-file", tokens.to_str().unwrap()]);
+    let baseline = etcd_watchers(&etcd);
+    let url = format!("{}/api/v1/configmaps?watch=true&labelSelector=never%3Dmatches", a.url);
+    let open: Vec<_> = (0..20)
+        .map(|_| {
+            let resp = client(&a.dir).get(&url).bearer_auth(ADMIN).send().unwrap();
+            assert_eq!(resp.status(), 200);
+            resp
+        })
+        .collect();
+    let wait_for = |want: &dyn Fn(i64) -> bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !want(etcd_watchers(&etcd)) {
+            assert!(Instant::now() < deadline, "{what}: {} watchers (baseline {baseline})", etcd_watchers(&etcd));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
+    // the clients go away; no event ever matched, yet every etcd watcher is cancelled
+    drop(open);
+    wait_for(&|n| n <= baseline, "watchers left behind");
+}
