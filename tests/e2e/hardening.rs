@@ -654,3 +654,39 @@ fn a_tenants_hostile_pull_secret_key_does_not_stop_the_node() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("127.0.0.1:9"), "{stderr}");
 }
+
+#[test]
+fn a_body_that_never_arrives_is_cut_off_by_the_request_timeout() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &["--request-timeout", "2s"]);
+    let addr = s.url.trim_start_matches("https://").to_owned();
+    let mut tls = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &addr, "-CAfile", dir.path().join("pki/ca.crt").to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = tls.stdin.take().unwrap();
+    // headers promising a body, then nothing (a slow upload)
+    write!(
+        stdin,
+        "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{{",
+        admin_token(dir.path())
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = tls.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let n = stdout.read(&mut buf).unwrap_or(0);
+        let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(30)).expect("an answer before 30 s");
+    assert!(answer.starts_with("HTTP/1.1 504"), "{answer}");
+    drop(stdin);
+    let _ = tls.kill();
+    let _ = tls.wait();
+}

@@ -96,6 +96,10 @@ struct ServerFlags {
     /// file limit (`ulimit -n`).
     #[arg(long, default_value_t = 1000)]
     max_connections: usize,
+    /// Longest a request (body upload included) may take before it is answered 504 (Go
+    /// duration); watches are not cut by it.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration_std)]
+    request_timeout: std::time::Duration,
 }
 
 /// A parsed `--authorization-mode`.
@@ -104,6 +108,16 @@ struct AuthorizationModes(Vec<podpass_apiserver::server::authz::Mode>);
 
 fn parse_authorization_modes(s: &str) -> Result<AuthorizationModes, String> {
     podpass_apiserver::server::authz::parse_modes(s).map(AuthorizationModes)
+}
+
+/// A Go `time.Duration` string as a positive [`std::time::Duration`].
+fn parse_go_duration_std(s: &str) -> Result<std::time::Duration, String> {
+    let nanos = podpass_api::GoDuration::parse(s).map_err(|e| format!("{e} (examples: 30s, 1m)"))?.0;
+    u64::try_from(nanos)
+        .ok()
+        .filter(|n| *n > 0)
+        .map(std::time::Duration::from_nanos)
+        .ok_or_else(|| format!("{s:?}: must be positive"))
 }
 
 /// A Go `time.Duration` string (`1h30m`, `90s`, `2h`) in whole seconds.
@@ -182,6 +196,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         serve_limits: podpass_apiserver::server::serve::ServeLimits {
             max_connections: f.max_connections,
+            request_timeout: f.request_timeout,
             ..Default::default()
         },
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),

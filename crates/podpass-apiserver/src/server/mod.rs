@@ -55,6 +55,7 @@ pub(crate) struct AppState {
     metrics: metrics::Metrics,
     token_cache: token_cache::TokenCache,
     watches: rest::watch::WatchLimiter,
+    request_timeout: std::time::Duration,
 }
 
 impl AppState {

@@ -120,7 +120,10 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
     let verb = request_verb(&parts.method, api_path.as_ref(), &query);
     let mut audit_user = None;
-    let result = async {
+    // `--request-timeout`: the whole request (body upload included) up to the response
+    // head; a watch's stream is not bounded by it.
+    let request_timeout = state.request_timeout;
+    let handled = async {
         let user = identify(&state, &parts.headers).await?;
         audit_user = Some(user.clone());
         authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
@@ -135,8 +138,15 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
             return Ok(response);
         }
         dispatch(&state, &parts, &path, query.clone(), &body, &user).await
-    }
-    .await;
+    };
+    let result = match tokio::time::timeout(request_timeout, handled).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::new(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            "Timeout: request did not complete within requested timeout - context deadline exceeded",
+        )),
+    };
     let response = result.unwrap_or_else(IntoResponse::into_response);
     let elapsed = received_at.elapsed().as_secs_f64();
     state.metrics.observe_request(&verb, api_path.as_ref(), response.status().as_u16(), elapsed);

@@ -25,6 +25,9 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// Connections served at once; past it, new ones wait in the listen backlog.
     pub max_connections: usize,
+    /// `--request-timeout`: a request (its body included) not answered by then is
+    /// upstream's 504; watches are bounded only until their stream starts.
+    pub request_timeout: Duration,
 }
 
 impl Default for ServeLimits {
@@ -33,6 +36,7 @@ impl Default for ServeLimits {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(32),
             max_connections: 1000,
+            request_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -144,6 +148,7 @@ mod tests {
             handshake_timeout: Duration::from_millis(300),
             header_read_timeout: Duration::from_millis(300),
             max_connections,
+            request_timeout: Duration::from_secs(60),
         }
     }
 
