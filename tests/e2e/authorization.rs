@@ -310,3 +310,56 @@ fn tenant_cannot_escalate_through_rbac() {
     ok(alice(&["create", "clusterrolebinding", "bob-gather", "--clusterrole=gather", "--user=bob"]), "now held");
     ok(alice(&["-n", "team", "get", "configmap", "kube-root-ca.crt"]), "aggregated rule is in force");
 }
+
+#[test]
+fn a_node_writes_only_its_own_node_and_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let _s = start(d, &[]);
+    let node_cfg = identity(d, "system:node:n1", &["system:nodes"]);
+    let node = |args: &[&str]| kubectl(&node_cfg, &d.join("cache-n1"), args);
+    let write = |name: &str, body: String| {
+        let path = d.join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    };
+    let lease = |name: &str, ns: &str| {
+        format!(
+            r#"{{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{{"name":"{name}","namespace":"{ns}"}},
+                "spec":{{"holderIdentity":"{name}","leaseDurationSeconds":40,"renewTime":"2026-11-24T00:00:00.000000Z"}}}}"#
+        )
+    };
+    let node_obj = |name: &str| format!(r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{name}"}}}}"#);
+
+    // its own Node and heartbeat Lease: created, renewed, read
+    ok(node(&["create", "-f", write("n1.json", node_obj("n1")).to_str().unwrap()]), "own node");
+    ok(node(&["create", "-f", write("l1.json", lease("n1", "kube-node-lease")).to_str().unwrap()]), "own lease");
+    ok(
+        node(&[
+            "-n",
+            "kube-node-lease",
+            "patch",
+            "lease",
+            "n1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"renewTime":"2026-11-24T00:00:10.000000Z"}}"#,
+        ]),
+        "renew",
+    );
+    assert!(ok(node(&["-n", "kube-node-lease", "get", "lease", "n1", "-o", "name"]), "read").contains("n1"));
+    // another node's Node or Lease, or a lease elsewhere: NodeRestriction's messages
+    let err = failed(node(&["create", "-f", write("n2.json", node_obj("n2")).to_str().unwrap()]), "other node");
+    assert!(err.contains(r#"node "n1" is not allowed to modify node "n2""#), "{err}");
+    let err = failed(node(&["create", "-f", write("l2.json", lease("n2", "kube-node-lease")).to_str().unwrap()]), "n2");
+    assert!(err.contains("can only access node lease with the same name as the requesting node"), "{err}");
+    let err = failed(node(&["create", "-f", write("l3.json", lease("n1", "default")).to_str().unwrap()]), "default");
+    assert!(err.contains(r#"can only access leases in the "kube-node-lease" system namespace"#), "{err}");
+    let admin_cfg = d.join("admin.kubeconfig");
+    ok(
+        kubectl(&admin_cfg, &d.join("cache-admin"), &["create", "-f", d.join("l2.json").to_str().unwrap()]),
+        "admin creates n2's lease",
+    );
+    let err = failed(node(&["-n", "kube-node-lease", "delete", "lease", "n2"]), "delete n2's lease");
+    assert!(err.contains("can only access node lease with the same name as the requesting node"), "{err}");
+}

@@ -168,7 +168,12 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
             update(state, user, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
         }
-        (&Method::DELETE, Some(name), None) if res.stored => delete(state, res, ns, name, &query, body).await,
+        (&Method::DELETE, Some(name), None) if res.stored => {
+            if res.plural == "leases" {
+                node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name)?;
+            }
+            delete(state, res, ns, name, &query, body).await
+        }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
             patch(state, user, res, ns, name, sub.is_some(), content_type, body).await
         }
@@ -262,6 +267,9 @@ async fn admit_write(
 ) -> Result<(), ApiError> {
     if res.plural == "nodes" {
         return node_restriction::admit_node_write(user, name, object, old);
+    }
+    if res.plural == "leases" {
+        return node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name);
     }
     if res.plural == "pods"
         && let Some(old) = old

@@ -199,6 +199,24 @@ pub fn admit_node_write(user: &User, name: &str, new: &Value, old: Option<&Value
     Ok(())
 }
 
+/// The namespace of node heartbeat Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// NodeRestriction `admitLease`: a node writes (creates, changes, deletes) only the Lease
+/// named after it in `kube-node-lease`.
+pub fn admit_lease_write(user: &User, namespace: &str, name: &str) -> Result<(), ApiError> {
+    let Some(node) = authz::node::node_name(user) else { return Ok(()) };
+    let forbidden =
+        |msg: &str| ApiError::forbidden_raw(format!("leases.coordination.k8s.io {name:?} is forbidden: {msg}"));
+    if namespace != NODE_LEASE_NAMESPACE {
+        return Err(forbidden(&format!("can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace")));
+    }
+    if name != node {
+        return Err(forbidden("can only access node lease with the same name as the requesting node"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod node_write_tests {
     use super::*;
@@ -215,6 +233,22 @@ mod node_write_tests {
 
     fn node(labels: Value) -> Value {
         json!({"metadata": {"name": "n1", "labels": labels}})
+    }
+
+    #[test]
+    fn a_node_writes_only_its_own_lease() {
+        let u = node_user("n1");
+        assert_eq!(admit_lease_write(&u, "kube-node-lease", "n1"), Ok(()));
+        assert_eq!(
+            admit_lease_write(&u, "kube-node-lease", "n2").unwrap_err().message,
+            r#"leases.coordination.k8s.io "n2" is forbidden: can only access node lease with the same name as the requesting node"#
+        );
+        assert_eq!(
+            admit_lease_write(&u, "default", "n1").unwrap_err().message,
+            r#"leases.coordination.k8s.io "n1" is forbidden: can only access leases in the "kube-node-lease" system namespace"#
+        );
+        let admin = User { name: "admin".into(), uid: String::new(), groups: vec![], extra: Default::default() };
+        assert_eq!(admit_lease_write(&admin, "default", "x"), Ok(()));
     }
 
     #[test]

@@ -59,6 +59,7 @@ pub const RESOURCES: &[Resource] = &[
     stored("", "Secret", "secrets", "secret", true, &[]),
     stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"]),
     stored("", "Event", "events", "event", true, &["ev"]),
+    stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[]),
     stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[]),
     stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[]),
     stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[]),
