@@ -6,3 +6,4 @@ pub mod api;
 pub mod credential;
 pub mod images;
 pub mod token;
+pub mod volumes;
