@@ -1,0 +1,351 @@
+//! The projected volume plugin's payload (pkg/volume/projected/projected.go `collectData`):
+//! serviceAccountToken, configMap, secret and downwardAPI sources of one volume, combined
+//! into the files an [`AtomicWriter`](super::AtomicWriter) publishes. The errors of all
+//! sources are aggregated, as upstream.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, ProjectedVolumeSource, Secret};
+use thiserror::Error;
+
+use super::atomic_writer::FileProjection;
+use crate::credential::provider::BoxFuture;
+use crate::token::{IssuedToken, TokenKey};
+
+/// The API default of `serviceAccountToken.expirationSeconds`.
+pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
+
+/// What a projected volume reads from the API (the agent's informers and token manager).
+pub trait ProjectionSources: Send + Sync {
+    /// A ConfigMap (`Ok(None)`: it does not exist).
+    fn config_map<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>>;
+    /// A Secret (`Ok(None)`: it does not exist).
+    fn secret<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>>;
+    /// A service-account token (through the token manager, which caches and refreshes).
+    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>>;
+}
+
+/// The payload could not be assembled; every source's problem is listed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{}", aggregate(.0))]
+pub struct ProjectionError(pub Vec<String>);
+
+/// `utilerrors.NewAggregate`'s text: one error bare, several as `[a, b]`.
+fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// A projected volume's files, and the token (if any) each serviceAccountToken source got,
+/// so the caller can schedule the rewrite when it is refreshed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Projection {
+    /// Path → contents and mode.
+    pub payload: BTreeMap<String, FileProjection>,
+    /// The tokens written, by their request.
+    pub tokens: Vec<(TokenKey, IssuedToken)>,
+}
+
+/// `FsUserFrom`: the pod's `runAsUser` when no container overrides it with another.
+fn fs_user(pod: &Pod) -> Option<i64> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let mut users = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .map(|c| c.security_context.as_ref().and_then(|s| s.run_as_user).or(pod_user));
+    let first = users.next().flatten();
+    users.all(|u| u == first).then_some(first).flatten()
+}
+
+/// `fieldpath.FormatMap`: `key="value"` lines, keys sorted, values quoted as Go's `%q`.
+fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", podpass_api::validation::quote(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `fieldpath.ExtractFieldPathAsString` for the metadata fields a volume may project.
+fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
+    let meta = &pod.metadata;
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let subscript = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix("['"))
+            .and_then(|r| r.strip_suffix("']"))
+            .map(str::to_owned)
+    };
+    Ok(match path {
+        "metadata.name" => text(&meta.name),
+        "metadata.namespace" => text(&meta.namespace),
+        "metadata.uid" => text(&meta.uid),
+        "metadata.labels" => format_map(meta.labels.as_ref()),
+        "metadata.annotations" => format_map(meta.annotations.as_ref()),
+        _ => {
+            if let Some(key) = subscript("metadata.labels") {
+                meta.labels.as_ref().and_then(|l| l.get(&key)).cloned().unwrap_or_default()
+            } else if let Some(key) = subscript("metadata.annotations") {
+                meta.annotations.as_ref().and_then(|a| a.get(&key)).cloned().unwrap_or_default()
+            } else {
+                return Err(format!("unsupported fieldPath: {path}"));
+            }
+        }
+    })
+}
+
+/// `MakePayload` of configmap.go / secret.go: every key (default mode) or the listed items.
+fn key_payload(
+    missing_key: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<KeyToPath>>,
+    default_mode: u32,
+    optional: bool,
+    out: &mut BTreeMap<String, FileProjection>,
+) -> Result<(), String> {
+    let Some(items) = items.filter(|i| !i.is_empty()) else {
+        for (key, value) in data {
+            out.insert(key.clone(), FileProjection { data: value.clone(), mode: default_mode });
+        }
+        return Ok(());
+    };
+    for item in items {
+        let Some(value) = data.get(&item.key) else {
+            if optional {
+                continue;
+            }
+            return Err(format!("{missing_key}: {}", item.key));
+        };
+        let mode = item.mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode);
+        out.insert(item.path.clone(), FileProjection { data: value.clone(), mode });
+    }
+    Ok(())
+}
+
+/// The files of projected volume `volume` of `pod`, all sources tried, all errors reported.
+pub async fn project(
+    pod: &Pod,
+    volume: &ProjectedVolumeSource,
+    sources: &dyn ProjectionSources,
+) -> Result<Projection, ProjectionError> {
+    let Some(default_mode) = volume.default_mode.and_then(|m| u32::try_from(m).ok()) else {
+        return Err(ProjectionError(vec!["no defaultMode used, not even the default value for it".into()]));
+    };
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut errors = Vec::new();
+    let mut out = Projection::default();
+    for source in volume.sources.iter().flatten() {
+        if let Some(s) = &source.secret {
+            let optional = s.optional.unwrap_or(false);
+            match sources.secret(&namespace, &s.name).await {
+                Ok(found) => {
+                    if found.is_none() && !optional {
+                        errors.push(format!("secrets \"{}\" not found", s.name));
+                        continue;
+                    }
+                    let data: BTreeMap<String, Vec<u8>> =
+                        found.and_then(|sec| sec.data).into_iter().flatten().map(|(k, v)| (k, v.0)).collect();
+                    if let Err(e) = key_payload(
+                        "references non-existent secret key",
+                        &data,
+                        s.items.as_ref(),
+                        default_mode,
+                        optional,
+                        &mut out.payload,
+                    ) {
+                        errors.push(e);
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(c) = &source.config_map {
+            let optional = c.optional.unwrap_or(false);
+            match sources.config_map(&namespace, &c.name).await {
+                Ok(found) => {
+                    if found.is_none() && !optional {
+                        errors.push(format!("configmaps \"{}\" not found", c.name));
+                        continue;
+                    }
+                    let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                    if let Some(cm) = found {
+                        data.extend(cm.data.into_iter().flatten().map(|(k, v)| (k, v.into_bytes())));
+                        data.extend(cm.binary_data.into_iter().flatten().map(|(k, v)| (k, v.0)));
+                    }
+                    if let Err(e) = key_payload(
+                        "configmap references non-existent config key",
+                        &data,
+                        c.items.as_ref(),
+                        default_mode,
+                        optional,
+                        &mut out.payload,
+                    ) {
+                        errors.push(e);
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if let Some(d) = &source.downward_api {
+            for item in d.items.iter().flatten() {
+                let mode = item.mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode);
+                match (&item.field_ref, &item.resource_field_ref) {
+                    (Some(f), _) => match field_value(pod, &f.field_path) {
+                        Ok(v) => {
+                            out.payload.insert(item.path.clone(), FileProjection { data: v.into_bytes(), mode });
+                        }
+                        Err(e) => errors.push(e),
+                    },
+                    // podpass runs no containers: there are no resource values to project.
+                    (None, Some(r)) => {
+                        errors.push(format!("resourceFieldRef {} is not supported by podpass", r.resource))
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        if let Some(t) = &source.service_account_token {
+            let spec = pod.spec.as_ref();
+            let service_account = spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+            let key = TokenKey {
+                namespace: namespace.clone(),
+                service_account,
+                // The projected path sends no metadata.uid, as upstream.
+                service_account_uid: String::new(),
+                audiences: t.audience.clone().filter(|a| !a.is_empty()).into_iter().collect(),
+                expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS),
+                bound: Some((
+                    "Pod".into(),
+                    pod.metadata.name.clone().unwrap_or_default(),
+                    pod.metadata.uid.clone().unwrap_or_default(),
+                )),
+            };
+            let fs_group = spec.and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
+            let mode = if fs_group.is_some() || fs_user(pod).is_some() { 0o600 } else { default_mode };
+            match sources.token(&key).await {
+                Ok(issued) => {
+                    out.payload
+                        .insert(t.path.clone(), FileProjection { data: issued.token.clone().into_bytes(), mode });
+                    out.tokens.push((key, issued));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if source.cluster_trust_bundle.is_some() || source.pod_certificate.is_some() {
+            errors.push("clusterTrustBundle and podCertificate projections are not supported by podpass".into());
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(ProjectionError(errors)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Fake;
+
+    impl ProjectionSources for Fake {
+        fn config_map<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
+            Box::pin(async move {
+                Ok((name == "kube-root-ca.crt").then(|| {
+                    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"ca.crt": "CA"}}))
+                        .unwrap_or_default()
+                }))
+            })
+        }
+        fn secret<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+            Box::pin(async move {
+                Ok((name == "db").then(|| {
+                    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"password": "aHVudGVyMg=="}}))
+                        .unwrap_or_default()
+                }))
+            })
+        }
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+            Box::pin(async move {
+                if key.audiences.iter().any(|a| a == "refused") {
+                    return Err("failed to fetch token: forbidden".into());
+                }
+                Ok(IssuedToken {
+                    token: format!("jwt-for-{}", key.audiences.join(",")),
+                    expires_at: 1000,
+                    expiration_seconds: Some(key.expiration_seconds),
+                })
+            })
+        }
+    }
+
+    fn pod(extra_spec: serde_json::Value) -> Pod {
+        let mut spec = json!({"serviceAccountName": "builder", "containers": [{"name": "c", "image": "i"}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra_spec.as_object()) {
+            s.extend(e.clone());
+        }
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "team", "uid": "pod-uid",
+            "labels": {"app": "web", "tier": "a \"b\""}}, "spec": spec}))
+        .unwrap_or_default()
+    }
+
+    fn volume(v: serde_json::Value) -> ProjectedVolumeSource {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn the_automounted_volume_projects_token_ca_and_namespace() {
+        let v = volume(json!({"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}));
+        let p = project(&pod(json!({})), &v, &Fake).await.unwrap_or_else(|e| panic!("{e}"));
+        let file = |k: &str| p.payload.get(k).map(|f| (String::from_utf8_lossy(&f.data).into_owned(), f.mode));
+        assert_eq!(file("token"), Some(("jwt-for-".into(), 0o644)));
+        assert_eq!(file("ca.crt"), Some(("CA".into(), 0o644)));
+        assert_eq!(file("namespace"), Some(("team".into(), 0o644)));
+        let (key, _) = &p.tokens[0];
+        assert_eq!(key.bound, Some(("Pod".into(), "web".into(), "pod-uid".into())));
+        assert_eq!((key.service_account.as_str(), key.expiration_seconds), ("builder", 3607));
+        assert!(key.audiences.is_empty() && key.service_account_uid.is_empty());
+    }
+
+    #[tokio::test]
+    async fn items_modes_labels_and_fs_group() {
+        let v = volume(json!({"defaultMode": 292, "sources": [
+            {"serviceAccountToken": {"audience": "registry.example", "path": "registry/token"}},
+            {"secret": {"name": "db", "items": [{"key": "password", "path": "db/pw", "mode": 256}]}},
+            {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                                       {"path": "app", "fieldRef": {"fieldPath": "metadata.labels['app']"}}]}}]}));
+        let p = project(&pod(json!({"securityContext": {"fsGroup": 2000}})), &v, &Fake)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.payload["registry/token"].mode, 0o600, "fsGroup makes the token private");
+        assert_eq!(p.payload["registry/token"].data, b"jwt-for-registry.example");
+        assert_eq!((p.payload["db/pw"].data.as_slice(), p.payload["db/pw"].mode), (&b"hunter2"[..], 0o400));
+        assert_eq!(String::from_utf8_lossy(&p.payload["labels"].data), "app=\"web\"\ntier=\"a \\\"b\\\"\"");
+        assert_eq!(p.payload["app"].data, b"web");
+        assert_eq!(p.payload["app"].mode, 0o444);
+    }
+
+    #[tokio::test]
+    async fn every_sources_error_is_reported_and_optional_sources_may_be_missing() {
+        let v = volume(json!({"defaultMode": 420, "sources": [
+            {"secret": {"name": "missing"}},
+            {"secret": {"name": "maybe", "optional": true}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "nope", "path": "x"}]}},
+            {"serviceAccountToken": {"audience": "refused", "path": "t"}},
+            {"downwardAPI": {"items": [{"path": "ip", "fieldRef": {"fieldPath": "status.podIP"}}]}}]}));
+        let err = project(&pod(json!({})), &v, &Fake).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "[secrets \"missing\" not found, configmap references non-existent config key: nope, failed to fetch token: forbidden, unsupported fieldPath: status.podIP]"
+        );
+        assert_eq!(
+            project(&pod(json!({})), &volume(json!({"sources": []})), &Fake).await.unwrap_err().to_string(),
+            "no defaultMode used, not even the default value for it"
+        );
+    }
+}
