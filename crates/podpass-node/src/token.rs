@@ -97,6 +97,16 @@ pub fn requires_refresh(token: &IssuedToken, now: i64, jitter: i64) -> bool {
         || now < issued_at
 }
 
+/// The first Unix second at which [`requires_refresh`] holds for `token` (with `jitter`):
+/// what a token's rewrite is scheduled for. `None` when the token's age is unknown (it is
+/// never refreshed, as upstream).
+pub fn refresh_due_at(token: &IssuedToken, jitter: i64) -> Option<i64> {
+    let lifetime = token.expiration_seconds?;
+    let issued_at = token.expires_at - lifetime;
+    // `now > x` first holds at x + 1.
+    Some((issued_at + MAX_TTL_SECONDS - jitter).min(token.expires_at - lifetime * 20 / 100 - jitter) + 1)
+}
+
 impl<F: TokenFetcher> TokenManager<F> {
     /// A manager requesting tokens through `fetcher`.
     pub fn new(fetcher: F) -> Self {
@@ -242,5 +252,23 @@ mod tests {
         assert_eq!(m.len(), 1, "valid until its expiry instant");
         m.collect_garbage(3601);
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn the_refresh_schedule_is_the_first_second_requires_refresh_holds() {
+        for (lifetime, jitter) in [(600, 0), (3607, 7), (31_536_000, 3), (86_400 * 2, 9)] {
+            let token = IssuedToken {
+                token: String::new(),
+                expires_at: 1_000_000 + lifetime,
+                expiration_seconds: Some(lifetime),
+            };
+            let due = refresh_due_at(&token, jitter).unwrap_or_default();
+            assert!(!requires_refresh(&token, due - 1, jitter), "{lifetime}/{jitter}: early at {}", due - 1);
+            assert!(requires_refresh(&token, due, jitter), "{lifetime}/{jitter}: not due at {due}");
+        }
+        // 600 s tokens are rewritten after 480 s (80%)
+        let t = IssuedToken { token: String::new(), expires_at: 600, expiration_seconds: Some(600) };
+        assert_eq!(refresh_due_at(&t, 0), Some(481));
+        assert_eq!(refresh_due_at(&IssuedToken { expiration_seconds: None, ..t }, 0), None);
     }
 }

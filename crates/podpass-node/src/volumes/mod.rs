@@ -2,7 +2,12 @@
 //! maps, secrets, downward API) published with the kubelet's AtomicWriter.
 
 mod atomic_writer;
+mod pod;
 mod projected;
 
 pub use atomic_writer::{AtomicWriteError, AtomicWriter, FileProjection, validate_path};
+pub use pod::{
+    PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, pod_dir, projected_dir, remove_pod_volumes,
+    sync_pod_volumes,
+};
 pub use projected::{DEFAULT_TOKEN_EXPIRATION_SECONDS, Projection, ProjectionError, ProjectionSources, project};

@@ -1,0 +1,237 @@
+//! A pod's projected volumes on disk: `<root-dir>/pods/<pod uid>/volumes/kubernetes.io~projected/<volume>/`,
+//! as the kubelet lays them out, each published with the [`AtomicWriter`].
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+use thiserror::Error;
+
+use super::atomic_writer::{AtomicWriteError, AtomicWriter};
+use super::projected::{ProjectionError, ProjectionSources, project};
+use crate::token::refresh_due_at;
+
+/// The kubelet's directory name for projected volumes.
+pub const PROJECTED_PLUGIN_DIR: &str = "kubernetes.io~projected";
+
+/// A pod's volumes could not all be written; each failing volume is named.
+#[derive(Debug, Error)]
+pub enum PodVolumeError {
+    /// The pod's UID or a volume name cannot be a directory name (the API server that sent
+    /// the pod did not validate it; nothing is written outside the pod's directory).
+    #[error("pod {pod}: {what} {value:?} is not a valid directory name")]
+    UnsafeName {
+        /// `namespace/name` of the pod.
+        pod: String,
+        /// `uid` or `volume name`.
+        what: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// Sources of a volume failed.
+    #[error("MountVolume.SetUp failed for volume {volume:?}: {source}")]
+    Projection {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: ProjectionError,
+    },
+    /// Writing a volume failed.
+    #[error("MountVolume.SetUp failed for volume {volume:?}: {source}")]
+    Write {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: AtomicWriteError,
+    },
+    /// Removing a pod's directory failed.
+    #[error("removing {path}: {source}")]
+    Remove {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What a sync wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodVolumesReport {
+    /// Volumes whose files changed.
+    pub written: Vec<String>,
+    /// Volumes already up to date.
+    pub unchanged: Vec<String>,
+    /// When the earliest token in them is due for refresh (Unix seconds): the next sync.
+    pub next_refresh: Option<i64>,
+}
+
+/// A pod UID or volume name used as one directory name: a DNS-1123 label for volumes (API
+/// validation), and for UIDs the characters of a UUID.
+fn safe_segment(value: &str, uid: bool) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (uid && c.is_ascii_uppercase());
+    !value.is_empty() && value.len() <= 253 && value.chars().all(allowed) && !value.starts_with('-')
+}
+
+fn pod_label(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `<root>/pods/<uid>`.
+pub fn pod_dir(root: &Path, pod_uid: &str) -> PathBuf {
+    root.join("pods").join(pod_uid)
+}
+
+/// `<root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>`.
+pub fn projected_dir(root: &Path, pod_uid: &str, volume: &str) -> PathBuf {
+    pod_dir(root, pod_uid).join("volumes").join(PROJECTED_PLUGIN_DIR).join(volume)
+}
+
+/// Writes every projected volume of `pod` under `root`; a volume whose payload is
+/// unchanged is left as it is. All volumes are tried; the first failure is returned after.
+pub async fn sync_pod_volumes(
+    root: &Path,
+    pod: &Pod,
+    sources: &dyn ProjectionSources,
+    jitter: i64,
+) -> Result<PodVolumesReport, Vec<PodVolumeError>> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    if !safe_segment(&uid, true) {
+        return Err(vec![PodVolumeError::UnsafeName { pod: pod_label(pod), what: "uid", value: uid }]);
+    }
+    let mut report = PodVolumesReport::default();
+    let mut errors = Vec::new();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    for volume in volumes.into_iter().flatten() {
+        let Some(projected) = &volume.projected else { continue };
+        if !safe_segment(&volume.name, false) {
+            errors.push(PodVolumeError::UnsafeName {
+                pod: pod_label(pod),
+                what: "volume name",
+                value: volume.name.clone(),
+            });
+            continue;
+        }
+        let projection = match project(pod, projected, sources).await {
+            Ok(p) => p,
+            Err(source) => {
+                errors.push(PodVolumeError::Projection { volume: volume.name.clone(), source });
+                continue;
+            }
+        };
+        for (_, token) in &projection.tokens {
+            if let Some(due) = refresh_due_at(token, jitter) {
+                report.next_refresh = Some(report.next_refresh.map_or(due, |n: i64| n.min(due)));
+            }
+        }
+        let dir = projected_dir(root, &uid, &volume.name);
+        let payload = projection.payload;
+        let written = tokio::task::spawn_blocking(move || AtomicWriter::new(&dir)?.write(&payload)).await;
+        match written {
+            Ok(Ok(true)) => report.written.push(volume.name.clone()),
+            Ok(Ok(false)) => report.unchanged.push(volume.name.clone()),
+            Ok(Err(source)) => errors.push(PodVolumeError::Write { volume: volume.name.clone(), source }),
+            Err(e) => errors.push(PodVolumeError::Write {
+                volume: volume.name.clone(),
+                source: AtomicWriteError::Io {
+                    what: "writer task",
+                    path: root.to_owned(),
+                    source: std::io::Error::other(e),
+                },
+            }),
+        }
+    }
+    if errors.is_empty() { Ok(report) } else { Err(errors) }
+}
+
+/// Removes a pod's directory and everything in it (absent is fine).
+pub async fn remove_pod_volumes(root: &Path, pod_uid: &str) -> Result<(), PodVolumeError> {
+    if !safe_segment(pod_uid, true) {
+        return Err(PodVolumeError::UnsafeName { pod: String::new(), what: "uid", value: pod_uid.to_owned() });
+    }
+    let dir = pod_dir(root, pod_uid);
+    let result = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    })
+    .await
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+    result.map_err(|source| PodVolumeError::Remove { path: dir, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credential::provider::BoxFuture;
+    use crate::token::{IssuedToken, TokenKey};
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use serde_json::json;
+
+    struct Tokens;
+
+    impl ProjectionSources for Tokens {
+        fn config_map<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn secret<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+            Box::pin(async move {
+                Ok(IssuedToken {
+                    token: "jwt".into(),
+                    expires_at: 10_000 + key.expiration_seconds,
+                    expiration_seconds: Some(key.expiration_seconds),
+                })
+            })
+        }
+    }
+
+    fn pod(uid: &str, volume: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "team", "uid": uid},
+            "spec": {"containers": [], "volumes": [
+                {"name": volume, "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}}]}},
+                {"name": "other", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}},
+                {"name": "scratch", "emptyDir": {}}]}}))
+        .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn volumes_land_in_the_kubelet_layout_and_the_next_refresh_is_the_earliest() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let uid = "0d1f6b2e-0000-4000-8000-000000000001";
+        let report =
+            sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0).await.unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(report.written, ["reg", "other"]);
+        // 600 s token issued at 10 000: due after 480 s
+        assert_eq!(report.next_refresh, Some(10_481));
+        let token = dir.path().join(format!("pods/{uid}/volumes/kubernetes.io~projected/reg/token"));
+        assert_eq!(std::fs::read_to_string(token).unwrap_or_default(), "jwt");
+        let again =
+            sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0).await.unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(again.unchanged, ["reg", "other"]);
+        remove_pod_volumes(dir.path(), uid).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!dir.path().join(format!("pods/{uid}")).exists());
+        remove_pod_volumes(dir.path(), uid).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[tokio::test]
+    async fn names_from_the_api_never_leave_the_pod_directory() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let errors = sync_pod_volumes(dir.path(), &pod("../../etc", "reg"), &Tokens, 0).await.unwrap_err();
+        assert!(errors[0].to_string().contains(r#"uid "../../etc" is not a valid directory name"#), "{errors:?}");
+        let errors = sync_pod_volumes(dir.path(), &pod("abc-1", "../../x"), &Tokens, 0).await.unwrap_err();
+        assert_eq!(errors.len(), 1, "the other volume is still written: {errors:?}");
+        assert!(errors[0].to_string().contains("volume name \"../../x\""));
+        assert!(dir.path().join("pods/abc-1/volumes/kubernetes.io~projected/other/token").exists());
+        assert!(!dir.path().join("x").exists());
+        assert!(remove_pod_volumes(dir.path(), "..").await.is_err());
+    }
+}
