@@ -133,41 +133,20 @@ fn check_config(a: &CheckConfigArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Registers the providers as the kubelet does (plugin.go `RegisterCredentialProviderPlugins`):
-/// the bin dir and every binary must exist, the config must validate.
+/// Registers the providers (podpass-node's one assembly, used by every node command).
 pub(crate) fn register(
     config_path: &std::path::Path,
     bin_dir: &std::path::Path,
     sa_token_feature: bool,
     source: Option<std::sync::Arc<dyn ServiceAccountSource>>,
 ) -> Result<Vec<PluginProvider>> {
-    match std::fs::metadata(bin_dir) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("plugin binary directory {} did not exist", bin_dir.display())
-        }
-        Err(e) => bail!("error inspecting binary directory {}: {e}", bin_dir.display()),
-    }
-    let (config, hash) = read_config(config_path)?;
-    let errors = validate(&config, sa_token_feature);
-    if !errors.is_empty() {
-        bail!("failed to validate credential provider config: {errors}");
-    }
-    let metrics = CredentialMetrics::default();
-    metrics.set_config_hash(&hash);
-    let mut providers = Vec::new();
-    for p in config.providers {
-        let path = bin_dir.join(&p.name);
-        match std::fs::metadata(&path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("plugin binary executable {} did not exist", path.display())
-            }
-            Err(e) => bail!("error inspecting binary executable {}: {e}", path.display()),
-        }
-        providers.push(PluginProvider::new(p, bin_dir.to_owned(), sa_token_feature, source.clone(), metrics.clone()));
-    }
-    Ok(providers)
+    Ok(podpass_node::credential::register_providers(
+        config_path,
+        bin_dir,
+        sa_token_feature,
+        source,
+        &CredentialMetrics::default(),
+    )?)
 }
 
 /// Pull secret manifests named by `--pull-secret`.

@@ -7,8 +7,10 @@ pub mod keyring;
 pub mod lookup;
 pub mod metrics;
 pub mod provider;
+mod register;
 
 pub use docker_config::{DockerConfig, DockerConfigEntry, PullSecret};
 pub use keyring::{CredentialSource, Keyring, TrackedAuth};
 pub use lookup::{Lookup, lookup};
 pub use provider::{PluginProvider, PodIdentity, Provided, ProviderReport, ServiceAccountInfo, ServiceAccountSource};
+pub use register::{RegisterError, register_providers};
