@@ -2,6 +2,7 @@
 //! plugins fed with that pod's service-account token (KEP-4412), pull secrets and node-wide
 //! docker config, assembled into a keyring as the kubelet does.
 
+pub mod agent;
 pub mod api;
 pub mod credential;
 pub mod images;

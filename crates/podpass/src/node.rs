@@ -33,6 +33,35 @@ pub enum NodeCommand {
     Records(crate::node_images::RecordsCommand),
     /// Prune pull records of images the runtime no longer has (image GC's `PruneUnknownRecords`).
     Gc(crate::node_images::GcArgs),
+    /// The node agent daemon: registers the Node and keeps its heartbeat Lease renewed
+    /// (the pod loop comes next). SIGTERM or Ctrl-C stops it.
+    Run(RunArgs),
+}
+
+/// Flags of `podpass node run`, named as the kubelet's.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig of the node's identity (`system:node:<name>` in `system:nodes`).
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The Node's name.
+    #[arg(long, alias = "hostname-override")]
+    node_name: String,
+    /// Pull records, images and pod volumes.
+    #[arg(long)]
+    root_dir: PathBuf,
+    /// KubeletConfiguration (image pull verification policy, allowlist, parallel pulls, gates).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// CredentialProviderConfig file or directory.
+    #[arg(long)]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the provider binaries.
+    #[arg(long)]
+    image_credential_provider_bin_dir: Option<PathBuf>,
+    /// containerd's CRI socket (`unix:///run/containerd/containerd.sock`); none: the embedded store.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
 }
 
 /// Flags of `podpass node credentials`.
@@ -91,7 +120,60 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
         NodeCommand::Records(ni::RecordsCommand::List(a)) => exit(ni::records_list(&a)),
         NodeCommand::Records(ni::RecordsCommand::Show(a)) => exit(ni::records_show(&a)),
         NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),
+        NodeCommand::Run(a) => run_agent(a),
     }
+}
+
+/// `podpass node run`: exit 64 with every configuration problem before connecting, 0 after
+/// a clean stop, 1 when the agent fails.
+fn run_agent(a: RunArgs) -> ExitCode {
+    let config = podpass_node::agent::AgentConfig {
+        kubeconfig: a.kubeconfig,
+        node_name: a.node_name,
+        root_dir: a.root_dir,
+        kubelet_config: a.config,
+        image_credential_provider_config: a.image_credential_provider_config,
+        image_credential_provider_bin_dir: a.image_credential_provider_bin_dir,
+        container_runtime_endpoint: a.container_runtime_endpoint,
+        version: format!("v1.{}.0-podpass.{}", podpass_apiserver::server::KUBE_MINOR, env!("CARGO_PKG_VERSION")),
+    };
+    let prepared = match config.prepare() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(crate::EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    runtime.block_on(async move {
+        let shutdown = async {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("warning: SIGTERM handler: {e}");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        match prepared.run(shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
 }
 
 /// Ok(true) → 0, Ok(false) → 1 (refused), Err → 64 with the error chain.

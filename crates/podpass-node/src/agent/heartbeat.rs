@@ -1,0 +1,193 @@
+//! Node registration and heartbeats (pkg/kubelet/kubelet_node_status.go, pkg/kubelet/nodelease):
+//! the agent creates (or adopts) its Node, posts its status, and renews
+//! `kube-node-lease/<node>` every 10 s with a 40 s duration.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+/// The namespace of node leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// `leaseDurationSeconds` (kubelet default `nodeLeaseDurationSeconds`).
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+/// Renew interval: 25% of the lease duration, as the kubelet.
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
+/// Node status is posted at least this often (`nodeStatusReportFrequency`).
+pub const STATUS_REPORT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// What the agent reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// The Node's name.
+    pub name: String,
+    /// `nodeInfo.kubeletVersion`.
+    pub version: String,
+}
+
+fn go_os() -> &'static str {
+    std::env::consts::OS
+}
+
+/// Go's `GOARCH` for this machine.
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// The Node object the agent registers (`initialNode`): hostname/os/arch labels.
+pub fn initial_node(id: &NodeIdentity) -> Node {
+    let labels: BTreeMap<String, String> = [
+        ("kubernetes.io/hostname", id.name.as_str()),
+        ("kubernetes.io/os", go_os()),
+        ("kubernetes.io/arch", go_arch()),
+        ("beta.kubernetes.io/os", go_os()),
+        ("beta.kubernetes.io/arch", go_arch()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    Node {
+        metadata: ObjectMeta { name: Some(id.name.clone()), labels: Some(labels), ..Default::default() },
+        ..Default::default()
+    }
+}
+
+/// The status the agent posts: addresses, node info and a Ready condition that says what
+/// this node is — it prepares pods (identity, credentials, images, volumes) and runs no
+/// containers.
+pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
+    NodeStatus {
+        addresses: Some(vec![NodeAddress { type_: "Hostname".into(), address: id.name.clone() }]),
+        node_info: Some(NodeSystemInfo {
+            architecture: go_arch().into(),
+            operating_system: go_os().into(),
+            kubelet_version: id.version.clone(),
+            kube_proxy_version: String::new(),
+            container_runtime_version: String::new(),
+            ..Default::default()
+        }),
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: Some("PodpassReady".into()),
+            message: Some("podpass node agent is posting ready status; it prepares pods but runs no containers".into()),
+            last_heartbeat_time: Some(Time(now)),
+            last_transition_time: Some(Time(now)),
+        }]),
+        ..Default::default()
+    }
+}
+
+fn message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Creates the Node if it does not exist and posts its status; returns the Node's UID.
+pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<String, String> {
+    let nodes = Api::<Node>::all(client.clone());
+    let node = match nodes.get(&id.name).await {
+        Ok(n) => n,
+        Err(e) if not_found(&e) => match nodes.create(&PostParams::default(), &initial_node(id)).await {
+            Ok(n) => n,
+            Err(e) => return Err(format!("registering node {}: {}", id.name, message(&e))),
+        },
+        Err(e) => return Err(format!("reading node {}: {}", id.name, message(&e))),
+    };
+    post_status(client, id).await?;
+    Ok(node.metadata.uid.unwrap_or_default())
+}
+
+/// Posts the node's status (merge patch of `nodes/<name>/status`).
+pub async fn post_status(client: &kube::Client, id: &NodeIdentity) -> Result<(), String> {
+    let status = node_status(id, Timestamp::now());
+    let patch = serde_json::json!({"status": status});
+    Api::<Node>::all(client.clone())
+        .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("posting status of node {}: {}", id.name, message(&e)))
+}
+
+/// The node's Lease as the kubelet writes it (holder = node, owned by the Node).
+pub fn lease(id: &NodeIdentity, node_uid: &str, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(id.name.clone()),
+            namespace: Some(NODE_LEASE_NAMESPACE.into()),
+            owner_references: (!node_uid.is_empty()).then(|| {
+                vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Node".into(),
+                    name: id.name.clone(),
+                    uid: node_uid.to_owned(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(id.name.clone()),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(MicroTime(now)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Renews the lease once (creating it when missing).
+pub async fn renew_lease(client: &kube::Client, id: &NodeIdentity, node_uid: &str) -> Result<(), String> {
+    let leases = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let now = Timestamp::now();
+    match leases.get(&id.name).await {
+        Ok(mut current) => {
+            let spec = current.spec.get_or_insert_with(Default::default);
+            spec.holder_identity = Some(id.name.clone());
+            spec.lease_duration_seconds = Some(LEASE_DURATION_SECONDS);
+            spec.renew_time = Some(MicroTime(now));
+            leases.replace(&id.name, &PostParams::default(), &current).await.map(|_| ())
+        }
+        Err(e) if not_found(&e) => leases.create(&PostParams::default(), &lease(id, node_uid, now)).await.map(|_| ()),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| format!("renewing lease {NODE_LEASE_NAMESPACE}/{}: {}", id.name, message(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_and_lease_look_as_the_kubelets() {
+        let id = NodeIdentity { name: "n1".into(), version: "v1.34.0".into() };
+        let node = initial_node(&id);
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("n1"));
+        assert!(labels.contains_key("kubernetes.io/os") && labels.contains_key("kubernetes.io/arch"));
+        let now = Timestamp::from_second(1_700_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let status = node_status(&id, now);
+        let ready = &status.conditions.unwrap_or_default()[0];
+        assert_eq!((ready.type_.as_str(), ready.status.as_str()), ("Ready", "True"));
+        let l = lease(&id, "uid-1", now);
+        let spec = l.spec.unwrap_or_default();
+        assert_eq!(spec.holder_identity.as_deref(), Some("n1"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        assert_eq!(l.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        assert_eq!(l.metadata.owner_references.unwrap_or_default()[0].uid, "uid-1");
+        assert_eq!(RENEW_INTERVAL.as_secs() * 4, 40);
+    }
+}

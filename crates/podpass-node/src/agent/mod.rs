@@ -1,0 +1,179 @@
+//! The node agent daemon (`podpass node run`): configuration validated as a whole before
+//! anything connects ([`AgentConfig::prepare`]), then [`Prepared::run`] until shutdown.
+//!
+//! What runs today: node registration, status and the heartbeat Lease. The pod loop
+//! (images, projected volumes, status, events) builds on [`crate::volumes`] and
+//! [`crate::images`] next.
+
+mod heartbeat;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub use heartbeat::{
+    LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL, initial_node,
+    lease, node_status,
+};
+
+/// Flags of `podpass node run`, named as the kubelet's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// `--kubeconfig`: the node's identity and the API server.
+    pub kubeconfig: PathBuf,
+    /// `--hostname-override` / the Node name.
+    pub node_name: String,
+    /// `--root-dir`: pull records, images, pod volumes.
+    pub root_dir: PathBuf,
+    /// `--config`: the KubeletConfiguration subset podpass reads.
+    pub kubelet_config: Option<PathBuf>,
+    /// `--image-credential-provider-config`.
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// `--image-credential-provider-bin-dir`.
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `--container-runtime-endpoint` (`unix:///…`); none: the embedded image store.
+    pub container_runtime_endpoint: Option<String>,
+    /// The version reported in `nodeInfo.kubeletVersion`.
+    pub version: String,
+}
+
+/// Everything wrong with a configuration, listed at once; nothing was started.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("invalid node agent configuration:\n  {}", .0.join("\n  "))]
+pub struct AgentConfigError(pub Vec<String>);
+
+/// A configuration that validated, with its files read.
+#[derive(Debug)]
+pub struct Prepared {
+    config: AgentConfig,
+    identity: NodeIdentity,
+}
+
+impl AgentConfig {
+    /// Validates every flag and reads the files they name; reports all problems together.
+    pub fn prepare(self) -> Result<Prepared, AgentConfigError> {
+        let mut problems = Vec::new();
+        for m in podpass_api::validation::is_dns1123_subdomain(&self.node_name) {
+            problems.push(format!("--node-name {:?}: {m}", self.node_name));
+        }
+        match std::fs::metadata(&self.kubeconfig) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => problems.push(format!("--kubeconfig {}: not a file", self.kubeconfig.display())),
+            Err(e) => problems.push(format!("--kubeconfig {}: {e}", self.kubeconfig.display())),
+        }
+        if let Err(e) = std::fs::create_dir_all(&self.root_dir) {
+            problems.push(format!("--root-dir {}: {e}", self.root_dir.display()));
+        }
+        if let Some(path) = &self.kubelet_config {
+            match std::fs::read(path) {
+                Ok(data) => {
+                    if let Err(errors) = crate::images::kubelet_config::parse(&data) {
+                        problems.extend(errors.into_iter().map(|e| format!("--config {}: {e}", path.display())));
+                    }
+                }
+                Err(e) => problems.push(format!("--config {}: {e}", path.display())),
+            }
+        }
+        match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
+            (Some(_), None) => problems
+                .push("--image-credential-provider-bin-dir: required with --image-credential-provider-config".into()),
+            (None, Some(_)) => problems
+                .push("--image-credential-provider-config: required with --image-credential-provider-bin-dir".into()),
+            _ => {}
+        }
+        if let Some(endpoint) = &self.container_runtime_endpoint
+            && !endpoint.starts_with("unix://")
+        {
+            problems.push(format!("--container-runtime-endpoint {endpoint:?}: must be a unix:// socket URL"));
+        }
+        if !problems.is_empty() {
+            return Err(AgentConfigError(problems));
+        }
+        let identity = NodeIdentity { name: self.node_name.clone(), version: self.version.clone() };
+        Ok(Prepared { config: self, identity })
+    }
+}
+
+/// The agent failed while running.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    /// The API server could not be reached with the kubeconfig.
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiError),
+    /// The Node could not be registered.
+    #[error("{0}")]
+    Register(String),
+}
+
+impl Prepared {
+    /// The node this agent runs as.
+    pub fn identity(&self) -> &NodeIdentity {
+        &self.identity
+    }
+
+    /// Connects, registers the Node, then keeps its Lease renewed and its status posted
+    /// until `shutdown` completes. A renewal that fails is logged and retried at the next
+    /// interval (the API server may be restarting); registration failing is an error.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        let client = crate::api::client_from_kubeconfig(&self.config.kubeconfig).await?;
+        let id = &self.identity;
+        let node_uid = heartbeat::register_node(&client, id).await.map_err(AgentError::Register)?;
+        tracing::info!(node = %id.name, uid = %node_uid, "node registered");
+        let mut renew = tokio::time::interval(RENEW_INTERVAL);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut report = tokio::time::interval(STATUS_REPORT_INTERVAL);
+        report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        report.tick().await;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => {
+                    tracing::info!(node = %id.name, "shutting down");
+                    return Ok(());
+                }
+                _ = renew.tick() => {
+                    if let Err(e) = heartbeat::renew_lease(&client, id, &node_uid).await {
+                        tracing::warn!(node = %id.name, error = %e, "lease renewal failed; retrying");
+                    }
+                }
+                _ = report.tick() => {
+                    if let Err(e) = heartbeat::post_status(&client, id).await {
+                        tracing::warn!(node = %id.name, error = %e, "posting node status failed; retrying");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_reported_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let bad_config = dir.path().join("kubelet.yaml");
+        std::fs::write(&bad_config, "imagePullCredentialsVerificationPolicy: Sometimes\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let config = AgentConfig {
+            kubeconfig: dir.path().join("missing.kubeconfig"),
+            node_name: "Node_1".into(),
+            root_dir: dir.path().join("root"),
+            kubelet_config: Some(bad_config),
+            image_credential_provider_config: Some(dir.path().join("providers.yaml")),
+            image_credential_provider_bin_dir: None,
+            container_runtime_endpoint: Some("tcp://127.0.0.1:1".into()),
+            version: "v1.34.0".into(),
+        };
+        let err = config.prepare().unwrap_err();
+        let text = err.to_string();
+        assert_eq!(err.0.len(), 6, "{text}");
+        for needle in
+            ["--node-name \"Node_1\"", "--kubeconfig", "--config", "--image-credential-provider-bin-dir", "unix://"]
+        {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+}

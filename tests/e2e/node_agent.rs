@@ -1,0 +1,111 @@
+//! End-to-end: `podpass node run` against `podpass apiserver` as `system:node:n1` — the
+//! Node registered with a Ready condition, the heartbeat Lease renewed, a clean stop on
+//! SIGTERM, and every configuration problem reported before anything connects.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+fn get(s: &Server, path: &str) -> (u16, Value) {
+    let resp = client(&s.dir).get(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).send().unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().unwrap_or(Value::Null))
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The agent process, killed if the test ends before it stops.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    let mut agent = Agent(
+        Command::new(PODPASS)
+            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
+            .args(["--root-dir", d.join("root").to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let node = wait_for("node registered", Duration::from_secs(30), || {
+        let (code, node) = get(&s, "/api/v1/nodes/n1");
+        (code == 200 && node["status"]["conditions"].is_array()).then_some(node)
+    });
+    assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "n1");
+    let ready = &node["status"]["conditions"][0];
+    assert_eq!((ready["type"].as_str(), ready["status"].as_str()), (Some("Ready"), Some("True")));
+    assert!(node["status"]["nodeInfo"]["kubeletVersion"].as_str().unwrap().contains("podpass"));
+
+    let lease = wait_for("lease created", Duration::from_secs(30), || {
+        let (code, lease) = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        (code == 200).then_some(lease)
+    });
+    assert_eq!(lease["spec"]["holderIdentity"], "n1");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], node["metadata"]["uid"]);
+    let first = lease["spec"]["renewTime"].as_str().unwrap().to_owned();
+    // renewed every 10 s
+    wait_for("lease renewed", Duration::from_secs(25), || {
+        let (_, lease) = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        (lease["spec"]["renewTime"].as_str() != Some(first.as_str())).then_some(lease)
+    });
+
+    // SIGTERM: a clean stop
+    assert!(Command::new("kill").args(["-TERM", &agent.0.id().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(st) = agent.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "agent did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn every_configuration_problem_is_reported_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(PODPASS)
+        .args(["node", "run", "--kubeconfig", dir.path().join("missing").to_str().unwrap()])
+        .args(["--node-name", "Bad_Name", "--root-dir", dir.path().join("root").to_str().unwrap()])
+        .args(["--image-credential-provider-config", "/nonexistent", "--container-runtime-endpoint", "tcp://x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in ["--node-name \"Bad_Name\"", "--kubeconfig", "--image-credential-provider-bin-dir", "unix://"] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+}
