@@ -109,3 +109,90 @@ fn every_configuration_problem_is_reported_before_connecting() {
         assert!(stderr.contains(needle), "{needle}: {stderr}");
     }
 }
+
+fn post(s: &Server, path: &str, body: Value) -> Value {
+    let resp =
+        client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).json(&body).send().unwrap();
+    assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    resp.json().unwrap()
+}
+
+fn claims(token: &str) -> Value {
+    let payload = token.trim().split('.').nth(1).unwrap();
+    serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
+}
+
+#[test]
+fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    let root = d.join("root");
+    let _agent = Agent(
+        Command::new(PODPASS)
+            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
+            .args(["--root-dir", root.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    post(
+        &s,
+        "/api/v1/namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+    );
+    let pod = post(
+        &s,
+        "/api/v1/namespaces/team/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry.example/app:1"}],
+                     "volumes": [{"name": "registry-token", "projected": {"defaultMode": 420, "sources": [
+                         {"serviceAccountToken": {"audience": "registry.example", "expirationSeconds": 600, "path": "token"}}]}}]}}),
+    );
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    let automount = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["name"].as_str().filter(|n| n.starts_with("kube-api-access-")))
+        .unwrap()
+        .to_owned();
+    let volumes = root.join("pods").join(&uid).join("volumes/kubernetes.io~projected");
+    let token_path = volumes.join("registry-token/token");
+    wait_for("registry token written", Duration::from_secs(30), || {
+        std::fs::read_to_string(&token_path).ok().map(Value::String)
+    });
+    let registry = claims(&std::fs::read_to_string(&token_path).unwrap());
+    assert_eq!(registry["aud"], serde_json::json!(["registry.example"]));
+    assert_eq!(registry["kubernetes.io"]["pod"]["uid"], uid.as_str());
+    assert_eq!(registry["kubernetes.io"]["node"]["name"], "n1");
+    assert_eq!(registry["exp"].as_i64().unwrap() - registry["iat"].as_i64().unwrap(), 600);
+    // the automounted volume: the API token, the cluster CA and the namespace
+    let api = volumes.join(&automount);
+    wait_for("automounted volume written", Duration::from_secs(30), || {
+        std::fs::read_to_string(api.join("namespace")).ok().map(Value::String)
+    });
+    assert_eq!(std::fs::read_to_string(api.join("namespace")).unwrap(), "team");
+    assert!(std::fs::read_to_string(api.join("ca.crt")).unwrap().contains("BEGIN CERTIFICATE"));
+    assert_eq!(claims(&std::fs::read_to_string(api.join("token")).unwrap())["aud"], serde_json::json!([s.url]));
+    assert!(std::fs::read_link(api.join("token")).unwrap().starts_with("..data"), "published through ..data");
+
+    // deleting the pod: the agent tears it down and confirms, well before the 30 s grace
+    let resp = client(&s.dir)
+        .delete(format!("{}/api/v1/namespaces/team/pods/web", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    wait_for("volumes removed", Duration::from_secs(20), || {
+        (!root.join("pods").join(&uid).exists()).then_some(Value::Null)
+    });
+    wait_for("pod gone", Duration::from_secs(20), || {
+        (get(&s, "/api/v1/namespaces/team/pods/web").0 == 404).then_some(Value::Null)
+    });
+}

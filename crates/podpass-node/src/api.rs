@@ -97,6 +97,13 @@ pub struct KubeTokenFetcher {
     client: kube::Client,
 }
 
+impl KubeTokenFetcher {
+    /// Requests tokens through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
 impl TokenFetcher for KubeTokenFetcher {
     fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
         Box::pin(async move {

@@ -79,10 +79,17 @@ impl<F> std::fmt::Debug for TokenManager<F> {
 }
 
 /// Uniform whole seconds in [0, 10).
-fn random_jitter() -> i64 {
+pub fn random_jitter() -> i64 {
     let mut b = [0u8; 1];
     let _ = aws_lc_rs::rand::fill(&mut b);
     i64::from(b[0]) % MAX_JITTER_SECONDS
+}
+
+/// The current Unix time in seconds.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// `requiresRefresh`.

@@ -1,11 +1,14 @@
 //! The node agent daemon (`podpass node run`): configuration validated as a whole before
 //! anything connects ([`AgentConfig::prepare`]), then [`Prepared::run`] until shutdown.
 //!
-//! What runs today: node registration, status and the heartbeat Lease. The pod loop
-//! (images, projected volumes, status, events) builds on [`crate::volumes`] and
-//! [`crate::images`] next.
+//! What runs today: node registration, status and the heartbeat Lease, and the pod loop's
+//! projected volumes (written, rotated, removed with the pod). Images, pod status and
+//! events come next.
 
 mod heartbeat;
+mod pods;
+
+pub use pods::{ApiSources, PodLoop};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -120,6 +123,12 @@ impl Prepared {
         let id = &self.identity;
         let node_uid = heartbeat::register_node(&client, id).await.map_err(AgentError::Register)?;
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let pods = PodLoop::new(client.clone(), &id.name, self.config.root_dir.clone());
+        let pod_task = tokio::spawn(pods.run(async move {
+            let mut stopped = stopped;
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
         let mut renew = tokio::time::interval(RENEW_INTERVAL);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut report = tokio::time::interval(STATUS_REPORT_INTERVAL);
@@ -130,6 +139,8 @@ impl Prepared {
             tokio::select! {
                 () = &mut shutdown => {
                     tracing::info!(node = %id.name, "shutting down");
+                    let _ = stop.send(true);
+                    let _ = pod_task.await;
                     return Ok(());
                 }
                 _ = renew.tick() => {
