@@ -690,3 +690,18 @@ fn a_body_that_never_arrives_is_cut_off_by_the_request_timeout() {
     let _ = tls.kill();
     let _ = tls.wait();
 }
+
+#[test]
+fn pod_volume_names_cannot_walk_out_of_a_nodes_pod_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
+                 "volumes": [{"name": "../../../etc", "projected": {"defaultMode": 420, "sources": []}}]}});
+    let (code, body) = json_req(&s, reqwest::Method::POST, "/api/v1/namespaces/default/pods", Some(pod));
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains(r#"spec.volumes[0].name: Invalid value: "../../../etc""#),
+        "{body}"
+    );
+}

@@ -181,6 +181,33 @@ pub fn api_access_volume(name: &str) -> Value {
     })
 }
 
+/// `ValidatePodSpec`'s name rules for what becomes a directory or file name on a node:
+/// volume and container names are unique DNS-1123 labels.
+pub fn validate_pod_names(name: &str, pod: &Value) -> Result<(), ApiError> {
+    const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+    let mut errors = Vec::new();
+    for (list, what) in [("volumes", "volumes"), ("initContainers", "initContainers"), ("containers", "containers")] {
+        let mut seen = std::collections::HashSet::new();
+        for (i, item) in pod.field(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate()
+        {
+            let n = item.get("name").and_then(Value::as_str).unwrap_or_default();
+            let path = format!("spec.{what}[{i}].name");
+            if n.is_empty() {
+                errors.push(format!("{path}: Required value"));
+            } else if !is_dns1123_label(n) {
+                errors.push(format!("{path}: Invalid value: {}: {LABEL}", podpass_api::validation::quote(n)));
+            } else if !seen.insert(n.to_owned()) {
+                errors.push(format!("{path}: Duplicate value: {}", podpass_api::validation::quote(n)));
+            }
+        }
+    }
+    match errors.as_slice() {
+        [] => Ok(()),
+        [one] => Err(ApiError::invalid(format!("Pod {name:?} is invalid: {one}"))),
+        many => Err(ApiError::invalid(format!("Pod {name:?} is invalid: [{}]", many.join(", ")))),
+    }
+}
+
 /// Pod defaults and ServiceAccount admission, given the pod's service account (if it
 /// exists): `serviceAccountName` defaults to `default`, the token volume is added and
 /// mounted unless automounting is off on the pod or the service account, status starts
@@ -295,6 +322,32 @@ pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), A
 #[cfg(test)]
 mod pod_update_tests {
     use super::*;
+
+    #[test]
+    fn volume_and_container_names_are_dns_labels() {
+        let pod = |volume: &str| json!({"spec": {"containers": [{"name": "c"}], "volumes": [{"name": volume}, {"name": "ok"}]}});
+        assert_eq!(validate_pod_names("web", &pod("data")), Ok(()));
+        let err = validate_pod_names("web", &pod("../../etc")).unwrap_err();
+        assert!(
+            err.message.starts_with(
+                r#"Pod "web" is invalid: spec.volumes[0].name: Invalid value: "../../etc": a lowercase RFC 1123 label"#
+            ),
+            "{}",
+            err.message
+        );
+        assert!(
+            validate_pod_names("web", &pod("ok"))
+                .unwrap_err()
+                .message
+                .contains(r#"spec.volumes[1].name: Duplicate value: "ok""#)
+        );
+        assert!(
+            validate_pod_names("web", &json!({"spec": {"containers": [{"image": "x"}]}}))
+                .unwrap_err()
+                .message
+                .contains("spec.containers[0].name: Required value")
+        );
+    }
 
     #[test]
     fn only_upstreams_mutable_pod_fields_change() {
