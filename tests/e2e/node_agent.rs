@@ -48,12 +48,13 @@ fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
     let kubeconfig = d.join("n1.kubeconfig");
     std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
         .unwrap();
+    let log = std::fs::File::create(d.join("agent.log")).unwrap();
     let mut agent = Agent(
         Command::new(PODPASS)
-            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
-            .args(["--root-dir", d.join("root").to_str().unwrap()])
+            .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--node-name", "n1", "--root-dir", d.join("root").to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap(),
     );
@@ -92,6 +93,14 @@ fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(status.success(), "{status}");
+    // library logs reach the operator, one JSON object per line
+    let log = std::fs::read_to_string(d.join("agent.log")).unwrap();
+    let registered = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "node registered")
+        .unwrap_or_else(|| panic!("no JSON 'node registered' line in:\n{log}"));
+    assert_eq!(registered["fields"]["node"], "n1");
 }
 
 #[test]

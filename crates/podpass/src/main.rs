@@ -38,6 +38,9 @@ pub(crate) const EXIT_USAGE: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "podpass", version, about = "Per-pod identity for container image pulls")]
 struct Cli {
+    /// Log format on stderr: `text` or `json` (one object per line); `RUST_LOG` filters.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -71,12 +74,13 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     }
 }
 
-/// Library logs (`tracing`) reach the operator on stderr; `RUST_LOG` filters them
-/// (default `info`).
-fn init_logging() {
+/// Library logs (`tracing`) reach the operator on stderr, as text or JSON lines;
+/// `RUST_LOG` filters them (default `info`).
+fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 
 fn main() -> ExitCode {
@@ -89,7 +93,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_logging();
+    init_logging(&cli.log_format);
     match cli.command {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
