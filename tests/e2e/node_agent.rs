@@ -39,6 +39,20 @@ impl Drop for Agent {
     }
 }
 
+/// `podpass node run` as node n1, logging JSON to `log` (or nowhere).
+fn spawn_agent(kubeconfig: &std::path::Path, root: &std::path::Path, log: Option<&std::path::Path>) -> Agent {
+    let stderr = log.map_or_else(Stdio::null, |p| Stdio::from(std::fs::File::create(p).unwrap()));
+    Agent(
+        Command::new(PODPASS)
+            .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    )
+}
+
 #[test]
 fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
@@ -48,16 +62,7 @@ fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
     let kubeconfig = d.join("n1.kubeconfig");
     std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
         .unwrap();
-    let log = std::fs::File::create(d.join("agent.log")).unwrap();
-    let mut agent = Agent(
-        Command::new(PODPASS)
-            .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
-            .args(["--node-name", "n1", "--root-dir", d.join("root").to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let mut agent = spawn_agent(&kubeconfig, &d.join("root"), Some(&d.join("agent.log")));
 
     let node = wait_for("node registered", Duration::from_secs(30), || {
         let (code, node) = get(&s, "/api/v1/nodes/n1");
@@ -141,15 +146,7 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
         .unwrap();
     let root = d.join("root");
-    let _agent = Agent(
-        Command::new(PODPASS)
-            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
-            .args(["--root-dir", root.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _agent = spawn_agent(&kubeconfig, &root, None);
     post(
         &s,
         "/api/v1/namespaces",

@@ -207,12 +207,9 @@ fn serve(f: ServerFlags) -> ExitCode {
             node_binding_validation: gates.enabled(Feature::ServiceAccountTokenNodeBindingValidation),
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match crate::runtime() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting runtime: {e}");
-            return ExitCode::from(70);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         // Everything is validated and loaded before a port is bound.

@@ -60,6 +60,15 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// The multi-threaded runtime a command runs on; failing to start one is reported and is
+/// exit 70 (EX_SOFTWARE).
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+        eprintln!("error: starting runtime: {e}");
+        ExitCode::from(70)
+    })
+}
+
 /// Writes to stdout for [`outln!`].
 pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write;

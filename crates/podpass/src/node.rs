@@ -144,12 +144,9 @@ fn run_agent(a: RunArgs) -> ExitCode {
             return ExitCode::from(crate::EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match crate::runtime() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: starting runtime: {e}");
-            return ExitCode::from(70);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let shutdown = async {
@@ -189,12 +186,9 @@ fn exit(r: Result<bool>) -> ExitCode {
 }
 
 fn block_on(f: impl std::future::Future<Output = Result<bool>>) -> ExitCode {
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    match crate::runtime() {
         Ok(r) => exit(r.block_on(f)),
-        Err(e) => {
-            eprintln!("error: starting runtime: {e}");
-            ExitCode::from(70)
-        }
+        Err(code) => code,
     }
 }
 
