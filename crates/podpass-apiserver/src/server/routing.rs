@@ -63,18 +63,8 @@ fn attributes(
     api_path: Option<&rest::resources::ApiPath>,
     query: &std::collections::HashMap<String, String>,
 ) -> authz::Attributes {
-    let mut attrs = authz::Attributes {
-        user: user.clone(),
-        verb: verb.to_owned(),
-        namespace: String::new(),
-        api_group: String::new(),
-        resource: String::new(),
-        subresource: String::new(),
-        name: String::new(),
-        resource_request: false,
-        path: path.to_owned(),
-        field_selector: query.get("fieldSelector").cloned().unwrap_or_default(),
-    };
+    let mut attrs = authz::Attributes::non_resource(user.clone(), verb, path);
+    attrs.field_selector = query.get("fieldSelector").cloned().unwrap_or_default();
     if let Some(p) = api_path {
         attrs.resource_request = true;
         attrs.namespace = p.namespace.clone().unwrap_or_default();

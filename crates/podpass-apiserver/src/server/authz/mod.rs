@@ -40,6 +40,23 @@ pub struct Attributes {
 }
 
 impl Attributes {
+    /// A non-resource request by `user`: `verb` on `path`. Resource fields are empty until
+    /// a caller fills them in.
+    pub fn non_resource(user: User, verb: &str, path: &str) -> Self {
+        Self {
+            user,
+            verb: verb.into(),
+            namespace: String::new(),
+            api_group: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            name: String::new(),
+            resource_request: false,
+            path: path.into(),
+            field_selector: String::new(),
+        }
+    }
+
     /// A resource request by `user`: `verb` on `resource` (in `api_group`) named `name` in
     /// `namespace` (empty: cluster scope).
     pub fn resource(user: &User, verb: &str, api_group: &str, resource: &str, namespace: &str, name: &str) -> Self {

@@ -386,18 +386,7 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
 /// `nonResourceAttributes`).
 fn review_attributes(spec: &Value, user: crate::server::User) -> Result<crate::server::authz::Attributes, ApiError> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let mut attrs = crate::server::authz::Attributes {
-        user,
-        verb: String::new(),
-        namespace: String::new(),
-        api_group: String::new(),
-        resource: String::new(),
-        subresource: String::new(),
-        name: String::new(),
-        resource_request: false,
-        path: String::new(),
-        field_selector: String::new(),
-    };
+    let mut attrs = crate::server::authz::Attributes::non_resource(user, "", "");
     if let Some(r) = spec.get("resourceAttributes").filter(|r| r.is_object()) {
         attrs.resource_request = true;
         attrs.verb = s(r, "verb");
