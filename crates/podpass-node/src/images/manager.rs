@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use serde::Serialize;
 use tokio::sync::{OnceCell, Semaphore};
 
+use super::backoff::Backoff;
 use super::pull_manager::{PodCredentials, PullManager};
 use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
 use super::reference::apply_default_tag;
@@ -96,6 +97,21 @@ pub enum EnsureError {
     ErrImageNeverPull,
     /// `ErrImagePull`.
     ErrImagePull,
+    /// `ImagePullBackOff`: a pull is due but the last one failed too recently.
+    ImagePullBackOff,
+}
+
+impl EnsureError {
+    /// The container's waiting reason, as the kubelet spells the error.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::InvalidImageName => "InvalidImageName",
+            Self::ImageInspectError => "ImageInspectError",
+            Self::ErrImageNeverPull => "ErrImageNeverPull",
+            Self::ErrImagePull => "ErrImagePull",
+            Self::ImagePullBackOff => "ImagePullBackOff",
+        }
+    }
 }
 
 /// What EnsureImageExists decided and did.
@@ -254,6 +270,7 @@ pub struct ImageManager<S> {
     pull_manager: Option<Arc<PullManager>>,
     pulls: Arc<Semaphore>,
     requests: Family<EnsureLabels, Counter>,
+    backoff: Mutex<Backoff>,
 }
 
 impl<S> std::fmt::Debug for ImageManager<S> {
@@ -292,7 +309,13 @@ impl<S: ImageService + 'static> ImageManager<S> {
         } else {
             max_parallel.and_then(|n| usize::try_from(n).ok()).filter(|n| *n > 0).unwrap_or(Semaphore::MAX_PERMITS)
         };
-        Self { service, pull_manager, pulls: Arc::new(Semaphore::new(permits)), requests: Family::default() }
+        Self {
+            service,
+            pull_manager,
+            pulls: Arc::new(Semaphore::new(permits)),
+            requests: Family::default(),
+            backoff: Mutex::new(Backoff::default()),
+        }
     }
 
     /// `kubelet_image_manager_ensure_image_requests_total`, to register.
@@ -307,10 +330,49 @@ impl<S: ImageService + 'static> ImageManager<S> {
 
     /// EnsureImageExists for one container image. `credentials` is looked up only when a
     /// pull happens or the records cannot decide without the pod's credentials.
+    /// No pull back-off applies (a one-shot command is one attempt).
     pub async fn ensure_image_exists(&self, image: &str, policy: PullPolicy, credentials: Arc<LazyLookup>) -> Decision {
+        self.ensure_counted(None, image, policy, credentials).await
+    }
+
+    /// EnsureImageExists for a container of the pod `pod_uid`, with the kubelet's image pull
+    /// back-off keyed `<podUID>_<image>`: after a failed pull, a pull due within the
+    /// back-off is not attempted (`ImagePullBackOff`, a `BackOff` event, and the previous
+    /// error repeated in the message).
+    pub async fn ensure_image_for_pod(
+        &self,
+        pod_uid: &str,
+        image: &str,
+        policy: PullPolicy,
+        credentials: Arc<LazyLookup>,
+    ) -> Decision {
+        self.ensure_counted(Some(format!("{pod_uid}_{image}")), image, policy, credentials).await
+    }
+
+    /// When the pull back-off of a pod's image ends (`None`: not backing off).
+    pub fn backoff_until(&self, pod_uid: &str, image: &str) -> Option<tokio::time::Instant> {
+        self.lock_backoff().until(&format!("{pod_uid}_{image}"), tokio::time::Instant::now())
+    }
+
+    /// Drops the back-off state of a pod that is gone.
+    pub fn forget_pod(&self, pod_uid: &str) {
+        self.lock_backoff().forget_prefix(&format!("{pod_uid}_"));
+    }
+
+    fn lock_backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.backoff.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn ensure_counted(
+        &self,
+        backoff_key: Option<String>,
+        image: &str,
+        policy: PullPolicy,
+        credentials: Arc<LazyLookup>,
+    ) -> Decision {
         let mut present = None;
         let mut required = None;
-        let d = self.ensure(image, policy, credentials, &mut present, &mut required).await;
+        let d = self.ensure(backoff_key, image, policy, credentials, &mut present, &mut required).await;
         self.requests
             .get_or_create(&EnsureLabels {
                 pull_policy: policy.label(),
@@ -323,6 +385,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
 
     async fn ensure(
         &self,
+        backoff_key: Option<String>,
         requested: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
@@ -393,8 +456,6 @@ impl<S: ImageService + 'static> ImageManager<S> {
             d.must_pull = d.present;
             return fail_with(d, "Warning", "ErrImageNeverPull", EnsureError::ErrImageNeverPull, never_msg);
         }
-        d.events.push(normal("Pulling", format!("Pulling image {requested:?}")));
-        let started = Instant::now();
         if let Some(pm) = &self.pull_manager {
             let (pm, img) = (pm.clone(), image.clone());
             let r = tokio::task::spawn_blocking(move || pm.record_pull_intent(&img))
@@ -405,6 +466,34 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 return fail(d, "Failed", EnsureError::ErrImagePull, msg);
             }
         }
+        if let Some(key) = &backoff_key {
+            // kubelet pullImage: the intent is recorded before the back-off check, and a
+            // pull skipped for back-off counts as a failed one.
+            let backing_off = {
+                let mut backoff = self.lock_backoff();
+                match backoff.in_backoff(key, tokio::time::Instant::now()) {
+                    Some(previous) => Some(previous.map(str::to_owned)),
+                    None => {
+                        backoff.clear_error(key);
+                        None
+                    }
+                }
+            };
+            if let Some(previous) = backing_off {
+                let event = format!("Back-off pulling image {requested:?}");
+                let msg = match previous {
+                    Some(p) => format!("{event}: {p}"),
+                    None => event.clone(),
+                };
+                self.pull_failed(&image).await;
+                d.events.push(normal("BackOff", event));
+                d.error = Some(EnsureError::ImagePullBackOff);
+                d.message = Some(msg);
+                return d;
+            }
+        }
+        d.events.push(normal("Pulling", format!("Pulling image {requested:?}")));
+        let started = Instant::now();
         let lookup = credentials.get().await;
         let permit = self.pulls.clone().acquire_owned().await;
         let pull_started = Instant::now();
@@ -428,6 +517,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
                     Ok(Some(i)) => i.size,
                     _ => 0,
                 };
+                self.lock_backoff().collect_garbage(tokio::time::Instant::now());
                 d.pulled = true;
                 d.credential_used = Some(match &used {
                     Some(c) => serde_json::to_value(&c.source).unwrap_or_default(),
@@ -445,9 +535,9 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 d
             }
             Err(e) => {
-                if let Some(pm) = &self.pull_manager {
-                    let (pm, img) = (pm.clone(), image.clone());
-                    let _ = tokio::task::spawn_blocking(move || pm.record_image_pull_failed(&img)).await;
+                self.pull_failed(&image).await;
+                if let Some(key) = &backoff_key {
+                    self.lock_backoff().next(key, tokio::time::Instant::now(), format!("ErrImagePull: {e}"));
                 }
                 let msg = format!("Failed to pull image {requested:?}: {e}");
                 d.events.push(warning("Failed", msg));
@@ -455,6 +545,16 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 d.message = Some(e);
                 d
             }
+        }
+    }
+}
+
+impl<S> ImageManager<S> {
+    /// RecordImagePullFailed, when records are kept.
+    async fn pull_failed(&self, image: &str) {
+        if let Some(pm) = &self.pull_manager {
+            let (pm, img) = (pm.clone(), image.to_owned());
+            let _ = tokio::task::spawn_blocking(move || pm.record_image_pull_failed(&img)).await;
         }
     }
 }

@@ -290,3 +290,41 @@ async fn pulls_are_serialised_or_bounded_as_configured() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
+    use super::super::policy::VerificationPolicy::NeverVerifyPreloadedImages;
+    let runtime = FakeRuntime { password: "good".into(), ..Default::default() };
+    let (_d, m) = with_manager(runtime, NeverVerifyPreloadedImages, true);
+    let d = m.ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull));
+    assert_eq!(d.error.map(EnsureError::reason), Some("ErrImagePull"));
+    let pulls = m.service().pulls.lock().unwrap().len();
+
+    // Within the 10 s back-off: no pull, BackOff event, the previous error repeated.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let d = m.ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    assert_eq!(d.error, Some(EnsureError::ImagePullBackOff));
+    assert_eq!(d.error.map(EnsureError::reason), Some("ImagePullBackOff"));
+    assert_eq!(
+        d.message.as_deref(),
+        Some("Back-off pulling image \"a.io/app:1\": ErrImagePull: failed to authorize: wrong password for a.io/app:1")
+    );
+    assert_eq!((d.events[0].event_type, d.events[0].reason), ("Normal", "BackOff"));
+    assert_eq!(d.events[0].message, "Back-off pulling image \"a.io/app:1\"");
+    assert_eq!(m.service().pulls.lock().unwrap().len(), pulls, "no pull during back-off");
+    // Another pod is not held back by this one's failures; the one-shot path never is.
+    let d = m.ensure_image_for_pod("uid-2", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull));
+    assert!(m.backoff_until("uid-1", "a.io/app:1").is_some());
+
+    // After it: a new attempt; now with a credential added later it succeeds.
+    tokio::time::advance(Duration::from_secs(6)).await;
+    assert!(m.backoff_until("uid-1", "a.io/app:1").is_none());
+    let d = m
+        .ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![secret_cred("s", "good")]))
+        .await;
+    assert!(d.allowed(), "{d:?}");
+    m.forget_pod("uid-2");
+    assert!(m.backoff_until("uid-2", "a.io/app:1").is_none());
+}

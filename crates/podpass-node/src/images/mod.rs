@@ -2,6 +2,7 @@
 //! the credential verification policy, and the pull records on disk.
 
 pub mod backend;
+pub mod backoff;
 pub mod cri;
 pub mod durable;
 pub mod embedded;
