@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use podpass_api::{Feature, FeatureGates};
+use podpass_api::Feature;
 use podpass_node::credential::docker_config::read_node_config;
 use podpass_node::credential::{
     CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup,
 };
+use podpass_node::images::assembly;
 use podpass_node::images::backend::Backend;
 use podpass_node::images::kubelet_config::{self, KubeletImageConfig};
-use podpass_node::images::manager::{ImageManager, LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
+use podpass_node::images::manager::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
 use podpass_node::images::policy::PolicyEnforcer;
 use podpass_node::images::pull_manager::PullManager;
 use podpass_node::images::records::{ImagePulledRecord, RecordStore};
@@ -171,18 +172,6 @@ fn kubelet_config(path: Option<&Path>) -> Result<KubeletImageConfig> {
     }
 }
 
-fn gates(config: &KubeletImageConfig, flag: &str) -> Result<FeatureGates> {
-    let mut gates = FeatureGates::default();
-    for (name, enabled) in &config.feature_gates {
-        // Gates this node does not implement are the kubelet's business, not ours.
-        if let Some(f) = Feature::ALL.into_iter().find(|f| f.name() == name) {
-            gates.set(f, *enabled);
-        }
-    }
-    gates.apply(flag).context("--feature-gates")?;
-    Ok(gates)
-}
-
 /// The pod the image is for: identity, pull secrets, and where tokens come from.
 struct PodContext {
     identity: Option<PodIdentity>,
@@ -263,28 +252,14 @@ fn parse_service_account(s: &str) -> Result<(String, String, String)> {
 /// Runs `ensure-image`; the exit code says whether the pod may use the image.
 pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let config = kubelet_config(a.config.as_deref())?;
-    let gates = gates(&config, &a.feature_gates)?;
+    let gates = assembly::feature_gates(&config, &a.feature_gates)?;
     let sa = a.service_account.as_deref().map(parse_service_account).transpose()?;
     let backend = Arc::new(a.runtime.backend().await?);
-    let pull_manager = if gates.enabled(Feature::KubeletEnsureSecretPulledImages) {
-        let policy = PolicyEnforcer::new(config.policy, &config.allowlist).map_err(|errors| {
-            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            anyhow::anyhow!("preloadedImagesVerificationAllowlist: {}", list.join(", "))
-        })?;
-        let pm = Arc::new(PullManager::new(open_records(&a.runtime.root_dir)?, policy));
-        // Start-up housekeeping: intents of images that are now present become records.
-        let images = backend.list_images().await.context("listing images for start-up housekeeping")?;
-        let pm2 = pm.clone();
-        let errors = tokio::task::spawn_blocking(move || pm2.initialize(&images)).await?;
-        for e in errors {
-            eprintln!("warning: unreadable pull intent: {e}");
-        }
-        Some(pm)
-    } else {
-        None
-    };
-    let manager =
-        ImageManager::new(backend, pull_manager.clone(), config.serialize_image_pulls, config.max_parallel_image_pulls);
+    let (manager, pull_manager, warnings) =
+        assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates).await?;
+    for e in warnings {
+        eprintln!("warning: unreadable pull intent: {e}");
+    }
     let ctx = pod_context(&a).await?;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {

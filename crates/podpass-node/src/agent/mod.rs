@@ -1,19 +1,36 @@
 //! The node agent daemon (`podpass node run`): configuration validated as a whole before
 //! anything connects ([`AgentConfig::prepare`]), then [`Prepared::run`] until shutdown.
 //!
-//! What runs today: node registration, status and the heartbeat Lease, and the pod loop's
-//! projected volumes (written, rotated, removed with the pod). Images, pod status and
-//! events come next.
+//! What runs: node registration, status and the heartbeat Lease; and for every pod bound
+//! to the node a worker that writes its projected volumes (rotating their tokens), ensures
+//! its images with its own credentials (pull secrets, credential providers fed with its
+//! service-account token, node-wide config) under the pull-record policy, posts Events and
+//! an honest pod status, and tears it all down when the pod goes.
 
+mod events;
 mod heartbeat;
 mod pods;
+mod status;
+mod worker;
 
-pub use pods::{ApiSources, PodLoop};
+pub use events::{EventRecorder, field_path};
+pub use pods::{ApiSources, MAX_CONCURRENT_SYNCS};
+pub use status::{ContainerOutcome, ContainerReport, PREPARED_CONDITION, PREPARED_MESSAGE, pod_status};
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use podpass_api::{Feature, FeatureGates};
 use thiserror::Error;
+
+use crate::credential::metrics::CredentialMetrics;
+use crate::credential::register_providers;
+use crate::images::backend::Backend;
+use crate::images::kubelet_config::KubeletImageConfig;
+use crate::images::policy::PolicyEnforcer;
+use pods::PodLoop;
+use worker::Shared;
 
 pub use heartbeat::{
     LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL, initial_node,
@@ -51,6 +68,8 @@ pub struct AgentConfigError(pub Vec<String>);
 pub struct Prepared {
     config: AgentConfig,
     identity: NodeIdentity,
+    kubelet: KubeletImageConfig,
+    gates: FeatureGates,
 }
 
 impl AgentConfig {
@@ -68,14 +87,36 @@ impl AgentConfig {
         if let Err(e) = std::fs::create_dir_all(&self.root_dir) {
             problems.push(format!("--root-dir {}: {e}", self.root_dir.display()));
         }
+        let mut kubelet = KubeletImageConfig::default();
         if let Some(path) = &self.kubelet_config {
             match std::fs::read(path) {
-                Ok(data) => {
-                    if let Err(errors) = crate::images::kubelet_config::parse(&data) {
+                Ok(data) => match crate::images::kubelet_config::parse(&data) {
+                    Ok(k) => kubelet = k,
+                    Err(errors) => {
                         problems.extend(errors.into_iter().map(|e| format!("--config {}: {e}", path.display())));
                     }
-                }
+                },
                 Err(e) => problems.push(format!("--config {}: {e}", path.display())),
+            }
+        }
+        let gates = match crate::images::assembly::feature_gates(&kubelet, "") {
+            Ok(g) => g,
+            Err(e) => {
+                problems.push(format!("--config: featureGates: {e}"));
+                FeatureGates::default()
+            }
+        };
+        if let Err(errors) = PolicyEnforcer::new(kubelet.policy, &kubelet.allowlist) {
+            for e in errors {
+                problems.push(format!("--config: preloadedImagesVerificationAllowlist: {e}"));
+            }
+        }
+        if let (Some(config), Some(bin_dir)) =
+            (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir)
+        {
+            let sa = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
+            if let Err(e) = register_providers(config, bin_dir, sa, None, &CredentialMetrics::default()) {
+                problems.push(format!("--image-credential-provider-config {}: {e}", config.display()));
             }
         }
         match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
@@ -94,7 +135,7 @@ impl AgentConfig {
             return Err(AgentConfigError(problems));
         }
         let identity = NodeIdentity { name: self.node_name.clone(), version: self.version.clone() };
-        Ok(Prepared { config: self, identity })
+        Ok(Prepared { config: self, identity, kubelet, gates })
     }
 }
 
@@ -107,9 +148,58 @@ pub enum AgentError {
     /// The Node could not be registered.
     #[error("{0}")]
     Register(String),
+    /// The image store or runtime could not be opened.
+    #[error("image service: {0}")]
+    Images(#[from] crate::images::service::ImageError),
+    /// The image side could not be assembled.
+    #[error(transparent)]
+    Assembly(#[from] crate::images::assembly::AssemblyError),
+    /// The credential providers could not be registered.
+    #[error("--image-credential-provider-config: {0}")]
+    Providers(#[from] crate::credential::RegisterError),
+    /// The node-wide docker config is unreadable.
+    #[error("node-wide credentials: {0}")]
+    NodeConfig(#[from] crate::credential::docker_config::DockerConfigError),
 }
 
 impl Prepared {
+    /// The pod workers' shared parts: image service, pull records (with start-up
+    /// housekeeping), image manager, providers fed with pod tokens, node-wide credentials.
+    async fn assemble(&self, client: kube::Client) -> Result<Shared, AgentError> {
+        let root = &self.config.root_dir;
+        let backend =
+            Arc::new(Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new()).await?);
+        let (images, _pull_manager, warnings) =
+            crate::images::assembly::image_manager(root, backend, &self.kubelet, &self.gates).await?;
+        for w in warnings {
+            tracing::warn!(error = %w, "unreadable pull intent at start-up");
+        }
+        let service_accounts = crate::api::KubeServiceAccounts::new(client.clone());
+        let providers =
+            match (&self.config.image_credential_provider_config, &self.config.image_credential_provider_bin_dir) {
+                (Some(config), Some(bin_dir)) => register_providers(
+                    config,
+                    bin_dir,
+                    self.gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders),
+                    Some(service_accounts.clone() as Arc<dyn crate::credential::ServiceAccountSource>),
+                    &CredentialMetrics::default(),
+                )?,
+                _ => Vec::new(),
+            };
+        let node_config = crate::credential::docker_config::read_node_config(root)?;
+        Ok(Shared {
+            client: client.clone(),
+            root: root.clone(),
+            sources: ApiSources::new(client.clone()),
+            images,
+            providers: Arc::new(providers),
+            service_accounts,
+            node_config: Arc::new(node_config),
+            events: EventRecorder::new(client, &self.identity.name),
+            syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
+        })
+    }
+
     /// The node this agent runs as.
     pub fn identity(&self) -> &NodeIdentity {
         &self.identity
@@ -123,8 +213,9 @@ impl Prepared {
         let id = &self.identity;
         let node_uid = heartbeat::register_node(&client, id).await.map_err(AgentError::Register)?;
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
+        let shared = Arc::new(self.assemble(client.clone()).await?);
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let pods = PodLoop::new(client.clone(), &id.name, self.config.root_dir.clone());
+        let pods = PodLoop::new(shared, &id.name);
         let pod_task = tokio::spawn(pods.run(async move {
             let mut stopped = stopped;
             let _ = stopped.wait_for(|s| *s).await;

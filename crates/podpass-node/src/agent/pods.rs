@@ -1,24 +1,25 @@
 //! The pods bound to this node: watched (kube-rs watcher, which relists after a 410 and
-//! backs off while the API server is away), their projected volumes written and rewritten
-//! when a token is due, and on deletion their volumes and tokens dropped before the deletion
-//! is confirmed to the API (as a kubelet confirms once a pod is torn down).
-//!
-//! Pods are handled one at a time in watch order; images, status and events come next.
+//! backs off while the API server is away) and handed to one worker each
+//! ([`super::worker`]), at most [`MAX_CONCURRENT_SYNCS`] syncing at once. A pod with a
+//! deletionTimestamp, deleted, or gone at a relist is torn down by its worker.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::api::KubeTokenFetcher;
 use crate::credential::provider::BoxFuture;
 use crate::token::{IssuedToken, TokenKey, TokenManager, now_unix};
-use crate::volumes::{ProjectionSources, remove_pod_volumes, sync_pod_volumes};
+use crate::volumes::ProjectionSources;
+
+use super::worker::{Shared, Work};
 
 /// Config maps, secrets and tokens for projected volumes, read from the API as the node.
 pub struct ApiSources {
@@ -63,144 +64,105 @@ impl ProjectionSources for ApiSources {
     }
 }
 
-fn label(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
+/// Pods synced at once (bounded concurrency; pulls are bounded again by the image manager).
+pub const MAX_CONCURRENT_SYNCS: usize = 16;
+/// How long a stopping agent waits for its workers to finish what they are writing.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The pod loop's state: the pods seen, and when each must be synced again.
-pub struct PodLoop {
-    client: kube::Client,
+/// The pod loop: the watch, and a worker per pod.
+pub(crate) struct PodLoop {
+    shared: Arc<Shared>,
     node: String,
-    root: PathBuf,
-    sources: Arc<ApiSources>,
-    pods: HashMap<String, Pod>,
-    due: BTreeMap<String, i64>,
+    workers: HashMap<String, watch::Sender<Work>>,
+    tasks: JoinSet<()>,
 }
-
-/// How often due syncs are looked for (token refreshes are due to the second).
-const TICK: std::time::Duration = std::time::Duration::from_secs(1);
-/// A sync that failed is retried after this long.
-const RETRY_SECONDS: i64 = 10;
 
 impl PodLoop {
-    /// The loop for `node`, writing under `root`.
-    pub fn new(client: kube::Client, node: &str, root: PathBuf) -> Self {
-        let sources = Arc::new(ApiSources::new(client.clone()));
-        Self { client, node: node.to_owned(), root, sources, pods: HashMap::new(), due: BTreeMap::new() }
+    pub(crate) fn new(shared: Arc<Shared>, node: &str) -> Self {
+        Self { shared, node: node.to_owned(), workers: HashMap::new(), tasks: JoinSet::new() }
     }
 
-    /// Watches and syncs until `shutdown` completes.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+    /// Watches and dispatches until `shutdown` completes, then lets the workers finish
+    /// their current step (bounded by a grace period).
+    pub(crate) async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
-        let mut events = watcher(Api::<Pod>::all(self.client.clone()), config).default_backoff().boxed();
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut events = watcher(Api::<Pod>::all(self.shared.client.clone()), config).default_backoff().boxed();
         let mut gc = tokio::time::interval(std::time::Duration::from_secs(60));
         let mut listed: Option<HashSet<String>> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
-                () = &mut shutdown => return,
+                () = &mut shutdown => break,
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
                     Some(Ok(watcher::Event::InitApply(pod))) => {
                         if let (Some(set), Some(uid)) = (listed.as_mut(), pod.metadata.uid.clone()) {
                             set.insert(uid);
                         }
-                        self.apply(pod).await;
+                        self.apply(pod);
                     }
                     Some(Ok(watcher::Event::InitDone)) => {
                         // Pods gone while the watch was down were deleted.
                         let seen = listed.take().unwrap_or_default();
-                        let gone: Vec<Pod> =
-                            self.pods.iter().filter(|(uid, _)| !seen.contains(*uid)).map(|(_, p)| p.clone()).collect();
-                        for pod in gone {
-                            self.forget(&pod).await;
+                        let gone: Vec<String> = self.workers.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
+                        for uid in gone {
+                            self.tear_down_gone(&uid);
                         }
                     }
-                    Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod).await,
-                    Some(Ok(watcher::Event::Delete(pod))) => self.forget(&pod).await,
+                    Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
+                    Some(Ok(watcher::Event::Delete(pod))) => {
+                        if let Some(uid) = pod.metadata.uid.clone() {
+                            self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: false });
+                        }
+                    }
                     Some(Err(e)) => tracing::warn!(error = %e, "pod watch failed; retrying with back-off"),
-                    None => return,
+                    None => break,
                 },
-                _ = tick.tick() => self.sync_due().await,
-                _ = gc.tick() => self.sources.tokens().collect_garbage(now_unix()),
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
+                _ = gc.tick() => {
+                    self.shared.sources.tokens().collect_garbage(now_unix());
+                    self.shared.service_accounts.tokens().collect_garbage(now_unix());
+                }
             }
+        }
+        self.workers.clear();
+        if tokio::time::timeout(STOP_GRACE, async { while self.tasks.join_next().await.is_some() {} }).await.is_err() {
+            tracing::warn!("pod workers still busy after the stop grace period; stopping them");
+            self.tasks.abort_all();
         }
     }
 
-    async fn apply(&mut self, pod: Pod) {
+    /// Hands `work` to the pod's worker, starting one when there is none. A tear-down
+    /// ends the worker's entry.
+    fn send(&mut self, uid: &str, work: Work) {
+        let tear_down = matches!(work, Work::TearDown { .. });
+        match self.workers.get(uid) {
+            Some(tx) if tx.send(work.clone()).is_ok() => {}
+            _ => {
+                let (tx, rx) = watch::channel(work);
+                self.tasks.spawn(super::worker::run(self.shared.clone(), rx));
+                self.workers.insert(uid.to_owned(), tx);
+            }
+        }
+        if tear_down {
+            self.workers.remove(uid);
+        }
+    }
+
+    fn apply(&mut self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         if pod.metadata.deletion_timestamp.is_some() {
-            self.tear_down(&pod).await;
-            return;
-        }
-        self.pods.insert(uid.clone(), pod);
-        self.due.insert(uid, 0);
-        self.sync_due().await;
-    }
-
-    async fn sync_due(&mut self) {
-        let now = now_unix();
-        let due: Vec<String> = self.due.iter().filter(|(_, at)| **at <= now).map(|(uid, _)| uid.clone()).collect();
-        for uid in due {
-            let Some(pod) = self.pods.get(&uid).cloned() else {
-                self.due.remove(&uid);
-                continue;
-            };
-            let jitter = crate::token::random_jitter();
-            match sync_pod_volumes(&self.root, &pod, self.sources.as_ref(), jitter).await {
-                Ok(report) => {
-                    if !report.written.is_empty() {
-                        tracing::info!(pod = %label(&pod), volumes = ?report.written, "volumes written");
-                    }
-                    match report.next_refresh {
-                        Some(at) => self.due.insert(uid, at),
-                        None => self.due.remove(&uid),
-                    };
-                }
-                Err(errors) => {
-                    for e in &errors {
-                        tracing::warn!(pod = %label(&pod), error = %e, "volume setup failed; retrying");
-                    }
-                    self.due.insert(uid, now + RETRY_SECONDS);
-                }
-            }
+            self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: true });
+        } else {
+            self.send(&uid, Work::Sync(Box::new(pod)));
         }
     }
 
-    /// A pod being deleted: volumes and tokens go, then the deletion is confirmed.
-    async fn tear_down(&mut self, pod: &Pod) {
-        self.forget(pod).await;
-        let (Some(ns), Some(name), Some(uid)) =
-            (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref(), pod.metadata.uid.clone())
-        else {
-            return;
+    fn tear_down_gone(&mut self, uid: &str) {
+        let Some(tx) = self.workers.get(uid) else { return };
+        let pod = match &*tx.borrow() {
+            Work::Sync(p) | Work::TearDown { pod: p, .. } => p.clone(),
         };
-        let params = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        match Api::<Pod>::namespaced(self.client.clone(), ns).delete(name, &params).await {
-            Ok(_) => tracing::info!(pod = %label(pod), "pod torn down; deletion confirmed"),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => tracing::warn!(pod = %label(pod), error = %message(&e), "confirming the deletion failed"),
-        }
-    }
-
-    /// Drops what the agent holds for a pod.
-    async fn forget(&mut self, pod: &Pod) {
-        let Some(uid) = pod.metadata.uid.clone() else { return };
-        self.pods.remove(&uid);
-        self.due.remove(&uid);
-        self.sources.tokens().delete_for_pod(&uid);
-        if let Err(e) = remove_pod_volumes(&self.root, &uid).await {
-            tracing::warn!(pod = %label(pod), error = %e, "removing volumes failed");
-        }
+        self.send(uid, Work::TearDown { pod, confirm: false });
     }
 }

@@ -1,6 +1,7 @@
 //! Ensure-secret-pulled-images (KEP-2535): image references as the kubelet normalises them,
 //! the credential verification policy, and the pull records on disk.
 
+pub mod assembly;
 pub mod backend;
 pub mod backoff;
 pub mod cri;

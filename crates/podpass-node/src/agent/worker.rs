@@ -1,0 +1,333 @@
+//! One pod's worker (kubelet: a pod worker running `SyncPod` up to starting containers):
+//! volumes first (as the kubelet waits for mounts), then EnsureImageExists for the init
+//! containers in order and then every container, events for each decision, and the pod
+//! status. It syncs again when the pod's spec or metadata changes, when a token is due, and
+//! after a failure (10–15 s, the kubelet's pod-worker back-off with jitter); the image pull
+//! back-off itself lives in the image manager. A tear-down ends it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use super::events::{EventRecorder, field_path};
+use super::pods::ApiSources;
+use super::status::{ContainerOutcome, ContainerReport, VolumesOutcome, pod_status};
+use crate::api::KubeServiceAccounts;
+use crate::credential::docker_config::parse_pull_secret;
+use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
+use crate::images::assembly::pod_lookup;
+use crate::images::backend::Backend;
+use crate::images::manager::{ImageManager, PullPolicy};
+use crate::token::now_unix;
+use crate::volumes::{remove_pod_volumes, sync_pod_volumes};
+
+/// What the worker is asked to do: keep the latest pod prepared, or tear it down.
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    /// The pod as last seen.
+    Sync(Box<Pod>),
+    /// The pod is gone (`confirm`: it carries a deletionTimestamp the API waits on).
+    TearDown {
+        /// The pod as last seen.
+        pod: Box<Pod>,
+        /// Confirm the deletion to the API once torn down.
+        confirm: bool,
+    },
+}
+
+/// What every worker shares.
+pub(crate) struct Shared {
+    pub client: kube::Client,
+    pub root: PathBuf,
+    pub sources: ApiSources,
+    pub images: ImageManager<Backend>,
+    pub providers: Arc<Vec<PluginProvider>>,
+    pub service_accounts: Arc<KubeServiceAccounts>,
+    pub node_config: Arc<DockerConfig>,
+    pub events: EventRecorder,
+    /// Pods synced at once.
+    pub syncs: Semaphore,
+}
+
+/// A failed sync is retried after this long plus up to half again (kubelet: the pod
+/// worker's back-off period with jitter 0.5).
+const RETRY: Duration = Duration::from_secs(10);
+
+fn retry_at() -> Instant {
+    let jitter = crate::token::random_jitter().unsigned_abs() % 5_000;
+    Instant::now() + RETRY + Duration::from_millis(jitter)
+}
+
+pub(crate) fn label(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// What a change must touch for the pod to be synced again (its own status updates do not).
+fn fingerprint(pod: &Pod) -> String {
+    serde_json::to_string(&(
+        &pod.spec,
+        &pod.metadata.labels,
+        &pod.metadata.annotations,
+        &pod.metadata.deletion_timestamp,
+    ))
+    .unwrap_or_default()
+}
+
+#[derive(Default)]
+struct State {
+    /// Containers whose image this pod may use: (init, name) → (image, image ref).
+    ready: HashMap<(bool, String), (String, String)>,
+    /// The status last posted (the base for the next one).
+    posted: Option<PodStatus>,
+}
+
+/// Runs until torn down or until the sender goes (agent shutdown).
+pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
+    let mut state = State::default();
+    let mut next: Option<Instant> = None;
+    let mut synced: Option<String> = None;
+    loop {
+        let work = rx.borrow_and_update().clone();
+        match work {
+            Work::TearDown { pod, confirm } => {
+                tear_down(&shared, &pod, confirm).await;
+                return;
+            }
+            Work::Sync(pod) => {
+                let fp = fingerprint(&pod);
+                let due = next.is_none_or(|n| n <= Instant::now());
+                if synced.as_deref() != Some(fp.as_str()) || due {
+                    let permit = shared.syncs.acquire().await;
+                    next = sync(&shared, &pod, &mut state).await;
+                    drop(permit);
+                    synced = Some(fp);
+                }
+            }
+        }
+        let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400)));
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            () = sleep => next = Some(Instant::now()),
+        }
+    }
+}
+
+fn pull_policy(c: &Container) -> PullPolicy {
+    c.image_pull_policy
+        .as_deref()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| PullPolicy::default_for(c.image.as_deref().unwrap_or_default()))
+}
+
+/// The pod's pull secrets; one that cannot be read is skipped with the kubelet's warning
+/// event (`FailedToRetrieveImagePullSecret`).
+async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let names: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for name in names {
+        let read = crate::api::get_secret_manifest(&shared.client, &ns, &name)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|m| parse_pull_secret(&m).map_err(|e| e.to_string()));
+        match read {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                tracing::warn!(pod = %label(pod), secret = %name, error = %e, "unable to retrieve pull secret");
+                missing.push(name);
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let message = format!(
+            "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+            missing.join(", ")
+        );
+        shared.events.record(pod, "", "Warning", "FailedToRetrieveImagePullSecret", &message).await;
+    }
+    out
+}
+
+/// One sync; returns when the next is due (`None`: only on change).
+async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut next: Option<Instant> = None;
+    let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+
+    let volumes: VolumesOutcome =
+        match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter()).await {
+            Ok(report) => {
+                if !report.written.is_empty() {
+                    tracing::info!(pod = %label(pod), volumes = ?report.written, "volumes written");
+                }
+                if let Some(at) = report.next_refresh {
+                    let wait = u64::try_from(at.saturating_sub(now_unix())).unwrap_or(0);
+                    due(Instant::now() + Duration::from_secs(wait));
+                }
+                Ok(())
+            }
+            Err(errors) => {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                let message = text.join("; ");
+                tracing::warn!(pod = %label(pod), error = %message, "volume setup failed; retrying");
+                shared.events.record(pod, "", "Warning", "FailedMount", &message).await;
+                due(retry_at());
+                Err(message)
+            }
+        };
+
+    let spec = pod.spec.clone().unwrap_or_default();
+    let containers: Vec<(bool, Container)> = spec
+        .init_containers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (true, c))
+        .chain(spec.containers.iter().cloned().map(|c| (false, c)))
+        .collect();
+    let mut reports = Vec::with_capacity(containers.len());
+    let mut secrets: Option<Arc<Vec<PullSecret>>> = None;
+    let mut init_blocked = false;
+    for (init, c) in &containers {
+        let image = c.image.clone().unwrap_or_default();
+        let mut report = ContainerReport {
+            name: c.name.clone(),
+            image: image.clone(),
+            init: *init,
+            outcome: ContainerOutcome::Preparing,
+        };
+        let key = (*init, c.name.clone());
+        if let Some((img, image_ref)) = state.ready.get(&key).filter(|(img, _)| *img == image) {
+            let _ = img;
+            report.outcome = ContainerOutcome::ImageReady { image_ref: image_ref.clone() };
+            reports.push(report);
+            continue;
+        }
+        if volumes.is_err() {
+            reports.push(report);
+            continue;
+        }
+        if init_blocked {
+            report.outcome = ContainerOutcome::Initializing;
+            reports.push(report);
+            continue;
+        }
+        let pod_secrets = match &secrets {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(pull_secrets(shared, pod).await);
+                secrets = Some(s.clone());
+                s
+            }
+        };
+        let identity = PodIdentity {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: uid.clone(),
+            service_account: spec.service_account_name.clone().unwrap_or_default(),
+        };
+        let lookup = pod_lookup(
+            image.clone(),
+            Some(identity),
+            pod_secrets,
+            shared.providers.clone(),
+            shared.node_config.clone(),
+        );
+        let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup).await;
+        let path = field_path(&c.name, *init);
+        for e in &decision.events {
+            shared.events.record(pod, &path, e.event_type, e.reason, &e.message).await;
+        }
+        match (&decision.error, &decision.image_ref) {
+            (None, Some(image_ref)) => {
+                tracing::info!(pod = %label(pod), container = %c.name, image, image_ref, pulled = decision.pulled, "image may be used");
+                state.ready.insert(key, (image, image_ref.clone()));
+                report.outcome = ContainerOutcome::ImageReady { image_ref: image_ref.clone() };
+            }
+            (error, _) => {
+                let reason = error.map_or("ErrImagePull", |e| e.reason()).to_owned();
+                let message = decision.message.clone().unwrap_or_default();
+                tracing::warn!(pod = %label(pod), container = %c.name, image, reason, message, "image may not be used");
+                report.outcome = ContainerOutcome::Failed { reason, message };
+                init_blocked |= *init;
+                due(retry_at());
+            }
+        }
+        reports.push(report);
+    }
+
+    let mut base = pod.clone();
+    if let Some(posted) = &state.posted {
+        base.status = Some(posted.clone());
+    }
+    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()));
+    if base.status.as_ref() != Some(&status) {
+        match post_status(shared, pod, &status).await {
+            Ok(()) => state.posted = Some(status),
+            Err(e) => {
+                tracing::warn!(pod = %label(pod), error = %e, "posting pod status failed; retrying");
+                due(retry_at());
+            }
+        }
+    }
+    next
+}
+
+async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {"uid": pod.metadata.uid}, "status": status});
+    Api::<Pod>::namespaced(shared.client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// A pod being deleted or gone: its tokens, back-off and event memory are dropped, its
+/// volumes removed, then (when asked) the deletion is confirmed with grace 0 and a UID
+/// precondition, as a kubelet confirms once a pod is torn down.
+async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
+    let Some(uid) = pod.metadata.uid.clone() else { return };
+    shared.sources.tokens().delete_for_pod(&uid);
+    shared.service_accounts.tokens().delete_for_pod(&uid);
+    shared.images.forget_pod(&uid);
+    shared.events.forget_pod(&uid);
+    if let Err(e) = remove_pod_volumes(&shared.root, &uid).await {
+        tracing::warn!(pod = %label(pod), error = %e, "removing volumes failed");
+        return;
+    }
+    if !confirm {
+        return;
+    }
+    let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else { return };
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match Api::<Pod>::namespaced(shared.client.clone(), ns).delete(name, &params).await {
+        Ok(_) => tracing::info!(pod = %label(pod), "pod torn down; deletion confirmed"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => tracing::warn!(pod = %label(pod), error = %e, "confirming the deletion failed"),
+    }
+}

@@ -1,0 +1,99 @@
+//! One assembly of the node's image side, shared by the daemon and the one-shot commands:
+//! feature gates from the KubeletConfiguration then the flag, the pull manager with its
+//! start-up housekeeping (kubelet: `NewImagePullManager` + `initialize`), the image manager,
+//! and a pod's keyring lookup (kubelet: `makeLookupPullCredentialsFunc`).
+
+use std::sync::Arc;
+
+use podpass_api::{Feature, FeatureGateError, FeatureGates};
+use thiserror::Error;
+
+use super::kubelet_config::KubeletImageConfig;
+use super::manager::{ImageManager, LazyLookup, LookupFuture};
+use super::policy::PolicyEnforcer;
+use super::pull_manager::PullManager;
+use super::records::{RecordError, RecordStore};
+use super::service::{ImageError, ImageService};
+use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret, lookup};
+
+/// The image side could not be assembled.
+#[derive(Debug, Error)]
+pub enum AssemblyError {
+    /// `--feature-gates` does not parse.
+    #[error("--feature-gates: {0}")]
+    FeatureGates(#[from] FeatureGateError),
+    /// `preloadedImagesVerificationAllowlist` has invalid entries.
+    #[error("preloadedImagesVerificationAllowlist: {}", .0.join(", "))]
+    Allowlist(Vec<String>),
+    /// The pull records directory cannot be used.
+    #[error("pull records: {0}")]
+    Records(#[from] RecordError),
+    /// The runtime could not list its images for start-up housekeeping.
+    #[error("listing images for start-up housekeeping: {0}")]
+    ListImages(#[from] ImageError),
+}
+
+/// Feature gates: the KubeletConfiguration's `featureGates`, then `flag` on top. Gates this
+/// node does not implement are the kubelet's business and are ignored.
+pub fn feature_gates(config: &KubeletImageConfig, flag: &str) -> Result<FeatureGates, AssemblyError> {
+    let mut gates = FeatureGates::default();
+    for (name, enabled) in &config.feature_gates {
+        if let Some(f) = Feature::ALL.into_iter().find(|f| f.name() == name) {
+            gates.set(f, *enabled);
+        }
+    }
+    gates.apply(flag)?;
+    Ok(gates)
+}
+
+/// The image manager over `service` with records under `root_dir` when the
+/// KubeletEnsureSecretPulledImages gate is on. Start-up housekeeping runs first (intents of
+/// images now present become records); unreadable intents are returned as warnings.
+pub async fn image_manager<S: ImageService + 'static>(
+    root_dir: &std::path::Path,
+    service: Arc<S>,
+    config: &KubeletImageConfig,
+    gates: &FeatureGates,
+) -> Result<(ImageManager<S>, Option<Arc<PullManager>>, Vec<RecordError>), AssemblyError> {
+    let mut warnings = Vec::new();
+    let pull_manager = if gates.enabled(Feature::KubeletEnsureSecretPulledImages) {
+        let policy = PolicyEnforcer::new(config.policy, &config.allowlist)
+            .map_err(|errors| AssemblyError::Allowlist(errors.iter().map(ToString::to_string).collect()))?;
+        let pm = Arc::new(PullManager::new(RecordStore::open(root_dir)?, policy));
+        let images = service.list_images().await?;
+        let pm2 = pm.clone();
+        warnings = tokio::task::spawn_blocking(move || pm2.initialize(&images)).await.unwrap_or_default();
+        Some(pm)
+    } else {
+        None
+    };
+    let manager =
+        ImageManager::new(service, pull_manager.clone(), config.serialize_image_pulls, config.max_parallel_image_pulls);
+    Ok((manager, pull_manager, warnings))
+}
+
+/// The keyring lookup for one container image of a pod: its pull secrets first, then each
+/// provider (with the pod's service-account token where configured), then the node-wide
+/// docker config — run at most once, and only when the image manager needs it.
+pub fn pod_lookup(
+    image: String,
+    pod: Option<PodIdentity>,
+    pull_secrets: Arc<Vec<PullSecret>>,
+    providers: Arc<Vec<PluginProvider>>,
+    node_config: Arc<DockerConfig>,
+) -> Arc<LazyLookup> {
+    LazyLookup::new(move || -> LookupFuture {
+        Box::pin(async move {
+            let found = lookup(&image, pod.as_ref(), &pull_secrets, &providers, &node_config).await;
+            for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {
+                tracing::info!(
+                    provider = %p.name,
+                    image,
+                    reason = p.skip_reason.as_deref().unwrap_or_default(),
+                    "credential provider matched the image but yielded no credentials"
+                );
+            }
+            found
+        })
+    })
+}
