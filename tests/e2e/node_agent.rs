@@ -1,9 +1,12 @@
 //! End-to-end: `podpass node run` against `podpass apiserver` as `system:node:n1` — the
 //! Node registered with a Ready condition, the heartbeat Lease renewed, a clean stop on
-//! SIGTERM, and every configuration problem reported before anything connects.
+//! SIGTERM, every configuration problem reported before anything connects, projected
+//! volumes, and images pulled for each pod with its own identity from the real CNCF
+//! registry, with Events and pod status as a kubelet posts them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod registry;
 mod support;
 
 use std::process::{Command, Stdio};
@@ -29,6 +32,20 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<Value>) -
     }
 }
 
+/// [`wait_for`], showing the agent's log when it times out.
+fn wait_for_logged(what: &str, log: &std::path::Path, limit: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("{what}; agent log:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The agent process, killed if the test ends before it stops.
 struct Agent(std::process::Child);
 
@@ -41,11 +58,21 @@ impl Drop for Agent {
 
 /// `podpass node run` as node n1, logging JSON to `log` (or nowhere).
 fn spawn_agent(kubeconfig: &std::path::Path, root: &std::path::Path, log: Option<&std::path::Path>) -> Agent {
+    spawn_agent_with(kubeconfig, root, log, &[])
+}
+
+fn spawn_agent_with(
+    kubeconfig: &std::path::Path,
+    root: &std::path::Path,
+    log: Option<&std::path::Path>,
+    extra: &[&str],
+) -> Agent {
     let stderr = log.map_or_else(Stdio::null, |p| Stdio::from(std::fs::File::create(p).unwrap()));
     Agent(
         Command::new(PODPASS)
             .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
             .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -201,4 +228,180 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     wait_for("pod gone", Duration::from_secs(20), || {
         (get(&s, "/api/v1/namespaces/team/pods/web").0 == 404).then_some(Value::Null)
     });
+}
+
+/// A provider that exchanges a pod's service-account token for the registry credential:
+/// alice's password only for a token bound to a pod of the service account `builder`.
+const TOKEN_EXCHANGE_PLUGIN: &str = r#"#!/usr/bin/env python3
+import base64, json, sys
+req = json.load(sys.stdin)
+tok = req.get("serviceAccountToken", "")
+claims = {}
+if tok.count(".") == 2:
+    part = tok.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+k = claims.get("kubernetes.io", {})
+ok = "pod" in k and k.get("serviceaccount", {}).get("name") == "builder"
+print(json.dumps({"kind": "CredentialProviderResponse", "apiVersion": req["apiVersion"],
+                  "cacheKeyType": "Registry", "cacheDuration": "0s",
+                  "auth": {sys.argv[1]: {"username": "alice", "password": "wonderland" if ok else "no"}}}))
+"#;
+
+fn waiting(pod: &Value) -> (String, String) {
+    let w = &pod["status"]["containerStatuses"][0]["state"]["waiting"];
+    (w["reason"].as_str().unwrap_or_default().to_owned(), w["message"].as_str().unwrap_or_default().to_owned())
+}
+
+fn prepared(pod: &Value) -> Option<&str> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "podpass.dev/Prepared")
+        .and_then(|c| c["status"].as_str())
+}
+
+fn events(s: &Server, ns: &str, pod: &str) -> Vec<Value> {
+    let (_, list) = get(s, &format!("/api/v1/namespaces/{ns}/events"));
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == pod)
+        .collect()
+}
+
+fn reasons(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["reason"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+#[test]
+fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exists() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let reg = registry::Registry::start(&d.join("registry"), &[("alice", "wonderland")]);
+    let (image_id, _) = reg.push(("alice", "wonderland"), "team/app", "v1", "private app v1");
+    let image = format!("{}/team/app:v1", reg.host);
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("token-exchange"), TOKEN_EXCHANGE_PLUGIN).unwrap();
+    std::fs::set_permissions(bin.join("token-exchange"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let providers = d.join("providers.yaml");
+    std::fs::write(
+        &providers,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: token-exchange\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{host}\"]\n  defaultCacheDuration: 0s\n  args: [\"{host}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: registry.local\n    cacheType: Token\n    requireServiceAccount: true\n",
+            host = reg.host
+        ),
+    )
+    .unwrap();
+    for ns in ["team", "other"] {
+        post(
+            &s,
+            "/api/v1/namespaces",
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+        post(
+            &s,
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"}}),
+        );
+    }
+    let root = d.join("root");
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &root,
+        Some(&d.join("agent.log")),
+        &[
+            "--image-credential-provider-config",
+            providers.to_str().unwrap(),
+            "--image-credential-provider-bin-dir",
+            bin.to_str().unwrap(),
+        ],
+    );
+    // The pod names the provider's audience in a projected token volume, so the node may
+    // request that token for it (NodeRestriction); no pull secret.
+    let web = post(
+        &s,
+        "/api/v1/namespaces/team/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+            "spec": {"nodeName": "n1", "serviceAccountName": "builder",
+                     "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}],
+                     "volumes": [{"name": "registry-token", "projected": {"sources": [
+                         {"serviceAccountToken": {"audience": "registry.local", "path": "token"}}]}}]}}),
+    );
+    let log = d.join("agent.log");
+    let web = wait_for_logged("web prepared", &log, Duration::from_secs(60), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/web");
+        (prepared(&pod) == Some("True")).then_some(pod)
+    });
+    assert_eq!(web["status"]["phase"], "Pending", "nothing claims the containers run");
+    assert_eq!(waiting(&web).0, "ContainerCreating");
+    let ev = events(&s, "team", "web");
+    assert_eq!(reasons(&ev), ["Pulling", "Pulled"], "{ev:?}");
+    assert_eq!(ev[0]["involvedObject"]["fieldPath"], "spec.containers{app}");
+    assert_eq!(ev[0]["involvedObject"]["uid"], web["metadata"]["uid"]);
+    assert_eq!(ev[0]["source"]["component"], "kubelet");
+    assert_eq!(ev[0]["message"], format!("Pulling image \"{image}\""));
+    // the pull record names the pod's service account (and its UID) as who may use it
+    let (_, sa) = get(&s, "/api/v1/namespaces/team/serviceaccounts/builder");
+    let record = root.join("image_manager/pulled").read_dir().unwrap().next().unwrap().unwrap().path();
+    let record: Value = serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    assert_eq!(record["imageRef"], image_id.as_str());
+    assert_eq!(
+        record["credentialMapping"][format!("{}/team/app", reg.host)]["kubernetesServiceAccounts"],
+        serde_json::json!([{"uid": sa["metadata"]["uid"], "namespace": "team", "name": "builder"}])
+    );
+
+    // A pod of another namespace on the same image, without usable credentials (its pull
+    // secret does not exist yet): ErrImagePull, then ImagePullBackOff.
+    post(
+        &s,
+        "/api/v1/namespaces/other/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"},
+            "spec": {"nodeName": "n1", "serviceAccountName": "builder", "imagePullSecrets": [{"name": "regcred"}],
+                     "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}]}}),
+    );
+    let mut seen = Vec::new();
+    let backoff = wait_for_logged("intruder in ImagePullBackOff", &log, Duration::from_secs(60), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/intruder");
+        let (reason, message) = waiting(&pod);
+        if seen.last() != Some(&reason) {
+            seen.push(reason.clone());
+        }
+        (reason == "ImagePullBackOff").then_some(Value::String(message))
+    });
+    assert!(seen.contains(&"ErrImagePull".to_owned()), "ErrImagePull first: {seen:?}");
+    let message = backoff.as_str().unwrap();
+    assert!(message.starts_with(&format!("Back-off pulling image \"{image}\": ErrImagePull: ")), "{message}");
+    let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/intruder");
+    assert_eq!(prepared(&pod), Some("False"));
+    let ev = reasons(&events(&s, "other", "intruder"));
+    for r in ["FailedToRetrieveImagePullSecret", "Pulling", "Failed", "BackOff"] {
+        assert!(ev.contains(&r.to_owned()), "{r} in {ev:?}");
+    }
+
+    // The secret appears: picked up at the next retry, and the pod may use the image.
+    let config = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
+    post(
+        &s,
+        "/api/v1/namespaces/other/secrets",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": data_encoding::BASE64.encode(config.as_bytes())}}),
+    );
+    wait_for_logged("intruder prepared once its secret exists", &log, Duration::from_secs(90), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/intruder");
+        (prepared(&pod) == Some("True")).then_some(pod)
+    });
+    let ev = events(&s, "other", "intruder");
+    let pulled = ev.iter().filter(|e| e["reason"] == "Pulled").count();
+    assert_eq!(pulled, 1, "{ev:?}");
+    let _ = web;
 }

@@ -331,6 +331,7 @@ async fn create(
             }
             Err(e) => return Err(e.into()),
         };
+        objects::default_pod(&mut object);
         objects::validate_pod_names(&name, &object)?;
         admit_pod(&mut object, &sa)?;
     }

@@ -208,6 +208,65 @@ pub fn validate_pod_names(name: &str, pod: &Value) -> Result<(), ApiError> {
     }
 }
 
+/// The tag `parsers.ParseImageName` reports: the explicit tag, `latest` when the image has
+/// neither tag nor digest, empty for a digest without a tag.
+fn image_tag(image: &str) -> &str {
+    let (name, digest) = match image.split_once('@') {
+        Some((n, _)) => (n, true),
+        None => (image, false),
+    };
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag,
+        None if digest => "",
+        None => "latest",
+    }
+}
+
+/// core/v1 defaulting of a new pod (`SetDefaults_Pod`, `_PodSpec`, `_Container`, and the
+/// volume sources'): file modes 0644 on secret, configMap, downwardAPI and projected
+/// volumes, one hour for projected service-account tokens, the pull policy from the tag
+/// (`Always` for `latest`), and the spec-level defaults kubectl shows.
+pub fn default_pod(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    for (key, value) in [
+        ("restartPolicy", json!("Always")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("enableServiceLinks", json!(true)),
+    ] {
+        spec.entry(key).or_insert(value);
+    }
+    for volume in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
+        for source in ["secret", "configMap", "downwardAPI", "projected"] {
+            if let Some(src) = volume.get_mut(source).and_then(Value::as_object_mut) {
+                src.entry("defaultMode").or_insert(json!(420));
+            }
+        }
+        let sources = volume.pointer_mut("/projected/sources").and_then(Value::as_array_mut);
+        for source in sources.into_iter().flatten() {
+            if let Some(token) = source.get_mut("serviceAccountToken").and_then(Value::as_object_mut) {
+                token.entry("expirationSeconds").or_insert(json!(3600));
+            }
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            let Some(c) = c.as_object_mut() else { continue };
+            let policy = if image_tag(c.get("image").and_then(Value::as_str).unwrap_or_default()) == "latest" {
+                "Always"
+            } else {
+                "IfNotPresent"
+            };
+            c.entry("imagePullPolicy").or_insert(json!(policy));
+            c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
+            c.entry("terminationMessagePolicy").or_insert(json!("File"));
+        }
+    }
+}
+
 /// Pod defaults and ServiceAccount admission, given the pod's service account (if it
 /// exists): `serviceAccountName` defaults to `default`, the token volume is added and
 /// mounted unless automounting is off on the pod or the service account, status starts
@@ -347,6 +406,33 @@ mod pod_update_tests {
                 .message
                 .contains("spec.containers[0].name: Required value")
         );
+    }
+
+    #[test]
+    fn new_pods_get_upstreams_defaults() {
+        let mut pod = json!({"spec": {
+            "containers": [{"name": "a", "image": "r.io/app"}, {"name": "b", "image": "r.io:5000/app:1"},
+                           {"name": "c", "image": format!("app@sha256:{}", "a".repeat(64))},
+                           {"name": "d", "image": "app:latest", "imagePullPolicy": "Never"}],
+            "volumes": [{"name": "p", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}},
+                                                                {"serviceAccountToken": {"path": "u", "expirationSeconds": 600}}]}},
+                        {"name": "s", "secret": {"secretName": "x", "defaultMode": 256}}]}});
+        default_pod(&mut pod);
+        let policies: Vec<&str> =
+            (0..4).map(|i| pod["spec"]["containers"][i]["imagePullPolicy"].as_str().unwrap()).collect();
+        assert_eq!(policies, ["Always", "IfNotPresent", "IfNotPresent", "Never"]);
+        assert_eq!(pod["spec"]["volumes"][0]["projected"]["defaultMode"], 420);
+        assert_eq!(
+            pod["spec"]["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+            3600
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][0]["projected"]["sources"][1]["serviceAccountToken"]["expirationSeconds"],
+            600
+        );
+        assert_eq!(pod["spec"]["volumes"][1]["secret"]["defaultMode"], 256, "given values stay");
+        assert_eq!(pod["spec"]["restartPolicy"], "Always");
+        assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
     }
 
     #[test]
