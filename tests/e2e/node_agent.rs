@@ -72,6 +72,7 @@ fn spawn_agent_with(
         Command::new(PODPASS)
             .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
             .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
+            .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
             .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -314,11 +315,14 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         );
     }
     let root = d.join("root");
+    let ops_port = registry::free_port().to_string();
     let _agent = spawn_agent_with(
         &kubeconfig,
         &root,
         Some(&d.join("agent.log")),
         &[
+            "--healthz-port",
+            &ops_port,
             "--image-credential-provider-config",
             providers.to_str().unwrap(),
             "--image-credential-provider-bin-dir",
@@ -327,7 +331,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     );
     // The pod names the provider's audience in a projected token volume, so the node may
     // request that token for it (NodeRestriction); no pull secret.
-    let web = post(
+    post(
         &s,
         "/api/v1/namespaces/team/pods",
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
@@ -403,5 +407,18 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     let ev = events(&s, "other", "intruder");
     let pulled = ev.iter().filter(|e| e["reason"] == "Pulled").count();
     assert_eq!(pulled, 1, "{ev:?}");
-    let _ = web;
+
+    // Operations: healthy, and the upstream metrics count what happened.
+    let ops = format!("http://127.0.0.1:{ops_port}");
+    let health = reqwest::blocking::get(format!("{ops}/healthz")).unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().unwrap(), "ok");
+    let metrics = reqwest::blocking::get(format!("{ops}/metrics")).unwrap().text().unwrap();
+    for line in [
+        r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
+        r#"kubelet_imagemanager_ondisk_pulledrecords 1"#,
+        r#"kubelet_imagemanager_image_mustpull_checks_total{result="mustAuthenticate"}"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
 }

@@ -33,8 +33,10 @@ pub enum NodeCommand {
     Records(crate::node_images::RecordsCommand),
     /// Prune pull records of images the runtime no longer has (image GC's `PruneUnknownRecords`).
     Gc(crate::node_images::GcArgs),
-    /// The node agent daemon: registers the Node and keeps its heartbeat Lease renewed
-    /// (the pod loop comes next). SIGTERM or Ctrl-C stops it.
+    /// The node agent daemon: registers the Node and keeps its heartbeat Lease renewed; for
+    /// each pod bound to the node writes its projected volumes (rotating tokens), ensures its
+    /// images with its own credentials, and posts Events and pod status. SIGTERM or Ctrl-C
+    /// stops it.
     Run(RunArgs),
 }
 
@@ -62,6 +64,15 @@ pub struct RunArgs {
     /// containerd's CRI socket (`unix:///run/containerd/containerd.sock`); none: the embedded store.
     #[arg(long)]
     container_runtime_endpoint: Option<String>,
+    /// Address of the `/healthz` and `/metrics` listener.
+    #[arg(long, default_value = "127.0.0.1")]
+    healthz_bind_address: std::net::IpAddr,
+    /// Port of the `/healthz` and `/metrics` listener (0 disables it).
+    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_HEALTHZ_PORT)]
+    healthz_port: u16,
+    /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`.
+    #[arg(long)]
+    metrics_bind_address: Option<std::net::SocketAddr>,
 }
 
 /// Flags of `podpass node credentials`.
@@ -135,6 +146,9 @@ fn run_agent(a: RunArgs) -> ExitCode {
         image_credential_provider_config: a.image_credential_provider_config,
         image_credential_provider_bin_dir: a.image_credential_provider_bin_dir,
         container_runtime_endpoint: a.container_runtime_endpoint,
+        healthz_bind_address: a.healthz_bind_address,
+        healthz_port: a.healthz_port,
+        metrics_bind_address: a.metrics_bind_address,
         version: format!("v1.{}.0-podpass.{}", podpass_apiserver::server::KUBE_MINOR, env!("CARGO_PKG_VERSION")),
     };
     let prepared = match config.prepare() {

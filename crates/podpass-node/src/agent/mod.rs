@@ -9,11 +9,13 @@
 
 mod events;
 mod heartbeat;
+mod ops;
 mod pods;
 mod status;
 mod worker;
 
 pub use events::{EventRecorder, field_path};
+pub use ops::{API_STALE_AFTER_SECONDS, ApiContact};
 pub use pods::{ApiSources, MAX_CONCURRENT_SYNCS};
 pub use status::{ContainerOutcome, ContainerReport, PREPARED_CONDITION, PREPARED_MESSAGE, pod_status};
 
@@ -56,7 +58,16 @@ pub struct AgentConfig {
     pub container_runtime_endpoint: Option<String>,
     /// The version reported in `nodeInfo.kubeletVersion`.
     pub version: String,
+    /// `--healthz-bind-address` (kubelet default 127.0.0.1).
+    pub healthz_bind_address: std::net::IpAddr,
+    /// `--healthz-port` (kubelet default 10248; 0 disables).
+    pub healthz_port: u16,
+    /// `--metrics-bind-address`: a further listener for `/metrics` (and `/healthz`).
+    pub metrics_bind_address: Option<std::net::SocketAddr>,
 }
+
+/// The kubelet's default `--healthz-port`.
+pub const DEFAULT_HEALTHZ_PORT: u16 = 10248;
 
 /// Everything wrong with a configuration, listed at once; nothing was started.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -157,6 +168,14 @@ pub enum AgentError {
     /// The credential providers could not be registered.
     #[error("--image-credential-provider-config: {0}")]
     Providers(#[from] crate::credential::RegisterError),
+    /// An operations listener could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The node-wide docker config is unreadable.
     #[error("node-wide credentials: {0}")]
     NodeConfig(#[from] crate::credential::docker_config::DockerConfigError),
@@ -169,12 +188,13 @@ impl Prepared {
         let root = &self.config.root_dir;
         let backend =
             Arc::new(Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new()).await?);
-        let (images, _pull_manager, warnings) =
+        let (images, pull_manager, warnings) =
             crate::images::assembly::image_manager(root, backend, &self.kubelet, &self.gates).await?;
         for w in warnings {
             tracing::warn!(error = %w, "unreadable pull intent at start-up");
         }
         let service_accounts = crate::api::KubeServiceAccounts::new(client.clone());
+        let credential_metrics = CredentialMetrics::default();
         let providers =
             match (&self.config.image_credential_provider_config, &self.config.image_credential_provider_bin_dir) {
                 (Some(config), Some(bin_dir)) => register_providers(
@@ -192,6 +212,8 @@ impl Prepared {
             root: root.clone(),
             sources: ApiSources::new(client.clone()),
             images,
+            pull_manager,
+            credential_metrics,
             providers: Arc::new(providers),
             service_accounts,
             node_config: Arc::new(node_config),
@@ -209,12 +231,33 @@ impl Prepared {
     /// until `shutdown` completes. A renewal that fails is logged and retried at the next
     /// interval (the API server may be restarting); registration failing is an error.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        if self.config.healthz_port != 0 {
+            addrs.push(std::net::SocketAddr::new(self.config.healthz_bind_address, self.config.healthz_port));
+        }
+        addrs.extend(self.config.metrics_bind_address);
+        for addr in addrs {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| AgentError::Bind { addr, source })?;
+            tracing::info!(address = %addr, "serving /healthz and /metrics");
+            listeners.push(listener);
+        }
         let client = crate::api::client_from_kubeconfig(&self.config.kubeconfig).await?;
         let id = &self.identity;
+        let api = Arc::new(ApiContact::default());
         let node_uid = heartbeat::register_node(&client, id).await.map_err(AgentError::Register)?;
+        api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let shared = Arc::new(self.assemble(client.clone()).await?);
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        for listener in listeners {
+            let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
+            let mut stopped = stopped.clone();
+            tokio::spawn(ops::serve(listener, ops, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        }
         let pods = PodLoop::new(shared, &id.name);
         let pod_task = tokio::spawn(pods.run(async move {
             let mut stopped = stopped;
@@ -235,8 +278,9 @@ impl Prepared {
                     return Ok(());
                 }
                 _ = renew.tick() => {
-                    if let Err(e) = heartbeat::renew_lease(&client, id, &node_uid).await {
-                        tracing::warn!(node = %id.name, error = %e, "lease renewal failed; retrying");
+                    match heartbeat::renew_lease(&client, id, &node_uid).await {
+                        Ok(()) => api.touch(),
+                        Err(e) => tracing::warn!(node = %id.name, error = %e, "lease renewal failed; retrying"),
                     }
                 }
                 _ = report.tick() => {
@@ -268,6 +312,9 @@ mod tests {
             image_credential_provider_bin_dir: None,
             container_runtime_endpoint: Some("tcp://127.0.0.1:1".into()),
             version: "v1.34.0".into(),
+            healthz_bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
+            healthz_port: 0,
+            metrics_bind_address: None,
         };
         let err = config.prepare().unwrap_err();
         let text = err.to_string();

@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub root: PathBuf,
     pub sources: ApiSources,
     pub images: ImageManager<Backend>,
+    pub pull_manager: Option<Arc<crate::images::pull_manager::PullManager>>,
+    pub credential_metrics: crate::credential::metrics::CredentialMetrics,
     pub providers: Arc<Vec<PluginProvider>>,
     pub service_accounts: Arc<KubeServiceAccounts>,
     pub node_config: Arc<DockerConfig>,

@@ -1,0 +1,117 @@
+//! The agent's operations endpoints, on loopback by default (kubelet: `--healthz-port`
+//! 10248 on `--healthz-bind-address` 127.0.0.1): `/healthz` says whether the API server
+//! answered recently and the image runtime answers now, in the apiserver's verbose healthz
+//! form; `/metrics` exposes the upstream-named image manager, pull record and credential
+//! provider metrics in the Prometheus text format.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use super::worker::Shared;
+use crate::images::service::ImageService;
+use crate::token::now_unix;
+
+/// How long after the last answer from the API server the agent still counts as healthy:
+/// the node lease's duration (after that the control plane thinks the node is gone too).
+pub const API_STALE_AFTER_SECONDS: i64 = super::LEASE_DURATION_SECONDS as i64;
+/// How long the runtime may take to answer a health probe.
+const RUNTIME_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// When the API server last answered (Unix seconds), shared by the heartbeat and the probes.
+#[derive(Debug, Default)]
+pub struct ApiContact(AtomicI64);
+
+impl ApiContact {
+    /// The API answered now.
+    pub fn touch(&self) {
+        self.0.store(now_unix(), Ordering::Relaxed);
+    }
+
+    /// Seconds since it last answered (`None`: never).
+    pub fn age(&self) -> Option<i64> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(now_unix().saturating_sub(at)),
+        }
+    }
+}
+
+pub(crate) struct Ops {
+    pub shared: Arc<Shared>,
+    pub api: Arc<ApiContact>,
+}
+
+async fn healthz(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
+    let mut lines = vec!["[+]ping ok".to_owned()];
+    let mut healthy = true;
+    match ops.api.age() {
+        Some(age) if age <= API_STALE_AFTER_SECONDS => lines.push("[+]api-server ok".into()),
+        other => {
+            healthy = false;
+            let why = other.map_or("never answered".to_owned(), |a| format!("last answered {a}s ago"));
+            lines.push(format!("[-]api-server failed: {why}"));
+        }
+    }
+    let probe = ops.shared.images.service().image_status("podpass.invalid/healthz:probe");
+    match tokio::time::timeout(RUNTIME_PROBE_TIMEOUT, probe).await {
+        Ok(Ok(_)) => lines.push("[+]image-runtime ok".into()),
+        Ok(Err(e)) => {
+            healthy = false;
+            lines.push(format!("[-]image-runtime failed: {e}"));
+        }
+        Err(_) => {
+            healthy = false;
+            lines.push("[-]image-runtime failed: no answer within 2s".into());
+        }
+    }
+    if healthy {
+        (StatusCode::OK, "ok".to_owned())
+    } else {
+        lines.push("healthz check failed".into());
+        (StatusCode::INTERNAL_SERVER_ERROR, lines.join("\n") + "\n")
+    }
+}
+
+async fn metrics(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
+    // The on-disk record counts are read per scrape, off the async threads.
+    let shared = ops.shared.clone();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut registry = Registry::default();
+        registry.register(
+            "kubelet_image_manager_ensure_image_requests",
+            "Number of ensure-image requests processed by the kubelet.",
+            shared.images.requests_metric(),
+        );
+        if let Some(pm) = &shared.pull_manager {
+            pm.register_metrics(&mut registry);
+        }
+        shared.credential_metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).map(|()| text)
+    })
+    .await;
+    match text {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Serves `/healthz` and `/metrics` on `listener` until `shutdown` completes.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    ops: Arc<Ops>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let app = Router::new().route("/healthz", get(healthz)).route("/metrics", get(metrics)).with_state(ops);
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::warn!(error = %e, "operations endpoint stopped");
+    }
+}
