@@ -422,3 +422,114 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }
 }
+
+/// Files a killed writer could leave behind: atomic-writer tmp links and dirs, record tmp
+/// files, store ingest files.
+fn leftovers(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "..data_tmp" || name.ends_with(".tmp") || name.contains(".tmp.") || name.starts_with("ingest-") {
+                out.push(path.display().to_string());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let reg = registry::Registry::start(&d.join("registry"), &[("alice", "wonderland")]);
+    // Incompressible content, so the pull takes a moment to kill it in.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let content: String = (0..4_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b"0123456789abcdef"[(x & 15) as usize])
+        })
+        .collect();
+    let (image_id, _) = reg.push(("alice", "wonderland"), "team/big", "v1", &content);
+    let image = format!("{}/team/big:v1", reg.host);
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let port = s.url.rsplit(':').next().unwrap().to_owned();
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    post(
+        &s,
+        "/api/v1/namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+    );
+    let config = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
+    post(
+        &s,
+        "/api/v1/namespaces/team/secrets",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": data_encoding::BASE64.encode(config.as_bytes())}}),
+    );
+    let pod = |name: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "n1", "imagePullSecrets": [{"name": "regcred"}],
+                     "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}],
+                     "volumes": [{"name": "registry-token", "projected": {"sources": [
+                         {"serviceAccountToken": {"audience": "registry.local", "expirationSeconds": 600, "path": "token"}}]}}]}})
+    };
+    let root = d.join("root");
+    let log = d.join("agent.log");
+    let mut agent = spawn_agent(&kubeconfig, &root, Some(&log));
+    post(&s, "/api/v1/namespaces/team/pods", pod("web"));
+    // kill -9 as soon as the pull intent is on disk: mid-pull (or just after)
+    let pulling = root.join("image_manager/pulling");
+    wait_for_logged("pull intent recorded", &log, Duration::from_secs(30), || {
+        std::fs::read_dir(&pulling).ok()?.next().map(|_| Value::Null)
+    });
+    agent.0.kill().unwrap();
+    agent.0.wait().unwrap();
+    let log2 = d.join("agent-2.log");
+    let _agent = spawn_agent(&kubeconfig, &root, Some(&log2));
+    let web = wait_for_logged("web prepared after the restart", &log2, Duration::from_secs(60), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/web");
+        (prepared(&pod) == Some("True")).then_some(pod)
+    });
+    let uid = web["metadata"]["uid"].as_str().unwrap();
+    let token = root.join("pods").join(uid).join("volumes/kubernetes.io~projected/registry-token/token");
+    assert_eq!(claims(&std::fs::read_to_string(&token).unwrap())["kubernetes.io"]["pod"]["uid"], uid);
+    let records: Vec<_> = std::fs::read_dir(root.join("image_manager/pulled")).unwrap().flatten().collect();
+    assert_eq!(records.len(), 1);
+    let record: Value = serde_json::from_slice(&std::fs::read(records[0].path()).unwrap()).unwrap();
+    assert_eq!(record["imageRef"], image_id.as_str());
+    assert_eq!(std::fs::read_dir(&pulling).unwrap().count(), 0, "intents settled");
+    assert_eq!(leftovers(&root), Vec::<String>::new());
+
+    // The API server goes away and comes back on the same address: the agent relists and
+    // a pod created meanwhile is prepared; the image on record is not pulled again.
+    let (_, lease) = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+    drop(s);
+    std::thread::sleep(Duration::from_secs(3));
+    let s = start_on(&d.join("api"), &port, &[]);
+    post(&s, "/api/v1/namespaces/team/pods", pod("batch"));
+    let batch = wait_for_logged("batch prepared after the API restart", &log2, Duration::from_secs(90), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/batch");
+        (prepared(&pod) == Some("True")).then_some(pod)
+    });
+    assert!(batch["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating");
+    let ev = reasons(&events(&s, "team", "batch"));
+    assert_eq!(ev, ["Pulled"], "on record for the same secret: no pull");
+    wait_for_logged("lease renewed after the API restart", &log2, Duration::from_secs(30), || {
+        let (_, now) = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        (now["spec"]["renewTime"] != lease["spec"]["renewTime"]).then_some(now)
+    });
+    assert_eq!(leftovers(&root), Vec::<String>::new());
+}

@@ -183,7 +183,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                     tracing::info!(pod = %label(pod), volumes = ?report.written, "volumes written");
                 }
                 if let Some(at) = report.next_refresh {
-                    let wait = u64::try_from(at.saturating_sub(now_unix())).unwrap_or(0);
+                    // At least a second: the token manager draws its own jitter, so a due
+                    // time just passed may not refresh yet, and must not spin.
+                    let wait = u64::try_from(at.saturating_sub(now_unix())).unwrap_or(0).max(1);
                     due(Instant::now() + Duration::from_secs(wait));
                 }
                 Ok(())
