@@ -108,3 +108,9 @@ pub fn post(host: &str, path: &str, token: &str, body: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A GET request with a bearer token, ready to send.
+pub fn get(host: &str, path: &str, token: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nAccept: application/json\r\n\r\n")
+        .into_bytes()
+}

@@ -20,6 +20,7 @@ use self::raw::{RawOp, raw_rate};
 mod credentials;
 mod http;
 mod images;
+mod node;
 mod raw;
 
 /// `podpass bench …`.
@@ -32,6 +33,9 @@ pub enum BenchCommand {
     /// Pull manager at node scale: MustAttemptImagePull over 100 000 records, cold start-up,
     /// memory per record, durable record writes against raw fsync+rename.
     Images(images::ImagesBench),
+    /// The node agent: pod created to token file written (one at a time and 100 at once)
+    /// against a bare TokenRequest round trip, memory per pod, wakeups of idle pods.
+    Node(node::NodeBench),
 }
 
 /// Flags of `podpass bench apiserver`.
@@ -67,6 +71,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Apiserver(args) => apiserver(args),
         BenchCommand::Credentials(args) => credentials::run(args),
         BenchCommand::Images(args) => images::run(args),
+        BenchCommand::Node(args) => node::run(args),
     }
 }
 
@@ -117,6 +122,17 @@ fn apiserver(args: ApiserverBench) -> Result<()> {
 
 /// Starts a server on `data_dir` (token success cache `ttl`) and creates the bench objects.
 async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Result<(Api, Vec<String>)> {
+    start_with(data_dir, clients, ttl, "bench-node", "registry.example/app:1").await
+}
+
+/// [`start`] with the bench pods on Node `node`, running `image`.
+async fn start_with(
+    data_dir: &std::path::Path,
+    clients: usize,
+    ttl: Duration,
+    node: &str,
+    image: &str,
+) -> Result<(Api, Vec<String>)> {
     let config = ApiServerConfig {
         data_dir: data_dir.to_owned(),
         bind_address: [127, 0, 0, 1].into(),
@@ -151,7 +167,7 @@ async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Res
         host: running.local_addr.to_string(),
         token: admin_token(&data_dir.join("tokens.csv"))?,
     };
-    let pod_uids = setup(&api, clients).await?;
+    let pod_uids = setup(&api, clients, node, image).await?;
     Ok((api, pod_uids))
 }
 
@@ -310,7 +326,7 @@ impl Api {
 
 /// Namespace `bench`, ServiceAccount `bench`, Node `bench-node` and one pod per client on
 /// it; returns the pods' UIDs.
-async fn setup(api: &Api, clients: usize) -> Result<Vec<String>> {
+async fn setup(api: &Api, clients: usize, node: &str, image: &str) -> Result<Vec<String>> {
     let mut conn = api.connect().await?;
     let objects = [
         ("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})),
@@ -318,7 +334,7 @@ async fn setup(api: &Api, clients: usize) -> Result<Vec<String>> {
             "/api/v1/namespaces/bench/serviceaccounts",
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench"}}),
         ),
-        ("/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bench-node"}})),
+        ("/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})),
     ];
     for (path, object) in objects {
         api.post(&mut conn, path, &object.to_string()).await?;
@@ -331,8 +347,8 @@ async fn setup(api: &Api, clients: usize) -> Result<Vec<String>> {
             "metadata": {"name": format!("pod-{i}")},
             "spec": {
                 "serviceAccountName": "bench",
-                "nodeName": "bench-node",
-                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+                "nodeName": node,
+                "containers": [{"name": "app", "image": image}],
             },
         });
         let created = api.post(&mut conn, "/api/v1/namespaces/bench/pods", &pod.to_string()).await?;

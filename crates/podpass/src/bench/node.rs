@@ -1,0 +1,388 @@
+//! `podpass bench node`: a real `podpass apiserver` (in this process) and a real
+//! `podpass node run` (a child process, so its memory and wakeups are its own), with a tiny
+//! loopback registry serving one image. It measures how long a pod takes from its create to
+//! its automounted token file on the node — one pod at a time, and 100 created at once —
+//! against a bare pod-bound TokenRequest round trip measured in the same run at the same
+//! concurrency; the agent's resident memory per pod; and its wakeups (context switches) per
+//! second while its pods are idle, against the same agent with no pods.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Api, Phase, TOKEN_PATH, http, token_body};
+
+/// Flags of `podpass bench node`.
+#[derive(Debug, Args)]
+pub struct NodeBench {
+    /// Pods created at once in the burst phase.
+    #[arg(long, default_value_t = 100)]
+    burst: usize,
+    /// Pods created one at a time in the sequential phase.
+    #[arg(long, default_value_t = 20)]
+    sequential: usize,
+    /// Seconds of each idle wakeup measurement.
+    #[arg(long, default_value_t = 20)]
+    idle_seconds: u64,
+}
+
+const NODE: &str = "bench-node";
+
+/// Runs the bench.
+pub fn run(args: NodeBench) -> Result<()> {
+    if args.burst == 0 || args.sequential == 0 || args.idle_seconds == 0 {
+        bail!("--burst, --sequential and --idle-seconds must be at least 1");
+    }
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
+    runtime.block_on(drive(dir.path(), &args))
+}
+
+fn digest(data: &[u8]) -> String {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    format!("sha256:{}", data_encoding::HEXLOWER.encode(d.as_ref()))
+}
+
+/// One image served over plain HTTP on loopback (the embedded store may use plain HTTP there).
+async fn registry() -> Result<String> {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let layer: Vec<u8> = b"podpass bench layer".to_vec();
+    let layer_digest = digest(&layer);
+    let config = json!({"architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest]}, "config": {}})
+    .to_string()
+    .into_bytes();
+    let config_digest = digest(&config);
+    let manifest = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer.len()}]})
+    .to_string()
+    .into_bytes();
+    let manifest_digest = digest(&manifest);
+    let blobs: HashMap<String, Vec<u8>> = [(layer_digest, layer), (config_digest, config)].into_iter().collect();
+    let blobs = std::sync::Arc::new(blobs);
+    let app = axum::Router::new()
+        .route("/v2/", axum::routing::get(|| async { "{}" }))
+        .route(
+            "/v2/bench/idle/manifests/{reference}",
+            axum::routing::get(move || {
+                let (manifest, digest) = (manifest.clone(), manifest_digest.clone());
+                async move {
+                    (
+                        [
+                            (header::CONTENT_TYPE, "application/vnd.oci.image.manifest.v1+json".to_owned()),
+                            (header::HeaderName::from_static("docker-content-digest"), digest),
+                        ],
+                        manifest,
+                    )
+                        .into_response()
+                }
+            }),
+        )
+        .route(
+            "/v2/bench/idle/blobs/{digest}",
+            axum::routing::get(move |axum::extract::Path(digest): axum::extract::Path<String>| {
+                let blobs = blobs.clone();
+                async move {
+                    match blobs.get(&digest) {
+                        Some(b) => b.clone().into_response(),
+                        None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("registry listener")?;
+    let addr = listener.local_addr().context("registry address")?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(format!("{addr}/bench/idle:1"))
+}
+
+/// The agent child, killed on drop.
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Agent {
+    /// Resident set size in KiB (`VmRSS`).
+    fn rss_kib(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).context("agent status")?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .context("no VmRSS")
+    }
+
+    /// Context switches of each thread so far, by thread ID: each is a wakeup.
+    fn switches(&self) -> Result<HashMap<String, u64>> {
+        let mut out = HashMap::new();
+        for task in std::fs::read_dir(format!("/proc/{}/task", self.0.id())).context("agent threads")? {
+            let Ok(task) = task else { continue };
+            let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+            let total: u64 = status
+                .lines()
+                .filter_map(|line| {
+                    line.strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|v| v.trim().parse::<u64>().ok())
+                .sum();
+            out.insert(task.file_name().to_string_lossy().into_owned(), total);
+        }
+        Ok(out)
+    }
+
+    /// Wakeups per second over `window`, summed over the threads alive at its end (a
+    /// thread that ended in between takes its count with it).
+    async fn wakeups_per_second(&self, window: Duration) -> Result<f64> {
+        let before = self.switches()?;
+        tokio::time::sleep(window).await;
+        let after = self.switches()?;
+        let woken: u64 = after.iter().map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
+        Ok(woken as f64 / window.as_secs_f64())
+    }
+}
+
+fn pod(name: &str, image: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"serviceAccountName": "bench", "nodeName": NODE,
+                 "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}]}})
+    .to_string()
+}
+
+/// Whether a pod's automounted token file exists under the agent's root.
+fn token_written(root: &Path, uid: &str) -> bool {
+    let dir = root.join("pods").join(uid).join("volumes/kubernetes.io~projected");
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|v| v.path().join("token").exists())
+}
+
+/// Creates pods `names` at once, each on its own connection; returns each one's latency
+/// from just before its create to its token file, in microseconds.
+async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str) -> Result<Vec<u64>> {
+    let mut conns = Vec::with_capacity(names.len());
+    for _ in names {
+        conns.push(api.connect().await?);
+    }
+    let mut tasks = Vec::new();
+    for (name, mut conn) in names.iter().zip(conns) {
+        let request = api.request("/api/v1/namespaces/bench/pods", &pod(name, image));
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = conn.round_trip(&request).await?;
+            if answer.status != 201 {
+                bail!("creating a pod: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
+            }
+            let created: Value = serde_json::from_slice(&answer.body).context("decoding the pod")?;
+            let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without uid")?;
+            Ok((started, uid.to_owned()))
+        }));
+    }
+    let mut pending = Vec::new();
+    for t in tasks {
+        pending.push(t.await.context("create task")??);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut latencies = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        if Instant::now() > deadline {
+            bail!("{} token files not written within 120 s", pending.len());
+        }
+        let now = Instant::now();
+        pending.retain(|(started, uid)| {
+            if token_written(root, uid) {
+                latencies.push(u64::try_from(now.duration_since(*started).as_micros()).unwrap_or(u64::MAX));
+                false
+            } else {
+                true
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    latencies.sort_unstable();
+    Ok(latencies)
+}
+
+/// Pod-bound TokenRequests for the pods `uids` (named `pod-<i>`), `concurrent` at a time,
+/// each on its own connection; latencies in microseconds.
+async fn token_requests(api: &Api, uids: &[String], concurrent: bool) -> Result<Vec<u64>> {
+    let mut latencies = Vec::with_capacity(uids.len());
+    if concurrent {
+        let mut tasks = Vec::new();
+        for (i, uid) in uids.iter().enumerate() {
+            let mut conn = api.connect().await?;
+            let request = api.request(TOKEN_PATH, &token_body(i, uid));
+            tasks.push(tokio::spawn(async move {
+                let started = Instant::now();
+                let answer = conn.round_trip(&request).await?;
+                if answer.status != 201 {
+                    bail!("TokenRequest: {}", answer.status);
+                }
+                Ok(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
+            }));
+        }
+        for t in tasks {
+            latencies.push(t.await.context("TokenRequest task")??);
+        }
+    } else {
+        let mut conn = api.connect().await?;
+        for (i, uid) in uids.iter().enumerate() {
+            let request = api.request(TOKEN_PATH, &token_body(i, uid));
+            let started = Instant::now();
+            let answer = conn.round_trip(&request).await?;
+            if answer.status != 201 {
+                bail!("TokenRequest: {}", answer.status);
+            }
+            latencies.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+        }
+    }
+    latencies.sort_unstable();
+    Ok(latencies)
+}
+
+fn phase(latencies_us: Vec<u64>) -> Phase {
+    Phase { ops: latencies_us.len(), elapsed: Duration::from_secs(1), latencies_us }
+}
+
+async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
+    let mut conn = api.connect().await?;
+    let path = format!("/api/v1/namespaces/bench/pods?fieldSelector=spec.nodeName%3D{NODE}");
+    let answer = conn.round_trip(&http::get(&api.host, &path, &api.token)).await?;
+    let list: Value = serde_json::from_slice(&answer.body).context("decoding the pod list")?;
+    let items = list["items"].as_array().map_or(&[][..], Vec::as_slice);
+    let prepared = items
+        .iter()
+        .filter(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| c["type"] == podpass_node::agent::PREPARED_CONDITION && c["status"] == "True")
+            })
+        })
+        .count();
+    Ok(prepared >= expected)
+}
+
+async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
+    let image = registry().await?;
+    // Baseline pods live on another node: the agent starts with none.
+    let (api, baseline_uids) =
+        super::start_with(&dir.join("api"), args.burst, super::DEFAULT_SUCCESS_TTL, "bench-baseline", &image).await?;
+    // The node's identity: a static token in the server's token file (re-read on change).
+    let node_token = podpass_apiserver::server::random_token().context("node token")?;
+    let tokens = dir.join("api/tokens.csv");
+    let mut text = std::fs::read_to_string(&tokens).context("token file")?;
+    text.push_str(&format!("{node_token},system:node:{NODE},node-uid,\"system:nodes\"\n"));
+    std::fs::write(&tokens, text).context("token file")?;
+    let ca = std::fs::read_to_string(dir.join("api/pki/ca.crt")).context("CA")?;
+    let kubeconfig = dir.join("node.kubeconfig");
+    let url = format!("https://{}", api.addr);
+    std::fs::write(
+        &kubeconfig,
+        podpass_apiserver::server::kubeconfig(&url, &ca, &format!("system:node:{NODE}"), &node_token),
+    )
+    .context("kubeconfig")?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // The bare round trip, at the same concurrencies, before the agent runs.
+    let sequential_rtt = phase(token_requests(&api, &baseline_uids[..args.sequential.min(args.burst)], false).await?);
+    let burst_rtt = phase(token_requests(&api, &baseline_uids, true).await?);
+
+    let root: PathBuf = dir.join("node");
+    let exe = std::env::current_exe().context("own executable")?;
+    let agent = Agent(
+        Command::new(exe)
+            .args(["node", "run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--node-name", NODE, "--root-dir"])
+            .arg(&root)
+            .args(["--healthz-port", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the agent")?,
+    );
+    // Registered and idle with no pods: the baseline for memory and wakeups.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_before = agent.rss_kib()?;
+    let idle_empty = agent.wakeups_per_second(Duration::from_secs(args.idle_seconds)).await?;
+    // One pod first, so the image is pulled before anything is timed.
+    let warm = create_and_time(&api, &root, &["warm-up".to_owned()], &image).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !all_prepared(&api, 1).await? {
+        if Instant::now() > deadline {
+            bail!("the agent did not prepare the warm-up pod within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(warm);
+
+    let mut sequential = Vec::new();
+    for i in 0..args.sequential {
+        sequential.extend(create_and_time(&api, &root, &[format!("seq-{i}")], &image).await?);
+    }
+    sequential.sort_unstable();
+    let sequential = phase(sequential);
+    let names: Vec<String> = (0..args.burst).map(|i| format!("burst-{i}")).collect();
+    let burst = phase(create_and_time(&api, &root, &names, &image).await?);
+    let total = 1 + args.sequential + args.burst;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !all_prepared(&api, total).await? {
+        if Instant::now() > deadline {
+            bail!("the agent did not prepare all {total} pods within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_after = agent.rss_kib()?;
+    let idle = agent.wakeups_per_second(Duration::from_secs(args.idle_seconds)).await?;
+
+    outln!("podpass bench node: agent as {NODE}, image {image}");
+    let ratio = |a: &Phase, b: &Phase| a.percentile_ms(0.5) / b.percentile_ms(0.5).max(f64::EPSILON);
+    outln!(
+        "TokenRequest round trip, one at a time:    p50 {:.2} ms  p99 {:.2} ms",
+        sequential_rtt.percentile_ms(0.5),
+        sequential_rtt.percentile_ms(0.99)
+    );
+    outln!(
+        "pod created -> token file, one at a time:  p50 {:.2} ms  p99 {:.2} ms  = {:.2}x the round trip at p50 (goal <= 2x)",
+        sequential.percentile_ms(0.5),
+        sequential.percentile_ms(0.99),
+        ratio(&sequential, &sequential_rtt)
+    );
+    outln!(
+        "TokenRequest round trip, {} at once:      p50 {:.2} ms  p99 {:.2} ms",
+        args.burst,
+        burst_rtt.percentile_ms(0.5),
+        burst_rtt.percentile_ms(0.99)
+    );
+    outln!(
+        "pod created -> token file, {} at once:    p50 {:.2} ms  p99 {:.2} ms  = {:.2}x the round trip at p50 (goal <= 2x)",
+        args.burst,
+        burst.percentile_ms(0.5),
+        burst.percentile_ms(0.99),
+        ratio(&burst, &burst_rtt)
+    );
+    outln!(
+        "agent resident memory: {} KiB with no pods, {} KiB with {total}: {:.1} KiB per pod",
+        rss_before,
+        rss_after,
+        (rss_after.saturating_sub(rss_before)) as f64 / total as f64
+    );
+    outln!(
+        "agent wakeups (context switches) over {} s: {idle_empty:.1}/s with no pods, {idle:.1}/s with {total} idle pods",
+        args.idle_seconds
+    );
+    drop(agent);
+    Ok(())
+}

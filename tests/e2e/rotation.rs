@@ -1,0 +1,101 @@
+//! End-to-end, slow: a real token rotation. A pod's projected token with
+//! `expirationSeconds: 600` is rewritten by `podpass node run` when 80% of its lifetime has
+//! passed (less the jitter of up to 10 s), well before it expires, through the `..data`
+//! swap. `scripts/test` runs this binary in the background while the other tests run, so
+//! the suite grows by less than its ~8 minutes; `cargo test` alone skips it (`--ignored`
+//! runs it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+fn claims(token: &str) -> Value {
+    let payload = token.trim().split('.').nth(1).unwrap();
+    serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
+}
+
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "waits ~8 minutes for a real rotation; scripts/test runs it in the background"]
+fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    let root = d.join("root");
+    let _agent = Agent(
+        Command::new(PODPASS)
+            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
+            .args(["--root-dir", root.to_str().unwrap(), "--healthz-port", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let admin = admin_token(&s.dir);
+    let post = |path: &str, body: Value| {
+        let r = client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(&admin).json(&body).send().unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.json::<Value>().unwrap()
+    };
+    post(
+        "/api/v1/namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+    );
+    let pod = post(
+        "/api/v1/namespaces/team/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+            "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.invalid/app:1", "imagePullPolicy": "Never"}],
+                     "volumes": [{"name": "t", "projected": {"sources": [
+                         {"serviceAccountToken": {"audience": "registry.example", "expirationSeconds": 600, "path": "token"}}]}}]}}),
+    );
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let path = root.join("pods").join(uid).join("volumes/kubernetes.io~projected/t/token");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        if let Ok(t) = std::fs::read_to_string(&path) {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "token not written");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let c1 = claims(&first);
+    let (iat1, exp1) = (c1["iat"].as_i64().unwrap(), c1["exp"].as_i64().unwrap());
+    assert_eq!(exp1 - iat1, 600);
+    // Rotation is due at iat + 480 s less up to 10 s of jitter; allow a minute beyond.
+    let deadline = Instant::now() + Duration::from_secs(560);
+    let second = loop {
+        let t = std::fs::read_to_string(&path).unwrap();
+        if t != first {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "token not rotated");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let c2 = claims(&second);
+    let iat2 = c2["iat"].as_i64().unwrap();
+    assert!(iat2 >= iat1 + 470, "rotated too early: {} s after issue", iat2 - iat1);
+    assert!(iat2 < exp1, "rotated only after the old token expired");
+    assert_eq!(c2["aud"], c1["aud"]);
+    assert_eq!(c2["kubernetes.io"]["pod"], c1["kubernetes.io"]["pod"]);
+    assert_ne!(c2["jti"], c1["jti"]);
+    assert!(std::fs::read_link(path.parent().unwrap().join("token")).unwrap().starts_with("..data"));
+}
