@@ -37,9 +37,48 @@ pub enum ApiError {
 
 /// The API's own message for a failed request (the `Status` message when there is one).
 fn message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
+    RequestError::from(e).to_string()
+}
+
+/// A request to the API server failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// The server answered with a failure `Status`; its message is shown as the API gave it.
+    #[error("{message}")]
+    Status {
+        /// HTTP status code.
+        code: u16,
+        /// `reason` (`NotFound`, `Forbidden`, …).
+        reason: String,
+        /// `message`.
+        message: String,
+    },
+    /// No usable answer: connection, TLS, timeout, or an answer that does not decode.
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl From<&kube::Error> for RequestError {
+    fn from(e: &kube::Error) -> Self {
+        match e {
+            kube::Error::Api(status) => {
+                Self::Status { code: status.code, reason: status.reason.clone(), message: status.message.clone() }
+            }
+            other => Self::Transport(other.to_string()),
+        }
+    }
+}
+
+impl From<kube::Error> for RequestError {
+    fn from(e: kube::Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+impl From<&str> for RequestError {
+    /// A failure described in words (fakes in tests; answers missing a field).
+    fn from(s: &str) -> Self {
+        Self::Transport(s.to_owned())
     }
 }
 
@@ -105,7 +144,7 @@ impl KubeTokenFetcher {
 }
 
 impl TokenFetcher for KubeTokenFetcher {
-    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, RequestError>> {
         Box::pin(async move {
             let request = TokenRequest {
                 metadata: ObjectMeta {
@@ -115,11 +154,11 @@ impl TokenFetcher for KubeTokenFetcher {
                 spec: TokenRequestSpec {
                     audiences: key.audiences.clone(),
                     expiration_seconds: (key.expiration_seconds > 0).then_some(key.expiration_seconds),
-                    bound_object_ref: key.bound.as_ref().map(|(kind, name, uid)| BoundObjectReference {
+                    bound_object_ref: key.bound.as_ref().map(|b| BoundObjectReference {
                         api_version: Some("v1".into()),
-                        kind: Some(kind.clone()),
-                        name: Some(name.clone()),
-                        uid: Some(uid.clone()),
+                        kind: Some(b.kind.clone()),
+                        name: Some(b.name.clone()),
+                        uid: Some(b.uid.clone()),
                     }),
                 },
                 status: None,
@@ -127,8 +166,8 @@ impl TokenFetcher for KubeTokenFetcher {
             let answer = Api::<ServiceAccount>::namespaced(self.client.clone(), &key.namespace)
                 .create_token_request(&key.service_account, &PostParams::default(), &request)
                 .await
-                .map_err(|e| message(&e))?;
-            let status = answer.status.ok_or("TokenRequest answer without status")?;
+                .map_err(RequestError::from)?;
+            let status = answer.status.ok_or(RequestError::from("TokenRequest answer without status"))?;
             Ok(IssuedToken {
                 token: status.token,
                 expires_at: status.expiration_timestamp.0.as_second(),
@@ -162,12 +201,12 @@ impl ServiceAccountSource for KubeServiceAccounts {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ServiceAccountInfo, String>> {
+    ) -> BoxFuture<'a, Result<ServiceAccountInfo, RequestError>> {
         Box::pin(async move {
             let sa = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace)
                 .get(name)
                 .await
-                .map_err(|e| message(&e))?;
+                .map_err(RequestError::from)?;
             Ok(ServiceAccountInfo {
                 uid: sa.metadata.uid.unwrap_or_default(),
                 annotations: sa.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
@@ -180,7 +219,7 @@ impl ServiceAccountSource for KubeServiceAccounts {
         pod: &'a PodIdentity,
         service_account_uid: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, Result<String, String>> {
+    ) -> BoxFuture<'a, Result<String, crate::token::TokenError>> {
         Box::pin(async move {
             let key = TokenKey {
                 namespace: pod.namespace.clone(),
@@ -188,12 +227,12 @@ impl ServiceAccountSource for KubeServiceAccounts {
                 service_account_uid: service_account_uid.to_owned(),
                 audiences: vec![audience.to_owned()],
                 expiration_seconds: 0,
-                bound: Some(("Pod".into(), pod.name.clone(), pod.uid.clone())),
+                bound: Some(crate::BoundObjectRef::pod(&pod.name, &pod.uid)),
             };
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-            self.tokens.get(&key, now).await.map(|t| t.token).map_err(|e| e.to_string())
+            self.tokens.get(&key, now).await.map(|t| t.token)
         })
     }
 }

@@ -5,6 +5,10 @@
 pub mod agent;
 pub mod api;
 pub mod credential;
+mod identity;
 pub mod images;
 pub mod token;
 pub mod volumes;
+
+pub use api::RequestError;
+pub use identity::{BoundObjectRef, PodRef, ServiceAccountRef, ServiceAccountRefError};

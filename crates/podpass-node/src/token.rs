@@ -28,8 +28,8 @@ pub struct TokenKey {
     pub audiences: Vec<String>,
     /// `spec.expirationSeconds` (0: the server's default).
     pub expiration_seconds: i64,
-    /// `spec.boundObjectRef` as (kind, name, uid).
-    pub bound: Option<(String, String, String)>,
+    /// `spec.boundObjectRef`.
+    pub bound: Option<crate::BoundObjectRef>,
 }
 
 /// A token the API server issued.
@@ -46,7 +46,7 @@ pub struct IssuedToken {
 /// Requests tokens (TokenRequest) from the API server.
 pub trait TokenFetcher: Send + Sync {
     /// Creates a token for `key`; the error is the API's message.
-    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>>;
+    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::api::RequestError>>;
 }
 
 /// No token can be served (upstream messages).
@@ -54,14 +54,14 @@ pub trait TokenFetcher: Send + Sync {
 pub enum TokenError {
     /// Nothing cached and the request failed.
     #[error("failed to fetch token: {0}")]
-    Fetch(String),
+    Fetch(crate::api::RequestError),
     /// The cached token expired and its refresh failed.
     #[error("token {key} expired and refresh failed: {reason}")]
     ExpiredRefreshFailed {
         /// The key, printed.
         key: String,
-        /// The API's message.
-        reason: String,
+        /// Why the refresh failed.
+        reason: crate::api::RequestError,
     },
 }
 
@@ -165,7 +165,7 @@ impl<F: TokenFetcher> TokenManager<F> {
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|k, _| k.bound.as_ref().is_none_or(|(_, _, uid)| uid != pod_uid));
+            .retain(|k, _| k.bound.as_ref().is_none_or(|b| b.uid != pod_uid));
     }
 
     /// Tokens cached.
@@ -192,7 +192,7 @@ mod tests {
     }
 
     impl TokenFetcher for &Fake {
-        fn fetch<'a>(&'a self, _key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+        fn fetch<'a>(&'a self, _key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::api::RequestError>> {
             Box::pin(async move {
                 let n = self.calls.fetch_add(1, Ordering::SeqCst);
                 if self.fail.load(Ordering::SeqCst) {
@@ -211,7 +211,7 @@ mod tests {
             service_account_uid: "sa-uid".into(),
             audiences: vec!["registry".into()],
             expiration_seconds: 0,
-            bound: Some(("Pod".into(), "p".into(), pod_uid.into())),
+            bound: Some(crate::BoundObjectRef::pod("p", pod_uid)),
         }
     }
 

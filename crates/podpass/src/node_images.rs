@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_api::Feature;
+use podpass_node::ServiceAccountRef;
 use podpass_node::credential::docker_config::read_node_config;
 use podpass_node::credential::{
     CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup,
@@ -206,7 +207,7 @@ fn make_lookup(
     ctx: PodContext,
     providers: Arc<Vec<PluginProvider>>,
     node_config: podpass_node::credential::DockerConfig,
-    sa: Option<(String, String, String)>,
+    sa: Option<ServiceAccountRef>,
 ) -> Arc<LazyLookup> {
     LazyLookup::new(move || -> LookupFuture {
         Box::pin(async move {
@@ -219,13 +220,13 @@ fn make_lookup(
                     p.skip_reason.as_deref().unwrap_or_default()
                 );
             }
-            if let Some((namespace, name, uid)) = sa {
+            if let Some(sa) = sa {
                 for c in &mut found.credentials {
                     if c.source == CredentialSource::NodeWide {
                         c.source = CredentialSource::ServiceAccount {
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            uid: uid.clone(),
+                            namespace: sa.namespace.clone(),
+                            name: sa.name.clone(),
+                            uid: sa.uid.clone(),
                         };
                     }
                 }
@@ -239,21 +240,12 @@ fn make_lookup(
     })
 }
 
-fn parse_service_account(s: &str) -> Result<(String, String, String)> {
-    let parts: Vec<&str> = s.split('/').collect();
-    match parts.as_slice() {
-        [ns, name, uid] if !ns.is_empty() && !name.is_empty() && !uid.is_empty() => {
-            Ok(((*ns).to_owned(), (*name).to_owned(), (*uid).to_owned()))
-        }
-        _ => bail!("--service-account {s:?}: must be NAMESPACE/NAME/UID"),
-    }
-}
-
 /// Runs `ensure-image`; the exit code says whether the pod may use the image.
 pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let config = kubelet_config(a.config.as_deref())?;
     let gates = assembly::feature_gates(&config, &a.feature_gates)?;
-    let sa = a.service_account.as_deref().map(parse_service_account).transpose()?;
+    let sa =
+        a.service_account.as_deref().map(str::parse::<ServiceAccountRef>).transpose().context("--service-account")?;
     let backend = Arc::new(a.runtime.backend().await?);
     let (manager, pull_manager, warnings) =
         assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates).await?;

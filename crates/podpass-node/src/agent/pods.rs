@@ -39,28 +39,35 @@ impl ApiSources {
     }
 }
 
-fn message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 impl ProjectionSources for ApiSources {
-    fn config_map<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
+    fn config_map<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>> {
         Box::pin(async move {
-            Api::<ConfigMap>::namespaced(self.client.clone(), namespace).get_opt(name).await.map_err(|e| message(&e))
+            Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(crate::api::RequestError::from)
         })
     }
 
-    fn secret<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
         Box::pin(async move {
-            Api::<Secret>::namespaced(self.client.clone(), namespace).get_opt(name).await.map_err(|e| message(&e))
+            Api::<Secret>::namespaced(self.client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(crate::api::RequestError::from)
         })
     }
 
-    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
-        Box::pin(async move { self.tokens.get(key, now_unix()).await.map_err(|e| e.to_string()) })
+    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
+        Box::pin(async move { self.tokens.get(key, now_unix()).await })
     }
 }
 

@@ -68,12 +68,8 @@ fn retry_at() -> Instant {
     Instant::now() + RETRY + Duration::from_millis(jitter)
 }
 
-pub(crate) fn label(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+pub(crate) fn label(pod: &Pod) -> crate::PodRef {
+    crate::PodRef::of(pod)
 }
 
 /// What a change must touch for the pod to be synced again (its own status updates do not).

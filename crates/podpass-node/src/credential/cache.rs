@@ -90,8 +90,8 @@ pub fn single_flight_key(
 pub struct CachedCredentials {
     /// Credentials by pattern.
     pub config: DockerConfig,
-    /// Service-account coordinates it was obtained with (namespace, name, uid).
-    pub service_account: Option<(String, String, String)>,
+    /// The service account it was obtained with.
+    pub service_account: Option<crate::ServiceAccountRef>,
     expires_at: Instant,
 }
 
@@ -132,7 +132,7 @@ impl CredentialCache {
         &self,
         key: Vec<u8>,
         config: DockerConfig,
-        service_account: Option<(String, String, String)>,
+        service_account: Option<crate::ServiceAccountRef>,
         now: Instant,
         ttl: Duration,
     ) {

@@ -35,8 +35,10 @@ pub async fn lookup(
     let mut provided = Keyring::new();
     for provider in providers {
         let p = provider.provide(image, pod).await;
-        let source = p.service_account.map_or(CredentialSource::NodeWide, |(namespace, name, uid)| {
-            CredentialSource::ServiceAccount { namespace, name, uid }
+        let source = p.service_account.map_or(CredentialSource::NodeWide, |sa| CredentialSource::ServiceAccount {
+            namespace: sa.namespace,
+            name: sa.name,
+            uid: sa.uid,
         });
         provided.add(&p.config, &source);
         out.providers.push(p.report);

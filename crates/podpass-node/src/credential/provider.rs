@@ -56,7 +56,7 @@ pub trait ServiceAccountSource: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ServiceAccountInfo, String>>;
+    ) -> BoxFuture<'a, Result<ServiceAccountInfo, crate::api::RequestError>>;
 
     /// A token for the service account (guarded by its UID) with `audience`, bound to the
     /// pod; the server's default expiry.
@@ -65,7 +65,7 @@ pub trait ServiceAccountSource: Send + Sync {
         pod: &'a PodIdentity,
         service_account_uid: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, Result<String, String>>;
+    ) -> BoxFuture<'a, Result<String, crate::token::TokenError>>;
 }
 
 /// What a provider did for one lookup.
@@ -98,8 +98,8 @@ pub struct ProviderReport {
 pub struct Provided {
     /// Credentials by pattern.
     pub config: DockerConfig,
-    /// (namespace, name, uid) when a service account was used.
-    pub service_account: Option<(String, String, String)>,
+    /// The service account, when one was used.
+    pub service_account: Option<crate::ServiceAccountRef>,
     /// What happened.
     pub report: ProviderReport,
 }
@@ -243,7 +243,11 @@ impl PluginProvider {
                     Err(e) => return skip(report, e.to_string()),
                 };
                 report.service_account = Some(format!("{}/{sa_name}", pod.namespace));
-                coordinates = Some((pod.namespace.clone(), sa_name.to_owned(), sa.uid.clone()));
+                coordinates = Some(crate::ServiceAccountRef {
+                    namespace: pod.namespace.clone(),
+                    name: sa_name.to_owned(),
+                    uid: sa.uid.clone(),
+                });
                 request.service_account_token = token.clone();
             } else {
                 return skip(report, "no API access to request a service-account token (--kubeconfig)".into());

@@ -175,13 +175,21 @@ mod tests {
     struct Tokens;
 
     impl ProjectionSources for Tokens {
-        fn config_map<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
+        fn config_map<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>> {
             Box::pin(async { Ok(None) })
         }
-        fn secret<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+        fn secret<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
             Box::pin(async { Ok(None) })
         }
-        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
             Box::pin(async move {
                 Ok(IssuedToken {
                     token: "jwt".into(),

@@ -18,11 +18,19 @@ pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
 /// What a projected volume reads from the API (the agent's informers and token manager).
 pub trait ProjectionSources: Send + Sync {
     /// A ConfigMap (`Ok(None)`: it does not exist).
-    fn config_map<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>>;
+    fn config_map<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>>;
     /// A Secret (`Ok(None)`: it does not exist).
-    fn secret<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>>;
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>>;
     /// A service-account token (through the token manager, which caches and refreshes).
-    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>>;
+    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>>;
 }
 
 /// The payload could not be assembled; every source's problem is listed.
@@ -161,7 +169,7 @@ pub async fn project(
                         errors.push(e);
                     }
                 }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if let Some(c) = &source.config_map {
@@ -188,7 +196,7 @@ pub async fn project(
                         errors.push(e);
                     }
                 }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if let Some(d) = &source.downward_api {
@@ -199,7 +207,7 @@ pub async fn project(
                         Ok(v) => {
                             out.payload.insert(item.path.clone(), FileProjection { data: v.into_bytes(), mode });
                         }
-                        Err(e) => errors.push(e),
+                        Err(e) => errors.push(e.to_string()),
                     },
                     // podpass runs no containers: there are no resource values to project.
                     (None, Some(r)) => {
@@ -219,10 +227,9 @@ pub async fn project(
                 service_account_uid: String::new(),
                 audiences: t.audience.clone().filter(|a| !a.is_empty()).into_iter().collect(),
                 expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS),
-                bound: Some((
-                    "Pod".into(),
-                    pod.metadata.name.clone().unwrap_or_default(),
-                    pod.metadata.uid.clone().unwrap_or_default(),
+                bound: Some(crate::BoundObjectRef::pod(
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    pod.metadata.uid.as_deref().unwrap_or_default(),
                 )),
             };
             let fs_group = spec.and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
@@ -233,7 +240,7 @@ pub async fn project(
                         .insert(t.path.clone(), FileProjection { data: issued.token.clone().into_bytes(), mode });
                     out.tokens.push((key, issued));
                 }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if source.cluster_trust_bundle.is_some() || source.pod_certificate.is_some() {
@@ -251,7 +258,11 @@ mod tests {
     struct Fake;
 
     impl ProjectionSources for Fake {
-        fn config_map<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
+        fn config_map<'a>(
+            &'a self,
+            _: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>> {
             Box::pin(async move {
                 Ok((name == "kube-root-ca.crt").then(|| {
                     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"ca.crt": "CA"}}))
@@ -259,7 +270,11 @@ mod tests {
                 }))
             })
         }
-        fn secret<'a>(&'a self, _: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, String>> {
+        fn secret<'a>(
+            &'a self,
+            _: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
             Box::pin(async move {
                 Ok((name == "db").then(|| {
                     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"password": "aHVudGVyMg=="}}))
@@ -267,10 +282,10 @@ mod tests {
                 }))
             })
         }
-        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, String>> {
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
             Box::pin(async move {
                 if key.audiences.iter().any(|a| a == "refused") {
-                    return Err("failed to fetch token: forbidden".into());
+                    return Err(crate::token::TokenError::Fetch("forbidden".into()));
                 }
                 Ok(IssuedToken {
                     token: format!("jwt-for-{}", key.audiences.join(",")),
@@ -307,7 +322,7 @@ mod tests {
         assert_eq!(file("ca.crt"), Some(("CA".into(), 0o644)));
         assert_eq!(file("namespace"), Some(("team".into(), 0o644)));
         let (key, _) = &p.tokens[0];
-        assert_eq!(key.bound, Some(("Pod".into(), "web".into(), "pod-uid".into())));
+        assert_eq!(key.bound, Some(crate::BoundObjectRef::pod("web", "pod-uid")));
         assert_eq!((key.service_account.as_str(), key.expiration_seconds), ("builder", 3607));
         assert!(key.audiences.is_empty() && key.service_account_uid.is_empty());
     }
