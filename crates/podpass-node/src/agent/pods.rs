@@ -96,6 +96,7 @@ impl PodLoop {
         let mut events = watcher(Api::<Pod>::all(self.shared.client.clone()), config).default_backoff().boxed();
         let mut gc = tokio::time::interval(std::time::Duration::from_secs(60));
         let mut listed: Option<HashSet<String>> = None;
+        let mut ticks: u64 = 0;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -127,8 +128,10 @@ impl PodLoop {
                 },
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 _ = gc.tick() => {
-                    self.shared.sources.tokens().collect_garbage(now_unix());
-                    self.shared.service_accounts.tokens().collect_garbage(now_unix());
+                    // Records are pruned every fifth minute (the kubelet's image GC period).
+                    ticks += 1;
+                    // Off the loop: listing a runtime's images may take a while.
+                    tokio::spawn(super::worker::housekeeping(self.shared.clone(), ticks.is_multiple_of(5)));
                 }
             }
         }

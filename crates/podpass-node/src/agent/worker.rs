@@ -26,6 +26,7 @@ use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
 use crate::images::backend::Backend;
 use crate::images::manager::{ImageManager, PullPolicy};
+use crate::images::service::ImageService;
 use crate::token::now_unix;
 use crate::volumes::{remove_pod_volumes, sync_pod_volumes};
 
@@ -301,6 +302,31 @@ async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+/// Minute-by-minute housekeeping: token garbage collection, expired provider cache
+/// entries, and (`prune`) the kubelet image GC's `PruneUnknownRecords`: records of images
+/// the runtime no longer has, last updated before the image list was taken, are deleted.
+pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
+    let now = now_unix();
+    shared.sources.tokens().collect_garbage(now);
+    shared.service_accounts.tokens().collect_garbage(now);
+    let purged: usize = shared.providers.iter().map(PluginProvider::purge_expired_cache).sum();
+    if purged > 0 {
+        tracing::debug!(entries = purged, "expired credential provider cache entries purged");
+    }
+    let Some(pm) = shared.pull_manager.clone().filter(|_| prune) else { return };
+    let until = crate::images::pull_manager::rfc3339_now();
+    match shared.images.service().list_images().await {
+        Ok(images) => {
+            let ids: Vec<String> = images.into_iter().map(|i| i.id).collect();
+            let pruned = tokio::task::spawn_blocking(move || pm.prune_unknown_records(&ids, &until)).await;
+            if let Ok(n @ 1..) = pruned {
+                tracing::info!(records = n, "pull records of images no longer present pruned");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "listing images for record pruning failed"),
+    }
 }
 
 /// A pod being deleted or gone: its tokens, back-off and event memory are dropped, its

@@ -140,6 +140,17 @@ impl CredentialCache {
         guard.0.insert(key, CachedCredentials { config, service_account, expires_at: now + ttl });
     }
 
+    /// Removes every expired entry now (the kubelet's cache purges on a 15-minute timer;
+    /// the agent calls this from its housekeeping).
+    pub fn purge_expired(&self, now: Instant) -> usize {
+        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (entries, last_purge) = &mut *guard;
+        let before = entries.len();
+        entries.retain(|_, e| now <= e.expires_at);
+        *last_purge = now;
+        before - entries.len()
+    }
+
     /// Entries held (expired ones included until swept).
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).0.len()
@@ -182,5 +193,16 @@ mod tests {
         cache.insert(b"b".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(3600));
         assert!(cache.get(b"zzz", t0 + Duration::from_secs(16 * 60)).is_none());
         assert_eq!(cache.len(), 1, "the sweep removed the expired entry");
+    }
+
+    #[test]
+    fn housekeeping_purges_only_expired_entries() {
+        let cache = CredentialCache::default();
+        let t0 = Instant::now();
+        cache.insert(b"a".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(1));
+        cache.insert(b"b".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(3600));
+        assert_eq!(cache.purge_expired(t0), 0);
+        assert_eq!(cache.purge_expired(t0 + Duration::from_secs(2)), 1);
+        assert!(cache.get(b"b", t0 + Duration::from_secs(2)).is_some());
     }
 }

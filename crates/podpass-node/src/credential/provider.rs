@@ -177,6 +177,11 @@ impl PluginProvider {
         self.execs.load(Ordering::Relaxed)
     }
 
+    /// Drops expired cached answers; returns how many went.
+    pub fn purge_expired_cache(&self) -> usize {
+        self.cache.purge_expired(Instant::now())
+    }
+
     /// Credentials for `image` pulled for `pod` (None: no pod, e.g. a node-level pull).
     pub async fn provide(&self, image: &str, pod: Option<&PodIdentity>) -> Provided {
         let mut report = ProviderReport { name: self.config.name.clone(), ..Default::default() };
