@@ -161,6 +161,7 @@ impl PodLoop {
 
     fn apply(&mut self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
+        tracing::debug!(pod = %crate::PodRef::of(&pod), "pod event");
         if pod.metadata.deletion_timestamp.is_some() {
             self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: true });
         } else {

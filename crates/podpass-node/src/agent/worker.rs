@@ -170,6 +170,7 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
 /// One sync; returns when the next is due (`None`: only on change).
 async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
+    tracing::debug!(pod = %label(pod), "sync started");
     let mut next: Option<Instant> = None;
     let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
 

@@ -6,9 +6,13 @@
 //! <dir>/..data -> ..2026_11_24_03_20_00.k3j9x2   (the current payload, swapped by rename)
 //! <dir>/token  -> ..data/token                     (one link per top-level name)
 //! ```
-//! Beyond upstream, for restart safety: files and the new directory are fsynced before the
-//! swap and the target directory after it, and a `..data_tmp` link or timestamped directory
-//! left by a process killed mid-write is removed on the next write.
+//! Readers are safe by the rename alone. As upstream, nothing is fsynced by default: a
+//! pod's volumes are derived state, rewritten from the API at every agent start (a payload
+//! that differs on disk, also one a power loss truncated, is written again), and the
+//! kubelet keeps them on tmpfs. [`AtomicWriter::durable`] fsyncs the files and the new
+//! directory before the swap and the target directory after it, for callers that promise
+//! durability. Beyond upstream, a `..data_tmp` link or timestamped directory left by a
+//! process killed mid-write is removed on the next write.
 //!
 //! Blocking I/O: call from `spawn_blocking`.
 
@@ -95,6 +99,7 @@ fn clean(path: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct AtomicWriter {
     target: PathBuf,
+    durable: bool,
 }
 
 impl AtomicWriter {
@@ -105,7 +110,13 @@ impl AtomicWriter {
             .mode(0o750)
             .create(target)
             .map_err(io("creating target directory", target))?;
-        Ok(Self { target: target.to_owned() })
+        Ok(Self { target: target.to_owned(), durable: false })
+    }
+
+    /// Makes every write durable: files and directories fsynced around the swap.
+    pub fn durable(mut self) -> Self {
+        self.durable = true;
+        self
     }
 
     /// The target directory.
@@ -164,9 +175,11 @@ impl AtomicWriter {
             let ts_dir = self.new_timestamp_dir()?;
             let publish = || -> Result<(), AtomicWriteError> {
                 for (path, file) in &cleaned {
-                    write_file(&ts_dir.join(path), file)?;
+                    write_file(&ts_dir.join(path), file, self.durable)?;
                 }
-                sync_dir(&ts_dir)?;
+                if self.durable {
+                    sync_dir(&ts_dir)?;
+                }
                 // (8)-(9) swap
                 let name = ts_dir.file_name().map(PathBuf::from).unwrap_or_default();
                 let tmp_link = self.target.join(NEW_DATA_DIR);
@@ -175,7 +188,7 @@ impl AtomicWriter {
                     let _ = std::fs::remove_file(&tmp_link);
                     return Err(io("publishing", &data_link)(e));
                 }
-                sync_dir(&self.target)
+                if self.durable { sync_dir(&self.target) } else { Ok(()) }
             };
             if let Err(e) = publish() {
                 let _ = std::fs::remove_dir_all(&ts_dir);
@@ -288,7 +301,7 @@ fn walk(dir: &Path) -> Result<BTreeSet<String>, AtomicWriteError> {
     Ok(out)
 }
 
-fn write_file(path: &Path, file: &FileProjection) -> Result<(), AtomicWriteError> {
+fn write_file(path: &Path, file: &FileProjection, durable: bool) -> Result<(), AtomicWriteError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io("creating directory", parent))?;
     }
@@ -301,7 +314,10 @@ fn write_file(path: &Path, file: &FileProjection) -> Result<(), AtomicWriteError
     f.write_all(&file.data).map_err(io("writing", path))?;
     // The exact mode, whatever the umask.
     f.set_permissions(std::fs::Permissions::from_mode(file.mode & 0o7777)).map_err(io("setting mode", path))?;
-    f.sync_all().map_err(io("syncing", path))
+    if durable {
+        f.sync_all().map_err(io("syncing", path))?;
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), AtomicWriteError> {
@@ -377,7 +393,8 @@ mod tests {
     #[test]
     fn what_a_killed_writer_left_is_removed_and_links_are_repaired() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let w = AtomicWriter::new(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        // (the durable writer: the same publication, with fsyncs around the swap)
+        let w = AtomicWriter::new(dir.path()).unwrap_or_else(|e| panic!("{e}")).durable();
         let t = w.target().to_owned();
         let p = payload(&[("token", "t1", 0o644)]);
         w.write(&p).unwrap_or_else(|e| panic!("{e}"));

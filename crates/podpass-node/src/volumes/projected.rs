@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, ProjectedVolumeSource, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, KeyToPath, Pod, ProjectedVolumeSource, Secret, ServiceAccountTokenProjection,
+};
 use thiserror::Error;
 
 use super::atomic_writer::FileProjection;
@@ -145,12 +147,52 @@ pub async fn project(
         return Err(ProjectionError(vec!["no defaultMode used, not even the default value for it".into()]));
     };
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    let service_account = spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+    let token_key = |t: &ServiceAccountTokenProjection| TokenKey {
+        namespace: namespace.clone(),
+        service_account: service_account.clone(),
+        // The projected path sends no metadata.uid, as upstream.
+        service_account_uid: String::new(),
+        audiences: t.audience.clone().filter(|a| !a.is_empty()).into_iter().collect(),
+        expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS),
+        bound: Some(crate::BoundObjectRef::pod(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        )),
+    };
+    // Every object the sources name is fetched at once (a token request and the CA config
+    // map of the automounted volume overlap); the payload is then assembled in source
+    // order, so a later source still wins a path as upstream.
+    let fetches = volume.sources.iter().flatten().map(|source| {
+        let token = source.service_account_token.as_ref().map(&token_key);
+        let namespace = namespace.as_str();
+        async move {
+            let secret = match &source.secret {
+                Some(s) => Some(sources.secret(namespace, &s.name).await),
+                None => None,
+            };
+            let config_map = match &source.config_map {
+                Some(c) => Some(sources.config_map(namespace, &c.name).await),
+                None => None,
+            };
+            let token = match token {
+                Some(key) => {
+                    let issued = sources.token(&key).await;
+                    Some((key, issued))
+                }
+                None => None,
+            };
+            (secret, config_map, token)
+        }
+    });
+    let fetched = futures::future::join_all(fetches).await;
     let mut errors = Vec::new();
     let mut out = Projection::default();
-    for source in volume.sources.iter().flatten() {
-        if let Some(s) = &source.secret {
+    for (source, (secret, config_map, token)) in volume.sources.iter().flatten().zip(fetched) {
+        if let (Some(s), Some(result)) = (&source.secret, secret) {
             let optional = s.optional.unwrap_or(false);
-            match sources.secret(&namespace, &s.name).await {
+            match result {
                 Ok(found) => {
                     if found.is_none() && !optional {
                         errors.push(format!("secrets \"{}\" not found", s.name));
@@ -172,9 +214,9 @@ pub async fn project(
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        if let Some(c) = &source.config_map {
+        if let (Some(c), Some(result)) = (&source.config_map, config_map) {
             let optional = c.optional.unwrap_or(false);
-            match sources.config_map(&namespace, &c.name).await {
+            match result {
                 Ok(found) => {
                     if found.is_none() && !optional {
                         errors.push(format!("configmaps \"{}\" not found", c.name));
@@ -217,24 +259,10 @@ pub async fn project(
                 }
             }
         }
-        if let Some(t) = &source.service_account_token {
-            let spec = pod.spec.as_ref();
-            let service_account = spec.and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
-            let key = TokenKey {
-                namespace: namespace.clone(),
-                service_account,
-                // The projected path sends no metadata.uid, as upstream.
-                service_account_uid: String::new(),
-                audiences: t.audience.clone().filter(|a| !a.is_empty()).into_iter().collect(),
-                expiration_seconds: t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS),
-                bound: Some(crate::BoundObjectRef::pod(
-                    pod.metadata.name.as_deref().unwrap_or_default(),
-                    pod.metadata.uid.as_deref().unwrap_or_default(),
-                )),
-            };
+        if let (Some(t), Some((key, result))) = (&source.service_account_token, token) {
             let fs_group = spec.and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
             let mode = if fs_group.is_some() || fs_user(pod).is_some() { 0o600 } else { default_mode };
-            match sources.token(&key).await {
+            match result {
                 Ok(issued) => {
                     out.payload
                         .insert(t.path.clone(), FileProjection { data: issued.token.clone().into_bytes(), mode });
