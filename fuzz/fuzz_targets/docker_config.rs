@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use podpass_node::credential::docker_config::{parse_config_json, parse_dockercfg, parse_pull_secret};
+use podpass_node::credential::{parse_config_json, parse_dockercfg, parse_pull_secret};
 use podpass_node::credential::{CredentialSource, Keyring};
 
 fuzz_target!(|data: &[u8]| {

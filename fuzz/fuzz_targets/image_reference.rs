@@ -13,5 +13,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = glob_match(a, b);
     let _ = urls_match_str(a, b);
     let _ = urls_match_str(b, a);
-    let _ = podpass_node::credential::keyring::is_default_registry_match(a);
+    let _ = podpass_node::credential::is_default_registry_match(a);
 });

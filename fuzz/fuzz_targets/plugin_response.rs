@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = podpass_node::credential::exec::decode_response(data, "credentialprovider.kubelet.k8s.io/v1");
+    let _ = podpass_node::credential::decode_response(data, "credentialprovider.kubelet.k8s.io/v1");
 });

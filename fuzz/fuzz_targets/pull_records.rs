@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use podpass_node::images::records::{decode_intent, decode_pulled};
+use podpass_node::images::{decode_intent, decode_pulled};
 
 fuzz_target!(|data: &[u8]| {
     let path = std::path::Path::new("fuzz");

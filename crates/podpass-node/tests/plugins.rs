@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use podpass_api::GoDuration;
 use podpass_api::credential_provider::{CredentialProvider, ExecEnvVar, wire::V1};
-use podpass_node::credential::metrics::CredentialMetrics;
+use podpass_node::credential::CredentialMetrics;
 use podpass_node::credential::{PluginProvider, lookup};
 
 /// The echo plugin: answers for `*.registry.example` with user `$PLUGIN_USER` and the
@@ -163,10 +163,8 @@ async fn failures_yield_nothing_and_say_why() {
         got.report.skip_reason.as_deref(),
         Some("plugin failed: exit code 3: registry refused: bad credentials")
     );
-    let errors = metrics
-        .errors
-        .get_or_create(&podpass_node::credential::metrics::PluginLabels { plugin_name: "fail".into() })
-        .get();
+    let errors =
+        metrics.errors.get_or_create(&podpass_node::credential::PluginLabels { plugin_name: "fail".into() }).get();
     assert_eq!(errors, 1);
     assert!(!fail.provide("a.registry.example/app", None).await.report.cache_hit, "failures are not cached");
 

@@ -7,9 +7,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_api::credential_provider::{read_config, validate};
 use podpass_api::{Feature, FeatureGates};
-use podpass_node::credential::docker_config::{parse_pull_secret, read_node_config};
-use podpass_node::credential::metrics::CredentialMetrics;
+use podpass_node::credential::CredentialMetrics;
 use podpass_node::credential::{PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup};
+use podpass_node::credential::{parse_pull_secret, read_node_config};
 use serde_json::{Value, json};
 
 /// `podpass node …`.

@@ -8,18 +8,18 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_api::Feature;
 use podpass_node::ServiceAccountRef;
-use podpass_node::credential::docker_config::read_node_config;
+use podpass_node::credential::read_node_config;
 use podpass_node::credential::{
     CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup,
 };
+use podpass_node::images::Backend;
+use podpass_node::images::ImageService;
+use podpass_node::images::PolicyEnforcer;
+use podpass_node::images::PullManager;
 use podpass_node::images::assembly;
-use podpass_node::images::backend::Backend;
 use podpass_node::images::kubelet_config::{self, KubeletImageConfig};
-use podpass_node::images::manager::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
-use podpass_node::images::policy::PolicyEnforcer;
-use podpass_node::images::pull_manager::PullManager;
-use podpass_node::images::records::{ImagePulledRecord, RecordStore};
-use podpass_node::images::service::ImageService;
+use podpass_node::images::{ImagePulledRecord, RecordStore};
+use podpass_node::images::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
 use prometheus_client::registry::Registry;
 
 /// Where images live: the kubelet root dir and the runtime.
@@ -317,7 +317,7 @@ pub async fn list(a: ListArgs) -> Result<()> {
     Ok(())
 }
 
-fn who(c: &podpass_node::images::records::ImagePullCredentials) -> String {
+fn who(c: &podpass_node::images::ImagePullCredentials) -> String {
     if c.node_pods_accessible {
         return "every pod on the node".into();
     }
@@ -390,7 +390,7 @@ pub async fn gc(a: GcArgs) -> Result<()> {
     let ids: Vec<String> = backend.list_images().await?.into_iter().map(|i| i.id).collect();
     let store = open_records(&a.runtime.root_dir)?;
     let pm = PullManager::new(store, PolicyEnforcer::new(Default::default(), &[]).unwrap_or_default());
-    let until = podpass_node::images::pull_manager::rfc3339_now();
+    let until = podpass_node::images::rfc3339_now();
     let pruned = tokio::task::spawn_blocking(move || pm.prune_unknown_records(&ids, &until)).await?;
     outln!("pruned {pruned} records");
     Ok(())

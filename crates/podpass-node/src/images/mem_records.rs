@@ -113,6 +113,7 @@ impl CachedRecords {
     }
 
     /// Whether a complete listing of pulled records is in memory.
+    #[cfg(test)]
     pub fn pulled_authoritative(&self) -> bool {
         locked(&self.pulled).authoritative
     }

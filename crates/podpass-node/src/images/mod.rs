@@ -1,19 +1,45 @@
 //! Ensure-secret-pulled-images (KEP-2535): image references as the kubelet normalises them,
-//! the credential verification policy, and the pull records on disk.
+//! the credential verification policy, the pull records on disk, the image stores (embedded
+//! OCI store or a CRI runtime), and the image manager that ties them together.
+//!
+//! The modules are private; what callers need is re-exported here. `reference` and
+//! `kubelet_config` stay namespaces of free functions, `assembly` is the one wiring.
 
 pub mod assembly;
-pub mod backend;
-pub mod backoff;
-pub mod cri;
-pub mod durable;
-pub mod embedded;
+pub(crate) mod backend;
+pub(crate) mod backoff;
+pub(crate) mod cri;
+pub(crate) mod durable;
+pub(crate) mod embedded;
 pub mod kubelet_config;
-pub mod manager;
-pub mod manifest_fetch;
-pub mod mapping;
-pub mod mem_records;
-pub mod policy;
-pub mod pull_manager;
-pub mod records;
+pub(crate) mod manager;
+pub(crate) mod manifest_fetch;
+pub(crate) mod mapping;
+pub(crate) mod mem_records;
+pub(crate) mod policy;
+pub(crate) mod pull_manager;
+pub(crate) mod records;
 pub mod reference;
-pub mod service;
+pub(crate) mod service;
+
+pub use backend::Backend;
+pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
+pub use cri::CriImageService;
+pub use embedded::{EmbeddedStore, plain_http_allowed};
+pub use kubelet_config::KubeletImageConfig;
+pub use manager::{
+    Decision, EnsureError, EnsureLabels, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,
+    credentials_to_record, pod_credentials, pull_with_credentials,
+};
+pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
+pub use mapping::CredentialMapping;
+pub use mem_records::{MAX_INTENTS, MAX_PULLED};
+pub use policy::{AllowlistError, PolicyEnforcer, VerificationPolicy};
+pub use pull_manager::{
+    CheckLabels, CheckResult, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager, merge_credentials, rfc3339_now,
+};
+pub use records::{
+    API_VERSION, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord,
+    RecordError, RecordStore, decode_intent, decode_pulled, encode, file_name,
+};
+pub use service::{ImageError, ImageService, PresentImage, PullAuth};

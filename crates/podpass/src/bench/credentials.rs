@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use podpass_api::GoDuration;
 use podpass_api::credential_provider::{CredentialProvider, ExecEnvVar, wire::V1};
+use podpass_node::credential::CredentialMetrics;
 use podpass_node::credential::PluginProvider;
-use podpass_node::credential::metrics::CredentialMetrics;
 
 /// Flags of `podpass bench credentials`.
 #[derive(Debug, Args)]

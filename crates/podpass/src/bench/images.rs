@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use podpass_node::images::mem_records::MAX_PULLED;
-use podpass_node::images::policy::{PolicyEnforcer, VerificationPolicy};
-use podpass_node::images::pull_manager::{PodCredentials, PullManager};
-use podpass_node::images::records::{
+use podpass_node::images::MAX_PULLED;
+use podpass_node::images::{
     API_VERSION, CredentialMapping, ImagePullCredentials, ImagePullSecret, ImagePulledRecord, RecordStore, encode,
     file_name,
 };
+use podpass_node::images::{PodCredentials, PullManager};
+use podpass_node::images::{PolicyEnforcer, VerificationPolicy};
 
 /// Flags of `podpass bench images`.
 #[derive(Debug, Args)]
