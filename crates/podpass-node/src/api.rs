@@ -130,6 +130,29 @@ pub async fn get_secret_manifest(client: &kube::Client, namespace: &str, name: &
     serde_json::to_vec(&value).map_err(|e| ApiError::Request(e.to_string()))
 }
 
+/// The pull secrets `names` of a pod in `namespace`, as the kubelet reads them
+/// (`getPullSecretsForPod`): one that cannot be read or parsed is skipped, and returned
+/// with why so the caller can warn (the kubelet's `FailedToRetrieveImagePullSecret`).
+pub async fn pull_secrets(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+) -> (Vec<crate::credential::PullSecret>, Vec<(String, String)>) {
+    let mut found = Vec::with_capacity(names.len());
+    let mut skipped = Vec::new();
+    for name in names {
+        let read = get_secret_manifest(client, namespace, name)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|m| crate::credential::parse_pull_secret(&m).map_err(|e| e.to_string()));
+        match read {
+            Ok(s) => found.push(s),
+            Err(e) => skipped.push((name.clone(), e)),
+        }
+    }
+    (found, skipped)
+}
+
 /// TokenRequests through kube-rs.
 #[derive(Clone)]
 pub struct KubeTokenFetcher {

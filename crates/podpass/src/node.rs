@@ -257,12 +257,9 @@ pub(crate) async fn read_pod(client: &podpass_node::api::Client, pod: &str) -> R
         bail!("--pod {pod:?}: must be NAMESPACE/NAME");
     };
     let info = podpass_node::api::get_pod(client, namespace, name).await?;
-    let mut secrets = Vec::new();
-    for secret in &info.pull_secrets {
-        match podpass_node::api::get_secret_manifest(client, namespace, secret).await {
-            Ok(manifest) => secrets.push(parse_pull_secret(&manifest)?),
-            Err(e) => eprintln!("warning: pod {pod}: image pull secret {secret}: {e}"),
-        }
+    let (secrets, skipped) = podpass_node::api::pull_secrets(client, namespace, &info.pull_secrets).await;
+    for (secret, e) in skipped {
+        eprintln!("warning: pod {pod}: image pull secret {secret}: {e}");
     }
     Ok((info.identity, secrets))
 }

@@ -21,7 +21,6 @@ use super::events::{EventRecorder, field_path};
 use super::pods::ApiSources;
 use super::status::{ContainerOutcome, ContainerReport, VolumesOutcome, pod_status};
 use crate::api::KubeServiceAccounts;
-use crate::credential::docker_config::parse_pull_secret;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
 use crate::images::backend::Backend;
@@ -142,20 +141,11 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
         .into_iter()
         .map(|r| r.name)
         .collect();
-    let mut out = Vec::new();
+    let (out, skipped) = crate::api::pull_secrets(&shared.client, &ns, &names).await;
     let mut missing = Vec::new();
-    for name in names {
-        let read = crate::api::get_secret_manifest(&shared.client, &ns, &name)
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|m| parse_pull_secret(&m).map_err(|e| e.to_string()));
-        match read {
-            Ok(s) => out.push(s),
-            Err(e) => {
-                tracing::warn!(pod = %label(pod), secret = %name, error = %e, "unable to retrieve pull secret");
-                missing.push(name);
-            }
-        }
+    for (name, e) in skipped {
+        tracing::warn!(pod = %label(pod), secret = %name, error = %e, "unable to retrieve pull secret");
+        missing.push(name);
     }
     if !missing.is_empty() {
         let message = format!(
