@@ -330,16 +330,21 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         ],
     );
     // The pod names the provider's audience in a projected token volume, so the node may
-    // request that token for it (NodeRestriction); no pull secret.
-    post(
-        &s,
-        "/api/v1/namespaces/team/pods",
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+    // request that token for it (NodeRestriction); no pull secret. Applied with kubectl.
+    let admin_cfg = d.join("api/admin.kubeconfig");
+    let kubectl = |args: &[&str]| kubectl_with(&admin_cfg, &d.join("kubectl-cache"), args);
+    let manifest = d.join("web.json");
+    std::fs::write(
+        &manifest,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team"},
             "spec": {"nodeName": "n1", "serviceAccountName": "builder",
                      "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}],
                      "volumes": [{"name": "registry-token", "projected": {"sources": [
-                         {"serviceAccountToken": {"audience": "registry.local", "path": "token"}}]}}]}}),
-    );
+                         {"serviceAccountToken": {"audience": "registry.local", "path": "token"}}]}}]}})
+        .to_string(),
+    )
+    .unwrap();
+    ok(kubectl(&["apply", "-f", manifest.to_str().unwrap()]), "kubectl apply");
     let log = d.join("agent.log");
     let web = wait_for_logged("web prepared", &log, Duration::from_secs(60), || {
         let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/web");
@@ -347,8 +352,16 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     });
     assert_eq!(web["status"]["phase"], "Pending", "nothing claims the containers run");
     assert_eq!(waiting(&web).0, "ContainerCreating");
-    let ev = events(&s, "team", "web");
+    // kubectl get events / describe pod tell the story
+    let listed: Value =
+        serde_json::from_str(&ok(kubectl(&["-n", "team", "get", "events", "-o", "json"]), "events")).unwrap();
+    let ev: Vec<Value> =
+        listed["items"].as_array().unwrap().iter().filter(|e| e["involvedObject"]["name"] == "web").cloned().collect();
     assert_eq!(reasons(&ev), ["Pulling", "Pulled"], "{ev:?}");
+    let described = ok(kubectl(&["-n", "team", "describe", "pod", "web"]), "describe");
+    for needle in ["ContainerCreating", "podpass.dev/Prepared", "Successfully pulled image", "kubelet"] {
+        assert!(described.contains(needle), "{needle} in:\n{described}");
+    }
     assert_eq!(ev[0]["involvedObject"]["fieldPath"], "spec.containers{app}");
     assert_eq!(ev[0]["involvedObject"]["uid"], web["metadata"]["uid"]);
     assert_eq!(ev[0]["source"]["component"], "kubelet");
@@ -407,6 +420,13 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     let ev = events(&s, "other", "intruder");
     let pulled = ev.iter().filter(|e| e["reason"] == "Pulled").count();
     assert_eq!(pulled, 1, "{ev:?}");
+
+    // kubectl delete pod: the agent tears it down and confirms; the volumes go with it
+    let intruder_uid =
+        get(&s, "/api/v1/namespaces/other/pods/intruder").1["metadata"]["uid"].as_str().unwrap().to_owned();
+    ok(kubectl(&["-n", "other", "delete", "pod", "intruder", "--timeout=30s"]), "kubectl delete");
+    assert_eq!(get(&s, "/api/v1/namespaces/other/pods/intruder").0, 404);
+    assert!(!root.join("pods").join(&intruder_uid).exists(), "volumes removed");
 
     // Operations: healthy, and the upstream metrics count what happened.
     let ops = format!("http://127.0.0.1:{ops_port}");

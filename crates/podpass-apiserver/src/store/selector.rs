@@ -190,6 +190,17 @@ impl FieldSelector {
         self.requirements.iter().find(|(p, eq, _)| p == path && *eq).map(|(_, _, v)| v.as_str())
     }
 
+    /// Reads `path` from the object at `actual` instead (a selectable field whose name is
+    /// not its path, e.g. an Event's `source` is `source.component`).
+    pub fn alias(mut self, path: &str, actual: &str) -> Self {
+        for r in &mut self.requirements {
+            if r.0 == path {
+                actual.clone_into(&mut r.0);
+            }
+        }
+        self
+    }
+
     /// True when it selects everything.
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
@@ -263,5 +274,10 @@ mod tests {
         let s = FieldSelector::parse("spec.nodeName=n1").unwrap();
         assert_eq!(s.required_value("spec.nodeName"), Some("n1"));
         assert_eq!(s.paths().collect::<Vec<_>>(), ["spec.nodeName"]);
+        // an Event's selectable `source` reads source.component
+        let s =
+            FieldSelector::parse("source=kubelet,involvedObject.name=web").unwrap().alias("source", "source.component");
+        assert!(s.matches(&json!({"source": {"component": "kubelet"}, "involvedObject": {"name": "web"}})));
+        assert!(!s.matches(&json!({"source": {"component": "other"}, "involvedObject": {"name": "web"}})));
     }
 }

@@ -207,11 +207,28 @@ async fn list(
     for path in fields.paths() {
         let supported = matches!(path, "metadata.name" | "metadata.namespace")
             || (res.plural == "pods" && matches!(path, "spec.nodeName" | "spec.serviceAccountName" | "status.phase"))
-            || (res.plural == "secrets" && path == "type");
+            || (res.plural == "secrets" && path == "type")
+            // EventToSelectableFields (core/v1 events), so `kubectl describe` finds a pod's events
+            || (res.plural == "events"
+                && matches!(
+                    path,
+                    "involvedObject.kind"
+                        | "involvedObject.namespace"
+                        | "involvedObject.name"
+                        | "involvedObject.uid"
+                        | "involvedObject.apiVersion"
+                        | "involvedObject.resourceVersion"
+                        | "involvedObject.fieldPath"
+                        | "reason"
+                        | "reportingComponent"
+                        | "source"
+                        | "type"
+                ));
         if !supported {
             return Err(ApiError::bad_request(format!("field label not supported: {path}")));
         }
     }
+    let fields = if res.plural == "events" { fields.alias("source", "source.component") } else { fields };
     let options = ListOptions { labels, fields };
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
         // Upstream: resourceVersion "" or "0" starts with the current state as ADDED events.
