@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod containerd;
 mod registry;
 mod support;
 
@@ -552,4 +553,61 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
         (now["spec"]["renewTime"] != lease["spec"]["renewTime"]).then_some(now)
     });
     assert_eq!(leftovers(&root), Vec::<String>::new());
+}
+
+#[test]
+fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let reg = registry::Registry::start(&d.join("registry"), &[("alice", "wonderland")]);
+    let (image_id, _) = reg.push(("alice", "wonderland"), "team/app", "v1", "private app v1");
+    let image = format!("{}/team/app:v1", reg.host);
+    let ctd = containerd::Containerd::start(&d.join("ctd"));
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let kubeconfig = d.join("n1.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
+        .unwrap();
+    let auths = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
+    for ns in ["team", "other"] {
+        post(
+            &s,
+            "/api/v1/namespaces",
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    let secret = post(
+        &s,
+        "/api/v1/namespaces/team/secrets",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": data_encoding::BASE64.encode(auths.as_bytes())}}),
+    );
+    let root = d.join("root");
+    let log = d.join("agent.log");
+    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &["--container-runtime-endpoint", &ctd.endpoint]);
+    let pod = |ns: &str, secrets: Value| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+            "spec": {"nodeName": "n1", "imagePullSecrets": secrets,
+                     "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}]}})
+    };
+    post(&s, "/api/v1/namespaces/team/pods", pod("team", serde_json::json!([{"name": "regcred"}])));
+    wait_for_logged("prepared on containerd", &log, Duration::from_secs(60), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/app");
+        (prepared(&pod) == Some("True")).then_some(pod)
+    });
+    assert_eq!(reasons(&events(&s, "team", "app")), ["Pulling", "Pulled"]);
+    let record = root.join("image_manager/pulled").read_dir().unwrap().next().unwrap().unwrap().path();
+    let record: Value = serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    assert_eq!(record["imageRef"], image_id.as_str(), "containerd's image ID is the config digest");
+    let secrets = &record["credentialMapping"][format!("{}/team/app", reg.host)]["kubernetesSecrets"];
+    assert_eq!(secrets[0]["uid"], secret["metadata"]["uid"]);
+
+    // Present in containerd, but this pod shows no credential: it must pull, and cannot.
+    post(&s, "/api/v1/namespaces/other/pods", pod("other", serde_json::json!([])));
+    let other = wait_for_logged("the neighbour refused", &log, Duration::from_secs(60), || {
+        let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/app");
+        (waiting(&pod).0 == "ErrImagePull").then_some(pod)
+    });
+    assert_eq!(prepared(&other), Some("False"));
 }

@@ -63,6 +63,25 @@ pub(crate) struct Shared {
 /// worker's back-off period with jitter 0.5).
 const RETRY: Duration = Duration::from_secs(10);
 
+/// Volumes with configMap or secret sources are re-read this often (kubelet:
+/// `syncFrequency`, 1 min), plus up to half again, so a changed object reaches the files
+/// within a resync period (60 to 87 s); a pod's own changes come through the watch at once.
+const RESYNC: Duration = Duration::from_secs(60);
+
+fn resync_at() -> Instant {
+    let jitter = crate::token::random_jitter().unsigned_abs() * 3_000;
+    Instant::now() + RESYNC + Duration::from_millis(jitter)
+}
+
+/// Whether a projected volume of the pod names a config map or a secret.
+fn reads_objects(pod: &Pod) -> bool {
+    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
+        v.projected
+            .as_ref()
+            .is_some_and(|p| p.sources.iter().flatten().any(|s| s.config_map.is_some() || s.secret.is_some()))
+    })
+}
+
 fn retry_at() -> Instant {
     let jitter = crate::token::random_jitter().unsigned_abs() % 5_000;
     Instant::now() + RETRY + Duration::from_millis(jitter)
@@ -175,6 +194,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                     // time just passed may not refresh yet, and must not spin.
                     let wait = u64::try_from(at.saturating_sub(now_unix())).unwrap_or(0).max(1);
                     due(Instant::now() + Duration::from_secs(wait));
+                }
+                if reads_objects(pod) {
+                    due(resync_at());
                 }
                 Ok(())
             }
