@@ -586,12 +586,12 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
     let root = d.join("root");
     let log = d.join("agent.log");
     let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &["--container-runtime-endpoint", &ctd.endpoint]);
-    let pod = |ns: &str, secrets: Value| {
+    let pod = |secrets: Value| {
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
             "spec": {"nodeName": "n1", "imagePullSecrets": secrets,
                      "containers": [{"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"}]}})
     };
-    post(&s, "/api/v1/namespaces/team/pods", pod("team", serde_json::json!([{"name": "regcred"}])));
+    post(&s, "/api/v1/namespaces/team/pods", pod(serde_json::json!([{"name": "regcred"}])));
     wait_for_logged("prepared on containerd", &log, Duration::from_secs(60), || {
         let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/app");
         (prepared(&pod) == Some("True")).then_some(pod)
@@ -604,7 +604,7 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
     assert_eq!(secrets[0]["uid"], secret["metadata"]["uid"]);
 
     // Present in containerd, but this pod shows no credential: it must pull, and cannot.
-    post(&s, "/api/v1/namespaces/other/pods", pod("other", serde_json::json!([])));
+    post(&s, "/api/v1/namespaces/other/pods", pod(serde_json::json!([])));
     let other = wait_for_logged("the neighbour refused", &log, Duration::from_secs(60), || {
         let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/app");
         (waiting(&pod).0 == "ErrImagePull").then_some(pod)
