@@ -30,18 +30,15 @@ impl Drop for Agent {
     }
 }
 
-#[test]
-#[ignore = "waits ~8 minutes for a real rotation; scripts/test runs it in the background"]
-fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A control plane under `d/api` and `podpass node run` as n1 with its root in `d/root`.
+fn cluster(d: &std::path::Path) -> (Server, Agent, std::path::PathBuf) {
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
     let kubeconfig = d.join("n1.kubeconfig");
     std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
         .unwrap();
     let root = d.join("root");
-    let _agent = Agent(
+    let agent = Agent(
         Command::new(PODPASS)
             .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
             .args(["--root-dir", root.to_str().unwrap(), "--healthz-port", "0"])
@@ -50,6 +47,15 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
             .spawn()
             .unwrap(),
     );
+    (s, agent, root)
+}
+
+#[test]
+#[ignore = "waits ~8 minutes for a real rotation; scripts/test runs it in the background"]
+fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (s, _agent, root) = cluster(d);
     let admin = admin_token(&s.dir);
     let post = |path: &str, body: Value| {
         let r = client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(&admin).json(&body).send().unwrap();
@@ -106,21 +112,7 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
 fn a_changed_config_map_reaches_the_volume_within_a_resync_period() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::create_dir(d.join("api")).unwrap();
-    let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
-    let root = d.join("root");
-    let _agent = Agent(
-        Command::new(PODPASS)
-            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
-            .args(["--root-dir", root.to_str().unwrap(), "--healthz-port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (s, _agent, root) = cluster(d);
     let admin = admin_token(&s.dir);
     let send = |method: reqwest::Method, path: &str, body: Value| {
         let r =
