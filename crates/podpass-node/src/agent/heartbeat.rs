@@ -10,6 +10,9 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, N
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use thiserror::Error;
+
+use crate::api::RequestError;
 
 /// The namespace of node leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -86,41 +89,50 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
     }
 }
 
-fn message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 fn not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// A heartbeat step failed: what it was doing, on which object, and the API's answer.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{action} {object}: {source}")]
+pub struct HeartbeatError {
+    /// `registering node`, `reading node`, `posting status of node`, `renewing lease`.
+    pub action: &'static str,
+    /// The node or lease.
+    pub object: String,
+    /// The API's answer.
+    pub source: RequestError,
+}
+
+fn failed<'a>(action: &'static str, object: &'a str) -> impl FnOnce(kube::Error) -> HeartbeatError + 'a {
+    move |e| HeartbeatError { action, object: object.to_owned(), source: RequestError::from(e) }
+}
+
 /// Creates the Node if it does not exist and posts its status; returns the Node's UID.
-pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<String, String> {
+pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<String, HeartbeatError> {
     let nodes = Api::<Node>::all(client.clone());
     let node = match nodes.get(&id.name).await {
         Ok(n) => n,
-        Err(e) if not_found(&e) => match nodes.create(&PostParams::default(), &initial_node(id)).await {
-            Ok(n) => n,
-            Err(e) => return Err(format!("registering node {}: {}", id.name, message(&e))),
-        },
-        Err(e) => return Err(format!("reading node {}: {}", id.name, message(&e))),
+        Err(e) if not_found(&e) => nodes
+            .create(&PostParams::default(), &initial_node(id))
+            .await
+            .map_err(failed("registering node", &id.name))?,
+        Err(e) => return Err(failed("reading node", &id.name)(e)),
     };
     post_status(client, id).await?;
     Ok(node.metadata.uid.unwrap_or_default())
 }
 
 /// Posts the node's status (merge patch of `nodes/<name>/status`).
-pub async fn post_status(client: &kube::Client, id: &NodeIdentity) -> Result<(), String> {
+pub async fn post_status(client: &kube::Client, id: &NodeIdentity) -> Result<(), HeartbeatError> {
     let status = node_status(id, Timestamp::now());
     let patch = serde_json::json!({"status": status});
     Api::<Node>::all(client.clone())
         .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
-        .map_err(|e| format!("posting status of node {}: {}", id.name, message(&e)))
+        .map_err(failed("posting status of node", &id.name))
 }
 
 /// The node's Lease as the kubelet writes it (holder = node, owned by the Node).
@@ -150,7 +162,7 @@ pub fn lease(id: &NodeIdentity, node_uid: &str, now: Timestamp) -> Lease {
 }
 
 /// Renews the lease once (creating it when missing).
-pub async fn renew_lease(client: &kube::Client, id: &NodeIdentity, node_uid: &str) -> Result<(), String> {
+pub async fn renew_lease(client: &kube::Client, id: &NodeIdentity, node_uid: &str) -> Result<(), HeartbeatError> {
     let leases = Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let now = Timestamp::now();
     match leases.get(&id.name).await {
@@ -164,7 +176,7 @@ pub async fn renew_lease(client: &kube::Client, id: &NodeIdentity, node_uid: &st
         Err(e) if not_found(&e) => leases.create(&PostParams::default(), &lease(id, node_uid, now)).await.map(|_| ()),
         Err(e) => Err(e),
     }
-    .map_err(|e| format!("renewing lease {NODE_LEASE_NAMESPACE}/{}: {}", id.name, message(&e)))
+    .map_err(failed("renewing lease", &format!("{NODE_LEASE_NAMESPACE}/{}", id.name)))
 }
 
 #[cfg(test)]

@@ -35,8 +35,8 @@ use pods::PodLoop;
 use worker::Shared;
 
 pub use heartbeat::{
-    LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL, initial_node,
-    lease, node_status,
+    HeartbeatError, LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL,
+    initial_node, lease, node_status,
 };
 
 /// Flags of `podpass node run`, named as the kubelet's.
@@ -157,8 +157,8 @@ pub enum AgentError {
     #[error(transparent)]
     Api(#[from] crate::api::ApiError),
     /// The Node could not be registered.
-    #[error("{0}")]
-    Register(String),
+    #[error(transparent)]
+    Register(#[from] HeartbeatError),
     /// The image store or runtime could not be opened.
     #[error("image service: {0}")]
     Images(#[from] crate::images::service::ImageError),
@@ -246,7 +246,7 @@ impl Prepared {
         let client = crate::api::client_from_kubeconfig(&self.config.kubeconfig).await?;
         let id = &self.identity;
         let api = Arc::new(ApiContact::default());
-        let node_uid = heartbeat::register_node(&client, id).await.map_err(AgentError::Register)?;
+        let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let shared = Arc::new(self.assemble(client.clone()).await?);
