@@ -460,7 +460,8 @@ impl<S: ImageService + 'static> ImageManager<S> {
             let (pm, img) = (pm.clone(), image.clone());
             let r = tokio::task::spawn_blocking(move || pm.record_pull_intent(&img))
                 .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
             if let Err(e) = r {
                 let msg = format!("Failed to record image pull intent for container image {image:?}: {e}");
                 return fail(d, "Failed", EnsureError::ErrImagePull, msg);
@@ -507,7 +508,8 @@ impl<S: ImageService + 'static> ImageManager<S> {
                     let (pm, img, r) = (pm.clone(), image.clone(), image_ref.clone());
                     let written = tokio::task::spawn_blocking(move || pm.record_image_pulled(&img, &r, Some(&creds)))
                         .await
-                        .unwrap_or_else(|e| Err(e.to_string()));
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
                     if let Err(e) = written {
                         // The dangling intent keeps the image "pulled by the node" (verify).
                         tracing::warn!(image, error = %e, "failed to record the pulled image");

@@ -70,6 +70,20 @@ pub enum CheckResult {
     error,
 }
 
+/// A pull intent or record could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PullRecordError {
+    /// The intent file (kubelet: `failed to record image pull intent`).
+    #[error("failed to record image pull intent: {0}")]
+    Intent(RecordError),
+    /// The image name does not parse.
+    #[error(transparent)]
+    Reference(#[from] super::reference::ReferenceError),
+    /// The pulled record (or its lock).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
 /// Pull records and the policy.
 pub struct PullManager {
     store: CachedRecords,
@@ -216,9 +230,9 @@ impl PullManager {
     }
 
     /// `RecordPullIntent`: on disk first, then the in-memory count.
-    pub fn record_pull_intent(&self, image: &str) -> Result<(), String> {
+    pub fn record_pull_intent(&self, image: &str) -> Result<(), PullRecordError> {
         let mut intents = self.intents.lock().unwrap_or_else(|p| p.into_inner());
-        self.store.write_intent(image).map_err(|e| format!("failed to record image pull intent: {e}"))?;
+        self.store.write_intent(image).map_err(PullRecordError::Intent)?;
         *intents.entry(image.to_owned()).or_default() += 1;
         Ok(())
     }
@@ -243,11 +257,11 @@ impl PullManager {
         image: &str,
         image_ref: &str,
         credentials: Option<&ImagePullCredentials>,
-    ) -> Result<(), String> {
-        let name = normalized_name(image).map_err(|e| e.to_string())?;
-        let _lock = self.store.store().lock().map_err(|e| e.to_string())?;
+    ) -> Result<(), PullRecordError> {
+        let name = normalized_name(image)?;
+        let _lock = self.store.store().lock()?;
         // From disk: another node process may have merged into it.
-        let existing = self.store.reread_pulled(image_ref).map_err(|e| e.to_string())?;
+        let existing = self.store.reread_pulled(image_ref)?;
         let now = (self.now)();
         let (mut record, is_new) = match existing {
             Some(r) => (r, false),
@@ -266,7 +280,7 @@ impl PullManager {
         if changed || is_new {
             record.last_updated_time = now;
             record.api_version = API_VERSION.into();
-            self.store.write_pulled(&record).map_err(|e| e.to_string())?;
+            self.store.write_pulled(&record)?;
         }
         self.decrement_intent(image);
         Ok(())
