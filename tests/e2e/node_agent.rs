@@ -510,6 +510,17 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
     let root = d.join("root");
     let log = d.join("agent.log");
     let mut agent = spawn_agent(&kubeconfig, &root, Some(&log));
+    // A pod that will be force-deleted while no agent runs: its directory is an orphan.
+    let gone = post(
+        &s,
+        "/api/v1/namespaces/team/pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gone"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry.invalid/x:1", "imagePullPolicy": "Never"}]}}),
+    );
+    let gone_dir = root.join("pods").join(gone["metadata"]["uid"].as_str().unwrap());
+    wait_for_logged("the soon-orphaned pod's volumes", &log, Duration::from_secs(30), || {
+        gone_dir.join("volumes").exists().then_some(Value::Null)
+    });
     post(&s, "/api/v1/namespaces/team/pods", pod("web"));
     // kill -9 as soon as the pull intent is on disk: mid-pull (or just after)
     let pulling = root.join("image_manager/pulling");
@@ -518,6 +529,13 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
     });
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
+    let resp = client(&s.dir)
+        .delete(format!("{}/api/v1/namespaces/team/pods/gone?gracePeriodSeconds=0", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "force delete: {}", resp.status());
+    assert_eq!(get(&s, "/api/v1/namespaces/team/pods/gone").0, 404);
     let log2 = d.join("agent-2.log");
     let _agent = spawn_agent(&kubeconfig, &root, Some(&log2));
     let web = wait_for_logged("web prepared after the restart", &log2, Duration::from_secs(60), || {
@@ -532,6 +550,9 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
     let record: Value = serde_json::from_slice(&std::fs::read(records[0].path()).unwrap()).unwrap();
     assert_eq!(record["imageRef"], image_id.as_str());
     assert_eq!(std::fs::read_dir(&pulling).unwrap().count(), 0, "intents settled");
+    wait_for_logged("the orphaned pod directory removed", &log2, Duration::from_secs(30), || {
+        (!gone_dir.exists()).then_some(Value::Null)
+    });
     assert_eq!(leftovers(&root), Vec::<String>::new());
 
     // The API server goes away and comes back on the same address: the agent relists and

@@ -116,6 +116,10 @@ impl PodLoop {
                         for uid in gone {
                             self.tear_down_gone(&uid);
                         }
+                        // kubelet cleanupOrphanedPodDirs: directories of pods that went
+                        // while no agent was watching (a restart) are removed too.
+                        let known: HashSet<String> = seen.into_iter().chain(self.workers.keys().cloned()).collect();
+                        tokio::spawn(remove_orphans(self.shared.root.clone(), known, std::time::SystemTime::now()));
                     }
                     Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
                     Some(Ok(watcher::Event::Delete(pod))) => {
@@ -175,5 +179,28 @@ impl PodLoop {
             Work::Sync(p) | Work::TearDown { pod: p, .. } => p.clone(),
         };
         self.send(uid, Work::TearDown { pod, confirm: false });
+    }
+}
+
+/// Removes `<root>/pods/<uid>` of every pod not in `known` whose directory is older than
+/// `listed_at` (a pod that arrived after the listing has a newer one).
+async fn remove_orphans(root: std::path::PathBuf, known: HashSet<String>, listed_at: std::time::SystemTime) {
+    let dir = root.join("pods");
+    let listed = tokio::task::spawn_blocking(move || -> Vec<String> {
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < listed_at))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    for uid in listed.into_iter().filter(|u| !known.contains(u)) {
+        match crate::volumes::remove_pod_volumes(&root, &uid).await {
+            Ok(()) => tracing::info!(pod_uid = %uid, "orphaned pod directory removed"),
+            Err(e) => tracing::warn!(pod_uid = %uid, error = %e, "removing an orphaned pod directory failed"),
+        }
     }
 }
