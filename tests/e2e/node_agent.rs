@@ -522,11 +522,20 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
         gone_dir.join("volumes").exists().then_some(Value::Null)
     });
     post(&s, "/api/v1/namespaces/team/pods", pod("web"));
-    // kill -9 as soon as the pull intent is on disk: mid-pull (or just after)
+    // kill -9 as soon as the pull intent is on disk: mid-pull (or, when the pull was
+    // quicker than this 1 ms poll, just after it)
     let pulling = root.join("image_manager/pulling");
-    wait_for_logged("pull intent recorded", &log, Duration::from_secs(30), || {
-        std::fs::read_dir(&pulling).ok()?.next().map(|_| Value::Null)
-    });
+    let pulled = root.join("image_manager/pulled");
+    let on_disk = |dir: &std::path::Path| std::fs::read_dir(dir).ok().and_then(|mut d| d.next()).is_some();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !on_disk(&pulling) && !on_disk(&pulled) {
+        assert!(
+            Instant::now() < deadline,
+            "no pull began; agent log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     agent.0.kill().unwrap();
     agent.0.wait().unwrap();
     let resp = client(&s.dir)
@@ -549,7 +558,9 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
     assert_eq!(records.len(), 1);
     let record: Value = serde_json::from_slice(&std::fs::read(records[0].path()).unwrap()).unwrap();
     assert_eq!(record["imageRef"], image_id.as_str());
-    assert_eq!(std::fs::read_dir(&pulling).unwrap().count(), 0, "intents settled");
+    let left: Vec<String> =
+        std::fs::read_dir(&pulling).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.is_empty(), "intents settled: {left:?}; log:\n{}", std::fs::read_to_string(&log2).unwrap_or_default());
     wait_for_logged("the orphaned pod directory removed", &log2, Duration::from_secs(30), || {
         (!gone_dir.exists()).then_some(Value::Null)
     });

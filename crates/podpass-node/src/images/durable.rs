@@ -34,6 +34,28 @@ pub fn replace(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
     result
 }
 
+/// Removes the tmp files [`replace`] left in `dir` when its process died mid-write (a
+/// crash or kill -9): names `<name>.<pid>.<seq>.tmp` whose pid is not alive. A live
+/// process's are left alone, since several node processes may share the directory.
+/// Returns how many went.
+pub fn remove_stale_tmp(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(stem) = name.strip_suffix(".tmp") else { continue };
+        let mut parts = stem.rsplit('.');
+        let (Some(_seq), Some(pid)) = (parts.next(), parts.next()) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        if !alive && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -53,5 +75,23 @@ mod tests {
         std::fs::create_dir(dir.path().join("d")).unwrap();
         assert!(replace(&dir.path().join("d"), b"x", 0o600).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_dead_writers_tmp_files_are_removed_a_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        // pid 4194305 is above Linux's pid_max: never alive
+        std::fs::write(dir.path().join("sha256-ab.4194305.0.tmp"), b"half").unwrap();
+        let own = format!("sha256-cd.{}.7.tmp", std::process::id());
+        std::fs::write(dir.path().join(&own), b"in flight").unwrap();
+        std::fs::write(dir.path().join("sha256-ef"), b"a record").unwrap();
+        assert_eq!(remove_stale_tmp(dir.path()), 1);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["sha256-cd.".to_owned() + &std::process::id().to_string() + ".7.tmp", "sha256-ef".into()]);
     }
 }

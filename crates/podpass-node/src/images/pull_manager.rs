@@ -291,6 +291,12 @@ impl PullManager {
     /// counts as node-pulled and must be verified — and the intent goes. Intents of absent
     /// images stay. Returns the listing errors (logged by the caller; the rest proceeds).
     pub fn initialize(&self, images: &[PresentImage]) -> Vec<RecordError> {
+        // Beyond upstream (whose tmp name is fixed and so overwritten next time): tmp files
+        // of writers killed mid-write are removed.
+        let stale = self.store.store().remove_stale_tmp();
+        if stale > 0 {
+            tracing::info!(files = stale, "tmp files of interrupted record writes removed");
+        }
         let (intents, errors) = self.store.list_intents();
         for intent in intents {
             let present =

@@ -220,6 +220,11 @@ impl RecordStore {
         Ok(Self { pulling, pulled, lock: base.join(".lock") })
     }
 
+    /// Removes tmp files that writers killed mid-write left in both directories.
+    pub fn remove_stale_tmp(&self) -> usize {
+        super::durable::remove_stale_tmp(&self.pulling) + super::durable::remove_stale_tmp(&self.pulled)
+    }
+
     /// An exclusive advisory lock (flock on `image_manager/.lock`) for read-modify-write of
     /// records, released when the returned file is dropped: node processes sharing a root
     /// dir merge credentials without losing each other's.
