@@ -83,7 +83,8 @@ fn reads_objects(pod: &Pod) -> bool {
 }
 
 fn retry_at() -> Instant {
-    let jitter = crate::token::random_jitter().unsigned_abs() % 5_000;
+    // random_jitter is whole seconds in [0, 10): half-second steps up to 4.5 s.
+    let jitter = crate::token::random_jitter().unsigned_abs() * 500;
     Instant::now() + RETRY + Duration::from_millis(jitter)
 }
 
