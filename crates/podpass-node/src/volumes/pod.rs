@@ -71,14 +71,6 @@ fn safe_segment(value: &str, uid: bool) -> bool {
     !value.is_empty() && value.len() <= 253 && value.chars().all(allowed) && !value.starts_with('-')
 }
 
-fn pod_label(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// `<root>/pods/<uid>`.
 pub fn pod_dir(root: &Path, pod_uid: &str) -> PathBuf {
     root.join("pods").join(pod_uid)
@@ -99,7 +91,11 @@ pub async fn sync_pod_volumes(
 ) -> Result<PodVolumesReport, Vec<PodVolumeError>> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     if !safe_segment(&uid, true) {
-        return Err(vec![PodVolumeError::UnsafeName { pod: pod_label(pod), what: "uid", value: uid }]);
+        return Err(vec![PodVolumeError::UnsafeName {
+            pod: crate::PodRef::of(pod).to_string(),
+            what: "uid",
+            value: uid,
+        }]);
     }
     let mut report = PodVolumesReport::default();
     let mut errors = Vec::new();
@@ -108,7 +104,7 @@ pub async fn sync_pod_volumes(
         let Some(projected) = &volume.projected else { continue };
         if !safe_segment(&volume.name, false) {
             errors.push(PodVolumeError::UnsafeName {
-                pod: pod_label(pod),
+                pod: crate::PodRef::of(pod).to_string(),
                 what: "volume name",
                 value: volume.name.clone(),
             });
