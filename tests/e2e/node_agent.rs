@@ -10,7 +10,7 @@ mod containerd;
 mod registry;
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -47,50 +47,13 @@ fn wait_for_logged(what: &str, log: &std::path::Path, limit: Duration, mut f: im
     }
 }
 
-/// The agent process, killed if the test ends before it stops.
-struct Agent(std::process::Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `podpass node run` as node n1, logging JSON to `log` (or nowhere).
-fn spawn_agent(kubeconfig: &std::path::Path, root: &std::path::Path, log: Option<&std::path::Path>) -> Agent {
-    spawn_agent_with(kubeconfig, root, log, &[])
-}
-
-fn spawn_agent_with(
-    kubeconfig: &std::path::Path,
-    root: &std::path::Path,
-    log: Option<&std::path::Path>,
-    extra: &[&str],
-) -> Agent {
-    let stderr = log.map_or_else(Stdio::null, |p| Stdio::from(std::fs::File::create(p).unwrap()));
-    Agent(
-        Command::new(PODPASS)
-            .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
-            .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
-            .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .unwrap(),
-    )
-}
-
 #[test]
 fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let mut agent = spawn_agent(&kubeconfig, &d.join("root"), Some(&d.join("agent.log")));
 
     let node = wait_for("node registered", Duration::from_secs(30), || {
@@ -171,9 +134,7 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     let d = dir.path();
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let root = d.join("root");
     let _agent = spawn_agent(&kubeconfig, &root, None);
     post(
@@ -287,9 +248,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     let image = format!("{}/team/app:v1", reg.host);
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let bin = d.join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::fs::write(bin.join("token-exchange"), TOKEN_EXCHANGE_PLUGIN).unwrap();
@@ -484,9 +443,7 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
     let port = s.url.rsplit(':').next().unwrap().to_owned();
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     post(
         &s,
         "/api/v1/namespaces",
@@ -597,9 +554,7 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
     let ctd = containerd::Containerd::start(&d.join("ctd"));
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let auths = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
     for ns in ["team", "other"] {
         post(

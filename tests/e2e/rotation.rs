@@ -10,7 +10,6 @@
 mod registry;
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -21,32 +20,13 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
 }
 
-struct Agent(std::process::Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A control plane under `d/api` and `podpass node run` as n1 with its root in `d/root`.
 fn cluster(d: &std::path::Path) -> (Server, Agent, std::path::PathBuf) {
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let kubeconfig = d.join("n1.kubeconfig");
-    std::fs::write(&kubeconfig, ok(identity_output(&d.join("api"), "system:node:n1", &["system:nodes"]), "identity"))
-        .unwrap();
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let root = d.join("root");
-    let agent = Agent(
-        Command::new(PODPASS)
-            .args(["node", "run", "--kubeconfig", kubeconfig.to_str().unwrap(), "--node-name", "n1"])
-            .args(["--root-dir", root.to_str().unwrap(), "--healthz-port", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let agent = spawn_agent(&kubeconfig, &root, None);
     (s, agent, root)
 }
 

@@ -92,3 +92,42 @@ pub fn ok(out: Output, what: &str) -> String {
     assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// The node agent (`podpass node run`), killed if the test ends before it stops.
+pub struct Agent(pub Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `podpass node run` as node n1 with its root in `root`, logging JSON to `log` (or
+/// nowhere); `/healthz` is off unless `extra` sets `--healthz-port`.
+pub fn spawn_agent(kubeconfig: &Path, root: &Path, log: Option<&Path>) -> Agent {
+    spawn_agent_with(kubeconfig, root, log, &[])
+}
+
+/// [`spawn_agent`] with further flags.
+pub fn spawn_agent_with(kubeconfig: &Path, root: &Path, log: Option<&Path>, extra: &[&str]) -> Agent {
+    let stderr = log.map_or_else(Stdio::null, |p| Stdio::from(std::fs::File::create(p).unwrap()));
+    Agent(
+        Command::new(PODPASS)
+            .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
+            .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Writes to `path` a kubeconfig of node n1 (`system:node:n1` in `system:nodes`) for the
+/// control plane whose data dir is `api_dir`; returns `path`.
+pub fn node_kubeconfig(api_dir: &Path, path: &Path) -> PathBuf {
+    std::fs::write(path, ok(identity_output(api_dir, "system:node:n1", &["system:nodes"]), "node kubeconfig")).unwrap();
+    path.to_path_buf()
+}
