@@ -34,6 +34,12 @@ pub fn replace(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
     result
 }
 
+/// Whether the process `pid` that named a file in flight still runs (this one, or any
+/// live process sharing the directory).
+pub fn writer_alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Removes the tmp files [`replace`] left in `dir` when its process died mid-write (a
 /// crash or kill -9): names `<name>.<pid>.<seq>.tmp` whose pid is not alive. A live
 /// process's are left alone, since several node processes may share the directory.
@@ -48,8 +54,7 @@ pub fn remove_stale_tmp(dir: &Path) -> usize {
         let mut parts = stem.rsplit('.');
         let (Some(_seq), Some(pid)) = (parts.next(), parts.next()) else { continue };
         let Ok(pid) = pid.parse::<u32>() else { continue };
-        let alive = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
-        if !alive && std::fs::remove_file(entry.path()).is_ok() {
+        if !writer_alive(pid) && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }

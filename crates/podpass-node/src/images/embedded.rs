@@ -159,7 +159,7 @@ fn clean_ingest(dir: &Path) {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let pid = name.split('.').nth(1).and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists());
+        let alive = pid.is_some_and(super::durable::writer_alive);
         if !alive {
             let _ = std::fs::remove_file(entry.path());
         }
