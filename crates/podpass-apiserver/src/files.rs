@@ -1,8 +1,6 @@
 //! Durable file writes: nothing half-written, nothing silently replaced.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -25,41 +23,24 @@ pub enum WriteError {
     },
 }
 
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> WriteError {
-    let path = path.to_path_buf();
-    move |source| WriteError::Io { what, path, source }
-}
-
-/// Writes `data` to `path` with `mode` atomically: a temporary file in the same directory
-/// is written, fsynced and renamed over `path`, then the directory is fsynced. Refuses to
-/// replace an existing file unless `overwrite`.
+/// Writes `data` to `path` with `mode` atomically and durably (`podpass_serve::durable`).
+/// Refuses to replace an existing file unless `overwrite`.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32, overwrite: bool) -> Result<(), WriteError> {
-    if !overwrite && path.exists() {
-        return Err(WriteError::Exists(path.to_path_buf()));
-    }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
+    let result = if overwrite {
+        podpass_serve::durable::replace(path, data, mode)
+    } else {
+        podpass_serve::durable::create_new(path, data, mode)
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| -> Result<(), WriteError> {
-        let mut f =
-            OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(io_err("creating", &tmp))?;
-        f.write_all(data).map_err(io_err("writing", &tmp))?;
-        f.sync_all().map_err(io_err("syncing", &tmp))?;
-        fs::rename(&tmp, path).map_err(io_err("renaming into", path))?;
-        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("syncing", dir))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    result.map_err(|source| match source.kind() {
+        io::ErrorKind::AlreadyExists if !overwrite => WriteError::Exists(path.to_path_buf()),
+        _ => WriteError::Io { what: "writing", path: path.to_path_buf(), source },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

@@ -10,9 +10,6 @@ use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use podpass_token::{SigningKey, TokenFeatures, VerificationKey};
 use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::{audit, authz, serve};
 use crate::files::write_atomic;
@@ -225,21 +222,15 @@ fn create_private_dir(dir: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The serving TLS configuration; errors name the flag at fault.
 pub(crate) fn tls_acceptor(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, ConfigError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| ConfigError(format!("--tls-cert-file: {e}")))?;
-    if certs.is_empty() {
-        return Err(ConfigError("--tls-cert-file: no certificates found".into()));
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| ConfigError(format!("--tls-private-key-file: {e}")))?;
-    let mut config = ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| ConfigError(format!("TLS configuration: {e}")))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    podpass_serve::tls_acceptor(cert_pem, key_pem, None).map_err(|e| {
+        ConfigError(match e {
+            podpass_serve::TlsError::CertChain(m) => format!("--tls-cert-file: {m}"),
+            podpass_serve::TlsError::PrivateKey(m) => format!("--tls-private-key-file: {m}"),
+            other => other.to_string(),
+        })
+    })
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@ mod lookup;
 pub mod metrics;
 pub(crate) mod rest;
 mod routing;
-pub mod serve;
+/// The accept loop and its bounds, shared with every podpass server.
+pub mod serve {
+    pub use podpass_serve::{ServeLimits, accept_loop};
+}
 pub mod startup;
 pub mod status;
 pub mod token_cache;

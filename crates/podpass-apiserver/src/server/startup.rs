@@ -117,7 +117,7 @@ impl Prepared {
         authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
         let app = routing::router(state);
-        let task = tokio::spawn(serve::accept_loop(listener, self.tls, app, self.config.serve_limits));
+        let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, self.config.serve_limits));
         Ok(Running { local_addr, server_url, admin_kubeconfig, task })
     }
 }

@@ -159,7 +159,7 @@ fn clean_ingest(dir: &Path) {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let pid = name.split('.').nth(1).and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(super::durable::writer_alive);
+        let alive = pid.is_some_and(podpass_serve::durable::writer_alive);
         if !alive {
             let _ = std::fs::remove_file(entry.path());
         }
@@ -608,7 +608,7 @@ fn current_platform() -> (&'static str, &'static str) {
 /// Content and the image list: atomic and durable (`durable::replace`), world-readable as
 /// containerd's content store is.
 fn write_durably(path: &Path, data: &[u8]) -> Result<(), ImageError> {
-    super::durable::replace(path, data, 0o644).map_err(io(path))
+    podpass_serve::durable::replace(path, data, 0o644).map_err(io(path))
 }
 
 fn present(i: &StoredImage) -> PresentImage {

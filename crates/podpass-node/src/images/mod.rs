@@ -9,7 +9,6 @@ pub mod assembly;
 pub(crate) mod backend;
 pub(crate) mod backoff;
 pub(crate) mod cri;
-pub(crate) mod durable;
 pub(crate) mod embedded;
 pub mod kubelet_config;
 pub(crate) mod manager;

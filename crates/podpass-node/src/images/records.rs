@@ -151,7 +151,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RecordError + '_ {
 
 /// Writes a record file: atomic, durable, 0600 (`durable::replace`).
 fn write_atomic(path: &Path, data: &[u8]) -> Result<(), RecordError> {
-    super::durable::replace(path, data, 0o600).map_err(io(path))
+    podpass_serve::durable::replace(path, data, 0o600).map_err(io(path))
 }
 
 /// A record kind with its `kind` and `apiVersion` fields.
@@ -222,7 +222,7 @@ impl RecordStore {
 
     /// Removes tmp files that writers killed mid-write left in both directories.
     pub fn remove_stale_tmp(&self) -> usize {
-        super::durable::remove_stale_tmp(&self.pulling) + super::durable::remove_stale_tmp(&self.pulled)
+        podpass_serve::durable::remove_stale_tmp(&self.pulling) + podpass_serve::durable::remove_stale_tmp(&self.pulled)
     }
 
     /// An exclusive advisory lock (flock on `image_manager/.lock`) for read-modify-write of

@@ -4,15 +4,19 @@
 //! cap and back-off on accept errors (Go's `Serve` sleeps 5 ms doubling to 1 s on
 //! temporary errors such as EMFILE, instead of spinning).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use tower::ServiceExt;
 
 /// Connection bounds of a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +30,8 @@ pub struct ServeLimits {
     /// Connections served at once; past it, new ones wait in the listen backlog.
     pub max_connections: usize,
     /// `--request-timeout`: a request (its body included) not answered by then is
-    /// upstream's 504; watches are bounded only until their stream starts.
+    /// upstream's 504; watches are bounded only until their stream starts. Applied by the
+    /// application's router, not by the accept loop.
     pub request_timeout: Duration,
 }
 
@@ -41,22 +46,34 @@ impl Default for ServeLimits {
     }
 }
 
+/// Who a request came from, as the connection knows it: every request served by
+/// [`accept_loop`] carries one in its extensions.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The client's address.
+    pub addr: SocketAddr,
+    /// The client certificate chain (leaf first) the TLS layer verified against the
+    /// acceptor's client CA; empty over plain TCP or when the client sent none.
+    pub client_certificates: Arc<[CertificateDer<'static>]>,
+}
+
 /// First and last pause after a failed accept (Go `net/http.Server.Serve`).
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Accepts and serves connections until the task is dropped.
-pub async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, app: Router, limits: ServeLimits) {
+/// Accepts and serves connections until the task is dropped: over TLS with `tls`, over
+/// plain TCP without (callers keep plain servers on loopback).
+pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, app: Router, limits: ServeLimits) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         // A permit first: at the cap, connections wait in the kernel's backlog rather than
         // holding file descriptors here.
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else { return };
-        let tcp = match listener.accept().await {
-            Ok((tcp, _peer)) => {
+        let (tcp, addr) = match listener.accept().await {
+            Ok(accepted) => {
                 backoff = ACCEPT_BACKOFF_MIN;
-                tcp
+                accepted
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "accept failed");
@@ -69,15 +86,37 @@ pub async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, app: Router, l
         let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake_timeout, tls.accept(tcp)).await else {
-                return;
-            };
-            let service = TowerToHyperService::new(app);
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-            let _ = builder.http1_only().serve_connection(TokioIo::new(stream), service).await;
+            match tls {
+                None => serve_connection(tcp, Peer { addr, client_certificates: Arc::from([]) }, app, limits).await,
+                Some(tls) => {
+                    let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake_timeout, tls.accept(tcp)).await else {
+                        return;
+                    };
+                    let client_certificates: Arc<[CertificateDer<'static>]> = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
+                        .unwrap_or_else(|| Arc::from([]));
+                    serve_connection(stream, Peer { addr, client_certificates }, app, limits).await;
+                }
+            }
         });
     }
+}
+
+/// HTTP/1.1 on one connection, each request tagged with `peer`.
+async fn serve_connection<S>(stream: S, peer: Peer, app: Router, limits: ServeLimits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(peer.clone());
+        app.clone().oneshot(request)
+    });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    let _ = builder.http1_only().serve_connection(TokioIo::new(stream), service).await;
 }
 
 #[cfg(test)]
@@ -103,18 +142,31 @@ mod tests {
         }
     }
 
+    /// A self-signed serving certificate for `localhost`: (chain PEM, key PEM).
+    fn self_signed() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap().self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
     async fn serve(limits: ServeLimits) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let pki = crate::pki::ensure_serving_pki(dir.path(), &[]).unwrap();
-        let tls = crate::server::config::tls_acceptor(pki.cert_chain_pem.as_bytes(), pki.key_pem.as_bytes()).unwrap();
+        let (chain, key) = self_signed();
+        let tls = crate::tls_acceptor(chain.as_bytes(), key.as_bytes(), None).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let task = tokio::spawn(accept_loop(listener, tls, app, limits));
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+                assert!(peer.addr.ip().is_loopback());
+                "ok"
+            }),
+        );
+        let task = tokio::spawn(accept_loop(listener, Some(tls), app, limits));
         let mut roots = RootCertStore::empty();
         use tokio_rustls::rustls::pki_types::CertificateDer;
         use tokio_rustls::rustls::pki_types::pem::PemObject;
-        for cert in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        for cert in CertificateDer::pem_slice_iter(chain.as_bytes()) {
             roots.add(cert.unwrap()).unwrap();
         }
         let config = ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();

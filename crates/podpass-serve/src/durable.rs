@@ -1,4 +1,5 @@
-//! Atomic, durable file replacement shared by the pull records and the embedded store.
+//! Atomic, durable file writes: the pull records, the embedded image store, keys, PKI and
+//! kubeconfigs all go through [`replace`] or [`create_new`].
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -7,6 +8,39 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The sibling tmp name a write of `path` goes through: `<name>.<pid>.<seq>.tmp`.
+fn tmp_path(path: &Path) -> PathBuf {
+    let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.{seq}.tmp", std::process::id()));
+    PathBuf::from(tmp)
+}
+
+/// Writes `data` into a new tmp file beside `path` with `mode`, fsynced; then `publish`
+/// moves it into place and the directory is fsynced. The tmp file never outlives a failure.
+fn write_via_tmp(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    publish: impl FnOnce(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        publish(&tmp, path)?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    // After a rename the tmp name is gone; after a link (or a failure) it is removed here.
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
 /// Replaces `path` with `data` atomically and durably: a sibling `.tmp` file created with
 /// `mode`, written, fsynced, renamed over `path`, then the directory fsynced so the rename
 /// survives a crash. The tmp file is removed on failure. Its name carries the process id and
@@ -14,24 +48,18 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 /// processes sharing a root dir — never rename each other's half-written files; readers skip
 /// `.tmp` names.
 pub fn replace(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
-    let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.{seq}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    write_via_tmp(path, data, mode, |tmp, path| std::fs::rename(tmp, path))
+}
+
+/// Creates `path` with `data` atomically and durably, failing with
+/// [`std::io::ErrorKind::AlreadyExists`] when it exists — also when another writer creates
+/// it at the same moment (the complete tmp file is hard-linked into place, which never
+/// replaces). Readers see no file or the whole file.
+pub fn create_new(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+    if path.symlink_metadata().is_ok() {
+        return Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "file exists"));
     }
-    result
+    write_via_tmp(path, data, mode, |tmp, path| std::fs::hard_link(tmp, path))
 }
 
 /// Whether the process `pid` that named a file in flight still runs (this one, or any
@@ -80,6 +108,18 @@ mod tests {
         std::fs::create_dir(dir.path().join("d")).unwrap();
         assert!(replace(&dir.path().join("d"), b"x", 0o600).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn create_new_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key.pem");
+        create_new(&path, b"one", 0o600).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let err = create_new(&path, b"two", 0o600).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&path).unwrap(), b"one");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no tmp file left");
     }
 
     #[test]

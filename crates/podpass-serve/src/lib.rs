@@ -1,0 +1,18 @@
+//! What every podpass server and writer shares, written once:
+//!
+//! - [`accept_loop`]: the accept loop with kube-apiserver's connection bounds
+//!   ([`ServeLimits`]: TLS handshake and header timeouts, a connection cap, back-off on
+//!   accept errors), over TLS or — for loopback-only servers — plain TCP; each request
+//!   carries the [`Peer`] it came from (address, verified client certificate chain).
+//! - [`tls_acceptor`]: a rustls server configuration from PEM files, optionally asking
+//!   for client certificates signed by a CA (mTLS, never required at the TLS layer: the
+//!   application decides what an unauthenticated peer may do).
+//! - [`durable`]: atomic, durable file replacement and exclusive creation, and the
+//!   clean-up of temporary files a killed writer left behind.
+
+mod accept;
+pub mod durable;
+mod tls;
+
+pub use accept::{Peer, ServeLimits, accept_loop};
+pub use tls::{TlsError, tls_acceptor};
