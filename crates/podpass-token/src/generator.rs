@@ -1,13 +1,12 @@
 //! Minting tokens (pkg/serviceaccount/jwt.go `JWTTokenGenerator`).
 
-use data_encoding::BASE64URL_NOPAD;
 use thiserror::Error;
 
 use serde::Serialize;
 
 use crate::claims::{Claims, ClaimsError, ClaimsRef, TokenRequest, new_uuid_v4};
 use crate::features::TokenFeatures;
-use crate::jws;
+use crate::compact::{JwsHeader, JwsSigner};
 use crate::keys::{KeyError, SigningKey};
 
 /// A token could not be minted.
@@ -43,15 +42,16 @@ pub struct MintedToken {
 #[derive(Debug)]
 pub struct TokenGenerator {
     issuer: String,
-    key: SigningKey,
-    header: String,
+    signer: JwsSigner,
 }
 
 impl TokenGenerator {
     /// A generator for `issuer` (written into every token's `iss`, overriding the claims).
     pub fn new(issuer: impl Into<String>, key: SigningKey) -> Self {
-        let header = jws::encode_header(key.algorithm(), key.key_id());
-        Self { issuer: issuer.into(), key, header }
+        let header = JwsHeader { kid: Some(key.key_id().to_owned()), ..JwsHeader::default() };
+        // Encoding a header of plain strings cannot fail; the fallback keeps `new` infallible.
+        let signer = JwsSigner::new(key, &header).unwrap_or_else(|_| unreachable!("header of plain strings"));
+        Self { issuer: issuer.into(), signer }
     }
 
     /// The issuer this generator writes.
@@ -61,7 +61,7 @@ impl TokenGenerator {
 
     /// The signing key.
     pub fn key(&self) -> &SigningKey {
-        &self.key
+        self.signer.key()
     }
 
     /// Signs `claims` (its `iss` is replaced by the generator's) into a compact JWS.
@@ -71,16 +71,7 @@ impl TokenGenerator {
     }
 
     fn sign_serialize(&self, claims: &impl Serialize) -> Result<String, GenerateError> {
-        let mut payload = Vec::with_capacity(1024);
-        serde_json::to_writer(&mut payload, claims)?;
-        let mut token = String::with_capacity(self.header.len() + payload.len() * 4 / 3 + 700);
-        token.push_str(&self.header);
-        token.push('.');
-        BASE64URL_NOPAD.encode_append(&payload, &mut token);
-        let signature = self.key.sign(token.as_bytes())?;
-        token.push('.');
-        BASE64URL_NOPAD.encode_append(&signature, &mut token);
-        Ok(token)
+        self.signer.sign(claims)
     }
 
     /// Builds the claims for `req` at `now` (upstream binding rules) and signs them.

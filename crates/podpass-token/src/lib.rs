@@ -7,6 +7,7 @@
 //! - [`authenticator`]: verification in upstream order, with bound-object checks through
 //!   [`BoundObjectLookup`].
 //! - [`documents`]: JWKS and OIDC discovery documents.
+//! - [`compact`]: JWS for other claim sets (registry tokens): [`JwsSigner`], [`verify_compact`].
 //! - [`user`]: user names and user info.
 //!
 //! ```
@@ -37,6 +38,7 @@
 
 pub mod authenticator;
 pub mod claims;
+pub mod compact;
 mod der;
 pub mod documents;
 pub mod features;
@@ -51,6 +53,7 @@ pub use authenticator::{
     AuthError, Authenticated, Authenticator, BoundKind, BoundObject, BoundObjectLookup, Freshness, LookupError,
     NotMine, VerifiedToken, now_unix,
 };
+pub use compact::{JwsError, JwsHeader, JwsSigner, verify_compact};
 pub use claims::{Claims, ClaimsError, KubernetesClaims, ObjectRef, TokenRequest};
 pub use documents::{Jwk, JwkError, Jwks, OidcDiscovery};
 pub use features::TokenFeatures;
