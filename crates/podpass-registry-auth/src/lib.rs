@@ -1,0 +1,38 @@
+//! Registry token exchange: any registry that speaks the Docker token protocol (the CNCF
+//! distribution registry, Harbor, Quay, …) trusts a pod's own service-account token.
+//!
+//! - [`Config`] → [`Config::prepare`] → [`RegistryAuth::bind`] → [`Bound::serve`]: the
+//!   `podpass registry-auth` service (`/token`, `/jwks`, `/healthz`, `/metrics`).
+//! - Trust in each cluster's issuer ([`IssuerTrust`]: OIDC discovery and JWKS from the
+//!   configured URL only, refreshed, fail closed), the [`Policy`] (deny by default, the
+//!   grant is the intersection of what was asked and what is allowed), node binding
+//!   ([`NodeBinding`]: a node-bound pod token only from its node), registry tokens
+//!   ([`RegistryTokenSigner`]: what registry 2.8 verifies) and exchange tokens.
+//! - [`plugin`]: the kubelet credential-provider plugin's logic (`passthrough` and
+//!   `exchange` modes) behind the `podpass-credential-provider` binary.
+
+mod config;
+mod exchange_token;
+pub mod fetch;
+mod glob;
+mod http;
+mod identity;
+mod metrics;
+mod node_binding;
+pub mod plugin;
+mod policy;
+mod registry_token;
+mod scope;
+mod service;
+mod trust;
+
+pub use config::{Bound, Config, ConfigErrors, RegistryAuth, RunError};
+pub use fetch::{DocumentFetcher, FetchError};
+pub use identity::{Credential, Identity};
+pub use metrics::Metrics;
+pub use node_binding::{NodeBinding, NodeBindingError, NodeCheck, NodeProof};
+pub use policy::{Policy, PolicyError, Subject};
+pub use registry_token::{IssuedToken, RegistryTokenSigner, SignError};
+pub use scope::{Scope, ScopeError};
+pub use service::{Grant, Refusal, TokenAnswer, TokenRequest, TokenService};
+pub use trust::{IssuerTrust, RefreshError, TrustError, TrustTimings};

@@ -1,0 +1,362 @@
+//! The token decision, transport aside: who is asking (a service-account token of a
+//! trusted issuer, or an exchange token of ours), from which node, what the policy grants
+//! of what was asked, and the tokens answered. One audit line and one metric per decision.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use podpass_token::{AuthError, JwsSigner, NotMine, ObjectRef, VerificationKey};
+use serde::Deserialize;
+
+use crate::exchange_token::{self, ExchangeError};
+use crate::identity::{Credential, Identity};
+use crate::metrics::Metrics;
+use crate::node_binding::{self, NodeBinding, NodeCheck, NodeProof};
+use crate::policy::{Policy, Subject};
+use crate::registry_token::{IssuedToken, RegistryTokenSigner};
+use crate::scope::Scope;
+use crate::trust::{IssuerTrust, TrustError};
+
+/// Annotations forwarded per request, at most.
+pub const MAX_ANNOTATIONS: usize = 64;
+/// Bytes of one forwarded annotation (key plus value), at most.
+pub const MAX_ANNOTATION_BYTES: usize = 4096;
+
+/// How the client authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// Basic auth or `grant_type=password`: the password is a service-account token or an
+    /// exchange token.
+    Password(String),
+    /// `grant_type=refresh_token`: an exchange token.
+    RefreshToken(String),
+}
+
+/// A parsed token request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRequest {
+    /// The credential.
+    pub grant: Grant,
+    /// `service`, if given (it must be the registry's).
+    pub service: Option<String>,
+    /// The scopes asked.
+    pub scopes: Vec<Scope>,
+    /// `offline_token=true` / `access_type=offline`: answer a refresh (exchange) token.
+    pub offline: bool,
+    /// A node-bound service-account token proving the node (`node_token`).
+    pub node_token: Option<String>,
+    /// Service-account annotations the node forwards (honoured only with a node proof).
+    pub annotations: BTreeMap<String, String>,
+    /// The node a verified TLS client certificate names.
+    pub peer_node: Option<String>,
+}
+
+/// A granted answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAnswer {
+    /// The registry token.
+    pub token: IssuedToken,
+    /// The exchange token, when an offline token was asked.
+    pub refresh_token: Option<String>,
+    /// What was granted.
+    pub granted: Vec<Scope>,
+}
+
+/// A request that gets no token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed (400 `invalid_request`).
+    Invalid(String),
+    /// The credential is not acceptable (401); `reason` is the metric label.
+    Unauthorized {
+        /// Closed-set reason label.
+        reason: &'static str,
+        /// What the client is told.
+        message: String,
+    },
+    /// The issuer's keys are unknown: nothing can be verified (503).
+    Unavailable(String),
+}
+
+impl Refusal {
+    fn unauthorized(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::Unauthorized { reason, message: message.into() }
+    }
+}
+
+/// The registry token service.
+pub struct TokenService {
+    trusts: Vec<Arc<IssuerTrust>>,
+    policy: Policy,
+    registry: RegistryTokenSigner,
+    exchange_signer: JwsSigner,
+    own_keys: Vec<VerificationKey>,
+    node_binding: NodeBinding,
+    exchange_ttl_seconds: i64,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for TokenService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenService").field("trusts", &self.trusts).finish_non_exhaustive()
+    }
+}
+
+#[derive(Deserialize)]
+struct IssuerOnly {
+    iss: String,
+}
+
+/// The unverified `iss` of a JWT, to pick the issuer whose keys verify it.
+fn unverified_issuer(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).ok()?;
+    serde_json::from_slice::<IssuerOnly>(&bytes).ok().map(|c| c.iss)
+}
+
+/// Closed-set label of a verification failure.
+fn auth_reason(e: &AuthError) -> &'static str {
+    match e {
+        AuthError::NotMine(NotMine::Issuer(_)) => "issuer",
+        AuthError::NotMine(_) | AuthError::Malformed(_) => "malformed",
+        AuthError::NoKeys | AuthError::Signature(_) => "signature",
+        AuthError::Issuer(_) => "issuer",
+        AuthError::Audience { .. } => "audience",
+        AuthError::Expired => "expired",
+        AuthError::NotValidYet | AuthError::IssuedInFuture => "not_yet_valid",
+        _ => "invalid",
+    }
+}
+
+/// Parts of a [`TokenService`].
+pub struct ServiceParts {
+    /// One trust per issuer.
+    pub trusts: Vec<Arc<IssuerTrust>>,
+    /// The policy.
+    pub policy: Policy,
+    /// Signs registry tokens.
+    pub registry: RegistryTokenSigner,
+    /// Signs exchange tokens (the same key; `kid` the key's id).
+    pub exchange_signer: JwsSigner,
+    /// `--node-binding`.
+    pub node_binding: NodeBinding,
+    /// Exchange tokens live at most this long (and never past their source token).
+    pub exchange_ttl_seconds: i64,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl TokenService {
+    /// Assembles the service.
+    pub fn new(parts: ServiceParts) -> Self {
+        let own = parts.exchange_signer.key().public_key().clone();
+        Self {
+            trusts: parts.trusts,
+            policy: parts.policy,
+            registry: parts.registry,
+            exchange_signer: parts.exchange_signer,
+            own_keys: vec![own],
+            node_binding: parts.node_binding,
+            exchange_ttl_seconds: parts.exchange_ttl_seconds,
+            metrics: parts.metrics,
+        }
+    }
+
+    /// The issuers trusted.
+    pub fn trusts(&self) -> &[Arc<IssuerTrust>] {
+        &self.trusts
+    }
+
+    /// The registry token signer.
+    pub fn registry(&self) -> &RegistryTokenSigner {
+        &self.registry
+    }
+
+    /// Metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn trust_of(&self, issuer: &str) -> Option<&Arc<IssuerTrust>> {
+        self.trusts.iter().find(|t| t.issuer() == issuer)
+    }
+
+    /// Decides `request` at `now`. Every outcome is counted and audited.
+    pub async fn decide(&self, request: TokenRequest, now: i64) -> Result<TokenAnswer, Refusal> {
+        let scope_asked: Vec<String> = request.scopes.iter().map(ToString::to_string).collect();
+        let actions_asked: usize = request.scopes.iter().map(|s| s.actions.len()).sum();
+        let result = self.decide_inner(request, now).await;
+        match &result {
+            Ok((answer, identity, credential, node)) => {
+                let granted_actions: usize = answer.granted.iter().map(|s| s.actions.len()).sum();
+                let outcome = if granted_actions == actions_asked {
+                    "granted"
+                } else if answer.granted.is_empty() {
+                    "denied"
+                } else {
+                    "partial"
+                };
+                self.metrics.decision(outcome, if outcome == "granted" { "ok" } else { "policy" });
+                let granted: Vec<String> = answer.granted.iter().map(ToString::to_string).collect();
+                tracing::info!(
+                    target: "podpass_registry_auth::audit",
+                    decision = outcome,
+                    issuer = %identity.issuer,
+                    service_account = %format!("{}/{}", identity.namespace, identity.service_account.name),
+                    service_account_uid = %identity.service_account.uid,
+                    pod = %identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
+                    node = %identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
+                    node_check = node.as_str(),
+                    jti = %identity.jti.clone().unwrap_or_default(),
+                    credential = credential.as_str(),
+                    scope_asked = %scope_asked.join(" "),
+                    scope_granted = %granted.join(" "),
+                    token_jti = %answer.token.jti,
+                    offline = answer.refresh_token.is_some(),
+                    "token granted"
+                );
+            }
+            Err(refusal) => {
+                let (outcome, reason, message) = match refusal {
+                    Refusal::Invalid(m) => ("invalid", "malformed_request", m.as_str()),
+                    Refusal::Unauthorized { reason, message } => ("refused", *reason, message.as_str()),
+                    Refusal::Unavailable(m) => ("unavailable", "issuer_keys", m.as_str()),
+                };
+                self.metrics.decision(outcome, reason);
+                tracing::info!(
+                    target: "podpass_registry_auth::audit",
+                    decision = outcome,
+                    reason,
+                    why = message,
+                    scope_asked = %scope_asked.join(" "),
+                    "token refused"
+                );
+            }
+        }
+        result.map(|(answer, ..)| answer)
+    }
+
+    async fn decide_inner(
+        &self,
+        request: TokenRequest,
+        now: i64,
+    ) -> Result<(TokenAnswer, Identity, Credential, NodeCheck), Refusal> {
+        if let Some(service) = request.service.as_deref()
+            && service != self.registry.service()
+        {
+            return Err(Refusal::Invalid(format!(
+                "service {service:?} is not served here (tokens are issued for {:?})",
+                self.registry.service()
+            )));
+        }
+        let (mut identity, credential, not_after) = self.identify(&request.grant, now).await?;
+        let proof = self.node_proof(&request, &identity.issuer, now).await?;
+        let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
+            .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;
+        if credential == Credential::ServiceAccountToken {
+            // Annotations are the node's word: honoured only from a proven node.
+            identity.annotations = if proof != NodeProof::None { bounded(request.annotations)? } else { BTreeMap::new() };
+        }
+        let subject = Subject {
+            issuer: &identity.issuer,
+            namespace: &identity.namespace,
+            name: &identity.service_account.name,
+            annotations: &identity.annotations,
+        };
+        let granted = self.policy.grant(&subject, &request.scopes);
+        let token = self
+            .registry
+            .sign(&identity.username(), &granted, now, not_after)
+            .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+        let refresh_token = if request.offline {
+            let expires_at = not_after.min(now + self.exchange_ttl_seconds);
+            let t = exchange_token::sign(&self.exchange_signer, self.registry.issuer(), &identity, now, expires_at)
+                .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+            Some(t.token)
+        } else {
+            None
+        };
+        Ok((TokenAnswer { token, refresh_token, granted }, identity, credential, node))
+    }
+
+    /// Verifies the credential: (identity, how it came, when it expires).
+    async fn identify(&self, grant: &Grant, now: i64) -> Result<(Identity, Credential, i64), Refusal> {
+        let (token, refresh) = match grant {
+            Grant::Password(t) => (t.as_str(), false),
+            Grant::RefreshToken(t) => (t.as_str(), true),
+        };
+        if token.is_empty() {
+            return Err(Refusal::unauthorized("no_credentials", "no token given as password"));
+        }
+        if refresh || exchange_token::looks_like_exchange(token) {
+            let (identity, exp) = exchange_token::verify(token, &self.own_keys, self.registry.issuer(), now)
+                .map_err(|e| {
+                    let reason = if e == ExchangeError::Expired { "expired" } else { "exchange_token" };
+                    Refusal::unauthorized(reason, e.to_string())
+                })?;
+            return Ok((identity, Credential::ExchangeToken, exp));
+        }
+        let Some(issuer) = unverified_issuer(token) else {
+            return Err(Refusal::unauthorized("malformed", "the password is not a service-account token"));
+        };
+        let Some(trust) = self.trust_of(&issuer) else {
+            return Err(Refusal::unauthorized("issuer", format!("token issuer {issuer:?} is not trusted")));
+        };
+        let verified = trust.verify(token, now).await.map_err(|e| match e {
+            TrustError::Unavailable { .. } => Refusal::Unavailable(e.to_string()),
+            TrustError::Refused(a) => Refusal::unauthorized(auth_reason(&a), a.to_string()),
+        })?;
+        if verified.legacy {
+            return Err(Refusal::unauthorized("audience", "tokens without an audience are not accepted"));
+        }
+        let Some(exp) = verified.expires_at else {
+            return Err(Refusal::unauthorized("malformed", "tokens without an expiry are not accepted"));
+        };
+        let info = verified.info;
+        let object = |name: &str, uid: &str| (!name.is_empty()).then(|| ObjectRef::new(name, uid));
+        let identity = Identity {
+            issuer,
+            pod: object(&info.pod_name, &info.pod_uid),
+            node: object(&info.node_name, &info.node_uid),
+            service_account: ObjectRef::new(info.name.as_str(), info.uid.as_str()),
+            namespace: info.namespace,
+            annotations: BTreeMap::new(),
+            jti: info.credential_id.strip_prefix("JTI=").map(str::to_owned),
+        };
+        Ok((identity, Credential::ServiceAccountToken, exp))
+    }
+
+    /// The node identity the request proves: its TLS client certificate, else a node-bound
+    /// token of the same issuer.
+    async fn node_proof(&self, request: &TokenRequest, issuer: &str, now: i64) -> Result<NodeProof, Refusal> {
+        if let Some(node) = &request.peer_node {
+            return Ok(NodeProof::Certificate(node.clone()));
+        }
+        let Some(token) = request.node_token.as_deref().filter(|t| !t.is_empty()) else { return Ok(NodeProof::None) };
+        let refuse = |m: String| Refusal::unauthorized("node_token", format!("node_token: {m}"));
+        let trust = self.trust_of(issuer).ok_or_else(|| refuse(format!("issuer {issuer:?} is not trusted")))?;
+        let verified = trust.verify(token, now).await.map_err(|e| refuse(e.to_string()))?;
+        match (verified.bound_node, verified.pod) {
+            (Some(node), None) => Ok(NodeProof::Token(node)),
+            _ => Err(refuse("not a node-bound token".into())),
+        }
+    }
+}
+
+fn node_reason(e: &node_binding::NodeBindingError) -> &'static str {
+    match e {
+        node_binding::NodeBindingError::Unproven { .. } => "node_unproven",
+        node_binding::NodeBindingError::Mismatch { .. } => "node_mismatch",
+    }
+}
+
+fn bounded(annotations: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal> {
+    if annotations.len() > MAX_ANNOTATIONS
+        || annotations.iter().any(|(k, v)| k.len() + v.len() > MAX_ANNOTATION_BYTES)
+    {
+        return Err(Refusal::Invalid(format!(
+            "annotations: at most {MAX_ANNOTATIONS}, each at most {MAX_ANNOTATION_BYTES} bytes"
+        )));
+    }
+    Ok(annotations)
+}
