@@ -216,6 +216,29 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 "#;
 
+/// Starts a registry with token auth (`realm`, service `registry.local`, `issuer`, the
+/// certificates in `bundle`) over the storage of `storage_of`; waits until it answers 401.
+/// Returns the process and its `127.0.0.1:<port>`.
+pub fn serve_token_auth(
+    dir: &Path,
+    storage_of: &Registry,
+    realm: &str,
+    issuer: &str,
+    bundle: &Path,
+) -> (Child, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let port = free_port();
+    let host = format!("127.0.0.1:{port}");
+    let config = format!(
+        "version: 0.1\nlog:\n  level: debug\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  token:\n    realm: {realm}\n    service: registry.local\n    issuer: {issuer}\n    rootcertbundle: {bundle}\n",
+        data = storage_of.dir.join("data").display(),
+        bundle = bundle.display(),
+    );
+    let registry = serve(dir, &config);
+    wait_for_401(&[format!("http://{host}/v2/")]);
+    (registry, host)
+}
+
 /// A token-auth registry serving the storage of `storage_of` (read-only use), and its token
 /// service. Dropped together.
 pub struct TokenRegistry {
@@ -254,15 +277,14 @@ impl TokenRegistry {
             .stderr(std::fs::File::create(dir.join("token-server.log")).unwrap())
             .spawn()
             .expect("python3");
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
-        let config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  token:\n    realm: http://127.0.0.1:{token_port}/token\n    service: registry.local\n    issuer: test-token-issuer\n    rootcertbundle: {bundle}\n",
-            data = storage_of.dir.join("data").display(),
-            bundle = dir.join("ec.crt").display(),
+        let (registry, host) = serve_token_auth(
+            dir,
+            storage_of,
+            &format!("http://127.0.0.1:{token_port}/token"),
+            "test-token-issuer",
+            &dir.join("ec.crt"),
         );
-        let registry = serve(dir, &config);
-        wait_for_401(&[format!("http://{host}/v2/"), format!("http://127.0.0.1:{token_port}/token")]);
+        wait_for_401(&[format!("http://127.0.0.1:{token_port}/token")]);
         TokenRegistry { registry, tokens, host, token_log }
     }
 }

@@ -112,6 +112,14 @@ impl GoDuration {
     }
 }
 
+impl std::str::FromStr for GoDuration {
+    type Err = DurationError;
+    /// [`GoDuration::parse`], for flag parsers.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
 impl fmt::Display for GoDuration {
     /// `Duration.String`: `1h2m3.5s`, `1.5ms`, `0s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

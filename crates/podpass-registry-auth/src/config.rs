@@ -68,7 +68,14 @@ pub struct Config {
 
 impl Config {
     /// A configuration with the defaults for everything but the required flags.
-    pub fn new(listen: SocketAddr, issuers: Vec<String>, audience: &str, policy: PathBuf, signing_key: PathBuf, registry_service: &str) -> Self {
+    pub fn new(
+        listen: SocketAddr,
+        issuers: Vec<String>,
+        audience: &str,
+        policy: PathBuf,
+        signing_key: PathBuf,
+        registry_service: &str,
+    ) -> Self {
         Self {
             listen,
             issuers,
@@ -315,7 +322,10 @@ pub struct RegistryAuth {
 
 impl std::fmt::Debug for RegistryAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryAuth").field("listen", &self.listen).field("tls", &self.tls.is_some()).finish_non_exhaustive()
+        f.debug_struct("RegistryAuth")
+            .field("listen", &self.listen)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -130,7 +130,8 @@ mod tests {
     fn round_trips_and_refuses_other_issuers_keys_and_expired() {
         let key = SigningKey::generate(Algorithm::ES256).unwrap();
         let public = key.public_key().clone();
-        let signer = JwsSigner::new(key, &JwsHeader { kid: Some(public.key_id().into()), ..Default::default() }).unwrap();
+        let signer =
+            JwsSigner::new(key, &JwsHeader { kid: Some(public.key_id().into()), ..Default::default() }).unwrap();
         let t = sign(&signer, "podpass-registry-auth", &identity(), 1000, 2000).unwrap();
         assert!(looks_like_exchange(&t.token));
         let keys = std::slice::from_ref(&public);

@@ -85,8 +85,7 @@ impl DocumentFetcher {
     /// GETs `url` (https only) and returns the body, at most [`MAX_DOCUMENT_BYTES`].
     pub async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
         let transport = |e: reqwest::Error| FetchError::Transport { url: url.into(), reason: error_chain(&e) };
-        let mut resp =
-            self.client.get(url).header("accept", "application/json").send().await.map_err(transport)?;
+        let mut resp = self.client.get(url).header("accept", "application/json").send().await.map_err(transport)?;
         let status = resp.status();
         if !status.is_success() {
             return Err(FetchError::Status { url: url.into(), status: status.as_u16() });

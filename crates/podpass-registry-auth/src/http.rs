@@ -136,9 +136,8 @@ fn basic_password(headers: &HeaderMap) -> Result<Option<String>, BadRequest> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return Ok(None);
     }
-    let decoded = data_encoding::BASE64
-        .decode(encoded.trim().as_bytes())
-        .map_err(|_| bad("Basic credentials are not base64"))?;
+    let decoded =
+        data_encoding::BASE64.decode(encoded.trim().as_bytes()).map_err(|_| bad("Basic credentials are not base64"))?;
     let text = String::from_utf8(decoded).map_err(|_| bad("Basic credentials are not UTF-8"))?;
     let (_user, password) = text.split_once(':').ok_or_else(|| bad("Basic credentials have no ':'"))?;
     Ok(Some(password.to_owned()))
@@ -166,11 +165,7 @@ async fn token_get(
     }
 }
 
-async fn token_post(
-    State(state): State<Arc<AppState>>,
-    peer: Option<axum::Extension<Peer>>,
-    body: Bytes,
-) -> Response {
+async fn token_post(State(state): State<Arc<AppState>>, peer: Option<axum::Extension<Peer>>, body: Bytes) -> Response {
     let params = match parse_params(&body) {
         Ok(p) => p,
         Err(e) => return oauth_error(StatusCode::BAD_REQUEST, e.code, &e.message),
@@ -213,9 +208,8 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         }
         Ok(Err(Refusal::Unavailable(m))) => oauth_error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", &m),
         Ok(Ok(answer)) => {
-            let issued_at = jiff::Timestamp::from_second(answer.token.issued_at)
-                .map(|t| t.to_string())
-                .unwrap_or_default();
+            let issued_at =
+                jiff::Timestamp::from_second(answer.token.issued_at).map(|t| t.to_string()).unwrap_or_default();
             let granted: Vec<String> = answer.granted.iter().map(ToString::to_string).collect();
             let mut body = json!({
                 "token": answer.token.token,

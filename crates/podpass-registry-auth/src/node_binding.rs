@@ -104,7 +104,7 @@ pub fn check(mode: NodeBinding, claimed: Option<&ObjectRef>, proof: &NodeProof) 
     };
     let uid_differs = !uid.is_empty() && !claimed.uid.is_empty() && uid != claimed.uid;
     if name != claimed.name || uid_differs {
-        let proven = if uid_differs { format!("{name} (uid {uid})") } else { name.to_owned() };
+        let proven = if name == claimed.name { format!("{name} (uid {uid})") } else { name.to_owned() };
         return Err(NodeBindingError::Mismatch { claimed: claimed.name.clone(), proven });
     }
     Ok(NodeCheck::Proven)

@@ -151,18 +151,18 @@ impl Policy {
         if file.rules.len() > MAX_RULES {
             errors.push(FieldError::invalid("rules", &file.rules.len().to_string(), format!("at most {MAX_RULES}")));
         }
-        let rules = file.rules.iter().enumerate().map(|(i, r)| compile(r, &format!("rules[{i}]"), &mut errors)).collect();
-        if errors.is_empty() {
-            Ok(Self { rules })
-        } else {
-            Err(PolicyError::Invalid { path: "policy".into(), errors })
-        }
+        let rules =
+            file.rules.iter().enumerate().map(|(i, r)| compile(r, &format!("rules[{i}]"), &mut errors)).collect();
+        if errors.is_empty() { Ok(Self { rules }) } else { Err(PolicyError::Invalid { path: "policy".into(), errors }) }
     }
 
     /// Issuer patterns of the rules that name one, for checking them against the issuers
     /// served: `(field path, pattern matcher)`.
     pub fn issuer_patterns(&self) -> impl Iterator<Item = (String, &Glob)> {
-        self.rules.iter().enumerate().filter_map(|(i, r)| r.issuer.as_ref().map(|g| (format!("rules[{i}].serviceAccount.issuer"), g)))
+        self.rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.issuer.as_ref().map(|g| (format!("rules[{i}].serviceAccount.issuer"), g)))
     }
 
     /// What `subject` is granted of `requested`: per scope, the asked actions the matching
@@ -208,7 +208,9 @@ impl Rule {
 
 /// Characters a service-account name or namespace glob may hold (DNS-1123 plus `*`).
 fn valid_name_glob(g: &str) -> bool {
-    !g.is_empty() && g.len() <= 253 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.*".contains(&b))
+    !g.is_empty()
+        && g.len() <= 253
+        && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.*".contains(&b))
 }
 
 fn compile(r: &RuleFile, at: &str, errors: &mut Vec<FieldError>) -> Rule {
@@ -228,7 +230,8 @@ fn compile(r: &RuleFile, at: &str, errors: &mut Vec<FieldError>) -> Rule {
         errors.push(FieldError::required(&format!("{at}.serviceAccount.issuer"), "omit it to match every issuer"));
     }
     for key in sa.annotations.keys() {
-        if key.is_empty() || key.len() > 316 || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b)) {
+        if key.is_empty() || key.len() > 316 || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b))
+        {
             errors.push(FieldError::invalid(&format!("{at}.serviceAccount.annotations"), key, "not an annotation key"));
         }
     }
@@ -342,7 +345,10 @@ rules:
         .unwrap();
         let none = BTreeMap::new();
         let asked = scopes(&["repository:ci/builder-x/img:pull,push,*"]);
-        assert_eq!(shown(&p.grant(&subject("ci", "builder-x", &none), &asked)), ["repository:ci/builder-x/img:pull,push"]);
+        assert_eq!(
+            shown(&p.grant(&subject("ci", "builder-x", &none), &asked)),
+            ["repository:ci/builder-x/img:pull,push"]
+        );
         let other_issuer = Subject { issuer: "https://cluster-b.example", ..subject("ci", "builder-x", &none) };
         assert_eq!(shown(&p.grant(&other_issuer, &asked)), ["repository:ci/builder-x/img:pull"]);
         assert_eq!(
@@ -395,13 +401,16 @@ rules:
 
     #[test]
     fn decoding_is_strict_and_names_the_path() {
-        let err = Policy::parse("rules:\n- serviceAccount: {namespace: a, name: b, nmae: c}\n  repositories: [x]\n  actions: [pull]\n")
-            .unwrap_err()
-            .to_string();
+        let err = Policy::parse(
+            "rules:\n- serviceAccount: {namespace: a, name: b, nmae: c}\n  repositories: [x]\n  actions: [pull]\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("rules[0].serviceAccount") && err.contains("unknown field `nmae`"), "{err}");
-        let err = Policy::parse("rules:\n- serviceAccount: {namespace: a, name: b}\n  repositories: x\n  actions: [pull]\n")
-            .unwrap_err()
-            .to_string();
+        let err =
+            Policy::parse("rules:\n- serviceAccount: {namespace: a, name: b}\n  repositories: x\n  actions: [pull]\n")
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("rules[0].repositories"), "{err}");
         let err = Policy::parse("rules: []\nrules: []\n").unwrap_err().to_string();
         assert!(err.contains("duplicate"), "{err}");

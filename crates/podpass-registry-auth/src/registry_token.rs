@@ -64,12 +64,7 @@ impl RegistryTokenSigner {
             typ: Some("JWT".into()),
             x5c: chain_der.iter().map(|der| BASE64.encode(der)).collect(),
         };
-        Ok(Self {
-            signer: JwsSigner::new(key, &header)?,
-            issuer: issuer.into(),
-            service: service.into(),
-            ttl_seconds,
-        })
+        Ok(Self { signer: JwsSigner::new(key, &header)?, issuer: issuer.into(), service: service.into(), ttl_seconds })
     }
 
     /// The key tokens are signed with.
@@ -141,7 +136,10 @@ mod tests {
         assert_eq!(claims["iss"], "podpass-registry-auth");
         assert_eq!(claims["exp"], 1_800_000_300i64);
         assert!(claims["exp"].is_i64() && claims["nbf"].is_i64() && claims["iat"].is_i64());
-        assert_eq!(claims["access"], serde_json::json!([{"type": "repository", "name": "team-a/app", "actions": ["pull"]}]));
+        assert_eq!(
+            claims["access"],
+            serde_json::json!([{"type": "repository", "name": "team-a/app", "actions": ["pull"]}])
+        );
         assert_eq!(t.jti.len(), 22);
         podpass_token::verify_compact(&t.token, &[public.with_key_id(libtrust)]).unwrap();
         // no access granted: an empty list, not a missing claim

@@ -239,8 +239,7 @@ mod tests {
 
     #[test]
     fn parse_all_splits_on_spaces_and_merges_repeats() {
-        let all =
-            Scope::parse_all(["repository:a:pull repository:b:pull", "repository:a:push", ""]).unwrap();
+        let all = Scope::parse_all(["repository:a:pull repository:b:pull", "repository:a:push", ""]).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].actions, ["pull", "push"]);
         let many: Vec<String> = (0..=MAX_SCOPES).map(|i| format!("repository:r{i}:pull")).collect();

@@ -255,7 +255,8 @@ impl TokenService {
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;
         if credential == Credential::ServiceAccountToken {
             // Annotations are the node's word: honoured only from a proven node.
-            identity.annotations = if proof != NodeProof::None { bounded(request.annotations)? } else { BTreeMap::new() };
+            identity.annotations =
+                if proof != NodeProof::None { bounded(request.annotations)? } else { BTreeMap::new() };
         }
         let subject = Subject {
             issuer: &identity.issuer,
@@ -289,8 +290,8 @@ impl TokenService {
             return Err(Refusal::unauthorized("no_credentials", "no token given as password"));
         }
         if refresh || exchange_token::looks_like_exchange(token) {
-            let (identity, exp) = exchange_token::verify(token, &self.own_keys, self.registry.issuer(), now)
-                .map_err(|e| {
+            let (identity, exp) =
+                exchange_token::verify(token, &self.own_keys, self.registry.issuer(), now).map_err(|e| {
                     let reason = if e == ExchangeError::Expired { "expired" } else { "exchange_token" };
                     Refusal::unauthorized(reason, e.to_string())
                 })?;
@@ -351,8 +352,7 @@ fn node_reason(e: &node_binding::NodeBindingError) -> &'static str {
 }
 
 fn bounded(annotations: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal> {
-    if annotations.len() > MAX_ANNOTATIONS
-        || annotations.iter().any(|(k, v)| k.len() + v.len() > MAX_ANNOTATION_BYTES)
+    if annotations.len() > MAX_ANNOTATIONS || annotations.iter().any(|(k, v)| k.len() + v.len() > MAX_ANNOTATION_BYTES)
     {
         return Err(Refusal::Invalid(format!(
             "annotations: at most {MAX_ANNOTATIONS}, each at most {MAX_ANNOTATION_BYTES} bytes"

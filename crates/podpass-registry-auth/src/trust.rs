@@ -117,7 +117,13 @@ fn same_key(a: &VerificationKey, b: &VerificationKey) -> bool {
 impl IssuerTrust {
     /// Trust in `issuer` (its URL; discovery is read from `<issuer>/.well-known/openid-configuration`)
     /// for tokens with `audience`. Nothing is fetched until [`Self::refresh`] or a token.
-    pub fn new(issuer: &str, audience: &str, fetcher: DocumentFetcher, timings: TrustTimings, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        issuer: &str,
+        audience: &str,
+        fetcher: DocumentFetcher,
+        timings: TrustTimings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             issuer: issuer.into(),
             audience: audience.into(),
@@ -251,9 +257,8 @@ impl IssuerTrust {
         }
         let body = self.fetcher.get(jwks_url.as_str()).await?;
         let bad_jwks = |reason: String| RefreshError::Jwks { issuer: self.issuer.clone(), reason };
-        let keys = Jwks::from_json(&body)
-            .and_then(|set| set.verification_keys())
-            .map_err(|e| bad_jwks(e.to_string()))?;
+        let keys =
+            Jwks::from_json(&body).and_then(|set| set.verification_keys()).map_err(|e| bad_jwks(e.to_string()))?;
         if keys.is_empty() {
             return Err(bad_jwks("no usable signing keys".into()));
         }

@@ -5,8 +5,8 @@ use thiserror::Error;
 use serde::Serialize;
 
 use crate::claims::{Claims, ClaimsError, ClaimsRef, TokenRequest, new_uuid_v4};
-use crate::features::TokenFeatures;
 use crate::compact::{JwsHeader, JwsSigner};
+use crate::features::TokenFeatures;
 use crate::keys::{KeyError, SigningKey};
 
 /// A token could not be minted.

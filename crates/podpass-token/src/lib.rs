@@ -53,8 +53,8 @@ pub use authenticator::{
     AuthError, Authenticated, Authenticator, BoundKind, BoundObject, BoundObjectLookup, Freshness, LookupError,
     NotMine, VerifiedToken, now_unix,
 };
-pub use compact::{JwsError, JwsHeader, JwsSigner, verify_compact};
 pub use claims::{Claims, ClaimsError, KubernetesClaims, ObjectRef, TokenRequest};
+pub use compact::{JwsError, JwsHeader, JwsSigner, verify_compact};
 pub use documents::{Jwk, JwkError, Jwks, OidcDiscovery};
 pub use features::TokenFeatures;
 pub use generator::{GenerateError, MintedToken, TokenGenerator};

@@ -20,6 +20,7 @@ mod apiserver;
 mod bench;
 mod node;
 mod node_images;
+mod registry_auth;
 mod token;
 
 use std::process::ExitCode;
@@ -55,6 +56,9 @@ enum Command {
     /// Node agent tools: credential provider config checks and lookups.
     #[command(subcommand)]
     Node(node::NodeCommand),
+    /// Registry token exchange: trades a pod's service-account token for a registry bearer
+    /// token (Docker token protocol), for any self-hosted registry.
+    RegistryAuth(registry_auth::RegistryAuthArgs),
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -67,6 +71,22 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
         eprintln!("error: starting runtime: {e}");
         ExitCode::from(70)
     })
+}
+
+/// Resolves on SIGTERM or SIGINT: the end of a daemon's run.
+pub(crate) async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("warning: SIGTERM handler: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 /// Writes to stdout for [`outln!`].
@@ -107,6 +127,7 @@ fn main() -> ExitCode {
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
         Command::Node(cmd) => node::run(cmd),
+        Command::RegistryAuth(args) => registry_auth::run(args),
         Command::Bench(cmd) => match bench::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -163,21 +163,7 @@ fn run_agent(a: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("warning: SIGTERM handler: {e}");
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        };
-        match prepared.run(shutdown).await {
+        match prepared.run(crate::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

@@ -1,0 +1,404 @@
+//! End-to-end: `podpass registry-auth` in front of the real CNCF registry 2.8 (Debian
+//! `docker-registry`, `auth.token` pointing at it), trusting a real `podpass apiserver`'s
+//! issuer; pods pull through `podpass node ensure-image` with `podpass-credential-provider`
+//! in both modes, and every kind of bad token is refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod registry;
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use registry::{Registry, free_port, serve_token_auth};
+use serde_json::{Value, json};
+use support::*;
+
+const AUDIENCE: &str = "registry-auth";
+
+/// The plugin binary, built beside `podpass` (scripts/test builds it).
+fn plugin_bin() -> PathBuf {
+    let p = Path::new(PODPASS).with_file_name("podpass-credential-provider");
+    assert!(p.exists(), "{} missing: cargo build -p podpass-credential-provider", p.display());
+    p
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn post(s: &Server, path: &str, body: Value) -> Value {
+    let resp =
+        client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).json(&body).send().unwrap();
+    assert!(resp.status().is_success(), "POST {path}: {}", resp.text().unwrap());
+    resp.json().unwrap()
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let st = Command::new("openssl").args(args).current_dir(dir).stderr(Stdio::null()).status().expect("openssl");
+    assert!(st.success(), "openssl {args:?}");
+}
+
+/// A TokenRequest for `ns/sa` as the admin, optionally bound to an object.
+fn token(s: &Server, ns: &str, sa: &str, audience: &str, bound: Option<(&str, &str, &str)>) -> String {
+    let mut spec = json!({"audiences": [audience], "expirationSeconds": 600});
+    if let Some((kind, name, uid)) = bound {
+        spec["boundObjectRef"] = json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": uid});
+    }
+    let answer = post(
+        s,
+        &format!("/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"),
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}),
+    );
+    answer["status"]["token"].as_str().unwrap().to_owned()
+}
+
+struct Cluster {
+    s: Server,
+    issuer: String,
+    /// `(name, uid)` of the pods and nodes created.
+    uids: std::collections::HashMap<String, String>,
+}
+
+/// An API server whose issuer anyone may discover, with team-a/web and team-b/web2 on node
+/// n1 (each with its own `builder` service account), nodes n1 and n2, and nodes allowed
+/// to ask for the registry-auth audience.
+fn cluster(dir: &Path) -> Cluster {
+    let data = dir.join("api");
+    std::fs::create_dir_all(&data).unwrap();
+    let s = start(&data, &[]);
+    post(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "anonymous-discovery"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:service-account-issuer-discovery"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]}),
+    );
+    post(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "registry-auth-audience"},
+               "rules": [{"verbs": ["request-serviceaccounts-token-audience"], "apiGroups": [""], "resources": [AUDIENCE]}]}),
+    );
+    post(
+        &s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "nodes-registry-auth-audience"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "registry-auth-audience"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}),
+    );
+    let mut uids = std::collections::HashMap::new();
+    for node in ["n1", "n2"] {
+        let n = post(&s, "/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
+        uids.insert(node.to_owned(), n["metadata"]["uid"].as_str().unwrap().to_owned());
+    }
+    for (ns, pod) in [("team-a", "web"), ("team-b", "web2")] {
+        post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        post(
+            &s,
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"}}),
+        );
+        let p = post(
+            &s,
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+                   "spec": {"serviceAccountName": "builder", "nodeName": "n1",
+                            "containers": [{"name": "app", "image": "example/app:1"}]}}),
+        );
+        uids.insert(pod.to_owned(), p["metadata"]["uid"].as_str().unwrap().to_owned());
+    }
+    let discovery: Value =
+        client(&s.dir).get(format!("{}/.well-known/openid-configuration", s.url)).send().unwrap().json().unwrap();
+    let issuer = discovery["issuer"].as_str().unwrap().to_owned();
+    Cluster { s, issuer, uids }
+}
+
+/// registry-auth on a free loopback port; waits until /healthz says every issuer's keys
+/// are known.
+fn registry_auth(dir: &Path, issuers: &[&str], ca: &Path, extra: &[&str]) -> (Proc, String) {
+    std::fs::write(
+        dir.join("policy.yaml"),
+        "rules:\n- serviceAccount: {namespace: \"*\", name: \"*\"}\n  repositories: [\"{namespace}/*\"]\n  actions: [pull]\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["--log-format", "json", "registry-auth", "--listen", &format!("127.0.0.1:{port}")]);
+    for i in issuers {
+        cmd.args(["--issuer", i]);
+    }
+    cmd.args(["--issuer-ca", ca.to_str().unwrap(), "--audience", AUDIENCE])
+        .args(["--policy", dir.join("policy.yaml").to_str().unwrap()])
+        .args(["--signing-key", dir.join("signer.key").to_str().unwrap()])
+        .args(["--registry-service", "registry.local"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("registry-auth.log")).unwrap());
+    let child = Proc(cmd.spawn().unwrap());
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reqwest::blocking::get(format!("{url}/healthz")).is_ok_and(|r| r.status() == 200) {
+        assert!(
+            Instant::now() < deadline,
+            "registry-auth not healthy: {}",
+            std::fs::read_to_string(dir.join("registry-auth.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, url)
+}
+
+/// The kubelet's CredentialProviderConfig for the plugin in `mode`.
+fn provider_config(dir: &Path, registry: &str, mode: &str, exchange_url: &str) -> PathBuf {
+    let (args, cache) = match mode {
+        "passthrough" => ("[\"--mode\", \"passthrough\"]".to_owned(), "Token"),
+        _ => (format!("[\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\"]"), "ServiceAccount"),
+    };
+    let text = format!(
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n  - name: podpass-credential-provider\n    apiVersion: credentialprovider.kubelet.k8s.io/v1\n    matchImages: [\"{registry}\"]\n    defaultCacheDuration: 10m\n    args: {args}\n    tokenAttributes:\n      serviceAccountTokenAudience: {AUDIENCE}\n      cacheType: {cache}\n      requireServiceAccount: true\n"
+    );
+    let path = dir.join(format!("provider-{mode}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn ensure_image(root: &Path, kubeconfig: &Path, config: &Path, bin: &Path, pod: &str, image: &str) -> Output {
+    Command::new(PODPASS)
+        .args(["node", "ensure-image", "--root-dir", root.to_str().unwrap()])
+        .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--pod", pod])
+        .args(["--image-credential-provider-config", config.to_str().unwrap()])
+        .args(["--image-credential-provider-bin-dir", bin.to_str().unwrap()])
+        .arg(image)
+        .output()
+        .unwrap()
+}
+
+/// GET /token with `token` as the Basic password.
+fn get_token(url: &str, token: &str, scope: &str) -> reqwest::blocking::Response {
+    reqwest::blocking::Client::new()
+        .get(format!("{url}/token?service=registry.local&scope={scope}"))
+        .basic_auth("anyone", Some(token))
+        .send()
+        .unwrap()
+}
+
+/// A token of the cluster's issuer and key, signed with PyJWT, that expired 10 minutes ago.
+fn expired_token(c: &Cluster) -> String {
+    let key = c.s.dir.join("sa.key");
+    let out = Command::new(PODPASS).args(["token", "kid", "--key", key.to_str().unwrap()]).output().unwrap();
+    let kid = ok(out, "kid").split_whitespace().nth(1).unwrap().to_owned();
+    let script = r#"
+import sys, time, jwt
+key, kid, iss, aud = sys.argv[1:5]
+now = int(time.time())
+claims = {"aud": [aud], "exp": now - 600, "iat": now - 1200, "nbf": now - 1200, "iss": iss,
+          "kubernetes.io": {"namespace": "team-a", "serviceaccount": {"name": "builder", "uid": "x"}},
+          "sub": "system:serviceaccount:team-a:builder"}
+print(jwt.encode(claims, open(key, "rb").read(), algorithm="ES256", headers={"kid": kid}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, key.to_str().unwrap(), &kid, &c.issuer, AUDIENCE])
+        .output()
+        .unwrap();
+    ok(out, "pyjwt").trim().to_owned()
+}
+
+#[test]
+fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    openssl(d, &["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "signer.ec"]);
+    openssl(d, &["pkcs8", "-topk8", "-nocrypt", "-in", "signer.ec", "-out", "signer.key"]);
+    openssl(
+        d,
+        &[
+            "req",
+            "-new",
+            "-x509",
+            "-key",
+            "signer.key",
+            "-out",
+            "signer.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=registry-auth",
+        ],
+    );
+    let (_auth, auth_url) = registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &[]);
+
+    // Images go in through an htpasswd registry; pods pull through a token-auth one over
+    // the same storage whose realm is registry-auth.
+    let plain = Registry::start(&d.join("reg-plain"), &[("admin", "pw")]);
+    plain.push(("admin", "pw"), "team-a/app", "v1", "team-a's app");
+    let (reg, host) = serve_token_auth(
+        &d.join("reg-token"),
+        &plain,
+        &format!("{auth_url}/token"),
+        "podpass-registry-auth",
+        &d.join("signer.crt"),
+    );
+    let _reg = Proc(reg);
+    let image = format!("{host}/team-a/app:v1");
+
+    let bin = d.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::copy(plugin_bin(), bin.join("podpass-credential-provider")).unwrap();
+    std::fs::set_permissions(bin.join("podpass-credential-provider"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kubeconfig = node_kubeconfig(&c.s.dir, &d.join("n1.kubeconfig"));
+
+    // team-a/web pulls its namespace's image, in both modes, each on a fresh node root.
+    for mode in ["passthrough", "exchange"] {
+        let config = provider_config(d, &host, mode, &auth_url);
+        let root = d.join(format!("root-{mode}"));
+        let out = ensure_image(&root, &kubeconfig, &config, &bin, "team-a/web", &image);
+        let decision: Value = serde_json::from_str(&ok(out, &format!("ensure-image ({mode})"))).unwrap();
+        assert_eq!(decision["pulled"], true, "{mode}: {decision}");
+        // the pull record names the pod's service account, not a secret or the node
+        let records: Vec<_> = std::fs::read_dir(root.join("image_manager/pulled")).unwrap().flatten().collect();
+        assert_eq!(records.len(), 1, "{mode}");
+        let record: Value = serde_json::from_slice(&std::fs::read(records[0].path()).unwrap()).unwrap();
+        let text = record.to_string();
+        assert!(text.contains("\"namespace\":\"team-a\"") && text.contains("\"name\":\"builder\""), "{mode}: {text}");
+
+        // team-b's pod may not use team-a's repository: refused by the registry.
+        let out = ensure_image(&root, &kubeconfig, &config, &bin, "team-b/web2", &image);
+        assert!(!out.status.success(), "{mode}: team-b pulled team-a/app");
+        let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(refused["error"], "ErrImagePull", "{mode}: {refused}");
+    }
+
+    // What the registry says to team-b's token: a 200 with no access, then insufficient_scope.
+    let team_b = token(&c.s, "team-b", "builder", AUDIENCE, None);
+    let resp = get_token(&auth_url, &team_b, "repository:team-a/app:pull");
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().unwrap();
+    assert_eq!(answer["token"], answer["access_token"]);
+    assert_eq!(answer["scope"], "");
+    let registry_token = answer["token"].as_str().unwrap();
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("http://{host}/v2/team-a/app/manifests/v1"))
+        .bearer_auth(registry_token)
+        .header("accept", "application/vnd.oci.image.manifest.v1+json")
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.contains("error=\"insufficient_scope\""), "{challenge}");
+
+    // Refused, each with 401 and a reason: another audience, an untrusted issuer, the right
+    // issuer with another key, an expired token.
+    let other_audience = token(&c.s, "team-a", "builder", "another-audience", None);
+    let keydir = d.join("rogue");
+    std::fs::create_dir(&keydir).unwrap();
+    let rogue_key = keydir.join("k.pem");
+    ok(
+        Command::new(PODPASS)
+            .args(["token", "keygen", "--alg", "ES256", "--out", rogue_key.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let mint = |issuer: &str| {
+        let out = Command::new(PODPASS)
+            .args([
+                "token",
+                "mint",
+                "--signing-key",
+                rogue_key.to_str().unwrap(),
+                "--issuer",
+                issuer,
+                "--audience",
+                AUDIENCE,
+            ])
+            .args(["--namespace", "team-a", "--service-account", "builder", "--service-account-uid", "u"])
+            .output()
+            .unwrap();
+        ok(out, "mint").trim().to_owned()
+    };
+    for (what, bad, expected) in [
+        ("another audience", other_audience, "audiences"),
+        ("an untrusted issuer", mint("https://rogue.example"), "not trusted"),
+        ("the issuer's name with another key", mint(&c.issuer), "invalid signature"),
+        ("an expired token", expired_token(&c), "expired"),
+    ] {
+        let resp = get_token(&auth_url, &bad, "repository:team-a/app:pull");
+        assert_eq!(resp.status(), 401, "{what}");
+        assert!(resp.headers().contains_key("www-authenticate"), "{what}");
+        let body = resp.text().unwrap();
+        assert!(body.contains(expected), "{what}: {body}");
+    }
+
+    // A pod token names its node (n1): replayed with n2's identity it is refused; with n1's
+    // it is granted.
+    let web = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
+    let node_token = |node: &str| token(&c.s, "team-a", "builder", AUDIENCE, Some(("Node", node, &c.uids[node])));
+    let form = |node: &str| {
+        reqwest::blocking::Client::new()
+            .post(format!("{auth_url}/token"))
+            .form(&[
+                ("grant_type", "password"),
+                ("username", "x"),
+                ("password", &web),
+                ("service", "registry.local"),
+                ("scope", "repository:team-a/app:pull"),
+                ("node_token", &node_token(node)),
+            ])
+            .send()
+            .unwrap()
+    };
+    let replayed = form("n2");
+    assert_eq!(replayed.status(), 401);
+    let body = replayed.text().unwrap();
+    assert!(body.contains(r#"bound to node \"n1\" but the request proves node \"n2\""#), "{body}");
+    let from_n1 = form("n1");
+    assert_eq!(from_n1.status(), 200);
+    let granted: Value = from_n1.json().unwrap();
+    assert_eq!(granted["scope"], "repository:team-a/app:pull");
+
+    // Malformed requests are 400 with an OAuth2 code.
+    let resp = reqwest::blocking::Client::new()
+        .post(format!("{auth_url}/token"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().unwrap().contains("unsupported_grant_type"));
+
+    // Every decision is counted.
+    let metrics = reqwest::blocking::get(format!("{auth_url}/metrics")).unwrap().text().unwrap();
+    assert!(
+        metrics.contains(r#"podpass_registry_auth_token_requests_total{outcome="refused",reason="node_mismatch"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"podpass_registry_auth_token_requests_total{outcome="refused",reason="expired"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"podpass_registry_auth_jwks_fetches_total{issuer=""#), "{metrics}");
+    // ... and audited: the exchange-mode pull came back with the exchange token.
+    let log = std::fs::read_to_string(d.join("registry-auth.log")).unwrap();
+    let audit: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "podpass_registry_auth::audit")
+        .collect();
+    let exchanged =
+        audit.iter().find(|l| l["fields"]["credential"] == "exchange-token").expect("an exchange-token grant");
+    assert_eq!(exchanged["fields"]["service_account"], "team-a/builder");
+    assert_eq!(exchanged["fields"]["scope_granted"], "repository:team-a/app:pull");
+    assert!(
+        audit.iter().any(|l| l["fields"]["decision"] == "denied" && l["fields"]["service_account"] == "team-b/builder")
+    );
+}
