@@ -308,34 +308,16 @@ fn read_token(arg: &str) -> Result<String> {
     Ok(token.to_owned())
 }
 
+/// The JWKS at an https `url`, fetched as registry-auth fetches issuer documents (same
+/// origin only, 1 MiB cap), trusting `ca` or the platform's roots.
 fn fetch_jwks(url: &str, ca: Option<&Path>) -> Result<Vec<u8>> {
-    let mut builder = reqwest::Client::builder().https_only(true).timeout(std::time::Duration::from_secs(30));
-    if let Some(ca) = ca {
-        let pem = read_limited(ca)?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("loading --certificate-authority {}", ca.display()))?;
-        if certs.is_empty() {
-            bail!("--certificate-authority {}: no certificates found", ca.display());
-        }
-        builder = builder.tls_certs_only(certs);
-    }
-    let client = builder.build().context("building HTTPS client")?;
+    let ca_pem = ca.map(read_limited).transpose()?;
+    let fetcher = podpass_registry_auth::DocumentFetcher::new(ca_pem.as_deref(), std::time::Duration::from_secs(30))
+        .with_context(|| {
+            format!("--certificate-authority {}", ca.map(|p| p.display().to_string()).unwrap_or_default())
+        })?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting runtime")?;
-    runtime.block_on(async {
-        let resp = client.get(url).send().await.with_context(|| format!("fetching JWKS from {url}"))?;
-        let status = resp.status();
-        if !status.is_success() {
-            bail!("fetching JWKS from {url}: HTTP {status}");
-        }
-        if resp.content_length().is_some_and(|l| l > MAX_INPUT_BYTES) {
-            bail!("JWKS at {url} is larger than {MAX_INPUT_BYTES} bytes");
-        }
-        let body = resp.bytes().await.with_context(|| format!("reading JWKS from {url}"))?;
-        if body.len() as u64 > MAX_INPUT_BYTES {
-            bail!("JWKS at {url} is larger than {MAX_INPUT_BYTES} bytes");
-        }
-        Ok(body.to_vec())
-    })
+    runtime.block_on(fetcher.get(url)).map_err(|e| anyhow!("JWKS: {e}"))
 }
 
 fn verify(a: VerifyArgs) -> Result<(), Failure> {
