@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod containerd;
 mod registry;
 mod support;
 
@@ -126,6 +127,18 @@ fn cluster(dir: &Path) -> Cluster {
 /// registry-auth on a free loopback port; waits until /healthz says every issuer's keys
 /// are known.
 fn registry_auth(dir: &Path, issuers: &[&str], ca: &Path, extra: &[&str]) -> (Proc, String) {
+    registry_auth_with(dir, issuers, ca, extra, None)
+}
+
+/// [`registry_auth`]; with `tls_ca`, it serves HTTPS (the flags are in `extra`) and is
+/// reached trusting that CA.
+fn registry_auth_with(
+    dir: &Path,
+    issuers: &[&str],
+    ca: &Path,
+    extra: &[&str],
+    tls_ca: Option<&Path>,
+) -> (Proc, String) {
     std::fs::write(
         dir.join("policy.yaml"),
         "rules:\n- serviceAccount: {namespace: \"*\", name: \"*\"}\n  repositories: [\"{namespace}/*\"]\n  actions: [pull]\n",
@@ -145,9 +158,10 @@ fn registry_auth(dir: &Path, issuers: &[&str], ca: &Path, extra: &[&str]) -> (Pr
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("registry-auth.log")).unwrap());
     let child = Proc(cmd.spawn().unwrap());
-    let url = format!("http://127.0.0.1:{port}");
+    let url = format!("{}://127.0.0.1:{port}", if tls_ca.is_some() { "https" } else { "http" });
+    let client = https_client(tls_ca, None);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !reqwest::blocking::get(format!("{url}/healthz")).is_ok_and(|r| r.status() == 200) {
+    while !client.get(format!("{url}/healthz")).send().is_ok_and(|r| r.status() == 200) {
         assert!(
             Instant::now() < deadline,
             "registry-auth not healthy: {}",
@@ -156,6 +170,33 @@ fn registry_auth(dir: &Path, issuers: &[&str], ca: &Path, extra: &[&str]) -> (Pr
         std::thread::sleep(Duration::from_millis(100));
     }
     (child, url)
+}
+
+/// A client trusting `ca` (else the default roots), presenting `identity` (PEM cert + key).
+fn https_client(ca: Option<&Path>, identity: Option<&Path>) -> reqwest::blocking::Client {
+    let mut b = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(ca) = ca {
+        b = b.tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap()]);
+    }
+    if let Some(id) = identity {
+        b = b.identity(reqwest::Identity::from_pem(&std::fs::read(id).unwrap()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+/// The sum of the samples of `metrics` whose line starts with `prefix`.
+fn metric_sum(metrics: &str, prefix: &str) -> f64 {
+    metrics.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+/// The audit lines registry-auth logged (JSON log format).
+fn audit_lines(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("registry-auth.log"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "podpass_registry_auth::audit")
+        .collect()
 }
 
 /// The kubelet's CredentialProviderConfig for the plugin in `mode`.
@@ -173,8 +214,21 @@ fn provider_config(dir: &Path, registry: &str, mode: &str, exchange_url: &str) -
 }
 
 fn ensure_image(root: &Path, kubeconfig: &Path, config: &Path, bin: &Path, pod: &str, image: &str) -> Output {
+    ensure_image_with(root, kubeconfig, config, bin, pod, image, &[])
+}
+
+fn ensure_image_with(
+    root: &Path,
+    kubeconfig: &Path,
+    config: &Path,
+    bin: &Path,
+    pod: &str,
+    image: &str,
+    extra: &[&str],
+) -> Output {
     Command::new(PODPASS)
         .args(["node", "ensure-image", "--root-dir", root.to_str().unwrap()])
+        .args(extra)
         .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--pod", pod])
         .args(["--image-credential-provider-config", config.to_str().unwrap()])
         .args(["--image-credential-provider-bin-dir", bin.to_str().unwrap()])
@@ -213,13 +267,24 @@ print(jwt.encode(claims, open(key, "rb").read(), algorithm="ES256", headers={"ki
     ok(out, "pyjwt").trim().to_owned()
 }
 
-#[test]
-fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let c = cluster(d);
-    openssl(d, &["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "signer.ec"]);
-    openssl(d, &["pkcs8", "-topk8", "-nocrypt", "-in", "signer.ec", "-out", "signer.key"]);
+/// Everything a pull needs: the cluster, registry-auth, a token-auth registry 2.8 whose
+/// realm is registry-auth holding `team-a/app:v1`, the plugin in a bin dir, node n1's
+/// kubeconfig.
+struct Setup {
+    c: Cluster,
+    auth_url: String,
+    host: String,
+    image: String,
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    _procs: Vec<Proc>,
+    _plain: Registry,
+}
+
+/// An EC signing key (PKCS#8) and its self-signed certificate, `<dir>/<name>.key|.crt`.
+fn signing_key(d: &Path, name: &str) {
+    openssl(d, &["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", &format!("{name}.ec")]);
+    openssl(d, &["pkcs8", "-topk8", "-nocrypt", "-in", &format!("{name}.ec"), "-out", &format!("{name}.key")]);
     openssl(
         d,
         &[
@@ -227,16 +292,21 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
             "-new",
             "-x509",
             "-key",
-            "signer.key",
+            &format!("{name}.key"),
             "-out",
-            "signer.crt",
+            &format!("{name}.crt"),
             "-days",
             "2",
             "-subj",
             "/CN=registry-auth",
         ],
     );
-    let (_auth, auth_url) = registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &[]);
+}
+
+fn setup(d: &Path, auth_args: &[&str]) -> Setup {
+    let c = cluster(d);
+    signing_key(d, "signer");
+    let (auth, auth_url) = registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), auth_args);
 
     // Images go in through an htpasswd registry; pods pull through a token-auth one over
     // the same storage whose realm is registry-auth.
@@ -249,20 +319,28 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
         "podpass-registry-auth",
         &d.join("signer.crt"),
     );
-    let _reg = Proc(reg);
     let image = format!("{host}/team-a/app:v1");
-
     let bin = d.join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::fs::copy(plugin_bin(), bin.join("podpass-credential-provider")).unwrap();
     std::fs::set_permissions(bin.join("podpass-credential-provider"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let kubeconfig = node_kubeconfig(&c.s.dir, &d.join("n1.kubeconfig"));
+    Setup { c, auth_url, host, image, bin, kubeconfig, _procs: vec![auth, Proc(reg)], _plain: plain }
+}
+
+#[test]
+fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let Setup { c, auth_url, host, image, bin, kubeconfig, .. } = &setup(d, &[]);
+    let (c, auth_url, host, image, bin, kubeconfig) =
+        (c, auth_url.as_str(), host.as_str(), image.as_str(), bin.as_path(), kubeconfig.as_path());
 
     // team-a/web pulls its namespace's image, in both modes, each on a fresh node root.
     for mode in ["passthrough", "exchange"] {
-        let config = provider_config(d, &host, mode, &auth_url);
+        let config = provider_config(d, host, mode, auth_url);
         let root = d.join(format!("root-{mode}"));
-        let out = ensure_image(&root, &kubeconfig, &config, &bin, "team-a/web", &image);
+        let out = ensure_image(&root, kubeconfig, &config, bin, "team-a/web", image);
         let decision: Value = serde_json::from_str(&ok(out, &format!("ensure-image ({mode})"))).unwrap();
         assert_eq!(decision["pulled"], true, "{mode}: {decision}");
         // the pull record names the pod's service account, not a secret or the node
@@ -273,7 +351,7 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
         assert!(text.contains("\"namespace\":\"team-a\"") && text.contains("\"name\":\"builder\""), "{mode}: {text}");
 
         // team-b's pod may not use team-a's repository: refused by the registry.
-        let out = ensure_image(&root, &kubeconfig, &config, &bin, "team-b/web2", &image);
+        let out = ensure_image(&root, kubeconfig, &config, bin, "team-b/web2", image);
         assert!(!out.status.success(), "{mode}: team-b pulled team-a/app");
         let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(refused["error"], "ErrImagePull", "{mode}: {refused}");
@@ -281,7 +359,7 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
 
     // What the registry says to team-b's token: a 200 with no access, then insufficient_scope.
     let team_b = token(&c.s, "team-b", "builder", AUDIENCE, None);
-    let resp = get_token(&auth_url, &team_b, "repository:team-a/app:pull");
+    let resp = get_token(auth_url, &team_b, "repository:team-a/app:pull");
     assert_eq!(resp.status(), 200);
     let answer: Value = resp.json().unwrap();
     assert_eq!(answer["token"], answer["access_token"]);
@@ -331,9 +409,9 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
         ("another audience", other_audience, "audiences"),
         ("an untrusted issuer", mint("https://rogue.example"), "not trusted"),
         ("the issuer's name with another key", mint(&c.issuer), "invalid signature"),
-        ("an expired token", expired_token(&c), "expired"),
+        ("an expired token", expired_token(c), "expired"),
     ] {
-        let resp = get_token(&auth_url, &bad, "repository:team-a/app:pull");
+        let resp = get_token(auth_url, &bad, "repository:team-a/app:pull");
         assert_eq!(resp.status(), 401, "{what}");
         assert!(resp.headers().contains_key("www-authenticate"), "{what}");
         let body = resp.text().unwrap();
@@ -388,12 +466,7 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
     );
     assert!(metrics.contains(r#"podpass_registry_auth_jwks_fetches_total{issuer=""#), "{metrics}");
     // ... and audited: the exchange-mode pull came back with the exchange token.
-    let log = std::fs::read_to_string(d.join("registry-auth.log")).unwrap();
-    let audit: Vec<Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["target"] == "podpass_registry_auth::audit")
-        .collect();
+    let audit = audit_lines(d);
     let exchanged =
         audit.iter().find(|l| l["fields"]["credential"] == "exchange-token").expect("an exchange-token grant");
     assert_eq!(exchanged["fields"]["service_account"], "team-a/builder");
@@ -401,4 +474,260 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
     assert!(
         audit.iter().any(|l| l["fields"]["decision"] == "denied" && l["fields"]["service_account"] == "team-b/builder")
     );
+}
+
+#[test]
+fn containerd_pulls_through_registry_auth_with_the_plugin_in_both_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = setup(d, &[]);
+    let ctd = containerd::Containerd::start(&d.join("ctd"));
+    for mode in ["passthrough", "exchange"] {
+        let config = provider_config(d, &s.host, mode, &s.auth_url);
+        let root = d.join(format!("root-{mode}"));
+        // Always: containerd holds the image after the first mode; each mode must pull.
+        let extra = ["--container-runtime-endpoint", ctd.endpoint.as_str(), "--pull-policy", "Always"];
+        let out = ensure_image_with(&root, &s.kubeconfig, &config, &s.bin, "team-a/web", &s.image, &extra);
+        let decision: Value = serde_json::from_str(&ok(out, &format!("ensure-image on containerd ({mode})"))).unwrap();
+        assert_eq!(decision["pulled"], true, "{mode}: {decision}");
+        let out = ensure_image_with(&root, &s.kubeconfig, &config, &s.bin, "team-b/web2", &s.image, &extra);
+        assert!(!out.status.success(), "{mode}: team-b pulled team-a/app through containerd");
+    }
+    // containerd POSTs the password grant (interop.md §2): the pod's token, then the
+    // exchange token.
+    let audit = audit_lines(d);
+    for credential in ["serviceaccount-token", "exchange-token"] {
+        assert!(
+            audit.iter().any(|l| l["fields"]["via"] == "password"
+                && l["fields"]["credential"] == credential
+                && l["fields"]["decision"] == "granted"
+                && l["fields"]["service_account"] == "team-a/builder"),
+            "no granted POST password grant with a {credential}: {audit:?}"
+        );
+    }
+    assert!(audit.iter().any(|l| l["fields"]["via"] == "password"
+        && l["fields"]["decision"] == "denied"
+        && l["fields"]["service_account"] == "team-b/builder"));
+}
+
+#[test]
+fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unknown_kid_floods() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = cluster(&d.join("a"));
+    let b = cluster(&d.join("b"));
+    assert_ne!(a.issuer, b.issuer);
+    let bundle = d.join("issuers-ca.pem");
+    let mut pem = std::fs::read(a.s.dir.join("pki/ca.crt")).unwrap();
+    pem.extend(std::fs::read(b.s.dir.join("pki/ca.crt")).unwrap());
+    std::fs::write(&bundle, pem).unwrap();
+    signing_key(d, "signer");
+    let (_auth, url) = registry_auth(d, &[&a.issuer, &b.issuer], &bundle, &["--jwks-min-refetch-interval", "2s"]);
+    let granted = |token: &str| -> Option<String> {
+        let resp = get_token(&url, token, "repository:team-a/app:pull");
+        (resp.status() == 200).then(|| resp.json::<Value>().unwrap()["scope"].as_str().unwrap().to_owned())
+    };
+
+    // Both clusters' team-a/builder may pull team-a/*: one service, two issuers, two keys.
+    for c in [&a, &b] {
+        let t = token(&c.s, "team-a", "builder", AUDIENCE, None);
+        assert_eq!(granted(&t).as_deref(), Some("repository:team-a/app:pull"), "{}", c.issuer);
+    }
+    let issuers: Vec<String> =
+        audit_lines(d).iter().map(|l| l["fields"]["issuer"].as_str().unwrap_or("").to_owned()).collect();
+    assert!(issuers.contains(&a.issuer) && issuers.contains(&b.issuer), "{issuers:?}");
+
+    // 64 requests at once with a kid cluster A never published: all refused, and at most
+    // one fetch of A's keys per 2 s interval (the burst takes less than two intervals).
+    let rogue = d.join("rogue.pem");
+    ok(
+        Command::new(PODPASS)
+            .args(["token", "keygen", "--alg", "ES256", "--out", rogue.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let out = Command::new(PODPASS)
+        .args([
+            "token",
+            "mint",
+            "--signing-key",
+            rogue.to_str().unwrap(),
+            "--issuer",
+            &a.issuer,
+            "--audience",
+            AUDIENCE,
+        ])
+        .args(["--namespace", "team-a", "--service-account", "builder", "--service-account-uid", "u"])
+        .output()
+        .unwrap();
+    let unknown_kid = ok(out, "mint").trim().to_owned();
+    let fetches = |url: &str, issuer: &str| {
+        let m = reqwest::blocking::get(format!("{url}/metrics")).unwrap().text().unwrap();
+        metric_sum(&m, &format!("podpass_registry_auth_jwks_fetches_total{{issuer=\"{issuer}\""))
+    };
+    let before = fetches(&url, &a.issuer);
+    let started = Instant::now();
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..64)
+            .map(|_| scope.spawn(|| get_token(&url, &unknown_kid, "repository:team-a/app:pull").status().as_u16()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let took = started.elapsed();
+    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    let fetched = fetches(&url, &a.issuer) - before;
+    let allowed = 1.0 + (took.as_secs_f64() / 2.0).floor();
+    assert!(fetched <= allowed, "{fetched} fetches for 64 unknown-kid requests in {took:?}");
+
+    // Cluster A rotates its signing key (the old one still verifies): a token signed with
+    // the new key is accepted without restarting registry-auth, and old tokens still are.
+    let old_token = token(&a.s, "team-a", "builder", AUDIENCE, None);
+    let Cluster { s, issuer, .. } = a;
+    let data = s.dir.clone();
+    let port = s.url.rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
+    drop(s);
+    let new_key = d.join("a-new.pem");
+    ok(
+        Command::new(PODPASS)
+            .args(["token", "keygen", "--alg", "ES256", "--out", new_key.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let old_key = data.join("sa.key");
+    let s = start_on(
+        &data,
+        &port,
+        &[
+            "--service-account-signing-key-file",
+            new_key.to_str().unwrap(),
+            "--service-account-key-file",
+            old_key.to_str().unwrap(),
+        ],
+    );
+    let new_token = token(&s, "team-a", "builder", AUDIENCE, None);
+    assert_ne!(new_token.split('.').next(), old_token.split('.').next(), "the kid changed");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while granted(&new_token).is_none() {
+        assert!(Instant::now() < deadline, "the rotated key of {issuer} was not picked up");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(granted(&old_token).as_deref(), Some("repository:team-a/app:pull"));
+}
+
+#[test]
+fn require_mode_takes_a_node_bound_pod_token_only_with_its_nodes_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    // A CA for registry-auth's serving certificate and the nodes' client certificates.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    let issue = |name: &str, subject: &str, ext: &str| {
+        std::fs::write(d.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            d,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                subject,
+            ],
+        );
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+        let mut pem = std::fs::read(d.join(format!("{name}.crt"))).unwrap();
+        pem.extend(std::fs::read(d.join(format!("{name}.key"))).unwrap());
+        std::fs::write(d.join(format!("{name}.pem")), pem).unwrap();
+    };
+    issue("server", "/CN=registry-auth", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
+    issue("n1", "/O=system:nodes/CN=system:node:n1", "extendedKeyUsage=clientAuth\n");
+    issue("n2", "/O=system:nodes/CN=system:node:n2", "extendedKeyUsage=clientAuth\n");
+    let (_auth, url) = registry_auth_with(
+        d,
+        &[&c.issuer],
+        &c.s.dir.join("pki/ca.crt"),
+        &[
+            "--tls-cert-file",
+            d.join("server.crt").to_str().unwrap(),
+            "--tls-private-key-file",
+            d.join("server.key").to_str().unwrap(),
+            "--client-ca-file",
+            d.join("ca.crt").to_str().unwrap(),
+            "--node-binding",
+            "require",
+        ],
+        Some(&d.join("ca.crt")),
+    );
+    let web = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
+    let ask = |identity: Option<&str>, token: &str| {
+        let client = https_client(Some(&d.join("ca.crt")), identity.map(|n| d.join(format!("{n}.pem"))).as_deref());
+        let resp = client
+            .get(format!("{url}/token?service=registry.local&scope=repository:team-a/app:pull"))
+            .basic_auth("x", Some(token))
+            .send()
+            .unwrap();
+        (resp.status().as_u16(), resp.text().unwrap())
+    };
+    let (status, body) = ask(Some("n1"), &web);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ask(Some("n2"), &web);
+    assert_eq!(status, 401);
+    assert!(body.contains(r#"bound to node \"n1\" but the request proves node \"n2\""#), "{body}");
+    let (status, body) = ask(None, &web);
+    assert_eq!(status, 401);
+    assert!(body.contains("present that node's identity"), "{body}");
+    // A token that names no node needs no proof.
+    let unbound = token(&c.s, "team-a", "builder", AUDIENCE, None);
+    assert_eq!(ask(None, &unbound).0, 200);
 }

@@ -161,7 +161,9 @@ async fn token_get(
     match parsed {
         Err(e) => oauth_error(StatusCode::BAD_REQUEST, e.code, &e.message),
         Ok((_, None)) => oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "Basic credentials required"),
-        Ok((params, Some(password))) => answer(&state, peer.as_deref(), params, Grant::Password(password)).await,
+        Ok((params, Some(password))) => {
+            answer(&state, peer.as_deref(), params, Grant::Password(password), "basic").await
+        }
     }
 }
 
@@ -170,19 +172,21 @@ async fn token_post(State(state): State<Arc<AppState>>, peer: Option<axum::Exten
         Ok(p) => p,
         Err(e) => return oauth_error(StatusCode::BAD_REQUEST, e.code, &e.message),
     };
-    let grant = match params.grant_type.as_deref() {
-        Some("password") => Grant::Password(params.password.clone().unwrap_or_default()),
-        Some("refresh_token") => Grant::RefreshToken(params.refresh_token.clone().unwrap_or_default()),
+    let (grant, via) = match params.grant_type.as_deref() {
+        Some("password") => (Grant::Password(params.password.clone().unwrap_or_default()), "password"),
+        Some("refresh_token") => {
+            (Grant::RefreshToken(params.refresh_token.clone().unwrap_or_default()), "refresh_token")
+        }
         Some(other) => {
             let message = format!("grant_type {other:?} is not supported (password, refresh_token)");
             return oauth_error(StatusCode::BAD_REQUEST, "unsupported_grant_type", &message);
         }
         None => return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "grant_type is required"),
     };
-    answer(&state, peer.as_deref(), params, grant).await
+    answer(&state, peer.as_deref(), params, grant, via).await
 }
 
-async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Grant) -> Response {
+async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Grant, via: &'static str) -> Response {
     let started = Instant::now();
     let scopes = match Scope::parse_all(params.scopes.iter().map(String::as_str)) {
         Ok(s) => s,
@@ -196,6 +200,7 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         node_token: params.node_token,
         annotations: params.annotations,
         peer_node: peer_node(peer),
+        via,
     };
     let now = podpass_token::now_unix();
     let decided = tokio::time::timeout(REQUEST_TIMEOUT, state.service.decide(request, now)).await;

@@ -49,6 +49,9 @@ pub struct TokenRequest {
     pub annotations: BTreeMap<String, String>,
     /// The node a verified TLS client certificate names.
     pub peer_node: Option<String>,
+    /// How the credential came, for the audit line: `basic` (GET), `password` or
+    /// `refresh_token` (POST form).
+    pub via: &'static str,
 }
 
 /// A granted answer.
@@ -185,6 +188,7 @@ impl TokenService {
     pub async fn decide(&self, request: TokenRequest, now: i64) -> Result<TokenAnswer, Refusal> {
         let scope_asked: Vec<String> = request.scopes.iter().map(ToString::to_string).collect();
         let actions_asked: usize = request.scopes.iter().map(|s| s.actions.len()).sum();
+        let via = request.via;
         let result = self.decide_inner(request, now).await;
         match &result {
             Ok((answer, identity, credential, node)) => {
@@ -209,6 +213,7 @@ impl TokenService {
                     node_check = node.as_str(),
                     jti = %identity.jti.clone().unwrap_or_default(),
                     credential = credential.as_str(),
+                    via,
                     scope_asked = %scope_asked.join(" "),
                     scope_granted = %granted.join(" "),
                     token_jti = %answer.token.jti,
@@ -228,6 +233,7 @@ impl TokenService {
                     decision = outcome,
                     reason,
                     why = message,
+                    via,
                     scope_asked = %scope_asked.join(" "),
                     "token refused"
                 );
