@@ -1,0 +1,149 @@
+//! `podpass bench registry-auth`: token exchanges over HTTPS against `podpass registry-auth`
+//! with a warm JWKS — each one verifies a pod-bound ES256 token, applies the policy and
+//! signs an ES256 registry token — next to the physical limit measured in the same run: a
+//! raw aws-lc-rs ES256 verify + sign pair on the same cores.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use podpass_registry_auth::Config;
+use podpass_token::{Algorithm, SigningKey};
+use serde_json::{Value, json};
+
+use super::raw::RawOp;
+use super::{Api, Raw, http, run_requests, start};
+
+/// Flags of `podpass bench registry-auth`.
+#[derive(Debug, Args)]
+pub struct RegistryAuthBench {
+    /// Concurrent HTTPS clients, each with its own connection, one request at a time.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Seconds the measured phase runs.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+}
+
+const AUDIENCE: &str = "registry-auth";
+const SERVICE: &str = "bench-registry";
+
+/// Runs the bench.
+pub fn run(args: RegistryAuthBench) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients: must be at least 1");
+    }
+    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
+        bail!("--seconds: must be a positive number");
+    }
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
+    runtime.block_on(drive(dir.path(), args.clients, Duration::from_secs_f64(args.seconds), cores))
+}
+
+/// The pair's rate from the two raw rates: one verify and one sign per exchange.
+fn pair_rate(verify: f64, sign: f64) -> f64 {
+    1.0 / (1.0 / verify + 1.0 / sign)
+}
+
+async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: usize) -> Result<()> {
+    outln!("podpass bench registry-auth: {clients} clients, {:.1} s, {cores} cores", phase.as_secs_f64());
+    outln!("(control plane, registry-auth and load generator share the cores; audit lines go to stderr)");
+    let data = dir.join("api");
+    let (api, pod_uids) = start(&data, clients, podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL).await?;
+    let mut conn = api.connect().await?;
+    // registry-auth reads discovery and the JWKS anonymously.
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "anonymous-discovery"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:service-account-issuer-discovery"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]});
+    api.post(&mut conn, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &binding.to_string()).await?;
+    let discovery = conn
+        .round_trip(&http::get(&api.host, "/.well-known/openid-configuration", &api.token))
+        .await
+        .context("discovery")?;
+    let issuer = serde_json::from_slice::<Value>(&discovery.body)
+        .ok()
+        .and_then(|v| v["issuer"].as_str().map(str::to_owned))
+        .context("discovery without an issuer")?;
+    let mut tokens = Vec::with_capacity(clients);
+    for (i, uid) in pod_uids.iter().enumerate() {
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": uid}}});
+        let answer =
+            api.post(&mut conn, "/api/v1/namespaces/bench/serviceaccounts/bench/token", &body.to_string()).await?;
+        tokens.push(answer.pointer("/status/token").and_then(Value::as_str).context("no token")?.to_owned());
+    }
+
+    // registry-auth over HTTPS with the control plane's serving certificate (127.0.0.1).
+    let key = SigningKey::generate(Algorithm::ES256).context("signing key")?;
+    std::fs::write(dir.join("signer.key"), key.to_pkcs8_pem().context("signing key PEM")?)
+        .context("writing the key")?;
+    std::fs::write(
+        dir.join("policy.yaml"),
+        "rules:\n- serviceAccount: {namespace: \"*\", name: \"*\"}\n  repositories: [\"{namespace}/*\"]\n  actions: [pull]\n",
+    )
+    .context("writing the policy")?;
+    let mut config = Config::new(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        vec![issuer],
+        AUDIENCE,
+        dir.join("policy.yaml"),
+        dir.join("signer.key"),
+        SERVICE,
+    );
+    config.issuer_ca = Some(data.join("pki/ca.crt"));
+    config.tls_cert_file = Some(data.join("pki/apiserver.crt"));
+    config.tls_private_key_file = Some(data.join("pki/apiserver.key"));
+    let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
+    let service = Arc::clone(prepared.service());
+    let bound = prepared.bind().await.context("binding registry-auth")?;
+    let addr = bound.local_addr().context("registry-auth address")?;
+    tokio::spawn(bound.serve(std::future::pending()));
+    // Warm: every issuer's keys known before measuring.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while service.trusts().iter().any(|t| t.status().0 == 0) {
+        if Instant::now() > deadline {
+            bail!("registry-auth did not fetch the issuer's keys");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let auth = Api { connector: api.connector.clone(), addr, host: addr.to_string(), token: String::new() };
+    let requests: Vec<Vec<u8>> = tokens
+        .iter()
+        .map(|t| {
+            let basic = data_encoding::BASE64.encode(format!("bench:{t}").as_bytes());
+            format!(
+                "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
+                auth.host
+            )
+            .into_bytes()
+        })
+        .collect();
+    let verify = Raw::measure(cores, phase, RawOp::Verify)?;
+    let sign = Raw::measure(cores, phase, RawOp::Sign)?;
+    let exchanges =
+        run_requests(&auth, clients, phase, |i| ("GET /token", requests[i].clone()), 200, b"\"token\":\"").await?;
+    let verify = verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?);
+    let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
+    verify.print("verify");
+    sign.print("sign");
+    let pair_all = pair_rate(verify.all, sign.all);
+    let pair_one = pair_rate(verify.one, sign.one);
+    outln!("raw ES256 verify+sign pair:  {pair_all:>9.0}/s on {cores} threads, {pair_one:.0}/s on 1");
+    outln!(
+        "{:<26} {:>9.0} exchanges/s  p50 {:.2} ms  p99 {:.2} ms  = {:.2}x raw pair on {cores} cores ({:.2}x one core)",
+        "token exchange (GET)",
+        exchanges.rate(),
+        exchanges.percentile_ms(0.50),
+        exchanges.percentile_ms(0.99),
+        exchanges.rate() / pair_all,
+        exchanges.rate() / pair_one,
+    );
+    Ok(())
+}
