@@ -731,3 +731,137 @@ fn require_mode_takes_a_node_bound_pod_token_only_with_its_nodes_client_certific
     let unbound = token(&c.s, "team-a", "builder", AUDIENCE, None);
     assert_eq!(ask(None, &unbound).0, 200);
 }
+
+#[test]
+fn token_review_refuses_the_token_of_a_deleted_pod_that_a_signature_alone_would_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    // registry-auth's own identity, allowed to review tokens as upstream advises.
+    let reviewer = d.join("reviewer.kubeconfig");
+    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
+    post(
+        &c.s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "registry-auth"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "registry-auth"}]}),
+    );
+    let ca = c.s.dir.join("pki/ca.crt");
+    let reviewed_dir = d.join("reviewed");
+    std::fs::create_dir(&reviewed_dir).unwrap();
+    std::fs::copy(d.join("signer.key"), reviewed_dir.join("signer.key")).unwrap();
+    let (_reviewed, reviewed) = registry_auth(
+        &reviewed_dir,
+        &[&c.issuer],
+        &ca,
+        &["--token-review-kubeconfig", &format!("{}={}", c.issuer, reviewer.display())],
+    );
+    let (_plain, plain) = registry_auth(d, &[&c.issuer], &ca, &[]);
+    let scope = "repository:team-a/app:pull";
+
+    // A live pod's token: reviewed once, then from the cache.
+    let web = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
+    for _ in 0..2 {
+        let resp = get_token(&reviewed, &web, scope);
+        assert_eq!(resp.status(), 200, "{}", resp.text().unwrap());
+    }
+    let reviews: Vec<String> = audit_lines(&reviewed_dir)
+        .iter()
+        .map(|l| l["fields"]["token_review"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(reviews, ["reviewed", "cached"]);
+
+    // A pod deleted after its token was issued: the signature is still good, the cluster
+    // says no.
+    let gone = post(
+        &c.s,
+        "/api/v1/namespaces/team-a/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gone"},
+               "spec": {"serviceAccountName": "builder", "nodeName": "n1", "containers": [{"name": "app", "image": "example/app:1"}]}}),
+    );
+    let stolen =
+        token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "gone", gone["metadata"]["uid"].as_str().unwrap())));
+    let resp = client(&c.s.dir)
+        .delete(format!("{}/api/v1/namespaces/team-a/pods/gone?gracePeriodSeconds=0", c.s.url))
+        .bearer_auth(admin_token(&c.s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.text().unwrap());
+    assert_eq!(get_token(&plain, &stolen, scope).status(), 200, "without TokenReview the signature is all there is");
+    let resp = get_token(&reviewed, &stolen, scope);
+    assert_eq!(resp.status(), 401);
+    assert!(resp.headers().contains_key("www-authenticate"));
+    let body = resp.text().unwrap();
+    assert!(body.contains("TokenReview"), "{body}");
+    let last = audit_lines(&reviewed_dir).pop().unwrap();
+    assert_eq!(last["fields"]["reason"], "token_review", "{last}");
+    let metrics = reqwest::blocking::get(format!("{reviewed}/metrics")).unwrap().text().unwrap();
+    assert_eq!(
+        metric_sum(&metrics, r#"podpass_registry_auth_token_requests_total{outcome="refused",reason="token_review"}"#),
+        1.0
+    );
+
+    // A reviewer the cluster does not allow to review: nothing is granted (503), the
+    // message says what to bind.
+    let outsider = d.join("outsider.kubeconfig");
+    std::fs::write(&outsider, ok(identity_output(&c.s.dir, "outsider", &[]), "outsider kubeconfig")).unwrap();
+    let denied_dir = d.join("denied");
+    std::fs::create_dir(&denied_dir).unwrap();
+    std::fs::copy(d.join("signer.key"), denied_dir.join("signer.key")).unwrap();
+    let (_denied, denied) =
+        registry_auth(&denied_dir, &[&c.issuer], &ca, &["--token-review-kubeconfig", outsider.to_str().unwrap()]);
+    let resp = get_token(&denied, &web, scope);
+    assert_eq!(resp.status(), 503);
+    assert!(resp.text().unwrap().contains("system:auth-delegator"));
+}
+
+#[test]
+fn every_configuration_problem_is_listed_at_once_and_nothing_is_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("policy.yaml"),
+        "rules:\n- serviceAccount: {namespace: a}\n  repositories: []\n  actions: [pul]\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("kubeconfig"), "current-context: nowhere\n").unwrap();
+    let port = free_port();
+    let out = Command::new(PODPASS)
+        .args(["registry-auth", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--issuer", "http://plain.example", "--issuer", "https://a.example"])
+        .args(["--audience", "aud", "--registry-service", "registry.local"])
+        .args(["--policy", d.join("policy.yaml").to_str().unwrap()])
+        .args(["--signing-key", d.join("missing.key").to_str().unwrap()])
+        .args(["--token-ttl", "2h"])
+        .args(["--token-review-kubeconfig", d.join("kubeconfig").to_str().unwrap()])
+        .args(["--token-review-kubeconfig", &format!("https://b.example={}", d.join("kubeconfig").display())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "--issuer \"http://plain.example\": must be an https:// URL",
+        "--token-ttl: must be between 1s and 1h",
+        "policy.yaml: rules[0].serviceAccount: missing field `name`",
+        "--signing-key",
+        "name the issuer (ISSUER=PATH) when several are trusted",
+        "issuer \"https://b.example\" is not an --issuer",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+    }
+    std::net::TcpListener::bind(("127.0.0.1", port)).expect("nothing was bound");
+
+    // One issuer: the plain path form is that issuer's, and the kubeconfig is checked.
+    let out = Command::new(PODPASS)
+        .args(["registry-auth", "--issuer", "https://a.example", "--audience", "aud"])
+        .args(["--registry-service", "r", "--policy", d.join("policy.yaml").to_str().unwrap()])
+        .args(["--signing-key", d.join("missing.key").to_str().unwrap()])
+        .args(["--token-review-kubeconfig", d.join("kubeconfig").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("current-context \"nowhere\": no such context"), "{stderr}");
+}

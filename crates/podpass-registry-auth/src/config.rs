@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::node_binding::NodeBinding;
 use crate::policy::Policy;
 use crate::registry_token::RegistryTokenSigner;
+use crate::review::{ReviewConfigError, TokenReviewer, check_kubeconfig};
 use crate::service::{ServiceParts, TokenService};
 use crate::trust::{IssuerTrust, TrustTimings};
 
@@ -60,6 +61,9 @@ pub struct Config {
     pub token_ttl: Duration,
     /// `--exchange-token-ttl`: exchange token lifetime (never past its source token).
     pub exchange_token_ttl: Duration,
+    /// `--token-review-kubeconfig` (repeatable): ask these clusters' TokenReview before
+    /// granting.
+    pub token_review: Vec<TokenReviewKubeconfig>,
     /// Issuer key refresh timings.
     pub timings: TrustTimings,
     /// Connection bounds.
@@ -92,8 +96,39 @@ impl Config {
             client_ca_file: None,
             token_ttl: Duration::from_secs(300),
             exchange_token_ttl: Duration::from_secs(3600),
+            token_review: Vec::new(),
             timings: TrustTimings::default(),
             serve_limits: ServeLimits::default(),
+        }
+    }
+}
+
+/// One `--token-review-kubeconfig [ISSUER=]PATH`: the kubeconfig of the cluster whose
+/// TokenReview checks `ISSUER`'s tokens (the issuer may be left out when only one is
+/// trusted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenReviewKubeconfig {
+    /// The issuer, when named.
+    pub issuer: Option<String>,
+    /// The kubeconfig.
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for TokenReviewKubeconfig {
+    type Err = String;
+
+    /// `https://issuer=PATH` or `PATH` (issuers have no query, so the first `=` after an
+    /// `https://` prefix ends the issuer).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("empty".into());
+        }
+        match s.strip_prefix("https://").and_then(|rest| rest.split_once('=')) {
+            Some((host_path, path)) if !path.is_empty() => {
+                Ok(Self { issuer: Some(format!("https://{host_path}")), path: path.into() })
+            }
+            Some(_) => Err(format!("{s:?}: no kubeconfig path after '='")),
+            None => Ok(Self { issuer: None, path: s.into() }),
         }
     }
 }
@@ -114,6 +149,9 @@ pub enum RunError {
         /// The error.
         source: std::io::Error,
     },
+    /// A `--token-review-kubeconfig` gives no client.
+    #[error(transparent)]
+    TokenReview(#[from] ReviewConfigError),
 }
 
 fn read_file(flag: &str, path: &Path, errors: &mut Vec<String>) -> Option<Vec<u8>> {
@@ -224,6 +262,7 @@ impl Config {
             }
         };
         let tls = self.tls(&mut errors);
+        let token_review = self.resolve_token_review(&mut errors);
         let (Some(policy), Some((key, exchange_key)), Some(chain), Some(fetcher), Some(tls)) =
             (policy, key, chain, fetcher, tls)
         else {
@@ -248,7 +287,7 @@ impl Config {
             .iter()
             .map(|i| Arc::new(IssuerTrust::new(i, &self.audience, fetcher.clone(), self.timings, Arc::clone(&metrics))))
             .collect();
-        let service = Arc::new(TokenService::new(ServiceParts {
+        let parts = ServiceParts {
             trusts: trusts.clone(),
             policy,
             registry,
@@ -256,14 +295,49 @@ impl Config {
             node_binding: self.node_binding,
             exchange_ttl_seconds: i64::try_from(self.exchange_token_ttl.as_secs()).unwrap_or(3600),
             metrics,
-        }));
+            reviewers: Vec::new(),
+        };
         Ok(RegistryAuth {
             listen: self.listen,
             tls,
-            state: Arc::new(AppState { service, jwks }),
+            parts,
+            jwks,
+            audience: self.audience.clone(),
+            token_review,
             trusts,
             limits: self.serve_limits,
         })
+    }
+
+    /// The `(issuer, kubeconfig)` pairs of `--token-review-kubeconfig`, each kubeconfig read
+    /// and checked.
+    fn resolve_token_review(&self, errors: &mut Vec<String>) -> Vec<(String, PathBuf)> {
+        let mut resolved: Vec<(String, PathBuf)> = Vec::new();
+        for entry in &self.token_review {
+            let flag = format!("--token-review-kubeconfig {}", entry.path.display());
+            let issuer = match (&entry.issuer, self.issuers.as_slice()) {
+                (Some(i), _) if self.issuers.contains(i) => i.clone(),
+                (Some(i), _) => {
+                    errors.push(format!("{flag}: issuer {i:?} is not an --issuer"));
+                    continue;
+                }
+                (None, [only]) => only.clone(),
+                (None, _) => {
+                    errors.push(format!("{flag}: name the issuer (ISSUER=PATH) when several are trusted"));
+                    continue;
+                }
+            };
+            if resolved.iter().any(|(i, _)| *i == issuer) {
+                errors.push(format!("{flag}: a second kubeconfig for issuer {issuer:?}"));
+                continue;
+            }
+            if let Err(e) = check_kubeconfig(&entry.path) {
+                errors.push(format!("{flag}: {e}"));
+                continue;
+            }
+            resolved.push((issuer, entry.path.clone()));
+        }
+        resolved
     }
 
     /// The TLS acceptor (`Some(None)` = plain HTTP, on loopback only), or `None` after
@@ -315,7 +389,10 @@ impl Config {
 pub struct RegistryAuth {
     listen: SocketAddr,
     tls: Option<TlsAcceptor>,
-    state: Arc<AppState>,
+    parts: ServiceParts,
+    jwks: String,
+    audience: String,
+    token_review: Vec<(String, PathBuf)>,
     trusts: Vec<Arc<IssuerTrust>>,
     limits: ServeLimits,
 }
@@ -330,23 +407,30 @@ impl std::fmt::Debug for RegistryAuth {
 }
 
 /// A bound service.
-#[derive(Debug)]
 pub struct Bound {
     listener: TcpListener,
-    prepared: RegistryAuth,
+    tls: Option<TlsAcceptor>,
+    state: Arc<AppState>,
+    trusts: Vec<Arc<IssuerTrust>>,
+    limits: ServeLimits,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("listener", &self.listener).finish_non_exhaustive()
+    }
 }
 
 impl RegistryAuth {
-    /// Binds the listen address.
+    /// Builds the TokenReview clients and binds the listen address.
     pub async fn bind(self) -> Result<Bound, RunError> {
-        let listener =
-            TcpListener::bind(self.listen).await.map_err(|source| RunError::Bind { addr: self.listen, source })?;
-        Ok(Bound { listener, prepared: self })
-    }
-
-    /// The token service (for benchmarks and embedding).
-    pub fn service(&self) -> &Arc<TokenService> {
-        &self.state.service
+        let RegistryAuth { listen, tls, mut parts, jwks, audience, token_review, trusts, limits } = self;
+        for (issuer, path) in &token_review {
+            parts.reviewers.push(Arc::new(TokenReviewer::from_kubeconfig(issuer, &audience, path).await?));
+        }
+        let listener = TcpListener::bind(listen).await.map_err(|source| RunError::Bind { addr: listen, source })?;
+        let state = Arc::new(AppState { service: Arc::new(TokenService::new(parts)), jwks });
+        Ok(Bound { listener, tls, state, trusts, limits })
     }
 }
 
@@ -356,13 +440,18 @@ impl Bound {
         self.listener.local_addr().ok()
     }
 
+    /// The token service (for benchmarks and embedding).
+    pub fn service(&self) -> &Arc<TokenService> {
+        &self.state.service
+    }
+
     /// Fetches every issuer's keys in the background and serves until `shutdown`.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let RegistryAuth { tls, state, trusts, limits, .. } = self.prepared;
+        let Bound { listener, tls, state, trusts, limits } = self;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        tracing::info!(address = %self.listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), scheme, "registry-auth listening");
+        tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), scheme, "registry-auth listening");
         let refreshers: Vec<_> = trusts.into_iter().map(|t| tokio::spawn(t.refresh_forever())).collect();
-        let server = tokio::spawn(accept_loop(self.listener, tls, router(state), limits));
+        let server = tokio::spawn(accept_loop(listener, tls, router(state), limits));
         shutdown.await;
         server.abort();
         for r in refreshers {

@@ -211,7 +211,9 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         Ok(Err(Refusal::Unauthorized { message, .. })) => {
             oauth_error(StatusCode::UNAUTHORIZED, "invalid_grant", &message)
         }
-        Ok(Err(Refusal::Unavailable(m))) => oauth_error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", &m),
+        Ok(Err(Refusal::Unavailable { message, .. })) => {
+            oauth_error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", &message)
+        }
         Ok(Ok(answer)) => {
             let issued_at =
                 jiff::Timestamp::from_second(answer.token.issued_at).map(|t| t.to_string()).unwrap_or_default();

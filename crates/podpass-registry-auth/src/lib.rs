@@ -7,7 +7,8 @@
 //!   configured URL only, refreshed, fail closed), the [`Policy`] (deny by default, the
 //!   grant is the intersection of what was asked and what is allowed), node binding
 //!   ([`NodeBinding`]: a node-bound pod token only from its node), registry tokens
-//!   ([`RegistryTokenSigner`]: what registry 2.8 verifies) and exchange tokens.
+//!   ([`RegistryTokenSigner`]: what registry 2.8 verifies) and exchange tokens; optionally
+//!   the issuing cluster's TokenReview ([`TokenReviewer`]: the bound pod still exists).
 //! - [`plugin`]: the kubelet credential-provider plugin's logic (`passthrough` and
 //!   `exchange` modes) behind the `podpass-credential-provider` binary.
 
@@ -22,17 +23,19 @@ mod node_binding;
 pub mod plugin;
 mod policy;
 mod registry_token;
+mod review;
 mod scope;
 mod service;
 mod trust;
 
-pub use config::{Bound, Config, ConfigErrors, RegistryAuth, RunError};
+pub use config::{Bound, Config, ConfigErrors, RegistryAuth, RunError, TokenReviewKubeconfig};
 pub use fetch::{DocumentFetcher, FetchError};
 pub use identity::{Credential, Identity};
 pub use metrics::Metrics;
 pub use node_binding::{NodeBinding, NodeBindingError, NodeCheck, NodeProof};
 pub use policy::{Policy, PolicyError, Subject};
 pub use registry_token::{IssuedToken, RegistryTokenSigner, SignError};
+pub use review::{REVIEW_CACHE_TTL, ReviewConfigError, ReviewError, TokenReviewer};
 pub use scope::{Scope, ScopeError};
 pub use service::{Grant, Refusal, TokenAnswer, TokenRequest, TokenService};
 pub use trust::{IssuerTrust, RefreshError, TrustError, TrustTimings};

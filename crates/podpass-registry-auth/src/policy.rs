@@ -142,6 +142,12 @@ impl Policy {
         let file: PolicyFile = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
+            // serde_yaml_ng names the (parent's) path itself below the root: say the full
+            // path once.
+            let inner = match inner.split_once(": ") {
+                Some((own, rest)) if !own.contains(' ') && path.starts_with(own) => rest.to_owned(),
+                _ => inner,
+            };
             decode(if path == "." { inner } else { format!("{path}: {inner}") })
         })?;
         let mut errors = Vec::new();
@@ -407,6 +413,7 @@ rules:
         .unwrap_err()
         .to_string();
         assert!(err.contains("rules[0].serviceAccount") && err.contains("unknown field `nmae`"), "{err}");
+        assert_eq!(err.matches("rules[0].serviceAccount").count(), 1, "the path is said once: {err}");
         let err =
             Policy::parse("rules:\n- serviceAccount: {namespace: a, name: b}\n  repositories: x\n  actions: [pull]\n")
                 .unwrap_err()

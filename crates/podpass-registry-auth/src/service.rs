@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::node_binding::{self, NodeBinding, NodeCheck, NodeProof};
 use crate::policy::{Policy, Subject};
 use crate::registry_token::{IssuedToken, RegistryTokenSigner};
+use crate::review::{ReviewError, TokenReviewer};
 use crate::scope::Scope;
 use crate::trust::{IssuerTrust, TrustError};
 
@@ -77,13 +78,23 @@ pub enum Refusal {
         /// What the client is told.
         message: String,
     },
-    /// The issuer's keys are unknown: nothing can be verified (503).
-    Unavailable(String),
+    /// Nothing can be decided now (503): the issuer's keys are unknown, the cluster's
+    /// TokenReview does not answer, or signing failed.
+    Unavailable {
+        /// Closed-set reason label (`issuer_keys`, `token_review`, `signing`).
+        reason: &'static str,
+        /// What the client is told.
+        message: String,
+    },
 }
 
 impl Refusal {
     fn unauthorized(reason: &'static str, message: impl Into<String>) -> Self {
         Self::Unauthorized { reason, message: message.into() }
+    }
+
+    fn unavailable(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::Unavailable { reason, message: message.into() }
     }
 }
 
@@ -97,6 +108,7 @@ pub struct TokenService {
     node_binding: NodeBinding,
     exchange_ttl_seconds: i64,
     metrics: Arc<Metrics>,
+    reviewers: Vec<Arc<TokenReviewer>>,
 }
 
 impl std::fmt::Debug for TokenService {
@@ -147,6 +159,18 @@ pub struct ServiceParts {
     pub exchange_ttl_seconds: i64,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// TokenReview per issuer (`--token-review-kubeconfig`).
+    pub reviewers: Vec<Arc<TokenReviewer>>,
+}
+
+/// A granted decision and what the audit line says about it.
+struct Decided {
+    answer: TokenAnswer,
+    identity: Identity,
+    credential: Credential,
+    node: NodeCheck,
+    /// `off` (no reviewer for the issuer, or an exchange token), `reviewed`, `cached`.
+    review: &'static str,
 }
 
 impl TokenService {
@@ -162,6 +186,7 @@ impl TokenService {
             node_binding: parts.node_binding,
             exchange_ttl_seconds: parts.exchange_ttl_seconds,
             metrics: parts.metrics,
+            reviewers: parts.reviewers,
         }
     }
 
@@ -191,7 +216,7 @@ impl TokenService {
         let via = request.via;
         let result = self.decide_inner(request, now).await;
         match &result {
-            Ok((answer, identity, credential, node)) => {
+            Ok(Decided { answer, identity, credential, node, review }) => {
                 let granted_actions: usize = answer.granted.iter().map(|s| s.actions.len()).sum();
                 let outcome = if granted_actions == actions_asked {
                     "granted"
@@ -211,6 +236,7 @@ impl TokenService {
                     pod = %identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
                     node = %identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
                     node_check = node.as_str(),
+                    token_review = *review,
                     jti = %identity.jti.clone().unwrap_or_default(),
                     credential = credential.as_str(),
                     via,
@@ -225,7 +251,7 @@ impl TokenService {
                 let (outcome, reason, message) = match refusal {
                     Refusal::Invalid(m) => ("invalid", "malformed_request", m.as_str()),
                     Refusal::Unauthorized { reason, message } => ("refused", *reason, message.as_str()),
-                    Refusal::Unavailable(m) => ("unavailable", "issuer_keys", m.as_str()),
+                    Refusal::Unavailable { reason, message } => ("unavailable", *reason, message.as_str()),
                 };
                 self.metrics.decision(outcome, reason);
                 tracing::info!(
@@ -239,14 +265,10 @@ impl TokenService {
                 );
             }
         }
-        result.map(|(answer, ..)| answer)
+        result.map(|d| d.answer)
     }
 
-    async fn decide_inner(
-        &self,
-        request: TokenRequest,
-        now: i64,
-    ) -> Result<(TokenAnswer, Identity, Credential, NodeCheck), Refusal> {
+    async fn decide_inner(&self, request: TokenRequest, now: i64) -> Result<Decided, Refusal> {
         if let Some(service) = request.service.as_deref()
             && service != self.registry.service()
         {
@@ -259,6 +281,11 @@ impl TokenService {
         let proof = self.node_proof(&request, &identity.issuer, now).await?;
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;
+        // Last of the checks on the credential: the only one that costs a round trip.
+        let review = match (&request.grant, credential) {
+            (Grant::Password(token), Credential::ServiceAccountToken) => self.review(token, &identity).await?,
+            _ => "off",
+        };
         if credential == Credential::ServiceAccountToken {
             // Annotations are the node's word: honoured only from a proven node.
             identity.annotations =
@@ -274,16 +301,16 @@ impl TokenService {
         let token = self
             .registry
             .sign(&identity.username(), &granted, now, not_after)
-            .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+            .map_err(|e| Refusal::unavailable("signing", e.to_string()))?;
         let refresh_token = if request.offline {
             let expires_at = not_after.min(now + self.exchange_ttl_seconds);
             let t = exchange_token::sign(&self.exchange_signer, self.registry.issuer(), &identity, now, expires_at)
-                .map_err(|e| Refusal::Unavailable(e.to_string()))?;
+                .map_err(|e| Refusal::unavailable("signing", e.to_string()))?;
             Some(t.token)
         } else {
             None
         };
-        Ok((TokenAnswer { token, refresh_token, granted }, identity, credential, node))
+        Ok(Decided { answer: TokenAnswer { token, refresh_token, granted }, identity, credential, node, review })
     }
 
     /// Verifies the credential: (identity, how it came, when it expires).
@@ -310,7 +337,7 @@ impl TokenService {
             return Err(Refusal::unauthorized("issuer", format!("token issuer {issuer:?} is not trusted")));
         };
         let verified = trust.verify(token, now).await.map_err(|e| match e {
-            TrustError::Unavailable { .. } => Refusal::Unavailable(e.to_string()),
+            TrustError::Unavailable { .. } => Refusal::unavailable("issuer_keys", e.to_string()),
             TrustError::Refused(a) => Refusal::unauthorized(auth_reason(&a), a.to_string()),
         })?;
         if verified.legacy {
@@ -331,6 +358,17 @@ impl TokenService {
             jti: info.credential_id.strip_prefix("JTI=").map(str::to_owned),
         };
         Ok((identity, Credential::ServiceAccountToken, exp))
+    }
+
+    /// The issuing cluster's TokenReview of a service-account token, when configured.
+    async fn review(&self, token: &str, identity: &Identity) -> Result<&'static str, Refusal> {
+        let Some(reviewer) = self.reviewers.iter().find(|r| r.issuer() == identity.issuer) else { return Ok("off") };
+        match reviewer.review(token, &identity.username(), &identity.service_account.uid).await {
+            Ok(true) => Ok("cached"),
+            Ok(false) => Ok("reviewed"),
+            Err(e @ ReviewError::Rejected(_)) => Err(Refusal::unauthorized("token_review", e.to_string())),
+            Err(e @ ReviewError::Unavailable(_)) => Err(Refusal::unavailable("token_review", e.to_string())),
+        }
     }
 
     /// The node identity the request proves: its TLS client certificate, else a node-bound

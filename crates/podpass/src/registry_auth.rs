@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use podpass_api::GoDuration;
-use podpass_registry_auth::{Config, NodeBinding};
+use podpass_registry_auth::{Config, NodeBinding, RunError, TokenReviewKubeconfig};
 
 /// Exit code for bad flags or inputs (EX_USAGE).
 const EXIT_USAGE: u8 = 64;
@@ -60,6 +60,11 @@ pub struct RegistryAuthArgs {
     /// Lifetime of exchange tokens, never past the token they came from (Go duration).
     #[arg(long, default_value = "1h")]
     exchange_token_ttl: GoDuration,
+    /// Before granting, ask a cluster's TokenReview whether a pod token still authenticates
+    /// (its pod still exists): `[ISSUER=]KUBECONFIG`, repeatable; the issuer may be left out
+    /// when only one is trusted. The kubeconfig's user needs create on tokenreviews.
+    #[arg(long = "token-review-kubeconfig", value_name = "[ISSUER=]PATH")]
+    token_review_kubeconfig: Vec<TokenReviewKubeconfig>,
     /// Minimum time between two issuer key fetches caused by an unknown kid (Go duration).
     #[arg(long, default_value = "10s")]
     jwks_min_refetch_interval: GoDuration,
@@ -75,7 +80,8 @@ fn duration(flag: &str, d: GoDuration, errors: &mut Vec<String>) -> std::time::D
     })
 }
 
-/// Runs the service until SIGINT/SIGTERM; exit 64 on bad configuration (nothing bound).
+/// Runs the service until SIGINT/SIGTERM; exit 64 on bad configuration (nothing bound),
+/// 1 when the address cannot be bound.
 pub fn run(a: RegistryAuthArgs) -> ExitCode {
     let mut errors = Vec::new();
     let mut config = Config::new(a.listen, a.issuers, &a.audience, a.policy, a.signing_key, &a.registry_service);
@@ -86,6 +92,7 @@ pub fn run(a: RegistryAuthArgs) -> ExitCode {
     config.tls_cert_file = a.tls_cert_file;
     config.tls_private_key_file = a.tls_private_key_file;
     config.client_ca_file = a.client_ca_file;
+    config.token_review = a.token_review_kubeconfig;
     config.token_ttl = duration("--token-ttl", a.token_ttl, &mut errors);
     config.exchange_token_ttl = duration("--exchange-token-ttl", a.exchange_token_ttl, &mut errors);
     config.timings.min_refetch_interval =
@@ -113,7 +120,8 @@ pub fn run(a: RegistryAuthArgs) -> ExitCode {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("error: {e}");
-                return ExitCode::from(1);
+                let usage = matches!(e, RunError::TokenReview(_));
+                return ExitCode::from(if usage { EXIT_USAGE } else { 1 });
             }
         };
         if let Some(addr) = bound.local_addr() {

@@ -100,8 +100,8 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
     config.tls_cert_file = Some(data.join("pki/apiserver.crt"));
     config.tls_private_key_file = Some(data.join("pki/apiserver.key"));
     let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
-    let service = Arc::clone(prepared.service());
     let bound = prepared.bind().await.context("binding registry-auth")?;
+    let service = Arc::clone(bound.service());
     let addr = bound.local_addr().context("registry-auth address")?;
     tokio::spawn(bound.serve(std::future::pending()));
     // Warm: every issuer's keys known before measuring.

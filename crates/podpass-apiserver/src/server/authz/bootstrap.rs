@@ -76,6 +76,17 @@ pub fn policy() -> Vec<(&'static str, Value)> {
              "verbs": ["get"]}]),
             ),
         ),
+        (
+            "clusterroles",
+            // As upstream: what a delegating authenticator (registry-auth's
+            // --token-review-kubeconfig) is bound to; no binding of its own.
+            role(
+                "system:auth-delegator",
+                json!([
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]),
+            ),
+        ),
         ("clusterrolebindings", binding("cluster-admin", "cluster-admin", &["system:masters"])),
         ("clusterrolebindings", binding("system:discovery", "system:discovery", &["system:authenticated"])),
         ("clusterrolebindings", binding("system:basic-user", "system:basic-user", &["system:authenticated"])),

@@ -1,0 +1,214 @@
+//! `--token-review-kubeconfig`: before granting, ask the cluster that issued a pod token
+//! whether it still authenticates it. A signature only proves the token was issued; the
+//! issuing API server's TokenReview also checks that the objects it is bound to (pod,
+//! secret, node) still exist with the same UID (kube-apiserver: the service-account
+//! authenticator's bound-object validation), so a token stolen from a deleted pod stops
+//! working at once instead of at its expiry.
+//!
+//! Answers are cached for a short time per token (keyed by its SHA-256, never by the token
+//! itself), concurrent reviews of one token are made once, the number of reviews in flight
+//! is bounded, and every failure to get an answer fails closed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use thiserror::Error;
+use tokio::sync::{OnceCell, Semaphore};
+
+/// How long an answer (authenticated or not) is reused.
+pub const REVIEW_CACHE_TTL: Duration = Duration::from_secs(10);
+/// Cached answers, at most (the cache is emptied when full of fresh answers).
+const MAX_CACHED: usize = 4096;
+/// Reviews in flight to one cluster, at most.
+const MAX_IN_FLIGHT: usize = 64;
+/// One review, waiting for a slot included, takes at most this long.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A review that did not grant.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReviewError {
+    /// The cluster answered: the token does not authenticate (any more), or as someone else.
+    #[error("TokenReview: {0}")]
+    Rejected(String),
+    /// No answer (unreachable, timed out, not allowed to review): fail closed.
+    #[error("TokenReview unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The kubeconfig could not give a client.
+#[derive(Debug, Error)]
+#[error("--token-review-kubeconfig {path}: {reason}")]
+pub struct ReviewConfigError {
+    /// The kubeconfig.
+    pub path: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// What the cluster said about one token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Authenticated { username: String, uid: String, audiences: Vec<String> },
+    NotAuthenticated(String),
+}
+
+#[derive(Debug)]
+struct Cached {
+    answer: Answer,
+    at: Instant,
+}
+
+type Slot = Arc<OnceCell<Cached>>;
+
+/// TokenReview against one issuer's cluster, through a kubeconfig.
+pub struct TokenReviewer {
+    issuer: String,
+    audience: String,
+    client: kube::Client,
+    cache: Mutex<HashMap<[u8; 32], Slot>>,
+    in_flight: Semaphore,
+}
+
+impl std::fmt::Debug for TokenReviewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenReviewer").field("issuer", &self.issuer).finish_non_exhaustive()
+    }
+}
+
+/// Reads and checks a kubeconfig without building a client (no runtime needed): the
+/// current context must name a cluster and a user.
+pub fn check_kubeconfig(path: &Path) -> Result<Kubeconfig, String> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let context_name = kubeconfig.current_context.clone().ok_or("current-context: not set")?;
+    let context = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context_name)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| format!("current-context {context_name:?}: no such context"))?;
+    if !kubeconfig.clusters.iter().any(|c| c.name == context.cluster) {
+        return Err(format!("contexts[{context_name:?}].cluster {:?}: no such cluster", context.cluster));
+    }
+    if let Some(user) = &context.user
+        && !kubeconfig.auth_infos.iter().any(|u| &u.name == user)
+    {
+        return Err(format!("contexts[{context_name:?}].user {user:?}: no such user"));
+    }
+    Ok(kubeconfig)
+}
+
+impl TokenReviewer {
+    /// A reviewer for `issuer`'s tokens with `audience`, through the kubeconfig at `path`
+    /// (its current context). Needs a tokio runtime.
+    pub async fn from_kubeconfig(issuer: &str, audience: &str, path: &Path) -> Result<Self, ReviewConfigError> {
+        let err = |reason: String| ReviewConfigError { path: path.display().to_string(), reason };
+        let kubeconfig = check_kubeconfig(path).map_err(err)?;
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| err(e.to_string()))?;
+        config.connect_timeout = Some(REVIEW_TIMEOUT);
+        config.read_timeout = Some(REVIEW_TIMEOUT);
+        config.write_timeout = Some(REVIEW_TIMEOUT);
+        let client = kube::Client::try_from(config).map_err(|e| err(e.to_string()))?;
+        Ok(Self {
+            issuer: issuer.into(),
+            audience: audience.into(),
+            client,
+            cache: Mutex::new(HashMap::new()),
+            in_flight: Semaphore::new(MAX_IN_FLIGHT),
+        })
+    }
+
+    /// The issuer whose tokens this reviews.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// Whether the cluster authenticates `token` as `username` with `uid` for this
+    /// reviewer's audience. `Ok(true)` when the answer came from the cache.
+    pub async fn review(&self, token: &str, username: &str, uid: &str) -> Result<bool, ReviewError> {
+        let key: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
+            .as_ref()
+            .try_into()
+            .map_err(|_| ReviewError::Unavailable("digest".into()))?;
+        let slot = self.slot(key);
+        let cached = slot.initialized();
+        let answer = tokio::time::timeout(REVIEW_TIMEOUT, slot.get_or_try_init(|| self.ask(token)))
+            .await
+            .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))??;
+        match &answer.answer {
+            Answer::NotAuthenticated(why) => Err(ReviewError::Rejected(why.clone())),
+            Answer::Authenticated { username: u, uid: i, audiences } => {
+                if u != username || (!i.is_empty() && i != uid) {
+                    return Err(ReviewError::Rejected(format!(
+                        "the cluster authenticates this token as {u:?} (uid {i:?}), not {username:?} (uid {uid:?})"
+                    )));
+                }
+                if !audiences.is_empty() && !audiences.contains(&self.audience) {
+                    return Err(ReviewError::Rejected(format!(
+                        "the cluster authenticates this token for {audiences:?}, not {:?}",
+                        self.audience
+                    )));
+                }
+                Ok(cached)
+            }
+        }
+    }
+
+    /// The cache slot of `key`: the fresh (or in-flight) one, else a new one.
+    fn slot(&self, key: [u8; 32]) -> Slot {
+        let now = Instant::now();
+        let fresh = |slot: &Slot| slot.get().is_none_or(|c| now.duration_since(c.at) < REVIEW_CACHE_TTL);
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(slot) = cache.get(&key).filter(|s| fresh(s)) {
+            return Arc::clone(slot);
+        }
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, s| fresh(s));
+            if cache.len() >= MAX_CACHED {
+                // Full of fresh answers: forgetting them costs only extra reviews.
+                cache.clear();
+            }
+        }
+        let slot = Slot::default();
+        cache.insert(key, Arc::clone(&slot));
+        slot
+    }
+
+    /// One TokenReview round trip.
+    async fn ask(&self, token: &str) -> Result<Cached, ReviewError> {
+        let _permit = self.in_flight.acquire().await.map_err(|e| ReviewError::Unavailable(e.to_string()))?;
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![self.audience.clone()]) },
+            ..TokenReview::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let answer = api.create(&PostParams::default(), &review).await.map_err(|e| {
+            ReviewError::Unavailable(match e {
+                kube::Error::Api(s) if s.code == 401 || s.code == 403 => format!(
+                    "HTTP {}: {} (the kubeconfig's user needs create on tokenreviews, e.g. the system:auth-delegator ClusterRole)",
+                    s.code, s.message
+                ),
+                kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
+                other => other.to_string(),
+            })
+        })?;
+        let status = answer.status.unwrap_or_default();
+        let answer = match (status.authenticated, status.user) {
+            (Some(true), Some(user)) => Answer::Authenticated {
+                username: user.username.unwrap_or_default(),
+                uid: user.uid.unwrap_or_default(),
+                audiences: status.audiences.unwrap_or_default(),
+            },
+            _ => Answer::NotAuthenticated(
+                status.error.filter(|e| !e.is_empty()).unwrap_or_else(|| "the token is not authenticated".into()),
+            ),
+        };
+        Ok(Cached { answer, at: Instant::now() })
+    }
+}
