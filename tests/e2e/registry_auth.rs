@@ -44,6 +44,17 @@ fn post(s: &Server, path: &str, body: Value) -> Value {
     resp.json().unwrap()
 }
 
+/// A ClusterRoleBinding `name` of `role` to one subject.
+fn bind_cluster_role(s: &Server, name: &str, role: &str, kind: &str, subject: &str) {
+    post(
+        s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}]}),
+    );
+}
+
 fn openssl(dir: &Path, args: &[&str]) {
     let st = Command::new("openssl").args(args).current_dir(dir).stderr(Stdio::null()).status().expect("openssl");
     assert!(st.success(), "openssl {args:?}");
@@ -77,12 +88,12 @@ fn cluster(dir: &Path) -> Cluster {
     let data = dir.join("api");
     std::fs::create_dir_all(&data).unwrap();
     let s = start(&data, &[]);
-    post(
+    bind_cluster_role(
         &s,
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "anonymous-discovery"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:service-account-issuer-discovery"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:unauthenticated"}]}),
+        "anonymous-discovery",
+        "system:service-account-issuer-discovery",
+        "Group",
+        "system:unauthenticated",
     );
     post(
         &s,
@@ -90,13 +101,7 @@ fn cluster(dir: &Path) -> Cluster {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "registry-auth-audience"},
                "rules": [{"verbs": ["request-serviceaccounts-token-audience"], "apiGroups": [""], "resources": [AUDIENCE]}]}),
     );
-    post(
-        &s,
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "nodes-registry-auth-audience"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "registry-auth-audience"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}),
-    );
+    bind_cluster_role(&s, "nodes-registry-auth-audience", "registry-auth-audience", "Group", "system:nodes");
     let mut uids = std::collections::HashMap::new();
     for node in ["n1", "n2"] {
         let n = post(&s, "/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
@@ -741,13 +746,7 @@ fn token_review_refuses_the_token_of_a_deleted_pod_that_a_signature_alone_would_
     // registry-auth's own identity, allowed to review tokens as upstream advises.
     let reviewer = d.join("reviewer.kubeconfig");
     std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
-    post(
-        &c.s,
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "registry-auth"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "registry-auth"}]}),
-    );
+    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
     let ca = c.s.dir.join("pki/ca.crt");
     let reviewed_dir = d.join("reviewed");
     std::fs::create_dir(&reviewed_dir).unwrap();
