@@ -316,6 +316,54 @@ fn damaged_records_mean_reverification_never_a_panic() {
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
+/// A pulled record that cannot be read is replaced by a fresh one after the next successful
+/// pull (kubelet: writePulledRecordIfChanged treats an unreadable record as none), so the
+/// image does not need pulling for ever after.
+#[test]
+fn a_corrupt_pulled_record_heals_after_the_next_successful_pull() {
+    let s = setup();
+    let alice = ["--pull-policy", "IfNotPresent", "--pull-secret", s.alice.to_str().unwrap()];
+    assert_eq!(ensure(&s.root, &alice, &s.image).code, 0);
+    let path = record_path(&s.root, &s.id);
+    std::fs::write(&path, b"{\"kind\": \"ImagePulledRecord\", trunc").unwrap();
+
+    // NeverVerifyAllowlistedImages with this image allowlisted: while the record is
+    // unreadable, a pod without credentials must pull (and cannot).
+    let allow = s.dir.join("kubelet-allow.yaml");
+    std::fs::write(
+        &allow,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
+             preloadedImagesVerificationAllowlist: [\"{}/team/app\"]\n",
+            s.registry.host
+        ),
+    )
+    .unwrap();
+    let anonymous = ["--config", allow.to_str().unwrap(), "--pull-policy", "IfNotPresent"];
+    let r = ensure(&s.root, &anonymous, &s.image);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("warning: unreadable pulled record:"), "{}", r.stderr);
+    assert!(!r.stderr.contains("pull intent"), "{}", r.stderr);
+
+    // alice's pod pulls again; the record is rewritten whole, naming her secret.
+    let r = ensure(&s.root, &alice, &s.image);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json["mustPull"], true);
+    let record: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("the record was healed");
+    assert_eq!(record["imageRef"], s.id.as_str());
+    let secrets = &record["credentialMapping"][format!("{}/team/app", s.registry.host)]["kubernetesSecrets"];
+    assert_eq!(secrets[0]["name"], "alice", "{record}");
+
+    // From now on: alice without pulling, the allowlisted image for anyone, a stranger
+    // under the default policy still refused.
+    let r = ensure(&s.root, &alice, &s.image);
+    assert_eq!((r.code, r.json["mustPull"].clone()), (0, Value::Bool(false)), "{}", r.stderr);
+    assert!(!r.stderr.contains("unreadable"), "{}", r.stderr);
+    assert_eq!(ensure(&s.root, &anonymous, &s.image).code, 0);
+    assert_eq!(ensure(&s.root, &["--pull-policy", "IfNotPresent"], &s.image).code, 1);
+}
+
 /// Two pods pull the image at once (pull policy Always), alice's secret and a wrong
 /// password: alice's succeeds, the other fails, and only alice's secret is on record.
 /// Returns alice's decision.

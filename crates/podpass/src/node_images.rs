@@ -250,7 +250,7 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let (manager, pull_manager, warnings) =
         assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates).await?;
     for e in warnings {
-        eprintln!("warning: unreadable pull intent: {e}");
+        eprintln!("warning: unreadable {}: {e}", e.file_kind());
     }
     let ctx = pod_context(&a).await?;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);

@@ -191,7 +191,7 @@ impl Prepared {
         let (images, pull_manager, warnings) =
             crate::images::assembly::image_manager(root, backend, &self.kubelet, &self.gates).await?;
         for w in warnings {
-            tracing::warn!(error = %w, "unreadable pull intent at start-up");
+            tracing::warn!(file = w.file_kind(), error = %w, "unreadable image record at start-up");
         }
         let service_accounts = crate::api::KubeServiceAccounts::new(client.clone());
         let credential_metrics = CredentialMetrics::default();

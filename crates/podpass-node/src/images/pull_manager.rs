@@ -260,8 +260,16 @@ impl PullManager {
     ) -> Result<(), PullRecordError> {
         let name = normalized_name(image)?;
         let _lock = self.store.store().lock()?;
-        // From disk: another node process may have merged into it.
-        let existing = self.store.reread_pulled(image_ref)?;
+        // From disk: another node process may have merged into it. An unreadable record
+        // counts as none and is replaced by a fresh one (kubelet: writePulledRecordIfChanged),
+        // else it would stay corrupt and every later pod would have to pull again.
+        let existing = match self.store.reread_pulled(image_ref) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(image_ref, error = %e, "unreadable pulled record, writing a fresh one");
+                None
+            }
+        };
         let now = (self.now)();
         let (mut record, is_new) = match existing {
             Some(r) => (r, false),

@@ -131,6 +131,19 @@ pub enum RecordError {
     },
 }
 
+impl RecordError {
+    /// What the file is, from its directory: `pull intent` (`pulling/`), `pulled record`
+    /// (`pulled/`), else `image record`.
+    pub fn file_kind(&self) -> &'static str {
+        let (RecordError::Io { path, .. } | RecordError::Decode { path, .. }) = self;
+        match path.parent().and_then(Path::file_name).and_then(|n| n.to_str()) {
+            Some("pulling") => "pull intent",
+            Some("pulled") => "pulled record",
+            _ => "image record",
+        }
+    }
+}
+
 /// `sha256-<hex>` of a key.
 pub fn file_name(key: &str) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key.as_bytes());
