@@ -100,6 +100,10 @@ struct ServerFlags {
     /// duration); watches are not cut by it.
     #[arg(long, default_value = "1m", value_parser = parse_go_duration_std)]
     request_timeout: std::time::Duration,
+    /// Seconds: a watch that names no timeoutSeconds ends after a random time between this
+    /// and twice this, as kube-apiserver's --min-request-timeout.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    min_request_timeout: u64,
 }
 
 /// A parsed `--authorization-mode`.
@@ -199,6 +203,7 @@ fn serve(f: ServerFlags) -> ExitCode {
             request_timeout: f.request_timeout,
             ..Default::default()
         },
+        min_request_timeout: std::time::Duration::from_secs(f.min_request_timeout),
         max_token_expiration: f.service_account_max_token_expiration.filter(|s| *s > 0),
         features: TokenFeatures {
             jti: gates.enabled(Feature::ServiceAccountTokenJTI),

@@ -65,6 +65,10 @@ pub struct ApiServerConfig {
     pub token_success_cache_ttl: std::time::Duration,
     /// Connection bounds (handshake and header timeouts, connection cap).
     pub serve_limits: serve::ServeLimits,
+    /// `--min-request-timeout`: a watch without `timeoutSeconds` ends after a random time
+    /// between this and twice this (kube-apiserver default 1800 s), so clients re-list and
+    /// no connection lives for ever.
+    pub min_request_timeout: std::time::Duration,
 }
 
 /// The configuration cannot work; nothing was bound.
@@ -259,6 +263,7 @@ mod tests {
             etcd_servers: vec![],
             token_success_cache_ttl: std::time::Duration::ZERO,
             serve_limits: serve::ServeLimits::default(),
+            min_request_timeout: std::time::Duration::from_secs(1800),
         }
     }
 

@@ -59,6 +59,7 @@ pub(crate) struct AppState {
     token_cache: token_cache::TokenCache,
     watches: rest::watch::WatchLimiter,
     request_timeout: std::time::Duration,
+    min_request_timeout: std::time::Duration,
 }
 
 impl AppState {

@@ -102,6 +102,7 @@ impl Prepared {
             metrics: metrics::Metrics::default(),
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
             request_timeout: self.config.serve_limits.request_timeout,
+            min_request_timeout: self.config.min_request_timeout,
             token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
                 .map_err(|_| std::io::Error::other("random source failed"))?,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),

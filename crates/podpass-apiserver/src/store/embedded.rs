@@ -21,8 +21,8 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{
-    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchStream,
-    list_prefix, strip_resource_version, with_resource_version,
+    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchProgress,
+    WatchStream, list_prefix, strip_resource_version, with_resource_version,
 };
 
 const OBJECTS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("objects");
@@ -356,12 +356,15 @@ impl Store for EmbeddedStore {
                 })
                 .await?;
             let (tx, rx) = mpsc::channel(256);
+            let progress = WatchProgress::default();
+            let producer = progress.clone();
             tokio::spawn(async move {
                 for event in backlog {
                     if tx.send(Ok(event)).await.is_err() {
                         return;
                     }
                 }
+                producer.advance(last);
                 loop {
                     // Ends as soon as the client is gone, even if no change ever matches.
                     let received = tokio::select! {
@@ -377,6 +380,9 @@ impl Store for EmbeddedStore {
                             {
                                 return;
                             }
+                            // Every change is on the one broadcast: the watch progresses
+                            // with the store, not only with its own resource.
+                            producer.advance(last);
                         }
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             let _ = tx.send(Err(StoreError::Gone { requested: last, oldest: last + 1 })).await;
@@ -386,7 +392,7 @@ impl Store for EmbeddedStore {
                     }
                 }
             });
-            Ok(WatchStream { rx })
+            Ok(WatchStream::new(rx, progress))
         })
     }
 }

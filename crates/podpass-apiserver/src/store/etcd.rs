@@ -17,8 +17,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{
-    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchStream,
-    list_prefix, selected_event, strip_resource_version, with_resource_version,
+    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchProgress,
+    WatchStream, list_prefix, selected_event, strip_resource_version, with_resource_version,
 };
 
 /// Deadline of one etcd request.
@@ -245,6 +245,8 @@ impl Store for EtcdStore {
             let mut watch_client = self.client.watch_client();
             let mut stream = watch_client.watch(prefix, Some(watch_options)).await.map_err(backend)?;
             let (tx, rx) = mpsc::channel(256);
+            let progress = WatchProgress::default();
+            let producer = progress.clone();
             tokio::spawn(async move {
                 for event in backlog {
                     if tx.send(Ok(event)).await.is_err() {
@@ -252,6 +254,7 @@ impl Store for EtcdStore {
                     }
                 }
                 let mut last = start.saturating_sub(1);
+                producer.advance(last);
                 loop {
                     // Ends as soon as the client is gone, even if no change ever matches;
                     // dropping the stream cancels the etcd watch.
@@ -303,9 +306,12 @@ impl Store for EtcdStore {
                             return;
                         }
                     }
+                    // etcd delivers a range's events in revision order: all up to `last`
+                    // are sent.
+                    producer.advance(last);
                 }
             });
-            Ok(WatchStream { rx })
+            Ok(WatchStream::new(rx, progress))
         })
     }
 }

@@ -140,9 +140,39 @@ pub struct WatchEvent {
 #[derive(Debug)]
 pub struct WatchStream {
     rx: mpsc::Receiver<Result<WatchEvent, StoreError>>,
+    progress: WatchProgress,
+}
+
+/// The revision up to which a watch has sent every change it selects: the producer stores
+/// it (Release) only after sending those events, so a consumer that reads it (Acquire)
+/// *before* finding the channel empty has received every event up to it — what a BOOKMARK
+/// may promise.
+#[derive(Debug, Clone, Default)]
+pub struct WatchProgress(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl WatchProgress {
+    /// Records that every selected change up to `revision` has been sent.
+    pub fn advance(&self, revision: u64) {
+        self.0.fetch_max(revision, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The revision recorded last.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl WatchStream {
+    /// A stream over `rx`, whose producer advances `progress`.
+    pub fn new(rx: mpsc::Receiver<Result<WatchEvent, StoreError>>, progress: WatchProgress) -> Self {
+        Self { rx, progress }
+    }
+
+    /// See [`WatchProgress`]: read it before polling.
+    pub fn progress(&self) -> u64 {
+        self.progress.get()
+    }
+
     /// The next event.
     pub async fn next(&mut self) -> Option<Result<WatchEvent, StoreError>> {
         self.rx.recv().await

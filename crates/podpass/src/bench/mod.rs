@@ -162,6 +162,7 @@ async fn start_with(
         etcd_servers: Vec::new(),
         token_success_cache_ttl: ttl,
         serve_limits: Default::default(),
+        min_request_timeout: std::time::Duration::from_secs(1800),
     };
     // The server task lives as long as the runtime: the bench process ends with it.
     let running = config.prepare().context("preparing the server")?.start().await.context("starting the server")?;

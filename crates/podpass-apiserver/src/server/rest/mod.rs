@@ -238,6 +238,13 @@ async fn list(
                 Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
             }
         };
+        let timeout_seconds = match query.get("timeoutSeconds").map(String::as_str) {
+            None | Some("") => None,
+            Some(t) => Some(t.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}: must be a non-negative integer"))
+            })?),
+        };
+        let bookmarks = query.get("allowWatchBookmarks").is_some_and(|b| b == "true" || b == "1");
         let slot = state.watches.acquire(&user.name).ok_or_else(|| {
             ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -260,7 +267,10 @@ async fn list(
             .clone();
         let slot = slot.counted_in(gauge);
         let stream = state.store.watch(res.plural, ns, options, from).await?;
-        return Ok(watch::response(stream, Some(slot)));
+        let timeout = watch::watch_timeout(timeout_seconds, state.min_request_timeout);
+        let bookmarks = bookmarks
+            .then(|| watch::BookmarkKind { api_version: res.api_version().to_string(), kind: res.kind.to_owned() });
+        return Ok(watch::response(stream, Some(slot), timeout, bookmarks));
     }
     let result = state.store.list(res.plural, ns, &options).await?;
     Ok(json_response(

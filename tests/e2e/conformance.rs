@@ -1,0 +1,116 @@
+//! End-to-end: what kubectl and the Python `kubernetes` client expect of an API server,
+//! through those clients where a user meets it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod support;
+use support::*;
+
+fn post(s: &Server, path: &str, body: Value) -> Value {
+    let resp =
+        client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).json(&body).send().unwrap();
+    assert!(resp.status().is_success(), "POST {path}: {}", resp.text().unwrap());
+    resp.json().unwrap()
+}
+
+fn configmap(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+}
+
+/// The lines of a watch until the server ends it; and how long that took.
+fn watch_lines(dir: &Path, url: &str, query: &str) -> (Vec<Value>, Duration) {
+    let started = Instant::now();
+    let resp = streaming_client(dir, Duration::from_secs(30))
+        .get(format!("{url}/api/v1/namespaces/default/configmaps?watch=true&{query}"))
+        .bearer_auth(admin_token(dir))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let lines = BufReader::new(resp).lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    (lines, started.elapsed())
+}
+
+#[test]
+fn the_python_client_watch_stream_returns_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    post(&s, "/api/v1/namespaces/default/configmaps", configmap("one"));
+    let script = r#"
+import json, sys, time
+from kubernetes import client, config, watch
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+t0 = time.time()
+names = [e["object"].metadata.name for e in watch.Watch().stream(v1.list_namespaced_config_map, "default", timeout_seconds=2)]
+print(json.dumps({"elapsed": time.time() - t0, "names": names}))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", script, s.dir.join("admin.kubeconfig").to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with the kubernetes client (scripts/install-test-deps)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("watch.stream(timeout_seconds=2) still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out: Value = serde_json::from_str(&ok(child.wait_with_output().unwrap(), "python watch")).unwrap();
+    assert!(out["names"].as_array().unwrap().contains(&json!("one")), "{out}");
+    let elapsed = out["elapsed"].as_f64().unwrap();
+    assert!((1.5..10.0).contains(&elapsed), "ended after {elapsed} s");
+}
+
+#[test]
+fn watches_without_a_timeout_end_in_the_min_request_timeout_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &["--min-request-timeout", "2"]);
+    let (lines, took) = watch_lines(&s.dir, &s.url, "");
+    assert!(lines.iter().all(|l| l["type"] == "ADDED"), "{lines:?}");
+    // [2 s, 4 s) plus scheduling slack.
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(8), "ended after {took:?}");
+    // A bad timeoutSeconds is a 400 naming it.
+    let resp = client(&s.dir)
+        .get(format!("{}/api/v1/configmaps?watch=true&timeoutSeconds=soon", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().unwrap().contains("timeoutSeconds"));
+}
+
+#[test]
+fn bookmarks_carry_the_stores_progress_before_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    let watcher = {
+        let (dir, url) = (s.dir.clone(), s.url.clone());
+        std::thread::spawn(move || watch_lines(&dir, &url, "allowWatchBookmarks=true&timeoutSeconds=5"))
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    // A change elsewhere: not this watch's, yet its bookmark moves past it.
+    let elsewhere = post(&s, "/api/v1/namespaces/other/configmaps", configmap("x"));
+    let rv: u64 = elsewhere["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let (lines, took) = watcher.join().unwrap();
+    assert!(took >= Duration::from_secs(5) && took < Duration::from_secs(12), "{took:?}");
+    let bookmarks: Vec<&Value> = lines.iter().filter(|l| l["type"] == "BOOKMARK").collect();
+    assert_eq!(bookmarks.len(), 1, "one, 2 s before the deadline: {lines:?}");
+    let object = &bookmarks[0]["object"];
+    assert_eq!((object["kind"].as_str(), object["apiVersion"].as_str()), (Some("ConfigMap"), Some("v1")));
+    let at: u64 = object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(at >= rv, "bookmark at {at}, the store was at {rv}");
+    // Without allowWatchBookmarks: none.
+    let (lines, _) = watch_lines(&s.dir, &s.url, "timeoutSeconds=3");
+    assert!(lines.iter().all(|l| l["type"] != "BOOKMARK"), "{lines:?}");
+}
