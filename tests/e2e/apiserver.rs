@@ -470,13 +470,18 @@ fn automounted_token_requests_get_extended_expiration_and_warnafter() {
     let exp = podpass_apiserver::time::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
     assert!((exp - iat - 3607).abs() <= 1);
 
-    // using it before warnafter counts as a valid tracked token; issuance counts by kind
+    // using it before warnafter counts as a valid tracked token; issuance and verification
+    // count under KEP-4193's names (the pod runs on n1: its token carries the node)
     assert_eq!(token_review(&s, token, &s.url)["status"]["authenticated"], true);
     let metrics = c.get(format!("{}/metrics", s.url)).bearer_auth(&admin).send().unwrap().text().unwrap();
     for line in [
         "serviceaccount_valid_tokens_total 1",
         "serviceaccount_stale_tokens_total 0",
-        "podpass_serviceaccount_issued_tokens_total{bound_kind=\"pod\"} 1",
+        "serviceaccount_bound_tokens_issued_total{bound_object_kind=\"Pod\"} 1",
+        "serviceaccount_bound_tokens_issued_pod_with_node_tokens_total 1",
+        "serviceaccount_bound_tokens_issued_with_identifier_total 1",
+        "serviceaccount_authentication_bound_object_verified_total{bound_object_kind=\"Pod\"} 1",
+        "serviceaccount_authentication_pod_node_ref_verified_total 1",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
     }
@@ -550,6 +555,15 @@ fn node_bound_token_fails_after_the_node_is_deleted() {
     let token = resp["status"]["token"].as_str().unwrap().to_owned();
     let ok_review = token_review(&s, &token, "a");
     assert_eq!(ok_review["status"]["user"]["extra"]["authentication.kubernetes.io/node-name"][0], "n1");
+    let metrics = c.get(format!("{}/metrics", s.url)).bearer_auth(&admin).send().unwrap().text().unwrap();
+    for line in [
+        "serviceaccount_bound_tokens_issued_total{bound_object_kind=\"Node\"} 1",
+        "serviceaccount_authentication_bound_object_verified_total{bound_object_kind=\"Node\"} 1",
+        "serviceaccount_authentication_pod_node_ref_verified_total 0",
+        "serviceaccount_valid_tokens_total 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
+    }
     let resp = c.delete(format!("{}/api/v1/nodes/n1", s.url)).bearer_auth(&admin).send().unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let review = review_until_refused(&s, &token, "a");

@@ -149,6 +149,17 @@ pub enum BoundKind {
 }
 
 impl BoundKind {
+    /// The object's `kind` (`ServiceAccount`, `Secret`, `Pod`, `Node`), as metric labels
+    /// carry it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::ServiceAccount => "ServiceAccount",
+            Self::Secret => "Secret",
+            Self::Pod => "Pod",
+            Self::Node => "Node",
+        }
+    }
+
     fn noun(self) -> &'static str {
         match self {
             Self::ServiceAccount => "service account",
@@ -263,6 +274,12 @@ pub struct Authenticated {
     /// The token's `exp` (legacy tokens have none): callers caching the result must not
     /// keep it past this.
     pub expires_at: Option<i64>,
+    /// The bound object looked up and verified (a secret, a pod, or a node-bound token's
+    /// node), for `serviceaccount_authentication_bound_object_verified_total`.
+    pub verified_bound: Option<BoundKind>,
+    /// A pod-bound token whose node reference was taken into the user info, for
+    /// `serviceaccount_authentication_pod_node_ref_verified_total`.
+    pub pod_node_ref: bool,
 }
 
 /// Verifies service-account tokens of a set of issuers against a set of keys.
@@ -480,6 +497,7 @@ impl Authenticator {
         let VerifiedToken { info, pod, secret, bound_node, warn_after, audiences, legacy, expires_at, .. } = verified;
         let deleted = |o: &BoundObject| o.deletion_timestamp.is_some_and(|t| t < now - LEEWAY_SECONDS);
         let ns = info.namespace.as_str();
+        let mut verified_bound = None;
 
         let sa = lookup.service_account(ns, &info.name).await.map_err(AuthError::ServiceAccountLookup)?;
         if sa.uid != info.uid {
@@ -496,18 +514,22 @@ impl Authenticator {
         if let Some(secret_ref) = &secret {
             let secret = lookup.secret(ns, &secret_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Secret, &secret, &secret_ref.uid, deleted(&secret))?;
+            verified_bound = Some(BoundKind::Secret);
         }
 
         if let Some(pod_ref) = &pod {
             let pod = lookup.pod(ns, &pod_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Pod, &pod, &pod_ref.uid, deleted(&pod))?;
+            verified_bound = Some(BoundKind::Pod);
         } else if let Some(node_ref) = &bound_node {
             if !self.features.node_binding_validation {
                 return Err(AuthError::NodeBindingValidationDisabled);
             }
             let node = lookup.node(&node_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Node, &node, &node_ref.uid, deleted(&node))?;
+            verified_bound = Some(BoundKind::Node);
         }
+        let pod_node_ref = pod.is_some() && !info.node_name.is_empty();
 
         let user = info.user_info();
         let mut audit_annotations = Vec::new();
@@ -525,7 +547,17 @@ impl Authenticator {
             Some(w) if w != 0 => Freshness::Valid,
             _ => Freshness::NotTracked,
         };
-        Ok(Authenticated { user, info, audiences, audit_annotations, freshness, legacy, expires_at })
+        Ok(Authenticated {
+            user,
+            info,
+            audiences,
+            audit_annotations,
+            freshness,
+            legacy,
+            expires_at,
+            verified_bound,
+            pod_node_ref,
+        })
     }
 }
 

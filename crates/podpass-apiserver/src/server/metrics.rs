@@ -52,11 +52,11 @@ pub struct LongRunningLabels {
     pub component: String,
 }
 
-/// Labels of the issued-token counter.
+/// The `bound_object_kind` label of KEP-4193's counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IssuedLabels {
-    /// `pod`, `node`, `secret` or `none`.
-    pub bound_kind: String,
+pub struct BoundObjectLabels {
+    /// `Pod`, `Node` or `Secret`.
+    pub bound_object_kind: String,
 }
 
 /// The control plane's metrics.
@@ -68,8 +68,16 @@ pub struct Metrics {
     pub stale_tokens: Counter,
     /// Tokens without an audience.
     pub legacy_tokens: Counter,
-    /// TokenRequests answered, by bound object kind.
-    pub issued_tokens: Family<IssuedLabels, Counter>,
+    /// Bound tokens issued by TokenRequest, by bound object kind (KEP-4193).
+    pub bound_tokens_issued: Family<BoundObjectLabels, Counter>,
+    /// Pod-bound tokens issued carrying the pod's node (KEP-4193).
+    pub pod_with_node_tokens_issued: Counter,
+    /// Tokens issued with a `jti` (KEP-4193).
+    pub tokens_issued_with_identifier: Counter,
+    /// Authentications of pod-bound tokens whose node reference was taken (KEP-4193).
+    pub pod_node_ref_verified: Counter,
+    /// Authentications that verified a bound object, by its kind (KEP-4193).
+    pub bound_object_verified: Family<BoundObjectLabels, Counter>,
     /// Requests by verb, resource and code.
     pub requests: Family<RequestLabels, Counter>,
     /// Request latency.
@@ -90,7 +98,11 @@ impl Default for Metrics {
             valid_tokens: Counter::default(),
             stale_tokens: Counter::default(),
             legacy_tokens: Counter::default(),
-            issued_tokens: Family::default(),
+            bound_tokens_issued: Family::default(),
+            pod_with_node_tokens_issued: Counter::default(),
+            tokens_issued_with_identifier: Counter::default(),
+            pod_node_ref_verified: Counter::default(),
+            bound_object_verified: Family::default(),
             requests: Family::default(),
             durations: Family::new_with_constructor(latency_histogram),
             longrunning: Family::default(),
@@ -117,10 +129,31 @@ impl Default for Metrics {
             "Cumulative legacy service account tokens used",
             m.legacy_tokens.clone(),
         );
+        // KEP-4193's names.
         registry.register(
-            "podpass_serviceaccount_issued_tokens",
-            "Service account tokens issued by TokenRequest, by bound object kind",
-            m.issued_tokens.clone(),
+            "serviceaccount_bound_tokens_issued",
+            "Cumulative bound service account tokens issued, by the kind of object they are bound to",
+            m.bound_tokens_issued.clone(),
+        );
+        registry.register(
+            "serviceaccount_bound_tokens_issued_pod_with_node_tokens",
+            "Cumulative pod-bound service account tokens issued carrying the pod's node",
+            m.pod_with_node_tokens_issued.clone(),
+        );
+        registry.register(
+            "serviceaccount_bound_tokens_issued_with_identifier",
+            "Cumulative service account tokens issued with a credential identifier (jti)",
+            m.tokens_issued_with_identifier.clone(),
+        );
+        registry.register(
+            "serviceaccount_authentication_pod_node_ref_verified",
+            "Cumulative pod-bound service account tokens authenticated with their node reference",
+            m.pod_node_ref_verified.clone(),
+        );
+        registry.register(
+            "serviceaccount_authentication_bound_object_verified",
+            "Cumulative service account token authentications that verified a bound object, by its kind",
+            m.bound_object_verified.clone(),
         );
         registry.register(
             "apiserver_request",

@@ -77,5 +77,14 @@ impl AppState {
             }
             podpass_token::Freshness::NotTracked => {}
         }
+        if let Some(kind) = a.verified_bound {
+            self.metrics
+                .bound_object_verified
+                .get_or_create(&metrics::BoundObjectLabels { bound_object_kind: kind.kind().into() })
+                .inc();
+        }
+        if a.pod_node_ref {
+            self.metrics.pod_node_ref_verified.inc();
+        }
     }
 }

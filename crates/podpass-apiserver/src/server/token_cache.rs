@@ -124,6 +124,8 @@ mod tests {
             freshness: Freshness::NotTracked,
             legacy: false,
             expires_at,
+            verified_bound: None,
+            pod_node_ref: false,
         }
     }
 

@@ -67,11 +67,7 @@ pub async fn create_token(
     extend_automounted(state, &mut claims);
     let now = now_unix();
     let minted = state.generator.mint(&claims, &state.features, now).map_err(ApiError::internal)?;
-    state
-        .metrics
-        .issued_tokens
-        .get_or_create(&crate::server::metrics::IssuedLabels { bound_kind: bound_kind(&claims).into() })
-        .inc();
+    count_issued(state, &claims, minted.jti.is_some());
     if let Some(jti) = &minted.jti {
         outcome.annotations.0.insert("authentication.k8s.io/issued-credential-id".into(), format!("JTI={jti}"));
     }
@@ -277,12 +273,25 @@ fn extend_automounted(state: &AppState, claims: &mut TokenRequestClaims) {
 }
 
 /// The bound-object kind label of the issued-token counter.
-fn bound_kind(claims: &TokenRequestClaims) -> &'static str {
-    match (&claims.pod, &claims.secret, &claims.node) {
-        (Some(_), _, _) => "pod",
-        (None, Some(_), _) => "secret",
-        (None, None, Some(_)) => "node",
-        _ => "none",
+/// KEP-4193's issuance counters.
+fn count_issued(state: &AppState, claims: &TokenRequestClaims, with_jti: bool) {
+    let kind = match (&claims.pod, &claims.secret, &claims.node) {
+        (Some(_), _, _) => Some("Pod"),
+        (None, Some(_), _) => Some("Secret"),
+        (None, None, Some(_)) => Some("Node"),
+        _ => None,
+    };
+    let m = &state.metrics;
+    if let Some(kind) = kind {
+        m.bound_tokens_issued
+            .get_or_create(&crate::server::metrics::BoundObjectLabels { bound_object_kind: kind.into() })
+            .inc();
+    }
+    if claims.pod.is_some() && claims.node.is_some() {
+        m.pod_with_node_tokens_issued.inc();
+    }
+    if with_jti {
+        m.tokens_issued_with_identifier.inc();
     }
 }
 
