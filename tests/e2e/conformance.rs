@@ -114,3 +114,48 @@ fn bookmarks_carry_the_stores_progress_before_the_deadline() {
     let (lines, _) = watch_lines(&s.dir, &s.url, "timeoutSeconds=3");
     assert!(lines.iter().all(|l| l["type"] != "BOOKMARK"), "{lines:?}");
 }
+
+fn kubectl(s: &Server, cache: &Path, args: &[&str]) -> std::process::Output {
+    kubectl_with(&s.dir.join("admin.kubeconfig"), cache, args)
+}
+
+#[test]
+fn kubectl_auth_whoami_names_the_user_and_its_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    let out = ok(kubectl(&s, &cache, &["auth", "whoami", "-o", "json"]), "kubectl auth whoami");
+    let review: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(review["kind"], "SelfSubjectReview");
+    let info = &review["status"]["userInfo"];
+    assert!(info["groups"].as_array().unwrap().contains(&json!("system:masters")), "{review}");
+    assert!(info["groups"].as_array().unwrap().contains(&json!("system:authenticated")), "{review}");
+
+    // Another user, as the table kubectl prints.
+    let kubeconfig = dir.path().join("alice.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(&s.dir, "alice", &["team-a"]), "alice kubeconfig")).unwrap();
+    let out = ok(kubectl_with(&kubeconfig, &cache, &["auth", "whoami"]), "whoami as alice");
+    assert!(out.contains("alice") && out.contains("team-a"), "{out}");
+}
+
+#[test]
+fn kubectl_patch_type_json_applies_rfc_6902_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    post(&s, "/api/v1/namespaces/default/configmaps", configmap("cm"));
+    let patch = r#"[{"op":"test","path":"/data/k","value":"v"},{"op":"add","path":"/data/added","value":"1"},{"op":"remove","path":"/data/k"}]"#;
+    ok(kubectl(&s, &cache, &["patch", "configmap", "cm", "--type", "json", "-p", patch]), "kubectl patch --type json");
+    let cm: Value =
+        serde_json::from_str(&ok(kubectl(&s, &cache, &["get", "configmap", "cm", "-o", "json"]), "get")).unwrap();
+    assert_eq!(cm["data"], json!({"added": "1"}));
+
+    // A failing test op: refused (422), nothing applied.
+    let failing =
+        r#"[{"op":"add","path":"/data/more","value":"2"},{"op":"test","path":"/data/added","value":"other"}]"#;
+    let out = kubectl(&s, &cache, &["patch", "configmap", "cm", "--type", "json", "-p", failing]);
+    assert!(!out.status.success());
+    let cm: Value =
+        serde_json::from_str(&ok(kubectl(&s, &cache, &["get", "configmap", "cm", "-o", "json"]), "get")).unwrap();
+    assert_eq!(cm["data"], json!({"added": "1"}), "nothing of the failed patch applied");
+}

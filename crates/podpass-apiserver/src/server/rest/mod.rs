@@ -183,6 +183,9 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         (&Method::POST, None, None) if res.plural == "tokenreviews" => {
             token::review(state, parse_body(content_type, body)?).await
         }
+        (&Method::POST, None, None) if res.plural == "selfsubjectreviews" => {
+            token::self_subject_review(user, &parse_body(content_type, body)?)
+        }
         (&Method::POST, None, None) if res.plural == "selfsubjectaccessreviews" => {
             token::self_subject_access_review(state, user, parse_body(content_type, body)?).await
         }
@@ -424,6 +427,17 @@ async fn update(
     Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
 }
 
+/// The patch types of `Content-Type` (apimachinery types.PatchType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatchKind {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+}
+
 /// Conflicts a patch retries on before giving up (upstream retries patches internally).
 const PATCH_RETRIES: usize = 5;
 
@@ -439,23 +453,28 @@ async fn patch(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
-    let strategic = match media {
-        "application/merge-patch+json" => false,
-        "application/strategic-merge-patch+json" => true,
+    let kind = match media {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/json-patch+json" => PatchKind::Json,
         other => return Err(ApiError::unsupported_media_type(other)),
     };
     let patch: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     check_depth(&patch)?;
+    let json_patch = match kind {
+        PatchKind::Json => Some(patch::decode_json_patch(&patch)?),
+        _ => None,
+    };
     let k = key(res, ns, name);
     let mut attempt = 0;
     loop {
         let current = state.store.get(&k).await?;
         let mut object = current.object.clone();
-        if strategic {
-            patch::strategic_merge_patch(&mut object, &patch);
-        } else {
-            patch::merge_patch(&mut object, &patch);
+        match (&json_patch, kind) {
+            (Some(ops), _) => patch::apply_json_patch(&mut object, ops)?,
+            (None, PatchKind::Strategic) => patch::strategic_merge_patch(&mut object, &patch),
+            (None, _) => patch::merge_patch(&mut object, &patch),
         }
         if status_only {
             let status = object.get("status").cloned().unwrap_or(Value::Null);

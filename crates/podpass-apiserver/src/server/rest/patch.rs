@@ -1,8 +1,40 @@
-//! PATCH bodies: JSON merge patch (RFC 7386) and the strategic merge patch kubectl sends
-//! for built-in types (apimachinery strategicpatch), for the list fields of the served
-//! objects that upstream merges by key.
+//! PATCH bodies: JSON patch (RFC 6902, through the `json-patch` crate), JSON merge patch
+//! (RFC 7386) and the strategic merge patch kubectl sends for built-in types
+//! (apimachinery strategicpatch), for the list fields of the served objects that upstream
+//! merges by key.
 
+use axum::http::StatusCode;
 use serde_json::{Map, Value};
+
+use crate::server::status::ApiError;
+
+/// Operations one JSON patch may hold (kube-apiserver's maxJSONPatchOperations).
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// Decodes an RFC 6902 patch: a malformed one is a 400, too many operations a 413, as
+/// kube-apiserver answers.
+pub fn decode_json_patch(patch: &Value) -> Result<json_patch::Patch, ApiError> {
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| ApiError::bad_request(format!("error decoding json patch: {e}")))?;
+    if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!(
+                "The allowed operations in a JSON patch is limited to {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                ops.0.len()
+            ),
+        ));
+    }
+    Ok(ops)
+}
+
+/// Applies an RFC 6902 patch; an operation that cannot apply (a failed `test`, a missing
+/// path) is a 422, as kube-apiserver answers, and leaves `target` unchanged.
+pub fn apply_json_patch(target: &mut Value, ops: &json_patch::Patch) -> Result<(), ApiError> {
+    json_patch::patch(target, ops)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("json patch: {e}")))
+}
 
 /// Lists upstream merges element-wise by a key (`patchMergeKey`), by field name.
 fn merge_key(field: &str) -> Option<&'static str> {
@@ -115,6 +147,32 @@ fn strip_directives(value: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_patch_applies_whole_or_not_at_all() {
+        let mut sa = json!({"metadata": {"name": "sa", "labels": {"a": "1"}}});
+        let ops = decode_json_patch(&json!([
+            {"op": "test", "path": "/metadata/labels/a", "value": "1"},
+            {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+            {"op": "remove", "path": "/metadata/labels/a"}
+        ]))
+        .unwrap();
+        apply_json_patch(&mut sa, &ops).unwrap();
+        assert_eq!(sa["metadata"]["labels"], json!({"b": "2"}));
+        let before = sa.clone();
+        let failing = decode_json_patch(&json!([
+            {"op": "add", "path": "/metadata/labels/c", "value": "3"},
+            {"op": "test", "path": "/metadata/labels/b", "value": "nope"}
+        ]))
+        .unwrap();
+        let err = apply_json_patch(&mut sa, &failing).unwrap_err();
+        assert_eq!(err.code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(sa, before, "nothing applied");
+        let err = decode_json_patch(&json!({"op": "add"})).unwrap_err();
+        assert_eq!(err.code, StatusCode::BAD_REQUEST);
+        let many = Value::Array(vec![json!({"op": "test", "path": "/a", "value": 1}); 10_001]);
+        assert_eq!(decode_json_patch(&many).unwrap_err().code, StatusCode::PAYLOAD_TOO_LARGE);
+    }
 
     #[test]
     fn merge_patch_follows_rfc_7386() {

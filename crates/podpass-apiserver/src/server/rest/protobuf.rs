@@ -229,7 +229,7 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
                 object.insert("roleRef".into(), role_ref(b)?);
             }
             ("Namespace" | "ServiceAccount" | "ClusterRole" | "Role" | "ClusterRoleBinding" | "RoleBinding", _) => {}
-            ("TokenRequest" | "SelfSubjectAccessReview", _) => {}
+            ("TokenRequest" | "SelfSubjectAccessReview" | "SelfSubjectReview", _) => {}
             (other, _) => {
                 return Err(DecodeError(format!("protobuf bodies of kind {other:?} are not supported; send JSON")));
             }

@@ -65,6 +65,7 @@ pub const RESOURCES: &[Resource] = &[
     stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[]),
     stored("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, &[]),
     review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview"),
+    review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview"),
     review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
     review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview"),
 ];

@@ -437,6 +437,27 @@ async fn access_review(
     Ok((StatusCode::CREATED, Json(response)).into_response())
 }
 
+/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth whoami`): the
+/// requesting user's attributes as authentication saw them; `uid` and `extra` only when
+/// set, as upstream.
+pub fn self_subject_review(user: &crate::server::User, body: &Value) -> Result<Response, ApiError> {
+    if let Some(kind) = body.get("kind").and_then(Value::as_str)
+        && kind != "SelfSubjectReview"
+    {
+        return Err(ApiError::bad_request(format!("expected a SelfSubjectReview, got {kind:?}")));
+    }
+    let mut info = json!({"username": user.name, "groups": user.groups});
+    if !user.uid.is_empty() {
+        info["uid"] = json!(user.uid);
+    }
+    if !user.extra.is_empty() {
+        info["extra"] = json!(user.extra);
+    }
+    let response = json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null}, "status": {"userInfo": info}});
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
 /// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: may the requesting (or
 /// impersonated) user do this?
 pub async fn self_subject_access_review(
