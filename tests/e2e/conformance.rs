@@ -159,3 +159,57 @@ fn kubectl_patch_type_json_applies_rfc_6902_all_or_nothing() {
         serde_json::from_str(&ok(kubectl(&s, &cache, &["get", "configmap", "cm", "-o", "json"]), "get")).unwrap();
     assert_eq!(cm["data"], json!({"added": "1"}), "nothing of the failed patch applied");
 }
+
+#[test]
+fn kubectl_validation_is_the_servers_strict_warn_or_ignore() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    let manifest = |name: &str| {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndatta:\n  k: v\n"))
+            .unwrap();
+        path
+    };
+    // kubectl's default (--validate=strict) is the server's Strict: refused, the field named.
+    let out = kubectl(&s, &cache, &["create", "-f", manifest("strict").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "datta""#),
+        "{stderr}"
+    );
+    // Warn: created without the field, with a warning naming it.
+    let out = kubectl(&s, &cache, &["create", "--validate=warn", "-f", manifest("warned").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "create --validate=warn");
+    assert!(stderr.contains(r#"unknown field "datta""#), "{stderr}");
+    let cm: Value =
+        serde_json::from_str(&ok(kubectl(&s, &cache, &["get", "configmap", "warned", "-o", "json"]), "get")).unwrap();
+    assert!(cm.get("datta").is_none(), "an unknown field is not kept: {cm}");
+    // Ignore: no warning.
+    let out = kubectl(&s, &cache, &["create", "--validate=false", "-f", manifest("ignored").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "create --validate=false");
+    assert!(!stderr.contains("unknown field"), "{stderr}");
+
+    // A duplicate field in a JSON body: Strict refuses it, Warn says so.
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"dup"},"data":{"a":"1"},"data":{"b":"2"}}"#;
+    let send = |mode: &str| {
+        client(&s.dir)
+            .post(format!("{}/api/v1/namespaces/default/configmaps?fieldValidation={mode}", s.url))
+            .bearer_auth(admin_token(&s.dir))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let resp = send("Strict");
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().unwrap().contains(r#"strict decoding error: duplicate field \"data\""#));
+    let resp = send("Warn");
+    assert_eq!(resp.status(), 201);
+    let warning = resp.headers().get("warning").unwrap().to_str().unwrap().to_owned();
+    assert_eq!(warning, r#"299 - "duplicate field \"data\"""#);
+    assert_eq!(send("Bogus").status(), 400);
+}

@@ -1,6 +1,7 @@
 //! The resource API: discovery documents and get/list/create/update/delete of the served
 //! objects, with the upstream behaviours users rely on.
 
+pub mod field_validation;
 pub(crate) mod lifecycle;
 mod node_restriction;
 pub mod objects;
@@ -11,6 +12,8 @@ mod rbac;
 pub mod resources;
 mod token;
 pub(crate) mod watch;
+
+use field_validation::FieldValidation;
 
 use crate::field::Field;
 use std::collections::HashMap;
@@ -157,40 +160,86 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         return Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural));
     }
     let ns = path.namespace.as_deref();
-    match (&method, path.name.as_deref(), path.subresource.as_deref()) {
+    let mode = if method == Method::GET {
+        FieldValidation::Ignore
+    } else {
+        FieldValidation::from_query(query.get("fieldValidation").map(String::as_str))?
+    };
+    // The body decoded and validated as `kind`; the warnings go on the answer.
+    let validated = |group: &str, kind: &str| -> Result<(Value, Vec<String>), ApiError> {
+        let mut object = parse_body(content_type, body)?;
+        let json_body = (!is_protobuf(content_type)).then_some(body);
+        let warnings = field_validation::validate(mode, group, res.version, kind, json_body, &mut object)?;
+        Ok((object, warnings))
+    };
+    let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
+        (&Method::POST, None, None) if res.stored => {
+            let (object, warnings) = validated(res.group, res.kind)?;
+            (create(state, user, res, ns, object).await?, warnings)
+        }
+        (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
+            let (object, warnings) = validated(res.group, res.kind)?;
+            (update(state, user, res, ns, name, sub.is_some(), object).await?, warnings)
+        }
+        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
+            patch(state, user, res, ns, name, sub.is_some(), content_type, body, mode).await?
+        }
+        (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
+            let (object, warnings) = validated("authentication.k8s.io", "TokenRequest")?;
+            (token::create_token(state, user, ns.unwrap_or_default(), name, object).await?, warnings)
+        }
+        (&Method::POST, None, None) if !res.stored => {
+            let (object, warnings) = validated(res.group, res.kind)?;
+            let response = match res.plural {
+                "tokenreviews" => token::review(state, object).await?,
+                "selfsubjectreviews" => token::self_subject_review(user, &object)?,
+                "selfsubjectaccessreviews" => token::self_subject_access_review(state, user, object).await?,
+                "subjectaccessreviews" => token::subject_access_review(state, object).await?,
+                _ => return Err(ApiError::method_not_supported("create", res.plural)),
+            };
+            (response, warnings)
+        }
+        _ => return reads(state, user, res, ns, &method, &path, &query, body).await,
+    };
+    Ok(with_warnings(response, &warnings))
+}
+
+/// Appends one `Warning: 299 - "…"` header per warning (RFC 7234, as upstream).
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            response.headers_mut().append("warning", value);
+        }
+    }
+    response
+}
+
+fn is_protobuf(content_type: &str) -> bool {
+    content_type.split(';').next().unwrap_or("").trim() == "application/vnd.kubernetes.protobuf"
+}
+
+/// Reads and deletes: what carries no body to validate.
+#[allow(clippy::too_many_arguments)]
+async fn reads(
+    state: &Arc<AppState>,
+    user: &super::User,
+    res: &Resource,
+    ns: Option<&str>,
+    method: &Method,
+    path: &ApiPath,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
             Ok(json_response(StatusCode::OK, state.store.get(&key(res, ns, name)).await?.object))
         }
-        (&Method::GET, None, None) if res.stored => list(state, user, res, ns, &query).await,
-        (&Method::POST, None, None) if res.stored => {
-            create(state, user, res, ns, parse_body(content_type, body)?).await
-        }
-        (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            update(state, user, res, ns, name, sub.is_some(), parse_body(content_type, body)?).await
-        }
+        (&Method::GET, None, None) if res.stored => list(state, user, res, ns, query).await,
         (&Method::DELETE, Some(name), None) if res.stored => {
             if res.plural == "leases" {
                 node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name)?;
             }
-            delete(state, res, ns, name, &query, body).await
-        }
-        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            patch(state, user, res, ns, name, sub.is_some(), content_type, body).await
-        }
-        (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
-            token::create_token(state, user, ns.unwrap_or_default(), name, parse_body(content_type, body)?).await
-        }
-        (&Method::POST, None, None) if res.plural == "tokenreviews" => {
-            token::review(state, parse_body(content_type, body)?).await
-        }
-        (&Method::POST, None, None) if res.plural == "selfsubjectreviews" => {
-            token::self_subject_review(user, &parse_body(content_type, body)?)
-        }
-        (&Method::POST, None, None) if res.plural == "selfsubjectaccessreviews" => {
-            token::self_subject_access_review(state, user, parse_body(content_type, body)?).await
-        }
-        (&Method::POST, None, None) if res.plural == "subjectaccessreviews" => {
-            token::subject_access_review(state, parse_body(content_type, body)?).await
+            delete(state, res, ns, name, query, body).await
         }
         _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }
@@ -451,7 +500,8 @@ async fn patch(
     status_only: bool,
     content_type: &str,
     body: &[u8],
-) -> Result<Response, ApiError> {
+    mode: FieldValidation,
+) -> Result<(Response, Vec<String>), ApiError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
     let kind = match media {
         "application/merge-patch+json" => PatchKind::Merge,
@@ -465,6 +515,12 @@ async fn patch(
     let json_patch = match kind {
         PatchKind::Json => Some(patch::decode_json_patch(&patch)?),
         _ => None,
+    };
+    // Duplicates are the patch body's; unknown fields are the patched object's.
+    let duplicates: Vec<String> = if json_patch.is_none() {
+        field_validation::duplicate_fields(body).into_iter().map(|p| format!("duplicate field {p:?}")).collect()
+    } else {
+        Vec::new()
     };
     let k = key(res, ns, name);
     let mut attempt = 0;
@@ -488,6 +544,15 @@ async fn patch(
             }
             None => current.revision,
         };
+        let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
+        if !duplicates.is_empty() {
+            if mode == FieldValidation::Strict {
+                return Err(ApiError::bad_request(format!("strict decoding error: {}", duplicates.join(", "))));
+            }
+            if mode == FieldValidation::Warn {
+                warnings.extend(duplicates.iter().cloned());
+            }
+        }
         prepare_update(res, &current.object, &mut object, name)?;
         check_depth(&object)?;
         lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
@@ -495,7 +560,8 @@ async fn patch(
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
                 after_rbac_write(state, res).await?;
-                return Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?));
+                let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
+                return Ok((answer, warnings));
             }
             Err(StoreError::Conflict { .. })
                 if attempt < PATCH_RETRIES && patch.field("/metadata/resourceVersion").is_none() =>

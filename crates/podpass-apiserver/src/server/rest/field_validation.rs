@@ -1,0 +1,275 @@
+//! Server-side field validation (`fieldValidation=Ignore|Warn|Strict`, apiserver
+//! `FieldValidationDirective`): unknown fields — those the kind's type does not have,
+//! found by decoding into k8s-openapi's type — and duplicate fields of a JSON body.
+//! `Strict` refuses them (400, `strict decoding error: unknown field "spec.foo"`); `Warn`
+//! (the default, as upstream since 1.27) answers a `Warning` header per field; both `Warn`
+//! and `Ignore` drop unknown fields, as a typed upstream server would not keep them.
+
+use k8s_openapi::api::{authentication, authorization, coordination, core, rbac};
+use serde::de::DeserializeOwned;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::server::status::ApiError;
+
+/// Fields reported per request, at most (the rest are summed up in one line).
+const MAX_REPORTED: usize = 100;
+
+/// `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop unknown fields silently.
+    Ignore,
+    /// Drop them with a warning each (upstream's default).
+    #[default]
+    Warn,
+    /// Refuse the request.
+    Strict,
+}
+
+impl FieldValidation {
+    /// From the query parameter; an unknown value is a 400 naming the accepted ones.
+    pub fn from_query(value: Option<&str>) -> Result<Self, ApiError> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some("Strict") => Ok(Self::Strict),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
+            ))),
+        }
+    }
+}
+
+/// A JSON path as upstream prints it: `spec.containers[0].foo`.
+fn push_key(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+}
+
+fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        Path::Map { parent, key } => push_key(&ignored_path(parent), key),
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+            ignored_path(parent)
+        }
+    }
+}
+
+/// The unknown fields of `object` as a `T`, or the decoding error.
+fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, String> {
+    let mut unknown = Vec::new();
+    let _: T = serde_ignored::deserialize(object, |p| unknown.push(ignored_path(&p))).map_err(|e| e.to_string())?;
+    Ok(unknown)
+}
+
+/// The unknown fields of `object` of `kind` in `group`; `None` for a kind without a type.
+fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<String>, String>> {
+    Some(match (group, kind) {
+        ("", "Namespace") => unknown_as::<core::v1::Namespace>(object),
+        ("", "ServiceAccount") => unknown_as::<core::v1::ServiceAccount>(object),
+        ("", "Pod") => unknown_as::<core::v1::Pod>(object),
+        ("", "Node") => unknown_as::<core::v1::Node>(object),
+        ("", "Secret") => unknown_as::<core::v1::Secret>(object),
+        ("", "ConfigMap") => unknown_as::<core::v1::ConfigMap>(object),
+        ("", "Event") => unknown_as::<core::v1::Event>(object),
+        ("coordination.k8s.io", "Lease") => unknown_as::<coordination::v1::Lease>(object),
+        ("rbac.authorization.k8s.io", "Role") => unknown_as::<rbac::v1::Role>(object),
+        ("rbac.authorization.k8s.io", "RoleBinding") => unknown_as::<rbac::v1::RoleBinding>(object),
+        ("rbac.authorization.k8s.io", "ClusterRole") => unknown_as::<rbac::v1::ClusterRole>(object),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => unknown_as::<rbac::v1::ClusterRoleBinding>(object),
+        ("authentication.k8s.io", "TokenRequest") => unknown_as::<authentication::v1::TokenRequest>(object),
+        ("authentication.k8s.io", "TokenReview") => unknown_as::<authentication::v1::TokenReview>(object),
+        ("authentication.k8s.io", "SelfSubjectReview") => unknown_as::<authentication::v1::SelfSubjectReview>(object),
+        ("authorization.k8s.io", "SubjectAccessReview") => unknown_as::<authorization::v1::SubjectAccessReview>(object),
+        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
+            unknown_as::<authorization::v1::SelfSubjectAccessReview>(object)
+        }
+        _ => return None,
+    })
+}
+
+/// Walks a JSON document and records the path of every key given twice in one object.
+struct Duplicates<'a> {
+    path: String,
+    found: &'a mut Vec<String>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for Duplicates<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Duplicates<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut index = 0;
+        while seq
+            .next_element_seed(Duplicates { path: format!("{}[{index}]", self.path), found: self.found })?
+            .is_some()
+        {
+            index += 1;
+        }
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = push_key(&self.path, &key);
+            if !seen.insert(key) {
+                self.found.push(path.clone());
+            }
+            map.next_value_seed(Duplicates { path, found: self.found })?;
+        }
+        Ok(())
+    }
+}
+
+/// The paths of keys given twice in a JSON body (nothing for a body that is not JSON).
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut d = serde_json::Deserializer::from_slice(body);
+    let _ = de::DeserializeSeed::deserialize(Duplicates { path: String::new(), found: &mut found }, &mut d);
+    found
+}
+
+/// Removes the field at `path` (as [`unknown_fields`] prints it) from `object`.
+fn remove_path(object: &mut Value, path: &str) {
+    let mut segments: Vec<(&str, Option<usize>)> = Vec::new();
+    for part in path.split('.') {
+        let mut rest = part;
+        let name_end = rest.find('[').unwrap_or(rest.len());
+        segments.push((&rest[..name_end], None));
+        rest = &rest[name_end..];
+        while let Some(close) = rest.find(']') {
+            let index = rest[1..close].parse().ok();
+            segments.push(("", index));
+            rest = &rest[close + 1..];
+        }
+    }
+    let Some((last, parents)) = segments.split_last() else { return };
+    let mut current = object;
+    for (name, index) in parents {
+        let next = match (index, current) {
+            (Some(i), Value::Array(items)) => items.get_mut(*i),
+            (None, Value::Object(map)) => map.get_mut(*name),
+            _ => None,
+        };
+        match next {
+            Some(n) => current = n,
+            None => return,
+        }
+    }
+    if let (None, Value::Object(map)) = (last.1, current) {
+        map.remove(last.0);
+    }
+}
+
+/// Validates `object` (decoded from `body`) as `kind` of `group`/`version` under `mode`:
+/// the warnings to send, or a 400. Unknown fields are removed from `object` unless refused.
+pub fn validate(
+    mode: FieldValidation,
+    group: &str,
+    version: &str,
+    kind: &str,
+    body: Option<&[u8]>,
+    object: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let cannot =
+        |why: String| ApiError::bad_request(format!("{kind} in version {gv:?} cannot be handled as a {kind}: {why}"));
+    let unknown = match unknown_fields(group, kind, object) {
+        Some(Ok(u)) => u,
+        Some(Err(e)) => return Err(cannot(e)),
+        None => Vec::new(),
+    };
+    let duplicates = body.map(duplicate_fields).unwrap_or_default();
+    let mut problems: Vec<String> = unknown
+        .iter()
+        .map(|p| format!("unknown field {p:?}"))
+        .chain(duplicates.iter().map(|p| format!("duplicate field {p:?}")))
+        .collect();
+    if problems.len() > MAX_REPORTED {
+        let more = problems.len() - MAX_REPORTED;
+        problems.truncate(MAX_REPORTED);
+        problems.push(format!("and {more} more"));
+    }
+    if mode == FieldValidation::Strict && !problems.is_empty() {
+        return Err(cannot(format!("strict decoding error: {}", problems.join(", "))));
+    }
+    for path in &unknown {
+        remove_path(object, path);
+    }
+    Ok(if mode == FieldValidation::Warn { problems } else { Vec::new() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_and_duplicate_fields_are_named_by_path() {
+        let body = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","name":"q"},
+            "spec":{"containers":[{"name":"c","image":"i","imagePolicy":"x"}],"bogus":1},"extra":true}"#;
+        let mut object: Value = serde_json::from_slice(body).unwrap();
+        let err = validate(FieldValidation::Strict, "", "v1", "Pod", Some(body), &mut object).unwrap_err();
+        assert_eq!(err.code, axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            err.message,
+            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: \
+             unknown field \"extra\", unknown field \"spec.bogus\", unknown field \"spec.containers[0].imagePolicy\", \
+             duplicate field \"metadata.name\""
+        );
+        let warnings = validate(FieldValidation::Warn, "", "v1", "Pod", Some(body), &mut object).unwrap();
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(object.get("extra").is_none() && object["spec"].get("bogus").is_none());
+        assert!(object["spec"]["containers"][0].get("imagePolicy").is_none());
+        assert_eq!(object["spec"]["containers"][0]["image"], "i", "known fields stay");
+        let mut again = serde_json::from_slice(body).unwrap();
+        assert!(validate(FieldValidation::Ignore, "", "v1", "Pod", Some(body), &mut again).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_refused_in_every_mode() {
+        let mut object = json!({"metadata": {"name": "cm"}, "data": {"k": 1}});
+        let err = validate(FieldValidation::Ignore, "", "v1", "ConfigMap", None, &mut object).unwrap_err();
+        assert!(
+            err.message.starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: "),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn the_directive_is_one_of_three() {
+        assert_eq!(FieldValidation::from_query(None).unwrap(), FieldValidation::Warn);
+        assert_eq!(FieldValidation::from_query(Some("Strict")).unwrap(), FieldValidation::Strict);
+        assert!(FieldValidation::from_query(Some("strict")).unwrap_err().message.contains("must be one of"));
+    }
+}
