@@ -213,3 +213,43 @@ fn kubectl_validation_is_the_servers_strict_warn_or_ignore() {
     assert_eq!(warning, r#"299 - "duplicate field \"data\"""#);
     assert_eq!(send("Bogus").status(), 400);
 }
+
+#[test]
+fn kubectl_creates_a_tokenreview_from_a_file_and_explains_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    let token = ok(kubectl(&s, &cache, &["create", "token", "default", "--audience", &s.url]), "create token");
+    let manifest = dir.path().join("tokenreview.yaml");
+    std::fs::write(
+        &manifest,
+        format!("apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  token: {}\n", token.trim()),
+    )
+    .unwrap();
+    let out = ok(kubectl(&s, &cache, &["create", "-f", manifest.to_str().unwrap(), "-o", "json"]), "create -f");
+    let review: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    assert_eq!(review["status"]["user"]["username"], "system:serviceaccount:default:default");
+
+    // kubectl's own validation of a kind without PATCH reads /openapi/v2: a misspelt field
+    // is named before anything is sent.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nspec:\n  tokn: x\n").unwrap();
+    let out = kubectl(&s, &cache, &["create", "-f", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(r#"unknown field "tokn" in io.k8s.api.authentication.v1.TokenReviewSpec"#), "{stderr}");
+
+    let out = ok(kubectl(&s, &cache, &["explain", "pod.spec.serviceAccountName"]), "explain");
+    assert!(out.contains("serviceAccountName <string>"), "{out}");
+    assert!(out.contains("ServiceAccountName is the name of the ServiceAccount to use to run this pod"), "{out}");
+    for kind in ["tokenreview.spec", "clusterrolebinding.roleRef", "lease.spec.holderIdentity", "node.status"] {
+        ok(kubectl(&s, &cache, &["explain", kind]), kind);
+    }
+
+    // kubectl apply: created, then unchanged.
+    let cm = dir.path().join("cm.yaml");
+    std::fs::write(&cm, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: v\n").unwrap();
+    assert!(ok(kubectl(&s, &cache, &["apply", "-f", cm.to_str().unwrap()]), "apply").contains("created"));
+    assert!(ok(kubectl(&s, &cache, &["apply", "-f", cm.to_str().unwrap()]), "apply").contains("unchanged"));
+}

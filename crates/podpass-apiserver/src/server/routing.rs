@@ -124,7 +124,8 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
                 "the request body is too large",
             )
         })?;
-        if let Some(response) = non_resource(&state, &parts.method, &path)? {
+        let accept = parts.headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        if let Some(response) = non_resource(&state, &parts.method, &path, accept)? {
             return Ok(response);
         }
         dispatch(&state, &parts, &path, query.clone(), &body, &user).await
@@ -178,7 +179,12 @@ async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<U
 /// The non-resource paths behind authorization: API discovery roots, the OIDC documents
 /// (RBAC's system:service-account-issuer-discovery grants them, as upstream), OpenAPI and
 /// metrics. `None` for any other path.
-fn non_resource(state: &AppState, method: &axum::http::Method, path: &str) -> Result<Option<Response>, ApiError> {
+fn non_resource(
+    state: &AppState,
+    method: &axum::http::Method,
+    path: &str,
+    accept: Option<&str>,
+) -> Result<Option<Response>, ApiError> {
     let get = method == axum::http::Method::GET;
     let response = match path {
         "/api" => {
@@ -194,13 +200,17 @@ fn non_resource(state: &AppState, method: &axum::http::Method, path: &str) -> Re
         OPENID_CONFIG_PATH if get => json_bytes(state.oidc_config.clone(), "application/json"),
         JWKS_PATH if get => json_bytes(state.jwks.clone(), "application/jwk-set+json"),
         "/openapi/v3" => axum::Json(rest::openapi::root()).into_response(),
+        "/openapi/v2" if get => {
+            let (media, body) = rest::openapi::v2(accept);
+            json_bytes(body, media)
+        }
         "/metrics" => {
             ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode()).into_response()
         }
         _ => match path.strip_prefix("/openapi/v3/") {
-            Some(gv) => rest::openapi::group_version(gv)
-                .map(|d| axum::Json(d).into_response())
-                .ok_or_else(ApiError::not_found_path)?,
+            Some(gv) => {
+                json_bytes(rest::openapi::group_version(gv).ok_or_else(ApiError::not_found_path)?, "application/json")
+            }
             None => return Ok(None),
         },
     };

@@ -5,11 +5,11 @@
 //! (the default, as upstream since 1.27) answers a `Warning` header per field; both `Warn`
 //! and `Ignore` drop unknown fields, as a typed upstream server would not keep them.
 
-use k8s_openapi::api::{authentication, authorization, coordination, core, rbac};
 use serde::de::DeserializeOwned;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::kinds::{KindType, KindTypeVisitor, with_kind_type};
 use crate::server::status::ApiError;
 
 /// Fields reported per request, at most (the rest are summed up in one line).
@@ -65,30 +65,19 @@ fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, String
     Ok(unknown)
 }
 
+/// Finds the unknown fields of one object through its kind's type.
+struct UnknownFields<'a>(&'a Value);
+
+impl KindTypeVisitor for UnknownFields<'_> {
+    type Output = Result<Vec<String>, String>;
+    fn visit<T: KindType>(self) -> Self::Output {
+        unknown_as::<T>(self.0)
+    }
+}
+
 /// The unknown fields of `object` of `kind` in `group`; `None` for a kind without a type.
 fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<String>, String>> {
-    Some(match (group, kind) {
-        ("", "Namespace") => unknown_as::<core::v1::Namespace>(object),
-        ("", "ServiceAccount") => unknown_as::<core::v1::ServiceAccount>(object),
-        ("", "Pod") => unknown_as::<core::v1::Pod>(object),
-        ("", "Node") => unknown_as::<core::v1::Node>(object),
-        ("", "Secret") => unknown_as::<core::v1::Secret>(object),
-        ("", "ConfigMap") => unknown_as::<core::v1::ConfigMap>(object),
-        ("", "Event") => unknown_as::<core::v1::Event>(object),
-        ("coordination.k8s.io", "Lease") => unknown_as::<coordination::v1::Lease>(object),
-        ("rbac.authorization.k8s.io", "Role") => unknown_as::<rbac::v1::Role>(object),
-        ("rbac.authorization.k8s.io", "RoleBinding") => unknown_as::<rbac::v1::RoleBinding>(object),
-        ("rbac.authorization.k8s.io", "ClusterRole") => unknown_as::<rbac::v1::ClusterRole>(object),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => unknown_as::<rbac::v1::ClusterRoleBinding>(object),
-        ("authentication.k8s.io", "TokenRequest") => unknown_as::<authentication::v1::TokenRequest>(object),
-        ("authentication.k8s.io", "TokenReview") => unknown_as::<authentication::v1::TokenReview>(object),
-        ("authentication.k8s.io", "SelfSubjectReview") => unknown_as::<authentication::v1::SelfSubjectReview>(object),
-        ("authorization.k8s.io", "SubjectAccessReview") => unknown_as::<authorization::v1::SubjectAccessReview>(object),
-        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
-            unknown_as::<authorization::v1::SelfSubjectAccessReview>(object)
-        }
-        _ => return None,
-    })
+    with_kind_type(group, kind, UnknownFields(object))
 }
 
 /// Walks a JSON document and records the path of every key given twice in one object.

@@ -2,10 +2,12 @@
 //! objects, with the upstream behaviours users rely on.
 
 pub mod field_validation;
+mod kinds;
 pub(crate) mod lifecycle;
 mod node_restriction;
 pub mod objects;
 pub mod openapi;
+mod openapi_v2_proto;
 mod patch;
 mod protobuf;
 mod rbac;

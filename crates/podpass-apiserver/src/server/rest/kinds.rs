@@ -1,0 +1,44 @@
+//! The k8s-openapi type of each kind served, for what needs the type rather than the JSON:
+//! field validation (decoding) and the OpenAPI documents (schemas).
+
+use k8s_openapi::api::{authentication, authorization, coordination, core, rbac};
+
+/// What a kind's type must offer.
+pub trait KindType: serde::de::DeserializeOwned + schemars::JsonSchema {}
+
+impl<T: serde::de::DeserializeOwned + schemars::JsonSchema> KindType for T {}
+
+/// Something done with a kind's type.
+pub trait KindTypeVisitor {
+    /// The result.
+    type Output;
+    /// Does it with `T`.
+    fn visit<T: KindType>(self) -> Self::Output;
+}
+
+/// Calls `visitor` with the type of `kind` in `group` (version v1 for all served kinds);
+/// `None` when no kind of that name is served.
+pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -> Option<V::Output> {
+    Some(match (group, kind) {
+        ("", "Namespace") => visitor.visit::<core::v1::Namespace>(),
+        ("", "ServiceAccount") => visitor.visit::<core::v1::ServiceAccount>(),
+        ("", "Pod") => visitor.visit::<core::v1::Pod>(),
+        ("", "Node") => visitor.visit::<core::v1::Node>(),
+        ("", "Secret") => visitor.visit::<core::v1::Secret>(),
+        ("", "ConfigMap") => visitor.visit::<core::v1::ConfigMap>(),
+        ("", "Event") => visitor.visit::<core::v1::Event>(),
+        ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
+        ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),
+        ("rbac.authorization.k8s.io", "RoleBinding") => visitor.visit::<rbac::v1::RoleBinding>(),
+        ("rbac.authorization.k8s.io", "ClusterRole") => visitor.visit::<rbac::v1::ClusterRole>(),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => visitor.visit::<rbac::v1::ClusterRoleBinding>(),
+        ("authentication.k8s.io", "TokenRequest") => visitor.visit::<authentication::v1::TokenRequest>(),
+        ("authentication.k8s.io", "TokenReview") => visitor.visit::<authentication::v1::TokenReview>(),
+        ("authentication.k8s.io", "SelfSubjectReview") => visitor.visit::<authentication::v1::SelfSubjectReview>(),
+        ("authorization.k8s.io", "SubjectAccessReview") => visitor.visit::<authorization::v1::SubjectAccessReview>(),
+        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
+            visitor.visit::<authorization::v1::SelfSubjectAccessReview>()
+        }
+        _ => return None,
+    })
+}
