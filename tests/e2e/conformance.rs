@@ -253,3 +253,62 @@ fn kubectl_creates_a_tokenreview_from_a_file_and_explains_every_kind() {
     assert!(ok(kubectl(&s, &cache, &["apply", "-f", cm.to_str().unwrap()]), "apply").contains("created"));
     assert!(ok(kubectl(&s, &cache, &["apply", "-f", cm.to_str().unwrap()]), "apply").contains("unchanged"));
 }
+
+/// The lines of kubectl's table output, each split into its cells.
+fn table(out: &str) -> Vec<Vec<String>> {
+    out.lines().map(|l| l.split_whitespace().map(str::to_owned).collect()).collect()
+}
+
+#[test]
+fn kubectl_get_prints_upstreams_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    post(
+        &s,
+        "/api/v1/nodes",
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/worker": ""}}}),
+    );
+    let status = r#"{"status":{"conditions":[{"type":"Ready","status":"True"}],"nodeInfo":{"kubeletVersion":"v1.34.0","osImage":"Debian","kernelVersion":"6.1","containerRuntimeVersion":"containerd://1.7","machineID":"","systemUUID":"","bootID":"","kubeProxyVersion":"","operatingSystem":"linux","architecture":"amd64"},"addresses":[{"type":"InternalIP","address":"10.0.0.1"}]}}"#;
+    ok(
+        kubectl(&s, &cache, &["patch", "node", "n1", "--subresource=status", "--type=merge", "-p", status]),
+        "node status",
+    );
+    let nodes = table(&ok(kubectl(&s, &cache, &["get", "nodes"]), "get nodes"));
+    assert_eq!(nodes[0], ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
+    assert_eq!(
+        (&nodes[1][..3], nodes[1][4].as_str()),
+        (&["n1".to_owned(), "Ready".into(), "worker".into()][..], "v1.34.0")
+    );
+
+    post(
+        &s,
+        "/api/v1/namespaces/default/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+               "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "example/app:1"}, {"name": "side", "image": "example/side:1"}]}}),
+    );
+    let pods = table(&ok(kubectl(&s, &cache, &["get", "pods"]), "get pods"));
+    assert_eq!(pods[0], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]);
+    assert_eq!(pods[1][..4], ["web", "0/2", "Pending", "0"]);
+    let status = r#"{"status":{"phase":"Pending","podIPs":[{"ip":"10.1.0.7"}],"containerStatuses":[
+        {"name":"app","ready":false,"restartCount":0,"image":"example/app:1","imageID":"","state":{"waiting":{"reason":"ErrImagePull"}}},
+        {"name":"side","ready":true,"restartCount":3,"image":"example/side:1","imageID":"","state":{"running":{}}}]}}"#;
+    ok(
+        kubectl(&s, &cache, &["patch", "pod", "web", "--subresource=status", "--type=merge", "-p", status]),
+        "pod status",
+    );
+    let wide = table(&ok(kubectl(&s, &cache, &["get", "pods", "-o", "wide"]), "get pods -o wide"));
+    assert_eq!(wide[0][..7], ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]);
+    assert_eq!(wide[1][..4], ["web", "1/2", "ErrImagePull", "3"]);
+    assert_eq!(wide[1][5..7], ["10.1.0.7", "n1"]);
+
+    let sas = table(&ok(kubectl(&s, &cache, &["get", "serviceaccounts"]), "get sa"));
+    assert_eq!(sas[0], ["NAME", "SECRETS", "AGE"]);
+    assert_eq!(sas[1][..2], ["default", "0"]);
+    let bindings = table(&ok(kubectl(&s, &cache, &["get", "clusterrolebindings", "cluster-admin"]), "get crb"));
+    assert_eq!(bindings[0], ["NAME", "ROLE", "AGE"]);
+    assert_eq!(bindings[1][..2], ["cluster-admin", "ClusterRole/cluster-admin"]);
+    let all = table(&ok(kubectl(&s, &cache, &["get", "pods", "-A"]), "get pods -A"));
+    assert_eq!(all[0][..3], ["NAMESPACE", "NAME", "READY"]);
+    assert_eq!(all[1][..2], ["default", "web"]);
+}

@@ -234,7 +234,15 @@ async fn dispatch(
                 parts.headers.get(axum::http::header::CONTENT_TYPE).and_then(|c| c.to_str().ok()).unwrap_or("");
             rest::handle(
                 state,
-                rest::ResourceRequest { method: parts.method.clone(), path: api_path, query, content_type, body, user },
+                rest::ResourceRequest {
+                    method: parts.method.clone(),
+                    path: api_path,
+                    query,
+                    content_type,
+                    accept: parts.headers.get(axum::http::header::ACCEPT).and_then(|c| c.to_str().ok()),
+                    body,
+                    user,
+                },
             )
             .await
         }

@@ -12,6 +12,7 @@ mod patch;
 mod protobuf;
 mod rbac;
 pub mod resources;
+mod table;
 mod token;
 pub(crate) mod watch;
 
@@ -136,6 +137,8 @@ pub struct ResourceRequest<'a> {
     pub query: HashMap<String, String>,
     /// `Content-Type`.
     pub content_type: &'a str,
+    /// `Accept` (a Table for `kubectl get`).
+    pub accept: Option<&'a str>,
     /// Body.
     pub body: &'a [u8],
     /// The (possibly impersonated) user.
@@ -144,7 +147,7 @@ pub struct ResourceRequest<'a> {
 
 /// Serves one resource request (after authentication and authorization).
 pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, ApiError> {
-    let ResourceRequest { method, path, query, content_type, body, user } = req;
+    let ResourceRequest { method, path, query, content_type, accept, body, user } = req;
     let res =
         find(&path.group, &path.resource).filter(|r| r.version == path.version).ok_or_else(ApiError::not_found_path)?;
     if res.namespaced != path.namespace.is_some() && path.name.is_some() && res.stored {
@@ -201,7 +204,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             };
             (response, warnings)
         }
-        _ => return reads(state, user, res, ns, &method, &path, &query, body).await,
+        _ => return reads(state, user, res, ns, &method, &path, &query, body, accept).await,
     };
     Ok(with_warnings(response, &warnings))
 }
@@ -231,12 +234,25 @@ async fn reads(
     path: &ApiPath,
     query: &HashMap<String, String>,
     body: &[u8],
+    accept: Option<&str>,
 ) -> Result<Response, ApiError> {
+    // kubectl get: a Table of what is read (not of watches, which stay JSON events).
+    let as_table = table::wants_table(accept) && !query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let include =
+        table::IncludeObject::parse(query.get("includeObject").map(String::as_str)).map_err(ApiError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
-            Ok(json_response(StatusCode::OK, state.store.get(&key(res, ns, name)).await?.object))
+            let stored = state.store.get(&key(res, ns, name)).await?;
+            if as_table {
+                let rv = stored.revision.to_string();
+                let t = table::table(res.plural, &[stored.object], &rv, include, podpass_token::now_unix());
+                return Ok(json_response(StatusCode::OK, t));
+            }
+            Ok(json_response(StatusCode::OK, stored.object))
         }
-        (&Method::GET, None, None) if res.stored => list(state, user, res, ns, query).await,
+        (&Method::GET, None, None) if res.stored => {
+            list(state, user, res, ns, query, as_table.then_some(include)).await
+        }
         (&Method::DELETE, Some(name), None) if res.stored => {
             if res.plural == "leases" {
                 node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name)?;
@@ -253,6 +269,7 @@ async fn list(
     res: &Resource,
     ns: Option<&str>,
     query: &HashMap<String, String>,
+    table: Option<table::IncludeObject>,
 ) -> Result<Response, ApiError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -327,6 +344,11 @@ async fn list(
         return Ok(watch::response(stream, Some(slot), timeout, bookmarks));
     }
     let result = state.store.list(res.plural, ns, &options).await?;
+    if let Some(include) = table {
+        let rv = result.revision.to_string();
+        let t = table::table(res.plural, &result.items, &rv, include, podpass_token::now_unix());
+        return Ok(json_response(StatusCode::OK, t));
+    }
     Ok(json_response(
         StatusCode::OK,
         json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
