@@ -13,7 +13,6 @@ use rcgen::{
 use thiserror::Error;
 
 use crate::files::{WriteError, write_atomic};
-use crate::time::civil_from_days;
 
 /// Validity of the generated CA.
 const CA_DAYS: i64 = 3650;
@@ -118,14 +117,10 @@ pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki
 }
 
 /// The start of yesterday (UTC), so that clients with a slightly slow clock accept the
-/// certificate. rcgen takes calendar dates; the civil date comes from the Unix day number.
+/// certificate (rcgen takes calendar dates).
 fn yesterday() -> (i32, u8, u8) {
-    let days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() / 86_400)
-        .saturating_sub(1);
-    let (y, m, d) = civil_from_days(i64::try_from(days).unwrap_or(0));
-    (i32::try_from(y).unwrap_or(9999), m, d)
+    let (y, m, d) = crate::time::utc_date(podpass_token::now_unix() - 86_400);
+    (i32::from(y), u8::try_from(m).unwrap_or(1), u8::try_from(d).unwrap_or(1))
 }
 
 #[cfg(test)]

@@ -3,6 +3,13 @@
 //! Key files written by OpenSSL, Go's `encoding/pem` and kubeadm are accepted: text before,
 //! between and after blocks is ignored (as Go does), headers such as `Proc-Type` are
 //! refused (encrypted keys are not supported), base64 may be wrapped at any width.
+//!
+//! Why not `rustls-pki-types`' PEM reader (already a dependency, and used where only
+//! certificates and private keys are read, e.g. podpass-serve's TLS): it yields only the
+//! section kinds it knows and skips the rest silently, and kube-apiserver's
+//! `--service-account-key-file` (client-go keyutil) also takes `RSA PUBLIC KEY` (PKCS#1)
+//! blocks, which it would drop without a word; and it cannot say that a block is
+//! encrypted rather than absent. Both are pinned by the tests below.
 
 use data_encoding::BASE64;
 use thiserror::Error;

@@ -177,7 +177,7 @@ pub fn read_config(path: &Path) -> Result<(CredentialProviderConfig, String), Co
 /// Decodes one file (YAML or JSON) strictly, as the kubelet's UniversalDecoder with strict
 /// decoding does.
 pub fn decode(data: &[u8]) -> Result<CredentialProviderConfig, String> {
-    let value: Value = serde_yaml::from_slice(data).map_err(|e| e.to_string())?;
+    let value: Value = serde_yaml_ng::from_slice(data).map_err(|e| e.to_string())?;
     let object = value.as_object().ok_or_else(|| "couldn't get version/kind; json parse error".to_owned())?;
     let compact = || serde_json::to_string(&value).unwrap_or_default();
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -339,7 +339,7 @@ providers:
 
         std::fs::write(
             dir.path().join("c.json"),
-            serde_json::to_string(&serde_yaml::from_str::<Value>(V1).unwrap()).unwrap(),
+            serde_json::to_string(&serde_yaml_ng::from_str::<Value>(V1).unwrap()).unwrap(),
         )
         .unwrap();
         assert_eq!(

@@ -121,7 +121,7 @@ pub struct PullSecret {
 /// type `kubernetes.io/dockerconfigjson` or `kubernetes.io/dockercfg`.
 pub fn parse_pull_secret(manifest: &[u8]) -> Result<PullSecret, DockerConfigError> {
     let bad = |m: String| DockerConfigError::Secret(m);
-    let value: Value = serde_yaml::from_slice(manifest).map_err(|e| bad(format!("not a Secret manifest: {e}")))?;
+    let value: Value = serde_yaml_ng::from_slice(manifest).map_err(|e| bad(format!("not a Secret manifest: {e}")))?;
     if value.get("kind").and_then(Value::as_str) != Some("Secret") {
         return Err(bad("not a Secret manifest: kind is not Secret".into()));
     }

@@ -58,7 +58,7 @@ struct Raw {
 
 /// Parses a KubeletConfiguration (YAML or JSON); every problem is reported.
 pub fn parse(data: &[u8]) -> Result<KubeletImageConfig, Vec<String>> {
-    let value: Value = serde_yaml::from_slice(data).map_err(|e| vec![e.to_string()])?;
+    let value: Value = serde_yaml_ng::from_slice(data).map_err(|e| vec![e.to_string()])?;
     let raw: Raw = serde_json::from_value(value).map_err(|e| vec![e.to_string()])?;
     let mut errors = Vec::new();
     if raw.kind != "KubeletConfiguration" || raw.api_version != "kubelet.config.k8s.io/v1beta1" {
