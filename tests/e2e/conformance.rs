@@ -311,4 +311,17 @@ fn kubectl_get_prints_upstreams_columns() {
     let all = table(&ok(kubectl(&s, &cache, &["get", "pods", "-A"]), "get pods -A"));
     assert_eq!(all[0][..3], ["NAMESPACE", "NAME", "READY"]);
     assert_eq!(all[1][..2], ["default", "web"]);
+
+    // kubectl get -w: each watch event's object is a one-row Table.
+    let resp = streaming_client(&s.dir, Duration::from_secs(30))
+        .get(format!("{}/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1", s.url))
+        .header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap();
+    let events: Vec<Value> = BufReader::new(resp).lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["object"]["kind"], "Table");
+    assert_eq!(events[0]["object"]["rows"][0]["cells"][2], "ErrImagePull");
+    assert_eq!(events[0]["object"]["rows"][0]["object"]["metadata"]["name"], "web");
 }

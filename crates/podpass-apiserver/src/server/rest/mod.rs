@@ -236,8 +236,9 @@ async fn reads(
     body: &[u8],
     accept: Option<&str>,
 ) -> Result<Response, ApiError> {
-    // kubectl get: a Table of what is read (not of watches, which stay JSON events).
-    let as_table = table::wants_table(accept) && !query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    // kubectl get: a Table of what is read; `kubectl get -w`: each watch event's object a
+    // one-row Table.
+    let as_table = table::wants_table(accept);
     let include =
         table::IncludeObject::parse(query.get("includeObject").map(String::as_str)).map_err(ApiError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
@@ -338,10 +339,17 @@ async fn list(
             .clone();
         let slot = slot.counted_in(gauge);
         let stream = state.store.watch(res.plural, ns, options, from).await?;
+        let plural = res.plural;
+        let table_events = table.map(|include| {
+            Box::new(move |object: Value| {
+                let rv = object.field("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_owned();
+                table::table(plural, &[object], &rv, include, podpass_token::now_unix())
+            }) as watch::Transform
+        });
         let timeout = watch::watch_timeout(timeout_seconds, state.min_request_timeout);
         let bookmarks = bookmarks
             .then(|| watch::BookmarkKind { api_version: res.api_version().to_string(), kind: res.kind.to_owned() });
-        return Ok(watch::response(stream, Some(slot), timeout, bookmarks));
+        return Ok(watch::response(stream, Some(slot), timeout, bookmarks, table_events));
     }
     let result = state.store.list(res.plural, ns, &options).await?;
     if let Some(include) = table {

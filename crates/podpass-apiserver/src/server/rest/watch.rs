@@ -140,9 +140,13 @@ impl Drop for WatchSlot {
     }
 }
 
+/// Rewrites each event's object (e.g. into a one-row Table for `kubectl get -w`).
+pub type Transform = Box<dyn FnMut(serde_json::Value) -> serde_json::Value + Send>;
+
 /// The HTTP body of a watch.
 pub struct WatchBody {
     stream: WatchStream,
+    transform: Option<Transform>,
     done: bool,
     deadline: Pin<Box<Sleep>>,
     bookmarks: Option<Bookmarks>,
@@ -196,7 +200,11 @@ impl futures_core::Stream for WatchBody {
                     EventType::Modified => "MODIFIED",
                     EventType::Deleted => "DELETED",
                 };
-                Poll::Ready(Some(Ok(line(&json!({"type": kind, "object": event.object})))))
+                let object = match self.transform.as_mut() {
+                    Some(t) => t(event.object),
+                    None => event.object,
+                };
+                Poll::Ready(Some(Ok(line(&json!({"type": kind, "object": object})))))
             }
             Poll::Ready(Some(Err(e))) => {
                 self.done = true;
@@ -214,12 +222,13 @@ impl futures_core::Stream for WatchBody {
 }
 
 /// The streaming response for a watch, holding `slot` until it ends at `timeout`;
-/// `bookmarks` when the client allowed them.
+/// `bookmarks` when the client allowed them; each event's object through `transform`.
 pub fn response(
     stream: WatchStream,
     slot: Option<WatchSlot>,
     timeout: Duration,
     bookmarks: Option<BookmarkKind>,
+    transform: Option<Transform>,
 ) -> Response {
     let now = Instant::now();
     let deadline = now + timeout;
@@ -229,6 +238,7 @@ pub fn response(
     });
     let body = WatchBody {
         stream,
+        transform,
         done: false,
         deadline: Box::pin(tokio::time::sleep_until(deadline)),
         bookmarks,
