@@ -128,6 +128,14 @@ fn age_column() -> Value {
     )
 }
 
+/// `[name, middle…, age]`: the shape of most kinds' rows.
+fn name_middle_age(o: &Value, middle: Vec<Value>, now: i64) -> Vec<Value> {
+    let mut cells = vec![json!(text(o, "/metadata/name"))];
+    cells.extend(middle);
+    cells.push(json!(age(o, "/metadata/creationTimestamp", now)));
+    cells
+}
+
 fn count(object: &Value, path: &str) -> usize {
     match object.field(path) {
         Some(Value::Array(a)) => a.len(),
@@ -137,6 +145,24 @@ fn count(object: &Value, path: &str) -> usize {
 }
 
 /// Columns and cells of `plural` (kube-apiserver's printers); `None`: the default table.
+/// Name and Created At: roles' columns, and the default table of upstream's
+/// TableConvertor for kinds without a printer.
+fn name_created_at() -> (Vec<Value>, Cells) {
+    (
+        vec![
+            name_column(),
+            column(
+                "Created At",
+                "date",
+                "",
+                "CreationTimestamp is a timestamp representing the server time when this object was created.",
+                0,
+            ),
+        ],
+        |o, _| vec![json!(text(o, "/metadata/name")), json!(text(o, "/metadata/creationTimestamp"))],
+    )
+}
+
 /// The cells of one object's row at a time (Unix seconds).
 type Cells = fn(&Value, i64) -> Vec<Value>;
 
@@ -227,13 +253,7 @@ fn printer(plural: &str) -> Option<(Vec<Value>, Cells)> {
         ),
         "namespaces" => (
             vec![name_column(), column("Status", "string", "", "The status of the namespace", 0), age_column()],
-            |o, now| {
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(text(o, "/status/phase")),
-                    json!(age(o, "/metadata/creationTimestamp", now)),
-                ]
-            },
+            |o, now| name_middle_age(o, vec![json!(text(o, "/status/phase"))], now),
         ),
         "serviceaccounts" => (
             vec![
@@ -247,13 +267,7 @@ fn printer(plural: &str) -> Option<(Vec<Value>, Cells)> {
                 ),
                 age_column(),
             ],
-            |o, now| {
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(count(o, "/secrets")),
-                    json!(age(o, "/metadata/creationTimestamp", now)),
-                ]
-            },
+            |o, now| name_middle_age(o, vec![json!(count(o, "/secrets"))], now),
         ),
         "secrets" => (
             vec![
@@ -264,12 +278,7 @@ fn printer(plural: &str) -> Option<(Vec<Value>, Cells)> {
             ],
             |o, now| {
                 let data = count(o, "/data") + count(o, "/stringData");
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(text(o, "/type")),
-                    json!(data),
-                    json!(age(o, "/metadata/creationTimestamp", now)),
-                ]
+                name_middle_age(o, vec![json!(text(o, "/type")), json!(data)], now)
             },
         ),
         "configmaps" => (
@@ -285,27 +294,9 @@ fn printer(plural: &str) -> Option<(Vec<Value>, Cells)> {
         ),
         "leases" => (
             vec![name_column(), column("Holder", "string", "", "The holder of the lease", 0), age_column()],
-            |o, now| {
-                vec![
-                    json!(text(o, "/metadata/name")),
-                    json!(or_none(text(o, "/spec/holderIdentity"))),
-                    json!(age(o, "/metadata/creationTimestamp", now)),
-                ]
-            },
+            |o, now| name_middle_age(o, vec![json!(or_none(text(o, "/spec/holderIdentity")))], now),
         ),
-        "roles" | "clusterroles" => (
-            vec![
-                name_column(),
-                column(
-                    "Created At",
-                    "date",
-                    "",
-                    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                    0,
-                ),
-            ],
-            |o, _| vec![json!(text(o, "/metadata/name")), json!(text(o, "/metadata/creationTimestamp"))],
-        ),
+        "roles" | "clusterroles" => name_created_at(),
         "rolebindings" | "clusterrolebindings" => (
             vec![
                 name_column(),
@@ -616,19 +607,7 @@ fn row_object(object: &Value, include: IncludeObject) -> Value {
 
 /// The Table of `objects` of `plural`, at `resource_version`.
 pub fn table(plural: &str, objects: &[Value], resource_version: &str, include: IncludeObject, now: i64) -> Value {
-    let (columns, cells): (Vec<Value>, Cells) = printer(plural).unwrap_or((
-        vec![
-            name_column(),
-            column(
-                "Created At",
-                "date",
-                "",
-                "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                0,
-            ),
-        ],
-        |o, _| vec![json!(text(o, "/metadata/name")), json!(text(o, "/metadata/creationTimestamp"))],
-    ));
+    let (columns, cells) = printer(plural).unwrap_or_else(name_created_at);
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
