@@ -85,6 +85,14 @@ fn verify(jwks: &str, token: &str, extra: &[&str]) -> Output {
 }
 
 #[test]
+fn version_names_the_kubernetes_release_it_matches() {
+    let out = podpass(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.trim(), concat!("podpass ", env!("CARGO_PKG_VERSION"), " (matches Kubernetes v1.34)"));
+}
+
+#[test]
 fn pyjwt_verifies_tokens_minted_by_podpass_for_every_algorithm() {
     let dir = tempfile::tempdir().unwrap();
     for alg in ["ES256", "ES384", "ES512", "RS256"] {

@@ -37,7 +37,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub(crate) const EXIT_USAGE: u8 = 64;
 
 #[derive(Debug, Parser)]
-#[command(name = "podpass", version, about = "Per-pod identity for container image pulls")]
+#[command(
+    name = "podpass",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (matches Kubernetes v1.", podpass_apiserver::kube_minor!(), ")"),
+    about = "Per-pod identity for container image pulls"
+)]
 struct Cli {
     /// Log format on stderr: `text` or `json` (one object per line); `RUST_LOG` filters.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]

@@ -31,8 +31,17 @@ pub use self::startup::{Running, kubeconfig};
 use crate::store::Store;
 use crate::token_file::TokenFile;
 
+/// The minor version of the Kubernetes release whose behaviour podpass matches, as a
+/// literal (for `concat!`, e.g. in `podpass --version`).
+#[macro_export]
+macro_rules! kube_minor {
+    () => {
+        "34"
+    };
+}
+
 /// The Kubernetes version podpass's API matches.
-pub const KUBE_MINOR: &str = "34";
+pub const KUBE_MINOR: &str = kube_minor!();
 
 /// Watches one user may hold open at once (a kubelet needs a handful; controllers tens).
 const MAX_WATCHES_PER_USER: usize = 200;
