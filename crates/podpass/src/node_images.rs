@@ -248,7 +248,7 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
         a.service_account.as_deref().map(str::parse::<ServiceAccountRef>).transpose().context("--service-account")?;
     let backend = Arc::new(a.runtime.backend().await?);
     let (manager, pull_manager, warnings) =
-        assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates).await?;
+        assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates, assembly::WarmUp::Foreground).await?;
     for e in warnings {
         eprintln!("warning: unreadable {}: {e}", e.file_kind());
     }

@@ -188,8 +188,14 @@ impl Prepared {
         let root = &self.config.root_dir;
         let backend =
             Arc::new(Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new()).await?);
-        let (images, pull_manager, warnings) =
-            crate::images::assembly::image_manager(root, backend, &self.kubelet, &self.gates).await?;
+        let (images, pull_manager, warnings) = crate::images::assembly::image_manager(
+            root,
+            backend,
+            &self.kubelet,
+            &self.gates,
+            crate::images::assembly::WarmUp::Background,
+        )
+        .await?;
         for w in warnings {
             tracing::warn!(file = w.file_kind(), error = %w, "unreadable image record at start-up");
         }

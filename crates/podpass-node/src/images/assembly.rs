@@ -46,14 +46,26 @@ pub fn feature_gates(config: &KubeletImageConfig, flag: &str) -> Result<FeatureG
     Ok(gates)
 }
 
+/// When the records' warm-up (listing, migration) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmUp {
+    /// Before returning, its errors among the warnings (one-shot commands).
+    Foreground,
+    /// In the background, its errors logged (the node agent: the first decision must not
+    /// wait for a listing of every record).
+    Background,
+}
+
 /// The image manager over `service` with records under `root_dir` when the
 /// KubeletEnsureSecretPulledImages gate is on. Start-up housekeeping runs first (intents of
-/// images now present become records); unreadable intents are returned as warnings.
+/// images now present become records), the warm-up as `warm` says; unreadable record files
+/// are returned as warnings.
 pub async fn image_manager<S: ImageService + 'static>(
     root_dir: &std::path::Path,
     service: Arc<S>,
     config: &KubeletImageConfig,
     gates: &FeatureGates,
+    warm: WarmUp,
 ) -> Result<(ImageManager<S>, Option<Arc<PullManager>>, Vec<RecordError>), AssemblyError> {
     let mut warnings = Vec::new();
     let pull_manager = if gates.enabled(Feature::KubeletEnsureSecretPulledImages) {
@@ -62,7 +74,26 @@ pub async fn image_manager<S: ImageService + 'static>(
         let pm = Arc::new(PullManager::new(RecordStore::open(root_dir)?, policy));
         let images = service.list_images().await?;
         let pm2 = pm.clone();
-        warnings = tokio::task::spawn_blocking(move || pm2.initialize(&images)).await.unwrap_or_default();
+        warnings = tokio::task::spawn_blocking(move || {
+            let mut errors = pm2.start_up(&images);
+            if warm == WarmUp::Foreground {
+                errors.extend(pm2.warm_up());
+            }
+            errors
+        })
+        .await
+        .unwrap_or_default();
+        if warm == WarmUp::Background {
+            let pm2 = pm.clone();
+            tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                for e in pm2.warm_up() {
+                    tracing::warn!(file = e.file_kind(), error = %e, "unreadable image record");
+                }
+                let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                tracing::info!(took_ms, "image records warmed up");
+            });
+        }
         Some(pm)
     } else {
         None

@@ -22,11 +22,21 @@ struct Lru<T> {
     tick: u64,
     max: usize,
     authoritative: bool,
+    /// Bumped by every write or delete on disk (after it, under this lock): a listing
+    /// read while it moved may have missed that change and must not become authoritative.
+    generation: u64,
 }
 
 impl<T: Clone> Lru<T> {
     fn new(max: usize) -> Self {
-        Self { entries: HashMap::new(), by_use: BTreeMap::new(), tick: 0, max: max.max(1), authoritative: false }
+        Self {
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+            tick: 0,
+            max: max.max(1),
+            authoritative: false,
+            generation: 0,
+        }
     }
 
     fn get(&mut self, key: &str) -> Option<T> {
@@ -121,7 +131,9 @@ impl CachedRecords {
     /// Writes the intent (disk first), then caches it.
     pub fn write_intent(&self, image: &str) -> Result<(), RecordError> {
         self.store.write_intent(image)?;
-        locked(&self.intents).insert(image.to_owned(), ());
+        let mut cache = locked(&self.intents);
+        cache.generation += 1;
+        cache.insert(image.to_owned(), ());
         Ok(())
     }
 
@@ -146,14 +158,18 @@ impl CachedRecords {
     /// Deletes the intent (disk first).
     pub fn delete_intent(&self, image: &str) -> Result<(), RecordError> {
         self.store.delete_intent(image)?;
-        locked(&self.intents).remove(image);
+        let mut cache = locked(&self.intents);
+        cache.generation += 1;
+        cache.remove(image);
         Ok(())
     }
 
     /// Writes the record (disk first), then caches it.
     pub fn write_pulled(&self, record: &ImagePulledRecord) -> Result<(), RecordError> {
         self.store.write_pulled(record)?;
-        locked(&self.pulled).insert(record.image_ref.clone(), Arc::new(record.clone()));
+        let mut cache = locked(&self.pulled);
+        cache.generation += 1;
+        cache.insert(record.image_ref.clone(), Arc::new(record.clone()));
         Ok(())
     }
 
@@ -189,13 +205,15 @@ impl CachedRecords {
     /// Deletes the record (disk first); an explicit delete keeps the cache authoritative.
     pub fn delete_pulled(&self, image_ref: &str) -> Result<(), RecordError> {
         self.store.delete_pulled(image_ref)?;
-        locked(&self.pulled).remove(image_ref);
+        let mut cache = locked(&self.pulled);
+        cache.generation += 1;
+        cache.remove(image_ref);
         Ok(())
     }
 
     /// Every intent (from memory when authoritative).
     pub fn list_intents(&self) -> (Vec<ImagePullIntent>, Vec<RecordError>) {
-        {
+        let generation = {
             let cache = locked(&self.intents);
             if cache.authoritative {
                 let mut out: Vec<ImagePullIntent> = cache
@@ -210,16 +228,23 @@ impl CachedRecords {
                 out.sort_by(|a, b| a.image.cmp(&b.image));
                 return (out, Vec::new());
             }
-        }
+            cache.generation
+        };
         let (items, errors) = self.store.list_intents();
         let mut cache = locked(&self.intents);
-        refill(&mut cache, errors.is_empty(), items.iter().map(|i| (i.image.clone(), ())));
+        refill(&mut cache, generation, errors.is_empty(), items.iter().map(|i| (i.image.clone(), ())));
         (items, errors)
     }
 
     /// Every pulled record (from memory when authoritative).
     pub fn list_pulled(&self) -> (Vec<ImagePulledRecord>, Vec<RecordError>) {
-        {
+        self.list_pulled_between(|| {})
+    }
+
+    /// [`Self::list_pulled`], running `between` after reading the disk and before filling
+    /// the cache (where a concurrent write can land; tests put one there).
+    fn list_pulled_between(&self, between: impl FnOnce()) -> (Vec<ImagePulledRecord>, Vec<RecordError>) {
+        let generation = {
             let cache = locked(&self.pulled);
             if cache.authoritative {
                 let mut out: Vec<ImagePulledRecord> =
@@ -227,17 +252,34 @@ impl CachedRecords {
                 out.sort_by(|a, b| a.image_ref.cmp(&b.image_ref));
                 return (out, Vec::new());
             }
-        }
+            cache.generation
+        };
         let (items, errors) = self.store.list_pulled();
+        between();
         let mut cache = locked(&self.pulled);
-        refill(&mut cache, errors.is_empty(), items.iter().map(|r| (r.image_ref.clone(), Arc::new(r.clone()))));
+        refill(
+            &mut cache,
+            generation,
+            errors.is_empty(),
+            items.iter().map(|r| (r.image_ref.clone(), Arc::new(r.clone()))),
+        );
         (items, errors)
     }
 }
 
-/// After a listing from disk: a complete one that fits (strictly fewer than the cap) makes
-/// the cache authoritative; otherwise an empty cache takes what fits.
-fn refill<T: Clone>(cache: &mut Lru<T>, complete: bool, items: impl ExactSizeIterator<Item = (String, T)>) {
+/// After a listing from disk begun at `generation`: a complete one that fits (strictly
+/// fewer than the cap) and saw no concurrent write makes the cache authoritative;
+/// otherwise an empty cache takes what fits. A listing a write overtook changes nothing:
+/// it may hold a record older than the cache's, or miss a new one.
+fn refill<T: Clone>(
+    cache: &mut Lru<T>,
+    generation: u64,
+    complete: bool,
+    items: impl ExactSizeIterator<Item = (String, T)>,
+) {
+    if cache.generation != generation {
+        return;
+    }
     let fits = items.len() < cache.max;
     if complete && fits {
         cache.clear();
@@ -282,6 +324,23 @@ mod tests {
         l.authoritative = true;
         l.remove("a");
         assert!(l.authoritative, "an explicit delete keeps authority");
+    }
+
+    #[test]
+    fn a_listing_overtaken_by_a_write_never_becomes_authoritative() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RecordStore::open(dir.path()).unwrap();
+        let cached = CachedRecords::new(store, 10, 10);
+        cached.write_pulled(&record("sha256:a")).unwrap();
+        cached.delete_pulled("sha256:a").unwrap();
+        // A pull records sha256:b while start-up warming lists the disk (without it).
+        let (listed, _) = cached.list_pulled_between(|| cached.write_pulled(&record("sha256:b")).unwrap());
+        assert!(listed.is_empty(), "the listing was read before the write");
+        assert!(!cached.pulled_authoritative(), "it must not say sha256:b does not exist");
+        assert!(cached.get_pulled("sha256:b").unwrap().is_some());
+        // The next quiet listing may.
+        cached.list_pulled();
+        assert!(cached.pulled_authoritative());
     }
 
     #[test]

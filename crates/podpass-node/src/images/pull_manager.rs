@@ -277,17 +277,19 @@ impl PullManager {
         Ok(())
     }
 
-    /// Start-up housekeeping (`initialize`): an intent whose image is now present (one of
-    /// `images`' repo tags or digests) becomes a record with no credentials — so the image
-    /// counts as node-pulled and must be verified — and the intent goes. Intents of absent
-    /// images stay. Returns the listing errors (logged by the caller; the rest proceeds).
+    /// Start-up housekeeping (`initialize`): [`Self::start_up`], then [`Self::warm_up`].
     pub fn initialize(&self, images: &[PresentImage]) -> Vec<RecordError> {
-        // Beyond upstream (whose tmp name is fixed and so overwritten next time): tmp files
-        // of writers killed mid-write are removed.
-        let stale = self.store.store().remove_stale_tmp();
-        if stale > 0 {
-            tracing::info!(files = stale, "tmp files of interrupted record writes removed");
-        }
+        let mut errors = self.start_up(images);
+        errors.extend(self.warm_up());
+        errors
+    }
+
+    /// What must happen before the first decision (at most [`super::MAX_INTENTS`] files,
+    /// whatever the record count): an intent whose image is now present (one of `images`'
+    /// repo tags or digests) becomes a record with no credentials — so the image counts as
+    /// node-pulled and must be verified — and the intent goes. Intents of absent images
+    /// stay. Returns the listing errors (logged by the caller; the rest proceeds).
+    pub fn start_up(&self, images: &[PresentImage]) -> Vec<RecordError> {
         let (intents, errors) = self.store.list_intents();
         for intent in intents {
             let present =
@@ -307,9 +309,21 @@ impl PullManager {
                 tracing::warn!(image = %intent.image, error = %e, "failed to migrate a pull intent");
             }
         }
-        let mut errors = errors;
-        errors.extend(self.migrate_records());
         errors
+    }
+
+    /// What may run beside decisions (it changes none): tmp files of interrupted writes
+    /// removed, records of older versions rewritten (they read as they are meanwhile), and
+    /// the in-memory layer warmed by a full listing (misses read the disk meanwhile).
+    /// Returns the listing errors.
+    pub fn warm_up(&self) -> Vec<RecordError> {
+        // Beyond upstream (whose tmp name is fixed and so overwritten next time): tmp files
+        // of writers killed mid-write are removed.
+        let stale = self.store.store().remove_stale_tmp();
+        if stale > 0 {
+            tracing::info!(files = stale, "tmp files of interrupted record writes removed");
+        }
+        self.migrate_records()
     }
 
     /// Rewrites records of an older version (v1alpha1) as the current one, keeping their
@@ -321,7 +335,13 @@ impl PullManager {
             return errors;
         }
         let Ok(_lock) = self.store.store().lock() else { return errors };
-        for mut record in stale {
+        for listed in stale {
+            // Read again under the lock: a pull may have merged into it since the listing
+            // (and rewritten it in the current version); that write must not be undone.
+            let mut record = match self.store.reread_pulled(&listed.image_ref) {
+                Ok(Some(r)) if r.api_version != API_VERSION => r,
+                _ => continue,
+            };
             record.api_version = API_VERSION.into();
             if let Err(e) = self.store.write_pulled(&record) {
                 tracing::warn!(image_ref = %record.image_ref, error = %e, "failed to migrate a pulled record");
@@ -671,6 +691,31 @@ mod tests {
         assert!(m.store.get_pulled("sha256:aa").unwrap().is_none());
         assert!(m.store.get_pulled("sha256:bb").unwrap().is_some());
         assert_eq!(m.prune_unknown_records(&[], "2026-01-01T00:00:00Z"), 0, "not strictly before");
+    }
+
+    #[test]
+    fn decisions_before_the_warm_up_read_records_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("image_manager");
+        RecordStore::open(dir.path()).unwrap();
+        let old_record = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2025-05-01T10:00:00Z","imageRef":"sha256:old","credentialMapping":{"a.io/app":{"nodePodsAccessible":true}}}"#;
+        let rec_path = base.join("pulled").join(super::super::records::file_name("sha256:old"));
+        std::fs::write(&rec_path, old_record).unwrap();
+        std::fs::write(base.join("pulled").join(super::super::records::file_name("sha256:bad")), "{trunc").unwrap();
+        let m = PullManager::new(
+            RecordStore::open(dir.path()).unwrap(),
+            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
+        );
+        // Start-up reads no pulled record: the broken one is not even seen.
+        assert!(m.start_up(&[]).is_empty());
+        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:old", never), (false, None), "read on demand");
+        assert!(std::fs::read_to_string(&rec_path).unwrap().contains("v1alpha1"), "not migrated yet");
+        let errors = m.warm_up();
+        assert_eq!(errors.len(), 1, "the warm-up lists every record: {errors:?}");
+        assert_eq!(errors[0].file_kind(), "pulled record");
+        assert!(std::fs::read_to_string(&rec_path).unwrap().contains("v1beta1"), "migrated");
+        assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:old", never), (false, None), "same decision");
     }
 
     #[test]

@@ -174,12 +174,29 @@ pub fn run(args: ImagesBench) -> Result<()> {
     );
     drop(pm);
 
-    // Cold start-up: a new manager with start-up housekeeping (ready to answer), then a
-    // full listing of the records (what GC's prune and `records list` read).
+    // Cold start-up as the node agent does it: a new manager, the start-up housekeeping
+    // (intents only), the first MustAttemptImagePull (its record read from disk) while the
+    // warm-up (every record read, old versions migrated, layer warmed) runs beside it; then
+    // a full listing of the records (what GC's prune and `records list` read).
     let dropped = drop_page_cache();
     let t = Instant::now();
-    let pm = manager(root)?;
-    let errors = pm.initialize(&[]);
+    let pm = std::sync::Arc::new(manager(root)?);
+    let mut errors = pm.start_up(&[]);
+    let warming = {
+        let pm = pm.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let errors = pm.warm_up();
+            (errors, t.elapsed())
+        })
+    };
+    let probe = args.records / 2;
+    let _ = pm.must_attempt_image_pull(&image(probe), &image_ref(probe), || {
+        Ok(PodCredentials { secrets: vec![], service_account: None })
+    });
+    let first_decision = t.elapsed();
+    let (warm_errors, warmed) = warming.join().map_err(|_| anyhow::anyhow!("warm-up panicked"))?;
+    errors.extend(warm_errors);
     let ready = t.elapsed();
     let (all, list_errors) = store.list_pulled();
     let cold = t.elapsed() - ready;
@@ -198,19 +215,20 @@ pub fn run(args: ImagesBench) -> Result<()> {
     let raw_bytes = raw_read_all(&pulled_dir)?;
     let raw_cold = t.elapsed();
     outln!(
-        "cold start-up over {} record files (page cache {}): housekeeping done (every record read, old versions migrated, layer warmed) in {:.3} s (target < 2 s); a further full listing {:.3} s; a listing with the page cache warm {:.3} s",
+        "cold start-up over {} record files (page cache {}): first MustAttemptImagePull answered after {:.1} ms (target < 50 ms); warm-up beside it (every record read, old versions migrated, layer warmed) {:.3} s; a further full listing {:.3} s; a listing with the page cache warm {:.3} s",
         args.records,
         if dropped { "dropped" } else { "warm: could not drop it" },
-        ready.as_secs_f64(),
+        first_decision.as_secs_f64() * 1000.0,
+        warmed.as_secs_f64(),
         cold.as_secs_f64(),
         warm_list.as_secs_f64()
     );
     if raw_dropped {
         outln!(
-            "  raw read of the same {} files ({raw_bytes} B) from a dropped page cache: {:.3} s; start-up is {:.2}x that",
+            "  raw read of the same {} files ({raw_bytes} B) from a dropped page cache: {:.3} s; the warm-up is {:.2}x that",
             args.records,
             raw_cold.as_secs_f64(),
-            ready.as_secs_f64() / raw_cold.as_secs_f64()
+            warmed.as_secs_f64() / raw_cold.as_secs_f64()
         );
     }
     outln!(
