@@ -29,11 +29,33 @@ pub fn decode_json_patch(patch: &Value) -> Result<json_patch::Patch, ApiError> {
     Ok(ops)
 }
 
+/// Bytes the `copy` operations of one patch may duplicate in all: kube-apiserver bounds
+/// json-patch's accumulated copy size by its request body limit (3 MiB) times three, or
+/// 10 000 copies of a large subtree would take gigabytes.
+const MAX_ACCUMULATED_COPY_BYTES: usize = 3 * 3 * 1024 * 1024;
+
 /// Applies an RFC 6902 patch; an operation that cannot apply (a failed `test`, a missing
-/// path) is a 422, as kube-apiserver answers, and leaves `target` unchanged.
+/// path, copies past [`MAX_ACCUMULATED_COPY_BYTES`]) is a 422, as kube-apiserver answers,
+/// and leaves `target` unchanged.
 pub fn apply_json_patch(target: &mut Value, ops: &json_patch::Patch) -> Result<(), ApiError> {
-    json_patch::patch(target, ops)
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("json patch: {e}")))
+    let refuse = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("json patch: {m}"));
+    let mut doc = target.clone();
+    let mut copied: usize = 0;
+    for (i, op) in ops.0.iter().enumerate() {
+        if let json_patch::PatchOperation::Copy(copy) = op {
+            let size = doc.pointer(copy.from.as_str()).map_or(0, |v| serde_json::to_vec(v).map_or(0, |b| b.len()));
+            copied = copied.saturating_add(size);
+            if copied > MAX_ACCUMULATED_COPY_BYTES {
+                return Err(refuse(format!(
+                    "operation {i}: the copy operations would duplicate more than {MAX_ACCUMULATED_COPY_BYTES} bytes"
+                )));
+            }
+        }
+        json_patch::patch(&mut doc, std::slice::from_ref(op))
+            .map_err(|e| refuse(format!("operation {i} failed at path {:?}: {}", e.path.as_str(), e.kind)))?;
+    }
+    *target = doc;
+    Ok(())
 }
 
 /// Lists upstream merges element-wise by a key (`patchMergeKey`), by field name.
@@ -170,6 +192,14 @@ mod tests {
         assert_eq!(sa, before, "nothing applied");
         let err = decode_json_patch(&json!({"op": "add"})).unwrap_err();
         assert_eq!(err.code, StatusCode::BAD_REQUEST);
+        // Copies that would multiply a large value: refused before memory is spent.
+        let mut big = json!({"a": "x".repeat(1024 * 1024)});
+        let copies: Vec<Value> =
+            (0..20).map(|i| json!({"op": "copy", "from": "/a", "path": format!("/c{i}")})).collect();
+        let err = apply_json_patch(&mut big, &decode_json_patch(&Value::Array(copies)).unwrap()).unwrap_err();
+        assert_eq!(err.code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(err.message.contains("operation 8: the copy operations would duplicate more than"), "{}", err.message);
+        assert_eq!(big.as_object().unwrap().len(), 1, "nothing applied");
         let many = Value::Array(vec![json!({"op": "test", "path": "/a", "value": 1}); 10_001]);
         assert_eq!(decode_json_patch(&many).unwrap_err().code, StatusCode::PAYLOAD_TOO_LARGE);
     }
