@@ -44,6 +44,26 @@ fn post(s: &Server, path: &str, body: Value) -> Value {
     resp.json().unwrap()
 }
 
+/// `podpass token keygen` of an ES256 key at `path`.
+fn keygen(path: &Path) {
+    let out = Command::new(PODPASS)
+        .args(["token", "keygen", "--alg", "ES256", "--out", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    ok(out, "keygen");
+}
+
+/// A token for team-a/builder (uid `u`) of `issuer` with the registry-auth audience,
+/// signed with the key at `key` (not the cluster's).
+fn mint_builder(key: &Path, issuer: &str) -> String {
+    let out = Command::new(PODPASS)
+        .args(["token", "mint", "--signing-key", key.to_str().unwrap(), "--issuer", issuer, "--audience", AUDIENCE])
+        .args(["--namespace", "team-a", "--service-account", "builder", "--service-account-uid", "u"])
+        .output()
+        .unwrap();
+    ok(out, "mint").trim().to_owned()
+}
+
 /// A ClusterRoleBinding `name` of `role` to one subject.
 fn bind_cluster_role(s: &Server, name: &str, role: &str, kind: &str, subject: &str) {
     post(
@@ -386,30 +406,8 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
     let keydir = d.join("rogue");
     std::fs::create_dir(&keydir).unwrap();
     let rogue_key = keydir.join("k.pem");
-    ok(
-        Command::new(PODPASS)
-            .args(["token", "keygen", "--alg", "ES256", "--out", rogue_key.to_str().unwrap()])
-            .output()
-            .unwrap(),
-        "keygen",
-    );
-    let mint = |issuer: &str| {
-        let out = Command::new(PODPASS)
-            .args([
-                "token",
-                "mint",
-                "--signing-key",
-                rogue_key.to_str().unwrap(),
-                "--issuer",
-                issuer,
-                "--audience",
-                AUDIENCE,
-            ])
-            .args(["--namespace", "team-a", "--service-account", "builder", "--service-account-uid", "u"])
-            .output()
-            .unwrap();
-        ok(out, "mint").trim().to_owned()
-    };
+    keygen(&rogue_key);
+    let mint = |issuer: &str| mint_builder(&rogue_key, issuer);
     for (what, bad, expected) in [
         ("another audience", other_audience, "audiences"),
         ("an untrusted issuer", mint("https://rogue.example"), "not trusted"),
@@ -545,28 +543,8 @@ fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unkn
     // 64 requests at once with a kid cluster A never published: all refused, and at most
     // one fetch of A's keys per 2 s interval (the burst takes less than two intervals).
     let rogue = d.join("rogue.pem");
-    ok(
-        Command::new(PODPASS)
-            .args(["token", "keygen", "--alg", "ES256", "--out", rogue.to_str().unwrap()])
-            .output()
-            .unwrap(),
-        "keygen",
-    );
-    let out = Command::new(PODPASS)
-        .args([
-            "token",
-            "mint",
-            "--signing-key",
-            rogue.to_str().unwrap(),
-            "--issuer",
-            &a.issuer,
-            "--audience",
-            AUDIENCE,
-        ])
-        .args(["--namespace", "team-a", "--service-account", "builder", "--service-account-uid", "u"])
-        .output()
-        .unwrap();
-    let unknown_kid = ok(out, "mint").trim().to_owned();
+    keygen(&rogue);
+    let unknown_kid = mint_builder(&rogue, &a.issuer);
     let fetches = |url: &str, issuer: &str| {
         let m = reqwest::blocking::get(format!("{url}/metrics")).unwrap().text().unwrap();
         metric_sum(&m, &format!("podpass_registry_auth_jwks_fetches_total{{issuer=\"{issuer}\""))
@@ -593,13 +571,7 @@ fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unkn
     let port = s.url.rsplit(':').next().unwrap().trim_end_matches('/').to_owned();
     drop(s);
     let new_key = d.join("a-new.pem");
-    ok(
-        Command::new(PODPASS)
-            .args(["token", "keygen", "--alg", "ES256", "--out", new_key.to_str().unwrap()])
-            .output()
-            .unwrap(),
-        "keygen",
-    );
+    keygen(&new_key);
     let old_key = data.join("sa.key");
     let s = start_on(
         &data,

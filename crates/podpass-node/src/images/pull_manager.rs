@@ -693,19 +693,41 @@ mod tests {
         assert_eq!(m.prune_unknown_records(&[], "2026-01-01T00:00:00Z"), 0, "not strictly before");
     }
 
+    /// A v1alpha1 record of `sha256:old` (`a.io/app`, node-accessible) under `root`, and
+    /// `extra` files `(directory, key, content)`: the record's path and the extras' paths.
+    fn old_version_files(
+        root: &std::path::Path,
+        extra: &[(&str, &str, &str)],
+    ) -> (std::path::PathBuf, Vec<std::path::PathBuf>) {
+        RecordStore::open(root).unwrap();
+        let base = root.join("image_manager");
+        let rec_path = base.join("pulled").join(super::super::records::file_name("sha256:old"));
+        std::fs::write(&rec_path, OLD_RECORD).unwrap();
+        let extras = extra
+            .iter()
+            .map(|(dir, key, content)| {
+                let path = base.join(dir).join(super::super::records::file_name(key));
+                std::fs::write(&path, content).unwrap();
+                path
+            })
+            .collect();
+        (rec_path, extras)
+    }
+
+    const OLD_RECORD: &str = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2025-05-01T10:00:00Z","imageRef":"sha256:old","credentialMapping":{"a.io/app":{"nodePodsAccessible":true}}}"#;
+
+    fn always_verify(root: &std::path::Path) -> PullManager {
+        PullManager::new(
+            RecordStore::open(root).unwrap(),
+            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
+        )
+    }
+
     #[test]
     fn decisions_before_the_warm_up_read_records_as_they_are() {
         let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("image_manager");
-        RecordStore::open(dir.path()).unwrap();
-        let old_record = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2025-05-01T10:00:00Z","imageRef":"sha256:old","credentialMapping":{"a.io/app":{"nodePodsAccessible":true}}}"#;
-        let rec_path = base.join("pulled").join(super::super::records::file_name("sha256:old"));
-        std::fs::write(&rec_path, old_record).unwrap();
-        std::fs::write(base.join("pulled").join(super::super::records::file_name("sha256:bad")), "{trunc").unwrap();
-        let m = PullManager::new(
-            RecordStore::open(dir.path()).unwrap(),
-            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
-        );
+        let (rec_path, _) = old_version_files(dir.path(), &[("pulled", "sha256:bad", "{trunc")]);
+        let m = always_verify(dir.path());
         // Start-up reads no pulled record: the broken one is not even seen.
         assert!(m.start_up(&[]).is_empty());
         let never = || -> Result<PodCredentials, String> { panic!("not needed") };
@@ -721,23 +743,15 @@ mod tests {
     #[test]
     fn start_up_migrates_older_versions_keeping_their_time() {
         let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("image_manager");
-        RecordStore::open(dir.path()).unwrap();
-        let old_record = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2025-05-01T10:00:00Z","imageRef":"sha256:old","credentialMapping":{"a.io/app":{"nodePodsAccessible":true}}}"#;
         let old_intent =
             r#"{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","image":"a.io/app:2"}"#;
-        let rec_path = base.join("pulled").join(super::super::records::file_name("sha256:old"));
-        let intent_path = base.join("pulling").join(super::super::records::file_name("a.io/app:2"));
-        std::fs::write(&rec_path, old_record).unwrap();
-        std::fs::write(&intent_path, old_intent).unwrap();
-        let m = PullManager::new(
-            RecordStore::open(dir.path()).unwrap(),
-            PolicyEnforcer::new(VerificationPolicy::AlwaysVerify, &[]).unwrap(),
-        );
+        let (rec_path, written) = old_version_files(dir.path(), &[("pulling", "a.io/app:2", old_intent)]);
+        let intent_path = written[0].clone();
+        let m = always_verify(dir.path());
         assert!(m.initialize(&[]).is_empty());
         assert_eq!(
             std::fs::read_to_string(&rec_path).unwrap(),
-            old_record.replace("v1alpha1", "v1beta1") + "\n",
+            OLD_RECORD.replace("v1alpha1", "v1beta1") + "\n",
             "same bytes but the version"
         );
         assert_eq!(std::fs::read_to_string(&intent_path).unwrap(), old_intent.replace("v1alpha1", "v1beta1") + "\n");

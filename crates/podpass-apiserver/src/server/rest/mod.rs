@@ -210,7 +210,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
 }
 
 /// Appends one `Warning: 299 - "…"` header per warning (RFC 7234, as upstream).
-fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for w in warnings {
         if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
             response.headers_mut().append("warning", value);

@@ -86,12 +86,7 @@ impl Outcome {
     fn respond(self, body: Value) -> Response {
         let mut resp = (StatusCode::CREATED, Json(body)).into_response();
         resp.extensions_mut().insert(self.annotations);
-        for w in self.warnings {
-            if let Ok(value) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
-                resp.headers_mut().append("warning", value);
-            }
-        }
-        resp
+        super::with_warnings(resp, &self.warnings)
     }
 }
 
