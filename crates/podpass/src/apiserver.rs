@@ -139,34 +139,7 @@ pub fn run(args: ApiserverArgs) -> ExitCode {
 }
 
 fn add_kubeconfig(a: KubeconfigArgs) -> ExitCode {
-    let result = (|| -> anyhow::Result<String> {
-        use anyhow::Context;
-        let tokens = a.data_dir.join("tokens.csv");
-        let mut text = std::fs::read_to_string(&tokens)
-            .with_context(|| format!("reading {} (start `podpass apiserver` once first)", tokens.display()))?;
-        let server = std::fs::read_to_string(a.data_dir.join("server-url")).context("reading server-url")?;
-        let ca = std::fs::read_to_string(a.data_dir.join("pki/ca.crt")).context("reading pki/ca.crt")?;
-        // The token file is CSV and the kubeconfig YAML: a comma, quote or line break in a
-        // name would write another identity (or another group) than the one asked for.
-        let bad = |v: &str| v.contains([',', '"']) || v.chars().any(char::is_control);
-        if a.user.is_empty() || bad(&a.user) {
-            anyhow::bail!("--user {:?}: must be non-empty and contain no ',', '\"' or control characters", a.user);
-        }
-        if let Some(g) = a.groups.iter().find(|g| g.is_empty() || bad(g)) {
-            anyhow::bail!("--group {g:?}: must be non-empty and contain no ',', '\"' or control characters");
-        }
-        let token = random_token()?;
-        let uid = podpass_token::claims::new_uuid_v4()?;
-        let groups = a.groups.join(",");
-        if !text.ends_with('\n') && !text.is_empty() {
-            text.push('\n');
-        }
-        text.push_str(&format!("{token},{},{uid},\"{groups}\"\n", a.user));
-        // The server re-reads the file when it changes: the token works at once.
-        write_atomic(&tokens, text.as_bytes(), 0o600, true)?;
-        Ok(kubeconfig(server.trim(), &ca, &a.user, &token))
-    })();
-    match result {
+    match add_identity(&a.data_dir, &a.user, &a.groups) {
         Ok(k) => {
             crate::write_stdout(format_args!("{k}"));
             ExitCode::SUCCESS
@@ -176,6 +149,37 @@ fn add_kubeconfig(a: KubeconfigArgs) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// Adds a static token for `user` in `groups` to the token file of the control plane whose
+/// data dir is `data_dir` (the running server picks it up at once) and returns a kubeconfig
+/// using it.
+pub(crate) fn add_identity(data_dir: &std::path::Path, user: &str, groups: &[String]) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let tokens = data_dir.join("tokens.csv");
+    let mut text = std::fs::read_to_string(&tokens)
+        .with_context(|| format!("reading {} (start `podpass apiserver` once first)", tokens.display()))?;
+    let server = std::fs::read_to_string(data_dir.join("server-url")).context("reading server-url")?;
+    let ca = std::fs::read_to_string(data_dir.join("pki/ca.crt")).context("reading pki/ca.crt")?;
+    // The token file is CSV and the kubeconfig YAML: a comma, quote or line break in a
+    // name would write another identity (or another group) than the one asked for.
+    let bad = |v: &str| v.contains([',', '"']) || v.chars().any(char::is_control);
+    if user.is_empty() || bad(user) {
+        anyhow::bail!("--user {user:?}: must be non-empty and contain no ',', '\"' or control characters");
+    }
+    if let Some(g) = groups.iter().find(|g| g.is_empty() || bad(g)) {
+        anyhow::bail!("--group {g:?}: must be non-empty and contain no ',', '\"' or control characters");
+    }
+    let token = random_token()?;
+    let uid = podpass_token::claims::new_uuid_v4()?;
+    let groups = groups.join(",");
+    if !text.ends_with('\n') && !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&format!("{token},{user},{uid},\"{groups}\"\n"));
+    // The server re-reads the file when it changes: the token works at once.
+    write_atomic(&tokens, text.as_bytes(), 0o600, true)?;
+    Ok(kubeconfig(server.trim(), &ca, user, &token))
 }
 
 fn serve(f: ServerFlags) -> ExitCode {
@@ -236,7 +240,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         outln!("kubectl --kubeconfig {} get --raw /version", running.admin_kubeconfig.display());
         tokio::select! {
             _ = running.wait() => ExitCode::from(1),
-            _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+            () = crate::shutdown_signal() => ExitCode::SUCCESS,
         }
     })
 }

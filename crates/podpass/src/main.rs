@@ -22,6 +22,7 @@ mod node;
 mod node_images;
 mod registry_auth;
 mod token;
+mod up;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The whole product on this machine: control plane, registry-auth, the CNCF registry
+    /// and a node agent, supervised together; `--demo` tells the story.
+    Up(up::UpArgs),
     /// The control plane: service accounts, TokenRequest, TokenReview, OIDC discovery.
     Apiserver(apiserver::ApiserverArgs),
     /// Service-account tokens: generate keys, mint, publish JWKS, verify, decode.
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
     };
     init_logging(&cli.log_format);
     match cli.command {
+        Command::Up(args) => up::run(args),
         Command::Apiserver(args) => apiserver::run(args),
         Command::Token(cmd) => token::run(cmd),
         Command::Node(cmd) => node::run(cmd),

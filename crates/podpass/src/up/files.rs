@@ -1,0 +1,87 @@
+//! The files `podpass up` keeps in its data dir besides the control plane's own: the
+//! registry-auth signer and policy (made once, then the user's to edit), and the configs it
+//! rewrites at every start from the ports of that run.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use podpass_apiserver::files::write_atomic;
+
+/// The audience pod tokens carry to registry-auth (the provider's
+/// `serviceAccountTokenAudience`).
+pub const AUDIENCE: &str = "podpass-registry-auth";
+/// The registry's `auth.token.service` (the registry tokens' audience).
+pub const REGISTRY_SERVICE: &str = "podpass-registry";
+/// The registry's `auth.token.issuer`.
+pub const TOKEN_ISSUER: &str = "podpass-registry-auth";
+/// The service account the demo pushes with (the default policy lets it push anywhere).
+pub const PUBLISHER: (&str, &str) = ("kube-system", "podpass-publisher");
+
+/// The default policy: each namespace's service accounts may pull `<namespace>/*`; the
+/// publisher may push.
+const DEFAULT_POLICY: &str = "\
+# podpass up's default registry policy (yours to edit; registry-auth reads it at start).
+# Each namespace's service accounts may pull <namespace>/*: a pod of team-a pulls
+# team-a/app, never team-b/app.
+rules:
+- serviceAccount: {namespace: \"*\", name: \"*\"}
+  repositories: [\"{namespace}/*\"]
+  actions: [pull]
+# The demo pushes its image as kube-system/podpass-publisher.
+- serviceAccount: {namespace: kube-system, name: podpass-publisher}
+  repositories: [\"**\"]
+  actions: [pull, push]
+";
+
+/// Writes registry-auth's signing key (PKCS#8, 0600) and its self-signed certificate (the
+/// registry's `rootcertbundle`) unless they exist; and the default policy unless one exists.
+pub fn ensure_registry_auth_files(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let key = dir.join("signer.key");
+    let cert = dir.join("signer.crt");
+    if !key.exists() || !cert.exists() {
+        let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).context("generating a signing key")?;
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "podpass registry-auth");
+        params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+        let certificate = params.self_signed(&pair).context("signing the registry-auth certificate")?;
+        write_atomic(&key, pair.serialize_pem().as_bytes(), 0o600, true)?;
+        write_atomic(&cert, certificate.pem().as_bytes(), 0o644, true)?;
+    }
+    let policy = dir.join("policy.yaml");
+    if !policy.exists() {
+        write_atomic(&policy, DEFAULT_POLICY.as_bytes(), 0o644, true)?;
+    }
+    Ok(())
+}
+
+/// The CNCF registry's config: storage in `dir/storage`, token auth against registry-auth.
+pub fn write_registry_config(dir: &Path, port: u16, realm: &str, bundle: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir.join("storage")).with_context(|| format!("creating {}", dir.display()))?;
+    let config = format!(
+        "# written by podpass up at every start\nversion: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: {secret}\n{auth}",
+        storage = dir.join("storage").display(),
+        secret = "podpass-up-loopback-only",
+        auth = token_auth_block(realm, bundle),
+    );
+    write_atomic(&dir.join("config.yml"), config.as_bytes(), 0o644, true)?;
+    Ok(())
+}
+
+/// The registry's `auth.token` block trusting registry-auth.
+pub fn token_auth_block(realm: &str, bundle: &Path) -> String {
+    format!(
+        "auth:\n  token:\n    realm: {realm}\n    service: {REGISTRY_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+        bundle.display()
+    )
+}
+
+/// The kubelet CredentialProviderConfig of node-1: `podpass-credential-provider` in
+/// exchange mode for the registry's host, fed with the pod's service-account token.
+pub fn write_provider_config(path: &Path, registry_host: &str, exchange_url: &str) -> Result<()> {
+    let config = format!(
+        "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: ServiceAccount\n    requireServiceAccount: true\n"
+    );
+    write_atomic(path, config.as_bytes(), 0o644, true)?;
+    Ok(())
+}

@@ -1,0 +1,488 @@
+//! `podpass up`: the whole product on one machine, on loopback, supervised in one process
+//! tree — the control plane (embedded store), `podpass registry-auth` with the default
+//! policy, the CNCF registry with token auth against it, and one node agent (`node-1`,
+//! embedded image store, `podpass-credential-provider` in exchange mode). Each part is the
+//! same command a user would run by hand; its log is in `<data-dir>/logs`. A second run on
+//! the same data dir resumes the same cluster. `--demo` then tells the story ([`demo`]).
+
+mod api;
+mod checklist;
+mod demo;
+mod files;
+mod push;
+mod supervisor;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+
+use api::Api;
+use checklist::Checklist;
+use supervisor::Supervisor;
+
+/// The node `podpass up` runs.
+pub const NODE: &str = "node-1";
+/// How long each part may take to come up.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Flags of `podpass up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Where the cluster lives: objects, keys, images, pull records, logs. A second run on
+    /// the same directory resumes the same cluster.
+    #[arg(long, default_value = "./podpass-data")]
+    data_dir: PathBuf,
+    /// Use a registry you run (`http://HOST:PORT`) instead of starting the CNCF registry;
+    /// it must use token auth with registry-auth as its realm (the block is printed).
+    #[arg(long, value_name = "URL")]
+    registry: Option<String>,
+    /// Then tell the story: a pod pulls with its own identity, a neighbour cannot use its
+    /// image, the token and the pull record; exit 0 only if every step held.
+    #[arg(long)]
+    demo: bool,
+    /// With --demo: leave the cluster up afterwards (until Ctrl-C) for exploring with kubectl.
+    #[arg(long, requires = "demo")]
+    keep: bool,
+    /// The control plane's port.
+    #[arg(long, default_value_t = 6443)]
+    apiserver_port: u16,
+    /// registry-auth's port.
+    #[arg(long, default_value_t = 5003)]
+    registry_auth_port: u16,
+    /// The registry's port (when podpass up starts it).
+    #[arg(long, default_value_t = 5000)]
+    registry_port: u16,
+    /// The node agent's /healthz and /metrics port.
+    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_HEALTHZ_PORT)]
+    node_healthz_port: u16,
+}
+
+/// Runs `podpass up`: exit 0 on a clean stop (or a demo whose every step held), 1 when a
+/// part failed or a demo step did not hold, 64 on bad flags.
+pub fn run(args: UpArgs) -> ExitCode {
+    let runtime = match crate::runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    runtime.block_on(async move {
+        match up(args).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+/// Where each part's files are.
+struct Layout {
+    data: PathBuf,
+    logs: PathBuf,
+    auth: PathBuf,
+    registry: PathBuf,
+    node: PathBuf,
+}
+
+impl Layout {
+    fn new(data: PathBuf) -> Layout {
+        Layout {
+            logs: data.join("logs"),
+            auth: data.join("registry-auth"),
+            registry: data.join("registry"),
+            node: data.join(NODE),
+            data,
+        }
+    }
+}
+
+/// What the demo needs to know about the running cluster.
+pub struct Running {
+    api: Api,
+    /// The registry's `host:port`.
+    registry_host: String,
+    /// The registry's base URL.
+    registry_url: String,
+    /// registry-auth's base URL.
+    auth_url: String,
+    /// The node's root dir.
+    node_root: PathBuf,
+    /// registry-auth's log (JSON lines: its audit).
+    auth_log: PathBuf,
+}
+
+async fn up(args: UpArgs) -> Result<ExitCode> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data = std::fs::canonicalize(&args.data_dir).with_context(|| args.data_dir.display().to_string())?;
+    let l = Layout::new(data);
+    // One `podpass up` per data dir: the lock is held (by the open file) until exit.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(l.data.join("up.lock"))
+        .context("opening up.lock")?;
+    if lock.try_lock().is_err() {
+        bail!(
+            "another `podpass up` is running on {}: stop it first (Ctrl-C), or pass another --data-dir",
+            l.data.display()
+        );
+    }
+    let resuming = l.data.join("tokens.csv").exists();
+    let (registry_url, external_registry) = match &args.registry {
+        Some(u) => (u.trim_end_matches('/').to_owned(), true),
+        None => (format!("http://127.0.0.1:{}", args.registry_port), false),
+    };
+    let registry_host = registry_host(&registry_url)?;
+    let tools = preflight(&args, external_registry)?;
+    for d in [&l.logs, &l.auth, &l.registry, &l.node] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+
+    let mut out = Checklist::new(std::io::stdout().is_terminal());
+    out.say(&format!(
+        "podpass up: {} cluster in {}",
+        if resuming { "resuming the" } else { "a new" },
+        l.data.display()
+    ));
+    let mut parts = Supervisor::new(on_path("setpriv"));
+    let result = start(&args, &l, &tools, &registry_url, &registry_host, external_registry, &mut parts, &mut out).await;
+    let running = match result {
+        Ok(r) => r,
+        Err(e) => {
+            out.fail();
+            parts.stop().await;
+            return Err(e);
+        }
+    };
+    out.say("");
+    out.say(&format!("export KUBECONFIG={}", l.data.join("admin.kubeconfig").display()));
+    out.say(&format!(
+        "logs: {}/{{apiserver,registry-auth,{}{NODE}}}.log",
+        l.logs.display(),
+        if external_registry { "" } else { "registry," }
+    ));
+
+    let mut code = ExitCode::SUCCESS;
+    if args.demo {
+        out.say("");
+        let held = tokio::select! {
+            r = demo::run(&running, &mut out) => r,
+            report = parts.any_exit() => Err(anyhow::anyhow!("{report}")),
+            () = crate::shutdown_signal() => Err(anyhow::anyhow!("interrupted")),
+        };
+        match held {
+            Ok(()) => out.say("demo: every step held."),
+            Err(e) => {
+                out.say(&format!("demo: FAILED: {e:#}"));
+                code = ExitCode::from(1);
+            }
+        }
+        if !args.keep {
+            stop(&mut parts, &mut out).await;
+            return Ok(code);
+        }
+        out.say("");
+    }
+    out.say("up; Ctrl-C stops every part (a later `podpass up` on this data dir resumes).");
+    let failed = tokio::select! {
+        report = parts.any_exit() => Some(report),
+        () = crate::shutdown_signal() => None,
+    };
+    if let Some(report) = &failed {
+        eprintln!("error: {report}");
+        code = ExitCode::from(1);
+    }
+    stop(&mut parts, &mut out).await;
+    Ok(code)
+}
+
+async fn stop(parts: &mut Supervisor, out: &mut Checklist) {
+    let killed = parts.stop().await;
+    if killed.is_empty() {
+        out.say("stopped.");
+    } else {
+        out.say(&format!("stopped ({} did not stop within 10 s and were killed).", killed.join(", ")));
+    }
+}
+
+/// The programs `podpass up` runs.
+struct Tools {
+    podpass: PathBuf,
+    /// The directory holding `podpass-credential-provider` (the kubelet's bin dir).
+    plugin_dir: PathBuf,
+    registry: Option<PathBuf>,
+}
+
+/// Everything that would stop a part from starting, all at once, each a line saying what
+/// to do; nothing has started yet.
+fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
+    let mut problems = Vec::new();
+    let mut ports = vec![
+        ("--apiserver-port", args.apiserver_port, "the control plane"),
+        ("--registry-auth-port", args.registry_auth_port, "registry-auth"),
+        ("--node-healthz-port", args.node_healthz_port, "the node agent"),
+    ];
+    if !external_registry {
+        ports.push(("--registry-port", args.registry_port, "the registry"));
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for (flag, port, what) in &ports {
+        if let Some(other) = seen.insert(*port, *flag) {
+            problems.push(format!("{flag} and {other} are both {port}: give each part its own port"));
+        } else if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", *port)) {
+            problems.push(format!(
+                "port {port} ({what}) on 127.0.0.1: {e}: stop what holds it, or pick another with {flag}"
+            ));
+        }
+    }
+    let podpass = std::env::current_exe().context("finding the podpass binary")?;
+    let plugin = "podpass-credential-provider";
+    let beside = podpass.with_file_name(plugin);
+    let plugin_dir = if beside.is_file() {
+        podpass.parent().map(Path::to_path_buf)
+    } else {
+        on_path(plugin).and_then(|p| p.parent().map(Path::to_path_buf))
+    };
+    if plugin_dir.is_none() {
+        problems.push(format!(
+            "{plugin} not found beside {} nor on PATH: cargo install --path crates/{plugin} (or cargo build -p {plugin})",
+            podpass.display()
+        ));
+    }
+    let registry = if external_registry { None } else { on_path("docker-registry") };
+    if !external_registry && registry.is_none() {
+        problems.push(
+            "docker-registry (the CNCF registry) not found on PATH: apt-get install docker-registry, or pass --registry URL of one you run"
+                .to_owned(),
+        );
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\nerror: "));
+    }
+    Ok(Tools { podpass, plugin_dir: plugin_dir.unwrap_or_default(), registry })
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+/// `host:port` of an `http(s)://host:port` registry URL.
+fn registry_host(url: &str) -> Result<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .with_context(|| format!("--registry {url:?}: must be http://HOST:PORT or https://HOST:PORT"))?;
+    if rest.is_empty() || rest.contains('/') {
+        bail!("--registry {url:?}: must be http://HOST:PORT or https://HOST:PORT, without a path");
+    }
+    Ok(rest.to_owned())
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start(
+    args: &UpArgs,
+    l: &Layout,
+    tools: &Tools,
+    registry_url: &str,
+    registry_host: &str,
+    external_registry: bool,
+    parts: &mut Supervisor,
+    out: &mut Checklist,
+) -> Result<Running> {
+    // 1. The control plane.
+    let began = Instant::now();
+    let _ = std::fs::remove_file(l.data.join("server-url"));
+    let mut a = strings(&["apiserver", "--data-dir"]);
+    a.extend([path_str(&l.data), "--secure-port".into(), args.apiserver_port.to_string()]);
+    parts.spawn("control plane", &tools.podpass, &a, l.logs.join("apiserver.log"))?;
+    out.waiting("control plane", "its /readyz");
+    let api = wait(parts, "the control plane", || async {
+        let api = Api::from_data_dir(&l.data).ok()?;
+        matches!(api.get("/readyz").await, Ok((200, _))).then_some(api)
+    })
+    .await?;
+    bootstrap(&api).await?;
+    let discovery = api.get_ok("/.well-known/openid-configuration").await?;
+    let issuer =
+        discovery["issuer"].as_str().context("the control plane's discovery document has no issuer")?.to_owned();
+    out.done("control plane", &format!("{}   issuer {issuer}", api.url), began);
+
+    // 2. registry-auth, trusting the control plane's issuer.
+    let began = Instant::now();
+    files::ensure_registry_auth_files(&l.auth)?;
+    let auth_url = format!("http://127.0.0.1:{}", args.registry_auth_port);
+    let mut a = strings(&["--log-format", "json", "registry-auth", "--listen"]);
+    a.push(format!("127.0.0.1:{}", args.registry_auth_port));
+    a.extend(["--issuer".into(), issuer.clone(), "--issuer-ca".into(), path_str(&l.data.join("pki/ca.crt"))]);
+    a.extend(["--audience".into(), files::AUDIENCE.into(), "--policy".into(), path_str(&l.auth.join("policy.yaml"))]);
+    a.extend(["--signing-key".into(), path_str(&l.auth.join("signer.key"))]);
+    a.extend(["--registry-service".into(), files::REGISTRY_SERVICE.into()]);
+    a.extend(["--token-issuer".into(), files::TOKEN_ISSUER.into()]);
+    let auth_log = l.logs.join("registry-auth.log");
+    parts.spawn("registry-auth", &tools.podpass, &a, auth_log.clone())?;
+    out.waiting("registry-auth", "the issuer's keys");
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().context("HTTP client")?;
+    wait(parts, "registry-auth", || async {
+        let r = client.get(format!("{auth_url}/healthz")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await?;
+    out.done(
+        "registry-auth",
+        &format!(
+            "{auth_url}   pods of each namespace may pull <namespace>/* ({})",
+            path_str(&l.auth.join("policy.yaml"))
+        ),
+        began,
+    );
+
+    // 3. The registry, with token auth against registry-auth.
+    let began = Instant::now();
+    let realm = format!("{auth_url}/token");
+    if let Some(program) = &tools.registry {
+        files::write_registry_config(&l.registry, args.registry_port, &realm, &l.auth.join("signer.crt"))?;
+        let a = vec!["serve".to_owned(), path_str(&l.registry.join("config.yml"))];
+        parts.spawn("registry", program, &a, l.logs.join("registry.log"))?;
+        out.waiting("registry", "/v2/ to ask for a token");
+    } else {
+        out.waiting("registry", &format!("{registry_url}/v2/ to ask for a token"));
+    }
+    wait(parts, "the registry", || async {
+        let r = client.get(format!("{registry_url}/v2/")).send().await.ok()?;
+        let challenge = r.headers().get("www-authenticate")?.to_str().ok()?.to_owned();
+        (r.status() == 401 && challenge.starts_with("Bearer ")).then_some(challenge)
+    })
+    .await
+    .map_err(|e| {
+        if external_registry {
+            anyhow::anyhow!(
+                "{e:#}\n  {registry_url} must use token auth against registry-auth; its config needs:\n{}",
+                files::token_auth_block(&realm, &l.auth.join("signer.crt"))
+            )
+        } else {
+            e
+        }
+    })?;
+    out.done("registry", &format!("{registry_url}   token auth via registry-auth"), began);
+
+    // 4. node-1: its identity, its credential provider, the agent.
+    let began = Instant::now();
+    let kubeconfig = node_kubeconfig(&l.data, &l.node)?;
+    let providers = l.node.join("credential-provider.yaml");
+    files::write_provider_config(&providers, registry_host, &auth_url)?;
+    let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
+    a.extend([path_str(&kubeconfig), "--node-name".into(), NODE.into(), "--root-dir".into()]);
+    a.extend([path_str(&l.node.join("root")), "--image-credential-provider-config".into(), path_str(&providers)]);
+    a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
+    a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
+    parts.spawn(&format!("node {NODE}"), &tools.podpass, &a, l.logs.join(format!("{NODE}.log")))?;
+    out.waiting(&format!("node {NODE}"), "its /healthz and Ready condition");
+    let healthz = format!("http://127.0.0.1:{}/healthz", args.node_healthz_port);
+    wait(parts, "the node agent", || async {
+        // The Node may still say Ready from an earlier run: the agent's own health first.
+        let health = client.get(&healthz).send().await.ok()?;
+        if health.status() != 200 {
+            return None;
+        }
+        let (code, node) = api.get(&format!("/api/v1/nodes/{NODE}")).await.ok()?;
+        let conditions = node["status"]["conditions"].as_array()?;
+        let ready = conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+        (code == 200 && ready).then_some(())
+    })
+    .await?;
+    out.done(
+        &format!("node {NODE}"),
+        &format!("Ready   embedded image store; podpass-credential-provider (exchange mode) for {registry_host}"),
+        began,
+    );
+    Ok(Running {
+        api,
+        registry_host: registry_host.to_owned(),
+        registry_url: registry_url.to_owned(),
+        auth_url,
+        node_root: l.node.join("root"),
+        auth_log,
+    })
+}
+
+/// Polls `probe` every 200 ms until it answers, a part exits, or [`READY_TIMEOUT`].
+async fn wait<T, F, Fut>(parts: &mut Supervisor, what: &str, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(report) = parts.exited() {
+            bail!("{report}");
+        }
+        if let Some(v) = probe().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what} was not ready after {} s; see its log in the logs directory", READY_TIMEOUT.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The cluster objects `podpass up` needs (created once; a resumed cluster has them):
+/// registry-auth may read the issuer's discovery documents anonymously (upstream's
+/// `system:service-account-issuer-discovery`, bound as the upstream docs suggest for a
+/// relying party outside the cluster), and nodes may request tokens for registry-auth's
+/// audience (upstream's verb `request-serviceaccounts-token-audience`).
+async fn bootstrap(api: &Api) -> Result<()> {
+    let crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let binding = |name: &str, role: &str, group: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
+    };
+    api.ensure(
+        crb,
+        &binding(
+            "podpass:anonymous-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            "system:unauthenticated",
+        ),
+    )
+    .await?;
+    api.ensure(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "podpass:registry-auth-audience"},
+                "rules": [{"verbs": ["request-serviceaccounts-token-audience"], "apiGroups": [""],
+                           "resources": [files::AUDIENCE]}]}),
+    )
+    .await?;
+    api.ensure(crb, &binding("podpass:nodes-registry-auth-audience", "podpass:registry-auth-audience", "system:nodes"))
+        .await?;
+    Ok(())
+}
+
+/// node-1's kubeconfig (`system:node:node-1` in `system:nodes`), made once and kept while
+/// the control plane's URL is the same.
+fn node_kubeconfig(data: &Path, node_dir: &Path) -> Result<PathBuf> {
+    let path = node_dir.join("kubeconfig");
+    let server = std::fs::read_to_string(data.join("server-url")).context("reading server-url")?;
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if !current.contains(&format!("server: {}\n", server.trim())) {
+        let k = crate::apiserver::add_identity(data, &format!("system:node:{NODE}"), &["system:nodes".to_owned()])?;
+        podpass_apiserver::files::write_atomic(&path, k.as_bytes(), 0o600, true)?;
+    }
+    Ok(path)
+}

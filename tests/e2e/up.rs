@@ -1,0 +1,229 @@
+//! End-to-end: `podpass up` — the whole product on loopback (control plane, registry-auth,
+//! the real CNCF registry with token auth, a node agent with `podpass-credential-provider`
+//! in exchange mode) — tells its story with `--demo`, resumes the same cluster on a second
+//! run, leaves no process behind on Ctrl-C, and says in one line what to do when it cannot
+//! start.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod registry;
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use registry::free_port;
+use serde_json::Value;
+use support::*;
+
+/// `podpass up` on free ports with `extra` flags.
+fn up(data: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(PODPASS);
+    cmd.args(["up", "--data-dir", data.to_str().unwrap()]);
+    for flag in ["--apiserver-port", "--registry-auth-port", "--registry-port", "--node-healthz-port"] {
+        if !extra.contains(&flag) {
+            cmd.args([flag, &free_port().to_string()]);
+        }
+    }
+    cmd.args(extra);
+    cmd
+}
+
+/// A running `podpass up`, interrupted (then killed) if the test ends before it stops.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for `child` (at most `limit`, then kills it and fails).
+fn wait_output(mut child: Child, limit: Duration, out: &Path) -> (i32, String) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code().unwrap_or(-1), std::fs::read_to_string(out).unwrap_or_default());
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("podpass up did not finish in {limit:?}:\n{}", std::fs::read_to_string(out).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The pids whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        if after.split(' ').nth(1).and_then(|s| s.parse::<u32>().ok()) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+}
+
+fn sa_uid(data: &Path) -> String {
+    let resp = client(data)
+        .get(format!(
+            "{}/api/v1/namespaces/team-a/serviceaccounts/app",
+            std::fs::read_to_string(data.join("server-url")).unwrap()
+        ))
+        .bearer_auth(admin_token(data))
+        .send()
+        .unwrap();
+    let sa: Value = resp.json().unwrap();
+    sa["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+fn records(data: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(data.join("node-1/root/image_manager/pulled"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("demo.out");
+    let child = up(&data, &["--demo"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::from(std::fs::File::create(dir.path().join("demo.err")).unwrap()))
+        .spawn()
+        .unwrap();
+    let (code, out) = wait_output(child, Duration::from_secs(300), &log);
+    let err = std::fs::read_to_string(dir.path().join("demo.err")).unwrap_or_default();
+    assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    // The checklist, then each step of the story, in order.
+    let steps = [
+        "podpass up: a new cluster in",
+        "✓ control plane",
+        "✓ registry-auth",
+        "✓ registry ",
+        "✓ node node-1",
+        &format!("export KUBECONFIG={}", data.canonicalize().unwrap().join("admin.kubeconfig").display()),
+        "1. pushed 127.0.0.1:",
+        "as kube-system/podpass-publisher",
+        "2. pod team-a/app (service account team-a/app, no pull secret) pulled",
+        "registry-auth granted repository:team-a/app:pull to team-a/app (pod team-a/app, node node-1)",
+        "3. pod team-b/app on the same image: refused — ErrImagePull",
+        "registry-auth gave team-b/app nothing of repository:team-a/app:pull",
+        "4. the pod's token on node-1:",
+        "sub system:serviceaccount:team-a:app",
+        "5. the pull record",
+        "may be used by service accounts team-a/app (uid",
+        "6. deleted both pods",
+        "demo: every step held.",
+        "stopped.",
+    ];
+    let mut at = 0;
+    for step in steps {
+        let found = out[at..].find(step).unwrap_or_else(|| panic!("{step:?} (in order) in:\n{out}"));
+        at += found + step.len();
+    }
+    // The cluster is down: what resuming must keep, from the files.
+    let key = std::fs::read(data.join("sa.key")).unwrap();
+    let kept_records = records(&data);
+    assert_eq!(kept_records.len(), 1, "one pull record: {kept_records:?}");
+
+    // A second `podpass up` on the same data dir resumes it.
+    let log2 = dir.path().join("up.out");
+    let mut guard = Running(Some(
+        up(&data, &[])
+            .stdout(std::fs::File::create(&log2).unwrap())
+            .stderr(Stdio::from(std::fs::File::create(dir.path().join("up.err")).unwrap()))
+            .spawn()
+            .unwrap(),
+    ));
+    let child = guard.0.as_mut().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log2).unwrap().contains("Ctrl-C stops every part") {
+        assert!(child.try_wait().unwrap().is_none(), "up exited: {}", std::fs::read_to_string(&log2).unwrap());
+        assert!(Instant::now() < deadline, "not up: {}", std::fs::read_to_string(&log2).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = std::fs::read_to_string(&log2).unwrap();
+    assert!(text.starts_with("podpass up: resuming the cluster in"), "{text}");
+    assert_eq!(std::fs::read(data.join("sa.key")).unwrap(), key, "same signing key");
+    let first_uid = out
+        .split("may be used by service accounts team-a/app (uid ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_owned();
+    assert!(sa_uid(&data).starts_with(&first_uid), "team-a/app kept its UID");
+    assert_eq!(records(&data), kept_records, "records kept");
+    let images = std::fs::read_to_string(data.join("node-1/root/images/images.json")).unwrap();
+    assert!(images.contains("team-a/app:v1"), "image still present: {images}");
+    // The real kubectl works with the printed KUBECONFIG.
+    let kubectl = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
+    assert!(ok(kubectl, "kubectl get node").contains("Ready"));
+
+    // Ctrl-C: every part stops, none is left behind.
+    let parts = children_of(child.id());
+    assert_eq!(parts.len(), 4, "four parts: {parts:?}");
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let (code, text) = wait_output(guard.0.take().unwrap(), Duration::from_secs(60), &log2);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.trim_end().ends_with("stopped."), "{text}");
+    for p in parts {
+        assert!(!alive(p), "part {p} left running");
+    }
+}
+
+#[test]
+fn a_port_in_use_or_a_missing_registry_is_one_line_saying_what_to_do_and_nothing_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port().to_string();
+    let out = up(&data, &["--apiserver-port", &port]).env("PATH", dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "one line per problem: {err}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!("error: port {port} (the control plane) on 127.0.0.1:"))
+            && l.ends_with("stop what holds it, or pick another with --apiserver-port")),
+        "{err}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "error: docker-registry (the CNCF registry) not found on PATH: apt-get install docker-registry"
+        )),
+        "{err}"
+    );
+    assert!(!data.join("server-url").exists(), "nothing started");
+
+    // A second `podpass up` on a data dir in use is refused, naming it.
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(data.join("up.lock")).unwrap();
+    lock.lock().unwrap();
+    let out = up(&data, &[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("error: another `podpass up` is running on"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
