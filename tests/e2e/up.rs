@@ -17,13 +17,25 @@ use registry::free_port;
 use serde_json::Value;
 use support::*;
 
-/// `podpass up` on free ports with `extra` flags.
+/// `podpass up` with `extra` flags, on the ports kept in `<data>/../ports` (free ones chosen
+/// at the first call: a resumed cluster keeps its registry's address, which its images name).
 fn up(data: &Path, extra: &[&str]) -> Command {
+    let ports_file = data.with_file_name("ports");
+    let ports: Vec<String> = match std::fs::read_to_string(&ports_file) {
+        Ok(text) => text.split_whitespace().map(str::to_owned).collect(),
+        Err(_) => {
+            let ports: Vec<String> = (0..4).map(|_| free_port().to_string()).collect();
+            std::fs::write(&ports_file, ports.join(" ")).unwrap();
+            ports
+        }
+    };
     let mut cmd = Command::new(PODPASS);
     cmd.args(["up", "--data-dir", data.to_str().unwrap()]);
-    for flag in ["--apiserver-port", "--registry-auth-port", "--registry-port", "--node-healthz-port"] {
-        if !extra.contains(&flag) {
-            cmd.args([flag, &free_port().to_string()]);
+    for (flag, port) in
+        ["--apiserver-port", "--registry-auth-port", "--registry-port", "--node-healthz-port"].iter().zip(&ports)
+    {
+        if !extra.contains(flag) {
+            cmd.args([flag, port.as_str()]);
         }
     }
     cmd.args(extra);
@@ -92,6 +104,11 @@ fn sa_uid(data: &Path) -> String {
         .unwrap();
     let sa: Value = resp.json().unwrap();
     sa["metadata"]["uid"].as_str().unwrap().to_owned()
+}
+
+/// The demo's image, from its first step's line.
+fn image_in(out: &str) -> String {
+    out.split("1. pushed ").nth(1).and_then(|s| s.split(' ').next()).unwrap().to_owned()
 }
 
 fn records(data: &Path) -> Vec<String> {
@@ -181,6 +198,66 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // The real kubectl works with the printed KUBECONFIG.
     let kubectl = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
     assert!(ok(kubectl, "kubectl get node").contains("Ready"));
+
+    // `podpass node explain` on a pod the pull records do not let use the image: the
+    // reason comes first; the JSON carries the credentials and providers reports' facts.
+    let pod = dir.path().join("team-b.json");
+    std::fs::write(
+        &pod,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "team-b"},
+            "spec": {"nodeName": "node-1", "serviceAccountName": "app",
+                     "containers": [{"name": "app", "image": image_in(&out), "imagePullPolicy": "IfNotPresent"}]}})
+        .to_string(),
+    )
+    .unwrap();
+    ok(
+        kubectl_with(
+            &data.join("admin.kubeconfig"),
+            &dir.path().join("cache"),
+            &["apply", "-f", pod.to_str().unwrap()],
+        ),
+        "apply",
+    );
+    let explain = |extra: &[&str]| {
+        let node = data.join("node-1");
+        let out = Command::new(PODPASS)
+            .args(["node", "explain", "--kubeconfig", node.join("kubeconfig").to_str().unwrap()])
+            .args(["--root-dir", node.join("root").to_str().unwrap(), "--pod", "team-b/app"])
+            .args(["--image-credential-provider-config", node.join("credential-provider.yaml").to_str().unwrap()])
+            .args(["--image-credential-provider-bin-dir", Path::new(PODPASS).parent().unwrap().to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        ok(out, "node explain")
+    };
+    let text = explain(&[]);
+    let first: Vec<&str> = text.lines().take(4).collect();
+    assert!(first[0].starts_with("pod team-b/app (service account team-b/app, node node-1)"), "{text}");
+    assert!(first[1].ends_with("NOT usable without a pull"), "{text}");
+    assert!(first[2].starts_with("  decision: pull to prove access"), "{text}");
+    assert_eq!(
+        first[3], "  why: the record does not name this pod's credentials: the pod must pull to prove access",
+        "{text}"
+    );
+    assert!(
+        text.contains("127.0.0.1:") && text.contains("service account team-a/app (uid"),
+        "the record's holder: {text}"
+    );
+    let json: Value = serde_json::from_str(&explain(&["-o", "json"])).unwrap();
+    let c = &json["containers"][0];
+    assert_eq!(c["present"], true);
+    assert_eq!(c["verification"]["result"], "mustAuthenticate");
+    assert_eq!(c["verification"]["policy"], "NeverVerifyPreloadedImages");
+    assert_eq!(c["providers"][0]["name"], "podpass-credential-provider");
+    assert_eq!(c["providers"][0]["serviceAccount"], "team-b/app", "{c}");
+    assert_eq!(c["credentials"][0]["source"]["type"], "serviceAccount");
+    assert_eq!(c["credentials"][0]["password"], "<redacted>");
+    assert_eq!(c["record"]["kind"], "ImagePulledRecord");
+    // --no-exec runs no plugin
+    let json: Value = serde_json::from_str(&explain(&["-o", "json", "--no-exec"])).unwrap();
+    assert_eq!(json["containers"][0]["providers"][0]["ran"], false);
+    assert_eq!(json["containers"][0]["providers"][0]["skipReason"], "not run (--no-exec)");
+    assert_eq!(records(&data), kept_records, "explain wrote no record");
 
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());

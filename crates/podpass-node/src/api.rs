@@ -119,6 +119,54 @@ pub async fn get_pod(client: &kube::Client, namespace: &str, name: &str) -> Resu
     })
 }
 
+/// A container of a pod, as an explanation of its image needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodContainer {
+    /// The container's name.
+    pub name: String,
+    /// Its image.
+    pub image: String,
+    /// `imagePullPolicy` as set (None: the API default applies).
+    pub image_pull_policy: Option<String>,
+    /// An init container (ensured first, in order).
+    pub init: bool,
+    /// The reason and message it is waiting with, per the pod's status.
+    pub waiting: Option<(String, String)>,
+}
+
+/// The containers of `namespace/name` (init containers first, in order) and its node.
+pub async fn get_pod_containers(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(Option<String>, Vec<PodContainer>), ApiError> {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| ApiError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+    let spec = pod.spec.unwrap_or_default();
+    let status = pod.status.unwrap_or_default();
+    let waiting = |name: &str, statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        let s = statuses.as_ref()?.iter().find(|s| s.name == name)?;
+        let w = s.state.as_ref()?.waiting.as_ref()?;
+        Some((w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default()))
+    };
+    let mut out = Vec::new();
+    for (init, containers) in [(true, spec.init_containers.unwrap_or_default()), (false, spec.containers)] {
+        let statuses = if init { &status.init_container_statuses } else { &status.container_statuses };
+        for c in containers {
+            out.push(PodContainer {
+                waiting: waiting(&c.name, statuses),
+                image: c.image.unwrap_or_default(),
+                image_pull_policy: c.image_pull_policy,
+                init,
+                name: c.name,
+            });
+        }
+    }
+    Ok((spec.node_name, out))
+}
+
 /// Reads a Secret as the manifest text `kubectl get secret -o json` prints.
 pub async fn get_secret_manifest(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
     let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)

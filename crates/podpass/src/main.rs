@@ -19,6 +19,7 @@ macro_rules! outln {
 mod apiserver;
 mod bench;
 mod node;
+mod node_explain;
 mod node_images;
 mod registry_auth;
 mod token;

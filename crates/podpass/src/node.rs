@@ -31,6 +31,10 @@ pub enum NodeCommand {
     /// Pull records (`<root-dir>/image_manager`): who may use which image.
     #[command(subcommand)]
     Records(crate::node_images::RecordsCommand),
+    /// Explain, for each container image of a pod, what the kubelet would decide and why:
+    /// pull policy, presence, pull record and verification verdict, the credentials in the
+    /// order they would be tried. Read-only: never pulls (`--no-exec`: no plugin runs).
+    Explain(Box<crate::node_explain::ExplainArgs>),
     /// Prune pull records of images the runtime no longer has (image GC's `PruneUnknownRecords`).
     Gc(crate::node_images::GcArgs),
     /// The node agent daemon: registers the Node and keeps its heartbeat Lease renewed; for
@@ -130,6 +134,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
         NodeCommand::Images(ni::ImagesCommand::Remove(a)) => block_on(async { ni::remove(a).await.map(|()| true) }),
         NodeCommand::Records(ni::RecordsCommand::List(a)) => exit(ni::records_list(&a)),
         NodeCommand::Records(ni::RecordsCommand::Show(a)) => exit(ni::records_show(&a)),
+        NodeCommand::Explain(a) => block_on(crate::node_explain::explain(*a)),
         NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),
         NodeCommand::Run(a) => run_agent(a),
     }

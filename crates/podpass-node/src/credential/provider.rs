@@ -177,6 +177,11 @@ impl PluginProvider {
         self.execs.load(Ordering::Relaxed)
     }
 
+    /// Whether `image` matches one of the provider's `matchImages` (kubelet: URLsMatch).
+    pub fn matches(&self, image: &str) -> bool {
+        self.config.match_images.iter().any(|m| urls_match_str(m, image))
+    }
+
     /// Drops expired cached answers; returns how many went.
     pub fn purge_expired_cache(&self) -> usize {
         self.cache.purge_expired(Instant::now())
@@ -185,7 +190,7 @@ impl PluginProvider {
     /// Credentials for `image` pulled for `pod` (None: no pod, e.g. a node-level pull).
     pub async fn provide(&self, image: &str, pod: Option<&PodIdentity>) -> Provided {
         let mut report = ProviderReport { name: self.config.name.clone(), ..Default::default() };
-        report.matched = self.config.match_images.iter().any(|m| urls_match_str(m, image));
+        report.matched = self.matches(image);
         if !report.matched {
             return Provided { report, ..Default::default() };
         }

@@ -410,9 +410,31 @@ impl PullManager {
         if image_ref.is_empty() {
             return (true, None);
         }
-        let (answer, result, error) = self.decide(image, image_ref, pod_credentials);
+        let (answer, result, error) = self.decide(image, image_ref, pod_credentials, true);
         self.checks.get_or_create(&CheckLabels { result }).inc();
         (answer, error)
+    }
+
+    /// [`PullManager::must_attempt_image_pull`] for an explanation: the same decision and
+    /// how it was reached, with nothing written (a matching secret's new hash is not
+    /// remembered) and nothing counted. `image_ref` must not be empty.
+    pub fn explain_check(
+        &self,
+        image: &str,
+        image_ref: &str,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+    ) -> (bool, CheckResult, Option<String>) {
+        self.decide(image, image_ref, pod_credentials, false)
+    }
+
+    /// The pulled record of `image_ref`, if any.
+    pub fn pulled_record(&self, image_ref: &str) -> Result<Option<ImagePulledRecord>, RecordError> {
+        Ok(self.store.get_pulled(image_ref)?.map(|r| (*r).clone()))
+    }
+
+    /// The verification policy in force.
+    pub fn policy(&self) -> &PolicyEnforcer {
+        &self.policy
     }
 
     fn decide(
@@ -420,6 +442,7 @@ impl PullManager {
         image: &str,
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+        update: bool,
     ) -> (bool, CheckResult, Option<String>) {
         let (pulled_by_node, record) = match self.pulled_by_node(image, image_ref) {
             Ok(x) => x,
@@ -459,7 +482,8 @@ impl PullManager {
                         // directly, while the record has room.
                         let add =
                             ImagePullCredentials { kubernetes_secrets: vec![secret.clone()], ..Default::default() };
-                        if room
+                        if update
+                            && room
                             && let Some((_lock, mut fresh)) = self.relock(image_ref)
                             && merge_credentials(&mut fresh.credential_mapping, &name, &add)
                         {
@@ -629,6 +653,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_explanation_decides_as_the_check_but_writes_and_counts_nothing() {
+        let (_dir, m) = manager(VerificationPolicy::AlwaysVerify);
+        m.record_image_pulled("a.io/x:1", "sha256:x", Some(&creds(vec![secret("s", "h1")], vec![]))).unwrap();
+        let before = m.pulled_record("sha256:x").unwrap().unwrap();
+        let rotated = || Ok(PodCredentials { secrets: vec![secret("s", "h2")], service_account: None });
+        // Same coordinates, new hash: allowed, and the real check would remember the hash.
+        let (must, result, _) = m.explain_check("a.io/x:1", "sha256:x", rotated);
+        assert!(!must);
+        assert_eq!(result, CheckResult::credentialRecordFound);
+        assert_eq!(m.pulled_record("sha256:x").unwrap().unwrap(), before, "explain wrote nothing");
+        assert_eq!(m.checks.get_or_create(&CheckLabels { result }).get(), 0, "explain counted nothing");
+        let (must, _) = m.must_attempt_image_pull("a.io/x:1", "sha256:x", rotated);
+        assert!(!must);
+        let after = m.pulled_record("sha256:x").unwrap().unwrap();
+        assert_ne!(after, before, "the real check remembered the new hash");
+        let (must, result, _) = m.explain_check("a.io/x:1", "sha256:x", || Ok(PodCredentials::default()));
+        assert!(must);
+        assert_eq!(result, CheckResult::mustAuthenticate);
     }
 
     #[test]

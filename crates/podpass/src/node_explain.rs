@@ -1,0 +1,328 @@
+//! `podpass node explain`: for each container image of a pod, what the kubelet's image
+//! manager would decide and why — the pull policy, whether the image is present, its pull
+//! record and the verification policy's verdict, the credentials in the order they would be
+//! tried — in plain words as a tree, or as JSON. Read-only: it never pulls and never writes a
+//! record (`--no-exec` also leaves the credential plugins unrun).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use podpass_api::Feature;
+use podpass_node::credential::{
+    CredentialSource, Lookup, PluginProvider, ProviderReport, ServiceAccountSource, lookup,
+};
+use podpass_node::images::{
+    Backend, CheckResult, ImageService, PolicyEnforcer, PullManager, PullPolicy, RecordStore, assembly, pod_credentials,
+};
+use serde_json::{Value, json};
+
+/// Flags of `podpass node explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Kubeconfig for reading the pod, its pull secrets and service account (and, unless
+    /// --no-exec, requesting the tokens the providers are fed).
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Kubelet root dir: pull records, the embedded store, node-wide `config.json`.
+    #[arg(long)]
+    root_dir: PathBuf,
+    /// CRI endpoint (`unix:///run/containerd/containerd.sock`); the embedded store when absent.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+    /// KubeletConfiguration file (verification policy, allowlist, feature gates).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// CredentialProviderConfig file or directory.
+    #[arg(long, requires = "image_credential_provider_bin_dir")]
+    image_credential_provider_config: Option<PathBuf>,
+    /// Directory holding the provider binaries.
+    #[arg(long, requires = "image_credential_provider_config")]
+    image_credential_provider_bin_dir: Option<PathBuf>,
+    /// The pod, `NAMESPACE/NAME`.
+    #[arg(long)]
+    pod: String,
+    /// `text` (a tree per container) or `json`.
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    output: String,
+    /// Do not run credential plugins: matching providers are listed as not run.
+    #[arg(long)]
+    no_exec: bool,
+}
+
+/// Runs `node explain`: Ok(true) once the explanation is printed.
+pub async fn explain(a: ExplainArgs) -> Result<bool> {
+    let Some((namespace, name)) = a.pod.split_once('/') else {
+        bail!("--pod {:?}: must be NAMESPACE/NAME", a.pod);
+    };
+    let config = match &a.config {
+        None => Default::default(),
+        Some(p) => podpass_node::images::kubelet_config::read(p)
+            .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
+            .with_context(|| format!("--config {}", p.display()))?,
+    };
+    let gates = assembly::feature_gates(&config, "")?;
+    let client = podpass_node::api::client_from_kubeconfig(&a.kubeconfig).await?;
+    let (identity, secrets) = crate::node::read_pod(&client, &a.pod).await?;
+    let (node_name, containers) = podpass_node::api::get_pod_containers(&client, namespace, name).await?;
+    let accounts = podpass_node::api::KubeServiceAccounts::new(client.clone()) as Arc<dyn ServiceAccountSource>;
+    let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
+    let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
+        (Some(c), Some(b)) => crate::node::register(c, b, sa_feature, Some(accounts))?,
+        _ => Vec::new(),
+    };
+    let node_config = podpass_node::credential::read_node_config(&a.root_dir).context("node-wide credentials")?;
+    let backend = Backend::open(&a.root_dir, a.container_runtime_endpoint.as_deref(), Vec::new())
+        .await
+        .context("image service")?;
+    let verify = gates.enabled(Feature::KubeletEnsureSecretPulledImages);
+    let pull_manager = if verify {
+        let policy = PolicyEnforcer::new(config.policy, &config.allowlist).map_err(|errors| {
+            anyhow::anyhow!("--config: {}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        })?;
+        let store =
+            RecordStore::open(&a.root_dir).with_context(|| format!("pull records under {}", a.root_dir.display()))?;
+        Some(Arc::new(PullManager::new(store, policy)))
+    } else {
+        None
+    };
+
+    let mut reports = Vec::new();
+    for c in &containers {
+        let image = podpass_node::images::reference::apply_default_tag(&c.image).unwrap_or_else(|_| c.image.clone());
+        let (policy, policy_from) = match c.image_pull_policy.as_deref().map(str::parse::<PullPolicy>) {
+            Some(Ok(p)) => (p, "set on the container"),
+            _ => (PullPolicy::default_for(&c.image), "the API's default for this tag"),
+        };
+        let present = backend.image_status(&image).await.context("image status")?;
+        let image_ref = present.as_ref().map(|p| p.id.clone()).unwrap_or_default();
+        let found = if a.no_exec {
+            lookup(&image, Some(&identity), &secrets, &[], &node_config).await
+        } else {
+            lookup(&image, Some(&identity), &secrets, &providers, &node_config).await
+        };
+        let mut provider_reports = found.providers.clone();
+        if a.no_exec {
+            provider_reports = providers.iter().map(|p| not_run(p, &image)).collect();
+        }
+        let record = match (&pull_manager, image_ref.is_empty()) {
+            (Some(pm), false) => {
+                let pm = pm.clone();
+                let r = image_ref.clone();
+                tokio::task::spawn_blocking(move || pm.pulled_record(&r)).await?.ok().flatten()
+            }
+            _ => None,
+        };
+        let check = match (&pull_manager, image_ref.is_empty()) {
+            (Some(pm), false) => {
+                let (pm, img, r, creds) = (pm.clone(), image.clone(), image_ref.clone(), pod_credentials(&found));
+                Some(tokio::task::spawn_blocking(move || pm.explain_check(&img, &r, move || Ok(creds))).await?)
+            }
+            _ => None,
+        };
+        let (usable, decision) =
+            decide(policy, present.is_some(), check.as_ref().map(|(must, result, _)| (*must, *result)), &found);
+        reports.push(json!({
+            "container": c.name,
+            "init": c.init,
+            "image": image,
+            "pullPolicy": {"value": policy.api_name(), "from": policy_from},
+            "present": present.is_some(),
+            "imageRef": image_ref,
+            "record": record,
+            "verification": {
+                "policy": format!("{:?}", pull_manager.as_ref().map(|pm| pm.policy().policy()).unwrap_or_default()),
+                "enabled": verify,
+                "result": check.as_ref().map(|(_, r, _)| format!("{r:?}")),
+                "mustPull": check.as_ref().map(|(m, _, _)| *m),
+                "why": check.as_ref().map(|(m, r, _)| {
+                    let mut why = verdict(*m, *r, record.is_some());
+                    if a.no_exec && *m && providers.iter().any(|p| p.matches(&image)) {
+                        why.push_str(" (--no-exec: what a provider would have answered is unknown, so this counts the pull secrets alone)");
+                    }
+                    why
+                }),
+            },
+            "providers": provider_reports,
+            "credentials": found.credentials.iter().map(|c| json!({"username": c.username, "password": "<redacted>", "source": c.source, "from": source(&c.source)})).collect::<Vec<_>>(),
+            "decision": decision,
+            "usable": usable,
+            "status": c.waiting.as_ref().map(|(reason, message)| json!({"reason": reason, "message": message})),
+        }));
+    }
+    let pod = json!({
+        "namespace": identity.namespace, "name": identity.name, "uid": identity.uid,
+        "serviceAccount": identity.service_account, "node": node_name,
+    });
+    if a.output == "json" {
+        outln!("{}", serde_json::to_string_pretty(&json!({"pod": pod, "containers": reports, "noExec": a.no_exec}))?);
+    } else {
+        print_text(&pod, &reports);
+    }
+    Ok(true)
+}
+
+/// A provider's report when plugins are not run.
+fn not_run(p: &PluginProvider, image: &str) -> ProviderReport {
+    let matched = p.matches(image);
+    ProviderReport {
+        name: p.name().to_owned(),
+        matched,
+        skip_reason: matched.then(|| "not run (--no-exec)".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// The verification's outcome in words.
+fn verdict(must: bool, result: CheckResult, has_record: bool) -> String {
+    match (must, result) {
+        (false, CheckResult::credentialPolicyAllowed) => {
+            "the policy needs no verification for this image (preloaded or allowlisted)".into()
+        }
+        (false, _) => "this pod's credentials are on the record (or it is usable by every pod): no pull needed".into(),
+        (true, CheckResult::error) => "the records could not be read: fail safe, the pod must pull".into(),
+        (true, _) if !has_record => "no pull record of this image: the pod must pull to prove access".into(),
+        (true, _) => "the record does not name this pod's credentials: the pod must pull to prove access".into(),
+    }
+}
+
+/// The kubelet's decision (`EnsureImageExists`): whether the pod may use the image without
+/// a pull, and what happens.
+fn decide(policy: PullPolicy, present: bool, check: Option<(bool, CheckResult)>, found: &Lookup) -> (bool, String) {
+    let with = if found.credentials.is_empty() {
+        "anonymously (no credentials found)".to_owned()
+    } else {
+        format!(
+            "trying {} credential(s) in order, first from {}",
+            found.credentials.len(),
+            source(&found.credentials[0].source)
+        )
+    };
+    match policy {
+        PullPolicy::Never if present && check.is_none_or(|(must, _)| !must) => {
+            (true, "use the present image (Never pulls)".into())
+        }
+        PullPolicy::Never if present => (
+            false,
+            "ErrImageNeverPull: the image is present but this pod must prove access, and the policy is Never".into(),
+        ),
+        PullPolicy::Never => (false, "ErrImageNeverPull: the image is absent and the policy is Never".into()),
+        PullPolicy::Always => (false, format!("pull (Always), {with}; the pod uses the image only if it succeeds")),
+        PullPolicy::IfNotPresent if !present => {
+            (false, format!("pull (absent), {with}; the pod uses the image only if it succeeds"))
+        }
+        PullPolicy::IfNotPresent => match check {
+            Some((true, _)) => {
+                (false, format!("pull to prove access, {with}; the pod uses the image only if it succeeds"))
+            }
+            _ => (true, "use the present image without pulling".into()),
+        },
+    }
+}
+
+fn source(s: &CredentialSource) -> String {
+    match s {
+        CredentialSource::Secret { namespace, name, .. } => format!("pull secret {namespace}/{name}"),
+        CredentialSource::ServiceAccount { namespace, name, .. } => {
+            format!("a provider with service account {namespace}/{name}'s token")
+        }
+        CredentialSource::NodeWide => "node-wide credentials".to_owned(),
+    }
+}
+
+fn print_text(pod: &Value, reports: &[Value]) {
+    let ns = pod["namespace"].as_str().unwrap_or_default();
+    outln!(
+        "pod {ns}/{} (service account {ns}/{}, node {})",
+        pod["name"].as_str().unwrap_or_default(),
+        pod["serviceAccount"].as_str().unwrap_or_default(),
+        pod["node"].as_str().unwrap_or("none"),
+    );
+    for r in reports {
+        let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        let headline = if r["usable"] == true { "usable" } else { "NOT usable without a pull" };
+        outln!(
+            "{}container {}: {} — {headline}",
+            if r["init"] == true { "init " } else { "" },
+            s(&r["container"]),
+            s(&r["image"])
+        );
+        outln!("  decision: {}", s(&r["decision"]));
+        if let Some(why) = r["verification"]["why"].as_str() {
+            outln!("  why: {why}");
+        }
+        if r["status"].is_object() {
+            outln!("  status now: {}: {}", s(&r["status"]["reason"]), s(&r["status"]["message"]));
+        }
+        outln!("  ├─ pull policy: {} ({})", s(&r["pullPolicy"]["value"]), s(&r["pullPolicy"]["from"]));
+        if r["present"] == true {
+            outln!("  ├─ present: yes, {}", s(&r["imageRef"]));
+        } else {
+            outln!("  ├─ present: no");
+        }
+        if r["verification"]["enabled"] == true {
+            outln!("  ├─ verification policy: {}", s(&r["verification"]["policy"]));
+        } else {
+            outln!("  ├─ verification: off (KubeletEnsureSecretPulledImages disabled)");
+        }
+        match r["record"]["credentialMapping"].as_object() {
+            Some(mapping) => {
+                outln!("  ├─ pull record:");
+                for (repo, who) in mapping {
+                    outln!("  │  └─ {repo}: {}", record_who(who));
+                }
+            }
+            None if r["present"] == true => outln!("  ├─ pull record: none"),
+            None => {}
+        }
+        outln!("  └─ credentials, in the order they would be tried:");
+        let creds = r["credentials"].as_array().cloned().unwrap_or_default();
+        let providers = r["providers"].as_array().cloned().unwrap_or_default();
+        for p in &providers {
+            let what = if p["matched"] != true {
+                "does not match this image".to_owned()
+            } else if let Some(why) = p["skipReason"].as_str() {
+                format!("matched, skipped: {why}")
+            } else if p["cacheHit"] == true {
+                "matched, answered from its cache".to_owned()
+            } else {
+                format!(
+                    "matched, ran{}",
+                    p["serviceAccount"]
+                        .as_str()
+                        .map(|sa| format!(" with service account {sa}'s token"))
+                        .unwrap_or_default()
+                )
+            };
+            outln!("     ├─ provider {}: {what}", s(&p["name"]));
+        }
+        if creds.is_empty() {
+            outln!("     └─ none: the pull would be anonymous");
+        }
+        for (i, c) in creds.iter().enumerate() {
+            let last = if i + 1 == creds.len() { "└" } else { "├" };
+            outln!("     {last}─ {}. user {:?} from {}", i + 1, s(&c["username"]), s(&c["from"]));
+        }
+    }
+}
+
+/// Who a record's mapping lets use the image.
+fn record_who(who: &Value) -> String {
+    if who["nodePodsAccessible"] == true {
+        return "every pod on the node (pulled with node-wide or no credentials)".into();
+    }
+    let mut out = Vec::new();
+    for s in who["kubernetesSecrets"].as_array().into_iter().flatten() {
+        out.push(format!("pull secret {}/{}", s["namespace"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or("")));
+    }
+    for s in who["kubernetesServiceAccounts"].as_array().into_iter().flatten() {
+        out.push(format!(
+            "service account {}/{} (uid {})",
+            s["namespace"].as_str().unwrap_or(""),
+            s["name"].as_str().unwrap_or(""),
+            s["uid"].as_str().unwrap_or("")
+        ));
+    }
+    if out.is_empty() { "nobody without verification".into() } else { out.join(", ") }
+}
