@@ -58,14 +58,19 @@ impl Api {
         }
     }
 
-    /// POST `body` to `path`; the created object.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+    /// POST `body` as JSON to `path`: the status and the answer.
+    async fn post_status(&self, path: &str, body: &Value) -> Result<(u16, Value)> {
         let req = self
             .client
             .post(format!("{}{path}", self.url))
             .header("content-type", "application/json")
             .body(body.to_string());
-        match self.send(req, &format!("POST {path}")).await? {
+        self.send(req, &format!("POST {path}")).await
+    }
+
+    /// POST `body` to `path`; the created object.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        match self.post_status(path, body).await? {
             (200..=202, v) => Ok(v),
             (code, v) => bail!("POST {path}: {code} {}", message(&v)),
         }
@@ -73,12 +78,7 @@ impl Api {
 
     /// POST `body` to `path` unless it already exists (409): what resuming needs.
     pub async fn ensure(&self, path: &str, body: &Value) -> Result<()> {
-        let req = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        match self.send(req, &format!("POST {path}")).await? {
+        match self.post_status(path, body).await? {
             (200..=202 | 409, _) => Ok(()),
             (code, v) => bail!("POST {path}: {code} {}", message(&v)),
         }
