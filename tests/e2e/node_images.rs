@@ -816,3 +816,60 @@ fn containerd_pulls_from_a_token_auth_registry_with_the_pods_credentials() {
     assert_eq!(w.code, 1, "a wrong password may not use what alice pulled: {}", w.stderr);
     assert_eq!(w.json["mustPull"], true);
 }
+
+/// `images load` with progress: a line per layer and the totals when not a terminal, a
+/// block redrawn in place on one (`script` gives the command a pty), nothing with `none`.
+#[test]
+fn image_pulls_show_per_layer_progress_and_totals() {
+    let s = setup();
+    let (id, _) = s.registry.push_layers(("alice", "wonderland"), "team/big", "v1", &["one", "two two", "three"]);
+    let image = format!("{}/team/big:v1", s.registry.host);
+    let load_with = |root: &Path, progress: &str| {
+        let out = Command::new(PODPASS)
+            .args(["node", "images", "load", "--root-dir", root.to_str().unwrap(), "--progress", progress])
+            .args(["--pull-secret", s.alice.to_str().unwrap(), &image])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id);
+        stderr
+    };
+
+    // Not a terminal: the plan, a line per blob as it lands, then the totals.
+    let first = load_with(&s.root, "auto");
+    let lines: Vec<&str> = first.lines().collect();
+    assert_eq!(lines.len(), 6, "{first}");
+    assert!(lines[0].starts_with(&format!("pulling {image}: 3 layers, ")), "{first}");
+    assert!(lines[1].starts_with(&format!("  config {} ", &id[7..19])) && lines[1].ends_with(" pulled"), "{first}");
+    for (i, line) in lines[2..5].iter().enumerate() {
+        assert!(line.starts_with(&format!("  layer {}/3 ", i + 1)) && line.ends_with(" B pulled"), "{first}");
+    }
+    assert!(lines[5].starts_with(&format!("pulled {image}: 3 layers, ")), "{first}");
+    assert!(lines[5].contains(" downloaded, 0 B already present, in "), "{first}");
+
+    // Pulled again (load always asks the registry): every blob is already in the store.
+    let again = load_with(&s.root, "plain");
+    assert_eq!(again.matches(" already present\n").count(), 4, "{again}");
+    assert!(again.contains(": 3 layers, 0 B downloaded, "), "{again}");
+
+    // Nothing at all with --progress none.
+    assert_eq!(load_with(&s.root, "none"), "");
+
+    // On a terminal (auto): the block is drawn, then redrawn in place (cursor back over its
+    // five lines), ending with every layer pulled and the totals.
+    let fresh = s.dir.join("tty-node");
+    let command = format!(
+        "{PODPASS} node images load --root-dir {} --pull-secret {} {image}",
+        fresh.display(),
+        s.alice.display()
+    );
+    let out = Command::new("script").args(["-qec", &command, "/dev/null"]).output().unwrap();
+    let tty = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains("\x1b[5F"), "{tty:?}");
+    let last = tty.rsplit("\x1b[5F").next().unwrap();
+    assert_eq!(last.matches(" pulled ").count(), 4, "{last:?}");
+    assert!(last.contains(&format!("pulled {image}: 3 layers, ")), "{last:?}");
+    assert!(tty.contains(&id), "{tty:?}");
+}

@@ -86,33 +86,55 @@ impl Registry {
     /// Pushes a one-layer image whose file holds `content` as `repo:tag`; returns the
     /// config digest (the image ID) and the manifest digest.
     pub fn push(&self, user: (&str, &str), repo: &str, tag: &str, content: &str) -> (String, String) {
+        self.push_layers(user, repo, tag, &[content])
+    }
+
+    /// Pushes an image with a layer per entry of `contents` (each a one-file gzip tar);
+    /// returns (config digest = image ID, manifest digest).
+    pub fn push_layers(&self, user: (&str, &str), repo: &str, tag: &str, contents: &[&str]) -> (String, String) {
         let work = tempfile::tempdir().unwrap();
-        std::fs::write(work.path().join("hello.txt"), content).unwrap();
-        let st = Command::new("tar")
-            .args(["--mtime=@0", "--owner=0", "--group=0", "-cf", "layer.tar", "hello.txt"])
-            .current_dir(work.path())
-            .status()
-            .unwrap();
-        assert!(st.success());
-        let tar = std::fs::read(work.path().join("layer.tar")).unwrap();
-        let gz = Command::new("gzip").args(["-n", "-c", "layer.tar"]).current_dir(work.path()).output().unwrap();
-        assert!(gz.status.success());
-        let layer = gz.stdout;
+        let mut layers = Vec::new();
+        let mut diff_ids = Vec::new();
+        for (i, content) in contents.iter().enumerate() {
+            // The first layer's file is hello.txt, as images pushed before had it.
+            let file = if i == 0 { "hello.txt".to_owned() } else { format!("hello{i}.txt") };
+            std::fs::write(work.path().join(&file), content).unwrap();
+            let st = Command::new("tar")
+                .args(["--mtime=@0", "--owner=0", "--group=0", "-cf", "layer.tar", &file])
+                .current_dir(work.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let tar = std::fs::read(work.path().join("layer.tar")).unwrap();
+            let gz = Command::new("gzip").args(["-n", "-c", "layer.tar"]).current_dir(work.path()).output().unwrap();
+            assert!(gz.status.success());
+            diff_ids.push(format!("\"{}\"", sha256(&tar)));
+            layers.push(gz.stdout);
+        }
         let config = format!(
-            r#"{{"architecture":"amd64","os":"linux","config":{{"Cmd":["/hello"]}},"rootfs":{{"type":"layers","diff_ids":["{}"]}}}}"#,
-            sha256(&tar)
+            r#"{{"architecture":"amd64","os":"linux","config":{{"Cmd":["/hello"]}},"rootfs":{{"type":"layers","diff_ids":[{}]}}}}"#,
+            diff_ids.join(",")
         )
         .into_bytes();
+        let descriptors: Vec<String> = layers
+            .iter()
+            .map(|l| {
+                format!(
+                    r#"{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{}","size":{}}}"#,
+                    sha256(l),
+                    l.len()
+                )
+            })
+            .collect();
         let manifest = format!(
-            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{}","size":{}}}]}}"#,
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{}","size":{}}},"layers":[{}]}}"#,
             sha256(&config),
             config.len(),
-            sha256(&layer),
-            layer.len()
+            descriptors.join(",")
         )
         .into_bytes();
         let client = reqwest::blocking::Client::new();
-        for blob in [&config, &layer] {
+        for blob in std::iter::once(&config).chain(&layers) {
             let r = client
                 .post(format!("http://{}/v2/{repo}/blobs/uploads/", self.host))
                 .basic_auth(user.0, Some(user.1))

@@ -21,6 +21,7 @@ mod bench;
 mod node;
 mod node_explain;
 mod node_images;
+mod pull_progress;
 mod registry_auth;
 mod token;
 mod up;

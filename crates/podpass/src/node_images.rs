@@ -22,6 +22,8 @@ use podpass_node::images::{ImagePulledRecord, RecordStore};
 use podpass_node::images::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
 use prometheus_client::registry::Registry;
 
+use crate::pull_progress::{Printer, ProgressMode};
+
 /// Where images live: the kubelet root dir and the runtime.
 #[derive(Debug, Args)]
 pub struct RuntimeFlags {
@@ -43,6 +45,15 @@ impl RuntimeFlags {
             .await
             .context("image service")
     }
+
+    /// The backend, drawing pull progress on stderr in `mode`.
+    async fn backend_with_progress(&self, mode: ProgressMode) -> Result<Backend> {
+        let backend = self.backend().await?;
+        Ok(match mode.resolve() {
+            Some(style) => backend.with_progress(Arc::new(Printer::stderr(style))),
+            None => backend,
+        })
+    }
 }
 
 /// Flags of `podpass node ensure-image`.
@@ -50,6 +61,10 @@ impl RuntimeFlags {
 pub struct EnsureImageArgs {
     #[command(flatten)]
     runtime: RuntimeFlags,
+    /// Pull progress on stderr: `auto` (`tty` on a terminal, else `plain`), `tty`, `plain`
+    /// (a line per layer and the totals) or `none`.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
     /// KubeletConfiguration file (policy, allowlist, pull parallelism, feature gates).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -112,6 +127,10 @@ pub struct RemoveArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     runtime: RuntimeFlags,
+    /// Pull progress on stderr: `auto` (`tty` on a terminal, else `plain`), `tty`, `plain`
+    /// (a line per layer and the totals) or `none`.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
     /// Pull secret manifests whose credentials may pull it (tried in keyring order).
     #[arg(long = "pull-secret")]
     pull_secrets: Vec<PathBuf>,
@@ -246,7 +265,7 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let gates = assembly::feature_gates(&config, &a.feature_gates)?;
     let sa =
         a.service_account.as_deref().map(str::parse::<ServiceAccountRef>).transpose().context("--service-account")?;
-    let backend = Arc::new(a.runtime.backend().await?);
+    let backend = Arc::new(a.runtime.backend_with_progress(a.progress).await?);
     let (manager, pull_manager, warnings) =
         assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates, assembly::WarmUp::Foreground).await?;
     for e in warnings {
@@ -285,12 +304,26 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
 
 /// Runs `images load`.
 pub async fn load(a: LoadArgs) -> Result<()> {
-    let backend = a.runtime.backend().await?;
+    let backend = a.runtime.backend_with_progress(a.progress).await?;
     let secrets = crate::node::read_pull_secrets(&a.pull_secrets)?;
     let found = lookup(&a.image, None, &secrets, &[], &Default::default()).await;
     let image = podpass_node::images::reference::apply_default_tag(&a.image)?;
+    // CRI's PullImage reports nothing until it is done: say so, then the totals.
+    let cri_totals = a.progress.resolve().is_some() && !backend.reports_progress();
+    if cri_totals {
+        eprintln!("pulling {image} through the container runtime (CRI reports no per-layer progress)");
+    }
+    let started = std::time::Instant::now();
     match pull_with_credentials(&backend, &image, &found.credentials).await {
         Ok((id, _)) => {
+            if cri_totals {
+                let size = backend.image_status(&id).await.ok().flatten().map_or(0, |i| i.size);
+                eprintln!(
+                    "pulled {image}: {} in {:.1} s",
+                    crate::pull_progress::bytes(size),
+                    started.elapsed().as_secs_f64()
+                );
+            }
             outln!("{id}");
             Ok(())
         }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::cri::CriImageService;
 use super::embedded::EmbeddedStore;
+use super::progress::PullObserver;
 use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 
 /// One of the two backends.
@@ -27,6 +28,22 @@ impl Backend {
             Some(ep) => Ok(Self::Cri(CriImageService::connect(ep).await?)),
             None => Ok(Self::Embedded(EmbeddedStore::open(root_dir, insecure_registries)?)),
         }
+    }
+
+    /// Reports pull progress to `observer` where the backend can (the embedded store); a
+    /// CRI runtime has no progress to report and is returned unchanged.
+    #[must_use]
+    pub fn with_progress(self, observer: std::sync::Arc<dyn PullObserver>) -> Self {
+        match self {
+            Self::Embedded(s) => Self::Embedded(s.with_progress(observer)),
+            cri @ Self::Cri(_) => cri,
+        }
+    }
+
+    /// Whether pulls report per-blob progress (the embedded store) or only their result
+    /// (CRI).
+    pub fn reports_progress(&self) -> bool {
+        matches!(self, Self::Embedded(_))
     }
 }
 

@@ -23,6 +23,7 @@ use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
+use super::progress::{BlobInfo, BlobKind, PullObserver, PullProgress};
 use super::reference::{self, ImageReference};
 use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 
@@ -87,6 +88,7 @@ pub struct EmbeddedStore {
     insecure_registries: Vec<String>,
     // Serialises changes to images.json; blobs are written without it (content-addressed).
     state_lock: tokio::sync::Mutex<()>,
+    progress: Option<std::sync::Arc<dyn PullObserver>>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
@@ -185,7 +187,20 @@ impl EmbeddedStore {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
         clean_ingest(&root.join("ingest"));
-        Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()) })
+        Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()), progress: None })
+    }
+
+    /// Reports every pull's progress (blobs resolved, bytes, each blob done) to `observer`.
+    #[must_use]
+    pub fn with_progress(mut self, observer: std::sync::Arc<dyn PullObserver>) -> Self {
+        self.progress = Some(observer);
+        self
+    }
+
+    fn report(&self, event: &PullProgress<'_>) {
+        if let Some(o) = &self.progress {
+            o.observe(event);
+        }
     }
 
     fn blob_path(&self, hex: &str) -> PathBuf {
@@ -251,6 +266,7 @@ impl EmbeddedStore {
     /// renamed into place.
     async fn fetch_blob(
         &self,
+        image: &str,
         client: &Client,
         reference: &Reference,
         d: &Descriptor,
@@ -258,7 +274,9 @@ impl EmbeddedStore {
     ) -> Result<(), ImageError> {
         let hex = digest_hex(&d.digest)?.to_owned();
         let path = self.blob_path(&hex);
+        let size = u64::try_from(d.size).unwrap_or(0);
         if tokio::fs::metadata(&path).await.is_ok_and(|m| i64::try_from(m.len()).ok() == Some(d.size)) {
+            self.report(&PullProgress::BlobDone { image, digest: &d.digest, size, already_present: true });
             return Ok(());
         }
         let seq = INGEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -271,9 +289,13 @@ impl EmbeddedStore {
                 size: d.size,
                 ..Default::default()
             };
-            let limit = u64::try_from(d.size).unwrap_or(0);
-            let mut verifying =
-                Verifying { inner: &mut file, left: limit, written: 0, hash: digest::Context::new(&digest::SHA256) };
+            let mut verifying = Verifying {
+                inner: &mut file,
+                left: size,
+                written: 0,
+                hash: digest::Context::new(&digest::SHA256),
+                progress: self.progress.as_deref().map(|o| (o, image, d.digest.as_str())),
+            };
             client.pull_blob(reference, &descriptor, &mut verifying).await.map_err(|e| map_oci(&d.digest, e))?;
             let (len, actual) = verifying.finish();
             file.flush().await.map_err(io(&ingest))?;
@@ -290,6 +312,7 @@ impl EmbeddedStore {
             }
             tokio::fs::rename(&ingest, &path).await.map_err(io(&path))?;
             fresh.push(d.digest.clone());
+            self.report(&PullProgress::BlobDone { image, digest: &d.digest, size, already_present: false });
             Ok(())
         }
         .await;
@@ -406,11 +429,18 @@ impl EmbeddedStore {
                 manifest_fetch::MAX_CONFIG_BYTES
             )));
         }
-        self.fetch_blob(&client, &oci_ref, &config, fresh).await?;
+        if self.progress.is_some() {
+            let blobs: Vec<BlobInfo> = std::iter::once((&config, BlobKind::Config))
+                .chain(manifest.layers.iter().map(|l| (l, BlobKind::Layer)))
+                .map(|(d, kind)| BlobInfo { digest: d.digest.clone(), size: u64::try_from(d.size).unwrap_or(0), kind })
+                .collect();
+            self.report(&PullProgress::Resolved { image, blobs: &blobs });
+        }
+        self.fetch_blob(image, &client, &oci_ref, &config, fresh).await?;
         let mut size = u64::try_from(config.size).unwrap_or(0);
         let mut content = vec![config.digest.clone()];
         for layer in &manifest.layers {
-            self.fetch_blob(&client, &oci_ref, layer, fresh).await?;
+            self.fetch_blob(image, &client, &oci_ref, layer, fresh).await?;
             size += u64::try_from(layer.size).unwrap_or(0);
             content.push(layer.digest.clone());
         }
@@ -419,6 +449,7 @@ impl EmbeddedStore {
         }
         content.push(manifest_digest.clone());
         self.add_image(&r, &config.digest, &manifest_digest, size, &content).await?;
+        self.report(&PullProgress::Finished { image, id: &config.digest });
         Ok(config.digest)
     }
 
@@ -550,6 +581,8 @@ struct Verifying<'a, W> {
     left: u64,
     written: u64,
     hash: digest::Context,
+    /// Where each chunk is reported: the observer, the image and the blob's digest.
+    progress: Option<(&'a dyn PullObserver, &'a str, &'a str)>,
 }
 
 impl<W> Verifying<'_, W> {
@@ -576,6 +609,14 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Verifying<'_, W
             let n = u64::try_from(*n).unwrap_or(0);
             this.left -= n;
             this.written += n;
+            if let Some((observer, image, digest)) = this.progress {
+                observer.observe(&PullProgress::Downloading {
+                    image,
+                    digest,
+                    done: this.written,
+                    size: this.written + this.left,
+                });
+            }
         }
         poll
     }
@@ -684,7 +725,13 @@ mod tests {
     async fn a_blob_cannot_outgrow_its_descriptor() {
         use tokio::io::AsyncWriteExt as _;
         let mut sink = Vec::new();
-        let mut w = Verifying { inner: &mut sink, left: 4, written: 0, hash: digest::Context::new(&digest::SHA256) };
+        let mut w = Verifying {
+            inner: &mut sink,
+            left: 4,
+            written: 0,
+            hash: digest::Context::new(&digest::SHA256),
+            progress: None,
+        };
         w.write_all(b"abcd").await.unwrap();
         let err = w.write_all(b"e").await.unwrap_err();
         assert_eq!(err.to_string(), "blob is larger than its descriptor's size");

@@ -16,6 +16,7 @@ pub(crate) mod manifest_fetch;
 pub(crate) mod mapping;
 pub(crate) mod mem_records;
 pub(crate) mod policy;
+pub(crate) mod progress;
 pub(crate) mod pull_manager;
 pub(crate) mod records;
 pub mod reference;
@@ -34,6 +35,7 @@ pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 pub use mapping::CredentialMapping;
 pub use mem_records::{MAX_INTENTS, MAX_PULLED};
 pub use policy::{AllowlistError, PolicyEnforcer, VerificationPolicy};
+pub use progress::{BlobInfo, BlobKind, PullObserver, PullProgress};
 pub use pull_manager::{
     CheckLabels, CheckResult, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager, PullRecordError, merge_credentials,
     rfc3339_now,
