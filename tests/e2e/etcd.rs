@@ -1,7 +1,9 @@
 //! End-to-end on the real etcd (Debian `etcd-server`): two `podpass apiserver` replicas on
 //! one etcd serve the same objects, see each other's writes in watches, review each other's
-//! tokens; compacted history is 410; a stopped etcd makes requests fail fast and the
-//! replicas recover by themselves, with no acknowledged write lost.
+//! tokens; compacted history is 410 (beyond the watch cache's window); a stopped etcd makes
+//! requests fail fast and the replicas recover by themselves, with no acknowledged write
+//! lost. The watch cache: consistent reads see every acknowledged write, `resourceVersion`
+//! "0" and "N" as upstream, one etcd watcher per server however many watches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -96,6 +98,14 @@ fn get(s: &Server, path: &str) -> (u16, Value) {
     call(s, reqwest::Method::GET, path, None)
 }
 
+/// The first line of a watch (an event), read within 15 s.
+fn first_watch_line(s: &Server, path: &str) -> Value {
+    let resp = client(&s.dir).get(format!("{}{path}", s.url)).bearer_auth(ADMIN).send().unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    let line = BufReader::new(resp).lines().next().unwrap().unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
 #[test]
 fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -185,7 +195,8 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     assert_eq!(review["status"]["authenticated"], true, "{review}");
     assert_eq!(review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-name"][0], "web");
 
-    // compaction: a watch from before it is told to relist (410 Expired)
+    // compaction: the watch cache still serves a watch from inside its window, as
+    // upstream's cacher does…
     let (_, list) = get(&a, "/api/v1/namespaces/team/pods");
     let current: i64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     let compacted = reqwest::blocking::Client::new()
@@ -194,8 +205,19 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
         .send()
         .unwrap();
     assert!(compacted.status().is_success());
-    let (code, gone) = get(&b, &format!("/api/v1/namespaces/team/pods?watch=true&resourceVersion={}", current - 3));
+    let first = first_watch_line(&b, &format!("/api/v1/namespaces/team/pods?watch=true&resourceVersion={rv}"));
+    assert_eq!((first["type"].as_str(), first["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("api")));
+    // …a watch from before the window is told to relist (410 Expired)…
+    let (code, gone) = get(&b, "/api/v1/namespaces/team/pods?watch=true&resourceVersion=1");
     assert!(code == 410 || gone["object"]["code"] == 410, "{code} {gone}");
+    // …and without the cache, etcd's compaction answers 410 itself.
+    std::fs::create_dir(d.join("c")).unwrap();
+    let mut uncached_flags = flags.to_vec();
+    uncached_flags.push("--watch-cache=false");
+    let c = start(&d.join("c"), &uncached_flags);
+    let (code, gone) = get(&c, &format!("/api/v1/namespaces/team/pods?watch=true&resourceVersion={}", current - 3));
+    assert!(code == 410 || gone["object"]["code"] == 410, "{code} {gone}");
+    drop(c);
 
     // etcd stopped: requests fail fast with a 5xx Status, no hang
     let acknowledged = post(&a, "/api/v1/namespaces/team/pods", pod("before-stop"));
@@ -260,26 +282,130 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     let tokens = d.join("tokens.csv");
     std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
     let etcd_url = etcd.url();
-    std::fs::create_dir(d.join("a")).unwrap();
-    let a = start(&d.join("a"), &["--etcd-servers", &etcd_url, "--token-auth-file", tokens.to_str().unwrap()]);
-    let baseline = etcd_watchers(&etcd);
-    let url = format!("{}/api/v1/configmaps?watch=true&labelSelector=never%3Dmatches", a.url);
-    let open: Vec<_> = (0..20)
-        .map(|_| {
-            let resp = client(&a.dir).get(&url).bearer_auth(ADMIN).send().unwrap();
-            assert_eq!(resp.status(), 200);
-            resp
-        })
-        .collect();
     let wait_for = |want: &dyn Fn(i64) -> bool, what: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !want(etcd_watchers(&etcd)) {
-            assert!(Instant::now() < deadline, "{what}: {} watchers (baseline {baseline})", etcd_watchers(&etcd));
+            assert!(Instant::now() < deadline, "{what}: {} watchers", etcd_watchers(&etcd));
             std::thread::sleep(Duration::from_millis(100));
         }
     };
+    let url = |s: &Server| format!("{}/api/v1/configmaps?watch=true&labelSelector=never%3Dmatches", s.url);
+    let open = |s: &Server| -> Vec<_> {
+        (0..20)
+            .map(|_| {
+                let resp = client(&s.dir).get(url(s)).bearer_auth(ADMIN).send().unwrap();
+                assert_eq!(resp.status(), 200);
+                resp
+            })
+            .collect()
+    };
+
+    // Without the watch cache each watch is an etcd watcher, cancelled when its client goes.
+    std::fs::create_dir(d.join("a")).unwrap();
+    let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
+    let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
+    let baseline = etcd_watchers(&etcd);
+    let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled
-    drop(open);
+    drop(watches);
     wait_for(&|n| n <= baseline, "watchers left behind");
+
+    // With it (the default) a server holds one etcd watcher, however many watches it serves.
+    std::fs::create_dir(d.join("b")).unwrap();
+    let b = start(&d.join("b"), &flags);
+    wait_for(&|n| n == baseline + 1, "the watch cache's one watcher");
+    let watches = open(&b);
+    let first = first_watch_line(&b, "/api/v1/namespaces?watch=true");
+    assert_eq!(first["type"], "ADDED");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(etcd_watchers(&etcd), baseline + 1);
+    drop(watches);
+}
+
+/// The watch cache's read semantics on a replica that did not make the writes: every
+/// acknowledged write is visible to a consistent read at once (no sleep), `resourceVersion`
+/// "0" reads the cache, "N" beyond anything written is 504 after upstream's 3 s, and a
+/// watch resumes from any revision in the window with exactly the changes after it.
+#[test]
+fn the_watch_cache_reads_consistently_across_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let key = d.join("sa.pem");
+    ok(
+        Command::new(PODPASS)
+            .args(["token", "keygen", "--alg", "ES256", "--out", key.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let tokens = d.join("tokens.csv");
+    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
+    let etcd_url = etcd.url();
+    let flags = [
+        "--etcd-servers",
+        etcd_url.as_str(),
+        "--service-account-signing-key-file",
+        key.to_str().unwrap(),
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
+    ];
+    for r in ["a", "b"] {
+        std::fs::create_dir(d.join(r)).unwrap();
+    }
+    let (a, b) = (start(&d.join("a"), &flags), start(&d.join("b"), &flags));
+    post(&a, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    let cm = |name: &str, v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}});
+
+    // Read-your-writes across replicas: every write through A, read back through B at once.
+    let (_, before) = get(&b, "/api/v1/namespaces/team/configmaps");
+    let existing = before["items"].as_array().unwrap().len(); // kube-root-ca.crt
+    let mut last_rv = String::new();
+    for i in 0..50 {
+        let written = post(&a, "/api/v1/namespaces/team/configmaps", cm(&format!("c{i}"), "1"));
+        let (code, seen) = get(&b, &format!("/api/v1/namespaces/team/configmaps/c{i}"));
+        assert_eq!(code, 200, "write {i} not visible on B: {seen}");
+        assert_eq!(seen["metadata"]["resourceVersion"], written["metadata"]["resourceVersion"]);
+        let (_, list) = get(&b, "/api/v1/namespaces/team/configmaps");
+        assert_eq!(list["items"].as_array().unwrap().len(), existing + i + 1);
+        last_rv = written["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    }
+    // A delete through A is gone on B at once.
+    let (code, _) = call(&a, reqwest::Method::DELETE, "/api/v1/namespaces/team/configmaps/c0", None);
+    assert_eq!(code, 200);
+    assert_eq!(get(&b, "/api/v1/namespaces/team/configmaps/c0").0, 404);
+
+    // resourceVersion=0: from the cache; N: not older than N; N in the future: 504 after ~3 s.
+    let (code, list) = get(&b, "/api/v1/namespaces/team/configmaps?resourceVersion=0");
+    assert_eq!(code, 200);
+    assert_eq!(list["items"].as_array().unwrap().len(), existing + 49, "the delete is in the cache already");
+    let (code, seen) = get(&b, &format!("/api/v1/namespaces/team/configmaps/c49?resourceVersion={last_rv}"));
+    assert_eq!((code, seen["data"]["v"].as_str()), (200, Some("1")));
+    let future = last_rv.parse::<u64>().unwrap() + 1000;
+    let started = Instant::now();
+    let (code, status) = get(&b, &format!("/api/v1/namespaces/team/configmaps/c49?resourceVersion={future}"));
+    assert_eq!((code, status["reason"].as_str()), (504, Some("Timeout")), "{status}");
+    assert!(status["message"].as_str().unwrap().starts_with(&format!("Too large resource version: {future}")));
+    assert!(started.elapsed() >= Duration::from_secs(2), "answered before waiting: {:?}", started.elapsed());
+    let (code, _) = get(&b, "/api/v1/namespaces/team/configmaps?resourceVersion=abc");
+    assert_eq!(code, 400);
+
+    // A watch on B resumed from c10's revision replays exactly the changes after it.
+    let c10 = get(&b, "/api/v1/namespaces/team/configmaps/c10").1;
+    let from = c10["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let resp = client(&b.dir)
+        .get(format!("{}/api/v1/namespaces/team/configmaps?watch=true&resourceVersion={from}&timeoutSeconds=2", b.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .unwrap();
+    let events: Vec<Value> =
+        BufReader::new(resp).lines().map(|l| serde_json::from_str::<Value>(&l.unwrap()).unwrap()).collect();
+    let names: Vec<(String, String)> = events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap().to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned()))
+        .collect();
+    let mut expected: Vec<(String, String)> = (11..50).map(|i| ("ADDED".to_owned(), format!("c{i}"))).collect();
+    expected.push(("DELETED".to_owned(), "c0".to_owned()));
+    assert_eq!(names, expected);
 }

@@ -92,6 +92,11 @@ struct ServerFlags {
     /// in the data dir. Replicas sharing one etcd need the same signing and verification keys.
     #[arg(long, value_delimiter = ',')]
     etcd_servers: Vec<String>,
+    /// With etcd: serve reads and watches from memory kept current by an etcd watch
+    /// (consistent reads wait for it to reach etcd's revision); false: every read goes to
+    /// etcd.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_cache: bool,
     /// Connections served at once; more wait in the listen backlog. Keep it below the open
     /// file limit (`ulimit -n`).
     #[arg(long, default_value_t = 1000)]
@@ -201,6 +206,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         authorization_modes: f.authorization_mode.0.clone(),
         node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
         etcd_servers: f.etcd_servers.clone(),
+        watch_cache: f.watch_cache,
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         serve_limits: podpass_apiserver::server::serve::ServeLimits {
             max_connections: f.max_connections,

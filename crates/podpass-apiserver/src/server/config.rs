@@ -59,6 +59,9 @@ pub struct ApiServerConfig {
     pub token_request_uid_validation: bool,
     /// `--etcd-servers`: etcd endpoints (`http://host:port`); empty = the embedded store.
     pub etcd_servers: Vec<String>,
+    /// `--watch-cache` (default true, as upstream): with etcd, serve reads and watches from
+    /// memory kept current by an etcd watch; false: every read is an etcd round trip.
+    pub watch_cache: bool,
     /// How long a successful token authentication is remembered (kube-apiserver's
     /// `TokenSuccessCacheTTL`, fixed at 10 s upstream, [`token_cache::DEFAULT_SUCCESS_TTL`]);
     /// zero disables the cache.
@@ -261,6 +264,7 @@ mod tests {
             node_audience_restriction: true,
             token_request_uid_validation: true,
             etcd_servers: vec![],
+            watch_cache: true,
             token_success_cache_ttl: std::time::Duration::ZERO,
             serve_limits: serve::ServeLimits::default(),
             min_request_timeout: std::time::Duration::from_secs(1800),

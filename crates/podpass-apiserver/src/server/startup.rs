@@ -48,6 +48,11 @@ impl Prepared {
     pub async fn start(self) -> std::io::Result<Running> {
         let store: Arc<dyn Store> = match self.store.clone() {
             Some(store) => store,
+            None if self.config.watch_cache => Arc::new(
+                crate::store::CachedStore::connect(&self.config.etcd_servers, crate::store::DEFAULT_WINDOW)
+                    .await
+                    .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
+            ),
             None => Arc::new(
                 crate::store::EtcdStore::connect(&self.config.etcd_servers)
                     .await

@@ -36,11 +36,11 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("etcd: {e}"))
 }
 
-fn revision_of(rev: i64) -> u64 {
+pub(super) fn revision_of(rev: i64) -> u64 {
     u64::try_from(rev).unwrap_or(0)
 }
 
@@ -51,7 +51,7 @@ fn decode(kv: &KeyValue, revision: u64) -> Result<Value, StoreError> {
 }
 
 /// The key just past every key starting with `prefix` (etcd's range end for a prefix).
-fn prefix_end(prefix: &str) -> Vec<u8> {
+pub(super) fn prefix_end(prefix: &str) -> Vec<u8> {
     let mut end = prefix.as_bytes().to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -71,6 +71,11 @@ impl EtcdStore {
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         let client = Client::connect(endpoints, Some(options)).await.map_err(backend)?;
         Ok(Self { client })
+    }
+
+    /// The etcd client (the watch cache shares its connection).
+    pub(super) fn client(&self) -> &Client {
+        &self.client
     }
 
     async fn read(&self, key: &ObjectKey) -> Result<Option<Stored>, StoreError> {

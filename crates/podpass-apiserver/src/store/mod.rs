@@ -6,6 +6,7 @@
 //! upstream's storage does, `metadata.resourceVersion` is never stored: it is cleared on
 //! write and set from the object's revision on every read.
 
+mod cache;
 mod embedded;
 pub mod etcd;
 pub mod selector;
@@ -18,6 +19,7 @@ use serde_json::Value;
 use thiserror::Error;
 use tokio::sync::mpsc;
 
+pub use cache::{CachedStore, DEFAULT_WINDOW};
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
@@ -85,6 +87,30 @@ pub struct Stored {
     pub object: Value,
     /// Its revision (= resourceVersion).
     pub revision: u64,
+}
+
+/// How fresh a read must be: its `resourceVersion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// `""`: at least as recent as etcd when the read started.
+    Consistent,
+    /// `"0"`: whatever the cache holds.
+    Any,
+    /// `"N"`: at least revision N.
+    NotOlderThan(u64),
+}
+
+impl Freshness {
+    /// From a request's `resourceVersion` (absent = consistent).
+    pub fn from_resource_version(rv: Option<&str>) -> Result<Self, String> {
+        match rv {
+            None | Some("") => Ok(Self::Consistent),
+            Some("0") => Ok(Self::Any),
+            Some(rv) => {
+                rv.parse::<u64>().map(Self::NotOlderThan).map_err(|_| format!("invalid resourceVersion {rv:?}"))
+            }
+        }
+    }
 }
 
 /// Which objects a list or watch selects.
@@ -253,6 +279,17 @@ pub trait Store: Send + Sync {
         Box::pin(async move { self.get(key).await.map(std::sync::Arc::new) })
     }
 
+    /// Reads one object at the freshness a request's `resourceVersion` asks for. A store
+    /// without a cache reads consistently whatever is asked.
+    fn get_with<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        freshness: Freshness,
+    ) -> BoxFuture<'a, Result<std::sync::Arc<Stored>, StoreError>> {
+        let _ = freshness;
+        self.get_shared(key)
+    }
+
     /// Lists `resource` (in `namespace` when given) at one consistent revision.
     fn list<'a>(
         &'a self,
@@ -260,6 +297,19 @@ pub trait Store: Send + Sync {
         namespace: Option<&'a str>,
         options: &'a ListOptions,
     ) -> BoxFuture<'a, Result<ListResult, StoreError>>;
+
+    /// Lists at the freshness a request's `resourceVersion` asks for. A store without a
+    /// cache lists consistently whatever is asked.
+    fn list_with<'a>(
+        &'a self,
+        resource: &'a str,
+        namespace: Option<&'a str>,
+        options: &'a ListOptions,
+        freshness: Freshness,
+    ) -> BoxFuture<'a, Result<ListResult, StoreError>> {
+        let _ = freshness;
+        self.list(resource, namespace, options)
+    }
 
     /// Creates an object; `AlreadyExists` if the key is taken.
     fn create<'a>(&'a self, key: &'a ObjectKey, object: Value) -> BoxFuture<'a, Result<Stored, StoreError>>;
@@ -363,6 +413,15 @@ pub fn depth(value: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_versions_ask_for_upstreams_freshness() {
+        assert_eq!(Freshness::from_resource_version(None), Ok(Freshness::Consistent));
+        assert_eq!(Freshness::from_resource_version(Some("")), Ok(Freshness::Consistent));
+        assert_eq!(Freshness::from_resource_version(Some("0")), Ok(Freshness::Any));
+        assert_eq!(Freshness::from_resource_version(Some("42")), Ok(Freshness::NotOlderThan(42)));
+        assert_eq!(Freshness::from_resource_version(Some("-1")), Err("invalid resourceVersion \"-1\"".to_owned()));
+    }
 
     #[test]
     fn depth_counts_containers() {

@@ -114,3 +114,11 @@ pub fn get(host: &str, path: &str, token: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nAccept: application/json\r\n\r\n")
         .into_bytes()
 }
+
+/// A DELETE request with a bearer token, ready to send.
+pub fn delete(host: &str, path: &str, token: &str) -> Vec<u8> {
+    format!(
+        "DELETE {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nAccept: application/json\r\nContent-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}

@@ -1,7 +1,8 @@
-//! `podpass bench apiserver`: drives a real `podpass apiserver` (embedded store, HTTPS) with
-//! concurrent pod-bound TokenRequests and TokenReviews, and measures, in the same run, the
-//! physical limit: raw ES256 signs and verifies per second of aws-lc-rs, the library that
-//! signs podpass tokens, on every core of this machine.
+//! `podpass bench apiserver`: drives a real `podpass apiserver` (embedded store, or etcd
+//! with `--etcd-servers`; HTTPS) with concurrent pod-bound TokenRequests and TokenReviews
+//! and a pod-churn phase, and measures, in the same run, the physical limit: raw ES256
+//! signs and verifies per second of aws-lc-rs, the library that signs podpass tokens, on
+//! every core of this machine.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use serde_json::{Value, json};
 
 use self::raw::{RawOp, raw_rate};
 
+mod churn;
 mod credentials;
 mod http;
 mod images;
@@ -58,6 +60,19 @@ pub struct ApiserverBench {
     /// Run only this phase (e.g. to profile it).
     #[arg(long, value_enum)]
     only: Option<Only>,
+    /// Run the server on this etcd (`http://127.0.0.1:2379`, comma-separated) instead of
+    /// the embedded store; TokenRequests are then measured on both, in the same run.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// With etcd: the server's `--watch-cache` (false: every read is an etcd round trip).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    watch_cache: bool,
+    /// Pods per second the churn phase offers.
+    #[arg(long, default_value_t = 600.0)]
+    churn_rate: f64,
+    /// Connections the churn phase spreads its cycles over.
+    #[arg(long, default_value_t = 128)]
+    churn_connections: usize,
 }
 
 /// A bench phase.
@@ -67,6 +82,8 @@ pub enum Only {
     Requests,
     /// TokenReviews of pod-bound tokens.
     Reviews,
+    /// Pod churn: create pod, TokenRequest bound to it, TokenReview, delete pod.
+    Churn,
 }
 
 /// Runs a bench subcommand.
@@ -108,6 +125,12 @@ fn apiserver(args: ApiserverBench) -> Result<()> {
     if !(args.seconds > 0.0 && args.seconds.is_finite()) {
         bail!("--seconds: must be a positive number");
     }
+    if !(args.churn_rate > 0.0 && args.churn_rate.is_finite()) {
+        bail!("--churn-rate: must be a positive number");
+    }
+    if args.churn_connections == 0 {
+        bail!("--churn-connections: must be at least 1");
+    }
     let phase = Duration::from_secs_f64(args.seconds);
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let (data_dir, temporary) = match args.data_dir {
@@ -118,16 +141,65 @@ fn apiserver(args: ApiserverBench) -> Result<()> {
         std::fs::remove_dir_all(&data_dir).with_context(|| format!("clearing {}", data_dir.display()))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
-    let result = runtime.block_on(drive(&data_dir, args.clients, phase, cores, args.only));
+    let plan = Plan {
+        clients: args.clients,
+        phase,
+        cores,
+        only: args.only,
+        store: Backing { etcd: args.etcd_servers, watch_cache: args.watch_cache },
+        churn_rate: args.churn_rate,
+        churn_connections: args.churn_connections,
+    };
+    let result = runtime.block_on(drive(&data_dir, &plan));
     if temporary {
         let _ = std::fs::remove_dir_all(&data_dir);
     }
     result
 }
 
-/// Starts a server on `data_dir` (token success cache `ttl`) and creates the bench objects.
-async fn start(data_dir: &std::path::Path, clients: usize, ttl: Duration) -> Result<(Api, Vec<String>)> {
-    start_with(data_dir, clients, ttl, "bench-node", "registry.example/app:1").await
+/// What `bench apiserver` runs.
+struct Plan {
+    clients: usize,
+    phase: Duration,
+    cores: usize,
+    only: Option<Only>,
+    store: Backing,
+    churn_rate: f64,
+    churn_connections: usize,
+}
+
+/// What the server under test stores its objects in.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Backing {
+    /// Empty: the embedded store.
+    etcd: Vec<String>,
+    /// With etcd: `--watch-cache`.
+    watch_cache: bool,
+}
+
+impl Backing {
+    fn embedded() -> Self {
+        Self::default()
+    }
+
+    fn describe(&self) -> String {
+        match (self.etcd.is_empty(), self.watch_cache) {
+            (true, _) => "embedded store".into(),
+            (false, true) => format!("etcd at {} with the watch cache", self.etcd.join(",")),
+            (false, false) => format!("etcd at {} without the watch cache", self.etcd.join(",")),
+        }
+    }
+}
+
+/// Starts a server on `data_dir` (token success cache `ttl`; objects in `store`) and
+/// creates the bench objects.
+async fn start(
+    data_dir: &std::path::Path,
+    clients: usize,
+    ttl: Duration,
+    store: &Backing,
+) -> Result<(Api, Vec<String>)> {
+    start_with(data_dir, clients, ttl, "bench-node", "registry.example/app:1", store).await
 }
 
 /// [`start`] with the bench pods on Node `node`, running `image`.
@@ -137,6 +209,7 @@ async fn start_with(
     ttl: Duration,
     node: &str,
     image: &str,
+    backing: &Backing,
 ) -> Result<(Api, Vec<String>)> {
     let config = ApiServerConfig {
         data_dir: data_dir.to_owned(),
@@ -159,7 +232,8 @@ async fn start_with(
             podpass_apiserver::server::authz::Mode::Rbac,
         ],
         node_audience_restriction: true,
-        etcd_servers: Vec::new(),
+        etcd_servers: backing.etcd.clone(),
+        watch_cache: backing.watch_cache,
         token_success_cache_ttl: ttl,
         serve_limits: Default::default(),
         min_request_timeout: std::time::Duration::from_secs(1800),
@@ -222,37 +296,57 @@ async fn review_phase(api: &Api, pod_uids: &[String], phase: Duration, cores: us
     Ok((reviews, verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?)))
 }
 
-async fn drive(
-    data_dir: &std::path::Path,
-    clients: usize,
-    phase: Duration,
-    cores: usize,
-    only: Option<Only>,
-) -> Result<()> {
-    outln!("podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores", phase.as_secs_f64());
+async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
+    let (clients, phase, cores, only, store) = (plan.clients, plan.phase, plan.cores, plan.only, &plan.store);
+    let etcd = &store.etcd;
+    outln!(
+        "podpass bench apiserver: {clients} clients, {:.1} s per phase, {cores} cores, {}",
+        phase.as_secs_f64(),
+        store.describe()
+    );
     outln!("(server and load generator share the cores; raw rates are measured before and after each phase)");
-    if only != Some(Only::Reviews) {
-        let (api, pod_uids) = start(&data_dir.join("requests"), clients, DEFAULT_SUCCESS_TTL).await?;
+    if only.is_none() || only == Some(Only::Requests) {
         let sign = Raw::measure(cores, phase, RawOp::Sign)?;
+        let mut embedded_rate = None;
+        if !etcd.is_empty() {
+            // The same phase on the embedded store first: the reference the etcd figure is
+            // a ratio of.
+            let (api, pod_uids) =
+                start(&data_dir.join("requests-embedded"), clients, DEFAULT_SUCCESS_TTL, &Backing::embedded()).await?;
+            let requests =
+                run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
+            requests.print("TokenRequest (embedded)", "tokens", &sign, "sign");
+            embedded_rate = Some(requests.rate());
+        }
+        let (api, pod_uids) = start(&data_dir.join("requests"), clients, DEFAULT_SUCCESS_TTL, store).await?;
         let requests =
             run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
         let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
         sign.print("sign");
-        requests.print("TokenRequest (pod-bound)", "tokens", &sign, "sign");
+        let label = if etcd.is_empty() { "TokenRequest (pod-bound)" } else { "TokenRequest (etcd)" };
+        requests.print(label, "tokens", &sign, "sign");
+        if let Some(embedded) = embedded_rate {
+            outln!("TokenRequest on etcd / on the embedded store: {:.2}x", requests.rate() / embedded);
+        }
     }
-    if only == Some(Only::Requests) {
-        return Ok(());
+    if only.is_none() || only == Some(Only::Reviews) {
+        // Every review verified: the success cache off, so each one checks the signature and
+        // looks up the service account, pod and node.
+        let (api, pod_uids) = start(&data_dir.join("reviews-uncached"), clients, Duration::ZERO, store).await?;
+        let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
+        verify.print("verify");
+        reviews.print("TokenReview (verified)", "reviews", &verify, "verify");
+        // As deployed: kube-apiserver's 10 s success cache answers repeated reviews of a token.
+        let (api, pod_uids) = start(&data_dir.join("reviews-cached"), clients, DEFAULT_SUCCESS_TTL, store).await?;
+        let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
+        reviews.print("TokenReview (10 s cache)", "reviews", &verify, "verify");
     }
-    // Every review verified: the success cache off, so each one checks the signature and
-    // looks up the service account, pod and node.
-    let (api, pod_uids) = start(&data_dir.join("reviews-uncached"), clients, Duration::ZERO).await?;
-    let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
-    verify.print("verify");
-    reviews.print("TokenReview (verified)", "reviews", &verify, "verify");
-    // As deployed: kube-apiserver's 10 s success cache answers repeated reviews of a token.
-    let (api, pod_uids) = start(&data_dir.join("reviews-cached"), clients, DEFAULT_SUCCESS_TTL).await?;
-    let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
-    reviews.print("TokenReview (10 s cache)", "reviews", &verify, "verify");
+    if only.is_none() || only == Some(Only::Churn) {
+        let (api, _) = start(&data_dir.join("churn"), 0, DEFAULT_SUCCESS_TTL, store).await?;
+        let churn =
+            churn::churn_phase(Arc::new(api), plan.churn_rate, phase, plan.churn_connections, "bench-node").await?;
+        churn.print(&store.describe(), plan.churn_rate);
+    }
     Ok(())
 }
 
@@ -328,10 +422,28 @@ impl Api {
         }
         serde_json::from_slice(&answer.body).with_context(|| format!("POST {path}: decoding the answer"))
     }
+
+    /// Creates `object` under `path`, or reads the one of that name that exists.
+    async fn ensure(&self, conn: &mut http::Connection, path: &str, object: &Value) -> Result<Value> {
+        let answer =
+            conn.round_trip(&self.request(path, &object.to_string())).await.with_context(|| format!("POST {path}"))?;
+        let answer = if answer.status == 409 {
+            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let item = format!("{path}/{name}");
+            conn.round_trip(&http::get(&self.host, &item, &self.token)).await.with_context(|| format!("GET {item}"))?
+        } else {
+            answer
+        };
+        if !(200..300).contains(&answer.status) {
+            bail!("POST {path}: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
+        }
+        serde_json::from_slice(&answer.body).with_context(|| format!("POST {path}: decoding the answer"))
+    }
 }
 
-/// Namespace `bench`, ServiceAccount `bench`, Node `bench-node` and one pod per client on
-/// it; returns the pods' UIDs.
+/// Namespace `bench`, ServiceAccount `bench`, Node `node` and one pod per client on it;
+/// returns the pods' UIDs. Objects that exist already (an earlier phase on the same etcd)
+/// are used as they are.
 async fn setup(api: &Api, clients: usize, node: &str, image: &str) -> Result<Vec<String>> {
     let mut conn = api.connect().await?;
     let objects = [
@@ -343,7 +455,7 @@ async fn setup(api: &Api, clients: usize, node: &str, image: &str) -> Result<Vec
         ("/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})),
     ];
     for (path, object) in objects {
-        api.post(&mut conn, path, &object.to_string()).await?;
+        api.ensure(&mut conn, path, &object).await?;
     }
     let mut uids = Vec::with_capacity(clients);
     for i in 0..clients {
@@ -357,7 +469,7 @@ async fn setup(api: &Api, clients: usize, node: &str, image: &str) -> Result<Vec
                 "containers": [{"name": "app", "image": image}],
             },
         });
-        let created = api.post(&mut conn, "/api/v1/namespaces/bench/pods", &pod.to_string()).await?;
+        let created = api.ensure(&mut conn, "/api/v1/namespaces/bench/pods", &pod).await?;
         let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without a uid")?;
         uids.push(uid.to_owned());
     }

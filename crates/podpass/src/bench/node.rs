@@ -295,8 +295,15 @@ async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
 async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     let image = registry().await?;
     // Baseline pods live on another node: the agent starts with none.
-    let (api, baseline_uids) =
-        super::start_with(&dir.join("api"), args.burst, super::DEFAULT_SUCCESS_TTL, "bench-baseline", &image).await?;
+    let (api, baseline_uids) = super::start_with(
+        &dir.join("api"),
+        args.burst,
+        super::DEFAULT_SUCCESS_TTL,
+        "bench-baseline",
+        &image,
+        &super::Backing::embedded(),
+    )
+    .await?;
     // The node's identity: a static token in the server's token file (re-read on change).
     let node_token = podpass_apiserver::server::random_token().context("node token")?;
     let tokens = dir.join("api/tokens.csv");

@@ -53,7 +53,9 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
     outln!("podpass bench registry-auth: {clients} clients, {:.1} s, {cores} cores", phase.as_secs_f64());
     outln!("(control plane, registry-auth and load generator share the cores; audit lines go to stderr)");
     let data = dir.join("api");
-    let (api, pod_uids) = start(&data, clients, podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL).await?;
+    let (api, pod_uids) =
+        start(&data, clients, podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL, &super::Backing::embedded())
+            .await?;
     let mut conn = api.connect().await?;
     // registry-auth reads discovery and the JWKS anonymously.
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

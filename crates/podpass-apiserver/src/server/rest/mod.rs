@@ -31,7 +31,7 @@ use self::objects::{admit_pod, pod_service_account, prepare_new, prepare_update}
 use self::resources::{ApiPath, RESOURCES, Resource, SUBRESOURCES, find, groups};
 use super::AppState;
 use super::status::ApiError;
-use crate::store::{FieldSelector, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, StoreError};
+use crate::store::{FieldSelector, Freshness, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, StoreError};
 use crate::time::format_rfc3339;
 
 /// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
@@ -243,13 +243,19 @@ async fn reads(
         table::IncludeObject::parse(query.get("includeObject").map(String::as_str)).map_err(ApiError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
-            let stored = state.store.get(&key(res, ns, name)).await?;
+            let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
             if as_table {
                 let rv = stored.revision.to_string();
-                let t = table::table(res.plural, &[stored.object], &rv, include, podpass_token::now_unix());
+                let t = table::table(
+                    res.plural,
+                    std::slice::from_ref(&stored.object),
+                    &rv,
+                    include,
+                    podpass_token::now_unix(),
+                );
                 return Ok(json_response(StatusCode::OK, t));
             }
-            Ok(json_response(StatusCode::OK, stored.object))
+            Ok(json_response(StatusCode::OK, stored.object.clone()))
         }
         (&Method::GET, None, None) if res.stored => {
             list(state, user, res, ns, query, as_table.then_some(include)).await
@@ -351,7 +357,7 @@ async fn list(
             .then(|| watch::BookmarkKind { api_version: res.api_version().to_string(), kind: res.kind.to_owned() });
         return Ok(watch::response(stream, Some(slot), timeout, bookmarks, table_events));
     }
-    let result = state.store.list(res.plural, ns, &options).await?;
+    let result = state.store.list_with(res.plural, ns, &options, freshness(query)?).await?;
     if let Some(include) = table {
         let rv = result.revision.to_string();
         let t = table::table(res.plural, &result.items, &rv, include, podpass_token::now_unix());
@@ -362,6 +368,12 @@ async fn list(
         json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
                "metadata": {"resourceVersion": result.revision.to_string()}, "items": result.items}),
     ))
+}
+
+/// How fresh a get or list must be, from its `resourceVersion` (upstream: `""` a
+/// consistent read, `"0"` any, `"N"` not older than N).
+fn freshness(query: &HashMap<String, String>) -> Result<Freshness, ApiError> {
+    Freshness::from_resource_version(query.get("resourceVersion").map(String::as_str)).map_err(ApiError::bad_request)
 }
 
 /// Admission for writes of existing kinds: RBAC objects are defaulted, validated, and
