@@ -1,10 +1,13 @@
-//! Bound-object lookups for token validation, answered from the store.
+//! Bound-object lookups for token validation, answered from the store as upstream's
+//! `NewGetterFromClient` answers them: from the cache when the object is there (informer
+//! listers upstream), else with a consistent read (a live GET), so an object created a
+//! moment ago is found.
 
 use crate::field::Field;
 use podpass_token::{BoundObject, BoundObjectLookup, LookupError};
 use serde_json::Value;
 
-use crate::store::{ObjectKey, Store, StoreError};
+use crate::store::{Freshness, ObjectKey, Store, StoreError};
 use crate::time::parse_rfc3339;
 
 /// Reads service accounts, pods, secrets and nodes for the token validator.
@@ -22,7 +25,11 @@ fn bound(object: &Value) -> BoundObject {
 
 impl StoreLookup<'_> {
     async fn get(&self, key: ObjectKey) -> Result<BoundObject, LookupError> {
-        match self.store.get_shared(&key).await {
+        let found = match self.store.get_with(&key, Freshness::Any).await {
+            Err(StoreError::NotFound { .. }) => self.store.get_with(&key, Freshness::Consistent).await,
+            other => other,
+        };
+        match found {
             Ok(stored) => Ok(bound(&stored.object)),
             Err(StoreError::NotFound { .. }) => {
                 Err(LookupError::NotFound { resource: resource_name(&key.resource), name: key.name })

@@ -45,6 +45,8 @@ const PAGE: i64 = 500;
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 /// Changes a watcher may be behind before it is closed (the client re-watches).
 const WATCH_BUFFER: usize = 4096;
+/// Revision fetches in flight at once.
+const CONCURRENT_FETCHES: usize = 1;
 /// Consistent reads waiting for one revision fetch at most (beyond that they wait for a
 /// slot: the fetches are shared, so this bounds memory, not throughput).
 const MAX_PENDING_FETCHES: usize = 65_536;
@@ -221,6 +223,7 @@ impl CachedStore {
         match freshness {
             Freshness::Consistent => self.consistent().await,
             Freshness::Any => Ok(self.shared.state.read().map_err(|_| poisoned())?.synced),
+            Freshness::AsOf(revision) => Ok(self.reach(revision, FRESHNESS_WAIT).await),
             Freshness::NotOlderThan(rv) => {
                 if self.reach(rv, TOO_LARGE_WAIT).await {
                     return Ok(true);
@@ -232,24 +235,31 @@ impl CachedStore {
     }
 }
 
-/// Answers revision requests, one etcd round trip for every request queued when it starts.
+/// Answers revision requests: every request queued when a fetch starts shares it. Up to
+/// [`CONCURRENT_FETCHES`] fetches run at once, so a reader waits about one round trip, not
+/// the rest of a fetch that started before it arrived plus its own.
 async fn fetch_revisions(client: Client, mut requests: mpsc::Receiver<oneshot::Sender<Result<u64, StoreError>>>) {
-    let mut batch = Vec::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONCURRENT_FETCHES));
     while let Some(first) = requests.recv().await {
-        batch.push(first);
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+        // Drained after the slot is free: everyone who arrived meanwhile joins this fetch,
+        // which starts after each of them asked.
+        let mut batch = vec![first];
         while let Ok(more) = requests.try_recv() {
             batch.push(more);
         }
-        let options = GetOptions::new().with_count_only();
-        let result = client
-            .kv_client()
-            .get("/registry/", Some(options))
-            .await
-            .map(|r| revision_of(r.header().map_or(0, |h| h.revision())))
-            .map_err(backend);
-        for waiter in batch.drain(..) {
-            let _ = waiter.send(result.clone());
-        }
+        let mut kv = client.kv_client();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let result = kv
+                .get("/registry/", Some(GetOptions::new().with_count_only()))
+                .await
+                .map(|r| revision_of(r.header().map_or(0, |h| h.revision())))
+                .map_err(backend);
+            for waiter in batch {
+                let _ = waiter.send(result.clone());
+            }
+        });
     }
 }
 
@@ -428,6 +438,10 @@ impl Store for CachedStore {
         freshness: Freshness,
     ) -> BoxFuture<'a, Result<Arc<Stored>, StoreError>> {
         Box::pin(self.get_at(key, freshness))
+    }
+
+    fn consistent_point(&self) -> BoxFuture<'_, Result<Freshness, StoreError>> {
+        Box::pin(async move { Ok(Freshness::AsOf(self.current_revision().await?)) })
     }
 
     fn list<'a>(

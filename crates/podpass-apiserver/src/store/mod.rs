@@ -98,6 +98,9 @@ pub enum Freshness {
     Any,
     /// `"N"`: at least revision N.
     NotOlderThan(u64),
+    /// At least revision N, which [`Store::consistent_point`] found current: a consistent
+    /// read, several of which share one revision fetch.
+    AsOf(u64),
 }
 
 impl Freshness {
@@ -288,6 +291,12 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<std::sync::Arc<Stored>, StoreError>> {
         let _ = freshness;
         self.get_shared(key)
+    }
+
+    /// The freshness that makes every read of one request consistent as of now: a store
+    /// with a cache fetches the backend's revision once, and each read waits for it.
+    fn consistent_point(&self) -> BoxFuture<'_, Result<Freshness, StoreError>> {
+        Box::pin(std::future::ready(Ok(Freshness::Consistent)))
     }
 
     /// Lists `resource` (in `namespace` when given) at one consistent revision.

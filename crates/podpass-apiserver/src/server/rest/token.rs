@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::super::status::ApiError;
 use super::super::{AppState, StoreLookup};
-use crate::store::{ObjectKey, StoreError};
+use crate::store::{Freshness, ObjectKey, StoreError};
 
 /// TokenRequest validation bounds.
 const MIN_EXPIRATION_SECONDS: i64 = 600;
@@ -32,8 +32,12 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
 }
 
-async fn get_object(state: &AppState, key: ObjectKey) -> Result<std::sync::Arc<crate::store::Stored>, ApiError> {
-    Ok(state.store.get_shared(&key).await?)
+async fn get_object(
+    state: &AppState,
+    key: ObjectKey,
+    at: Freshness,
+) -> Result<std::sync::Arc<crate::store::Stored>, ApiError> {
+    Ok(state.store.get_with(&key, at).await?)
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`
@@ -49,7 +53,10 @@ pub async fn create_token(
     // Admission runs before the handler, as upstream: nodes are restricted first.
     super::node_restriction::admit(state, user, ns, sa_name, &request).await?;
     check_target(&request, ns, sa_name)?;
-    let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name)).await?;
+    // Upstream reads the service account and the bound object with consistent reads; one
+    // consistency point serves them all.
+    let at = state.store.consistent_point().await?;
+    let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name), at).await?;
     let sa_uid = str_at(&sa.object, "/metadata/uid").to_owned();
     let mut outcome = Outcome::default();
     let response_uid = check_request_uid(state, &request, sa_name, &sa_uid, &mut outcome)?;
@@ -62,7 +69,7 @@ pub async fn create_token(
         ..TokenRequestClaims::default()
     };
     if let Some(bound) = &request.spec.bound_object_ref {
-        bind(state, ns, sa_name, bound, &mut claims).await?;
+        bind(state, ns, sa_name, bound, &mut claims, at).await?;
     }
     extend_automounted(state, &mut claims);
     let now = now_unix();
@@ -189,6 +196,7 @@ async fn bind(
     sa_name: &str,
     bound: &BoundObjectReference,
     claims: &mut TokenRequestClaims,
+    at: Freshness,
 ) -> Result<(), ApiError> {
     let field = |v: &Option<String>| v.clone().unwrap_or_default();
     let (kind, api_version, name, uid) =
@@ -206,7 +214,7 @@ async fn bind(
     };
     match (api_version.as_str(), kind.as_str()) {
         ("v1", "Pod") => {
-            let pod = get_object(state, ObjectKey::namespaced("pods", ns, &name)).await?;
+            let pod = get_object(state, ObjectKey::namespaced("pods", ns, &name), at).await?;
             let pod = &pod.object;
             if str_at(pod, "/spec/serviceAccountName") != sa_name {
                 return Err(ApiError::bad_request(format!(
@@ -218,7 +226,7 @@ async fn bind(
             claims.pod = Some(ObjectRef::new(&name, pod_uid));
             let node_name = str_at(pod, "/spec/nodeName");
             if state.features.pod_node_info && !node_name.is_empty() {
-                claims.node = match state.store.get(&ObjectKey::cluster("nodes", node_name)).await {
+                claims.node = match state.store.get_with(&ObjectKey::cluster("nodes", node_name), at).await {
                     Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
                     Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
                     Err(e) => return Err(ApiError::internal(e)),
@@ -226,7 +234,7 @@ async fn bind(
             }
         }
         ("v1", "Secret") => {
-            let secret = get_object(state, ObjectKey::namespaced("secrets", ns, &name)).await?;
+            let secret = get_object(state, ObjectKey::namespaced("secrets", ns, &name), at).await?;
             let secret_uid = str_at(&secret.object, "/metadata/uid");
             check_uid(secret_uid)?;
             claims.secret = Some(ObjectRef::new(&name, secret_uid));
@@ -237,7 +245,7 @@ async fn bind(
                     "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
                 ));
             }
-            let node = get_object(state, ObjectKey::cluster("nodes", &name)).await?;
+            let node = get_object(state, ObjectKey::cluster("nodes", &name), at).await?;
             let node_uid = str_at(&node.object, "/metadata/uid");
             check_uid(node_uid)?;
             claims.node = Some(ObjectRef::new(&name, node_uid));
