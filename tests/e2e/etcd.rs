@@ -72,6 +72,7 @@ impl Drop for Etcd {
 }
 
 const ADMIN: &str = "admin-token-shared-by-both-replicas";
+const BOB: &str = "bob-token-with-no-grants-of-his-own";
 
 fn call(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::blocking::Client::builder()
@@ -300,18 +301,22 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
             .collect()
     };
 
-    // Without the watch cache each watch is an etcd watcher, cancelled when its client goes.
+    // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
+    // the server's own RBAC index holds one per RBAC resource.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
+    let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = etcd_watchers(&etcd);
+    let baseline = none + 4;
+    wait_for(&|n| n == baseline, "the RBAC index's four watchers");
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled
     drop(watches);
     wait_for(&|n| n <= baseline, "watchers left behind");
 
-    // With it (the default) a server holds one etcd watcher, however many watches it serves.
+    // With it (the default) a server holds one etcd watcher, however many watches it serves
+    // (its RBAC index's among them).
     std::fs::create_dir(d.join("b")).unwrap();
     let b = start(&d.join("b"), &flags);
     wait_for(&|n| n == baseline + 1, "the watch cache's one watcher");
@@ -341,7 +346,7 @@ fn the_watch_cache_reads_consistently_across_replicas() {
         "keygen",
     );
     let tokens = d.join("tokens.csv");
-    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
+    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n")).unwrap();
     let etcd_url = etcd.url();
     let flags = [
         "--etcd-servers",
@@ -408,4 +413,47 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     let mut expected: Vec<(String, String)> = (11..50).map(|i| ("ADDED".to_owned(), format!("c{i}"))).collect();
     expected.push(("DELETED".to_owned(), "c0".to_owned()));
     assert_eq!(names, expected);
+
+    // RBAC from the index: a grant through A applies on A before it is answered and on B
+    // within a second; so does its revocation.
+    let as_bob = |s: &Server| {
+        let resp = client(&s.dir)
+            .get(format!("{}/api/v1/namespaces/team/configmaps/c49", s.url))
+            .bearer_auth(BOB)
+            .send()
+            .unwrap();
+        resp.status().as_u16()
+    };
+    assert_eq!((as_bob(&a), as_bob(&b)), (403, 403));
+    let within_a_second = |s: &Server, want: u16| {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while as_bob(s) != want {
+            assert!(Instant::now() < deadline, "not {want} within a second");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    post(
+        &a,
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "cm-reader"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+    );
+    post(
+        &a,
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "bob-view"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+               "subjects": [{"kind": "User", "name": "bob"}]}),
+    );
+    assert_eq!(as_bob(&a), 200, "the writer's own server applies the grant before answering");
+    within_a_second(&b, 200);
+    let (code, _) = call(
+        &a,
+        reqwest::Method::DELETE,
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings/bob-view",
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(as_bob(&a), 403);
+    within_a_second(&b, 403);
 }

@@ -49,6 +49,7 @@ const MAX_WATCHES_PER_USER: usize = 200;
 /// Shared request state.
 pub(crate) struct AppState {
     store: Arc<dyn Store>,
+    rbac: Arc<authz::rbac_index::RbacIndex>,
     authenticator: Authenticator,
     generator: TokenGenerator,
     features: TokenFeatures,
@@ -72,6 +73,11 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
+    /// What the authorizers read.
+    pub(crate) fn authz(&self) -> authz::Sources<'_> {
+        authz::Sources { store: self.store.as_ref(), rbac: &self.rbac }
+    }
+
     /// Counts a service-account token use (pkg/serviceaccount metrics).
     pub(crate) fn count_token_use(&self, a: &podpass_token::Authenticated) {
         if a.legacy {

@@ -82,7 +82,7 @@ fn attributes(
 
 /// Authorizes through the configured chain; refusals worded as upstream's.
 pub(crate) async fn authorize(state: &AppState, attrs: &authz::Attributes) -> Result<(), ApiError> {
-    match authz::authorize(state.store.as_ref(), &state.authorization_modes, attrs).await? {
+    match authz::authorize(state.authz(), &state.authorization_modes, attrs).await? {
         authz::Decision::Allow(_) => Ok(()),
         authz::Decision::Deny(reason) | authz::Decision::NoOpinion(reason) => Err(authz::forbidden(attrs, &reason)),
     }
@@ -165,7 +165,7 @@ async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<U
     let groups: Vec<String> =
         headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(str::to_owned)).collect();
     let impersonated = authz::impersonate(
-        state.store.as_ref(),
+        state.authz(),
         &state.authorization_modes,
         &requester,
         header("impersonate-user").as_deref(),

@@ -94,6 +94,7 @@ impl Prepared {
             .map_err(std::io::Error::other)?;
 
         let state = Arc::new(AppState {
+            rbac: authz::rbac_index::RbacIndex::new(),
             store,
             authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
             features: self.config.features,
@@ -122,6 +123,8 @@ impl Prepared {
         rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
         authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
+        // After the bootstrap policy is written: the index starts with all of it.
+        state.rbac.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
         let app = routing::router(state);
         let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, self.config.serve_limits));
         Ok(Running { local_addr, server_url, admin_kubeconfig, task })

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use self::raw::{RawOp, raw_rate};
 
+mod authz;
 mod churn;
 mod credentials;
 mod http;
@@ -84,6 +85,8 @@ pub enum Only {
     Reviews,
     /// Pod churn: create pod, TokenRequest bound to it, TokenReview, delete pod.
     Churn,
+    /// RBAC: SelfSubjectAccessReviews with 10 and 10 000 RoleBindings.
+    Authz,
 }
 
 /// Runs a bench subcommand.
@@ -341,6 +344,9 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
         let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
         reviews.print("TokenReview (10 s cache)", "reviews", &verify, "verify");
     }
+    if only.is_none() || only == Some(Only::Authz) {
+        authz::authz_phase(data_dir, clients, phase, store).await?;
+    }
     if only.is_none() || only == Some(Only::Churn) {
         let (api, _) = start(&data_dir.join("churn"), 0, DEFAULT_SUCCESS_TTL, store).await?;
         let churn =
@@ -421,6 +427,11 @@ impl Api {
             bail!("POST {path}: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
         }
         serde_json::from_slice(&answer.body).with_context(|| format!("POST {path}: decoding the answer"))
+    }
+
+    /// The same server, as the user of `token`.
+    fn as_user(&self, token: &str) -> Api {
+        Api { connector: self.connector.clone(), addr: self.addr, host: self.host.clone(), token: token.to_owned() }
     }
 
     /// Creates `object` under `path`, or reads the one of that name that exists.

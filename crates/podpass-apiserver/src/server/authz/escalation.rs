@@ -14,11 +14,12 @@
 
 use serde_json::Value;
 
+use super::Sources;
 use super::rules::{self, PolicyRule, Uncovered};
 use super::{Attributes, Mode, authorize};
 use crate::server::User;
 use crate::server::status::ApiError;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// The RBAC API group.
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -65,8 +66,8 @@ fn attrs(user: &User, verb: &str, resource: &str, namespace: &str, name: &str) -
     Attributes::resource(user, verb, RBAC_GROUP, resource, namespace, name)
 }
 
-async fn allowed(store: &dyn Store, modes: &[Mode], a: &Attributes) -> Result<bool, StoreError> {
-    Ok(matches!(authorize(store, modes, a).await?, super::Decision::Allow(_)))
+async fn allowed(src: Sources<'_>, modes: &[Mode], a: &Attributes) -> Result<bool, StoreError> {
+    Ok(matches!(authorize(src, modes, a).await?, super::Decision::Allow(_)))
 }
 
 fn forbidden(write: &RbacWrite<'_>, reason: &str) -> ApiError {
@@ -76,12 +77,12 @@ fn forbidden(write: &RbacWrite<'_>, reason: &str) -> ApiError {
 /// `ConfirmNoEscalation`: the user's own rules in `namespace` cover `wanted`, or the
 /// refusal worded as upstream's (missing rules compacted, one per line, sorted).
 pub async fn confirm_no_escalation(
-    store: &dyn Store,
+    src: Sources<'_>,
     user: &User,
     namespace: &str,
     wanted: &[PolicyRule],
 ) -> Result<Result<(), String>, StoreError> {
-    let owner = super::rbac::rules_for(store, user, namespace).await?;
+    let owner = super::rbac::rules_for(src.rbac, user, namespace)?;
     let missing = match rules::covers(&owner, wanted) {
         Ok(()) => return Ok(Ok(())),
         Err(Uncovered::Missing(missing)) => missing,
@@ -106,7 +107,7 @@ pub async fn confirm_no_escalation(
 }
 
 /// Refuses `write` unless the writer may make it (the module's rules). `Ok` lets it through.
-pub async fn check(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+pub async fn check(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     if escalation_allowed(write.user) {
         return Ok(());
     }
@@ -116,20 +117,20 @@ pub async fn check(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) -> 
         return Ok(());
     }
     match write.resource {
-        "roles" | "clusterroles" => check_role(store, modes, write).await,
-        "rolebindings" | "clusterrolebindings" => check_binding(store, modes, write).await,
+        "roles" | "clusterroles" => check_role(src, modes, write).await,
+        "rolebindings" | "clusterrolebindings" => check_binding(src, modes, write).await,
         _ => Ok(()),
     }
 }
 
-async fn check_role(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_role(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     // RoleEscalationAuthorized: the request's own name (empty on create, as upstream reads
     // it from the request path).
     let name = if write.old.is_some() { write.name } else { "" };
-    if allowed(store, modes, &attrs(write.user, "escalate", write.resource, write.namespace, name)).await? {
+    if allowed(src, modes, &attrs(write.user, "escalate", write.resource, write.namespace, name)).await? {
         return Ok(());
     }
-    if let Err(reason) = confirm_no_escalation(store, write.user, write.namespace, &rules::rules_of(write.new)).await? {
+    if let Err(reason) = confirm_no_escalation(src, write.user, write.namespace, &rules::rules_of(write.new)).await? {
         return Err(forbidden(write, &reason));
     }
     if write.resource == "clusterroles" {
@@ -139,7 +140,7 @@ async fn check_role(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) ->
             None => new_rule.is_some(),
             Some(old) => new_rule.is_some() && new_rule != aggregation(old),
         };
-        if changed && confirm_no_escalation(store, write.user, "", &rules::full_authority()).await?.is_err() {
+        if changed && confirm_no_escalation(src, write.user, "", &rules::full_authority()).await?.is_err() {
             let message = if write.old.is_none() {
                 "must have cluster-admin privileges to use the aggregationRule"
             } else {
@@ -151,7 +152,7 @@ async fn check_role(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) ->
     Ok(())
 }
 
-async fn check_binding(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_binding(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     let role_ref = write.new.get("roleRef").unwrap_or(&Value::Null);
     let kind = role_ref.get("kind").and_then(Value::as_str).unwrap_or("");
     let role_name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");
@@ -161,14 +162,14 @@ async fn check_binding(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>)
         _ => return Err(forbidden(write, "roleRef.kind must be Role or ClusterRole")),
     };
     // BindingAuthorized: `bind` checked in the binding's namespace (or cluster-wide).
-    if allowed(store, modes, &attrs(write.user, "bind", role_resource, write.namespace, role_name)).await? {
+    if allowed(src, modes, &attrs(write.user, "bind", role_resource, write.namespace, role_name)).await? {
         return Ok(());
     }
     // GetRoleReferenceRules: a missing role is the role's 404, as upstream.
     let Some(key) = super::rbac::role_ref_key(role_ref, write.namespace) else {
         return Err(forbidden(write, "roleRef.kind must be Role or ClusterRole"));
     };
-    let role = store.get_shared(&key).await.map_err(|e| match e {
+    let role = src.store.get_shared(&key).await.map_err(|e| match e {
         StoreError::NotFound { .. } => ApiError::new(
             axum::http::StatusCode::NOT_FOUND,
             "NotFound",
@@ -176,8 +177,7 @@ async fn check_binding(store: &dyn Store, modes: &[Mode], write: &RbacWrite<'_>)
         ),
         other => other.into(),
     })?;
-    if let Err(reason) =
-        confirm_no_escalation(store, write.user, write.namespace, &rules::rules_of(&role.object)).await?
+    if let Err(reason) = confirm_no_escalation(src, write.user, write.namespace, &rules::rules_of(&role.object)).await?
     {
         return Err(forbidden(write, &reason));
     }

@@ -8,6 +8,7 @@ pub mod bootstrap;
 pub mod escalation;
 pub mod node;
 pub mod rbac;
+pub mod rbac_index;
 pub mod rules;
 
 use crate::server::User;
@@ -75,6 +76,15 @@ impl Attributes {
     }
 }
 
+/// What the authorizers read.
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    /// The store (the Node authorizer's pods, roles named by a binding being written).
+    pub store: &'a dyn Store,
+    /// Roles and bindings, indexed by subject (RBAC).
+    pub rbac: &'a rbac_index::RbacIndex,
+}
+
 /// An authorizer's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -126,15 +136,15 @@ pub fn parse_modes(text: &str) -> Result<Vec<Mode>, String> {
 }
 
 /// Runs the chain.
-pub async fn authorize(store: &dyn Store, modes: &[Mode], attrs: &Attributes) -> Result<Decision, StoreError> {
+pub async fn authorize(src: Sources<'_>, modes: &[Mode], attrs: &Attributes) -> Result<Decision, StoreError> {
     if attrs.user.groups.iter().any(|g| g == "system:masters") {
         return Ok(Decision::Allow(String::new()));
     }
     let mut reasons = Vec::new();
     for mode in modes {
         let decision = match mode {
-            Mode::Node => node::authorize(store, attrs).await?,
-            Mode::Rbac => rbac::authorize(store, attrs).await?,
+            Mode::Node => node::authorize(src.store, attrs).await?,
+            Mode::Rbac => rbac::authorize(src.rbac, attrs)?,
             Mode::AlwaysAllow => Decision::Allow(String::new()),
             Mode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
         };
@@ -189,7 +199,7 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
 /// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
 /// needs the `impersonate` verb on `users` (or `serviceaccounts`), `groups` and `uids`.
 pub async fn impersonate(
-    store: &dyn Store,
+    src: Sources<'_>,
     modes: &[Mode],
     requester: &User,
     user: Option<&str>,
@@ -223,7 +233,7 @@ pub async fn impersonate(
         checks.push(a);
     }
     for attrs in &checks {
-        match authorize(store, modes, attrs).await? {
+        match authorize(src, modes, attrs).await? {
             Decision::Allow(_) => {}
             Decision::Deny(reason) | Decision::NoOpinion(reason) => return Err(forbidden(attrs, &reason)),
         }

@@ -5,11 +5,12 @@
 
 use serde_json::Value;
 
+use super::rbac_index::RbacIndex;
 use super::rules::{PolicyRule, rules_of};
 use super::{Attributes, Decision};
 use crate::field::Field;
 use crate::server::User;
-use crate::store::{ListOptions, ObjectKey, Store, StoreError};
+use crate::store::{ObjectKey, StoreError};
 
 fn strings<'a>(rule: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
     rule.get(field).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
@@ -91,63 +92,37 @@ pub fn role_ref_key(role_ref: &Value, namespace: &str) -> Option<ObjectKey> {
     }
 }
 
-async fn role_rules(store: &dyn Store, binding: &Value, namespace: &str) -> Result<Option<Value>, StoreError> {
-    let Some(key) = role_ref_key(binding.get("roleRef").unwrap_or(&Value::Null), namespace) else {
-        return Ok(None);
-    };
-    match store.get_shared(&key).await {
-        Ok(stored) => Ok(stored.object.get("rules").cloned()),
-        // A binding to a missing role grants nothing.
-        Err(StoreError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// The bindings that can apply in `namespace` (empty: cluster scope only), each with its
-/// namespace and kind.
-async fn bindings_in_scope(
-    store: &dyn Store,
-    namespace: &str,
-) -> Result<Vec<(Value, String, &'static str)>, StoreError> {
-    let cluster = store.list("clusterrolebindings", None, &ListOptions::default()).await?;
-    let mut scopes: Vec<(Value, String, &str)> =
-        cluster.items.into_iter().map(|b| (b, String::new(), "ClusterRoleBinding")).collect();
-    if !namespace.is_empty() {
-        let local = store.list("rolebindings", Some(namespace), &ListOptions::default()).await?;
-        scopes.extend(local.items.into_iter().map(|b| (b, namespace.to_owned(), "RoleBinding")));
-    }
-    Ok(scopes)
-}
-
 /// `RulesFor`: every rule granted to `user` in `namespace` (empty: cluster-wide grants
 /// only) — what the escalation check compares a new grant against.
-pub async fn rules_for(store: &dyn Store, user: &User, namespace: &str) -> Result<Vec<PolicyRule>, StoreError> {
+pub fn rules_for(index: &RbacIndex, user: &User, namespace: &str) -> Result<Vec<PolicyRule>, StoreError> {
     let mut rules = Vec::new();
-    for (binding, ns, _) in bindings_in_scope(store, namespace).await? {
-        if binding_applies(user, &binding, &ns).is_none() {
+    for c in index.candidates(user, namespace)? {
+        if binding_applies(user, &c.binding, &c.namespace).is_none() {
             continue;
         }
-        if let Some(granted) = role_rules(store, &binding, &ns).await? {
-            rules.extend(rules_of(&serde_json::json!({ "rules": granted })));
+        if let Some(granted) = &c.rules {
+            rules.extend(rules_of(&serde_json::json!({ "rules": granted.as_ref() })));
         }
     }
     Ok(rules)
 }
 
-/// Allow when a binding in scope grants a matching rule; otherwise no opinion.
-pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision, StoreError> {
+/// Allow when a binding in scope grants a matching rule; otherwise no opinion. Only the
+/// bindings naming the user, its groups or its service account are looked at (the index).
+pub fn authorize(index: &RbacIndex, attrs: &Attributes) -> Result<Decision, StoreError> {
     let namespace = if attrs.resource_request { attrs.namespace.as_str() } else { "" };
-    let scopes = bindings_in_scope(store, namespace).await?;
-    for (binding, namespace, binding_kind) in &scopes {
-        let Some(subject) = binding_applies(&attrs.user, binding, namespace) else { continue };
-        let Some(rules) = role_rules(store, binding, namespace).await? else { continue };
+    for c in index.candidates(&attrs.user, namespace)? {
+        let Some(subject) = binding_applies(&attrs.user, &c.binding, &c.namespace) else { continue };
+        let Some(rules) = &c.rules else { continue };
         if rules.as_array().into_iter().flatten().any(|r| rule_allows(attrs, r)) {
+            let binding = c.binding.as_ref();
             let binding_name = binding.field("/metadata/name").and_then(Value::as_str).unwrap_or("");
             let role_kind = binding.field("/roleRef/kind").and_then(Value::as_str).unwrap_or("");
             let role_name = binding.field("/roleRef/name").and_then(Value::as_str).unwrap_or("");
-            let scope = if namespace.is_empty() { String::new() } else { format!(" in namespace {namespace:?}") };
+            let scope = if c.namespace.is_empty() { String::new() } else { format!(" in namespace {:?}", c.namespace) };
             return Ok(Decision::Allow(format!(
-                "RBAC: allowed by {binding_kind} {binding_name:?} of {role_kind} {role_name:?} to {subject}{scope}"
+                "RBAC: allowed by {} {binding_name:?} of {role_kind} {role_name:?} to {subject}{scope}",
+                c.kind
             )));
         }
     }

@@ -411,13 +411,18 @@ async fn admit_write(
         new: object,
         old,
     };
-    crate::server::authz::escalation::check(state.store.as_ref(), &state.authorization_modes, &write).await
+    crate::server::authz::escalation::check(state.authz(), &state.authorization_modes, &write).await
 }
 
 /// After a ClusterRole changed: the aggregation controller's pass.
-async fn after_rbac_write(state: &AppState, res: &Resource) -> Result<(), ApiError> {
+/// After a write: an aggregated ClusterRole is reconciled, and an RBAC write is applied to
+/// the RBAC index before it is answered, so the writer may use it at once.
+async fn after_rbac_write(state: &AppState, res: &Resource, revision: u64) -> Result<(), ApiError> {
     if res.plural == "clusterroles" {
         crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?;
+    }
+    if res.group == crate::server::authz::escalation::RBAC_GROUP {
+        state.rbac.wait_applied(res.plural, revision).await;
     }
     Ok(())
 }
@@ -466,7 +471,7 @@ async fn create(
     if res.plural == "namespaces" {
         namespace_defaults(state, &name).await?;
     }
-    after_rbac_write(state, res).await?;
+    after_rbac_write(state, res, created.revision).await?;
     Ok(json_response(StatusCode::CREATED, created.object))
 }
 
@@ -516,7 +521,7 @@ async fn update(
     lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
     admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
-    after_rbac_write(state, res).await?;
+    after_rbac_write(state, res, updated.revision).await?;
     Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
 }
 
@@ -603,7 +608,7 @@ async fn patch(
         admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
-                after_rbac_write(state, res).await?;
+                after_rbac_write(state, res, updated.revision).await?;
                 let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
                 return Ok((answer, warnings));
             }
@@ -676,7 +681,7 @@ async fn delete(
         return Ok(json_response(StatusCode::OK, marked));
     }
     let deleted = state.store.delete(&k, Some(current.revision)).await?;
-    after_rbac_write(state, res).await?;
+    after_rbac_write(state, res, deleted.revision).await?;
     Ok(json_response(StatusCode::OK, deleted.object))
 }
 

@@ -79,7 +79,7 @@ pub async fn admit(
         return Ok(());
     }
     let attrs = Attributes::resource(user, "request-serviceaccounts-token-audience", "", audience, namespace, sa_name);
-    match authz::authorize(state.store.as_ref(), &state.authorization_modes, &attrs).await {
+    match authz::authorize(state.authz(), &state.authorization_modes, &attrs).await {
         Ok(Decision::Allow(_)) => Ok(()),
         Ok(_) => Err(forbidden(format!(
             "audience {audience:?} not found in pod spec volume, system:node:{node} is not authorized to request tokens for this audience"

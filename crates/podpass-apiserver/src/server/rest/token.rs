@@ -429,7 +429,7 @@ async fn access_review(
 ) -> Result<Response, ApiError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let attrs = review_attributes(&spec, user)?;
-    let decision = crate::server::authz::authorize(state.store.as_ref(), &state.authorization_modes, &attrs).await?;
+    let decision = crate::server::authz::authorize(state.authz(), &state.authorization_modes, &attrs).await?;
     let status = match decision {
         crate::server::authz::Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
         crate::server::authz::Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
