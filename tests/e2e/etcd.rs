@@ -302,13 +302,14 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     };
 
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
-    // the server's own RBAC index holds one per RBAC resource.
+    // the server's own informers hold one per RBAC resource and one for pods (the Node
+    // authorizer's graph).
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 4;
-    wait_for(&|n| n == baseline, "the RBAC index's four watchers");
+    let baseline = none + 5;
+    wait_for(&|n| n == baseline, "the informers' five watchers");
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled
@@ -316,7 +317,7 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     wait_for(&|n| n <= baseline, "watchers left behind");
 
     // With it (the default) a server holds one etcd watcher, however many watches it serves
-    // (its RBAC index's among them).
+    // (its informers' among them).
     std::fs::create_dir(d.join("b")).unwrap();
     let b = start(&d.join("b"), &flags);
     wait_for(&|n| n == baseline + 1, "the watch cache's one watcher");

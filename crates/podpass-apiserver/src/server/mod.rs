@@ -8,6 +8,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod config;
+pub(crate) mod informer;
 mod lookup;
 pub mod metrics;
 pub(crate) mod rest;
@@ -49,7 +50,8 @@ const MAX_WATCHES_PER_USER: usize = 200;
 /// Shared request state.
 pub(crate) struct AppState {
     store: Arc<dyn Store>,
-    rbac: Arc<authz::rbac_index::RbacIndex>,
+    rbac: Arc<informer::Informer<authz::rbac_index::RbacIndex>>,
+    nodes: Arc<informer::Informer<authz::node_graph::NodeGraph>>,
     authenticator: Authenticator,
     generator: TokenGenerator,
     features: TokenFeatures,
@@ -75,7 +77,7 @@ pub(crate) struct AppState {
 impl AppState {
     /// What the authorizers read.
     pub(crate) fn authz(&self) -> authz::Sources<'_> {
-        authz::Sources { store: self.store.as_ref(), rbac: &self.rbac }
+        authz::Sources { store: self.store.as_ref(), rbac: self.rbac.view(), nodes: self.nodes.view() }
     }
 
     /// Counts a service-account token use (pkg/serviceaccount metrics).

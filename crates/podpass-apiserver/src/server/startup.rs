@@ -94,7 +94,14 @@ impl Prepared {
             .map_err(std::io::Error::other)?;
 
         let state = Arc::new(AppState {
-            rbac: authz::rbac_index::RbacIndex::new(),
+            rbac: super::informer::Informer::new(
+                authz::rbac_index::RbacIndex::default(),
+                &authz::rbac_index::RESOURCES,
+            ),
+            nodes: super::informer::Informer::new(
+                authz::node_graph::NodeGraph::default(),
+                &authz::node_graph::RESOURCES,
+            ),
             store,
             authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
             features: self.config.features,
@@ -125,6 +132,7 @@ impl Prepared {
         authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
         // After the bootstrap policy is written: the index starts with all of it.
         state.rbac.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
+        state.nodes.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
         let app = routing::router(state);
         let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, self.config.serve_limits));
         Ok(Running { local_addr, server_url, admin_kubeconfig, task })

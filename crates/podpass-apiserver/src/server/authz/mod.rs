@@ -7,6 +7,7 @@ pub mod aggregation;
 pub mod bootstrap;
 pub mod escalation;
 pub mod node;
+pub mod node_graph;
 pub mod rbac;
 pub mod rbac_index;
 pub mod rules;
@@ -83,6 +84,8 @@ pub struct Sources<'a> {
     pub store: &'a dyn Store,
     /// Roles and bindings, indexed by subject (RBAC).
     pub rbac: &'a rbac_index::RbacIndex,
+    /// Pods → nodes and what they reference (Node).
+    pub nodes: &'a node_graph::NodeGraph,
 }
 
 /// An authorizer's answer.
@@ -143,7 +146,7 @@ pub async fn authorize(src: Sources<'_>, modes: &[Mode], attrs: &Attributes) -> 
     let mut reasons = Vec::new();
     for mode in modes {
         let decision = match mode {
-            Mode::Node => node::authorize(src.store, attrs).await?,
+            Mode::Node => node::authorize(src.store, src.nodes, attrs).await?,
             Mode::Rbac => rbac::authorize(src.rbac, attrs)?,
             Mode::AlwaysAllow => Decision::Allow(String::new()),
             Mode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use super::node_graph::NodeGraph;
 use super::{Attributes, Decision};
 use crate::field::Field;
 use crate::store::{FieldSelector, ListOptions, ObjectKey, Store, StoreError};
@@ -36,44 +37,54 @@ fn each<'a>(v: &'a Value, path: &str) -> impl Iterator<Item = &'a Value> {
     v.field(path).and_then(Value::as_array).into_iter().flatten()
 }
 
+/// Every object `pod` references that its node may read: (`secrets` | `configmaps` |
+/// `serviceaccounts`, name) — the node authorizer graph's edges from a pod.
+pub fn pod_refs(pod: &Value) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    let mut add = |resource: &'static str, name: &str| {
+        if !name.is_empty() {
+            out.push((resource, name.to_owned()));
+        }
+    };
+    let sa = str_at(pod, "/spec/serviceAccountName");
+    add("serviceaccounts", if sa.is_empty() { "default" } else { sa });
+    for r in each(pod, "/spec/imagePullSecrets") {
+        add("secrets", str_at(r, "/name"));
+    }
+    for v in each(pod, "/spec/volumes") {
+        add("secrets", str_at(v, "/secret/secretName"));
+        add("configmaps", str_at(v, "/configMap/name"));
+        for source in each(v, "/projected/sources") {
+            add("secrets", str_at(source, "/secret/name"));
+            add("configmaps", str_at(source, "/configMap/name"));
+        }
+    }
+    let containers = each(pod, "/spec/containers")
+        .chain(each(pod, "/spec/initContainers"))
+        .chain(each(pod, "/spec/ephemeralContainers"));
+    for c in containers {
+        for e in each(c, "/env") {
+            add("secrets", str_at(e, "/valueFrom/secretKeyRef/name"));
+            add("configmaps", str_at(e, "/valueFrom/configMapKeyRef/name"));
+        }
+        for e in each(c, "/envFrom") {
+            add("secrets", str_at(e, "/secretRef/name"));
+            add("configmaps", str_at(e, "/configMapRef/name"));
+        }
+    }
+    out
+}
+
 /// Whether `pod` references the object (`secrets`, `configmaps`, `serviceaccounts`).
 pub fn pod_references(pod: &Value, resource: &str, name: &str) -> bool {
-    let containers = || {
-        each(pod, "/spec/containers")
-            .chain(each(pod, "/spec/initContainers"))
-            .chain(each(pod, "/spec/ephemeralContainers"))
-    };
-    match resource {
-        "serviceaccounts" => {
-            let sa = str_at(pod, "/spec/serviceAccountName");
-            (if sa.is_empty() { "default" } else { sa }) == name
-        }
-        "secrets" => {
-            each(pod, "/spec/imagePullSecrets").any(|r| str_at(r, "/name") == name)
-                || each(pod, "/spec/volumes").any(|v| {
-                    str_at(v, "/secret/secretName") == name
-                        || each(v, "/projected/sources").any(|s| str_at(s, "/secret/name") == name)
-                })
-                || containers().any(|c| {
-                    each(c, "/env").any(|e| str_at(e, "/valueFrom/secretKeyRef/name") == name)
-                        || each(c, "/envFrom").any(|e| str_at(e, "/secretRef/name") == name)
-                })
-        }
-        "configmaps" => {
-            each(pod, "/spec/volumes").any(|v| {
-                str_at(v, "/configMap/name") == name
-                    || each(v, "/projected/sources").any(|s| str_at(s, "/configMap/name") == name)
-            }) || containers().any(|c| {
-                each(c, "/env").any(|e| str_at(e, "/valueFrom/configMapKeyRef/name") == name)
-                    || each(c, "/envFrom").any(|e| str_at(e, "/configMapRef/name") == name)
-            })
-        }
-        _ => false,
-    }
+    pod_refs(pod).iter().any(|(r, n)| *r == resource && n == name)
 }
 
 /// The node authorizer's decision (NoOpinion for non-node users).
-pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision, StoreError> {
+///
+/// Allows come from the graph; what the graph does not allow is checked against the store
+/// (a pod whose watch event has not arrived yet), so the graph only ever saves work.
+pub async fn authorize(store: &dyn Store, graph: &NodeGraph, attrs: &Attributes) -> Result<Decision, StoreError> {
     let Some(node) = node_name(&attrs.user) else { return Ok(Decision::NoOpinion(String::new())) };
     if !attrs.resource_request {
         return Ok(Decision::NoOpinion(String::new()));
@@ -110,6 +121,9 @@ pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision
             if !allowed_verb {
                 return Ok(no_relationship(node));
             }
+            if graph.pod_on(node, &attrs.namespace, &attrs.name) {
+                return Ok(Decision::Allow(String::new()));
+            }
             let key = ObjectKey::namespaced("pods", &attrs.namespace, &attrs.name);
             match store.get_shared(&key).await {
                 Ok(pod) if str_at(&pod.object, "/spec/nodeName") == node => Ok(Decision::Allow(String::new())),
@@ -124,6 +138,9 @@ pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision
         }
         ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => Ok(Decision::Allow(String::new())),
         ("", "secrets" | "configmaps" | "serviceaccounts", "") if verb == "get" && !attrs.name.is_empty() => {
+            if graph.references(node, &attrs.namespace, resource, &attrs.name) {
+                return Ok(Decision::Allow(String::new()));
+            }
             let pods = pods_on(store, node, &attrs.namespace).await?;
             if pods.iter().any(|p| pod_references(p, resource, &attrs.name)) {
                 return Ok(Decision::Allow(String::new()));
@@ -131,6 +148,9 @@ pub async fn authorize(store: &dyn Store, attrs: &Attributes) -> Result<Decision
             Ok(no_relationship(node))
         }
         ("", "serviceaccounts", "token") if verb == "create" && !attrs.name.is_empty() => {
+            if graph.references(node, &attrs.namespace, "serviceaccounts", &attrs.name) {
+                return Ok(Decision::Allow(String::new()));
+            }
             let pods = pods_on(store, node, &attrs.namespace).await?;
             if pods.iter().any(|p| pod_references(p, "serviceaccounts", &attrs.name)) {
                 return Ok(Decision::Allow(String::new()));

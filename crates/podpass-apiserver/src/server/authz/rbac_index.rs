@@ -5,23 +5,20 @@
 //!
 //! Eventually consistent as upstream's listers are: a grant or revocation made through
 //! another API server applies when its watch event arrives (milliseconds). One made through
-//! this server applies before the write is answered ([`RbacIndex::wait_applied`]), so a
+//! this server applies before the write is answered (`Informer::wait_applied`), so a
 //! client may use a binding it has just created.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::watch;
 
 use crate::field::Field;
-use crate::store::{EventType, ListOptions, ObjectKey, Store, StoreError};
+use crate::server::informer::View;
+use crate::store::{EventType, ObjectKey, StoreError};
 
 /// The four RBAC resources, as stored.
-const RESOURCES: [&str; 4] = ["clusterroles", "roles", "clusterrolebindings", "rolebindings"];
-/// How long a write through this server waits for the index to apply it.
-const APPLY_WAIT: Duration = Duration::from_secs(1);
+pub const RESOURCES: [&str; 4] = ["clusterroles", "roles", "clusterrolebindings", "rolebindings"];
 
 /// Who a subject names: a user name (User subjects, and ServiceAccount subjects as the user
 /// name they authenticate as) or a group.
@@ -141,10 +138,11 @@ pub struct Candidate {
     pub rules: Option<Arc<Value>>,
 }
 
-/// The RBAC objects in memory (see the module docs).
+/// The RBAC objects in memory (see the module docs); fed by an
+/// [`Informer`](crate::server::informer::Informer) over [`RESOURCES`].
+#[derive(Default)]
 pub struct RbacIndex {
     index: RwLock<Index>,
-    applied: HashMap<&'static str, watch::Sender<u64>>,
 }
 
 impl std::fmt::Debug for RbacIndex {
@@ -153,54 +151,26 @@ impl std::fmt::Debug for RbacIndex {
     }
 }
 
-impl RbacIndex {
-    /// An empty index; [`RbacIndex::start`] fills it.
-    pub fn new() -> Arc<Self> {
-        let applied = RESOURCES.iter().map(|r| (*r, watch::channel(0).0)).collect();
-        Arc::new(Self { index: RwLock::new(Index::default()), applied })
-    }
-
-    /// Lists the RBAC objects of `store` and keeps them current from its watches; returns
-    /// once the lists are in. Called once, before the server answers requests.
-    pub async fn start(self: &Arc<Self>, store: Arc<dyn Store>) -> Result<(), StoreError> {
-        for resource in RESOURCES {
-            let revision = self.relist(store.as_ref(), resource).await?;
-            tokio::spawn(follow(Arc::downgrade(self), Arc::clone(&store), resource, revision));
-        }
-        Ok(())
-    }
-
-    /// Replaces `resource`'s entries with a fresh list; returns its revision.
-    async fn relist(&self, store: &dyn Store, resource: &'static str) -> Result<u64, StoreError> {
-        let listed = store.list(resource, None, &ListOptions::default()).await?;
-        {
-            let mut index = self.index.write().map_err(|_| poisoned())?;
+impl View for RbacIndex {
+    fn reset(&self, resource: &'static str, items: Vec<Value>) {
+        // A poisoned lock (a panic mid-update) leaves the index as it is; decisions then
+        // fail closed in `candidates`.
+        if let Ok(mut index) = self.index.write() {
             index.clear(resource);
-            for object in listed.items {
+            for object in items {
                 index.apply(resource, EventType::Added, object);
             }
         }
-        self.mark(resource, listed.revision);
-        Ok(listed.revision)
     }
 
-    fn mark(&self, resource: &str, revision: u64) {
-        if let Some(applied) = self.applied.get(resource) {
-            applied.send_if_modified(|r| {
-                let newer = revision > *r;
-                *r = (*r).max(revision);
-                newer
-            });
+    fn apply(&self, resource: &'static str, kind: EventType, object: Value) {
+        if let Ok(mut index) = self.index.write() {
+            index.apply(resource, kind, object);
         }
     }
+}
 
-    /// Waits (at most a second) until a write of `resource` at `revision` is applied.
-    pub async fn wait_applied(&self, resource: &str, revision: u64) {
-        let Some(applied) = self.applied.get(resource) else { return };
-        let mut rx = applied.subscribe();
-        let _ = tokio::time::timeout(APPLY_WAIT, rx.wait_for(|r| *r >= revision)).await;
-    }
-
+impl RbacIndex {
     /// The bindings in scope of `namespace` (cluster-wide ones first, then the namespace's,
     /// each in name order) that name the user, one of its groups or its service account,
     /// with their roles' rules.
@@ -235,36 +205,6 @@ impl RbacIndex {
 
 fn poisoned() -> StoreError {
     StoreError::Backend("RBAC index: lock poisoned".into())
-}
-
-/// Applies `resource`'s changes from `revision` on; relists when the watch ends or falls
-/// behind. Stops when the index is dropped.
-async fn follow(index: std::sync::Weak<RbacIndex>, store: Arc<dyn Store>, resource: &'static str, mut revision: u64) {
-    let mut retry = Duration::from_millis(100);
-    loop {
-        match store.watch(resource, None, ListOptions::default(), Some(revision)).await {
-            Ok(mut stream) => {
-                retry = Duration::from_millis(100);
-                while let Some(event) = stream.next().await {
-                    let Ok(event) = event else { break };
-                    let Some(index) = index.upgrade() else { return };
-                    if let Ok(mut i) = index.index.write() {
-                        i.apply(resource, event.kind, event.object);
-                    }
-                    revision = revision.max(event.revision);
-                    index.mark(resource, revision);
-                }
-            }
-            Err(e) => tracing::warn!(resource, error = %e, "RBAC index: watch failed; relisting"),
-        }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(Duration::from_secs(5));
-        let Some(strong) = index.upgrade() else { return };
-        match strong.relist(store.as_ref(), resource).await {
-            Ok(r) => revision = r,
-            Err(e) => tracing::warn!(resource, error = %e, "RBAC index: relist failed"),
-        }
-    }
 }
 
 #[cfg(test)]
