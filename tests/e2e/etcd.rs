@@ -73,6 +73,7 @@ impl Drop for Etcd {
 
 const ADMIN: &str = "admin-token-shared-by-both-replicas";
 const BOB: &str = "bob-token-with-no-grants-of-his-own";
+const NODE: &str = "node-n1-token";
 
 fn call(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::blocking::Client::builder()
@@ -347,7 +348,9 @@ fn the_watch_cache_reads_consistently_across_replicas() {
         "keygen",
     );
     let tokens = d.join("tokens.csv");
-    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n")).unwrap();
+    std::fs::write(&tokens, format!(
+            "{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n{NODE},system:node:n1,n1-uid,\"system:nodes\"\n"
+        )).unwrap();
     let etcd_url = etcd.url();
     let flags = [
         "--etcd-servers",
@@ -457,4 +460,36 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     assert_eq!(code, 200);
     assert_eq!(as_bob(&a), 403);
     within_a_second(&b, 403);
+
+    // The Node authorizer's graph: a node reads a secret its pod references, through B as
+    // soon as the pod is created through A, and loses it within a second of its deletion.
+    post(
+        &a,
+        "/api/v1/namespaces/team/secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull"}}),
+    );
+    let as_node = |s: &Server| {
+        client(&s.dir)
+            .get(format!("{}/api/v1/namespaces/team/secrets/pull", s.url))
+            .bearer_auth(NODE)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(as_node(&b), 403);
+    post(
+        &a,
+        "/api/v1/namespaces/team/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "puller"},
+               "spec": {"nodeName": "n1", "imagePullSecrets": [{"name": "pull"}], "containers": [{"name": "c", "image": "r.example/app"}]}}),
+    );
+    assert_eq!(as_node(&b), 200, "a pod created a moment ago through A grants its node at once on B");
+    let (code, _) = call(&a, reqwest::Method::DELETE, "/api/v1/namespaces/team/pods/puller?gracePeriodSeconds=0", None);
+    assert_eq!(code, 200);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while as_node(&b) != 403 {
+        assert!(Instant::now() < deadline, "the node kept access to the secret after its pod was deleted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
