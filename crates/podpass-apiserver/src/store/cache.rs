@@ -27,8 +27,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::etcd::{EtcdStore, backend, prefix_end, revision_of};
 use super::{
-    BoxFuture, EventType, Freshness, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent,
-    WatchProgress, WatchStream, list_prefix, selected_event, with_resource_version,
+    BoxFuture, Broadcast, EventType, Freshness, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored,
+    WatchEvent, WatchStream, list_prefix, selected_event, serve_broadcast, with_resource_version,
 };
 
 /// Changes kept for watches to resume from (upstream's cache sizes are of this order).
@@ -416,11 +416,17 @@ fn apply(state: &mut State, kind: EtcdEventType, kv: &KeyValue, revision: u64) -
     }
 }
 
-fn filter(change: &Change, prefix: &str, options: &ListOptions) -> Option<WatchEvent> {
-    if !change.key.starts_with(prefix) {
-        return None;
+impl Broadcast for Change {
+    fn revision(&self) -> u64 {
+        self.revision
     }
-    selected_event(change.kind, &change.object, change.prev.as_ref().map(|p| &p.object), change.revision, options)
+
+    fn event(&self, prefix: &str, options: &ListOptions) -> Option<WatchEvent> {
+        if !self.key.starts_with(prefix) {
+            return None;
+        }
+        selected_event(self.kind, &self.object, self.prev.as_ref().map(|p| &p.object), self.revision, options)
+    }
 }
 
 impl Store for CachedStore {
@@ -506,7 +512,7 @@ impl Store for CachedStore {
             // Subscribe and read the backlog under one read lock: the writer applies and
             // broadcasts a change under the write lock, so every change is in exactly one
             // of the two.
-            let (backlog, last, mut live) = {
+            let (backlog, last, live) = {
                 let state = self.shared.state.read().map_err(|_| poisoned())?;
                 if !state.synced {
                     return Err(StoreError::Backend("watch cache: relisting from etcd".into()));
@@ -520,7 +526,7 @@ impl Store for CachedStore {
                         .window
                         .iter()
                         .filter(|c| c.revision > rv)
-                        .filter_map(|c| filter(c, &prefix, &options))
+                        .filter_map(|c| c.event(&prefix, &options))
                         .collect(),
                     None => state
                         .objects
@@ -536,43 +542,7 @@ impl Store for CachedStore {
                 };
                 (backlog, state.revision.max(from.unwrap_or(0)), live)
             };
-            let (tx, rx) = mpsc::channel(256);
-            let progress = WatchProgress::default();
-            let producer = progress.clone();
-            tokio::spawn(async move {
-                for event in backlog {
-                    if tx.send(Ok(event)).await.is_err() {
-                        return;
-                    }
-                }
-                let mut last = last;
-                producer.advance(last);
-                loop {
-                    let received = tokio::select! {
-                        () = tx.closed() => return,
-                        received = live.recv() => received,
-                    };
-                    match received {
-                        Ok(change) if change.revision <= last => {}
-                        Ok(change) => {
-                            last = change.revision;
-                            if let Some(event) = filter(&change, &prefix, &options)
-                                && tx.send(Ok(event)).await.is_err()
-                            {
-                                return;
-                            }
-                            producer.advance(last);
-                        }
-                        // Too far behind (or the cache relisted): the client re-watches.
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let _ = tx.send(Err(StoreError::Gone { requested: last, oldest: last + 1 })).await;
-                            return;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }
-                }
-            });
-            Ok(WatchStream::new(rx, progress))
+            Ok(serve_broadcast(backlog, last, live, prefix, options))
         })
     }
 }

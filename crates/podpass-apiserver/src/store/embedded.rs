@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use super::{
-    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchProgress,
-    WatchStream, list_prefix, strip_resource_version, with_resource_version,
+    BoxFuture, EventType, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored, WatchEvent, WatchStream,
+    list_prefix, strip_resource_version, with_resource_version,
 };
 
 const OBJECTS: TableDefinition<&str, (u64, &[u8])> = TableDefinition::new("objects");
@@ -226,11 +226,17 @@ impl Inner {
 }
 
 /// What a watcher of `prefix` sends for a change.
-fn filter(change: &Change, prefix: &str, options: &ListOptions) -> Option<WatchEvent> {
-    if !change.key.starts_with(prefix) {
-        return None;
+impl super::Broadcast for Change {
+    fn revision(&self) -> u64 {
+        self.revision
     }
-    super::selected_event(change.kind, &change.object, change.prev.as_ref(), change.revision, options)
+
+    fn event(&self, prefix: &str, options: &ListOptions) -> Option<WatchEvent> {
+        if !self.key.starts_with(prefix) {
+            return None;
+        }
+        super::selected_event(self.kind, &self.object, self.prev.as_ref(), self.revision, options)
+    }
 }
 
 impl Store for EmbeddedStore {
@@ -303,9 +309,9 @@ impl Store for EmbeddedStore {
         let prefix = list_prefix(resource, namespace);
         Box::pin(async move {
             // Subscribe before reading the backlog so no change falls between the two.
-            let mut live = self.inner.changes.subscribe();
+            let live = self.inner.changes.subscribe();
             let (backlog_prefix, backlog_options) = (prefix.clone(), options.clone());
-            let (backlog, mut last) = self
+            let (backlog, last) = self
                 .blocking(move |inner| {
                     let txn = inner.db.begin_read().map_err(backend)?;
                     let meta = txn.open_table(META).map_err(backend)?;
@@ -326,7 +332,9 @@ impl Store for EmbeddedStore {
                                 // One undecodable entry must not fail every watch that
                                 // resumes before it: it is skipped, and said so.
                                 match serde_json::from_slice::<Change>(bytes.value()) {
-                                    Ok(change) => out.extend(filter(&change, &backlog_prefix, &backlog_options)),
+                                    Ok(change) => {
+                                        out.extend(super::Broadcast::event(&change, &backlog_prefix, &backlog_options))
+                                    }
                                     Err(e) => tracing::warn!(revision = revision.value(), error = %e, "skipping an undecodable change-log entry"),
                                 }
                             }
@@ -355,44 +363,7 @@ impl Store for EmbeddedStore {
                     Ok((out, current.max(from.unwrap_or(0))))
                 })
                 .await?;
-            let (tx, rx) = mpsc::channel(256);
-            let progress = WatchProgress::default();
-            let producer = progress.clone();
-            tokio::spawn(async move {
-                for event in backlog {
-                    if tx.send(Ok(event)).await.is_err() {
-                        return;
-                    }
-                }
-                producer.advance(last);
-                loop {
-                    // Ends as soon as the client is gone, even if no change ever matches.
-                    let received = tokio::select! {
-                        () = tx.closed() => return,
-                        received = live.recv() => received,
-                    };
-                    match received {
-                        Ok(change) if change.revision <= last => {}
-                        Ok(change) => {
-                            last = change.revision;
-                            if let Some(event) = filter(&change, &prefix, &options)
-                                && tx.send(Ok(event)).await.is_err()
-                            {
-                                return;
-                            }
-                            // Every change is on the one broadcast: the watch progresses
-                            // with the store, not only with its own resource.
-                            producer.advance(last);
-                        }
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            let _ = tx.send(Err(StoreError::Gone { requested: last, oldest: last + 1 })).await;
-                            return;
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }
-                }
-            });
-            Ok(WatchStream::new(rx, progress))
+            Ok(super::serve_broadcast(backlog, last, live, prefix, options))
         })
     }
 }

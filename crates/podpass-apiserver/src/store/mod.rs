@@ -347,6 +347,65 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<WatchStream, StoreError>>;
 }
 
+/// A change on a store's broadcast of every change (the embedded store's, the watch
+/// cache's), as a watch sees it.
+pub(crate) trait Broadcast: Send + Sync + 'static {
+    /// Its revision.
+    fn revision(&self) -> u64;
+    /// The event a watch of `prefix` selecting `options` sends for it, if any.
+    fn event(&self, prefix: &str, options: &ListOptions) -> Option<WatchEvent>;
+}
+
+/// Serves a watch from a store's broadcast: `backlog` first, then every change after
+/// `last` the watch selects. Ends as soon as the client is gone (even if no change ever
+/// matches); a watcher too far behind gets 410 Gone and re-watches.
+pub(crate) fn serve_broadcast<C: Broadcast>(
+    backlog: Vec<WatchEvent>,
+    mut last: u64,
+    mut live: tokio::sync::broadcast::Receiver<std::sync::Arc<C>>,
+    prefix: String,
+    options: ListOptions,
+) -> WatchStream {
+    use tokio::sync::broadcast::error::RecvError;
+    let (tx, rx) = mpsc::channel(256);
+    let progress = WatchProgress::default();
+    let producer = progress.clone();
+    tokio::spawn(async move {
+        for event in backlog {
+            if tx.send(Ok(event)).await.is_err() {
+                return;
+            }
+        }
+        producer.advance(last);
+        loop {
+            let received = tokio::select! {
+                () = tx.closed() => return,
+                received = live.recv() => received,
+            };
+            match received {
+                Ok(change) if change.revision() <= last => {}
+                Ok(change) => {
+                    last = change.revision();
+                    if let Some(event) = change.event(&prefix, &options)
+                        && tx.send(Ok(event)).await.is_err()
+                    {
+                        return;
+                    }
+                    // Every change is on the one broadcast: the watch progresses with the
+                    // store, not only with its own resource.
+                    producer.advance(last);
+                }
+                Err(RecvError::Lagged(_)) => {
+                    let _ = tx.send(Err(StoreError::Gone { requested: last, oldest: last + 1 })).await;
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    });
+    WatchStream::new(rx, progress)
+}
+
 /// What a watcher sends for a change given its selection (upstream filtered-watch rules:
 /// a change into the selection is ADDED, out of it DELETED).
 pub(crate) fn selected_event(
