@@ -100,6 +100,36 @@ fn get(s: &Server, path: &str) -> (u16, Value) {
     call(s, reqwest::Method::GET, path, None)
 }
 
+/// Flags for replicas sharing `etcd`, one signing key (generated) and one token file: the
+/// admin, bob (no grants) and node n1.
+fn replica_flags(d: &Path, etcd: &Etcd) -> Vec<String> {
+    let key = d.join("sa.pem");
+    ok(
+        Command::new(PODPASS)
+            .args(["token", "keygen", "--alg", "ES256", "--out", key.to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "keygen",
+    );
+    let tokens = d.join("tokens.csv");
+    let users = format!(
+        "{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n{NODE},system:node:n1,n1-uid,\"system:nodes\"\n"
+    );
+    std::fs::write(&tokens, users).unwrap();
+    [
+        "--etcd-servers",
+        &etcd.url(),
+        "--service-account-signing-key-file",
+        key.to_str().unwrap(),
+        "--service-account-issuer",
+        "https://podpass.test",
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// The first line of a watch (an event), read within 15 s.
 fn first_watch_line(s: &Server, path: &str) -> Value {
     let resp = client(&s.dir).get(format!("{}{path}", s.url)).bearer_auth(ADMIN).send().unwrap();
@@ -114,27 +144,8 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     let d = dir.path();
     let (client_port, peer_port) = (free_port(), free_port());
     let mut etcd = Etcd::start(&d.join("etcd"), client_port, peer_port);
-    let key = d.join("sa.pem");
-    ok(
-        Command::new(PODPASS)
-            .args(["token", "keygen", "--alg", "ES256", "--out", key.to_str().unwrap()])
-            .output()
-            .unwrap(),
-        "keygen",
-    );
-    let tokens = d.join("tokens.csv");
-    std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
-    let etcd_url = etcd.url();
-    let flags = [
-        "--etcd-servers",
-        etcd_url.as_str(),
-        "--service-account-signing-key-file",
-        key.to_str().unwrap(),
-        "--service-account-issuer",
-        "https://podpass.test",
-        "--token-auth-file",
-        tokens.to_str().unwrap(),
-    ];
+    let owned = replica_flags(d, &etcd);
+    let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     for r in ["a", "b"] {
         std::fs::create_dir(d.join(r)).unwrap();
     }
@@ -339,27 +350,8 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
-    let key = d.join("sa.pem");
-    ok(
-        Command::new(PODPASS)
-            .args(["token", "keygen", "--alg", "ES256", "--out", key.to_str().unwrap()])
-            .output()
-            .unwrap(),
-        "keygen",
-    );
-    let tokens = d.join("tokens.csv");
-    std::fs::write(&tokens, format!(
-            "{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n{NODE},system:node:n1,n1-uid,\"system:nodes\"\n"
-        )).unwrap();
-    let etcd_url = etcd.url();
-    let flags = [
-        "--etcd-servers",
-        etcd_url.as_str(),
-        "--service-account-signing-key-file",
-        key.to_str().unwrap(),
-        "--token-auth-file",
-        tokens.to_str().unwrap(),
-    ];
+    let owned = replica_flags(d, &etcd);
+    let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     for r in ["a", "b"] {
         std::fs::create_dir(d.join(r)).unwrap();
     }
