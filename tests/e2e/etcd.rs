@@ -372,6 +372,27 @@ fn the_watch_cache_reads_consistently_across_replicas() {
         assert_eq!(list["items"].as_array().unwrap().len(), existing + i + 1);
         last_rv = written["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
     }
+    // Those reads were served from B's cache, and its metrics say so (upstream's names).
+    let metrics = client(&b.dir).get(format!("{}/metrics", b.url)).bearer_auth(ADMIN).send().unwrap().text().unwrap();
+    let count = |prefix: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let served = count(
+        r#"apiserver_watch_cache_consistent_read_total{fallback="false",group="",resource="configmaps",success="true"}"#,
+    );
+    assert!(served >= 100, "{served} consistent reads from the cache:\n{metrics}");
+    assert_eq!(
+        count(
+            r#"apiserver_watch_cache_consistent_read_total{fallback="true",group="",resource="configmaps",success="true"}"#
+        ),
+        0
+    );
+    assert!(count(r#"apiserver_watch_cache_read_wait_seconds_count{group="",resource="configmaps"}"#) >= 100);
+
     // A delete through A is gone on B at once.
     let (code, _) = call(&a, reqwest::Method::DELETE, "/api/v1/namespaces/team/configmaps/c0", None);
     assert_eq!(code, 200);

@@ -91,6 +91,15 @@ fn latency_histogram() -> Histogram {
     Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0])
 }
 
+impl Metrics {
+    /// The server's metrics and `store`'s own.
+    pub fn with_store(store: &dyn crate::store::Store) -> Self {
+        let mut m = Self::default();
+        store.register_metrics(&mut m.registry);
+        m
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();

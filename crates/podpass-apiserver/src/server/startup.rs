@@ -49,9 +49,13 @@ impl Prepared {
         let store: Arc<dyn Store> = match self.store.clone() {
             Some(store) => store,
             None if self.config.watch_cache => Arc::new(
-                crate::store::CachedStore::connect(&self.config.etcd_servers, crate::store::DEFAULT_WINDOW)
-                    .await
-                    .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
+                crate::store::CachedStore::connect(
+                    &self.config.etcd_servers,
+                    crate::store::DEFAULT_WINDOW,
+                    rest::resources::group_of,
+                )
+                .await
+                .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
             ),
             None => Arc::new(
                 crate::store::EtcdStore::connect(&self.config.etcd_servers)
@@ -93,6 +97,7 @@ impl Prepared {
         write_atomic(&self.config.data_dir.join("server-url"), server_url.as_bytes(), 0o644, true)
             .map_err(std::io::Error::other)?;
 
+        let metrics = metrics::Metrics::with_store(store.as_ref());
         let state = Arc::new(AppState {
             rbac: super::informer::Informer::new(
                 authz::rbac_index::RbacIndex::default(),
@@ -112,7 +117,7 @@ impl Prepared {
             authorization_modes: self.config.authorization_modes.clone(),
             node_audience_restriction: self.config.node_audience_restriction,
             audit: self.audit,
-            metrics: metrics::Metrics::default(),
+            metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
             request_timeout: self.config.serve_limits.request_timeout,
             min_request_timeout: self.config.min_request_timeout,

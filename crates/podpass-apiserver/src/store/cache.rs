@@ -22,6 +22,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use etcd_client::{Client, EventType as EtcdEventType, GetOptions, KeyValue, WatchOptions};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
@@ -50,6 +55,61 @@ const CONCURRENT_FETCHES: usize = 1;
 /// Consistent reads waiting for one revision fetch at most (beyond that they wait for a
 /// slot: the fetches are shared, so this bounds memory, not throughput).
 const MAX_PENDING_FETCHES: usize = 65_536;
+
+/// Labels of `apiserver_watch_cache_consistent_read_total` (upstream's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConsistentReadLabels {
+    fallback: String,
+    group: String,
+    resource: String,
+    success: String,
+}
+
+/// Labels of `apiserver_watch_cache_read_wait_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    group: String,
+    resource: String,
+}
+
+/// The watch cache's metrics, with upstream's names.
+struct CacheMetrics {
+    consistent_reads: Family<ConsistentReadLabels, Counter>,
+    read_wait: Family<ResourceLabels, Histogram>,
+    group_of: fn(&str) -> Option<&'static str>,
+}
+
+impl CacheMetrics {
+    fn new(group_of: fn(&str) -> Option<&'static str>) -> Self {
+        Self {
+            consistent_reads: Family::default(),
+            read_wait: Family::new_with_constructor(|| {
+                Histogram::new([0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0])
+            }),
+            group_of,
+        }
+    }
+
+    /// Group and resource labels; a resource the API does not serve is `other`, so the
+    /// label set stays bounded whatever is in etcd.
+    fn labels(&self, resource: &str) -> ResourceLabels {
+        match (self.group_of)(resource) {
+            Some(group) => ResourceLabels { group: group.to_owned(), resource: resource.to_owned() },
+            None => ResourceLabels { group: String::new(), resource: "other".to_owned() },
+        }
+    }
+
+    fn consistent_read(&self, resource: &str, success: bool, fallback: bool) {
+        let ResourceLabels { group, resource } = self.labels(resource);
+        let labels =
+            ConsistentReadLabels { fallback: fallback.to_string(), group, resource, success: success.to_string() };
+        self.consistent_reads.get_or_create(&labels).inc();
+    }
+
+    fn read_wait(&self, resource: &str, seconds: f64) {
+        self.read_wait.get_or_create(&self.labels(resource)).observe(seconds);
+    }
+}
 
 /// One applied change.
 #[derive(Debug)]
@@ -102,6 +162,7 @@ struct Shared {
 /// The etcd store with a watch cache in front (see the module docs).
 pub struct CachedStore {
     etcd: EtcdStore,
+    metrics: CacheMetrics,
     shared: Arc<Shared>,
     revisions: mpsc::Sender<oneshot::Sender<Result<u64, StoreError>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -129,7 +190,13 @@ fn poisoned() -> StoreError {
 impl CachedStore {
     /// Connects to etcd, lists `/registry/` and starts the watch that keeps the cache
     /// current; returns once the cache is filled.
-    pub async fn connect(endpoints: &[String], window: usize) -> Result<Self, StoreError> {
+    /// `group_of` names the API group of a stored resource (for metric labels; `None`: not
+    /// one the API serves).
+    pub async fn connect(
+        endpoints: &[String],
+        window: usize,
+        group_of: fn(&str) -> Option<&'static str>,
+    ) -> Result<Self, StoreError> {
         let etcd = EtcdStore::connect(endpoints).await?;
         let client = etcd.client().clone();
         let (applied, _) = watch::channel(0);
@@ -140,7 +207,7 @@ impl CachedStore {
             tokio::spawn(keep_current(client.clone(), Arc::clone(&shared), filled_tx)),
             tokio::spawn(fetch_revisions(client, requests)),
         ];
-        let store = Self { etcd, shared, revisions, tasks };
+        let store = Self { etcd, metrics: CacheMetrics::new(group_of), shared, revisions, tasks };
         match filled_rx.await {
             Ok(Ok(())) => Ok(store),
             Ok(Err(e)) => Err(e),
@@ -199,7 +266,10 @@ impl CachedStore {
 
     /// Reads one object at the freshness a `resourceVersion` asks for.
     pub async fn get_at(&self, key: &ObjectKey, freshness: Freshness) -> Result<Arc<Stored>, StoreError> {
-        if self.ready_for(freshness).await? { self.cached(key) } else { self.etcd.get(key).await.map(Arc::new) }
+        let from_cache = self.ready_for(freshness, &key.resource).await?;
+        let read = if from_cache { self.cached(key) } else { self.etcd.get(key).await.map(Arc::new) };
+        self.count_consistent(freshness, &key.resource, from_cache, &read);
+        read
     }
 
     /// Lists at the freshness a `resourceVersion` asks for.
@@ -210,20 +280,49 @@ impl CachedStore {
         options: &ListOptions,
         freshness: Freshness,
     ) -> Result<ListResult, StoreError> {
-        if self.ready_for(freshness).await? {
+        let from_cache = self.ready_for(freshness, resource).await?;
+        let read = if from_cache {
             self.cached_list(resource, namespace, options)
         } else {
             self.etcd.list(resource, namespace, options).await
+        };
+        self.count_consistent(freshness, resource, from_cache, &read);
+        read
+    }
+
+    /// `apiserver_watch_cache_consistent_read_total` for a consistent read.
+    fn count_consistent<T>(
+        &self,
+        freshness: Freshness,
+        resource: &str,
+        from_cache: bool,
+        read: &Result<T, StoreError>,
+    ) {
+        if matches!(freshness, Freshness::Consistent | Freshness::AsOf(_)) {
+            // A miss (404) is a successful read.
+            let success = matches!(read, Ok(_) | Err(StoreError::NotFound { .. }));
+            self.metrics.consistent_read(resource, success, !from_cache);
         }
     }
 
     /// Whether the cache may serve a read of `freshness` (waiting as upstream waits);
     /// false: read etcd.
-    async fn ready_for(&self, freshness: Freshness) -> Result<bool, StoreError> {
+    async fn ready_for(&self, freshness: Freshness, resource: &str) -> Result<bool, StoreError> {
+        let started = std::time::Instant::now();
+        let waited = |ready: bool| {
+            self.metrics.read_wait(resource, started.elapsed().as_secs_f64());
+            ready
+        };
         match freshness {
-            Freshness::Consistent => self.consistent().await,
+            Freshness::Consistent => {
+                let ready = self.consistent().await;
+                if ready.is_err() {
+                    self.metrics.consistent_read(resource, false, false);
+                }
+                ready.map(waited)
+            }
             Freshness::Any => Ok(self.shared.state.read().map_err(|_| poisoned())?.synced),
-            Freshness::AsOf(revision) => Ok(self.reach(revision, FRESHNESS_WAIT).await),
+            Freshness::AsOf(revision) => Ok(waited(self.reach(revision, FRESHNESS_WAIT).await)),
             Freshness::NotOlderThan(rv) => {
                 if self.reach(rv, TOO_LARGE_WAIT).await {
                     return Ok(true);
@@ -450,6 +549,19 @@ impl Store for CachedStore {
         Box::pin(async move { Ok(Freshness::AsOf(self.current_revision().await?)) })
     }
 
+    fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "apiserver_watch_cache_consistent_read",
+            "Counter for consistent reads from cache.",
+            self.metrics.consistent_reads.clone(),
+        );
+        registry.register(
+            "apiserver_watch_cache_read_wait_seconds",
+            "Histogram of time spent waiting for a watch cache to become fresh.",
+            self.metrics.read_wait.clone(),
+        );
+    }
+
     fn list<'a>(
         &'a self,
         resource: &'a str,
@@ -498,9 +610,11 @@ impl Store for CachedStore {
             match from {
                 // The current state: as recent as etcd is now.
                 None => {
-                    if !self.consistent().await? {
+                    if !self.ready_for(Freshness::Consistent, resource).await? {
+                        self.metrics.consistent_read(resource, true, true);
                         return self.etcd.watch(resource, namespace, options, from).await;
                     }
+                    self.metrics.consistent_read(resource, true, false);
                 }
                 Some(rv) => {
                     if !self.reach(rv, TOO_LARGE_WAIT).await {

@@ -299,6 +299,11 @@ pub trait Store: Send + Sync {
         Box::pin(std::future::ready(Ok(Freshness::Consistent)))
     }
 
+    /// Adds the store's own metrics (the watch cache's) to the server's registry.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
+    }
+
     /// Lists `resource` (in `namespace` when given) at one consistent revision.
     fn list<'a>(
         &'a self,

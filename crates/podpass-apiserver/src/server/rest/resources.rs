@@ -85,6 +85,12 @@ pub fn groups() -> Vec<&'static str> {
     g
 }
 
+/// The API group of a stored resource (its plural, as in storage keys); `None` for one the
+/// API does not serve.
+pub fn group_of(plural: &str) -> Option<&'static str> {
+    RESOURCES.iter().find(|r| r.plural == plural && r.stored).map(|r| r.group)
+}
+
 /// Looks up a resource by group and plural.
 pub fn find(group: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES.iter().find(|r| r.group == group && r.plural == plural)
