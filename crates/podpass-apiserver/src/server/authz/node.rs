@@ -37,26 +37,26 @@ fn each<'a>(v: &'a Value, path: &str) -> impl Iterator<Item = &'a Value> {
     v.field(path).and_then(Value::as_array).into_iter().flatten()
 }
 
-/// Every object `pod` references that its node may read: (`secrets` | `configmaps` |
-/// `serviceaccounts`, name) — the node authorizer graph's edges from a pod.
-pub fn pod_refs(pod: &Value) -> Vec<(&'static str, String)> {
-    let mut out: Vec<(&'static str, String)> = Vec::new();
-    let mut add = |resource: &'static str, name: &str| {
-        if !name.is_empty() {
-            out.push((resource, name.to_owned()));
-        }
-    };
+/// Visits every object `pod` references that its node may read (`secrets` | `configmaps` |
+/// `serviceaccounts`, name) until `visit` returns true; whether it did.
+fn any_ref(pod: &Value, mut visit: impl FnMut(&'static str, &str) -> bool) -> bool {
+    let mut seen = |resource: &'static str, name: &str| !name.is_empty() && visit(resource, name);
     let sa = str_at(pod, "/spec/serviceAccountName");
-    add("serviceaccounts", if sa.is_empty() { "default" } else { sa });
-    for r in each(pod, "/spec/imagePullSecrets") {
-        add("secrets", str_at(r, "/name"));
+    if seen("serviceaccounts", if sa.is_empty() { "default" } else { sa }) {
+        return true;
+    }
+    if each(pod, "/spec/imagePullSecrets").any(|r| seen("secrets", str_at(r, "/name"))) {
+        return true;
     }
     for v in each(pod, "/spec/volumes") {
-        add("secrets", str_at(v, "/secret/secretName"));
-        add("configmaps", str_at(v, "/configMap/name"));
+        if seen("secrets", str_at(v, "/secret/secretName")) || seen("configmaps", str_at(v, "/configMap/name")) {
+            return true;
+        }
         for source in each(v, "/projected/sources") {
-            add("secrets", str_at(source, "/secret/name"));
-            add("configmaps", str_at(source, "/configMap/name"));
+            if seen("secrets", str_at(source, "/secret/name")) || seen("configmaps", str_at(source, "/configMap/name"))
+            {
+                return true;
+            }
         }
     }
     let containers = each(pod, "/spec/containers")
@@ -64,20 +64,36 @@ pub fn pod_refs(pod: &Value) -> Vec<(&'static str, String)> {
         .chain(each(pod, "/spec/ephemeralContainers"));
     for c in containers {
         for e in each(c, "/env") {
-            add("secrets", str_at(e, "/valueFrom/secretKeyRef/name"));
-            add("configmaps", str_at(e, "/valueFrom/configMapKeyRef/name"));
+            if seen("secrets", str_at(e, "/valueFrom/secretKeyRef/name"))
+                || seen("configmaps", str_at(e, "/valueFrom/configMapKeyRef/name"))
+            {
+                return true;
+            }
         }
         for e in each(c, "/envFrom") {
-            add("secrets", str_at(e, "/secretRef/name"));
-            add("configmaps", str_at(e, "/configMapRef/name"));
+            if seen("secrets", str_at(e, "/secretRef/name")) || seen("configmaps", str_at(e, "/configMapRef/name")) {
+                return true;
+            }
         }
     }
+    false
+}
+
+/// Every object `pod` references that its node may read — the node authorizer graph's
+/// edges from a pod.
+pub fn pod_refs(pod: &Value) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    any_ref(pod, |resource, name| {
+        out.push((resource, name.to_owned()));
+        false
+    });
     out
 }
 
-/// Whether `pod` references the object (`secrets`, `configmaps`, `serviceaccounts`).
+/// Whether `pod` references the object (`secrets`, `configmaps`, `serviceaccounts`); stops
+/// at the first match and allocates nothing (the store scan's per-pod check).
 pub fn pod_references(pod: &Value, resource: &str, name: &str) -> bool {
-    pod_refs(pod).iter().any(|(r, n)| *r == resource && n == name)
+    any_ref(pod, |r, n| r == resource && n == name)
 }
 
 /// The node authorizer's decision (NoOpinion for non-node users).
@@ -186,5 +202,16 @@ mod tests {
         assert!(!pod_references(&pod, "secrets", "vol-cm"));
         assert!(pod_references(&pod, "serviceaccounts", "builder"));
         assert!(pod_references(&json!({"spec": {}}), "serviceaccounts", "default"));
+        // The graph's edges are exactly these references.
+        let mut refs = pod_refs(&pod);
+        refs.sort();
+        let mut expected: Vec<(&str, String)> = ["regcred", "vol-secret", "proj-secret", "env-secret", "init-secret"]
+            .map(|s| ("secrets", s.to_owned()))
+            .into_iter()
+            .chain(["proj-cm", "vol-cm", "envfrom-cm"].map(|c| ("configmaps", c.to_owned())))
+            .chain([("serviceaccounts", "builder".to_owned())])
+            .collect();
+        expected.sort();
+        assert_eq!(refs, expected);
     }
 }
