@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
 
 use super::http::{self, Connection};
-use super::{Api, REVIEW_PATH};
+use super::{Api, REVIEW_PATH, percentile_ms};
 
 /// Cycles in flight at most; beyond that a cycle is dropped (and counted) rather than
 /// queued without bound.
@@ -30,14 +30,6 @@ pub(super) struct Churn {
     steps: [Vec<u64>; 4],
     /// Microseconds a cycle waited for a free connection.
     waits: Vec<u64>,
-}
-
-fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)] as f64 / 1000.0
 }
 
 impl Churn {

@@ -113,12 +113,15 @@ impl Phase {
     }
 
     fn percentile_ms(&self, p: f64) -> f64 {
-        if self.latencies_us.is_empty() {
-            return 0.0;
-        }
-        let idx = ((self.latencies_us.len() as f64 - 1.0) * p).round() as usize;
-        self.latencies_us[idx.min(self.latencies_us.len() - 1)] as f64 / 1000.0
+        percentile_ms(&self.latencies_us, p)
     }
+}
+
+/// The `p` quantile of sorted microsecond latencies, in milliseconds (0 when empty).
+fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
+    let Some(last) = sorted_us.len().checked_sub(1) else { return 0.0 };
+    let idx = (last as f64 * p).round() as usize;
+    sorted_us[idx.min(last)] as f64 / 1000.0
 }
 
 fn apiserver(args: ApiserverBench) -> Result<()> {
