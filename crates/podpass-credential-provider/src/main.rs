@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use podpass_registry_auth::plugin::{self, ExchangeConfig, MAX_REQUEST_BYTES, Mode};
+use podpass_registry_auth::plugin::{self, ClientIdentity, ExchangeConfig, MAX_REQUEST_BYTES, Mode};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ModeFlag {
@@ -32,9 +32,13 @@ struct Cli {
     /// PEM bundle trusted for --exchange-url.
     #[arg(long)]
     exchange_ca: Option<PathBuf>,
-    /// A node-bound service-account token file, presented as the node's identity.
-    #[arg(long)]
-    node_token_file: Option<PathBuf>,
+    /// The node's TLS client certificate (PEM, CN=system:node:<name>, O=system:nodes),
+    /// presented to registry-auth as the node's proof (exchange mode).
+    #[arg(long, requires = "client_key")]
+    client_certificate: Option<PathBuf>,
+    /// Its private key (PEM; may be the same file as --client-certificate).
+    #[arg(long, requires = "client_certificate")]
+    client_key: Option<PathBuf>,
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -54,7 +58,10 @@ fn main() -> ExitCode {
             Mode::Exchange(ExchangeConfig {
                 url: cli.exchange_url.unwrap_or_default(),
                 ca_pem,
-                node_token_file: cli.node_token_file,
+                client_identity: cli
+                    .client_certificate
+                    .zip(cli.client_key)
+                    .map(|(certificate, key)| ClientIdentity { certificate, key }),
             })
         }
     };

@@ -98,7 +98,13 @@ impl Config {
             exchange_token_ttl: Duration::from_secs(3600),
             token_review: Vec::new(),
             timings: TrustTimings::default(),
-            serve_limits: ServeLimits::default(),
+            // Internet-facing: a body has 30 s to arrive, and one client address holds at
+            // most a quarter of the connections.
+            serve_limits: ServeLimits {
+                request_timeout: Duration::from_secs(30),
+                max_connections_per_client: ServeLimits::default().max_connections / 4,
+                ..ServeLimits::default()
+            },
         }
     }
 }
@@ -219,6 +225,16 @@ impl Config {
         }
         if !(1..=3600).contains(&self.token_ttl.as_secs()) {
             errors.push("--token-ttl: must be between 1s and 1h".into());
+        }
+        let limits = &self.serve_limits;
+        if limits.max_connections == 0 {
+            errors.push("--max-connections: must be at least 1".into());
+        }
+        if limits.max_connections_per_client == 0 || limits.max_connections_per_client > limits.max_connections {
+            errors.push("--max-connections-per-client: must be between 1 and --max-connections".into());
+        }
+        if !(1..=600).contains(&limits.request_timeout.as_secs()) {
+            errors.push("--request-timeout: must be between 1s and 10m".into());
         }
         if !(60..=86_400).contains(&self.exchange_token_ttl.as_secs()) {
             errors.push("--exchange-token-ttl: must be between 1m and 24h".into());

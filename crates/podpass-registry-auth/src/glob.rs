@@ -26,6 +26,27 @@ impl Glob {
     /// A path glob: `*` stops at `/`, `**` crosses it.
     pub fn path(pattern: &str) -> Self {
         let mut pieces = Vec::new();
+        Self::push_path(&mut pieces, pattern);
+        Self { pieces }
+    }
+
+    /// A path glob whose placeholders (`{namespace}`, …) are replaced by their values as
+    /// literal text: glob characters in a value match only themselves.
+    pub fn path_substituted(pattern: &str, values: &[(&str, &str)]) -> Self {
+        let mut pieces = Vec::new();
+        let mut rest = pattern;
+        loop {
+            let next = values.iter().filter_map(|(name, value)| rest.find(name).map(|at| (at, *name, *value))).min();
+            let Some((at, name, value)) = next else { break };
+            Self::push_path(&mut pieces, &rest[..at]);
+            pieces.extend(value.chars().map(Piece::Literal));
+            rest = &rest[at + name.len()..];
+        }
+        Self::push_path(&mut pieces, rest);
+        Self { pieces }
+    }
+
+    fn push_path(pieces: &mut Vec<Piece>, pattern: &str) {
         let mut chars = pattern.chars().peekable();
         while let Some(c) = chars.next() {
             if c != '*' {
@@ -39,7 +60,6 @@ impl Glob {
                 pieces.push(Piece::Star);
             }
         }
-        Self { pieces }
     }
 
     /// Whether `text` matches the whole pattern. Dynamic programming over (piece, char):
@@ -89,6 +109,19 @@ mod tests {
         assert!(!Glob::path("*/base").matches("a/b/base"));
         assert!(Glob::path("**").matches("a/b/c"));
         assert!(Glob::path("app").matches("app") && !Glob::path("app").matches("apps"));
+    }
+
+    #[test]
+    fn substituted_values_are_literal_text() {
+        let values = [("{namespace}", "*"), ("{serviceaccount}", "**")];
+        let g = Glob::path_substituted("{namespace}/*", &values);
+        assert!(!g.matches("team-a/app"), "a namespace named * is not a glob");
+        assert!(g.matches("*/app"));
+        let g = Glob::path_substituted("x/{serviceaccount}/{namespace}-*", &values);
+        assert!(g.matches("x/**/*-cache"));
+        assert!(!g.matches("x/a/b/c-cache"));
+        let values = [("{namespace}", "team-a"), ("{serviceaccount}", "builder")];
+        assert_eq!(Glob::path_substituted("{namespace}/{serviceaccount}/**", &values), Glob::path("team-a/builder/**"));
     }
 
     #[test]

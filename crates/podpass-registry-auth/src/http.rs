@@ -7,8 +7,10 @@
 //! - `POST /token` form: `grant_type=password` (`username`, `password`) or
 //!   `grant_type=refresh_token` (`refresh_token`), `service`, `scope` (space-separated),
 //!   `access_type=offline`.
-//! - Either may add `node_token` (a node-bound token proving the node) and `annotation`
-//!   (repeatable `key=value`: service-account annotations the node forwards).
+//! - Either may add `annotation` (repeatable `key=value`: service-account annotations the
+//!   node forwards), honoured only over a TLS connection where the node presented its
+//!   client certificate. `node_token` is refused (400): a node-bound service-account token
+//!   is no proof of a node, since any tenant can mint one (see `node_binding`).
 //!
 //! Answers `{"token","access_token","expires_in","issued_at","scope"[,"refresh_token"]}`;
 //! 400 `invalid_request` / `unsupported_grant_type`, 401 with `WWW-Authenticate` for bad
@@ -35,6 +37,8 @@ use crate::service::{Grant, Refusal, TokenRequest, TokenService};
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// A token request not answered by then is a 503 (issuer fetches are bounded below it).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Why `node_token` is refused, for the clients of older plugins.
+const NODE_TOKEN_REFUSED: &str = "node_token is not accepted as a node's proof: any tenant can bind a token of its own service account to a Node; present the node's TLS client certificate (CN=system:node:<name>, O=system:nodes) instead";
 /// The Basic realm of 401 answers.
 const REALM: &str = "Basic realm=\"podpass-registry-auth\"";
 
@@ -87,7 +91,6 @@ struct Params {
     service: Option<String>,
     scopes: Vec<String>,
     offline: bool,
-    node_token: Option<String>,
     annotations: BTreeMap<String, String>,
     grant_type: Option<String>,
     password: Option<String>,
@@ -113,7 +116,7 @@ fn parse_params(raw: &[u8]) -> Result<Params, BadRequest> {
             "scope" => p.scopes.push(value),
             "offline_token" => p.offline |= value == "true",
             "access_type" => p.offline |= value == "offline",
-            "node_token" => once(&mut p.node_token, "node_token", value)?,
+            "node_token" => return Err(bad(NODE_TOKEN_REFUSED)),
             "grant_type" => once(&mut p.grant_type, "grant_type", value)?,
             "password" => once(&mut p.password, "password", value)?,
             "refresh_token" => once(&mut p.refresh_token, "refresh_token", value)?,
@@ -197,7 +200,6 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         service: params.service,
         scopes,
         offline: params.offline,
-        node_token: params.node_token,
         annotations: params.annotations,
         peer_node: peer_node(peer),
         via,

@@ -1,10 +1,18 @@
 //! Replay defence: a pod's token that names a node is accepted only from that node. The
-//! request proves a node identity with a TLS client certificate of the node
-//! (`CN=system:node:<name>`, `O=system:nodes`, as kubelet client certificates are) or with
-//! a node-bound service-account token of the same issuer presented alongside
-//! (`node_token`). `require` refuses node-claiming tokens without a proof, `prefer`
+//! request proves a node identity with a TLS client certificate of the node, verified
+//! against `--client-ca-file` (`CN=system:node:<name>`, `O=system:nodes`, as kubelet client
+//! certificates are). `require` refuses node-claiming tokens without a proof, `prefer`
 //! accepts them (and says so in the audit line) but refuses a proof of another node,
 //! `off` ignores node claims.
+//!
+//! Why a certificate and never a token: the proof must be a credential only the node
+//! holds. A service-account token bound to a Node is not one: anyone who may create a
+//! token for their own service account may bind it to any Node (kube-apiserver allows
+//! `kubectl create token app --bound-object-kind Node --bound-object-name node-1`), so a
+//! tenant could present one beside a stolen pod token, or beside forged annotations. The
+//! node's own API credential would qualify but must never be handed to a third party
+//! (registry-auth could then act as the node against the API server); a TLS client
+//! certificate proves possession of the node's key without revealing it.
 
 use podpass_token::ObjectRef;
 use thiserror::Error;
@@ -40,8 +48,16 @@ pub enum NodeProof {
     None,
     /// A client certificate for this node name.
     Certificate(String),
-    /// A node-bound token for this node.
-    Token(ObjectRef),
+}
+
+impl NodeProof {
+    /// Label for audit lines: `none` or `certificate:<node>`.
+    pub fn audit_label(&self) -> String {
+        match self {
+            Self::None => "none".into(),
+            Self::Certificate(node) => format!("certificate:{node}"),
+        }
+    }
 }
 
 /// What the check concluded, for the audit line.
@@ -73,7 +89,7 @@ impl NodeCheck {
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum NodeBindingError {
     /// `require` and no proof.
-    #[error("token is bound to node {node:?}; present that node's identity (client certificate or node token)")]
+    #[error("token is bound to node {node:?}; present that node's client certificate")]
     Unproven {
         /// The token's node.
         node: String,
@@ -94,18 +110,15 @@ pub fn check(mode: NodeBinding, claimed: Option<&ObjectRef>, proof: &NodeProof) 
         return Ok(NodeCheck::Skipped);
     }
     let Some(claimed) = claimed.filter(|c| !c.name.is_empty()) else { return Ok(NodeCheck::NotBound) };
-    let (name, uid) = match proof {
+    let name = match proof {
         NodeProof::None if mode == NodeBinding::Require => {
             return Err(NodeBindingError::Unproven { node: claimed.name.clone() });
         }
         NodeProof::None => return Ok(NodeCheck::Unproven),
-        NodeProof::Certificate(name) => (name.as_str(), ""),
-        NodeProof::Token(node) => (node.name.as_str(), node.uid.as_str()),
+        NodeProof::Certificate(name) => name,
     };
-    let uid_differs = !uid.is_empty() && !claimed.uid.is_empty() && uid != claimed.uid;
-    if name != claimed.name || uid_differs {
-        let proven = if name == claimed.name { format!("{name} (uid {uid})") } else { name.to_owned() };
-        return Err(NodeBindingError::Mismatch { claimed: claimed.name.clone(), proven });
+    if *name != claimed.name {
+        return Err(NodeBindingError::Mismatch { claimed: claimed.name.clone(), proven: name.clone() });
     }
     Ok(NodeCheck::Proven)
 }
@@ -134,7 +147,7 @@ mod tests {
     #[test]
     fn each_mode_decides_as_documented() {
         let n1 = node("n1", "u1");
-        let proof_n1 = NodeProof::Token(node("n1", "u1"));
+        let proof_n1 = NodeProof::Certificate("n1".into());
         let proof_n2 = NodeProof::Certificate("n2".into());
         use NodeBinding::*;
         assert_eq!(check(Require, Some(&n1), &proof_n1), Ok(NodeCheck::Proven));
@@ -144,10 +157,10 @@ mod tests {
         assert!(matches!(check(Prefer, Some(&n1), &proof_n2), Err(NodeBindingError::Mismatch { .. })));
         assert_eq!(check(Require, None, &NodeProof::None), Ok(NodeCheck::NotBound));
         assert_eq!(check(Off, Some(&n1), &proof_n2), Ok(NodeCheck::Skipped));
-        // a recreated node of the same name (another UID) is another node
-        let err = check(Require, Some(&n1), &NodeProof::Token(node("n1", "u2"))).unwrap_err();
-        assert_eq!(err.to_string(), r#"token is bound to node "n1" but the request proves node "n1 (uid u2)""#);
-        assert_eq!(check(Require, Some(&n1), &NodeProof::Certificate("n1".into())), Ok(NodeCheck::Proven));
+        let err = check(Require, Some(&n1), &proof_n2).unwrap_err();
+        assert_eq!(err.to_string(), r#"token is bound to node "n1" but the request proves node "n2""#);
+        assert_eq!(NodeProof::None.audit_label(), "none");
+        assert_eq!(proof_n1.audit_label(), "certificate:n1");
     }
 
     fn cert(cn: &str, org: Option<&str>) -> Vec<u8> {

@@ -45,8 +45,19 @@ pub struct ExchangeConfig {
     pub url: String,
     /// PEM bundle trusted for it instead of the platform's roots.
     pub ca_pem: Option<Vec<u8>>,
-    /// A node-bound service-account token presented as the node's proof, re-read per call.
-    pub node_token_file: Option<PathBuf>,
+    /// The node's TLS client certificate and key (PEM; one file may hold both, as the
+    /// kubelet's `kubelet-client-current.pem`), presented to registry-auth as the node's
+    /// proof; re-read per call, so a rotated certificate is used at once.
+    pub client_identity: Option<ClientIdentity>,
+}
+
+/// A TLS client identity read from PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// `--client-certificate`: the certificate chain, leaf first.
+    pub certificate: PathBuf,
+    /// `--client-key`: its private key (may be the same file).
+    pub key: PathBuf,
 }
 
 /// The plugin failed; the message is printed on stderr.
@@ -68,9 +79,11 @@ pub enum PluginError {
         /// Why (registry-auth's error description, or the transport error).
         reason: String,
     },
-    /// The node token file could not be read.
-    #[error("--node-token-file {path}: {reason}")]
-    NodeToken {
+    /// The client certificate or key could not be read or used.
+    #[error("{flag} {path}: {reason}")]
+    ClientIdentity {
+        /// `--client-certificate` or `--client-key`.
+        flag: &'static str,
         /// The file.
         path: String,
         /// Why.
@@ -176,6 +189,35 @@ fn loopback_http(url: &reqwest::Url) -> bool {
         }
 }
 
+/// Client certificates and keys larger than this are refused.
+const MAX_IDENTITY_BYTES: u64 = 64 * 1024;
+
+/// The PEM identity of `--client-certificate` and `--client-key` (read afresh each call).
+fn read_identity(identity: &ClientIdentity) -> Result<reqwest::Identity, PluginError> {
+    use std::io::Read as _;
+    let read = |flag: &'static str, path: &PathBuf| {
+        let err = |reason: String| PluginError::ClientIdentity { flag, path: path.display().to_string(), reason };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_IDENTITY_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 > MAX_IDENTITY_BYTES {
+            return Err(err(format!("larger than {MAX_IDENTITY_BYTES} bytes")));
+        }
+        Ok(bytes)
+    };
+    let mut pem = read("--client-certificate", &identity.certificate)?;
+    if identity.key != identity.certificate {
+        pem.push(b'\n');
+        pem.extend(read("--client-key", &identity.key)?);
+    }
+    reqwest::Identity::from_pem(&pem).map_err(|e| PluginError::ClientIdentity {
+        flag: "--client-certificate",
+        path: identity.certificate.display().to_string(),
+        reason: format!("not a PEM certificate and private key: {e}"),
+    })
+}
+
 /// Trades `token` for an exchange token.
 async fn exchange(
     config: &ExchangeConfig,
@@ -193,15 +235,10 @@ async fn exchange(
         let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| fail(format!("--exchange-ca: {e}")))?;
         builder = builder.tls_certs_only(certs);
     }
+    if let Some(identity) = &config.client_identity {
+        builder = builder.identity(read_identity(identity)?);
+    }
     let client = builder.build().map_err(|e| fail(e.to_string()))?;
-    let node_token = match &config.node_token_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| PluginError::NodeToken { path: path.display().to_string(), reason: e.to_string() })?;
-            Some(text.trim().to_owned())
-        }
-        None => None,
-    };
     let mut form: Vec<(&str, String)> = vec![
         ("grant_type", "password".into()),
         ("username", USERNAME.into()),
@@ -209,9 +246,6 @@ async fn exchange(
         ("access_type", "offline".into()),
         ("client_id", "podpass-credential-provider".into()),
     ];
-    if let Some(node_token) = node_token {
-        form.push(("node_token", node_token));
-    }
     for (k, v) in annotations {
         form.push(("annotation", format!("{k}={v}")));
     }

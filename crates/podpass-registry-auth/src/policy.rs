@@ -205,10 +205,10 @@ impl Rule {
     }
 
     fn covers_repository(&self, s: &Subject<'_>, repository: &str) -> bool {
-        self.repositories.iter().any(|p| {
-            let pattern = p.replace("{namespace}", s.namespace).replace("{serviceaccount}", s.name);
-            Glob::path(&pattern).matches(repository)
-        })
+        // The placeholders stand for the subject's names literally: a `*` in a name (which
+        // no valid name holds, but a signed claim may) matches only a `*`.
+        let values = [("{namespace}", s.namespace), ("{serviceaccount}", s.name)];
+        self.repositories.iter().any(|p| Glob::path_substituted(p, &values).matches(repository))
     }
 }
 
@@ -330,6 +330,15 @@ rules:
         // a namespace that is a prefix of another gets nothing of it
         assert!(p.grant(&subject("team", "x", &none), &scopes(&["repository:team-a/app:pull"])).is_empty());
         assert!(p.grant(&subject("team-a", "x", &none), &scopes(&["repository:team-a/app/deep:pull"])).is_empty());
+    }
+
+    #[test]
+    fn a_namespace_named_star_is_not_a_glob_over_every_namespace() {
+        let p = Policy::parse(MINIMUM).unwrap();
+        let none = BTreeMap::new();
+        let asked = scopes(&["repository:team-a/app:pull"]);
+        assert!(p.grant(&subject("*", "builder", &none), &asked).is_empty());
+        assert!(p.grant(&subject("**", "builder", &none), &asked).is_empty());
     }
 
     #[test]

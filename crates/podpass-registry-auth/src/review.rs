@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use thiserror::Error;
@@ -132,13 +133,33 @@ impl TokenReviewer {
     /// Whether the cluster authenticates `token` as `username` with `uid` for this
     /// reviewer's audience. `Ok(true)` when the answer came from the cache.
     pub async fn review(&self, token: &str, username: &str, uid: &str) -> Result<bool, ReviewError> {
-        let key: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
+        self.decide(token.as_bytes(), || self.ask(token), username, uid).await
+    }
+
+    /// Whether the service account `namespace/name` still exists with `uid` (an exchange
+    /// token is bound to the service account and its UID, as a pod token is to its pod:
+    /// deleting or re-creating the service account ends it). `Ok(true)` when the answer
+    /// came from the cache. The kubeconfig's user needs `get` on `serviceaccounts`.
+    pub async fn check_service_account(&self, namespace: &str, name: &str, uid: &str) -> Result<bool, ReviewError> {
+        let username = format!("system:serviceaccount:{namespace}:{name}");
+        // A key space of its own: no token is `\0serviceaccount\0…`.
+        let key = format!("\0serviceaccount\0{namespace}\0{name}");
+        self.decide(key.as_bytes(), || self.ask_service_account(namespace, name), &username, uid).await
+    }
+
+    /// The cached (or asked) answer under `key`, compared with the identity expected.
+    async fn decide<F, Fut>(&self, key: &[u8], ask: F, username: &str, uid: &str) -> Result<bool, ReviewError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Cached, ReviewError>>,
+    {
+        let key: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, key)
             .as_ref()
             .try_into()
             .map_err(|_| ReviewError::Unavailable("digest".into()))?;
         let slot = self.slot(key);
         let cached = slot.initialized();
-        let answer = tokio::time::timeout(REVIEW_TIMEOUT, slot.get_or_try_init(|| self.ask(token)))
+        let answer = tokio::time::timeout(REVIEW_TIMEOUT, slot.get_or_try_init(ask))
             .await
             .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))??;
         match &answer.answer {
@@ -178,6 +199,31 @@ impl TokenReviewer {
         let slot = Slot::default();
         cache.insert(key, Arc::clone(&slot));
         slot
+    }
+
+    /// One GET of a service account: its UID, or why it is not there.
+    async fn ask_service_account(&self, namespace: &str, name: &str) -> Result<Cached, ReviewError> {
+        let _permit = self.in_flight.acquire().await.map_err(|e| ReviewError::Unavailable(e.to_string()))?;
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|e| {
+            ReviewError::Unavailable(match e {
+                kube::Error::Api(s) if s.code == 401 || s.code == 403 => format!(
+                    "HTTP {}: {} (the kubeconfig's user needs get on serviceaccounts to check exchange tokens)",
+                    s.code, s.message
+                ),
+                kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
+                other => other.to_string(),
+            })
+        })?;
+        let answer = match found {
+            Some(sa) if sa.metadata.deletion_timestamp.is_none() => Answer::Authenticated {
+                username: format!("system:serviceaccount:{namespace}:{name}"),
+                uid: sa.metadata.uid.unwrap_or_default(),
+                audiences: Vec::new(),
+            },
+            _ => Answer::NotAuthenticated(format!("service account {namespace}/{name} no longer exists")),
+        };
+        Ok(Cached { answer, at: Instant::now() })
     }
 
     /// One TokenReview round trip.

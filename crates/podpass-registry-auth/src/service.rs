@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
 use podpass_token::{AuthError, JwsSigner, NotMine, ObjectRef, VerificationKey};
 use serde::Deserialize;
 
@@ -44,9 +45,8 @@ pub struct TokenRequest {
     pub scopes: Vec<Scope>,
     /// `offline_token=true` / `access_type=offline`: answer a refresh (exchange) token.
     pub offline: bool,
-    /// A node-bound service-account token proving the node (`node_token`).
-    pub node_token: Option<String>,
-    /// Service-account annotations the node forwards (honoured only with a node proof).
+    /// Service-account annotations the node forwards (honoured only when the request
+    /// proves a node with its client certificate).
     pub annotations: BTreeMap<String, String>,
     /// The node a verified TLS client certificate names.
     pub peer_node: Option<String>,
@@ -169,6 +169,8 @@ struct Decided {
     identity: Identity,
     credential: Credential,
     node: NodeCheck,
+    /// Where the node proof came from (`none`, `certificate:<node>`).
+    proof: NodeProof,
     /// `off` (no reviewer for the issuer, or an exchange token), `reviewed`, `cached`.
     review: &'static str,
 }
@@ -216,7 +218,7 @@ impl TokenService {
         let via = request.via;
         let result = self.decide_inner(request, now).await;
         match &result {
-            Ok(Decided { answer, identity, credential, node, review }) => {
+            Ok(Decided { answer, identity, credential, node, proof, review }) => {
                 let granted_actions: usize = answer.granted.iter().map(|s| s.actions.len()).sum();
                 let outcome = if granted_actions == actions_asked {
                     "granted"
@@ -236,6 +238,8 @@ impl TokenService {
                     pod = %identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
                     node = %identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
                     node_check = node.as_str(),
+                    node_proof = %proof.audit_label(),
+                    annotations = %identity.annotations.keys().map(String::as_str).collect::<Vec<_>>().join(","),
                     token_review = *review,
                     jti = %identity.jti.clone().unwrap_or_default(),
                     credential = credential.as_str(),
@@ -278,16 +282,18 @@ impl TokenService {
             )));
         }
         let (mut identity, credential, not_after) = self.identify(&request.grant, now).await?;
-        let proof = self.node_proof(&request, &identity.issuer, now).await?;
+        let proof = request.peer_node.clone().map_or(NodeProof::None, NodeProof::Certificate);
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;
         // Last of the checks on the credential: the only one that costs a round trip.
         let review = match (&request.grant, credential) {
             (Grant::Password(token), Credential::ServiceAccountToken) => self.review(token, &identity).await?,
-            _ => "off",
+            _ => self.review_exchange(&identity).await?,
         };
         if credential == Credential::ServiceAccountToken {
-            // Annotations are the node's word: honoured only from a proven node.
+            // Annotations are the node's word: honoured only from a node that proved itself
+            // with its certificate. An exchange token carries what was honoured when it was
+            // issued, nothing more.
             identity.annotations =
                 if proof != NodeProof::None { bounded(request.annotations)? } else { BTreeMap::new() };
         }
@@ -310,7 +316,7 @@ impl TokenService {
         } else {
             None
         };
-        Ok(Decided { answer: TokenAnswer { token, refresh_token, granted }, identity, credential, node, review })
+        Ok(Decided { answer: TokenAnswer { token, refresh_token, granted }, identity, credential, node, proof, review })
     }
 
     /// Verifies the credential: (identity, how it came, when it expires).
@@ -347,6 +353,18 @@ impl TokenService {
             return Err(Refusal::unauthorized("malformed", "tokens without an expiry are not accepted"));
         };
         let info = verified.info;
+        // The names are substituted into repository patterns and matched by globs: only
+        // what Kubernetes itself would name (a namespace is a DNS label, a service account
+        // a DNS subdomain), whatever a trusted issuer signed.
+        if !is_dns1123_label(&info.namespace) || !is_dns1123_subdomain(&info.name) {
+            return Err(Refusal::unauthorized(
+                "identity",
+                format!(
+                    "the token's service account {:?}/{:?} is not a valid name (namespace: a DNS-1123 label, name: a DNS-1123 subdomain)",
+                    info.namespace, info.name
+                ),
+            ));
+        }
         let object = |name: &str, uid: &str| (!name.is_empty()).then(|| ObjectRef::new(name, uid));
         let identity = Identity {
             issuer,
@@ -363,28 +381,25 @@ impl TokenService {
     /// The issuing cluster's TokenReview of a service-account token, when configured.
     async fn review(&self, token: &str, identity: &Identity) -> Result<&'static str, Refusal> {
         let Some(reviewer) = self.reviewers.iter().find(|r| r.issuer() == identity.issuer) else { return Ok("off") };
-        match reviewer.review(token, &identity.username(), &identity.service_account.uid).await {
-            Ok(true) => Ok("cached"),
-            Ok(false) => Ok("reviewed"),
-            Err(e @ ReviewError::Rejected(_)) => Err(Refusal::unauthorized("token_review", e.to_string())),
-            Err(e @ ReviewError::Unavailable(_)) => Err(Refusal::unavailable("token_review", e.to_string())),
-        }
+        review_outcome(reviewer.review(token, &identity.username(), &identity.service_account.uid).await)
     }
 
-    /// The node identity the request proves: its TLS client certificate, else a node-bound
-    /// token of the same issuer.
-    async fn node_proof(&self, request: &TokenRequest, issuer: &str, now: i64) -> Result<NodeProof, Refusal> {
-        if let Some(node) = &request.peer_node {
-            return Ok(NodeProof::Certificate(node.clone()));
-        }
-        let Some(token) = request.node_token.as_deref().filter(|t| !t.is_empty()) else { return Ok(NodeProof::None) };
-        let refuse = |m: String| Refusal::unauthorized("node_token", format!("node_token: {m}"));
-        let trust = self.trust_of(issuer).ok_or_else(|| refuse(format!("issuer {issuer:?} is not trusted")))?;
-        let verified = trust.verify(token, now).await.map_err(|e| refuse(e.to_string()))?;
-        match (verified.bound_node, verified.pod) {
-            (Some(node), None) => Ok(NodeProof::Token(node)),
-            _ => Err(refuse("not a node-bound token".into())),
-        }
+    /// An exchange token's service account, checked against the issuing cluster when a
+    /// reviewer is configured for it: still there, with the UID the token was bound to.
+    async fn review_exchange(&self, identity: &Identity) -> Result<&'static str, Refusal> {
+        let Some(reviewer) = self.reviewers.iter().find(|r| r.issuer() == identity.issuer) else { return Ok("off") };
+        let sa = &identity.service_account;
+        review_outcome(reviewer.check_service_account(&identity.namespace, &sa.name, &sa.uid).await)
+    }
+}
+
+/// The audit label of a review, or the refusal it makes.
+fn review_outcome(result: Result<bool, ReviewError>) -> Result<&'static str, Refusal> {
+    match result {
+        Ok(true) => Ok("cached"),
+        Ok(false) => Ok("reviewed"),
+        Err(e @ ReviewError::Rejected(_)) => Err(Refusal::unauthorized("token_review", e.to_string())),
+        Err(e @ ReviewError::Unavailable(_)) => Err(Refusal::unavailable("token_review", e.to_string())),
     }
 }
 

@@ -1,14 +1,26 @@
 //! Serving: the accept loop and each connection's TLS + HTTP/1.1, with the bounds
 //! kube-apiserver's Go `http.Server` has (`ReadHeaderTimeout` 32 s, which Go also applies
 //! to the TLS handshake) plus the ones it leaves to the operating system here: a connection
-//! cap and back-off on accept errors (Go's `Serve` sleeps 5 ms doubling to 1 s on
-//! temporary errors such as EMFILE, instead of spinning).
+//! cap, a share of it per client address, and back-off on accept errors (Go's `Serve`
+//! sleeps 5 ms doubling to 1 s on temporary errors such as EMFILE, instead of spinning).
+//!
+//! A request's body must arrive in full within [`ServeLimits::request_timeout`] of its
+//! headers, whatever the application does with it: a client that announces a body and
+//! never sends it is answered `408 Request Timeout` and its connection closed, so it holds
+//! a connection slot no longer than a slow-header client does.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -29,10 +41,16 @@ pub struct ServeLimits {
     pub header_read_timeout: Duration,
     /// Connections served at once; past it, new ones wait in the listen backlog.
     pub max_connections: usize,
-    /// `--request-timeout`: a request (its body included) not answered by then is
-    /// upstream's 504; watches are bounded only until their stream starts. Applied by the
-    /// application's router, not by the accept loop.
+    /// `--request-timeout`: a request body not received in full by then (counted from its
+    /// headers) is a 408 and closes the connection (applied here, for every server). The
+    /// API server's router also answers a request not handled by then with upstream's
+    /// 504; watches are bounded only until their stream starts.
     pub request_timeout: Duration,
+    /// Connections one client address may hold at once (a share of `max_connections`, so
+    /// one client cannot take every slot); past it, its new connections are closed at
+    /// once. Behind a proxy every client has the proxy's address: raise it to
+    /// `max_connections` there.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for ServeLimits {
@@ -42,7 +60,90 @@ impl Default for ServeLimits {
             header_read_timeout: Duration::from_secs(32),
             max_connections: 1000,
             request_timeout: Duration::from_secs(60),
+            max_connections_per_client: 1000,
         }
+    }
+}
+
+/// Open connections per client address, for [`ServeLimits::max_connections_per_client`].
+#[derive(Debug, Default)]
+struct ClientShares {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its client's share; uncounted on drop.
+struct ShareGuard {
+    shares: Arc<ClientShares>,
+    ip: IpAddr,
+}
+
+impl ClientShares {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a connection of `ip`, unless it already holds `max`.
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ShareGuard> {
+        let mut open = self.lock();
+        let count = open.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(ShareGuard { shares: Arc::clone(self), ip })
+    }
+}
+
+impl Drop for ShareGuard {
+    fn drop(&mut self) {
+        let mut open = self.shares.lock();
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A request body that must end by a deadline: past it, the next read fails and `expired`
+/// is set (the connection then answers 408 and closes).
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    expired: Arc<AtomicBool>,
+}
+
+/// The error a late body's read returns.
+#[derive(Debug, thiserror::Error)]
+#[error("request body not received within the request timeout")]
+struct BodyTimeout;
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.expired.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err(Box::new(BodyTimeout))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -65,6 +166,7 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// plain TCP without (callers keep plain servers on loopback).
 pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, app: Router, limits: ServeLimits) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let shares = Arc::new(ClientShares::default());
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
         // A permit first: at the cap, connections wait in the kernel's backlog rather than
@@ -82,10 +184,14 @@ pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, app: R
                 continue;
             }
         };
+        let Some(share) = shares.take(addr.ip(), limits.max_connections_per_client.max(1)) else {
+            tracing::debug!(client = %addr.ip(), "connection closed: the client holds its share of connections");
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let _held = (permit, share);
             match tls {
                 None => serve_connection(tcp, Peer { addr, client_certificates: Arc::from([]) }, app, limits).await,
                 Some(tls) => {
@@ -110,13 +216,31 @@ async fn serve_connection<S>(stream: S, peer: Peer, app: Router, limits: ServeLi
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+    let request_timeout = limits.request_timeout;
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let expired = Arc::new(AtomicBool::new(false));
+        let deadline = Box::pin(tokio::time::sleep(request_timeout));
+        let mut request =
+            request.map(|inner| Body::new(DeadlineBody { inner, deadline, expired: Arc::clone(&expired) }));
         request.extensions_mut().insert(peer.clone());
-        app.clone().oneshot(request)
+        let answer = app.clone().oneshot(request);
+        async move {
+            let response = answer.await?;
+            Ok::<_, std::convert::Infallible>(if expired.load(Ordering::Relaxed) { body_timeout() } else { response })
+        }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     let _ = builder.http1_only().serve_connection(TokioIo::new(stream), service).await;
+}
+
+/// The answer to a body that did not arrive in time; the connection closes after it.
+fn body_timeout() -> axum::response::Response {
+    let mut response = axum::response::Response::new(Body::from("request body not received in time\n"));
+    *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
 }
 
 #[cfg(test)]
@@ -155,13 +279,15 @@ mod tests {
         let tls = crate::tls_acceptor(chain.as_bytes(), key.as_bytes(), None).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new().route(
-            "/",
-            axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
-                assert!(peer.addr.ip().is_loopback());
-                "ok"
-            }),
-        );
+        let app = Router::new()
+            .route(
+                "/",
+                axum::routing::get(|axum::Extension(peer): axum::Extension<Peer>| async move {
+                    assert!(peer.addr.ip().is_loopback());
+                    "ok"
+                }),
+            )
+            .route("/upload", axum::routing::post(|body: Bytes| async move { format!("got {}", body.len()) }));
         let task = tokio::spawn(accept_loop(listener, Some(tls), app, limits));
         let mut roots = RootCertStore::empty();
         use tokio_rustls::rustls::pki_types::CertificateDer;
@@ -201,6 +327,88 @@ mod tests {
             header_read_timeout: Duration::from_millis(300),
             max_connections,
             request_timeout: Duration::from_secs(60),
+            max_connections_per_client: max_connections,
+        }
+    }
+
+    async fn tls_connect(f: &Fixture, from: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        let tcp = socket.connect(f.addr).await.unwrap();
+        f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap()
+    }
+
+    /// Reads until the server closes (bounded): what it sent, or `None` if still open.
+    async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, limit: Duration) -> Option<String> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match tokio::time::timeout(left, stream.read(&mut buf)).await {
+                Err(_) => return None,
+                Ok(Ok(0) | Err(_)) => return Some(String::from_utf8_lossy(&out).into_owned()),
+                Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_arrives_is_a_408_and_frees_the_connection() {
+        let f = serve(ServeLimits { request_timeout: Duration::from_millis(400), ..limits(10) }).await;
+        let mut tls = tls_connect(&f, "127.0.0.1").await;
+        // 1000 bytes announced, 11 sent, then nothing
+        tls.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nhello world").await.unwrap();
+        let answer =
+            read_until_closed(&mut tls, Duration::from_secs(10)).await.expect("connection held past the timeout");
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+        // a whole body in time is served as ever
+        let mut tls = tls_connect(&f, "127.0.0.1").await;
+        tls.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\nconnection: close\r\n\r\nabc")
+            .await
+            .unwrap();
+        let answer = read_until_closed(&mut tls, Duration::from_secs(10)).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("got 3"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_body_the_handler_never_reads_does_not_hold_the_connection() {
+        let f = serve(ServeLimits { request_timeout: Duration::from_millis(400), ..limits(10) }).await;
+        let mut tls = tls_connect(&f, "127.0.0.1").await;
+        tls.write_all(b"GET / HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nhello world").await.unwrap();
+        let answer = read_until_closed(&mut tls, Duration::from_secs(10)).await.expect("connection held");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn one_client_cannot_take_every_slot() {
+        let f = serve(ServeLimits { max_connections_per_client: 2, ..limits(10) }).await;
+        let _a = tls_connect(&f, "127.0.0.1").await;
+        let _b = tls_connect(&f, "127.0.0.1").await;
+        // a third from the same address is closed at once (the handshake fails) ...
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tcp = socket.connect(f.addr).await.unwrap();
+        let third = f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await;
+        assert!(third.is_err(), "a third connection of one client was served");
+        // ... while another client is served
+        let mut other = tls_connect(&f, "127.0.0.2").await;
+        other.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let answer = read_until_closed(&mut other, Duration::from_secs(10)).await.unwrap();
+        assert!(answer.ends_with("ok"), "{answer}");
+        // and the first client gets its share back when it lets go
+        drop(_a);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let tcp = socket.connect(f.addr).await.unwrap();
+            if f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.is_ok() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the share was not given back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

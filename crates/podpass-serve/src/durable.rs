@@ -89,6 +89,31 @@ pub fn remove_stale_tmp(dir: &Path) -> usize {
     removed
 }
 
+/// Creates `dir` (and missing parents) with mode 0700, as etcd its data dir: the objects,
+/// keys and images under it are nobody else's to read. An existing directory is left as
+/// it is; then the answer is a warning naming it when its group or others may enter it
+/// (the operator's choice to keep, but never a silent one).
+pub fn private_dir(dir: &Path) -> std::io::Result<Option<String>> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {
+            let mode = m.permissions().mode() & 0o777;
+            Ok((mode & 0o077 != 0).then(|| {
+                format!(
+                    "{} is mode {mode:04o}: other local users may read what podpass keeps there; chmod 700 it",
+                    dir.display()
+                )
+            }))
+        }
+        Ok(_) => Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "exists and is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -108,6 +133,23 @@ mod tests {
         std::fs::create_dir(dir.path().join("d")).unwrap();
         assert!(replace(&dir.path().join("d"), b"x", 0o600).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn private_dirs_are_0700_and_looser_existing_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("a/b");
+        assert_eq!(private_dir(&fresh).unwrap(), None);
+        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(private_dir(&fresh).unwrap(), None, "an existing 0700 dir is fine");
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let warning = private_dir(&open).unwrap().unwrap();
+        assert!(warning.contains(&open.display().to_string()) && warning.contains("0755"), "{warning}");
+        assert_eq!(std::fs::metadata(&open).unwrap().permissions().mode() & 0o777, 0o755, "left as it is");
+        std::fs::write(dir.path().join("f"), b"").unwrap();
+        assert!(private_dir(&dir.path().join("f")).is_err());
     }
 
     #[test]

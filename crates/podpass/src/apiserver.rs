@@ -101,6 +101,11 @@ struct ServerFlags {
     /// file limit (`ulimit -n`).
     #[arg(long, default_value_t = 1000)]
     max_connections: usize,
+    /// Connections one client address may hold at once; its further connections are
+    /// closed (default: --max-connections, i.e. no share, as kube-apiserver behind a load
+    /// balancer).
+    #[arg(long)]
+    max_connections_per_client: Option<usize>,
     /// Longest a request (body upload included) may take before it is answered 504 (Go
     /// duration); watches are not cut by it.
     #[arg(long, default_value = "1m", value_parser = parse_go_duration_std)]
@@ -210,6 +215,7 @@ fn serve(f: ServerFlags) -> ExitCode {
         token_success_cache_ttl: podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL,
         serve_limits: podpass_apiserver::server::serve::ServeLimits {
             max_connections: f.max_connections,
+            max_connections_per_client: f.max_connections_per_client.unwrap_or(f.max_connections),
             request_timeout: f.request_timeout,
             ..Default::default()
         },

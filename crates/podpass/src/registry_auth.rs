@@ -65,6 +65,17 @@ pub struct RegistryAuthArgs {
     /// when only one is trusted. The kubeconfig's user needs create on tokenreviews.
     #[arg(long = "token-review-kubeconfig", value_name = "[ISSUER=]PATH")]
     token_review_kubeconfig: Vec<TokenReviewKubeconfig>,
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1000)]
+    max_connections: usize,
+    /// Connections one client address may hold at once; its further connections are
+    /// closed. Behind a proxy, raise it to --max-connections.
+    #[arg(long, default_value_t = 250)]
+    max_connections_per_client: usize,
+    /// A request whose body has not arrived in full this long after its headers is
+    /// answered 408 and its connection closed (Go duration).
+    #[arg(long, default_value = "30s")]
+    request_timeout: GoDuration,
     /// Minimum time between two issuer key fetches caused by an unknown kid (Go duration).
     #[arg(long, default_value = "10s")]
     jwks_min_refetch_interval: GoDuration,
@@ -98,6 +109,9 @@ pub fn run(a: RegistryAuthArgs) -> ExitCode {
     config.timings.min_refetch_interval =
         duration("--jwks-min-refetch-interval", a.jwks_min_refetch_interval, &mut errors);
     config.timings.refresh_interval = duration("--jwks-refresh-interval", a.jwks_refresh_interval, &mut errors);
+    config.serve_limits.max_connections = a.max_connections;
+    config.serve_limits.max_connections_per_client = a.max_connections_per_client;
+    config.serve_limits.request_timeout = duration("--request-timeout", a.request_timeout, &mut errors);
     let prepared = config.prepare();
     if let Err(e) = &prepared {
         errors.extend(e.0.iter().cloned());

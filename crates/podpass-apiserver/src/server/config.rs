@@ -194,6 +194,10 @@ impl ApiServerConfig {
         if self.serve_limits.max_connections == 0 {
             return Err(ConfigError("--max-connections: must be at least 1".into()));
         }
+        let per_client = self.serve_limits.max_connections_per_client;
+        if per_client == 0 || per_client > self.serve_limits.max_connections {
+            return Err(ConfigError("--max-connections-per-client: must be between 1 and --max-connections".into()));
+        }
         for server in &self.etcd_servers {
             if !(server.starts_with("http://") || server.starts_with("https://")) {
                 return Err(ConfigError(format!("--etcd-servers {server:?}: must be an http:// or https:// URL")));
@@ -217,14 +221,16 @@ impl ApiServerConfig {
     }
 }
 
+/// The data dir, 0700 when created here (a looser existing one is warned about); tmp files
+/// of writers killed mid-write are removed.
 fn create_private_dir(dir: &Path) -> Result<(), ConfigError> {
-    use std::os::unix::fs::DirBuilderExt;
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| ConfigError(format!("--data-dir {}: {e}", dir.display())))?;
+    let warning = podpass_serve::durable::private_dir(dir)
+        .map_err(|e| ConfigError(format!("--data-dir {}: {e}", dir.display())))?;
+    if let Some(w) = warning {
+        tracing::warn!("--data-dir {w}");
+    }
+    for d in [dir.to_path_buf(), dir.join("pki")] {
+        podpass_serve::durable::remove_stale_tmp(&d);
     }
     Ok(())
 }

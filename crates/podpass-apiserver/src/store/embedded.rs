@@ -91,6 +91,12 @@ impl EmbeddedStore {
     /// Opens the store keeping `history` revisions of change log for watches.
     pub fn open_with_history(path: &Path, history: u64) -> Result<Self, StoreError> {
         let db = Database::create(path).map_err(|e| StoreError::Backend(format!("opening {}: {e}", path.display())))?;
+        // Every Secret of the cluster is in this file: the owner's only, whatever the umask.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| StoreError::Backend(format!("chmod 600 {}: {e}", path.display())))?;
+        }
         // Create the tables so that readers never meet a missing table.
         let txn = db.begin_write().map_err(backend)?;
         {

@@ -95,8 +95,10 @@ impl AgentConfig {
             Ok(_) => problems.push(format!("--kubeconfig {}: not a file", self.kubeconfig.display())),
             Err(e) => problems.push(format!("--kubeconfig {}: {e}", self.kubeconfig.display())),
         }
-        if let Err(e) = std::fs::create_dir_all(&self.root_dir) {
-            problems.push(format!("--root-dir {}: {e}", self.root_dir.display()));
+        match podpass_serve::durable::private_dir(&self.root_dir) {
+            Ok(Some(warning)) => tracing::warn!("--root-dir {warning}"),
+            Ok(None) => {}
+            Err(e) => problems.push(format!("--root-dir {}: {e}", self.root_dir.display())),
         }
         let mut kubelet = KubeletImageConfig::default();
         if let Some(path) = &self.kubelet_config {

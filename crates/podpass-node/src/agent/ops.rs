@@ -111,7 +111,17 @@ pub(crate) async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let app = Router::new().route("/healthz", get(healthz)).route("/metrics", get(metrics)).with_state(ops);
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-        tracing::warn!(error = %e, "operations endpoint stopped");
+    // The shared accept loop: header and body deadlines and a connection cap, as every
+    // podpass server (the kubelet's healthz server is a Go http.Server with the same
+    // bounds). Plain HTTP, as the kubelet's healthz port.
+    let limits = podpass_serve::ServeLimits {
+        max_connections: 64,
+        max_connections_per_client: 64,
+        request_timeout: std::time::Duration::from_secs(10),
+        ..podpass_serve::ServeLimits::default()
+    };
+    tokio::select! {
+        () = podpass_serve::accept_loop(listener, None, app, limits) => {}
+        () = shutdown => {}
     }
 }

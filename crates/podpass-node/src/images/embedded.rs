@@ -11,6 +11,7 @@
 //! credentials must never serve another pod's pull.
 
 use std::net::IpAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use aws_lc_rs::digest;
@@ -184,9 +185,16 @@ impl EmbeddedStore {
     pub fn open(root_dir: &Path, insecure_registries: Vec<String>) -> Result<Self, ImageError> {
         let root = root_dir.join("images");
         for dir in [root.join("blobs").join("sha256"), root.join("ingest")] {
-            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(io(&dir))?;
         }
+        // Left by processes killed mid-pull: partial downloads, and tmp files of blobs and of
+        // the image list (`durable::replace`). At open, so one-shot commands clean up too.
         clean_ingest(&root.join("ingest"));
+        let stale = podpass_serve::durable::remove_stale_tmp(&root.join("blobs").join("sha256"))
+            + podpass_serve::durable::remove_stale_tmp(&root);
+        if stale > 0 {
+            tracing::info!(files = stale, "tmp files of interrupted image store writes removed");
+        }
         Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()), progress: None })
     }
 
@@ -646,10 +654,10 @@ fn current_platform() -> (&'static str, &'static str) {
     ("linux", arch)
 }
 
-/// Content and the image list: atomic and durable (`durable::replace`), world-readable as
-/// containerd's content store is.
+/// Content and the image list: atomic and durable (`durable::replace`), the owner's only:
+/// private images are pulled here with a pod's credentials.
 fn write_durably(path: &Path, data: &[u8]) -> Result<(), ImageError> {
-    podpass_serve::durable::replace(path, data, 0o644).map_err(io(path))
+    podpass_serve::durable::replace(path, data, 0o600).map_err(io(path))
 }
 
 fn present(i: &StoredImage) -> PresentImage {

@@ -230,7 +230,11 @@ impl RecordStore {
         for dir in [&pulling, &pulled] {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io(dir))?;
         }
-        Ok(Self { pulling, pulled, lock: base.join(".lock") })
+        let store = Self { pulling, pulled, lock: base.join(".lock") };
+        // At open, not only in the agent's background warm-up: a one-shot command that
+        // exits first cleans up too.
+        store.remove_stale_tmp();
+        Ok(store)
     }
 
     /// Removes tmp files that writers killed mid-write left in both directories.

@@ -9,6 +9,7 @@ mod api;
 mod checklist;
 mod demo;
 mod files;
+mod logs;
 mod push;
 mod supervisor;
 
@@ -27,6 +28,8 @@ use supervisor::Supervisor;
 
 /// The node `podpass up` runs.
 pub const NODE: &str = "node-1";
+/// registry-auth's identity at the control plane (TokenReview, service-account checks).
+const REVIEWER: &str = "podpass:registry-auth";
 /// How long each part may take to come up.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -117,7 +120,9 @@ pub struct Running {
 }
 
 async fn up(args: UpArgs) -> Result<ExitCode> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    // Every Secret, key and private image of the cluster lives here: 0700, as etcd's.
+    let loose = podpass_serve::durable::private_dir(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data = std::fs::canonicalize(&args.data_dir).with_context(|| args.data_dir.display().to_string())?;
     let l = Layout::new(data);
     // One `podpass up` per data dir: the lock is held (by the open file) until exit.
@@ -140,8 +145,15 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     };
     let registry_host = registry_host(&registry_url)?;
     let tools = preflight(&args, external_registry)?;
+    let mut warnings: Vec<String> = loose.into_iter().collect();
     for d in [&l.logs, &l.auth, &l.registry, &l.node] {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        warnings.extend(podpass_serve::durable::private_dir(d).with_context(|| format!("creating {}", d.display()))?);
+        // tmp files of writes a killed run left (`durable::replace`)
+        podpass_serve::durable::remove_stale_tmp(d);
+    }
+    podpass_serve::durable::remove_stale_tmp(&l.data);
+    for w in &warnings {
+        eprintln!("warning: {w}");
     }
 
     let mut out = Checklist::new(std::io::stdout().is_terminal());
@@ -332,6 +344,10 @@ async fn start(
     a.extend(["--signing-key".into(), path_str(&l.auth.join("signer.key"))]);
     a.extend(["--registry-service".into(), files::REGISTRY_SERVICE.into()]);
     a.extend(["--token-issuer".into(), files::TOKEN_ISSUER.into()]);
+    // The cluster's TokenReview: a signature alone would keep a deleted pod's token (and an
+    // exchange token of a deleted service account) good until it expires.
+    let reviewer = identity_kubeconfig(&l.data, &l.auth.join("reviewer.kubeconfig"), REVIEWER, &[])?;
+    a.extend(["--token-review-kubeconfig".into(), path_str(&reviewer)]);
     let auth_log = l.logs.join("registry-auth.log");
     parts.spawn("registry-auth", &tools.podpass, &a, auth_log.clone())?;
     out.waiting("registry-auth", "the issuer's keys");
@@ -444,7 +460,8 @@ where
 /// registry-auth may read the issuer's discovery documents anonymously (upstream's
 /// `system:service-account-issuer-discovery`, bound as the upstream docs suggest for a
 /// relying party outside the cluster), and nodes may request tokens for registry-auth's
-/// audience (upstream's verb `request-serviceaccounts-token-audience`).
+/// audience (upstream's verb `request-serviceaccounts-token-audience`); registry-auth may
+/// review tokens and read service accounts.
 async fn bootstrap(api: &Api) -> Result<()> {
     let crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
     let binding = |name: &str, role: &str, group: &str| {
@@ -471,18 +488,44 @@ async fn bootstrap(api: &Api) -> Result<()> {
     .await?;
     api.ensure(crb, &binding("podpass:nodes-registry-auth-audience", "podpass:registry-auth-audience", "system:nodes"))
         .await?;
+    // registry-auth reviews tokens (upstream's advice for a delegated authenticator) and
+    // checks that an exchange token's service account still exists with its UID.
+    let user_binding = |name: &str, role: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": REVIEWER}]})
+    };
+    api.ensure(crb, &user_binding("podpass:registry-auth-token-review", "system:auth-delegator")).await?;
+    api.ensure(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "podpass:registry-auth-service-accounts"},
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts"]}]}),
+    )
+    .await?;
+    api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
+        .await?;
     Ok(())
 }
 
-/// node-1's kubeconfig (`system:node:node-1` in `system:nodes`), made once and kept while
-/// the control plane's URL is the same.
+/// node-1's kubeconfig (`system:node:node-1` in `system:nodes`).
 fn node_kubeconfig(data: &Path, node_dir: &Path) -> Result<PathBuf> {
-    let path = node_dir.join("kubeconfig");
+    identity_kubeconfig(
+        data,
+        &node_dir.join("kubeconfig"),
+        &format!("system:node:{NODE}"),
+        &["system:nodes".to_owned()],
+    )
+}
+
+/// A kubeconfig at `path` for `user` in `groups`, made once and kept while the control
+/// plane's URL is the same.
+fn identity_kubeconfig(data: &Path, path: &Path, user: &str, groups: &[String]) -> Result<PathBuf> {
     let server = std::fs::read_to_string(data.join("server-url")).context("reading server-url")?;
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    let current = std::fs::read_to_string(path).unwrap_or_default();
     if !current.contains(&format!("server: {}\n", server.trim())) {
-        let k = crate::apiserver::add_identity(data, &format!("system:node:{NODE}"), &["system:nodes".to_owned()])?;
-        podpass_apiserver::files::write_atomic(&path, k.as_bytes(), 0o600, true)?;
+        let k = crate::apiserver::add_identity(data, user, groups)?;
+        podpass_apiserver::files::write_atomic(path, k.as_bytes(), 0o600, true)?;
     }
-    Ok(path)
+    Ok(path.to_path_buf())
 }

@@ -1,13 +1,17 @@
 //! The children of `podpass up`: each part a process of its own (the same command a user
-//! would run by hand), its stdout and stderr in `<data-dir>/logs/<part>.log`, stopped in
+//! would run by hand), its stdout and stderr appended to `<data-dir>/logs/<part>.log`, stopped in
 //! reverse order with SIGTERM, then SIGKILL after a grace period.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::{Context, Result};
 use tokio::process::{Child, Command};
+
+use super::logs::{MAX_LOG_BYTES, RotatingLog, pump};
 
 /// How long a part may take to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -19,6 +23,8 @@ pub struct Part {
     /// Its log file.
     pub log: PathBuf,
     child: Child,
+    /// The threads copying its stdout and stderr into the log.
+    pumps: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The parts started so far, stopped together (in reverse order) by [`Supervisor::stop`]
@@ -35,11 +41,14 @@ impl Supervisor {
         Supervisor { parts: Vec::new(), setpriv }
     }
 
-    /// Starts `program args` as the part `name`, logging to `log` (truncated: each run's log
-    /// begins at its start).
+    /// Starts `program args` as the part `name`, appending its output to `log` (rotated by
+    /// size, [`logs`](super::logs)) after a line marking this run's start.
     pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<()> {
-        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let err = file.try_clone().with_context(|| format!("opening {}", log.display()))?;
+        let mut file = RotatingLog::open(&log, MAX_LOG_BYTES).with_context(|| format!("opening {}", log.display()))?;
+        let now = jiff::Timestamp::now();
+        file.write_line(format!("--- podpass up: {name} started {now} ---\n").as_bytes())
+            .with_context(|| format!("writing {}", log.display()))?;
+        let file = Arc::new(Mutex::new(file));
         // A supervisor killed outright (SIGKILL, OOM) cannot stop its children: util-linux's
         // setpriv asks the kernel to send them SIGTERM when it dies (PR_SET_PDEATHSIG), and
         // execs the part in place (the pid held is the part's).
@@ -54,12 +63,21 @@ impl Supervisor {
         let child = command
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {name} ({})", program.display()))?;
-        self.parts.push(Part { name: name.to_owned(), log, child });
+        let mut child = child;
+        let mut pumps = Vec::new();
+        let pipes = [
+            child.stdout.take().and_then(|p| p.into_owned_fd().ok()),
+            child.stderr.take().and_then(|p| p.into_owned_fd().ok()),
+        ];
+        for fd in pipes.into_iter().flatten() {
+            pumps.push(pump(std::fs::File::from(fd), Arc::clone(&file)).context("starting a log thread")?);
+        }
+        self.parts.push(Part { name: name.to_owned(), log, child, pumps });
         Ok(())
     }
 
@@ -105,6 +123,12 @@ impl Supervisor {
 
 /// `<part> exited (<status>); last lines of <log>: …`.
 fn exit_report(part: &Part, status: ExitStatus) -> String {
+    // Its last lines may still be in the pipes: let the log threads reach the end (bounded,
+    // since a grandchild may hold a pipe open).
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while part.pumps.iter().any(|p| !p.is_finished()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let tail = last_lines(&part.log, 5);
     format!("{} exited ({status}); its log {}:\n{tail}", part.name, part.log.display())
 }
