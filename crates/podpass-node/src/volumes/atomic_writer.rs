@@ -161,7 +161,7 @@ impl AtomicWriter {
                 let changed = cleaned.iter().any(|(p, f)| {
                     let on_disk = old_dir.join(p);
                     let same_mode = std::fs::symlink_metadata(&on_disk)
-                        .is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode & 0o7777);
+                        .is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode & 0o777);
                     !same_mode || std::fs::read(&on_disk).map_or(true, |d| d != f.data)
                 });
                 (to_remove, changed)
@@ -301,6 +301,8 @@ fn walk(dir: &Path) -> Result<BTreeSet<String>, AtomicWriteError> {
     Ok(out)
 }
 
+/// Writes one file of a payload. Its mode is masked to 0777: setuid, setgid and sticky bits
+/// never come from an object, whatever the API server accepted.
 fn write_file(path: &Path, file: &FileProjection, durable: bool) -> Result<(), AtomicWriteError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io("creating directory", parent))?;
@@ -308,12 +310,12 @@ fn write_file(path: &Path, file: &FileProjection, durable: bool) -> Result<(), A
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(file.mode & 0o7777)
+        .mode(file.mode & 0o777)
         .open(path)
         .map_err(io("creating", path))?;
     f.write_all(&file.data).map_err(io("writing", path))?;
     // The exact mode, whatever the umask.
-    f.set_permissions(std::fs::Permissions::from_mode(file.mode & 0o7777)).map_err(io("setting mode", path))?;
+    f.set_permissions(std::fs::Permissions::from_mode(file.mode & 0o777)).map_err(io("setting mode", path))?;
     if durable {
         f.sync_all().map_err(io("syncing", path))?;
     }
@@ -385,6 +387,11 @@ mod tests {
         let third = payload(&[("token", "t2", 0o640), ("labels/app", "web", 0o444)]);
         assert!(w.write(&third).unwrap_or_else(|e| panic!("{e}")));
         assert_eq!(mode("token"), 0o640);
+        // setuid, setgid and sticky bits never come from an object: masked to 0777
+        let setuid = payload(&[("token", "t2", 0o6777), ("labels/app", "web", 0o4444)]);
+        assert!(w.write(&setuid).unwrap_or_else(|e| panic!("{e}")));
+        let full = |p: &str| std::fs::metadata(t.join(p)).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0);
+        assert_eq!((full("token"), full("labels/app")), (0o777, 0o444));
         // an invalid path writes nothing
         assert!(w.write(&payload(&[("../escape", "x", 0o644)])).is_err());
         assert_eq!(read(&t, "token"), "t2");

@@ -9,6 +9,7 @@ pub mod objects;
 pub mod openapi;
 mod openapi_v2_proto;
 mod patch;
+mod projection;
 mod protobuf;
 mod rbac;
 pub mod resources;
@@ -388,6 +389,9 @@ async fn admit_write(
     object: &mut Value,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    if res.plural == "configmaps" || res.plural == "secrets" {
+        projection::validate_config_object(res, name, object)?;
+    }
     if res.plural == "nodes" {
         return node_restriction::admit_node_write(user, name, object, old);
     }
@@ -461,6 +465,7 @@ async fn create(
         };
         objects::default_pod(&mut object);
         objects::validate_pod_names(&name, &object)?;
+        projection::validate_pod_volumes(&name, &object)?;
         admit_pod(&mut object, &sa)?;
     }
     let k = key(res, ns, &name);
