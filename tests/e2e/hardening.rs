@@ -705,3 +705,219 @@ fn pod_volume_names_cannot_walk_out_of_a_nodes_pod_directory() {
         "{body}"
     );
 }
+
+/// A PATCH of `path` with `content_type` as the admin.
+fn patch_as(s: &Server, path: &str, content_type: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let resp = client(&s.dir)
+        .patch(format!("{}{path}", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .header("content-type", content_type)
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().unwrap_or(serde_json::Value::Null))
+}
+
+fn pod_with_volumes(name: &str, volumes: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
+                 "containers": [{"name": "app", "image": "example/app:1"}], "volumes": volumes}})
+}
+
+#[test]
+fn setuid_modes_bad_keys_and_escaping_paths_are_refused_as_upstream_refuses_them() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let pods = "/api/v1/namespaces/default/pods";
+    // Tenant-chosen setuid files: defaultMode 3583 (07777) and item mode 2541 (04755).
+    let (code, status) = json_req(
+        &s,
+        Method::POST,
+        pods,
+        Some(pod_with_volumes(
+            "setuid",
+            serde_json::json!([{"name": "s", "secret": {"secretName": "x", "defaultMode": 3583,
+                                  "items": [{"key": "k", "path": "run", "mode": 2541}]}}]),
+        )),
+    );
+    assert_eq!(code, 422, "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "spec.volumes[0].secret.defaultMode: Invalid value: 3583: must be a number between 0 and 0777 (octal), both inclusive"
+        ) && message.contains("spec.volumes[0].secret.items[0].mode: Invalid value: 2541"),
+        "{message}"
+    );
+    // Projected item paths that leave the volume.
+    for bad in ["../escape", "/abs", "a/../../b"] {
+        let (code, status) = json_req(
+            &s,
+            Method::POST,
+            pods,
+            Some(pod_with_volumes(
+                "paths",
+                serde_json::json!([{"name": "p", "projected": {"sources": [
+                    {"configMap": {"name": "c", "items": [{"key": "k", "path": bad}]}}]}}]),
+            )),
+        );
+        assert_eq!(code, 422, "{bad}: {status}");
+        assert!(
+            status["message"].as_str().unwrap().contains("projected.sources[0].configMap.items[0].path"),
+            "{status}"
+        );
+    }
+    // ConfigMap and Secret keys, on create and on update.
+    for (resource, kind) in [("configmaps", "ConfigMap"), ("secrets", "Secret")] {
+        let path = format!("/api/v1/namespaces/default/{resource}");
+        for bad in ["../x", "a/b", "..hidden", "x y"] {
+            let (code, status) = json_req(
+                &s,
+                Method::POST,
+                &path,
+                Some(
+                    serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "k"}, "data": {bad: "eA=="}}),
+                ),
+            );
+            assert_eq!(code, 422, "{kind} key {bad:?}: {status}");
+            assert!(status["message"].as_str().unwrap().contains(&format!("data[{bad}]: Invalid value")), "{status}");
+        }
+        let (code, _) = json_req(
+            &s,
+            Method::POST,
+            &path,
+            Some(
+                serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "k"}, "data": {"ok.key": "eA=="}}),
+            ),
+        );
+        assert_eq!(code, 201);
+        let (code, status) =
+            json_req(&s, Method::PATCH, &format!("{path}/k"), Some(serde_json::json!({"data": {"../x": "eA=="}})));
+        assert_eq!(code, 422, "{status}");
+    }
+}
+
+#[test]
+fn patches_honour_a_stale_resource_version_refuse_a_namespace_change_and_never_set_status_on_the_main_resource() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cm = "/api/v1/namespaces/default/configmaps/c";
+    let (code, created) = json_req(
+        &s,
+        Method::POST,
+        "/api/v1/namespaces/default/configmaps",
+        Some(
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}),
+        ),
+    );
+    assert_eq!(code, 201);
+    let stale = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let (code, _) = json_req(&s, Method::PATCH, cm, Some(serde_json::json!({"data": {"a": "2"}})));
+    assert_eq!(code, 200);
+    // A JSON patch setting the stale resourceVersion is a precondition: 409.
+    let ops = serde_json::json!([
+        {"op": "replace", "path": "/metadata/resourceVersion", "value": stale},
+        {"op": "replace", "path": "/data/a", "value": "3"}]);
+    let (code, status) = patch_as(&s, cm, "application/json-patch+json", ops);
+    assert_eq!(code, 409, "{status}");
+    assert_eq!(status["reason"], "Conflict");
+    let (_, now) = json_req(&s, Method::GET, cm, None);
+    assert_eq!(now["data"]["a"], "2", "the stale patch changed nothing");
+    // Moving an object to another namespace by patch is a 400, not a silent no-op.
+    let (code, status) =
+        json_req(&s, Method::PATCH, cm, Some(serde_json::json!({"metadata": {"namespace": "kube-system"}})));
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "the namespace of the provided object does not match the namespace sent on the request"
+    );
+
+    // Status through pods/<name> (not /status): dropped, as upstream's pod strategy does;
+    // and a pod created with a status starts Pending whatever it said.
+    let mut pod = pod_with_volumes("p", serde_json::json!([]));
+    pod["status"] = serde_json::json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+    let (code, created) = json_req(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod));
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["status"], serde_json::json!({"phase": "Pending"}));
+    let path = "/api/v1/namespaces/default/pods/p";
+    let (code, patched) = json_req(
+        &s,
+        Method::PATCH,
+        path,
+        Some(serde_json::json!({"metadata": {"labels": {"x": "y"}},
+                                "status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "True"}]}})),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(patched["metadata"]["labels"]["x"], "y", "the rest of the patch applies");
+    assert_eq!(patched["status"], serde_json::json!({"phase": "Pending"}), "{patched}");
+    // ... while pods/<name>/status changes the status (and only it).
+    let (code, patched) = json_req(
+        &s,
+        Method::PATCH,
+        &format!("{path}/status"),
+        Some(serde_json::json!({"metadata": {"labels": {"x": "z"}}, "status": {"phase": "Running"}})),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(patched["status"]["phase"], "Running");
+    assert_eq!(patched["metadata"]["labels"]["x"], "y");
+}
+
+#[test]
+fn deletes_race_other_writers_without_a_409_and_graceful_removals_are_never_lost() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let names: Vec<String> = (0..30).map(|i| format!("p{i}")).collect();
+    for n in &names {
+        let (code, _) = json_req(
+            &s,
+            Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(pod_with_volumes(n, serde_json::json!([]))),
+        );
+        assert_eq!(code, 201);
+    }
+    // A "node" posting every pod's status as fast as it can.
+    let writer = {
+        let (stop, url, dir, names) = (stop.clone(), s.url.clone(), s.dir.clone(), names.clone());
+        std::thread::spawn(move || {
+            let c = client(&dir);
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for n in &names {
+                    let _ = c
+                        .patch(format!("{url}/api/v1/namespaces/default/pods/{n}/status"))
+                        .bearer_auth(admin_token(&dir))
+                        .header("content-type", "application/merge-patch+json")
+                        .body(serde_json::json!({"status": {"message": format!("beat {i}")}}).to_string())
+                        .send();
+                    i += 1;
+                }
+            }
+        })
+    };
+    // A precondition that does not hold is a 409 naming it.
+    let (code, status) = json_req(
+        &s,
+        Method::DELETE,
+        "/api/v1/namespaces/default/pods/p0",
+        Some(serde_json::json!({"preconditions": {"uid": "not-its-uid"}})),
+    );
+    assert_eq!(code, 409, "{status}");
+    assert!(status["message"].as_str().unwrap().contains("Precondition failed: UID in precondition: not-its-uid"));
+    // Without preconditions: never a 409, whoever writes meanwhile. Graceful (1 s) removals
+    // complete although the status writes keep moving the pods' revisions.
+    for n in &names {
+        let (code, status) =
+            json_req(&s, Method::DELETE, &format!("/api/v1/namespaces/default/pods/{n}?gracePeriodSeconds=1"), None);
+        assert_eq!(code, 200, "DELETE {n}: {status}");
+    }
+    for n in &names {
+        wait_gone(&s, &format!("/api/v1/namespaces/default/pods/{n}"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}

@@ -1,6 +1,7 @@
 //! The resource API: discovery documents and get/list/create/update/delete of the served
 //! objects, with the upstream behaviours users rely on.
 
+mod delete;
 pub mod field_validation;
 mod kinds;
 pub(crate) mod lifecycle;
@@ -33,10 +34,6 @@ use self::resources::{ApiPath, RESOURCES, Resource, SUBRESOURCES, find, groups};
 use super::AppState;
 use super::status::ApiError;
 use crate::store::{FieldSelector, Freshness, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, StoreError};
-use crate::time::format_rfc3339;
-
-/// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
-const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 fn json_response(code: StatusCode, body: Value) -> Response {
     (code, Json(body)).into_response()
@@ -265,7 +262,7 @@ async fn reads(
             if res.plural == "leases" {
                 node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name)?;
             }
-            delete(state, res, ns, name, query, body).await
+            delete::delete(state, res, ns, name, query, body).await
         }
         _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }
@@ -516,18 +513,36 @@ async fn update(
         }
         None => None,
     };
-    if status_only {
-        // The status subresource changes status only.
-        let status = object.get("status").cloned().unwrap_or(Value::Null);
-        object = current.object.clone();
-        object["status"] = status;
-    }
+    split_status(res, status_only, &current.object, &mut object);
     prepare_update(res, &current.object, &mut object, name)?;
     lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
     admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     after_rbac_write(state, res, updated.revision).await?;
     Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
+}
+
+/// Kinds whose strategy keeps `status` out of main-resource writes (upstream's pod, node
+/// and namespace strategies: `PrepareForUpdate` copies the old status): only their
+/// `/status` subresource changes it, which the Node authorizer and NodeRestriction guard.
+const STATUS_KINDS: [&str; 3] = ["pods", "nodes", "namespaces"];
+
+/// What a write may change: through `/status` the status only (everything else is the
+/// current object's); through the main resource of a [`STATUS_KINDS`] kind everything but
+/// the status.
+fn split_status(res: &Resource, status_only: bool, current: &Value, object: &mut Value) {
+    if status_only {
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        *object = current.clone();
+        object["status"] = status;
+    } else if STATUS_KINDS.contains(&res.plural)
+        && let Some(obj) = object.as_object_mut()
+    {
+        match current.get("status") {
+            Some(status) => obj.insert("status".into(), status.clone()),
+            None => obj.remove("status"),
+        };
+    }
 }
 
 /// The patch types of `Content-Type` (apimachinery types.PatchType).
@@ -586,18 +601,20 @@ async fn patch(
             (None, PatchKind::Strategic) => patch::strategic_merge_patch(&mut object, &patch),
             (None, _) => patch::merge_patch(&mut object, &patch),
         }
-        if status_only {
-            let status = object.get("status").cloned().unwrap_or(Value::Null);
-            object = current.object.clone();
-            object["status"] = status;
-        }
-        // A patch carrying a resourceVersion is a precondition; otherwise the current one.
-        let expected = match patch.field("/metadata/resourceVersion").and_then(Value::as_str) {
+        // A patch that sets a resourceVersion (any patch type, a JSON patch's `replace` of
+        // /metadata/resourceVersion included) makes it a precondition; otherwise the current
+        // one. Read before the subresource split, which keeps the current metadata.
+        let before = current.object.field("/metadata/resourceVersion");
+        let patched_rv = object.field("/metadata/resourceVersion").filter(|rv| Some(*rv) != before).cloned();
+        let precondition = patch.field("/metadata/resourceVersion").cloned().or(patched_rv);
+        let expected = match &precondition {
             Some(rv) => {
-                rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?
+                let text = rv.as_str().unwrap_or_default();
+                text.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv}")))?
             }
             None => current.revision,
         };
+        split_status(res, status_only, &current.object, &mut object);
         let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         if !duplicates.is_empty() {
             if mode == FieldValidation::Strict {
@@ -617,9 +634,7 @@ async fn patch(
                 let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
                 return Ok((answer, warnings));
             }
-            Err(StoreError::Conflict { .. })
-                if attempt < PATCH_RETRIES && patch.field("/metadata/resourceVersion").is_none() =>
-            {
+            Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES && precondition.is_none() => {
                 attempt += 1;
             }
             Err(e) => return Err(e.into()),
@@ -627,91 +642,10 @@ async fn patch(
     }
 }
 
-/// Longest grace period honoured: a century. Larger values (up to `i64::MAX` from a client)
-/// would overflow the deletion timestamp.
-const MAX_GRACE_SECONDS: i64 = 100 * 365 * 24 * 3600;
-
-/// `gracePeriodSeconds` from the query or the DeleteOptions body; a value that is not an
-/// integer is a 400 naming it.
-fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i64>, ApiError> {
-    if let Some(g) = query.get("gracePeriodSeconds") {
-        return g.parse().map(Some).map_err(|_| {
-            ApiError::bad_request(format!("gracePeriodSeconds: Invalid value: {g:?}: must be an integer"))
-        });
-    }
-    Ok(serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64)))
-}
-
-/// The grace a pod gets: a negative request is 1 s (pod strategy `CheckGracefulDelete`),
-/// and no grace exceeds [`MAX_GRACE_SECONDS`].
-fn bounded_grace(grace: i64) -> i64 {
-    if grace < 0 { 1 } else { grace.min(MAX_GRACE_SECONDS) }
-}
-
-async fn delete(
-    state: &Arc<AppState>,
-    res: &Resource,
-    ns: Option<&str>,
-    name: &str,
-    query: &HashMap<String, String>,
-    body: &[u8],
-) -> Result<Response, ApiError> {
-    let k = key(res, ns, name);
-    let current = state.store.get(&k).await?;
-    if res.plural == "pods" {
-        // Graceful deletion: a pod bound to a node is marked and removed after its grace
-        // period (or when deleted again with 0); an unscheduled pod goes at once.
-        let scheduled = current.object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let grace = bounded_grace(
-            grace_period(query, body)?
-                .or_else(|| current.object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-                .unwrap_or(DEFAULT_GRACE_SECONDS),
-        );
-        if scheduled && grace > 0 {
-            if current.object.field("/metadata/deletionTimestamp").is_some() {
-                return Ok(json_response(StatusCode::OK, current.object));
-            }
-            let mut marked = current.object.clone();
-            marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix() + grace));
-            marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            let updated = state.store.update(&k, marked, Some(current.revision)).await?;
-            schedule_removal(Arc::clone(state), k, updated.object.field("/metadata/uid").cloned(), grace);
-            return Ok(json_response(StatusCode::OK, updated.object));
-        }
-    }
-    if res.plural == "namespaces" {
-        return Ok(json_response(StatusCode::OK, lifecycle::delete_namespace(state, name, current).await?));
-    }
-    if let Some(marked) = lifecycle::mark_if_finalized(state, &k, &current).await? {
-        return Ok(json_response(StatusCode::OK, marked));
-    }
-    let deleted = state.store.delete(&k, Some(current.revision)).await?;
-    after_rbac_write(state, res, deleted.revision).await?;
-    Ok(json_response(StatusCode::OK, deleted.object))
-}
-
-/// Removes a gracefully deleted pod once its grace period is over, unless it was
-/// replaced (another uid) in between.
-pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
-    tokio::spawn(async move {
-        tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
-        if let Ok(current) = state.store.get(&key).await
-            && current.object.field("/metadata/uid") == uid.as_ref()
-        {
-            if lifecycle::finalizers(&current.object).is_empty() {
-                let _ = state.store.delete(&key, Some(current.revision)).await;
-            } else {
-                // Grace is over; the pod goes when its last finalizer is removed.
-                let mut done = current.object.clone();
-                done["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                let _ = state.store.update(&key, done, Some(current.revision)).await;
-            }
-        }
-    });
-}
-
 /// At start-up: the namespaces every cluster has (`default`, `kube-system`, `kube-public`,
 /// `kube-node-lease`), each with its defaults.
+pub(crate) use delete::resume_pending_deletions;
+
 pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), ApiError> {
     let res = find("", "namespaces").ok_or_else(ApiError::not_found_path)?;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -723,32 +657,6 @@ pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), Api
             Err(e) => return Err(e.into()),
         }
         namespace_defaults(state, ns).await?;
-    }
-    Ok(())
-}
-
-/// At start-up: pods whose deletion was pending when the server stopped are removed when
-/// their deletion time comes.
-pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<(), StoreError> {
-    let now = podpass_token::now_unix();
-    for pod in state.store.list("pods", None, &ListOptions::default()).await?.items {
-        let Some(at) =
-            pod.field("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(crate::time::parse_rfc3339)
-        else {
-            continue;
-        };
-        let (Some(ns), Some(name)) = (
-            pod.field("/metadata/namespace").and_then(Value::as_str),
-            pod.field("/metadata/name").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        schedule_removal(
-            Arc::clone(state),
-            ObjectKey::namespaced("pods", ns, name),
-            pod.field("/metadata/uid").cloned(),
-            (at - now).max(0),
-        );
     }
     Ok(())
 }

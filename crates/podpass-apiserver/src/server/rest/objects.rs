@@ -153,6 +153,17 @@ pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) 
         _ => {}
     }
     meta.insert("name".into(), json!(name));
+    // rest.BeforeUpdate: a namespaced object's namespace in the body must be the request's
+    // (an empty one is filled in); it is never silently ignored. Cluster-scoped objects
+    // have none (it is cleared below).
+    if let Some(old_ns) = old_meta.get("namespace").and_then(Value::as_str)
+        && let Some(ns) = meta.get("namespace").and_then(Value::as_str).filter(|ns| !ns.is_empty())
+        && ns != old_ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
     for kept in ["namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
         match old_meta.get(kept) {
             Some(v) => meta.insert(kept.into(), v.clone()),
@@ -300,9 +311,10 @@ pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiErro
             }
         }
     }
-    let status = pod.as_object_mut().map(|o| o.entry("status").or_insert_with(|| json!({})));
-    if let Some(status) = status.and_then(Value::as_object_mut) {
-        status.entry("phase").or_insert_with(|| json!("Pending"));
+    // podStrategy.PrepareForCreate: a new pod's status is the server's (Pending), never
+    // what the creator wrote (a pod that never ran is not Succeeded, nor Ready).
+    if let Some(obj) = pod.as_object_mut() {
+        obj.insert("status".into(), json!({"phase": "Pending"}));
     }
     Ok(())
 }
