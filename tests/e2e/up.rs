@@ -9,6 +9,7 @@
 mod registry;
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -121,6 +122,96 @@ fn records(data: &Path) -> Vec<String> {
     names
 }
 
+/// As the admin of the cluster in `data`: `method path` with a JSON body.
+fn admin(data: &Path, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let mut req = client(data).request(method, format!("{url}{path}")).bearer_auth(admin_token(data));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().unwrap();
+    assert!(resp.status().is_success(), "{path}: {}", resp.status());
+    resp.json().unwrap()
+}
+
+/// A token of team-a/`sa` for registry-auth's audience, bound to `pod` when given.
+fn registry_auth_token(data: &Path, sa: &str, pod: Option<(&str, &str)>) -> String {
+    let mut spec = serde_json::json!({"audiences": ["podpass-registry-auth"], "expirationSeconds": 600});
+    if let Some((name, uid)) = pod {
+        spec["boundObjectRef"] = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid});
+    }
+    let answer = admin(
+        data,
+        reqwest::Method::POST,
+        &format!("/api/v1/namespaces/team-a/serviceaccounts/{sa}/token"),
+        Some(serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})),
+    );
+    answer["status"]["token"].as_str().unwrap().to_owned()
+}
+
+/// Polls `ask` (an HTTP status) until it is 401, at most 40 s: the refusal's latency.
+fn refused_within(mut ask: impl FnMut() -> u16) -> Duration {
+    let started = Instant::now();
+    loop {
+        let status = ask();
+        if status == 401 {
+            return started.elapsed();
+        }
+        assert_eq!(status, 200, "granted or refused, nothing else");
+        assert!(started.elapsed() < Duration::from_secs(40), "still granted after 40 s");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn revoked_credentials_are_refused(data: &Path) {
+    use reqwest::Method;
+    let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
+    let auth = format!("http://127.0.0.1:{}", ports.split_whitespace().nth(1).unwrap());
+    let http = reqwest::blocking::Client::new();
+    let scope = "repository:team-a/app:pull";
+    let get = |password: &str| {
+        http.get(format!("{auth}/token?service=podpass-registry&scope={scope}"))
+            .basic_auth("x", Some(password))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // A pod's token: granted while the pod exists, refused once it is deleted.
+    let pod = admin(
+        data,
+        Method::POST,
+        "/api/v1/namespaces/team-a/pods",
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "short-lived"},
+            "spec": {"serviceAccountName": "app", "containers": [{"name": "c", "image": "example/c:1"}]}})),
+    );
+    let token = registry_auth_token(data, "app", Some(("short-lived", pod["metadata"]["uid"].as_str().unwrap())));
+    assert_eq!(get(&token), 200);
+    admin(data, Method::DELETE, "/api/v1/namespaces/team-a/pods/short-lived", None);
+    let took = refused_within(|| get(&token));
+    assert!(took <= Duration::from_secs(25), "a deleted pod's token was refused only after {took:?}");
+    // An exchange token: bound to its service account's UID.
+    admin(
+        data,
+        Method::POST,
+        "/api/v1/namespaces/team-a/serviceaccounts",
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "temp"}})),
+    );
+    let sa_token = registry_auth_token(data, "temp", None);
+    let answer: Value = http
+        .post(format!("{auth}/token"))
+        .form(&[("grant_type", "password"), ("password", &sa_token), ("access_type", "offline"), ("scope", scope)])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let exchange = answer["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(get(&exchange), 200);
+    admin(data, Method::DELETE, "/api/v1/namespaces/team-a/serviceaccounts/temp", None);
+    let took = refused_within(|| get(&exchange));
+    assert!(took <= Duration::from_secs(25), "a deleted service account's exchange token lived {took:?}");
+}
+
 #[test]
 fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,12 +252,22 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         let found = out[at..].find(step).unwrap_or_else(|| panic!("{step:?} (in order) in:\n{out}"));
         at += found + step.len();
     }
+    // Nothing of the cluster is readable by other local users (0700 dirs, 0600 store).
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for d in ["", "logs", "registry-auth", "registry", "node-1", "node-1/root", "node-1/root/images"] {
+        assert_eq!(mode(&data.join(d)), 0o700, "{d}");
+    }
+    assert_eq!(mode(&data.join("store.redb")), 0o600);
+    let blob = std::fs::read_dir(data.join("node-1/root/images/blobs/sha256")).unwrap().flatten().next().unwrap();
+    assert_eq!(mode(&blob.path()), 0o600, "a private image's blob");
     // The cluster is down: what resuming must keep, from the files.
     let key = std::fs::read(data.join("sa.key")).unwrap();
     let kept_records = records(&data);
     assert_eq!(kept_records.len(), 1, "one pull record: {kept_records:?}");
 
-    // A second `podpass up` on the same data dir resumes it.
+    // A second `podpass up` on the same data dir resumes it; a data dir someone opened up
+    // is named in a warning (and left as it is).
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
     let log2 = dir.path().join("up.out");
     let mut guard = Running(Some(
         up(&data, &[])
@@ -184,6 +285,13 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     }
     let text = std::fs::read_to_string(&log2).unwrap();
     assert!(text.starts_with("podpass up: resuming the cluster in"), "{text}");
+    let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap();
+    assert!(err.contains(&format!("warning: {} is mode 0755", data.display())), "{err}");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The logs were appended to: the first run's registry-auth audit is still there.
+    let auth_log = std::fs::read_to_string(data.join("logs/registry-auth.log")).unwrap();
+    assert_eq!(auth_log.matches("--- podpass up: registry-auth started").count(), 2, "{auth_log}");
+    assert!(auth_log.contains("repository:team-a/app:pull"), "the first run's audit lines are kept");
     assert_eq!(std::fs::read(data.join("sa.key")).unwrap(), key, "same signing key");
     let first_uid = out
         .split("may be used by service accounts team-a/app (uid ")
@@ -198,6 +306,10 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // The real kubectl works with the printed KUBECONFIG.
     let kubectl = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
     assert!(ok(kubectl, "kubectl get node").contains("Ready"));
+
+    // registry-auth asks the control plane's TokenReview: a deleted pod's token, and an
+    // exchange token of a deleted service account, are refused within the caches' 10 s.
+    revoked_credentials_are_refused(&data);
 
     // `podpass node explain` on a pod the pull records do not let use the image: the
     // reason comes first; the JSON carries the credentials and providers reports' facts.

@@ -237,6 +237,21 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
     }
 }
 
+/// What a token request's bytes decode to, for fuzzing the parsers in one call: the query
+/// string or form body, the `Authorization` header, and the scopes they name. Never panics;
+/// every input is either parsed or refused with a message.
+#[doc(hidden)]
+pub fn parse_for_fuzzing(raw: &[u8], authorization: &[u8]) -> Result<usize, String> {
+    let params = parse_params(raw).map_err(|e| e.message)?;
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_bytes(authorization) {
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    let password = basic_password(&headers).map_err(|e| e.message)?;
+    let scopes = Scope::parse_all(params.scopes.iter().map(String::as_str)).map_err(|e| e.to_string())?;
+    Ok(scopes.len() + password.map_or(0, |p| p.len()) + params.annotations.len())
+}
+
 async fn jwks(State(state): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "application/jwk-set+json")], state.jwks.clone()).into_response()
 }

@@ -30,6 +30,8 @@ mod trust;
 
 pub use config::{Bound, Config, ConfigErrors, RegistryAuth, RunError, TokenReviewKubeconfig};
 pub use fetch::{DocumentFetcher, FetchError};
+#[doc(hidden)]
+pub use http::parse_for_fuzzing;
 pub use identity::{Credential, Identity};
 pub use metrics::Metrics;
 pub use node_binding::{NodeBinding, NodeBindingError, NodeCheck, NodeProof};

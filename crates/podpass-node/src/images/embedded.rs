@@ -290,7 +290,15 @@ impl EmbeddedStore {
         let seq = INGEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ingest = self.root.join("ingest").join(format!("{hex}.{}.{seq}", std::process::id()));
         let result = async {
-            let mut file = tokio::fs::File::create(&ingest).await.map_err(io(&ingest))?;
+            // The owner's only (a pod's private image), whatever the umask.
+            let mut file = tokio::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&ingest)
+                .await
+                .map_err(io(&ingest))?;
             let descriptor = OciDescriptor {
                 media_type: d.media_type.clone(),
                 digest: d.digest.clone(),
