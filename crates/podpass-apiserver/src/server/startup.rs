@@ -139,7 +139,14 @@ impl Prepared {
         state.rbac.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
         state.nodes.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
         let app = routing::router(state);
-        let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, self.config.serve_limits));
+        // The router answers a request not done by --request-timeout with upstream's 504
+        // Status (and drops its body, which closes the connection); the accept loop's body
+        // deadline is the backstop a second later, for anything the router does not time.
+        let limits = serve::ServeLimits {
+            request_timeout: self.config.serve_limits.request_timeout + std::time::Duration::from_secs(1),
+            ..self.config.serve_limits
+        };
+        let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, limits));
         Ok(Running { local_addr, server_url, admin_kubeconfig, task })
     }
 }
