@@ -724,6 +724,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn opening_the_store_removes_what_killed_writers_left() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let blobs = dir.path().join("images/blobs/sha256");
+        std::fs::create_dir_all(&blobs).unwrap_or_else(|e| panic!("{e}"));
+        // pid 4194305 is above Linux's pid_max: a dead writer
+        let dead = blobs.join("ab12.4194305.3.tmp");
+        let live = blobs.join(format!("cd34.{}.1.tmp", std::process::id()));
+        let list = dir.path().join("images/images.json.4194305.0.tmp");
+        for f in [&dead, &live, &list] {
+            std::fs::write(f, b"half").unwrap_or_else(|e| panic!("{e}"));
+        }
+        EmbeddedStore::open(dir.path(), Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!dead.exists() && !list.exists(), "a dead writer's tmp files are removed at open");
+        assert!(live.exists(), "a live writer's are kept");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("images/ingest")).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(mode.unwrap_or(0), 0o700);
+    }
+
+    #[test]
     fn plain_http_only_for_loopback_or_named() {
         assert!(plain_http_allowed("127.0.0.1:5000", &[]));
         assert!(plain_http_allowed("localhost:5000", &[]));
