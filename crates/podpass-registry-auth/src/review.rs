@@ -205,16 +205,8 @@ impl TokenReviewer {
     async fn ask_service_account(&self, namespace: &str, name: &str) -> Result<Cached, ReviewError> {
         let _permit = self.in_flight.acquire().await.map_err(|e| ReviewError::Unavailable(e.to_string()))?;
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
-        let found = api.get_opt(name).await.map_err(|e| {
-            ReviewError::Unavailable(match e {
-                kube::Error::Api(s) if s.code == 401 || s.code == 403 => format!(
-                    "HTTP {}: {} (the kubeconfig's user needs get on serviceaccounts to check exchange tokens)",
-                    s.code, s.message
-                ),
-                kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
-                other => other.to_string(),
-            })
-        })?;
+        let found =
+            api.get_opt(name).await.map_err(|e| unavailable(e, "get on serviceaccounts to check exchange tokens"))?;
         let answer = match found {
             Some(sa) if sa.metadata.deletion_timestamp.is_none() => Answer::Authenticated {
                 username: format!("system:serviceaccount:{namespace}:{name}"),
@@ -234,16 +226,10 @@ impl TokenReviewer {
             ..TokenReview::default()
         };
         let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = api.create(&PostParams::default(), &review).await.map_err(|e| {
-            ReviewError::Unavailable(match e {
-                kube::Error::Api(s) if s.code == 401 || s.code == 403 => format!(
-                    "HTTP {}: {} (the kubeconfig's user needs create on tokenreviews, e.g. the system:auth-delegator ClusterRole)",
-                    s.code, s.message
-                ),
-                kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
-                other => other.to_string(),
-            })
-        })?;
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| unavailable(e, "create on tokenreviews, e.g. the system:auth-delegator ClusterRole"))?;
         let status = answer.status.unwrap_or_default();
         let answer = match (status.authenticated, status.user) {
             (Some(true), Some(user)) => Answer::Authenticated {
@@ -257,4 +243,16 @@ impl TokenReviewer {
         };
         Ok(Cached { answer, at: Instant::now() })
     }
+}
+
+/// A call to the cluster that gave no answer; a refusal of the reviewer itself says what its
+/// kubeconfig's user `needs`.
+fn unavailable(e: kube::Error, needs: &str) -> ReviewError {
+    ReviewError::Unavailable(match e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => {
+            format!("HTTP {}: {} (the kubeconfig's user needs {needs})", s.code, s.message)
+        }
+        kube::Error::Api(s) => format!("HTTP {}: {}", s.code, s.message),
+        other => other.to_string(),
+    })
 }
