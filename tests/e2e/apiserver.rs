@@ -135,6 +135,22 @@ fn bad_configuration_exits_64_before_binding() {
     let out = run(&["--service-account-signing-key-file", "/nonexistent/key.pem"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--service-account-signing-key-file /nonexistent/key.pem"));
+    // Three unreadable files: all three named in one run, one `error:` line each.
+    let out = run(&[
+        "--service-account-signing-key-file=/nonexistent/sa.key",
+        "--tls-cert-file=/nonexistent/tls.crt",
+        "--tls-private-key-file=/nonexistent/tls.key",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "error: --service-account-signing-key-file /nonexistent/sa.key: ",
+        "error: --tls-cert-file /nonexistent/tls.crt: ",
+        "error: --tls-private-key-file /nonexistent/tls.key: ",
+    ] {
+        assert!(stderr.lines().any(|l| l.starts_with(line)), "{line:?} missing from:\n{stderr}");
+    }
+    assert!(!dir.path().join("server-url").exists(), "nothing was served");
     let out = run(&["--tls-cert-file", "/x.crt"]);
     assert_eq!(out.status.code(), Some(64));
     let out = run(&["--feature-gates", "Nope=true"]);

@@ -1,6 +1,6 @@
 //! `podpass-credential-provider`: the kubelet credential-provider exec plugin
-//! (credentialprovider.kubelet.k8s.io/v1). A thin main over
-//! [`podpass_registry_auth::plugin`]: the request on stdin, the response on stdout, a clear
+//! (credentialprovider.kubelet.k8s.io/v1). A thin main over the crate's library: the
+//! request on stdin, the response on stdout, a clear
 //! message on stderr and exit 1 on any failure (never a token).
 
 use std::io::{Read, Write};
@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use podpass_registry_auth::plugin::{self, ClientIdentity, ExchangeConfig, MAX_REQUEST_BYTES, Mode};
+use podpass_credential_provider::{self as plugin, ClientIdentity, ExchangeConfig, MAX_REQUEST_BYTES, PluginMode};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ModeFlag {
@@ -46,16 +46,23 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// Seconds since the epoch (0 for a clock before it: every cache duration is then 0).
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mode = match cli.mode {
-        ModeFlag::Passthrough => Mode::Passthrough,
+        ModeFlag::Passthrough => PluginMode::Passthrough,
         ModeFlag::Exchange => {
             let ca_pem = match cli.exchange_ca.as_ref().map(std::fs::read).transpose() {
                 Ok(pem) => pem,
                 Err(e) => return fail(format_args!("--exchange-ca: {e}")),
             };
-            Mode::Exchange(ExchangeConfig {
+            PluginMode::Exchange(ExchangeConfig {
                 url: cli.exchange_url.unwrap_or_default(),
                 ca_pem,
                 client_identity: cli
@@ -77,7 +84,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(format_args!("starting runtime: {e}")),
     };
-    let response = match runtime.block_on(plugin::respond(&mode, &request, podpass_token::now_unix())) {
+    let response = match runtime.block_on(plugin::respond(&mode, &request, now_unix())) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };

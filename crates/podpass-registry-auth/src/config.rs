@@ -1,5 +1,6 @@
-//! `podpass registry-auth`'s configuration: [`Config`] → [`Config::prepare`] (every problem
-//! reported at once, nothing bound) → [`RegistryAuth::bind`] → [`Bound::serve`].
+//! `podpass registry-auth`'s configuration: [`Config`] (its flags, declared once) →
+//! [`Config::prepare`] (every problem reported at once, nothing bound) →
+//! [`RegistryAuth::bind`] → [`Bound::serve`].
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use podpass_serve::{ServeLimits, accept_loop};
+use podpass_api::GoDuration;
+use podpass_serve::{ConfigErrors, Problems, ServeLimits, accept_loop};
 use podpass_token::{Jwks, JwsHeader, JwsSigner, SigningKey};
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -28,85 +30,80 @@ const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Timeout of one issuer document fetch.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The flags of `podpass registry-auth`.
-#[derive(Debug, Clone)]
+/// The flags of `podpass registry-auth`: declared once here, parsed by the CLI (clap) or
+/// [`podpass_serve::parse_flags`], checked whole by [`Config::prepare`].
+#[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// `--listen`.
+    /// Address to serve on; without TLS flags only a loopback address is accepted.
+    #[arg(long, default_value = "127.0.0.1:5003")]
     pub listen: SocketAddr,
-    /// `--issuer` (repeatable): trusted clusters' service-account issuer URLs.
+    /// A trusted cluster's service-account issuer URL (repeatable).
+    #[arg(long = "issuer", required = true)]
     pub issuers: Vec<String>,
-    /// `--issuer-ca`: PEM bundle trusted for every issuer's HTTPS.
+    /// PEM bundle trusted for every issuer's HTTPS (else the platform's roots).
+    #[arg(long)]
     pub issuer_ca: Option<PathBuf>,
-    /// `--audience`: the audience pod tokens must carry.
+    /// The audience pod tokens must carry (the provider's serviceAccountTokenAudience).
+    #[arg(long)]
     pub audience: String,
-    /// `--policy`.
+    /// The access policy (YAML).
+    #[arg(long)]
     pub policy: PathBuf,
-    /// `--signing-key`: the registry-token key (PEM).
+    /// Private key signing registry tokens (PEM; its certificate goes into the registry's
+    /// rootcertbundle).
+    #[arg(long)]
     pub signing_key: PathBuf,
-    /// `--cert-chain`: its certificate chain, leaf first (tokens then carry `x5c`).
+    /// Certificate chain of the signing key, leaf first: tokens then carry x5c.
+    #[arg(long)]
     pub cert_chain: Option<PathBuf>,
-    /// `--registry-service`: the registry's `auth.token.service` (the tokens' `aud`).
+    /// The registry's auth.token.service: the registry tokens' audience.
+    #[arg(long)]
     pub registry_service: String,
-    /// `--token-issuer`: the registry's `auth.token.issuer` (the tokens' `iss`).
+    /// The registry's auth.token.issuer: the registry tokens' iss.
+    #[arg(long, default_value = "podpass-registry-auth")]
     pub token_issuer: String,
-    /// `--node-binding`.
+    /// A pod token naming a node only from that node: require, prefer or off.
+    #[arg(long, default_value = "prefer")]
     pub node_binding: NodeBinding,
-    /// `--tls-cert-file`.
+    /// Serving certificate chain (PEM).
+    #[arg(long)]
     pub tls_cert_file: Option<PathBuf>,
-    /// `--tls-private-key-file`.
+    /// Serving private key (PEM).
+    #[arg(long)]
     pub tls_private_key_file: Option<PathBuf>,
-    /// `--client-ca-file`: CA of node client certificates (a node proof).
+    /// CA of node client certificates (CN=system:node:NAME, O=system:nodes), a node proof.
+    #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
-    /// `--token-ttl`: registry token lifetime.
-    pub token_ttl: Duration,
-    /// `--exchange-token-ttl`: exchange token lifetime (never past its source token).
-    pub exchange_token_ttl: Duration,
-    /// `--token-review-kubeconfig` (repeatable): ask these clusters' TokenReview before
-    /// granting.
+    /// Lifetime of registry tokens (Go duration, 1s to 1h).
+    #[arg(long, default_value = "5m")]
+    pub token_ttl: GoDuration,
+    /// Lifetime of exchange tokens, never past the token they came from (Go duration, 1m to
+    /// 24h).
+    #[arg(long, default_value = "1h")]
+    pub exchange_token_ttl: GoDuration,
+    /// Before granting, ask a cluster's TokenReview whether a pod token still authenticates
+    /// (its pod still exists): `[ISSUER=]KUBECONFIG`, repeatable; the issuer may be left out
+    /// when only one is trusted. The kubeconfig's user needs create on tokenreviews.
+    #[arg(long = "token-review-kubeconfig", value_name = "[ISSUER=]PATH")]
     pub token_review: Vec<TokenReviewKubeconfig>,
-    /// Issuer key refresh timings.
-    pub timings: TrustTimings,
-    /// Connection bounds.
-    pub serve_limits: ServeLimits,
-}
-
-impl Config {
-    /// A configuration with the defaults for everything but the required flags.
-    pub fn new(
-        listen: SocketAddr,
-        issuers: Vec<String>,
-        audience: &str,
-        policy: PathBuf,
-        signing_key: PathBuf,
-        registry_service: &str,
-    ) -> Self {
-        Self {
-            listen,
-            issuers,
-            issuer_ca: None,
-            audience: audience.into(),
-            policy,
-            signing_key,
-            cert_chain: None,
-            registry_service: registry_service.into(),
-            token_issuer: "podpass-registry-auth".into(),
-            node_binding: NodeBinding::default(),
-            tls_cert_file: None,
-            tls_private_key_file: None,
-            client_ca_file: None,
-            token_ttl: Duration::from_secs(300),
-            exchange_token_ttl: Duration::from_secs(3600),
-            token_review: Vec::new(),
-            timings: TrustTimings::default(),
-            // Internet-facing: a body has 30 s to arrive, and one client address holds at
-            // most a quarter of the connections.
-            serve_limits: ServeLimits {
-                request_timeout: Duration::from_secs(30),
-                max_connections_per_client: ServeLimits::default().max_connections / 4,
-                ..ServeLimits::default()
-            },
-        }
-    }
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = 1000)]
+    pub max_connections: usize,
+    /// Connections one client address may hold at once (internet-facing: a quarter of
+    /// --max-connections); its further connections are closed. Behind a proxy, raise it to
+    /// --max-connections.
+    #[arg(long, default_value_t = 250)]
+    pub max_connections_per_client: usize,
+    /// A request whose body has not arrived in full this long after its headers is
+    /// answered 408 and its connection closed (Go duration, 1s to 10m).
+    #[arg(long, default_value = "30s")]
+    pub request_timeout: GoDuration,
+    /// Minimum time between two issuer key fetches caused by an unknown kid (Go duration).
+    #[arg(long, default_value = "10s")]
+    pub jwks_min_refetch_interval: GoDuration,
+    /// Period of the background issuer key refresh (Go duration).
+    #[arg(long, default_value = "5m")]
+    pub jwks_refresh_interval: GoDuration,
 }
 
 /// One `--token-review-kubeconfig [ISSUER=]PATH`: the kubeconfig of the cluster whose
@@ -139,11 +136,6 @@ impl std::str::FromStr for TokenReviewKubeconfig {
     }
 }
 
-/// Every configuration problem, one per line.
-#[derive(Debug, Error)]
-#[error("{}", .0.join("\n"))]
-pub struct ConfigErrors(pub Vec<String>);
-
 /// Binding or serving failed.
 #[derive(Debug, Error)]
 pub enum RunError {
@@ -160,7 +152,7 @@ pub enum RunError {
     TokenReview(#[from] ReviewConfigError),
 }
 
-fn read_file(flag: &str, path: &Path, errors: &mut Vec<String>) -> Option<Vec<u8>> {
+fn read_file(flag: &str, path: &Path, problems: &mut Problems) -> Option<Vec<u8>> {
     let result = std::fs::metadata(path).and_then(|m| {
         if m.len() > MAX_FILE_BYTES {
             Err(std::io::Error::other(format!("larger than {MAX_FILE_BYTES} bytes")))
@@ -168,7 +160,24 @@ fn read_file(flag: &str, path: &Path, errors: &mut Vec<String>) -> Option<Vec<u8
             std::fs::read(path)
         }
     });
-    result.map_err(|e| errors.push(format!("{flag} {}: {e}", path.display()))).ok()
+    problems.check_value(flag, path.display(), result)
+}
+
+/// A Go duration flag as a [`Duration`] within `range` (seconds), or the problem recorded.
+fn duration_in(
+    problems: &mut Problems,
+    flag: &str,
+    value: GoDuration,
+    range: std::ops::RangeInclusive<u64>,
+    bounds: &str,
+) -> Duration {
+    match value.to_std() {
+        Some(d) if range.contains(&d.as_secs()) && !d.is_zero() => d,
+        _ => {
+            problems.push(flag, format_args!("must be between {bounds}"));
+            Duration::from_secs(*range.start())
+        }
+    }
 }
 
 fn check_issuer(issuer: &str) -> Result<(), String> {
@@ -202,16 +211,16 @@ impl Config {
     /// Validates every flag and loads every file; all problems are reported together and
     /// nothing is bound.
     pub fn prepare(&self) -> Result<RegistryAuth, ConfigErrors> {
-        let mut errors = Vec::new();
+        let mut problems = Problems::default();
         if self.issuers.is_empty() {
-            errors.push("--issuer: at least one trusted issuer is required".into());
+            problems.push("--issuer", "at least one trusted issuer is required");
         }
         for (i, issuer) in self.issuers.iter().enumerate() {
             if let Err(e) = check_issuer(issuer) {
-                errors.push(format!("--issuer {issuer:?}: {e}"));
+                problems.push_value("--issuer", format_args!("{issuer:?}"), e);
             }
             if self.issuers[..i].contains(issuer) {
-                errors.push(format!("--issuer {issuer:?}: given twice"));
+                problems.push_value("--issuer", format_args!("{issuer:?}"), "given twice");
             }
         }
         for (flag, value) in [
@@ -220,88 +229,93 @@ impl Config {
             ("--token-issuer", &self.token_issuer),
         ] {
             if value.trim().is_empty() {
-                errors.push(format!("{flag}: required"));
+                problems.push(flag, "required");
             }
         }
-        if !(1..=3600).contains(&self.token_ttl.as_secs()) {
-            errors.push("--token-ttl: must be between 1s and 1h".into());
-        }
-        let limits = &self.serve_limits;
-        if limits.max_connections == 0 {
-            errors.push("--max-connections: must be at least 1".into());
-        }
-        if limits.max_connections_per_client == 0 || limits.max_connections_per_client > limits.max_connections {
-            errors.push("--max-connections-per-client: must be between 1 and --max-connections".into());
-        }
-        if !(1..=600).contains(&limits.request_timeout.as_secs()) {
-            errors.push("--request-timeout: must be between 1s and 10m".into());
-        }
-        if !(60..=86_400).contains(&self.exchange_token_ttl.as_secs()) {
-            errors.push("--exchange-token-ttl: must be between 1m and 24h".into());
-        }
-        let policy = match Policy::load(&self.policy) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                errors.push(format!("--policy {e}"));
-                None
-            }
+        let token_ttl = duration_in(&mut problems, "--token-ttl", self.token_ttl, 1..=3600, "1s and 1h");
+        let exchange_ttl =
+            duration_in(&mut problems, "--exchange-token-ttl", self.exchange_token_ttl, 60..=86_400, "1m and 24h");
+        let request_timeout =
+            duration_in(&mut problems, "--request-timeout", self.request_timeout, 1..=600, "1s and 10m");
+        let timings = TrustTimings {
+            min_refetch_interval: duration_in(
+                &mut problems,
+                "--jwks-min-refetch-interval",
+                self.jwks_min_refetch_interval,
+                1..=86_400,
+                "1s and 24h",
+            ),
+            refresh_interval: duration_in(
+                &mut problems,
+                "--jwks-refresh-interval",
+                self.jwks_refresh_interval,
+                1..=86_400,
+                "1s and 24h",
+            ),
+            ..TrustTimings::default()
         };
+        if self.max_connections == 0 {
+            problems.push("--max-connections", "must be at least 1");
+        }
+        if self.max_connections_per_client == 0 || self.max_connections_per_client > self.max_connections {
+            problems.push("--max-connections-per-client", "must be between 1 and --max-connections");
+        }
+        let limits = ServeLimits {
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
+            request_timeout,
+            ..ServeLimits::default()
+        };
+        // The policy's errors name its file and the field at fault.
+        let policy = problems.check("--policy", Policy::load(&self.policy));
         if let Some(policy) = &policy {
             for (path, glob) in policy.issuer_patterns() {
                 if !self.issuers.iter().any(|i| glob.matches(i)) {
-                    errors.push(format!("--policy {}: {path}: matches no --issuer", self.policy.display()));
+                    problems.push_value("--policy", self.policy.display(), format_args!("{path}: matches no --issuer"));
                 }
             }
         }
-        let key = read_file("--signing-key", &self.signing_key, &mut errors).and_then(|pem| {
+        let key = read_file("--signing-key", &self.signing_key, &mut problems).and_then(|pem| {
             let parse = || SigningKey::from_pem(&pem);
-            match (parse(), parse()) {
-                (Ok(a), Ok(b)) => Some((a, b)),
-                (Err(e), _) | (_, Err(e)) => {
-                    errors.push(format!("--signing-key {}: {e}", self.signing_key.display()));
-                    None
-                }
-            }
+            problems.check_value("--signing-key", self.signing_key.display(), parse().and_then(|a| Ok((a, parse()?))))
         });
         let chain = match (&self.cert_chain, &key) {
-            (Some(path), Some((k, _))) => read_file("--cert-chain", path, &mut errors).and_then(|pem| {
-                chain_for(k, &pem).map_err(|e| errors.push(format!("--cert-chain {}: {e}", path.display()))).ok()
-            }),
+            (Some(path), Some((k, _))) => read_file("--cert-chain", path, &mut problems)
+                .and_then(|pem| problems.check_value("--cert-chain", path.display(), chain_for(k, &pem))),
             _ => Some(Vec::new()),
         };
-        let issuer_ca = self.issuer_ca.as_ref().and_then(|p| read_file("--issuer-ca", p, &mut errors));
-        let fetcher = match DocumentFetcher::new(issuer_ca.as_deref(), FETCH_TIMEOUT) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                errors.push(format!("--issuer-ca: {e}"));
-                None
-            }
-        };
-        let tls = self.tls(&mut errors);
-        let token_review = self.resolve_token_review(&mut errors);
+        let issuer_ca = self.issuer_ca.as_ref().and_then(|p| read_file("--issuer-ca", p, &mut problems));
+        let fetcher = problems.check("--issuer-ca", DocumentFetcher::new(issuer_ca.as_deref(), FETCH_TIMEOUT));
+        let tls = self.tls(&mut problems);
+        let token_review = self.resolve_token_review(&mut problems);
         let (Some(policy), Some((key, exchange_key)), Some(chain), Some(fetcher), Some(tls)) =
             (policy, key, chain, fetcher, tls)
         else {
-            return Err(ConfigErrors(errors));
+            return Err(problems.finish().err().unwrap_or_default());
         };
-        if !errors.is_empty() {
-            return Err(ConfigErrors(errors));
-        }
+        problems.finish()?;
 
-        let fail = |e: String| ConfigErrors(vec![e]);
+        let mut problems = Problems::default();
         let jwks_key = key.public_key().clone().with_key_id(key.public_key().libtrust_key_id());
-        let jwks = Jwks::from_keys([&jwks_key]).map_err(|e| fail(format!("--signing-key: {e}")))?;
-        let jwks = serde_json::to_string(&jwks).map_err(|e| fail(e.to_string()))?;
-        let ttl = i64::try_from(self.token_ttl.as_secs()).unwrap_or(300);
-        let registry = RegistryTokenSigner::new(key, &chain, &self.token_issuer, &self.registry_service, ttl)
-            .map_err(|e| fail(e.to_string()))?;
+        let jwks = Jwks::from_keys([&jwks_key])
+            .map_err(|e| e.to_string())
+            .and_then(|j| serde_json::to_string(&j).map_err(|e| e.to_string()));
+        let jwks = problems.check("--signing-key", jwks);
+        let ttl = i64::try_from(token_ttl.as_secs()).unwrap_or(300);
+        let registry = problems.check(
+            "--signing-key",
+            RegistryTokenSigner::new(key, &chain, &self.token_issuer, &self.registry_service, ttl),
+        );
         let exchange_header = JwsHeader { kid: Some(exchange_key.key_id().to_owned()), ..JwsHeader::default() };
-        let exchange_signer = JwsSigner::new(exchange_key, &exchange_header).map_err(|e| fail(e.to_string()))?;
+        let exchange_signer = problems.check("--signing-key", JwsSigner::new(exchange_key, &exchange_header));
+        let (Some(jwks), Some(registry), Some(exchange_signer)) = (jwks, registry, exchange_signer) else {
+            return Err(problems.finish().err().unwrap_or_default());
+        };
         let metrics = Arc::new(Metrics::default());
         let trusts: Vec<Arc<IssuerTrust>> = self
             .issuers
             .iter()
-            .map(|i| Arc::new(IssuerTrust::new(i, &self.audience, fetcher.clone(), self.timings, Arc::clone(&metrics))))
+            .map(|i| Arc::new(IssuerTrust::new(i, &self.audience, fetcher.clone(), timings, Arc::clone(&metrics))))
             .collect();
         let parts = ServiceParts {
             trusts: trusts.clone(),
@@ -309,7 +323,7 @@ impl Config {
             registry,
             exchange_signer,
             node_binding: self.node_binding,
-            exchange_ttl_seconds: i64::try_from(self.exchange_token_ttl.as_secs()).unwrap_or(3600),
+            exchange_ttl_seconds: i64::try_from(exchange_ttl.as_secs()).unwrap_or(3600),
             metrics,
             reviewers: Vec::new(),
         };
@@ -321,34 +335,34 @@ impl Config {
             audience: self.audience.clone(),
             token_review,
             trusts,
-            limits: self.serve_limits,
+            limits,
         })
     }
 
     /// The `(issuer, kubeconfig)` pairs of `--token-review-kubeconfig`, each kubeconfig read
     /// and checked.
-    fn resolve_token_review(&self, errors: &mut Vec<String>) -> Vec<(String, PathBuf)> {
+    fn resolve_token_review(&self, problems: &mut Problems) -> Vec<(String, PathBuf)> {
+        const FLAG: &str = "--token-review-kubeconfig";
         let mut resolved: Vec<(String, PathBuf)> = Vec::new();
         for entry in &self.token_review {
-            let flag = format!("--token-review-kubeconfig {}", entry.path.display());
+            let path = entry.path.display();
             let issuer = match (&entry.issuer, self.issuers.as_slice()) {
                 (Some(i), _) if self.issuers.contains(i) => i.clone(),
                 (Some(i), _) => {
-                    errors.push(format!("{flag}: issuer {i:?} is not an --issuer"));
+                    problems.push_value(FLAG, path, format_args!("issuer {i:?} is not an --issuer"));
                     continue;
                 }
                 (None, [only]) => only.clone(),
                 (None, _) => {
-                    errors.push(format!("{flag}: name the issuer (ISSUER=PATH) when several are trusted"));
+                    problems.push_value(FLAG, path, "name the issuer (ISSUER=PATH) when several are trusted");
                     continue;
                 }
             };
             if resolved.iter().any(|(i, _)| *i == issuer) {
-                errors.push(format!("{flag}: a second kubeconfig for issuer {issuer:?}"));
+                problems.push_value(FLAG, path, format_args!("a second kubeconfig for issuer {issuer:?}"));
                 continue;
             }
-            if let Err(e) = check_kubeconfig(&entry.path) {
-                errors.push(format!("{flag}: {e}"));
+            if problems.check_value(FLAG, path, check_kubeconfig(&entry.path)).is_none() {
                 continue;
             }
             resolved.push((issuer, entry.path.clone()));
@@ -358,43 +372,44 @@ impl Config {
 
     /// The TLS acceptor (`Some(None)` = plain HTTP, on loopback only), or `None` after
     /// recording problems.
-    fn tls(&self, errors: &mut Vec<String>) -> Option<Option<TlsAcceptor>> {
+    fn tls(&self, problems: &mut Problems) -> Option<Option<TlsAcceptor>> {
         match (&self.tls_cert_file, &self.tls_private_key_file) {
             (None, None) => {
                 if !self.listen.ip().is_loopback() {
-                    errors.push(format!(
-                        "--listen {}: without --tls-cert-file/--tls-private-key-file only a loopback address may be used",
-                        self.listen
-                    ));
+                    problems.push_value(
+                        "--listen",
+                        self.listen,
+                        "without --tls-cert-file/--tls-private-key-file only a loopback address may be used",
+                    );
                 }
                 if self.client_ca_file.is_some() {
-                    errors.push("--client-ca-file: needs --tls-cert-file and --tls-private-key-file".into());
+                    problems.push("--client-ca-file", "needs --tls-cert-file and --tls-private-key-file");
                 }
                 Some(None)
             }
             (Some(cert), Some(key)) => {
-                let cert = read_file("--tls-cert-file", cert, errors);
-                let key = read_file("--tls-private-key-file", key, errors);
+                let cert = read_file("--tls-cert-file", cert, problems);
+                let key = read_file("--tls-private-key-file", key, problems);
                 let ca = match &self.client_ca_file {
-                    Some(p) => Some(read_file("--client-ca-file", p, errors)?),
+                    Some(p) => Some(read_file("--client-ca-file", p, problems)?),
                     None => None,
                 };
                 let (cert, key) = (cert?, key?);
                 match podpass_serve::tls_acceptor(&cert, &key, ca.as_deref()) {
                     Ok(acceptor) => Some(Some(acceptor)),
                     Err(e) => {
-                        errors.push(match e {
-                            podpass_serve::TlsError::CertChain(m) => format!("--tls-cert-file: {m}"),
-                            podpass_serve::TlsError::PrivateKey(m) => format!("--tls-private-key-file: {m}"),
-                            podpass_serve::TlsError::ClientCa(m) => format!("--client-ca-file: {m}"),
-                            other => other.to_string(),
-                        });
+                        match e {
+                            podpass_serve::TlsError::CertChain(m) => problems.push("--tls-cert-file", m),
+                            podpass_serve::TlsError::PrivateKey(m) => problems.push("--tls-private-key-file", m),
+                            podpass_serve::TlsError::ClientCa(m) => problems.push("--client-ca-file", m),
+                            other => problems.push("--tls-cert-file", other),
+                        }
                         None
                     }
                 }
             }
             _ => {
-                errors.push("--tls-cert-file and --tls-private-key-file must be given together".into());
+                problems.push("--tls-cert-file", "--tls-cert-file and --tls-private-key-file must be given together");
                 None
             }
         }

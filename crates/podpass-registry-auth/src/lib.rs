@@ -9,8 +9,9 @@
 //!   ([`NodeBinding`]: a node-bound pod token only from its node), registry tokens
 //!   ([`RegistryTokenSigner`]: what registry 2.8 verifies) and exchange tokens; optionally
 //!   the issuing cluster's TokenReview ([`TokenReviewer`]: the bound pod still exists).
-//! - [`plugin`]: the kubelet credential-provider plugin's logic (`passthrough` and
-//!   `exchange` modes) behind the `podpass-credential-provider` binary.
+//!
+//! The kubelet plugin that calls it is its own crate, `podpass-credential-provider`, so
+//! that what the kubelet execs per pull links none of this.
 
 mod config;
 mod exchange_token;
@@ -20,7 +21,6 @@ mod http;
 mod identity;
 mod metrics;
 mod node_binding;
-pub mod plugin;
 mod policy;
 mod registry_token;
 mod review;
@@ -28,7 +28,7 @@ mod scope;
 mod service;
 mod trust;
 
-pub use config::{Bound, Config, ConfigErrors, RegistryAuth, RunError, TokenReviewKubeconfig};
+pub use config::{Bound, Config, RegistryAuth, RunError, TokenReviewKubeconfig};
 pub use fetch::{DocumentFetcher, FetchError};
 #[doc(hidden)]
 pub use http::parse_for_fuzzing;

@@ -7,12 +7,17 @@
 //! - [`tls_acceptor`]: a rustls server configuration from PEM files, optionally asking
 //!   for client certificates signed by a CA (mTLS, never required at the TLS layer: the
 //!   application decides what an unauthenticated peer may do).
+//! - [`config`]: what every daemon's configuration shares — problems named by their flag
+//!   and reported at once ([`ConfigErrors`], exit [`EXIT_USAGE`]), flags parsed with the
+//!   daemon's own declarations ([`parse_flags`]).
 //! - [`durable`]: atomic, durable file replacement and exclusive creation, and the
 //!   clean-up of temporary files a killed writer left behind.
 
 mod accept;
+pub mod config;
 pub mod durable;
 mod tls;
 
 pub use accept::{Peer, ServeLimits, accept_loop};
+pub use config::{ConfigErrors, ConfigProblem, EXIT_USAGE, Problems, parse_flags};
 pub use tls::{TlsError, tls_acceptor};

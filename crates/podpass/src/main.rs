@@ -37,7 +37,15 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code for bad flags or configuration (sysexits EX_USAGE).
-pub(crate) const EXIT_USAGE: u8 = 64;
+pub(crate) const EXIT_USAGE: u8 = podpass_serve::EXIT_USAGE;
+
+/// Prints every problem of a daemon's configuration, one `error:` line each, and exits 64.
+pub(crate) fn config_problems(errors: &podpass_serve::ConfigErrors) -> ExitCode {
+    for problem in &errors.0 {
+        eprintln!("error: {problem}");
+    }
+    ExitCode::from(EXIT_USAGE)
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -68,7 +76,7 @@ enum Command {
     Node(node::NodeCommand),
     /// Registry token exchange: trades a pod's service-account token for a registry bearer
     /// token (Docker token protocol), for any self-hosted registry.
-    RegistryAuth(registry_auth::RegistryAuthArgs),
+    RegistryAuth(podpass_registry_auth::Config),
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),

@@ -41,42 +41,7 @@ pub enum NodeCommand {
     /// each pod bound to the node writes its projected volumes (rotating tokens), ensures its
     /// images with its own credentials, and posts Events and pod status. SIGTERM or Ctrl-C
     /// stops it.
-    Run(RunArgs),
-}
-
-/// Flags of `podpass node run`, named as the kubelet's.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Kubeconfig of the node's identity (`system:node:<name>` in `system:nodes`).
-    #[arg(long)]
-    kubeconfig: PathBuf,
-    /// The Node's name.
-    #[arg(long, alias = "hostname-override")]
-    node_name: String,
-    /// Pull records, images and pod volumes.
-    #[arg(long)]
-    root_dir: PathBuf,
-    /// KubeletConfiguration (image pull verification policy, allowlist, parallel pulls, gates).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// CredentialProviderConfig file or directory.
-    #[arg(long)]
-    image_credential_provider_config: Option<PathBuf>,
-    /// Directory holding the provider binaries.
-    #[arg(long)]
-    image_credential_provider_bin_dir: Option<PathBuf>,
-    /// containerd's CRI socket (`unix:///run/containerd/containerd.sock`); none: the embedded store.
-    #[arg(long)]
-    container_runtime_endpoint: Option<String>,
-    /// Address of the `/healthz` and `/metrics` listener.
-    #[arg(long, default_value = "127.0.0.1")]
-    healthz_bind_address: std::net::IpAddr,
-    /// Port of the `/healthz` and `/metrics` listener (0 disables it).
-    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_HEALTHZ_PORT)]
-    healthz_port: u16,
-    /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`.
-    #[arg(long)]
-    metrics_bind_address: Option<std::net::SocketAddr>,
+    Run(podpass_node::agent::AgentConfig),
 }
 
 /// Flags of `podpass node credentials`.
@@ -142,33 +107,22 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
 
 /// `podpass node run`: exit 64 with every configuration problem before connecting, 0 after
 /// a clean stop, 1 when the agent fails.
-fn run_agent(a: RunArgs) -> ExitCode {
-    let config = podpass_node::agent::AgentConfig {
-        kubeconfig: a.kubeconfig,
-        node_name: a.node_name,
-        root_dir: a.root_dir,
-        kubelet_config: a.config,
-        image_credential_provider_config: a.image_credential_provider_config,
-        image_credential_provider_bin_dir: a.image_credential_provider_bin_dir,
-        container_runtime_endpoint: a.container_runtime_endpoint,
-        healthz_bind_address: a.healthz_bind_address,
-        healthz_port: a.healthz_port,
-        metrics_bind_address: a.metrics_bind_address,
-        version: format!("v1.{}.0-podpass.{}", podpass_apiserver::server::KUBE_MINOR, env!("CARGO_PKG_VERSION")),
-    };
+fn run_agent(mut config: podpass_node::agent::AgentConfig) -> ExitCode {
+    config.version = format!("v1.{}.0-podpass.{}", podpass_apiserver::server::KUBE_MINOR, env!("CARGO_PKG_VERSION"));
     let prepared = match config.prepare() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(crate::EXIT_USAGE);
-        }
+        Err(e) => return crate::config_problems(&e),
     };
     let runtime = match crate::runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        match prepared.run(crate::shutdown_signal()).await {
+        let served = match prepared.bind().await {
+            Ok(bound) => bound.serve(crate::shutdown_signal()).await,
+            Err(e) => Err(e),
+        };
+        match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

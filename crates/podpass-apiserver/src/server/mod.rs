@@ -26,9 +26,9 @@ use std::sync::Arc;
 use podpass_token::{Authenticator, TokenFeatures, TokenGenerator};
 
 pub use self::authn::User;
-pub use self::config::{ApiServerConfig, ConfigError, Prepared, random_token};
+pub use self::config::{ApiServerConfig, Prepared, RandomError, StartError, random_token};
 pub(crate) use self::lookup::StoreLookup;
-pub use self::startup::{Running, kubeconfig};
+pub use self::startup::{Bound, kubeconfig};
 use crate::store::Store;
 use crate::token_file::TokenFile;
 
@@ -59,7 +59,7 @@ pub(crate) struct AppState {
     extend_expiration: bool,
     max_token_expiration: Option<i64>,
     token_request_uid_validation: bool,
-    authorization_modes: Vec<authz::Mode>,
+    authorization_modes: Vec<authz::AuthorizationMode>,
     node_audience_restriction: bool,
     token_file: TokenFile,
     oidc_config: Vec<u8>,

@@ -1,8 +1,9 @@
-//! Start-up: [`Prepared::start`] binds, derives what depends on the bound port (issuer
-//! default, OIDC documents, kubeconfig), builds the shared state, runs the start-up
-//! reconcilers (pending deletions, system namespaces, bootstrap RBAC, aggregation) and
-//! serves.
+//! Start-up: [`Prepared::bind`] connects the store, binds, derives what depends on the
+//! bound port (issuer default, OIDC documents, kubeconfig), builds the shared state and runs
+//! the start-up reconcilers (pending deletions, system namespaces, bootstrap RBAC,
+//! aggregation); [`Bound::serve`] then serves until shutdown.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,27 +12,38 @@ use podpass_token::documents::JWKS_PATH;
 use podpass_token::{Authenticator, Jwks, OidcDiscovery, TokenGenerator};
 use tokio::net::TcpListener;
 
-use super::config::Prepared;
+use super::config::{Prepared, StartError};
 use super::{AppState, MAX_WATCHES_PER_USER, authz, metrics, rest, routing, serve, token_cache};
 use crate::files::write_atomic;
 use crate::store::Store;
 
-/// A running server.
-#[derive(Debug)]
-pub struct Running {
+/// A bound server: its state built, its start-up reconcilers done, not yet accepting.
+pub struct Bound {
     /// Where it listens.
     pub local_addr: SocketAddr,
     /// `https://host:port` clients use.
     pub server_url: String,
     /// The admin kubeconfig written at start.
     pub admin_kubeconfig: PathBuf,
-    task: tokio::task::JoinHandle<()>,
+    listener: TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+    app: axum::Router,
+    limits: serve::ServeLimits,
 }
 
-impl Running {
-    /// Serves until the task ends (it does not, unless the runtime shuts down).
-    pub async fn wait(self) {
-        let _ = self.task.await;
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("server_url", &self.server_url).finish_non_exhaustive()
+    }
+}
+
+impl Bound {
+    /// Serves until `shutdown` completes.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) {
+        let Bound { listener, tls, app, limits, .. } = self;
+        let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
+        shutdown.await;
+        server.abort();
     }
 }
 
@@ -44,8 +56,10 @@ pub fn kubeconfig(server_url: &str, ca_pem: &str, user: &str, token: &str) -> St
 }
 
 impl Prepared {
-    /// Binds, writes the admin kubeconfig and serves in the background.
-    pub async fn start(self) -> std::io::Result<Running> {
+    /// Connects the store, binds, writes the admin kubeconfig and runs the start-up
+    /// reconcilers.
+    pub async fn bind(self) -> Result<Bound, StartError> {
+        let settings = self.settings;
         let store: Arc<dyn Store> = match self.store.clone() {
             Some(store) => store,
             None if self.config.watch_cache => Arc::new(
@@ -55,16 +69,16 @@ impl Prepared {
                     rest::resources::group_of,
                 )
                 .await
-                .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
+                .map_err(StartError::Etcd)?,
             ),
-            None => Arc::new(
-                crate::store::EtcdStore::connect(&self.config.etcd_servers)
-                    .await
-                    .map_err(|e| std::io::Error::other(format!("connecting to --etcd-servers: {e}")))?,
-            ),
+            None => {
+                Arc::new(crate::store::EtcdStore::connect(&self.config.etcd_servers).await.map_err(StartError::Etcd)?)
+            }
         };
-        let listener = TcpListener::bind(SocketAddr::new(self.config.bind_address, self.config.secure_port)).await?;
-        let local_addr = listener.local_addr()?;
+        let addr = SocketAddr::new(self.config.bind_address, self.config.secure_port);
+        let bind_err = |source| StartError::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+        let local_addr = listener.local_addr().map_err(bind_err)?;
         let host = if local_addr.ip().is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { local_addr.ip() };
         let server_url = match host {
             IpAddr::V6(v6) => format!("https://[{v6}]:{}", local_addr.port()),
@@ -76,8 +90,10 @@ impl Prepared {
             if self.config.api_audiences.is_empty() { issuers.clone() } else { self.config.api_audiences.clone() };
         let mut keys = vec![self.signing_key.public_key().clone()];
         keys.extend(self.extra_keys.iter().cloned());
-        let jwks = serde_json::to_vec(&Jwks::from_keys(&keys).map_err(std::io::Error::other)?)
-            .map_err(std::io::Error::other)?;
+        let jwks = Jwks::from_keys(&keys)
+            .map_err(|e| e.to_string())
+            .and_then(|j| serde_json::to_vec(&j).map_err(|e| e.to_string()))
+            .map_err(StartError::Documents)?;
         // OIDC discovery needs an https issuer; a non-https issuer simply gets no document.
         let oidc_config = OidcDiscovery::new(&issuers[0], &format!("{server_url}{JWKS_PATH}"), &keys)
             .ok()
@@ -92,10 +108,11 @@ impl Prepared {
                 0o600,
                 true,
             )
-            .map_err(std::io::Error::other)?;
+            .map_err(|source| StartError::Write { path: admin_kubeconfig.clone(), source })?;
         }
-        write_atomic(&self.config.data_dir.join("server-url"), server_url.as_bytes(), 0o644, true)
-            .map_err(std::io::Error::other)?;
+        let url_file = self.config.data_dir.join("server-url");
+        write_atomic(&url_file, server_url.as_bytes(), 0o644, true)
+            .map_err(|source| StartError::Write { path: url_file.clone(), source })?;
 
         let metrics = metrics::Metrics::with_store(store.as_ref());
         let state = Arc::new(AppState {
@@ -108,21 +125,21 @@ impl Prepared {
                 &authz::node_graph::RESOURCES,
             ),
             store,
-            authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), self.config.features),
-            features: self.config.features,
+            authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), settings.features),
+            features: settings.features,
             api_audiences: audiences,
             extend_expiration: self.config.extend_token_expiration,
-            max_token_expiration: self.config.max_token_expiration,
-            token_request_uid_validation: self.config.token_request_uid_validation,
-            authorization_modes: self.config.authorization_modes.clone(),
-            node_audience_restriction: self.config.node_audience_restriction,
+            max_token_expiration: settings.max_token_expiration,
+            token_request_uid_validation: settings.token_request_uid_validation,
+            authorization_modes: self.config.authorization_modes.0.clone(),
+            node_audience_restriction: settings.node_audience_restriction,
             audit: self.audit,
             metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
-            request_timeout: self.config.serve_limits.request_timeout,
-            min_request_timeout: self.config.min_request_timeout,
+            request_timeout: settings.serve_limits.request_timeout,
+            min_request_timeout: settings.min_request_timeout,
             token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
-                .map_err(|_| std::io::Error::other("random source failed"))?,
+                .map_err(|_| StartError::Reconcile { step: "token cache", message: "random source failed".into() })?,
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,
@@ -130,24 +147,28 @@ impl Prepared {
             server_url: server_url.clone(),
             ca_pem: self.ca_pem.clone(),
         });
-        rest::resume_pending_deletions(&state).await.map_err(std::io::Error::other)?;
-        rest::lifecycle::resume_terminating_namespaces(&state).await.map_err(std::io::Error::other)?;
-        rest::ensure_system_namespaces(&state).await.map_err(|e| std::io::Error::other(e.message))?;
-        authz::bootstrap::ensure(&state).await.map_err(|e| std::io::Error::other(e.message))?;
-        authz::aggregation::reconcile(state.store.as_ref()).await.map_err(std::io::Error::other)?;
+        let failed = |step: &'static str| {
+            move |e: &dyn std::fmt::Display| StartError::Reconcile { step, message: e.to_string() }
+        };
+        rest::resume_pending_deletions(&state).await.map_err(|e| failed("pending deletions")(&e))?;
+        rest::lifecycle::resume_terminating_namespaces(&state)
+            .await
+            .map_err(|e| failed("terminating namespaces")(&e))?;
+        rest::ensure_system_namespaces(&state).await.map_err(|e| failed("system namespaces")(&e.message))?;
+        authz::bootstrap::ensure(&state).await.map_err(|e| failed("bootstrap RBAC")(&e.message))?;
+        authz::aggregation::reconcile(state.store.as_ref()).await.map_err(|e| failed("aggregated roles")(&e))?;
         // After the bootstrap policy is written: the index starts with all of it.
-        state.rbac.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
-        state.nodes.start(Arc::clone(&state.store)).await.map_err(std::io::Error::other)?;
+        state.rbac.start(Arc::clone(&state.store)).await.map_err(|e| failed("RBAC informer")(&e))?;
+        state.nodes.start(Arc::clone(&state.store)).await.map_err(|e| failed("node informer")(&e))?;
         let app = routing::router(state);
         // The router answers a request not done by --request-timeout with upstream's 504
         // Status (and drops its body, which closes the connection); the accept loop's body
         // deadline is the backstop a second later, for anything the router does not time.
         let limits = serve::ServeLimits {
-            request_timeout: self.config.serve_limits.request_timeout + std::time::Duration::from_secs(1),
-            ..self.config.serve_limits
+            request_timeout: settings.serve_limits.request_timeout + std::time::Duration::from_secs(1),
+            ..settings.serve_limits
         };
-        let task = tokio::spawn(serve::accept_loop(listener, Some(self.tls), app, limits));
-        Ok(Running { local_addr, server_url, admin_kubeconfig, task })
+        Ok(Bound { local_addr, server_url, admin_kubeconfig, listener, tls: self.tls, app, limits })
     }
 }
 

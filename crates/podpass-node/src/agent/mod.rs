@@ -1,5 +1,6 @@
-//! The node agent daemon (`podpass node run`): configuration validated as a whole before
-//! anything connects ([`AgentConfig::prepare`]), then [`Prepared::run`] until shutdown.
+//! The node agent daemon (`podpass node run`): the flags ([`AgentConfig`]) checked as a
+//! whole before anything connects ([`AgentConfig::prepare`]), its listeners bound
+//! ([`Prepared::bind`]), then [`Bound::serve`] until shutdown.
 //!
 //! What runs: node registration, status and the heartbeat Lease; and for every pod bound
 //! to the node a worker that writes its projected volumes (rotating their tokens), ensures
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use podpass_api::{Feature, FeatureGates};
+use podpass_serve::{ConfigErrors, Problems};
 use thiserror::Error;
 
 use crate::credential::metrics::CredentialMetrics;
@@ -39,40 +41,49 @@ pub use heartbeat::{
     initial_node, lease, node_status,
 };
 
-/// Flags of `podpass node run`, named as the kubelet's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Flags of `podpass node run`, named as the kubelet's: declared once here, parsed by the
+/// CLI (clap) or [`podpass_serve::parse_flags`], checked whole by [`AgentConfig::prepare`].
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct AgentConfig {
-    /// `--kubeconfig`: the node's identity and the API server.
+    /// Kubeconfig of the node's identity (`system:node:<name>` in `system:nodes`).
+    #[arg(long)]
     pub kubeconfig: PathBuf,
-    /// `--hostname-override` / the Node name.
+    /// The Node's name.
+    #[arg(long, alias = "hostname-override")]
     pub node_name: String,
-    /// `--root-dir`: pull records, images, pod volumes.
+    /// Pull records, images and pod volumes.
+    #[arg(long)]
     pub root_dir: PathBuf,
-    /// `--config`: the KubeletConfiguration subset podpass reads.
+    /// KubeletConfiguration (image pull verification policy, allowlist, parallel pulls,
+    /// gates).
+    #[arg(long = "config")]
     pub kubelet_config: Option<PathBuf>,
-    /// `--image-credential-provider-config`.
+    /// CredentialProviderConfig file or directory.
+    #[arg(long)]
     pub image_credential_provider_config: Option<PathBuf>,
-    /// `--image-credential-provider-bin-dir`.
+    /// Directory holding the provider binaries.
+    #[arg(long)]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
-    /// `--container-runtime-endpoint` (`unix:///…`); none: the embedded image store.
+    /// containerd's CRI socket (`unix:///run/containerd/containerd.sock`); none: the
+    /// embedded image store.
+    #[arg(long)]
     pub container_runtime_endpoint: Option<String>,
-    /// The version reported in `nodeInfo.kubeletVersion`.
-    pub version: String,
-    /// `--healthz-bind-address` (kubelet default 127.0.0.1).
+    /// Address of the `/healthz` and `/metrics` listener.
+    #[arg(long, default_value = "127.0.0.1")]
     pub healthz_bind_address: std::net::IpAddr,
-    /// `--healthz-port` (kubelet default 10248; 0 disables).
+    /// Port of the `/healthz` and `/metrics` listener (0 disables it).
+    #[arg(long, default_value_t = DEFAULT_HEALTHZ_PORT)]
     pub healthz_port: u16,
-    /// `--metrics-bind-address`: a further listener for `/metrics` (and `/healthz`).
+    /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`.
+    #[arg(long)]
     pub metrics_bind_address: Option<std::net::SocketAddr>,
+    /// The version reported in `nodeInfo.kubeletVersion` (set by the binary, not a flag).
+    #[arg(skip)]
+    pub version: String,
 }
 
 /// The kubelet's default `--healthz-port`.
 pub const DEFAULT_HEALTHZ_PORT: u16 = 10248;
-
-/// Everything wrong with a configuration, listed at once; nothing was started.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("invalid node agent configuration:\n  {}", .0.join("\n  "))]
-pub struct AgentConfigError(pub Vec<String>);
 
 /// A configuration that validated, with its files read.
 #[derive(Debug)]
@@ -85,20 +96,20 @@ pub struct Prepared {
 
 impl AgentConfig {
     /// Validates every flag and reads the files they name; reports all problems together.
-    pub fn prepare(self) -> Result<Prepared, AgentConfigError> {
-        let mut problems = Vec::new();
+    pub fn prepare(self) -> Result<Prepared, ConfigErrors> {
+        let mut problems = Problems::default();
         for m in podpass_api::validation::is_dns1123_subdomain(&self.node_name) {
-            problems.push(format!("--node-name {:?}: {m}", self.node_name));
+            problems.push_value("--node-name", format_args!("{:?}", self.node_name), m);
         }
         match std::fs::metadata(&self.kubeconfig) {
             Ok(m) if m.is_file() => {}
-            Ok(_) => problems.push(format!("--kubeconfig {}: not a file", self.kubeconfig.display())),
-            Err(e) => problems.push(format!("--kubeconfig {}: {e}", self.kubeconfig.display())),
+            Ok(_) => problems.push_value("--kubeconfig", self.kubeconfig.display(), "not a file"),
+            Err(e) => problems.push_value("--kubeconfig", self.kubeconfig.display(), e),
         }
         match podpass_serve::durable::private_dir(&self.root_dir) {
             Ok(Some(warning)) => tracing::warn!("--root-dir {warning}"),
             Ok(None) => {}
-            Err(e) => problems.push(format!("--root-dir {}: {e}", self.root_dir.display())),
+            Err(e) => problems.push_value("--root-dir", self.root_dir.display(), e),
         }
         let mut kubelet = KubeletImageConfig::default();
         if let Some(path) = &self.kubelet_config {
@@ -106,22 +117,24 @@ impl AgentConfig {
                 Ok(data) => match crate::images::kubelet_config::parse(&data) {
                     Ok(k) => kubelet = k,
                     Err(errors) => {
-                        problems.extend(errors.into_iter().map(|e| format!("--config {}: {e}", path.display())));
+                        for e in errors {
+                            problems.push_value("--config", path.display(), e);
+                        }
                     }
                 },
-                Err(e) => problems.push(format!("--config {}: {e}", path.display())),
+                Err(e) => problems.push_value("--config", path.display(), e),
             }
         }
         let gates = match crate::images::assembly::feature_gates(&kubelet, "") {
             Ok(g) => g,
             Err(e) => {
-                problems.push(format!("--config: featureGates: {e}"));
+                problems.push("--config", format_args!("featureGates: {e}"));
                 FeatureGates::default()
             }
         };
         if let Err(errors) = PolicyEnforcer::new(kubelet.policy, &kubelet.allowlist) {
             for e in errors {
-                problems.push(format!("--config: preloadedImagesVerificationAllowlist: {e}"));
+                problems.push("--config", format_args!("preloadedImagesVerificationAllowlist: {e}"));
             }
         }
         if let (Some(config), Some(bin_dir)) =
@@ -129,24 +142,28 @@ impl AgentConfig {
         {
             let sa = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
             if let Err(e) = register_providers(config, bin_dir, sa, None, &CredentialMetrics::default()) {
-                problems.push(format!("--image-credential-provider-config {}: {e}", config.display()));
+                problems.push_value("--image-credential-provider-config", config.display(), e);
             }
         }
         match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
-            (Some(_), None) => problems
-                .push("--image-credential-provider-bin-dir: required with --image-credential-provider-config".into()),
-            (None, Some(_)) => problems
-                .push("--image-credential-provider-config: required with --image-credential-provider-bin-dir".into()),
+            (Some(_), None) => {
+                problems.push("--image-credential-provider-bin-dir", "required with --image-credential-provider-config")
+            }
+            (None, Some(_)) => {
+                problems.push("--image-credential-provider-config", "required with --image-credential-provider-bin-dir")
+            }
             _ => {}
         }
         if let Some(endpoint) = &self.container_runtime_endpoint
             && !endpoint.starts_with("unix://")
         {
-            problems.push(format!("--container-runtime-endpoint {endpoint:?}: must be a unix:// socket URL"));
+            problems.push_value(
+                "--container-runtime-endpoint",
+                format_args!("{endpoint:?}"),
+                "must be a unix:// socket URL",
+            );
         }
-        if !problems.is_empty() {
-            return Err(AgentConfigError(problems));
-        }
+        problems.finish()?;
         let identity = NodeIdentity { name: self.node_name.clone(), version: self.version.clone() };
         Ok(Prepared { config: self, identity, kubelet, gates })
     }
@@ -235,10 +252,8 @@ impl Prepared {
         &self.identity
     }
 
-    /// Connects, registers the Node, then keeps its Lease renewed and its status posted
-    /// until `shutdown` completes. A renewal that fails is logged and retried at the next
-    /// interval (the API server may be restarting); registration failing is an error.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    /// Binds the operations listeners (`--healthz-port`, `--metrics-bind-address`).
+    pub async fn bind(self) -> Result<Bound, AgentError> {
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         if self.config.healthz_port != 0 {
@@ -251,13 +266,31 @@ impl Prepared {
             tracing::info!(address = %addr, "serving /healthz and /metrics");
             listeners.push(listener);
         }
-        let client = crate::api::client_from_kubeconfig(&self.config.kubeconfig).await?;
-        let id = &self.identity;
+        Ok(Bound { prepared: self, listeners })
+    }
+}
+
+/// A node agent with its listeners bound, not yet connected.
+#[derive(Debug)]
+pub struct Bound {
+    prepared: Prepared,
+    listeners: Vec<tokio::net::TcpListener>,
+}
+
+impl Bound {
+    /// Connects, registers the Node, then keeps its Lease renewed and its status posted
+    /// and its pods synced until `shutdown` completes. A renewal that fails is logged and
+    /// retried at the next interval (the API server may be restarting); registration
+    /// failing is an error.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        let Bound { prepared: this, listeners } = self;
+        let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
+        let id = &this.identity;
         let api = Arc::new(ApiContact::default());
         let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
-        let shared = Arc::new(self.assemble(client.clone()).await?);
+        let shared = Arc::new(this.assemble(client.clone()).await?);
         let (stop, stopped) = tokio::sync::watch::channel(false);
         for listener in listeners {
             let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
@@ -311,26 +344,33 @@ mod tests {
         let bad_config = dir.path().join("kubelet.yaml");
         std::fs::write(&bad_config, "imagePullCredentialsVerificationPolicy: Sometimes\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        let config = AgentConfig {
-            kubeconfig: dir.path().join("missing.kubeconfig"),
-            node_name: "Node_1".into(),
-            root_dir: dir.path().join("root"),
-            kubelet_config: Some(bad_config),
-            image_credential_provider_config: Some(dir.path().join("providers.yaml")),
-            image_credential_provider_bin_dir: None,
-            container_runtime_endpoint: Some("tcp://127.0.0.1:1".into()),
-            version: "v1.34.0".into(),
-            healthz_bind_address: std::net::Ipv4Addr::LOCALHOST.into(),
-            healthz_port: 0,
-            metrics_bind_address: None,
-        };
+        let d = |p: &str| dir.path().join(p).display().to_string();
+        let config: AgentConfig = podpass_serve::parse_flags([
+            "--kubeconfig".to_owned(),
+            d("missing.kubeconfig"),
+            "--node-name=Node_1".to_owned(),
+            "--root-dir".to_owned(),
+            d("root"),
+            "--config".to_owned(),
+            bad_config.display().to_string(),
+            "--image-credential-provider-config".to_owned(),
+            d("providers.yaml"),
+            "--container-runtime-endpoint=tcp://127.0.0.1:1".to_owned(),
+            "--healthz-port=0".to_owned(),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
         let err = config.prepare().unwrap_err();
         let text = err.to_string();
         assert_eq!(err.0.len(), 6, "{text}");
-        for needle in
-            ["--node-name \"Node_1\"", "--kubeconfig", "--config", "--image-credential-provider-bin-dir", "unix://"]
-        {
-            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        for flag in [
+            "--node-name",
+            "--kubeconfig",
+            "--config",
+            "--image-credential-provider-bin-dir",
+            "--container-runtime-endpoint",
+        ] {
+            assert!(err.names(flag), "{flag} missing from:\n{text}");
         }
+        assert!(text.contains("--node-name \"Node_1\": ") && text.contains("unix://"), "{text}");
     }
 }

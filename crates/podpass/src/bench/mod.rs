@@ -13,7 +13,6 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use podpass_apiserver::server::ApiServerConfig;
 use podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL;
-use podpass_token::TokenFeatures;
 use serde_json::{Value, json};
 
 use self::raw::{RawOp, raw_rate};
@@ -217,40 +216,23 @@ async fn start_with(
     image: &str,
     backing: &Backing,
 ) -> Result<(Api, Vec<String>)> {
-    let config = ApiServerConfig {
-        data_dir: data_dir.to_owned(),
-        bind_address: [127, 0, 0, 1].into(),
-        secure_port: 0,
-        tls_cert_file: None,
-        tls_private_key_file: None,
-        issuers: Vec::new(),
-        signing_key_file: None,
-        key_files: Vec::new(),
-        api_audiences: Vec::new(),
-        token_auth_file: None,
-        features: TokenFeatures::default(),
-        extend_token_expiration: true,
-        max_token_expiration: None,
-        audit_log_path: None,
-        token_request_uid_validation: true,
-        authorization_modes: vec![
-            podpass_apiserver::server::authz::Mode::Node,
-            podpass_apiserver::server::authz::Mode::Rbac,
-        ],
-        node_audience_restriction: true,
-        etcd_servers: backing.etcd.clone(),
-        watch_cache: backing.watch_cache,
-        token_success_cache_ttl: ttl,
-        serve_limits: Default::default(),
-        min_request_timeout: std::time::Duration::from_secs(1800),
-    };
+    let mut flags = vec!["--data-dir".to_owned(), data_dir.display().to_string(), "--secure-port=0".to_owned()];
+    if !backing.etcd.is_empty() {
+        flags.push(format!("--etcd-servers={}", backing.etcd.join(",")));
+    }
+    flags.push(format!("--watch-cache={}", backing.watch_cache));
+    let mut config: ApiServerConfig = podpass_serve::parse_flags(flags).context("the bench server's flags")?;
+    config.token_success_cache_ttl = ttl;
     // The server task lives as long as the runtime: the bench process ends with it.
-    let running = config.prepare().context("preparing the server")?.start().await.context("starting the server")?;
+    let prepared = config.prepare().map_err(|e| anyhow::anyhow!("preparing the server: {e}"))?;
+    let running = prepared.bind().await.context("starting the server")?;
+    let (local_addr, server) = (running.local_addr, running.serve(std::future::pending()));
+    tokio::spawn(server);
     let ca = std::fs::read(data_dir.join("pki").join("ca.crt")).context("reading the generated CA")?;
     let api = Api {
         connector: http::connector(&ca)?,
-        addr: running.local_addr,
-        host: running.local_addr.to_string(),
+        addr: local_addr,
+        host: local_addr.to_string(),
         token: admin_token(&data_dir.join("tokens.csv"))?,
     };
     let pod_uids = setup(&api, clients, node, image).await?;

@@ -3,7 +3,6 @@
 //! signs an ES256 registry token — next to the physical limit measured in the same run: a
 //! raw aws-lc-rs ES256 verify + sign pair on the same cores.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,17 +89,19 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         "rules:\n- serviceAccount: {namespace: \"*\", name: \"*\"}\n  repositories: [\"{namespace}/*\"]\n  actions: [pull]\n",
     )
     .context("writing the policy")?;
-    let mut config = Config::new(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
-        vec![issuer],
-        AUDIENCE,
-        dir.join("policy.yaml"),
-        dir.join("signer.key"),
-        SERVICE,
-    );
-    config.issuer_ca = Some(data.join("pki/ca.crt"));
-    config.tls_cert_file = Some(data.join("pki/apiserver.crt"));
-    config.tls_private_key_file = Some(data.join("pki/apiserver.key"));
+    let path = |p: &std::path::Path| p.display().to_string();
+    let config: Config = podpass_serve::parse_flags([
+        "--listen=127.0.0.1:0".to_owned(),
+        format!("--issuer={issuer}"),
+        format!("--audience={AUDIENCE}"),
+        format!("--policy={}", path(&dir.join("policy.yaml"))),
+        format!("--signing-key={}", path(&dir.join("signer.key"))),
+        format!("--registry-service={SERVICE}"),
+        format!("--issuer-ca={}", path(&data.join("pki/ca.crt"))),
+        format!("--tls-cert-file={}", path(&data.join("pki/apiserver.crt"))),
+        format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
+    ])
+    .context("registry-auth's flags")?;
     let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
     let bound = prepared.bind().await.context("binding registry-auth")?;
     let service = Arc::clone(bound.service());

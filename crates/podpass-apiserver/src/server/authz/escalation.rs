@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::Sources;
 use super::rules::{self, PolicyRule, Uncovered};
-use super::{Attributes, Mode, authorize};
+use super::{Attributes, AuthorizationMode, authorize};
 use crate::server::User;
 use crate::server::status::ApiError;
 use crate::store::StoreError;
@@ -66,7 +66,7 @@ fn attrs(user: &User, verb: &str, resource: &str, namespace: &str, name: &str) -
     Attributes::resource(user, verb, RBAC_GROUP, resource, namespace, name)
 }
 
-async fn allowed(src: Sources<'_>, modes: &[Mode], a: &Attributes) -> Result<bool, StoreError> {
+async fn allowed(src: Sources<'_>, modes: &[AuthorizationMode], a: &Attributes) -> Result<bool, StoreError> {
     Ok(matches!(authorize(src, modes, a).await?, super::Decision::Allow(_)))
 }
 
@@ -107,7 +107,7 @@ pub async fn confirm_no_escalation(
 }
 
 /// Refuses `write` unless the writer may make it (the module's rules). `Ok` lets it through.
-pub async fn check(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+pub async fn check(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     if escalation_allowed(write.user) {
         return Ok(());
     }
@@ -123,7 +123,7 @@ pub async fn check(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> R
     }
 }
 
-async fn check_role(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_role(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     // RoleEscalationAuthorized: the request's own name (empty on create, as upstream reads
     // it from the request path).
     let name = if write.old.is_some() { write.name } else { "" };
@@ -152,7 +152,7 @@ async fn check_role(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> 
     Ok(())
 }
 
-async fn check_binding(src: Sources<'_>, modes: &[Mode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_binding(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
     let role_ref = write.new.get("roleRef").unwrap_or(&Value::Null);
     let kind = role_ref.get("kind").and_then(Value::as_str).unwrap_or("");
     let role_name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");

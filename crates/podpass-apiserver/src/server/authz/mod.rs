@@ -101,7 +101,7 @@ pub enum Decision {
 
 /// An `--authorization-mode` entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum AuthorizationMode {
     /// The Node authorizer.
     Node,
     /// RBAC.
@@ -112,15 +112,27 @@ pub enum Mode {
     AlwaysDeny,
 }
 
+/// `--authorization-mode`: the authorizers in order (comma-separated, upstream names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizationModes(pub Vec<AuthorizationMode>);
+
+impl std::str::FromStr for AuthorizationModes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_modes(s).map(Self)
+    }
+}
+
 /// Parses `--authorization-mode` (comma-separated, upstream names).
-pub fn parse_modes(text: &str) -> Result<Vec<Mode>, String> {
+pub fn parse_modes(text: &str) -> Result<Vec<AuthorizationMode>, String> {
     let mut modes = Vec::new();
     for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let mode = match m {
-            "Node" => Mode::Node,
-            "RBAC" => Mode::Rbac,
-            "AlwaysAllow" => Mode::AlwaysAllow,
-            "AlwaysDeny" => Mode::AlwaysDeny,
+            "Node" => AuthorizationMode::Node,
+            "RBAC" => AuthorizationMode::Rbac,
+            "AlwaysAllow" => AuthorizationMode::AlwaysAllow,
+            "AlwaysDeny" => AuthorizationMode::AlwaysDeny,
             other => {
                 return Err(format!(
                     "authorization-mode {other:?} is not a valid mode (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)"
@@ -139,17 +151,21 @@ pub fn parse_modes(text: &str) -> Result<Vec<Mode>, String> {
 }
 
 /// Runs the chain.
-pub async fn authorize(src: Sources<'_>, modes: &[Mode], attrs: &Attributes) -> Result<Decision, StoreError> {
+pub async fn authorize(
+    src: Sources<'_>,
+    modes: &[AuthorizationMode],
+    attrs: &Attributes,
+) -> Result<Decision, StoreError> {
     if attrs.user.groups.iter().any(|g| g == "system:masters") {
         return Ok(Decision::Allow(String::new()));
     }
     let mut reasons = Vec::new();
     for mode in modes {
         let decision = match mode {
-            Mode::Node => node::authorize(src.store, src.nodes, attrs).await?,
-            Mode::Rbac => rbac::authorize(src.rbac, attrs)?,
-            Mode::AlwaysAllow => Decision::Allow(String::new()),
-            Mode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
+            AuthorizationMode::Node => node::authorize(src.store, src.nodes, attrs).await?,
+            AuthorizationMode::Rbac => rbac::authorize(src.rbac, attrs)?,
+            AuthorizationMode::AlwaysAllow => Decision::Allow(String::new()),
+            AuthorizationMode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
         };
         match decision {
             Decision::NoOpinion(reason) => {
@@ -203,7 +219,7 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
 /// needs the `impersonate` verb on `users` (or `serviceaccounts`), `groups` and `uids`.
 pub async fn impersonate(
     src: Sources<'_>,
-    modes: &[Mode],
+    modes: &[AuthorizationMode],
     requester: &User,
     user: Option<&str>,
     groups: &[String],
@@ -300,7 +316,7 @@ mod tests {
 
     #[test]
     fn modes() {
-        assert_eq!(parse_modes("Node,RBAC"), Ok(vec![Mode::Node, Mode::Rbac]));
+        assert_eq!(parse_modes("Node,RBAC"), Ok(vec![AuthorizationMode::Node, AuthorizationMode::Rbac]));
         assert!(parse_modes("RBAC,RBAC").is_err());
         assert!(parse_modes("ABAC").unwrap_err().contains("not a valid mode"));
         assert!(parse_modes("").is_err());

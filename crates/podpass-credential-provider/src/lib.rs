@@ -1,7 +1,11 @@
 //! The kubelet credential-provider exec plugin (credentialprovider.kubelet.k8s.io/v1)
-//! behind `podpass-credential-provider`: it reads a `CredentialProviderRequest` carrying
-//! the pod's service-account token (`tokenAttributes` in the kubelet's config) and answers
-//! credentials for the image's registry.
+//! behind the `podpass-credential-provider` binary: it reads a `CredentialProviderRequest`
+//! carrying the pod's service-account token (`tokenAttributes` in the kubelet's config) and
+//! answers credentials for the image's registry.
+//!
+//! The kubelet execs the plugin for every pull it has no cached credential for, so this
+//! crate stands alone: its tree is an HTTP client (reqwest on rustls) and the provider wire
+//! types of `podpass-api` — no server stack, no Kubernetes client.
 //!
 //! - `passthrough`: the token itself is the password (registry-auth verifies it per pull);
 //!   the kubelet's `cacheType` must be `Token`, since the credential is the token.
@@ -31,7 +35,7 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What the plugin does with the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mode {
+pub enum PluginMode {
     /// Answer the service-account token as the password.
     Passthrough,
     /// Trade it at registry-auth.
@@ -147,7 +151,7 @@ fn response(request: &CredentialProviderRequest, password: String, cache: GoDura
 
 /// Answers `request` in `mode` at `now`.
 pub async fn respond(
-    mode: &Mode,
+    mode: &PluginMode,
     request: &CredentialProviderRequest,
     now: i64,
 ) -> Result<CredentialProviderResponse, PluginError> {
@@ -156,8 +160,8 @@ pub async fn respond(
         return Err(PluginError::NoToken);
     }
     match mode {
-        Mode::Passthrough => Ok(response(request, token.to_owned(), cache_duration(unverified_exp(token), now))),
-        Mode::Exchange(config) => {
+        PluginMode::Passthrough => Ok(response(request, token.to_owned(), cache_duration(unverified_exp(token), now))),
+        PluginMode::Exchange(config) => {
             let exchanged = exchange(config, token, &request.service_account_annotations).await?;
             let cache = cache_duration(unverified_exp(&exchanged), now);
             Ok(response(request, exchanged, cache))
@@ -288,7 +292,7 @@ mod tests {
     async fn passthrough_answers_the_token_for_the_registry_with_four_fifths_of_its_life() {
         let payload = data_encoding::BASE64URL_NOPAD.encode(br#"{"exp":1100}"#);
         let token = format!("h.{payload}.s");
-        let r = respond(&Mode::Passthrough, &request(&token), 1000).await.unwrap();
+        let r = respond(&PluginMode::Passthrough, &request(&token), 1000).await.unwrap();
         assert_eq!(r.api_version, podpass_api::credential_provider::wire::V1);
         assert_eq!(r.cache_key_type.as_deref(), Some("Registry"));
         assert_eq!(r.cache_duration, Some(GoDuration::from_secs(80)));
@@ -297,7 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_token_is_an_error_that_says_what_to_configure() {
-        let err = respond(&Mode::Passthrough, &request(""), 0).await.unwrap_err().to_string();
+        let err = respond(&PluginMode::Passthrough, &request(""), 0).await.unwrap_err().to_string();
         assert!(err.contains("tokenAttributes"), "{err}");
     }
 
