@@ -483,7 +483,7 @@ fn automounted_token_requests_get_extended_expiration_and_warnafter() {
     assert_eq!(claims["kubernetes.io"]["warnafter"].as_i64().unwrap() - iat, 3607);
     assert_eq!(claims["aud"], serde_json::json!([s.url]), "default audience: the API");
     // the status still reports the requested 3607 s
-    let exp = podpass_apiserver::time::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
+    let exp = podpass_apiserver::parse_rfc3339(body["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
     assert!((exp - iat - 3607).abs() <= 1);
 
     // using it before warnafter counts as a valid tracked token; issuance and verification

@@ -1,15 +1,31 @@
 //! The podpass control plane: the service-account slice of kube-apiserver.
 //!
-//! Today: [`store`], the object store (embedded on `redb`; etcd arrives with the RBAC
-//! issue). The REST layer, token issuance and review build on it.
+//! - [`ApiServerConfig`] (the flags of `podpass apiserver`, named as kube-apiserver's) →
+//!   [`ApiServerConfig::prepare`] (every problem at once) → [`Prepared::bind`] (store
+//!   connected, port bound, start-up reconcilers run) → [`Bound::serve`].
+//! - What it serves: ServiceAccounts, Pods, Nodes, Secrets, ConfigMaps, Namespaces, Events,
+//!   Leases and RBAC objects; TokenRequest (bound, audience-scoped tokens with node claims
+//!   and `jti`), TokenReview (with bound-object checks), SubjectAccessReview, OIDC discovery
+//!   and JWKS; authorization by RBAC (with escalation checks) and the Node authorizer,
+//!   NodeRestriction admission (with the audience restriction), an audit log.
+//! - [`store`]: the object store, embedded on `redb` or etcd v3 (with a watch cache).
+//!
+//! The modules are private; this list is the crate's interface.
 
-pub mod field;
-pub mod files;
-pub mod pki;
-pub mod server;
+mod field;
+mod files;
+mod pki;
+mod server;
 pub mod store;
-pub mod time;
-pub mod token_file;
+mod time;
+mod token_file;
+
+pub use files::{WriteError, write_atomic};
+pub use server::{
+    ApiServerConfig, Bound, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, KUBE_MINOR, Prepared, RandomError, StartError, kubeconfig,
+    random_token,
+};
+pub use time::parse_rfc3339;
 
 /// Decodes an API request body as the REST layer does before anything else sees it
 /// (content type, JSON or kubectl's protobuf, nesting limit); for fuzzing and tools.

@@ -52,8 +52,6 @@ pub struct ServingPki {
     pub cert_chain_pem: String,
     /// Serving private key (PKCS#8).
     pub key_pem: String,
-    /// Where the CA certificate is.
-    pub ca_path: PathBuf,
 }
 
 fn generate(what: &'static str) -> impl FnOnce(rcgen::Error) -> PkiError {
@@ -113,7 +111,7 @@ pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki
     let cert_chain_pem = format!("{}{}", cert.pem(), ca_pem);
     write_atomic(&dir.join("apiserver.key"), key_pem.as_bytes(), 0o600, true)?;
     write_atomic(&dir.join("apiserver.crt"), cert_chain_pem.as_bytes(), 0o644, true)?;
-    Ok(ServingPki { ca_pem, cert_chain_pem, key_pem, ca_path: ca_crt })
+    Ok(ServingPki { ca_pem, cert_chain_pem, key_pem })
 }
 
 /// The start of yesterday (UTC), so that clients with a slightly slow clock accept the

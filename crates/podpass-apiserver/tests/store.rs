@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podpass_apiserver::store::{
-    EmbeddedStore, EventType, FieldSelector, LabelSelector, ListOptions, ObjectKey, Store, StoreError, WatchStream,
+    EmbeddedObjectStore, EventType, FieldSelector, LabelSelector, ListOptions, ObjectKey, Store, StoreError,
+    WatchStream,
 };
 use serde_json::{Value, json};
 
@@ -25,8 +26,8 @@ fn key(ns: &str, name: &str) -> ObjectKey {
     ObjectKey::namespaced("pods", ns, name)
 }
 
-fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
-    EmbeddedStore::open(&dir.path().join("store.redb")).unwrap()
+fn open(dir: &tempfile::TempDir) -> EmbeddedObjectStore {
+    EmbeddedObjectStore::open(&dir.path().join("store.redb")).unwrap()
 }
 
 async fn next(w: &mut WatchStream) -> (EventType, String, u64) {
@@ -142,7 +143,7 @@ async fn filtered_watch_reports_moves_in_and_out_of_the_selection() {
 #[tokio::test]
 async fn watch_from_compacted_history_is_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open_with_history(&dir.path().join("s.redb"), 3).unwrap();
+    let store = EmbeddedObjectStore::open_with_history(&dir.path().join("s.redb"), 3).unwrap();
     for i in 0..6 {
         store.create(&key("ns", &format!("p{i}")), pod("ns", &format!("p{i}"), "n1", "web")).await.unwrap();
     }
@@ -207,7 +208,7 @@ async fn restart_keeps_objects_and_revisions_move_forward() {
 #[tokio::test]
 async fn child_writer() {
     let Ok(path) = std::env::var("PODPASS_STORE_CHILD") else { return };
-    let store = EmbeddedStore::open(std::path::Path::new(&path)).unwrap();
+    let store = EmbeddedObjectStore::open(std::path::Path::new(&path)).unwrap();
     for i in 0.. {
         let name = format!("p{i}");
         store.create(&key("ns", &name), pod("ns", &name, "n1", "web")).await.unwrap();
@@ -244,7 +245,7 @@ async fn every_acknowledged_write_survives_a_killed_writer() {
     child.kill().unwrap(); // SIGKILL mid-write
     child.wait().unwrap();
     assert_eq!(acked.len(), 40, "child wrote");
-    let store = EmbeddedStore::open(&path).unwrap();
+    let store = EmbeddedObjectStore::open(&path).unwrap();
     for name in &acked {
         store.get(&key("ns", name)).await.unwrap_or_else(|e| panic!("acknowledged {name} lost: {e}"));
     }

@@ -16,12 +16,12 @@ pub use kube::Client;
 use thiserror::Error;
 
 use crate::credential::provider::BoxFuture;
-use crate::credential::{PodIdentity, ServiceAccountInfo, ServiceAccountSource};
-use crate::token::{IssuedToken, TokenFetcher, TokenKey, TokenManager};
+use crate::credential::{PodIdentity, ProviderServiceAccount, ServiceAccountSource};
+use crate::token::{RequestedToken, TokenFetcher, TokenKey, TokenManager};
 
 /// The API could not be reached or refused.
 #[derive(Debug, Error)]
-pub enum ApiError {
+pub enum ApiClientError {
     /// The kubeconfig is unusable.
     #[error("kubeconfig {path}: {reason}")]
     Kubeconfig {
@@ -83,8 +83,8 @@ impl From<&str> for RequestError {
 }
 
 /// A client for the cluster a kubeconfig names (its current context).
-pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiError> {
-    let err = |reason: String| ApiError::Kubeconfig { path: path.display().to_string(), reason };
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiClientError> {
+    let err = |reason: String| ApiClientError::Kubeconfig { path: path.display().to_string(), reason };
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -102,11 +102,11 @@ pub struct PodInfo {
 }
 
 /// Reads `namespace/name`.
-pub async fn get_pod(client: &kube::Client, namespace: &str, name: &str) -> Result<PodInfo, ApiError> {
+pub async fn get_pod(client: &kube::Client, namespace: &str, name: &str) -> Result<PodInfo, ApiClientError> {
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+        .map_err(|e| ApiClientError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
     let spec = pod.spec.unwrap_or_default();
     Ok(PodInfo {
         identity: PodIdentity {
@@ -139,11 +139,11 @@ pub async fn get_pod_containers(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<(Option<String>, Vec<PodContainer>), ApiError> {
+) -> Result<(Option<String>, Vec<PodContainer>), ApiClientError> {
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+        .map_err(|e| ApiClientError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
     let spec = pod.spec.unwrap_or_default();
     let status = pod.status.unwrap_or_default();
     let waiting = |name: &str, statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
@@ -168,14 +168,18 @@ pub async fn get_pod_containers(
 }
 
 /// Reads a Secret as the manifest text `kubectl get secret -o json` prints.
-pub async fn get_secret_manifest(client: &kube::Client, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
+pub async fn get_secret_manifest(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<u8>, ApiClientError> {
     let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiError::Request(format!("secret {namespace}/{name}: {}", message(&e))))?;
-    let mut value = serde_json::to_value(&secret).map_err(|e| ApiError::Request(e.to_string()))?;
+        .map_err(|e| ApiClientError::Request(format!("secret {namespace}/{name}: {}", message(&e))))?;
+    let mut value = serde_json::to_value(&secret).map_err(|e| ApiClientError::Request(e.to_string()))?;
     value["kind"] = "Secret".into();
-    serde_json::to_vec(&value).map_err(|e| ApiError::Request(e.to_string()))
+    serde_json::to_vec(&value).map_err(|e| ApiClientError::Request(e.to_string()))
 }
 
 /// The pull secrets `names` of a pod in `namespace`, as the kubelet reads them
@@ -215,7 +219,7 @@ impl KubeTokenFetcher {
 }
 
 impl TokenFetcher for KubeTokenFetcher {
-    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, RequestError>> {
+    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, RequestError>> {
         Box::pin(async move {
             let request = TokenRequest {
                 metadata: ObjectMeta {
@@ -239,7 +243,7 @@ impl TokenFetcher for KubeTokenFetcher {
                 .await
                 .map_err(RequestError::from)?;
             let status = answer.status.ok_or(RequestError::from("TokenRequest answer without status"))?;
-            Ok(IssuedToken {
+            Ok(RequestedToken {
                 token: status.token,
                 expires_at: status.expiration_timestamp.0.as_second(),
                 expiration_seconds: answer.spec.expiration_seconds,
@@ -272,13 +276,13 @@ impl ServiceAccountSource for KubeServiceAccounts {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ServiceAccountInfo, RequestError>> {
+    ) -> BoxFuture<'a, Result<ProviderServiceAccount, RequestError>> {
         Box::pin(async move {
             let sa = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace)
                 .get(name)
                 .await
                 .map_err(RequestError::from)?;
-            Ok(ServiceAccountInfo {
+            Ok(ProviderServiceAccount {
                 uid: sa.metadata.uid.unwrap_or_default(),
                 annotations: sa.metadata.annotations.unwrap_or_default().into_iter().collect::<BTreeMap<_, _>>(),
             })

@@ -34,7 +34,7 @@ pub struct TokenKey {
 
 /// A token the API server issued.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssuedToken {
+pub struct RequestedToken {
     /// The JWT.
     pub token: String,
     /// `status.expirationTimestamp` (Unix seconds).
@@ -46,7 +46,7 @@ pub struct IssuedToken {
 /// Requests tokens (TokenRequest) from the API server.
 pub trait TokenFetcher: Send + Sync {
     /// Creates a token for `key`; the error is the API's message.
-    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::api::RequestError>>;
+    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::api::RequestError>>;
 }
 
 /// No token can be served (upstream messages).
@@ -68,7 +68,7 @@ pub enum TokenError {
 /// Caches tokens per [`TokenKey`].
 pub struct TokenManager<F> {
     fetcher: F,
-    cache: Mutex<HashMap<TokenKey, IssuedToken>>,
+    cache: Mutex<HashMap<TokenKey, RequestedToken>>,
     jitter: fn() -> i64,
 }
 
@@ -93,7 +93,7 @@ pub fn now_unix() -> i64 {
 }
 
 /// `requiresRefresh`.
-pub fn requires_refresh(token: &IssuedToken, now: i64, jitter: i64) -> bool {
+pub fn requires_refresh(token: &RequestedToken, now: i64, jitter: i64) -> bool {
     let Some(lifetime) = token.expiration_seconds else {
         // Upstream logs and keeps it: it cannot tell how old the token is.
         return false;
@@ -107,7 +107,7 @@ pub fn requires_refresh(token: &IssuedToken, now: i64, jitter: i64) -> bool {
 /// The first Unix second at which [`requires_refresh`] holds for `token` (with `jitter`):
 /// what a token's rewrite is scheduled for. `None` when the token's age is unknown (it is
 /// never refreshed, as upstream).
-pub fn refresh_due_at(token: &IssuedToken, jitter: i64) -> Option<i64> {
+pub fn refresh_due_at(token: &RequestedToken, jitter: i64) -> Option<i64> {
     let lifetime = token.expiration_seconds?;
     let issued_at = token.expires_at - lifetime;
     // `now > x` first holds at x + 1.
@@ -125,12 +125,12 @@ impl<F: TokenFetcher> TokenManager<F> {
         Self { fetcher, cache: Mutex::new(HashMap::new()), jitter }
     }
 
-    fn cached(&self, key: &TokenKey) -> Option<IssuedToken> {
+    fn cached(&self, key: &TokenKey) -> Option<RequestedToken> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
     }
 
     /// A token for `key` at Unix time `now`.
-    pub async fn get(&self, key: &TokenKey, now: i64) -> Result<IssuedToken, TokenError> {
+    pub async fn get(&self, key: &TokenKey, now: i64) -> Result<RequestedToken, TokenError> {
         let cached = self.cached(key);
         if let Some(c) = &cached
             && !requires_refresh(c, now, (self.jitter)())
@@ -192,14 +192,14 @@ mod tests {
     }
 
     impl TokenFetcher for &Fake {
-        fn fetch<'a>(&'a self, _key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::api::RequestError>> {
+        fn fetch<'a>(&'a self, _key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::api::RequestError>> {
             Box::pin(async move {
                 let n = self.calls.fetch_add(1, Ordering::SeqCst);
                 if self.fail.load(Ordering::SeqCst) {
                     return Err("the server is down".into());
                 }
                 let now = self.now.load(Ordering::SeqCst);
-                Ok(IssuedToken { token: format!("t{n}"), expires_at: now + 3600, expiration_seconds: Some(3600) })
+                Ok(RequestedToken { token: format!("t{n}"), expires_at: now + 3600, expiration_seconds: Some(3600) })
             })
         }
     }
@@ -235,15 +235,18 @@ mod tests {
 
     #[test]
     fn refresh_rules() {
-        let t = IssuedToken { token: String::new(), expires_at: 10_000 + 3600, expiration_seconds: Some(3600) };
+        let t = RequestedToken { token: String::new(), expires_at: 10_000 + 3600, expiration_seconds: Some(3600) };
         assert!(!requires_refresh(&t, 10_000, 0));
         assert!(requires_refresh(&t, 9_999, 0), "clock jumped back before iat");
         assert!(requires_refresh(&t, 10_000 + 2880 - 5 + 1, 5), "jitter brings the refresh forward");
-        let long =
-            IssuedToken { token: String::new(), expires_at: 10_000 + 7 * 86_400, expiration_seconds: Some(7 * 86_400) };
+        let long = RequestedToken {
+            token: String::new(),
+            expires_at: 10_000 + 7 * 86_400,
+            expiration_seconds: Some(7 * 86_400),
+        };
         assert!(!requires_refresh(&long, 10_000 + 86_400, 0));
         assert!(requires_refresh(&long, 10_000 + 86_401, 0), "older than 24h");
-        let unknown = IssuedToken { token: String::new(), expires_at: 0, expiration_seconds: None };
+        let unknown = RequestedToken { token: String::new(), expires_at: 0, expiration_seconds: None };
         assert!(!requires_refresh(&unknown, i64::MAX, 0));
     }
 
@@ -264,7 +267,7 @@ mod tests {
     #[test]
     fn the_refresh_schedule_is_the_first_second_requires_refresh_holds() {
         for (lifetime, jitter) in [(600, 0), (3607, 7), (31_536_000, 3), (86_400 * 2, 9)] {
-            let token = IssuedToken {
+            let token = RequestedToken {
                 token: String::new(),
                 expires_at: 1_000_000 + lifetime,
                 expiration_seconds: Some(lifetime),
@@ -274,8 +277,8 @@ mod tests {
             assert!(requires_refresh(&token, due, jitter), "{lifetime}/{jitter}: not due at {due}");
         }
         // 600 s tokens are rewritten after 480 s (80%)
-        let t = IssuedToken { token: String::new(), expires_at: 600, expiration_seconds: Some(600) };
+        let t = RequestedToken { token: String::new(), expires_at: 600, expiration_seconds: Some(600) };
         assert_eq!(refresh_due_at(&t, 0), Some(481));
-        assert_eq!(refresh_due_at(&IssuedToken { expiration_seconds: None, ..t }, 0), None);
+        assert_eq!(refresh_due_at(&RequestedToken { expiration_seconds: None, ..t }, 0), None);
     }
 }

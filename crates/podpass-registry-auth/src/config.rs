@@ -17,7 +17,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::fetch::DocumentFetcher;
 use crate::http::{AppState, router};
-use crate::metrics::Metrics;
+use crate::metrics::RegistryAuthMetrics;
 use crate::node_binding::NodeBinding;
 use crate::policy::Policy;
 use crate::registry_token::RegistryTokenSigner;
@@ -311,7 +311,7 @@ impl Config {
         let (Some(jwks), Some(registry), Some(exchange_signer)) = (jwks, registry, exchange_signer) else {
             return Err(problems.finish().err().unwrap_or_default());
         };
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(RegistryAuthMetrics::default());
         let trusts: Vec<Arc<IssuerTrust>> = self
             .issuers
             .iter()

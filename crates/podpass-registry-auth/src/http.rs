@@ -31,7 +31,7 @@ use serde_json::json;
 
 use crate::node_binding::node_from_certificate;
 use crate::scope::Scope;
-use crate::service::{Grant, Refusal, TokenRequest, TokenService};
+use crate::service::{ExchangeRequest, Grant, Refusal, TokenService};
 
 /// Request bodies and query strings larger than this are refused.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
@@ -195,7 +195,7 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         Ok(s) => s,
         Err(e) => return oauth_error(StatusCode::BAD_REQUEST, "invalid_scope", &e.to_string()),
     };
-    let request = TokenRequest {
+    let request = ExchangeRequest {
         grant,
         service: params.service,
         scopes,

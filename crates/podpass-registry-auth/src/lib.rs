@@ -33,11 +33,11 @@ pub use fetch::{DocumentFetcher, FetchError};
 #[doc(hidden)]
 pub use http::parse_for_fuzzing;
 pub use identity::{Credential, Identity};
-pub use metrics::Metrics;
+pub use metrics::RegistryAuthMetrics;
 pub use node_binding::{NodeBinding, NodeBindingError, NodeCheck, NodeProof};
 pub use policy::{Policy, PolicyError, Subject};
-pub use registry_token::{IssuedToken, RegistryTokenSigner, SignError};
+pub use registry_token::{RegistryToken, RegistryTokenSigner, SignError};
 pub use review::{REVIEW_CACHE_TTL, ReviewConfigError, ReviewError, TokenReviewer};
 pub use scope::{Scope, ScopeError};
-pub use service::{Grant, Refusal, TokenAnswer, TokenRequest, TokenService};
+pub use service::{ExchangeRequest, Grant, Refusal, TokenAnswer, TokenService};
 pub use trust::{IssuerTrust, RefreshError, TrustError, TrustTimings};

@@ -36,7 +36,7 @@ pub struct IssuerLabels {
 
 /// The service's metrics, registered in their own registry.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct RegistryAuthMetrics {
     registry: Registry,
     decisions: Family<DecisionLabels, Counter>,
     fetches: Family<FetchLabels, Counter>,
@@ -44,7 +44,7 @@ pub struct Metrics {
     duration: Histogram,
 }
 
-impl Default for Metrics {
+impl Default for RegistryAuthMetrics {
     fn default() -> Self {
         let decisions = Family::<DecisionLabels, Counter>::default();
         let fetches = Family::<FetchLabels, Counter>::default();
@@ -67,7 +67,7 @@ impl Default for Metrics {
     }
 }
 
-impl Metrics {
+impl RegistryAuthMetrics {
     /// Counts a decision.
     pub fn decision(&self, outcome: &str, reason: &str) {
         self.decisions.get_or_create(&DecisionLabels { outcome: outcome.into(), reason: reason.into() }).inc();

@@ -29,7 +29,7 @@ struct Claims<'a> {
 
 /// A signed registry token and what the token endpoint answers about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssuedToken {
+pub struct RegistryToken {
     /// The compact JWS.
     pub token: String,
     /// Lifetime in seconds.
@@ -85,7 +85,7 @@ impl RegistryTokenSigner {
     /// A token for `subject` granting `access` (possibly nothing: the registry then answers
     /// `insufficient_scope`), valid from `now` for the configured lifetime but never past
     /// `not_after` (the credential it was granted for).
-    pub fn sign(&self, subject: &str, access: &[Scope], now: i64, not_after: i64) -> Result<IssuedToken, SignError> {
+    pub fn sign(&self, subject: &str, access: &[Scope], now: i64, not_after: i64) -> Result<RegistryToken, SignError> {
         let jti = random_id()?;
         let expires_in = self.ttl_seconds.min(not_after.saturating_sub(now)).max(0);
         let claims = Claims {
@@ -99,7 +99,7 @@ impl RegistryTokenSigner {
             access,
         };
         let token = self.signer.sign(&claims)?;
-        Ok(IssuedToken { token, expires_in, issued_at: now, jti })
+        Ok(RegistryToken { token, expires_in, issued_at: now, jti })
     }
 }
 

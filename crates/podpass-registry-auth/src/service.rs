@@ -11,10 +11,10 @@ use serde::Deserialize;
 
 use crate::exchange_token::{self, ExchangeError};
 use crate::identity::{Credential, Identity};
-use crate::metrics::Metrics;
+use crate::metrics::RegistryAuthMetrics;
 use crate::node_binding::{self, NodeBinding, NodeCheck, NodeProof};
 use crate::policy::{Policy, Subject};
-use crate::registry_token::{IssuedToken, RegistryTokenSigner};
+use crate::registry_token::{RegistryToken, RegistryTokenSigner};
 use crate::review::{ReviewError, TokenReviewer};
 use crate::scope::Scope;
 use crate::trust::{IssuerTrust, TrustError};
@@ -36,7 +36,7 @@ pub enum Grant {
 
 /// A parsed token request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenRequest {
+pub struct ExchangeRequest {
     /// The credential.
     pub grant: Grant,
     /// `service`, if given (it must be the registry's).
@@ -59,7 +59,7 @@ pub struct TokenRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenAnswer {
     /// The registry token.
-    pub token: IssuedToken,
+    pub token: RegistryToken,
     /// The exchange token, when an offline token was asked.
     pub refresh_token: Option<String>,
     /// What was granted.
@@ -107,7 +107,7 @@ pub struct TokenService {
     own_keys: Vec<VerificationKey>,
     node_binding: NodeBinding,
     exchange_ttl_seconds: i64,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegistryAuthMetrics>,
     reviewers: Vec<Arc<TokenReviewer>>,
 }
 
@@ -157,8 +157,8 @@ pub struct ServiceParts {
     pub node_binding: NodeBinding,
     /// Exchange tokens live at most this long (and never past their source token).
     pub exchange_ttl_seconds: i64,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
+    /// RegistryAuthMetrics.
+    pub metrics: Arc<RegistryAuthMetrics>,
     /// TokenReview per issuer (`--token-review-kubeconfig`).
     pub reviewers: Vec<Arc<TokenReviewer>>,
 }
@@ -202,8 +202,8 @@ impl TokenService {
         &self.registry
     }
 
-    /// Metrics.
-    pub fn metrics(&self) -> &Metrics {
+    /// RegistryAuthMetrics.
+    pub fn metrics(&self) -> &RegistryAuthMetrics {
         &self.metrics
     }
 
@@ -212,7 +212,7 @@ impl TokenService {
     }
 
     /// Decides `request` at `now`. Every outcome is counted and audited.
-    pub async fn decide(&self, request: TokenRequest, now: i64) -> Result<TokenAnswer, Refusal> {
+    pub async fn decide(&self, request: ExchangeRequest, now: i64) -> Result<TokenAnswer, Refusal> {
         let scope_asked: Vec<String> = request.scopes.iter().map(ToString::to_string).collect();
         let actions_asked: usize = request.scopes.iter().map(|s| s.actions.len()).sum();
         let via = request.via;
@@ -272,7 +272,7 @@ impl TokenService {
         result.map(|d| d.answer)
     }
 
-    async fn decide_inner(&self, request: TokenRequest, now: i64) -> Result<Decided, Refusal> {
+    async fn decide_inner(&self, request: ExchangeRequest, now: i64) -> Result<Decided, Refusal> {
         if let Some(service) = request.service.as_deref()
             && service != self.registry.service()
         {

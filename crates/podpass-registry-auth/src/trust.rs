@@ -13,7 +13,7 @@ use thiserror::Error;
 use tokio::sync::Mutex;
 
 use crate::fetch::{DocumentFetcher, FetchError, same_origin};
-use crate::metrics::Metrics;
+use crate::metrics::RegistryAuthMetrics;
 
 /// Timings of issuer trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub struct IssuerTrust {
     audience: String,
     fetcher: DocumentFetcher,
     timings: TrustTimings,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegistryAuthMetrics>,
     state: RwLock<KeyState>,
     /// When the last fetch started; held while a fetch runs (single flight).
     last_fetch: Mutex<Option<Instant>>,
@@ -122,7 +122,7 @@ impl IssuerTrust {
         audience: &str,
         fetcher: DocumentFetcher,
         timings: TrustTimings,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RegistryAuthMetrics>,
     ) -> Self {
         Self {
             issuer: issuer.into(),

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use podpass_registry_auth::{DocumentFetcher, IssuerTrust, Metrics, TrustError, TrustTimings};
+use podpass_registry_auth::{DocumentFetcher, IssuerTrust, RegistryAuthMetrics, TrustError, TrustTimings};
 use podpass_token::{Algorithm, Jwks, ObjectRef, SigningKey, TokenFeatures, TokenGenerator, TokenRequest};
 
 /// What the fake issuer serves; the test edits it between calls.
@@ -94,7 +94,7 @@ fn mint(issuer: &str, key: SigningKey) -> String {
 
 fn trust(i: &Issuer, timings: TrustTimings) -> IssuerTrust {
     let fetcher = DocumentFetcher::new(Some(&i.ca), Duration::from_secs(5)).unwrap();
-    IssuerTrust::new(&i.url, "registry-auth", fetcher, timings, Arc::new(Metrics::default()))
+    IssuerTrust::new(&i.url, "registry-auth", fetcher, timings, Arc::new(RegistryAuthMetrics::default()))
 }
 
 fn pem_pair() -> (SigningKey, SigningKey) {

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use podpass_apiserver::files::write_atomic;
-use podpass_apiserver::server::{ApiServerConfig, kubeconfig, random_token};
+use podpass_apiserver::write_atomic;
+use podpass_apiserver::{ApiServerConfig, kubeconfig, random_token};
 
 use crate::EXIT_USAGE;
 

@@ -108,7 +108,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
 /// `podpass node run`: exit 64 with every configuration problem before connecting, 0 after
 /// a clean stop, 1 when the agent fails.
 fn run_agent(mut config: podpass_node::agent::AgentConfig) -> ExitCode {
-    config.version = format!("v1.{}.0-podpass.{}", podpass_apiserver::server::KUBE_MINOR, env!("CARGO_PKG_VERSION"));
+    config.version = format!("v1.{}.0-podpass.{}", podpass_apiserver::KUBE_MINOR, env!("CARGO_PKG_VERSION"));
     let prepared = match config.prepare() {
         Ok(p) => p,
         Err(e) => return crate::config_problems(&e),

@@ -13,7 +13,7 @@ use podpass_token::{
 };
 
 use crate::EXIT_USAGE;
-use podpass_apiserver::files::write_atomic;
+use podpass_apiserver::write_atomic;
 
 /// TokenRequest validation bounds (pkg/apis/authentication/validation).
 const MIN_EXPIRATION_SECONDS: i64 = 600;

@@ -4,7 +4,7 @@
 
 use super::AppState;
 use super::StoreLookup;
-use super::status::ApiError;
+use super::status::StatusError;
 use crate::token_file::StaticUser;
 use podpass_token::now_unix;
 
@@ -31,7 +31,7 @@ impl From<StaticUser> for User {
 
 /// Authenticates the bearer token: static token file first, then service-account tokens
 /// (validated against the store). No token is `system:anonymous`; a bad one is 401.
-pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, ApiError> {
+pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, StatusError> {
     let anonymous = || User {
         name: "system:anonymous".into(),
         uid: String::new(),
@@ -53,21 +53,21 @@ pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>
             state.count_token_use(&a);
             Ok(User::from_token(&state.token_cache.insert(token, None, a, now)))
         }
-        Err(_) => Err(ApiError::unauthorized()),
+        Err(_) => Err(StatusError::unauthorized()),
     }
 }
 
 /// `bearertoken.Authenticator`: the token of an `Authorization` header. The scheme is
 /// case-insensitive; a header of another scheme (or none) carries no bearer token
 /// (`Ok(None)`: the request is anonymous); an empty token is refused.
-pub fn bearer_token(header: &str) -> Result<Option<&str>, ApiError> {
+pub fn bearer_token(header: &str) -> Result<Option<&str>, StatusError> {
     let header = header.trim();
     let mut parts = header.splitn(3, ' ');
     let scheme = parts.next().unwrap_or_default();
     match parts.next() {
         Some(token) if scheme.eq_ignore_ascii_case("bearer") => {
             if token.is_empty() {
-                Err(ApiError::unauthorized())
+                Err(StatusError::unauthorized())
             } else {
                 Ok(Some(token))
             }
@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(bearer_token("Bearer"), Ok(None));
         assert_eq!(bearer_token("Basic dTpw"), Ok(None));
         assert_eq!(bearer_token(""), Ok(None));
-        assert_eq!(bearer_token("Bearer  x"), Err(ApiError::unauthorized()));
+        assert_eq!(bearer_token("Bearer  x"), Err(StatusError::unauthorized()));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::authz::AuthorizationModes;
 use super::{audit, token_cache};
 use crate::files::write_atomic;
 use crate::pki::ensure_serving_pki;
-use crate::store::{EmbeddedStore, Store};
+use crate::store::{EmbeddedObjectStore, Store};
 use crate::token_file::TokenFile;
 
 /// Flags of `podpass apiserver`, named as kube-apiserver's: declared once here, parsed by
@@ -240,7 +240,7 @@ impl ApiServerConfig {
         // so a configuration that fails elsewhere never creates it.
         let store: Option<Arc<dyn Store>> = if self.etcd_servers.is_empty() && problems.is_empty() {
             problems
-                .check("--data-dir", EmbeddedStore::open(&self.data_dir.join("store.redb")))
+                .check("--data-dir", EmbeddedObjectStore::open(&self.data_dir.join("store.redb")))
                 .map(|s| Arc::new(s) as Arc<dyn Store>)
         } else {
             None

@@ -7,7 +7,7 @@ use crate::field::Field;
 use podpass_token::{BoundObject, BoundObjectLookup, LookupError};
 use serde_json::Value;
 
-use crate::store::{Freshness, ObjectKey, Store, StoreError};
+use crate::store::{ObjectKey, ReadConsistency, Store, StoreError};
 use crate::time::parse_rfc3339;
 
 /// Reads service accounts, pods, secrets and nodes for the token validator.
@@ -25,8 +25,8 @@ fn bound(object: &Value) -> BoundObject {
 
 impl StoreLookup<'_> {
     async fn get(&self, key: ObjectKey) -> Result<BoundObject, LookupError> {
-        let found = match self.store.get_with(&key, Freshness::Any).await {
-            Err(StoreError::NotFound { .. }) => self.store.get_with(&key, Freshness::Consistent).await,
+        let found = match self.store.get_with(&key, ReadConsistency::Any).await {
+            Err(StoreError::NotFound { .. }) => self.store.get_with(&key, ReadConsistency::Consistent).await,
             other => other,
         };
         match found {

@@ -60,7 +60,7 @@ pub struct BoundObjectLabels {
 }
 
 /// The control plane's metrics.
-pub struct Metrics {
+pub struct ApiServerMetrics {
     registry: Registry,
     /// Tokens with `warnafter` used before it.
     pub valid_tokens: Counter,
@@ -91,7 +91,7 @@ fn latency_histogram() -> Histogram {
     Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0])
 }
 
-impl Metrics {
+impl ApiServerMetrics {
     /// The server's metrics and `store`'s own.
     pub fn with_store(store: &dyn crate::store::Store) -> Self {
         let mut m = Self::default();
@@ -100,7 +100,7 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
+impl Default for ApiServerMetrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let m = Self {
@@ -223,7 +223,7 @@ pub fn request_labels(verb: &str, path: Option<&crate::server::rest::resources::
     labels
 }
 
-impl Metrics {
+impl ApiServerMetrics {
     /// Counts one answered request (`apiserver_request_total`,
     /// `apiserver_request_duration_seconds`), labelled by [`request_labels`].
     pub fn observe_request(
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn attacker_paths_and_methods_do_not_grow_the_label_set() {
-        let m = Metrics::default();
+        let m = ApiServerMetrics::default();
         for i in 0..500 {
             m.observe_request(&format!("method{i}"), path(&format!("/api/v1/random{i}/x/y")).as_ref(), 403, 0.001);
             m.observe_request("get", path(&format!("/apis/g{i}/v{i}/r{i}")).as_ref(), 403, 0.001);

@@ -4,31 +4,34 @@
 //! and a connection cap), [`routing`] (the request pipeline), [`authn`], [`authz`],
 //! [`audit`] and [`metrics`], and the resource API under `rest`.
 
-pub mod audit;
-pub mod authn;
-pub mod authz;
-pub mod config;
-pub(crate) mod informer;
+mod audit;
+mod authn;
+pub(crate) mod authz;
+mod config;
+mod informer;
 mod lookup;
-pub mod metrics;
+mod metrics;
 pub(crate) mod rest;
 mod routing;
 /// The accept loop and its bounds, shared with every podpass server.
-pub mod serve {
+mod serve {
     pub use podpass_serve::{ServeLimits, accept_loop};
 }
-pub mod startup;
-pub mod status;
-pub mod token_cache;
+mod startup;
+mod status;
+mod token_cache;
 
 use std::sync::Arc;
 
 use podpass_token::{Authenticator, TokenFeatures, TokenGenerator};
 
-pub use self::authn::User;
+pub(crate) use self::authn::User;
 pub use self::config::{ApiServerConfig, Prepared, RandomError, StartError, random_token};
 pub(crate) use self::lookup::StoreLookup;
 pub use self::startup::{Bound, kubeconfig};
+/// How long a successful token authentication is remembered by default (upstream's
+/// `TokenSuccessCacheTTL`).
+pub use self::token_cache::DEFAULT_SUCCESS_TTL as DEFAULT_TOKEN_SUCCESS_CACHE_TTL;
 use crate::store::Store;
 use crate::token_file::TokenFile;
 
@@ -67,7 +70,7 @@ pub(crate) struct AppState {
     server_url: String,
     ca_pem: String,
     audit: Option<audit::AuditLog>,
-    metrics: metrics::Metrics,
+    metrics: metrics::ApiServerMetrics,
     token_cache: token_cache::TokenCache,
     watches: rest::watch::WatchLimiter,
     request_timeout: std::time::Duration,

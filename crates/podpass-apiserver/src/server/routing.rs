@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::audit::audit_time;
 use super::authn::{User, authenticate};
-use super::status::ApiError;
+use super::status::StatusError;
 use super::{AppState, KUBE_MINOR, audit, authz, rest};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
@@ -50,7 +50,7 @@ async fn ok() -> &'static str {
 
 fn json_bytes(body: Vec<u8>, content_type: &'static str) -> Response {
     if body.is_empty() {
-        return ApiError::not_found_path().into_response();
+        return StatusError::not_found_path().into_response();
     }
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
@@ -81,10 +81,12 @@ fn attributes(
 }
 
 /// Authorizes through the configured chain; refusals worded as upstream's.
-pub(crate) async fn authorize(state: &AppState, attrs: &authz::Attributes) -> Result<(), ApiError> {
+pub(crate) async fn authorize(state: &AppState, attrs: &authz::Attributes) -> Result<(), StatusError> {
     match authz::authorize(state.authz(), &state.authorization_modes, attrs).await? {
-        authz::Decision::Allow(_) => Ok(()),
-        authz::Decision::Deny(reason) | authz::Decision::NoOpinion(reason) => Err(authz::forbidden(attrs, &reason)),
+        authz::AuthorizationDecision::Allow(_) => Ok(()),
+        authz::AuthorizationDecision::Deny(reason) | authz::AuthorizationDecision::NoOpinion(reason) => {
+            Err(authz::forbidden(attrs, &reason))
+        }
     }
 }
 
@@ -100,7 +102,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     let (parts, body) = req.into_parts();
     // Go's server hands handlers the decoded path; a malformed escape is a bad request.
     let Some(path) = rest::resources::decode_path(parts.uri.path()) else {
-        return ApiError::bad_request(format!("invalid URL escape in path {:?}", parts.uri.path())).into_response();
+        return StatusError::bad_request(format!("invalid URL escape in path {:?}", parts.uri.path())).into_response();
     };
     let api_path = match rest::resources::parse(&path) {
         Some(rest::resources::Target::Resource(p)) => Some(p),
@@ -118,7 +120,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         audit_user = Some(user.clone());
         authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
-            ApiError::new(
+            StatusError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
                 "RequestEntityTooLarge",
                 "the request body is too large",
@@ -132,7 +134,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     };
     let result = match tokio::time::timeout(request_timeout, handled).await {
         Ok(result) => result,
-        Err(_) => Err(ApiError::new(
+        Err(_) => Err(StatusError::new(
             axum::http::StatusCode::GATEWAY_TIMEOUT,
             "Timeout",
             "Timeout: request did not complete within requested timeout - context deadline exceeded",
@@ -157,7 +159,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
 
 /// Who the request is from: its bearer token, then `Impersonate-*` headers if the
 /// authenticated user may impersonate.
-async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<User, ApiError> {
+async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<User, StatusError> {
     // A header that is not visible ASCII cannot hold a token: refused, never anonymous.
     let auth = headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("Bearer \u{0}").to_owned());
     let requester = authenticate(state, auth).await?;
@@ -184,7 +186,7 @@ fn non_resource(
     method: &axum::http::Method,
     path: &str,
     accept: Option<&str>,
-) -> Result<Option<Response>, ApiError> {
+) -> Result<Option<Response>, StatusError> {
     let get = method == axum::http::Method::GET;
     let response = match path {
         "/api" => {
@@ -208,9 +210,10 @@ fn non_resource(
             ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.encode()).into_response()
         }
         _ => match path.strip_prefix("/openapi/v3/") {
-            Some(gv) => {
-                json_bytes(rest::openapi::group_version(gv).ok_or_else(ApiError::not_found_path)?, "application/json")
-            }
+            Some(gv) => json_bytes(
+                rest::openapi::group_version(gv).ok_or_else(StatusError::not_found_path)?,
+                "application/json",
+            ),
             None => return Ok(None),
         },
     };
@@ -225,7 +228,7 @@ async fn dispatch(
     query: HashMap<String, String>,
     body: &[u8],
     user: &User,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     match rest::resources::parse(path) {
         Some(rest::resources::Target::Group(g)) => rest::group(&g),
         Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),
@@ -246,7 +249,7 @@ async fn dispatch(
             )
             .await
         }
-        None => Err(ApiError::not_found_path()),
+        None => Err(StatusError::not_found_path()),
     }
 }
 

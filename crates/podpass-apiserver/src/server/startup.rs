@@ -114,7 +114,7 @@ impl Prepared {
         write_atomic(&url_file, server_url.as_bytes(), 0o644, true)
             .map_err(|source| StartError::Write { path: url_file.clone(), source })?;
 
-        let metrics = metrics::Metrics::with_store(store.as_ref());
+        let metrics = metrics::ApiServerMetrics::with_store(store.as_ref());
         let state = Arc::new(AppState {
             rbac: super::informer::Informer::new(
                 authz::rbac_index::RbacIndex::default(),

@@ -8,7 +8,7 @@ use serde_json::json;
 
 /// A failed request: HTTP code, `reason` and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub struct StatusError {
     /// HTTP status.
     pub code: StatusCode,
     /// Upstream `StatusReason` (`NotFound`, `Unauthorized`, …).
@@ -17,7 +17,7 @@ pub struct ApiError {
     pub message: String,
 }
 
-impl ApiError {
+impl StatusError {
     /// 401 with upstream's message.
     pub fn unauthorized() -> Self {
         Self { code: StatusCode::UNAUTHORIZED, reason: "Unauthorized", message: "Unauthorized".into() }
@@ -47,7 +47,7 @@ impl ApiError {
     }
 }
 
-impl ApiError {
+impl StatusError {
     /// Any status with reason and message.
     pub fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
         Self { code, reason, message: message.into() }
@@ -94,7 +94,7 @@ impl ApiError {
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
+impl From<crate::store::StoreError> for StatusError {
     fn from(e: crate::store::StoreError) -> Self {
         use crate::store::StoreError as E;
         let message = e.to_string();
@@ -110,7 +110,7 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
+impl IntoResponse for StatusError {
     fn into_response(self) -> Response {
         let body = json!({
             "kind": "Status",

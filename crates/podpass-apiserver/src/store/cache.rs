@@ -32,7 +32,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use super::etcd::{EtcdStore, backend, prefix_end, revision_of};
 use super::{
-    BoxFuture, Broadcast, EventType, Freshness, ListOptions, ListResult, ObjectKey, Store, StoreError, Stored,
+    BoxFuture, Broadcast, EventType, ListOptions, ListResult, ObjectKey, ReadConsistency, Store, StoreError, Stored,
     WatchEvent, WatchStream, list_prefix, selected_event, serve_broadcast, with_resource_version,
 };
 
@@ -263,7 +263,7 @@ impl CachedStore {
     }
 
     /// Reads one object at the freshness a `resourceVersion` asks for.
-    pub async fn get_at(&self, key: &ObjectKey, freshness: Freshness) -> Result<Arc<Stored>, StoreError> {
+    pub async fn get_at(&self, key: &ObjectKey, freshness: ReadConsistency) -> Result<Arc<Stored>, StoreError> {
         let from_cache = self.ready_for(freshness, &key.resource).await?;
         let read = if from_cache { self.cached(key) } else { self.etcd.get(key).await.map(Arc::new) };
         self.count_consistent(freshness, &key.resource, from_cache, &read);
@@ -276,7 +276,7 @@ impl CachedStore {
         resource: &str,
         namespace: Option<&str>,
         options: &ListOptions,
-        freshness: Freshness,
+        freshness: ReadConsistency,
     ) -> Result<ListResult, StoreError> {
         let from_cache = self.ready_for(freshness, resource).await?;
         let read = if from_cache {
@@ -291,12 +291,12 @@ impl CachedStore {
     /// `apiserver_watch_cache_consistent_read_total` for a consistent read.
     fn count_consistent<T>(
         &self,
-        freshness: Freshness,
+        freshness: ReadConsistency,
         resource: &str,
         from_cache: bool,
         read: &Result<T, StoreError>,
     ) {
-        if matches!(freshness, Freshness::Consistent | Freshness::AsOf(_)) {
+        if matches!(freshness, ReadConsistency::Consistent | ReadConsistency::AsOf(_)) {
             // A miss (404) is a successful read.
             let success = matches!(read, Ok(_) | Err(StoreError::NotFound { .. }));
             self.metrics.consistent_read(resource, success, !from_cache);
@@ -305,23 +305,23 @@ impl CachedStore {
 
     /// Whether the cache may serve a read of `freshness` (waiting as upstream waits);
     /// false: read etcd.
-    async fn ready_for(&self, freshness: Freshness, resource: &str) -> Result<bool, StoreError> {
+    async fn ready_for(&self, freshness: ReadConsistency, resource: &str) -> Result<bool, StoreError> {
         let started = std::time::Instant::now();
         let waited = |ready: bool| {
             self.metrics.read_wait(resource, started.elapsed().as_secs_f64());
             ready
         };
         match freshness {
-            Freshness::Consistent => {
+            ReadConsistency::Consistent => {
                 let ready = self.consistent().await;
                 if ready.is_err() {
                     self.metrics.consistent_read(resource, false, false);
                 }
                 ready.map(waited)
             }
-            Freshness::Any => Ok(self.shared.state.read().map_err(|_| poisoned())?.synced),
-            Freshness::AsOf(revision) => Ok(waited(self.reach(revision, FRESHNESS_WAIT).await)),
-            Freshness::NotOlderThan(rv) => {
+            ReadConsistency::Any => Ok(self.shared.state.read().map_err(|_| poisoned())?.synced),
+            ReadConsistency::AsOf(revision) => Ok(waited(self.reach(revision, FRESHNESS_WAIT).await)),
+            ReadConsistency::NotOlderThan(rv) => {
                 if self.reach(rv, TOO_LARGE_WAIT).await {
                     return Ok(true);
                 }
@@ -522,23 +522,23 @@ impl Broadcast for Change {
 
 impl Store for CachedStore {
     fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>> {
-        Box::pin(async move { self.get_at(key, Freshness::Consistent).await.map(|s| Stored::clone(&s)) })
+        Box::pin(async move { self.get_at(key, ReadConsistency::Consistent).await.map(|s| Stored::clone(&s)) })
     }
 
     fn get_shared<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Arc<Stored>, StoreError>> {
-        Box::pin(self.get_at(key, Freshness::Consistent))
+        Box::pin(self.get_at(key, ReadConsistency::Consistent))
     }
 
     fn get_with<'a>(
         &'a self,
         key: &'a ObjectKey,
-        freshness: Freshness,
+        freshness: ReadConsistency,
     ) -> BoxFuture<'a, Result<Arc<Stored>, StoreError>> {
         Box::pin(self.get_at(key, freshness))
     }
 
-    fn consistent_point(&self) -> BoxFuture<'_, Result<Freshness, StoreError>> {
-        Box::pin(async move { Ok(Freshness::AsOf(self.current_revision().await?)) })
+    fn consistent_point(&self) -> BoxFuture<'_, Result<ReadConsistency, StoreError>> {
+        Box::pin(async move { Ok(ReadConsistency::AsOf(self.current_revision().await?)) })
     }
 
     fn register_metrics(&self, registry: &mut Registry) {
@@ -560,7 +560,7 @@ impl Store for CachedStore {
         namespace: Option<&'a str>,
         options: &'a ListOptions,
     ) -> BoxFuture<'a, Result<ListResult, StoreError>> {
-        Box::pin(self.list_at(resource, namespace, options, Freshness::Consistent))
+        Box::pin(self.list_at(resource, namespace, options, ReadConsistency::Consistent))
     }
 
     fn list_with<'a>(
@@ -568,7 +568,7 @@ impl Store for CachedStore {
         resource: &'a str,
         namespace: Option<&'a str>,
         options: &'a ListOptions,
-        freshness: Freshness,
+        freshness: ReadConsistency,
     ) -> BoxFuture<'a, Result<ListResult, StoreError>> {
         Box::pin(self.list_at(resource, namespace, options, freshness))
     }
@@ -602,7 +602,7 @@ impl Store for CachedStore {
             match from {
                 // The current state: as recent as etcd is now.
                 None => {
-                    if !self.ready_for(Freshness::Consistent, resource).await? {
+                    if !self.ready_for(ReadConsistency::Consistent, resource).await? {
                         self.metrics.consistent_read(resource, true, true);
                         return self.etcd.watch(resource, namespace, options, from).await;
                     }

@@ -62,13 +62,13 @@ struct Inner {
 
 /// The embedded, single-file store.
 #[derive(Clone)]
-pub struct EmbeddedStore {
+pub struct EmbeddedObjectStore {
     inner: Arc<Inner>,
 }
 
-impl std::fmt::Debug for EmbeddedStore {
+impl std::fmt::Debug for EmbeddedObjectStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedStore").field("history", &self.inner.history).finish_non_exhaustive()
+        f.debug_struct("EmbeddedObjectStore").field("history", &self.inner.history).finish_non_exhaustive()
     }
 }
 
@@ -82,7 +82,7 @@ enum Op {
     Delete(Option<u64>),
 }
 
-impl EmbeddedStore {
+impl EmbeddedObjectStore {
     /// Opens (or creates) the store file at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Self::open_with_history(path, DEFAULT_HISTORY)
@@ -245,7 +245,7 @@ impl super::Broadcast for Change {
     }
 }
 
-impl Store for EmbeddedStore {
+impl Store for EmbeddedObjectStore {
     fn get<'a>(&'a self, key: &'a ObjectKey) -> BoxFuture<'a, Result<Stored, StoreError>> {
         let found = self.shared(key).map(|s| Stored::clone(&s));
         Box::pin(std::future::ready(found))

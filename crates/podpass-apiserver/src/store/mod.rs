@@ -8,8 +8,8 @@
 
 mod cache;
 mod embedded;
-pub mod etcd;
-pub mod selector;
+mod etcd;
+mod selector;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +20,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 
 pub use cache::{CachedStore, DEFAULT_WINDOW};
-pub use embedded::EmbeddedStore;
+pub use embedded::EmbeddedObjectStore;
 pub use etcd::EtcdStore;
 pub use selector::{FieldSelector, LabelSelector, SelectorError};
 
@@ -91,7 +91,7 @@ pub struct Stored {
 
 /// How fresh a read must be: its `resourceVersion`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Freshness {
+pub enum ReadConsistency {
     /// `""`: at least as recent as etcd when the read started.
     Consistent,
     /// `"0"`: whatever the cache holds.
@@ -103,7 +103,7 @@ pub enum Freshness {
     AsOf(u64),
 }
 
-impl Freshness {
+impl ReadConsistency {
     /// From a request's `resourceVersion` (absent = consistent).
     pub fn from_resource_version(rv: Option<&str>) -> Result<Self, String> {
         match rv {
@@ -287,7 +287,7 @@ pub trait Store: Send + Sync {
     fn get_with<'a>(
         &'a self,
         key: &'a ObjectKey,
-        freshness: Freshness,
+        freshness: ReadConsistency,
     ) -> BoxFuture<'a, Result<std::sync::Arc<Stored>, StoreError>> {
         let _ = freshness;
         self.get_shared(key)
@@ -295,8 +295,8 @@ pub trait Store: Send + Sync {
 
     /// The freshness that makes every read of one request consistent as of now: a store
     /// with a cache fetches the backend's revision once, and each read waits for it.
-    fn consistent_point(&self) -> BoxFuture<'_, Result<Freshness, StoreError>> {
-        Box::pin(std::future::ready(Ok(Freshness::Consistent)))
+    fn consistent_point(&self) -> BoxFuture<'_, Result<ReadConsistency, StoreError>> {
+        Box::pin(std::future::ready(Ok(ReadConsistency::Consistent)))
     }
 
     /// Adds the store's own metrics (the watch cache's) to the server's registry.
@@ -319,7 +319,7 @@ pub trait Store: Send + Sync {
         resource: &'a str,
         namespace: Option<&'a str>,
         options: &'a ListOptions,
-        freshness: Freshness,
+        freshness: ReadConsistency,
     ) -> BoxFuture<'a, Result<ListResult, StoreError>> {
         let _ = freshness;
         self.list(resource, namespace, options)
@@ -489,11 +489,14 @@ mod tests {
 
     #[test]
     fn resource_versions_ask_for_upstreams_freshness() {
-        assert_eq!(Freshness::from_resource_version(None), Ok(Freshness::Consistent));
-        assert_eq!(Freshness::from_resource_version(Some("")), Ok(Freshness::Consistent));
-        assert_eq!(Freshness::from_resource_version(Some("0")), Ok(Freshness::Any));
-        assert_eq!(Freshness::from_resource_version(Some("42")), Ok(Freshness::NotOlderThan(42)));
-        assert_eq!(Freshness::from_resource_version(Some("-1")), Err("invalid resourceVersion \"-1\"".to_owned()));
+        assert_eq!(ReadConsistency::from_resource_version(None), Ok(ReadConsistency::Consistent));
+        assert_eq!(ReadConsistency::from_resource_version(Some("")), Ok(ReadConsistency::Consistent));
+        assert_eq!(ReadConsistency::from_resource_version(Some("0")), Ok(ReadConsistency::Any));
+        assert_eq!(ReadConsistency::from_resource_version(Some("42")), Ok(ReadConsistency::NotOlderThan(42)));
+        assert_eq!(
+            ReadConsistency::from_resource_version(Some("-1")),
+            Err("invalid resourceVersion \"-1\"".to_owned())
+        );
     }
 
     #[test]

@@ -174,7 +174,7 @@ impl AgentConfig {
 pub enum AgentError {
     /// The API server could not be reached with the kubeconfig.
     #[error(transparent)]
-    Api(#[from] crate::api::ApiError),
+    Api(#[from] crate::api::ApiClientError),
     /// The Node could not be registered.
     #[error(transparent)]
     Register(#[from] HeartbeatError),

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::api::KubeTokenFetcher;
 use crate::credential::provider::BoxFuture;
-use crate::token::{IssuedToken, TokenKey, TokenManager, now_unix};
+use crate::token::{RequestedToken, TokenKey, TokenManager, now_unix};
 use crate::volumes::ProjectionSources;
 
 use super::worker::{Shared, Work};
@@ -66,7 +66,7 @@ impl ProjectionSources for ApiSources {
         })
     }
 
-    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
+    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>> {
         Box::pin(async move { self.tokens.get(key, now_unix()).await })
     }
 }

@@ -21,6 +21,6 @@ pub use keyring::{CredentialSource, Keyring, TrackedAuth, auth_config_hash, is_d
 pub use lookup::{Lookup, lookup};
 pub use metrics::{ConfigLabels, CredentialMetrics, PluginLabels};
 pub use provider::{
-    BoxFuture, PluginProvider, PodIdentity, Provided, ProviderReport, ServiceAccountInfo, ServiceAccountSource,
+    BoxFuture, PluginProvider, PodIdentity, Provided, ProviderReport, ProviderServiceAccount, ServiceAccountSource,
 };
 pub use register::{RegisterError, register_providers};

@@ -42,7 +42,7 @@ pub struct PodIdentity {
 
 /// A service account as the provider needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ServiceAccountInfo {
+pub struct ProviderServiceAccount {
     /// UID.
     pub uid: String,
     /// Annotations.
@@ -56,7 +56,7 @@ pub trait ServiceAccountSource: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ServiceAccountInfo, crate::api::RequestError>>;
+    ) -> BoxFuture<'a, Result<ProviderServiceAccount, crate::api::RequestError>>;
 
     /// A token for the service account (guarded by its UID) with `audience`, bound to the
     /// pod; the server's default expiry.

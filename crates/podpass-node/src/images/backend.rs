@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::cri::CriImageService;
-use super::embedded::EmbeddedStore;
+use super::embedded::EmbeddedImageStore;
 use super::progress::PullObserver;
 use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 
@@ -12,7 +12,7 @@ use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 #[derive(Debug)]
 pub enum Backend {
     /// `<root-dir>/images`.
-    Embedded(EmbeddedStore),
+    Embedded(EmbeddedImageStore),
     /// containerd (or any CRI runtime) at an endpoint.
     Cri(CriImageService),
 }
@@ -26,7 +26,7 @@ impl Backend {
     ) -> Result<Self, ImageError> {
         match endpoint {
             Some(ep) => Ok(Self::Cri(CriImageService::connect(ep).await?)),
-            None => Ok(Self::Embedded(EmbeddedStore::open(root_dir, insecure_registries)?)),
+            None => Ok(Self::Embedded(EmbeddedImageStore::open(root_dir, insecure_registries)?)),
         }
     }
 

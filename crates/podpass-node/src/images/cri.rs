@@ -24,7 +24,7 @@ pub struct ImageSpec {
 
 /// CRI `AuthConfig`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct AuthConfig {
+pub struct CriAuthConfig {
     /// User name.
     #[prost(string, tag = "1")]
     pub username: String,
@@ -113,7 +113,7 @@ pub struct PullImageRequest {
     pub image: Option<ImageSpec>,
     /// Credentials.
     #[prost(message, optional, tag = "2")]
-    pub auth: Option<AuthConfig>,
+    pub auth: Option<CriAuthConfig>,
 }
 
 /// CRI `PullImageResponse`.
@@ -206,7 +206,7 @@ impl ImageService for CriImageService {
     }
 
     async fn pull_image(&self, image: &str, auth: Option<&PullAuth>) -> Result<String, ImageError> {
-        let auth = auth.map(|a| AuthConfig {
+        let auth = auth.map(|a| CriAuthConfig {
             username: a.username.clone(),
             password: a.password.clone(),
             ..Default::default()
@@ -251,7 +251,7 @@ mod tests {
     fn wire_layout_matches_cri_field_numbers() {
         let req = PullImageRequest {
             image: spec("a"),
-            auth: Some(AuthConfig { username: "u".into(), password: "p".into(), ..Default::default() }),
+            auth: Some(CriAuthConfig { username: "u".into(), password: "p".into(), ..Default::default() }),
         };
         // field 1 (ImageSpec{field 1 "a"}), field 2 (AuthConfig{1 "u", 2 "p"}).
         assert_eq!(req.encode_to_vec(), [0x0a, 3, 0x0a, 1, b'a', 0x12, 6, 0x0a, 1, b'u', 0x12, 1, b'p']);

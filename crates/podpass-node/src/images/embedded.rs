@@ -84,7 +84,7 @@ struct Manifest {
 
 /// The embedded, content-addressed image store.
 #[derive(Debug)]
-pub struct EmbeddedStore {
+pub struct EmbeddedImageStore {
     root: PathBuf,
     insecure_registries: Vec<String>,
     // Serialises changes to images.json; blobs are written without it (content-addressed).
@@ -179,7 +179,7 @@ fn http_client() -> Result<reqwest::Client, ImageError> {
         .map_err(|e| ImageError::Registry(format!("HTTP client: {e}")))
 }
 
-impl EmbeddedStore {
+impl EmbeddedImageStore {
     /// Opens (creating) the store under `<root_dir>/images`. `insecure_registries` may be
     /// reached over plain HTTP in addition to loopback ones.
     pub fn open(root_dir: &Path, insecure_registries: Vec<String>) -> Result<Self, ImageError> {
@@ -677,7 +677,7 @@ fn present(i: &StoredImage) -> PresentImage {
     }
 }
 
-impl ImageService for EmbeddedStore {
+impl ImageService for EmbeddedImageStore {
     async fn image_status(&self, image: &str) -> Result<Option<PresentImage>, ImageError> {
         let state = self.read_state().await?;
         let found = Self::find(&state, image)?;
@@ -735,7 +735,7 @@ mod tests {
         for f in [&dead, &live, &list] {
             std::fs::write(f, b"half").unwrap_or_else(|e| panic!("{e}"));
         }
-        EmbeddedStore::open(dir.path(), Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        EmbeddedImageStore::open(dir.path(), Vec::new()).unwrap_or_else(|e| panic!("{e}"));
         assert!(!dead.exists() && !list.exists(), "a dead writer's tmp files are removed at open");
         assert!(live.exists(), "a live writer's are kept");
         use std::os::unix::fs::PermissionsExt;
@@ -786,13 +786,13 @@ mod tests {
     #[tokio::test]
     async fn find_by_tag_digest_and_id() {
         let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path(), vec![]).unwrap();
+        let store = EmbeddedImageStore::open(dir.path(), vec![]).unwrap();
         let id = format!("sha256:{}", "1".repeat(64));
         let md = format!("sha256:{}", "2".repeat(64));
         let r = reference::parse("127.0.0.1:5000/tiny/hello:v1").unwrap();
         store.add_image(&r, &id, &md, 10, &[]).await.unwrap();
         let state = store.read_state().await.unwrap();
-        let by = |s: &str| EmbeddedStore::find(&state, s).unwrap().map(|i| i.id.clone());
+        let by = |s: &str| EmbeddedImageStore::find(&state, s).unwrap().map(|i| i.id.clone());
         assert_eq!(by("127.0.0.1:5000/tiny/hello:v1"), Some(id.clone()));
         assert_eq!(by(&format!("127.0.0.1:5000/tiny/hello@{md}")), Some(id.clone()));
         assert_eq!(by(&id), Some(id.clone()));
@@ -804,7 +804,7 @@ mod tests {
         store.add_image(&r, &id2, &format!("sha256:{}", "4".repeat(64)), 10, &[]).await.unwrap();
         let state = store.read_state().await.unwrap();
         assert_eq!(
-            EmbeddedStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()),
+            EmbeddedImageStore::find(&state, "127.0.0.1:5000/tiny/hello:v1").unwrap().map(|i| i.id.clone()),
             Some(id2)
         );
         let old = state.images.iter().find(|i| i.id == id).unwrap();
@@ -815,7 +815,7 @@ mod tests {
     #[tokio::test]
     async fn image_without_content_is_not_present_and_corrupt_state_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path(), vec![]).unwrap();
+        let store = EmbeddedImageStore::open(dir.path(), vec![]).unwrap();
         let config = b"{}".to_vec();
         let id = format!("sha256:{}", sha256_hex(&config));
         let r = reference::parse("localhost:5000/x:1").unwrap();

@@ -117,7 +117,7 @@ impl EnsureError {
 /// What EnsureImageExists decided and did.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Decision {
+pub struct EnsureOutcome {
     /// The image after the default tag.
     pub image: String,
     /// The pull policy applied (`Always`, `IfNotPresent`, `Never`).
@@ -144,7 +144,7 @@ pub struct Decision {
     pub events: Vec<Event>,
 }
 
-impl Decision {
+impl EnsureOutcome {
     /// Whether the container may start with the image.
     pub fn allowed(&self) -> bool {
         self.error.is_none() && self.image_ref.is_some()
@@ -331,7 +331,12 @@ impl<S: ImageService + 'static> ImageManager<S> {
     /// EnsureImageExists for one container image. `credentials` is looked up only when a
     /// pull happens or the records cannot decide without the pod's credentials.
     /// No pull back-off applies (a one-shot command is one attempt).
-    pub async fn ensure_image_exists(&self, image: &str, policy: PullPolicy, credentials: Arc<LazyLookup>) -> Decision {
+    pub async fn ensure_image_exists(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        credentials: Arc<LazyLookup>,
+    ) -> EnsureOutcome {
         self.ensure_counted(None, image, policy, credentials).await
     }
 
@@ -345,7 +350,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         image: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
-    ) -> Decision {
+    ) -> EnsureOutcome {
         self.ensure_counted(Some(format!("{pod_uid}_{image}")), image, policy, credentials).await
     }
 
@@ -369,7 +374,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         image: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
-    ) -> Decision {
+    ) -> EnsureOutcome {
         let mut present = None;
         let mut required = None;
         let d = self.ensure(backoff_key, image, policy, credentials, &mut present, &mut required).await;
@@ -391,8 +396,8 @@ impl<S: ImageService + 'static> ImageManager<S> {
         credentials: Arc<LazyLookup>,
         present_out: &mut Option<bool>,
         required_out: &mut Option<bool>,
-    ) -> Decision {
-        let mut d = Decision { image: requested.to_owned(), pull_policy: policy.api_name(), ..Default::default() };
+    ) -> EnsureOutcome {
+        let mut d = EnsureOutcome { image: requested.to_owned(), pull_policy: policy.api_name(), ..Default::default() };
         let image = match apply_default_tag(requested) {
             Ok(i) => i,
             Err(e) => {
@@ -610,17 +615,17 @@ fn warning(reason: &'static str, message: String) -> Event {
     Event { event_type: "Warning", reason, message }
 }
 
-fn fail(d: Decision, reason: &'static str, error: EnsureError, message: String) -> Decision {
+fn fail(d: EnsureOutcome, reason: &'static str, error: EnsureError, message: String) -> EnsureOutcome {
     fail_with(d, "Warning", reason, error, message)
 }
 
 fn fail_with(
-    mut d: Decision,
+    mut d: EnsureOutcome,
     event_type: &'static str,
     reason: &'static str,
     error: EnsureError,
     message: String,
-) -> Decision {
+) -> EnsureOutcome {
     d.events.push(Event { event_type, reason, message: message.clone() });
     d.error = Some(error);
     d.message = Some(message);

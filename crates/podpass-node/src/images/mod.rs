@@ -25,10 +25,10 @@ pub(crate) mod service;
 pub use backend::Backend;
 pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
-pub use embedded::{EmbeddedStore, plain_http_allowed};
+pub use embedded::{EmbeddedImageStore, plain_http_allowed};
 pub use kubelet_config::KubeletImageConfig;
 pub use manager::{
-    Decision, EnsureError, EnsureLabels, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,
+    EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,
     credentials_to_record, pod_credentials, pull_with_credentials,
 };
 pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};

@@ -1,6 +1,6 @@
 //! The image service the node pulls through (kubelet: `kubecontainer.ImageService` over the
 //! CRI `runtime.v1.ImageService`): one trait, two backends — the embedded OCI store
-//! ([`super::embedded::EmbeddedStore`]) and containerd over CRI ([`super::cri::CriImageService`]).
+//! ([`super::embedded::EmbeddedImageStore`]) and containerd over CRI ([`super::cri::CriImageService`]).
 
 use std::future::Future;
 

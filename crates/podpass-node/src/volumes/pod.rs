@@ -164,7 +164,7 @@ pub async fn remove_pod_volumes(root: &Path, pod_uid: &str) -> Result<(), PodVol
 mod tests {
     use super::*;
     use crate::credential::provider::BoxFuture;
-    use crate::token::{IssuedToken, TokenKey};
+    use crate::token::{RequestedToken, TokenKey};
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use serde_json::json;
 
@@ -185,9 +185,9 @@ mod tests {
         ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
             Box::pin(async { Ok(None) })
         }
-        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>> {
             Box::pin(async move {
-                Ok(IssuedToken {
+                Ok(RequestedToken {
                     token: "jwt".into(),
                     expires_at: 10_000 + key.expiration_seconds,
                     expiration_seconds: Some(key.expiration_seconds),

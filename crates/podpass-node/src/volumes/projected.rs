@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use super::atomic_writer::FileProjection;
 use crate::credential::provider::BoxFuture;
-use crate::token::{IssuedToken, TokenKey};
+use crate::token::{RequestedToken, TokenKey};
 
 /// The API default of `serviceAccountToken.expirationSeconds`.
 pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
@@ -32,7 +32,7 @@ pub trait ProjectionSources: Send + Sync {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>>;
     /// A service-account token (through the token manager, which caches and refreshes).
-    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>>;
+    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>>;
 }
 
 /// The payload could not be assembled; every source's problem is listed.
@@ -55,7 +55,7 @@ pub struct Projection {
     /// Path → contents and mode.
     pub payload: BTreeMap<String, FileProjection>,
     /// The tokens written, by their request.
-    pub tokens: Vec<(TokenKey, IssuedToken)>,
+    pub tokens: Vec<(TokenKey, RequestedToken)>,
 }
 
 /// `FsUserFrom`: the pod's `runAsUser` when no container overrides it with another.
@@ -310,12 +310,12 @@ mod tests {
                 }))
             })
         }
-        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<IssuedToken, crate::token::TokenError>> {
+        fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>> {
             Box::pin(async move {
                 if key.audiences.iter().any(|a| a == "refused") {
                     return Err(crate::token::TokenError::Fetch("forbidden".into()));
                 }
-                Ok(IssuedToken {
+                Ok(RequestedToken {
                     token: format!("jwt-for-{}", key.audiences.join(",")),
                     expires_at: 1000,
                     expiration_seconds: Some(key.expiration_seconds),

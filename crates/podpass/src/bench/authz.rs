@@ -34,7 +34,7 @@ async fn with_bindings(
         format!("{admin},admin,admin-uid,\"system:masters\"\n{USER_TOKEN},bench-user,bench-user-uid,\"\"\n"),
     )
     .context("writing the bench token file")?;
-    let (api, _) = start(&dir, 0, super::DEFAULT_SUCCESS_TTL, store).await?;
+    let (api, _) = start(&dir, 0, super::DEFAULT_TOKEN_SUCCESS_CACHE_TTL, store).await?;
     let mut conn = api.connect().await?;
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader"},
         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]});

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use podpass_apiserver::server::ApiServerConfig;
-use podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL;
+use podpass_apiserver::ApiServerConfig;
+use podpass_apiserver::DEFAULT_TOKEN_SUCCESS_CACHE_TTL;
 use serde_json::{Value, json};
 
 use self::raw::{RawOp, raw_rate};
@@ -299,14 +299,20 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
         if !etcd.is_empty() {
             // The same phase on the embedded store first: the reference the etcd figure is
             // a ratio of.
-            let (api, pod_uids) =
-                start(&data_dir.join("requests-embedded"), clients, DEFAULT_SUCCESS_TTL, &Backing::embedded()).await?;
+            let (api, pod_uids) = start(
+                &data_dir.join("requests-embedded"),
+                clients,
+                DEFAULT_TOKEN_SUCCESS_CACHE_TTL,
+                &Backing::embedded(),
+            )
+            .await?;
             let requests =
                 run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
             requests.print("TokenRequest (embedded)", "tokens", &sign, "sign");
             embedded_rate = Some(requests.rate());
         }
-        let (api, pod_uids) = start(&data_dir.join("requests"), clients, DEFAULT_SUCCESS_TTL, store).await?;
+        let (api, pod_uids) =
+            start(&data_dir.join("requests"), clients, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, store).await?;
         let requests =
             run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
         let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
@@ -325,7 +331,8 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
         verify.print("verify");
         reviews.print("TokenReview (verified)", "reviews", &verify, "verify");
         // As deployed: kube-apiserver's 10 s success cache answers repeated reviews of a token.
-        let (api, pod_uids) = start(&data_dir.join("reviews-cached"), clients, DEFAULT_SUCCESS_TTL, store).await?;
+        let (api, pod_uids) =
+            start(&data_dir.join("reviews-cached"), clients, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, store).await?;
         let (reviews, verify) = review_phase(&api, &pod_uids, phase, cores).await?;
         reviews.print("TokenReview (10 s cache)", "reviews", &verify, "verify");
     }
@@ -333,7 +340,7 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
         authz::authz_phase(data_dir, clients, phase, store).await?;
     }
     if only.is_none() || only == Some(Only::Churn) {
-        let (api, _) = start(&data_dir.join("churn"), 0, DEFAULT_SUCCESS_TTL, store).await?;
+        let (api, _) = start(&data_dir.join("churn"), 0, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, store).await?;
         let churn =
             churn::churn_phase(Arc::new(api), plan.churn_rate, phase, plan.churn_connections, "bench-node").await?;
         churn.print(&store.describe(), plan.churn_rate);

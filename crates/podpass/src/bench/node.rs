@@ -298,14 +298,14 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     let (api, baseline_uids) = super::start_with(
         &dir.join("api"),
         args.burst,
-        super::DEFAULT_SUCCESS_TTL,
+        super::DEFAULT_TOKEN_SUCCESS_CACHE_TTL,
         "bench-baseline",
         &image,
         &super::Backing::embedded(),
     )
     .await?;
     // The node's identity: a static token in the server's token file (re-read on change).
-    let node_token = podpass_apiserver::server::random_token().context("node token")?;
+    let node_token = podpass_apiserver::random_token().context("node token")?;
     let tokens = dir.join("api/tokens.csv");
     let mut text = std::fs::read_to_string(&tokens).context("token file")?;
     text.push_str(&format!("{node_token},system:node:{NODE},node-uid,\"system:nodes\"\n"));
@@ -313,11 +313,8 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     let ca = std::fs::read_to_string(dir.join("api/pki/ca.crt")).context("CA")?;
     let kubeconfig = dir.join("node.kubeconfig");
     let url = format!("https://{}", api.addr);
-    std::fs::write(
-        &kubeconfig,
-        podpass_apiserver::server::kubeconfig(&url, &ca, &format!("system:node:{NODE}"), &node_token),
-    )
-    .context("kubeconfig")?;
+    std::fs::write(&kubeconfig, podpass_apiserver::kubeconfig(&url, &ca, &format!("system:node:{NODE}"), &node_token))
+        .context("kubeconfig")?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // The bare round trip, at the same concurrencies, before the agent runs.

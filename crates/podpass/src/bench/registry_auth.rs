@@ -53,8 +53,7 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
     outln!("(control plane, registry-auth and load generator share the cores; audit lines go to stderr)");
     let data = dir.join("api");
     let (api, pod_uids) =
-        start(&data, clients, podpass_apiserver::server::token_cache::DEFAULT_SUCCESS_TTL, &super::Backing::embedded())
-            .await?;
+        start(&data, clients, podpass_apiserver::DEFAULT_TOKEN_SUCCESS_CACHE_TTL, &super::Backing::embedded()).await?;
     let mut conn = api.connect().await?;
     // registry-auth reads discovery and the JWKS anonymously.
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
@@ -72,7 +71,7 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         .context("discovery without an issuer")?;
     let mut tokens = Vec::with_capacity(clients);
     for (i, uid) in pod_uids.iter().enumerate() {
-        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "ExchangeRequest",
             "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600,
                      "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": uid}}});
         let answer =

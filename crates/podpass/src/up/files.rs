@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use podpass_apiserver::files::write_atomic;
+use podpass_apiserver::write_atomic;
 
 /// The audience pod tokens carry to registry-auth (the provider's
 /// `serviceAccountTokenAudience`).

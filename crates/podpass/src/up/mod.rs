@@ -525,7 +525,7 @@ fn identity_kubeconfig(data: &Path, path: &Path, user: &str, groups: &[String]) 
     let current = std::fs::read_to_string(path).unwrap_or_default();
     if !current.contains(&format!("server: {}\n", server.trim())) {
         let k = crate::apiserver::add_identity(data, user, groups)?;
-        podpass_apiserver::files::write_atomic(path, k.as_bytes(), 0o600, true)?;
+        podpass_apiserver::write_atomic(path, k.as_bytes(), 0o600, true)?;
     }
     Ok(path.to_path_buf())
 }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::server::AppState;
 use crate::server::rest::objects::prepare_new;
 use crate::server::rest::resources::find;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::store::{ObjectKey, StoreError};
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -105,9 +105,9 @@ pub fn policy() -> Vec<(&'static str, Value)> {
 }
 
 /// Creates whatever of the bootstrap policy is missing.
-pub(crate) async fn ensure(state: &AppState) -> Result<(), ApiError> {
+pub(crate) async fn ensure(state: &AppState) -> Result<(), StatusError> {
     for (resource, mut object) in policy() {
-        let res = find(RBAC, resource).ok_or_else(ApiError::not_found_path)?;
+        let res = find(RBAC, resource).ok_or_else(StatusError::not_found_path)?;
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
         prepare_new(res, None, &mut object, podpass_token::now_unix())?;
         match state.store.create(&ObjectKey::cluster(resource, &name), object).await {

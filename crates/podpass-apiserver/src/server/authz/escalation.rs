@@ -18,7 +18,7 @@ use super::Sources;
 use super::rules::{self, PolicyRule, Uncovered};
 use super::{Attributes, AuthorizationMode, authorize};
 use crate::server::User;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::store::StoreError;
 
 /// The RBAC API group.
@@ -67,11 +67,11 @@ fn attrs(user: &User, verb: &str, resource: &str, namespace: &str, name: &str) -
 }
 
 async fn allowed(src: Sources<'_>, modes: &[AuthorizationMode], a: &Attributes) -> Result<bool, StoreError> {
-    Ok(matches!(authorize(src, modes, a).await?, super::Decision::Allow(_)))
+    Ok(matches!(authorize(src, modes, a).await?, super::AuthorizationDecision::Allow(_)))
 }
 
-fn forbidden(write: &RbacWrite<'_>, reason: &str) -> ApiError {
-    ApiError::forbidden_raw(format!("{}.{RBAC_GROUP} {:?} is forbidden: {reason}", write.resource, write.name))
+fn forbidden(write: &RbacWrite<'_>, reason: &str) -> StatusError {
+    StatusError::forbidden_raw(format!("{}.{RBAC_GROUP} {:?} is forbidden: {reason}", write.resource, write.name))
 }
 
 /// `ConfirmNoEscalation`: the user's own rules in `namespace` cover `wanted`, or the
@@ -107,7 +107,7 @@ pub async fn confirm_no_escalation(
 }
 
 /// Refuses `write` unless the writer may make it (the module's rules). `Ok` lets it through.
-pub async fn check(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+pub async fn check(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), StatusError> {
     if escalation_allowed(write.user) {
         return Ok(());
     }
@@ -123,7 +123,7 @@ pub async fn check(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWr
     }
 }
 
-async fn check_role(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_role(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), StatusError> {
     // RoleEscalationAuthorized: the request's own name (empty on create, as upstream reads
     // it from the request path).
     let name = if write.old.is_some() { write.name } else { "" };
@@ -152,7 +152,11 @@ async fn check_role(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacW
     Ok(())
 }
 
-async fn check_binding(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), ApiError> {
+async fn check_binding(
+    src: Sources<'_>,
+    modes: &[AuthorizationMode],
+    write: &RbacWrite<'_>,
+) -> Result<(), StatusError> {
     let role_ref = write.new.get("roleRef").unwrap_or(&Value::Null);
     let kind = role_ref.get("kind").and_then(Value::as_str).unwrap_or("");
     let role_name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");
@@ -170,7 +174,7 @@ async fn check_binding(src: Sources<'_>, modes: &[AuthorizationMode], write: &Rb
         return Err(forbidden(write, "roleRef.kind must be Role or ClusterRole"));
     };
     let role = src.store.get_shared(&key).await.map_err(|e| match e {
-        StoreError::NotFound { .. } => ApiError::new(
+        StoreError::NotFound { .. } => StatusError::new(
             axum::http::StatusCode::NOT_FOUND,
             "NotFound",
             format!("{role_resource}.{RBAC_GROUP} {role_name:?} not found"),

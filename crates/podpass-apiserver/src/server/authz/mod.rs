@@ -13,7 +13,7 @@ pub mod rbac_index;
 pub mod rules;
 
 use crate::server::User;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::store::{Store, StoreError};
 
 /// What a request wants to do (`authorizer.Attributes`).
@@ -90,7 +90,7 @@ pub struct Sources<'a> {
 
 /// An authorizer's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub enum AuthorizationDecision {
     /// Allowed, with the reason.
     Allow(String),
     /// Refused outright.
@@ -155,20 +155,20 @@ pub async fn authorize(
     src: Sources<'_>,
     modes: &[AuthorizationMode],
     attrs: &Attributes,
-) -> Result<Decision, StoreError> {
+) -> Result<AuthorizationDecision, StoreError> {
     if attrs.user.groups.iter().any(|g| g == "system:masters") {
-        return Ok(Decision::Allow(String::new()));
+        return Ok(AuthorizationDecision::Allow(String::new()));
     }
     let mut reasons = Vec::new();
     for mode in modes {
         let decision = match mode {
             AuthorizationMode::Node => node::authorize(src.store, src.nodes, attrs).await?,
             AuthorizationMode::Rbac => rbac::authorize(src.rbac, attrs)?,
-            AuthorizationMode::AlwaysAllow => Decision::Allow(String::new()),
-            AuthorizationMode::AlwaysDeny => Decision::Deny("Everything is forbidden.".into()),
+            AuthorizationMode::AlwaysAllow => AuthorizationDecision::Allow(String::new()),
+            AuthorizationMode::AlwaysDeny => AuthorizationDecision::Deny("Everything is forbidden.".into()),
         };
         match decision {
-            Decision::NoOpinion(reason) => {
+            AuthorizationDecision::NoOpinion(reason) => {
                 if !reason.is_empty() {
                     reasons.push(reason);
                 }
@@ -176,15 +176,15 @@ pub async fn authorize(
             decided => return Ok(decided),
         }
     }
-    Ok(Decision::NoOpinion(reasons.join("\n")))
+    Ok(AuthorizationDecision::NoOpinion(reasons.join("\n")))
 }
 
 /// `forbiddenMessage` + the reason, as `responsewriters.Forbidden` words a refusal.
-pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
+pub fn forbidden(attrs: &Attributes, reason: &str) -> StatusError {
     let user = &attrs.user.name;
     let suffix = if reason.is_empty() { String::new() } else { format!(": {reason}") };
     if !attrs.resource_request {
-        return ApiError::forbidden_raw(format!(
+        return StatusError::forbidden_raw(format!(
             "forbidden: User {user:?} cannot {} path {:?}{suffix}",
             attrs.verb, attrs.path
         ));
@@ -208,7 +208,7 @@ pub fn forbidden(attrs: &Attributes, reason: &str) -> ApiError {
     } else {
         format!("{}.{}", attrs.resource, attrs.api_group)
     };
-    ApiError::forbidden_raw(if attrs.name.is_empty() {
+    StatusError::forbidden_raw(if attrs.name.is_empty() {
         format!("{group_resource} is forbidden: {message}")
     } else {
         format!("{group_resource} {:?} is forbidden: {message}", attrs.name)
@@ -224,12 +224,12 @@ pub async fn impersonate(
     user: Option<&str>,
     groups: &[String],
     uid: Option<&str>,
-) -> Result<Option<User>, ApiError> {
+) -> Result<Option<User>, StatusError> {
     let Some(name) = user else {
         if groups.is_empty() && uid.is_none() {
             return Ok(None);
         }
-        return Err(ApiError::new(
+        return Err(StatusError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
             "requested impersonation of groups or uid without impersonating a user".to_owned(),
@@ -253,8 +253,10 @@ pub async fn impersonate(
     }
     for attrs in &checks {
         match authorize(src, modes, attrs).await? {
-            Decision::Allow(_) => {}
-            Decision::Deny(reason) | Decision::NoOpinion(reason) => return Err(forbidden(attrs, &reason)),
+            AuthorizationDecision::Allow(_) => {}
+            AuthorizationDecision::Deny(reason) | AuthorizationDecision::NoOpinion(reason) => {
+                return Err(forbidden(attrs, &reason));
+            }
         }
     }
     let mut all_groups: Vec<String> = groups.to_vec();

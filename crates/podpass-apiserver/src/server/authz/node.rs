@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::node_graph::NodeGraph;
-use super::{Attributes, Decision};
+use super::{Attributes, AuthorizationDecision};
 use crate::field::Field;
 use crate::store::{FieldSelector, ListOptions, ObjectKey, Store, StoreError};
 
@@ -17,8 +17,8 @@ pub fn node_name(user: &crate::server::User) -> Option<&str> {
     (!name.is_empty() && user.groups.iter().any(|g| g == "system:nodes")).then_some(name)
 }
 
-fn no_relationship(node: &str) -> Decision {
-    Decision::NoOpinion(format!("no relationship found between node '{node}' and this object"))
+fn no_relationship(node: &str) -> AuthorizationDecision {
+    AuthorizationDecision::NoOpinion(format!("no relationship found between node '{node}' and this object"))
 }
 
 /// Pods bound to `node` in `namespace`.
@@ -100,10 +100,14 @@ pub fn pod_references(pod: &Value, resource: &str, name: &str) -> bool {
 ///
 /// Allows come from the graph; what the graph does not allow is checked against the store
 /// (a pod whose watch event has not arrived yet), so the graph only ever saves work.
-pub async fn authorize(store: &dyn Store, graph: &NodeGraph, attrs: &Attributes) -> Result<Decision, StoreError> {
-    let Some(node) = node_name(&attrs.user) else { return Ok(Decision::NoOpinion(String::new())) };
+pub async fn authorize(
+    store: &dyn Store,
+    graph: &NodeGraph,
+    attrs: &Attributes,
+) -> Result<AuthorizationDecision, StoreError> {
+    let Some(node) = node_name(&attrs.user) else { return Ok(AuthorizationDecision::NoOpinion(String::new())) };
     if !attrs.resource_request {
-        return Ok(Decision::NoOpinion(String::new()));
+        return Ok(AuthorizationDecision::NoOpinion(String::new()));
     }
     let verb = attrs.verb.as_str();
     let (group, resource, sub) = (attrs.api_group.as_str(), attrs.resource.as_str(), attrs.subresource.as_str());
@@ -118,15 +122,17 @@ pub async fn authorize(store: &dyn Store, graph: &NodeGraph, attrs: &Attributes)
                     && attrs.field_selector == format!("metadata.name={node}"));
             let allowed_verb = matches!(verb, "get" | "list" | "watch" | "create" | "update" | "patch");
             if own && allowed_verb {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
-            Ok(Decision::NoOpinion(format!("node '{node}' cannot read all nodes, only its own Node object")))
+            Ok(AuthorizationDecision::NoOpinion(format!(
+                "node '{node}' cannot read all nodes, only its own Node object"
+            )))
         }
         ("", "pods", "") if matches!(verb, "list" | "watch") => {
             if attrs.field_selector == format!("spec.nodeName={node}") {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
-            Ok(Decision::NoOpinion("can only list/watch pods with spec.nodeName field selector".into()))
+            Ok(AuthorizationDecision::NoOpinion("can only list/watch pods with spec.nodeName field selector".into()))
         }
         ("", "pods", "" | "status") if !attrs.name.is_empty() => {
             let allowed_verb = if sub.is_empty() {
@@ -138,42 +144,46 @@ pub async fn authorize(store: &dyn Store, graph: &NodeGraph, attrs: &Attributes)
                 return Ok(no_relationship(node));
             }
             if graph.pod_on(node, &attrs.namespace, &attrs.name) {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
             let key = ObjectKey::namespaced("pods", &attrs.namespace, &attrs.name);
             match store.get_shared(&key).await {
-                Ok(pod) if str_at(&pod.object, "/spec/nodeName") == node => Ok(Decision::Allow(String::new())),
+                Ok(pod) if str_at(&pod.object, "/spec/nodeName") == node => {
+                    Ok(AuthorizationDecision::Allow(String::new()))
+                }
                 Ok(_) | Err(StoreError::NotFound { .. }) => Ok(no_relationship(node)),
                 Err(e) => Err(e),
             }
         }
-        ("", "events", "") if verb == "create" || verb == "patch" => Ok(Decision::Allow(String::new())),
+        ("", "events", "") if verb == "create" || verb == "patch" => Ok(AuthorizationDecision::Allow(String::new())),
         // NodeRules: a node's heartbeat Lease; NodeRestriction confines it to its own.
         ("coordination.k8s.io", "leases", "") if matches!(verb, "get" | "create" | "update" | "patch" | "delete") => {
-            Ok(Decision::Allow(String::new()))
+            Ok(AuthorizationDecision::Allow(String::new()))
         }
-        ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => Ok(Decision::Allow(String::new())),
+        ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => {
+            Ok(AuthorizationDecision::Allow(String::new()))
+        }
         ("", "secrets" | "configmaps" | "serviceaccounts", "") if verb == "get" && !attrs.name.is_empty() => {
             if graph.references(node, &attrs.namespace, resource, &attrs.name) {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
             let pods = pods_on(store, node, &attrs.namespace).await?;
             if pods.iter().any(|p| pod_references(p, resource, &attrs.name)) {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
             Ok(no_relationship(node))
         }
         ("", "serviceaccounts", "token") if verb == "create" && !attrs.name.is_empty() => {
             if graph.references(node, &attrs.namespace, "serviceaccounts", &attrs.name) {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
             let pods = pods_on(store, node, &attrs.namespace).await?;
             if pods.iter().any(|p| pod_references(p, "serviceaccounts", &attrs.name)) {
-                return Ok(Decision::Allow(String::new()));
+                return Ok(AuthorizationDecision::Allow(String::new()));
             }
             Ok(no_relationship(node))
         }
-        _ => Ok(Decision::NoOpinion(String::new())),
+        _ => Ok(AuthorizationDecision::NoOpinion(String::new())),
     }
 }
 

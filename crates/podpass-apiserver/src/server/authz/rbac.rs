@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::rbac_index::RbacIndex;
 use super::rules::{PolicyRule, rules_of};
-use super::{Attributes, Decision};
+use super::{Attributes, AuthorizationDecision};
 use crate::field::Field;
 use crate::server::User;
 use crate::store::{ObjectKey, StoreError};
@@ -109,7 +109,7 @@ pub fn rules_for(index: &RbacIndex, user: &User, namespace: &str) -> Result<Vec<
 
 /// Allow when a binding in scope grants a matching rule; otherwise no opinion. Only the
 /// bindings naming the user, its groups or its service account are looked at (the index).
-pub fn authorize(index: &RbacIndex, attrs: &Attributes) -> Result<Decision, StoreError> {
+pub fn authorize(index: &RbacIndex, attrs: &Attributes) -> Result<AuthorizationDecision, StoreError> {
     let namespace = if attrs.resource_request { attrs.namespace.as_str() } else { "" };
     for c in index.candidates(&attrs.user, namespace)? {
         let Some(subject) = binding_applies(&attrs.user, &c.binding, &c.namespace) else { continue };
@@ -120,13 +120,13 @@ pub fn authorize(index: &RbacIndex, attrs: &Attributes) -> Result<Decision, Stor
             let role_kind = binding.field("/roleRef/kind").and_then(Value::as_str).unwrap_or("");
             let role_name = binding.field("/roleRef/name").and_then(Value::as_str).unwrap_or("");
             let scope = if c.namespace.is_empty() { String::new() } else { format!(" in namespace {:?}", c.namespace) };
-            return Ok(Decision::Allow(format!(
+            return Ok(AuthorizationDecision::Allow(format!(
                 "RBAC: allowed by {} {binding_name:?} of {role_kind} {role_name:?} to {subject}{scope}",
                 c.kind
             )));
         }
     }
-    Ok(Decision::NoOpinion(String::new()))
+    Ok(AuthorizationDecision::NoOpinion(String::new()))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::resources::Resource;
 use super::{after_rbac_write, json_response, key, lifecycle};
 use crate::field::Field;
 use crate::server::AppState;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::store::{ListOptions, ObjectKey, StoreError};
 use crate::time::format_rfc3339;
 
@@ -28,10 +28,10 @@ const MAX_GRACE_SECONDS: i64 = 100 * 365 * 24 * 3600;
 
 /// `gracePeriodSeconds` from the query or the DeleteOptions body; a value that is not an
 /// integer is a 400 naming it.
-fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i64>, ApiError> {
+fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i64>, StatusError> {
     if let Some(g) = query.get("gracePeriodSeconds") {
         return g.parse().map(Some).map_err(|_| {
-            ApiError::bad_request(format!("gracePeriodSeconds: Invalid value: {g:?}: must be an integer"))
+            StatusError::bad_request(format!("gracePeriodSeconds: Invalid value: {g:?}: must be an integer"))
         });
     }
     Ok(serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64)))
@@ -68,9 +68,9 @@ impl Preconditions {
     }
 
     /// upstream `Preconditions.Check`: 409 Conflict naming what differs.
-    fn check(&self, res: &Resource, name: &str, current: &crate::store::Stored) -> Result<(), ApiError> {
+    fn check(&self, res: &Resource, name: &str, current: &crate::store::Stored) -> Result<(), StatusError> {
         let conflict = |what: &str, wanted: &str, actual: &str| {
-            ApiError::new(
+            StatusError::new(
                 StatusCode::CONFLICT,
                 "Conflict",
                 format!(
@@ -102,7 +102,7 @@ pub(super) async fn delete(
     name: &str,
     query: &HashMap<String, String>,
     body: &[u8],
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let k = key(res, ns, name);
     let preconditions = Preconditions::from_body(body);
     let mut attempt = 0;
@@ -127,7 +127,7 @@ async fn delete_current(
     query: &HashMap<String, String>,
     body: &[u8],
     current: crate::store::Stored,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     if res.plural == "pods" {
         // Graceful deletion: a pod bound to a node is marked and removed after its grace
         // period (or when deleted again with 0); an unscheduled pod goes at once.

@@ -10,7 +10,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::kinds::{KindType, KindTypeVisitor, with_kind_type};
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 
 /// Fields reported per request, at most (the rest are summed up in one line).
 const MAX_REPORTED: usize = 100;
@@ -29,12 +29,12 @@ pub enum FieldValidation {
 
 impl FieldValidation {
     /// From the query parameter; an unknown value is a 400 naming the accepted ones.
-    pub fn from_query(value: Option<&str>) -> Result<Self, ApiError> {
+    pub fn from_query(value: Option<&str>) -> Result<Self, StatusError> {
         match value {
             None | Some("") | Some("Warn") => Ok(Self::Warn),
             Some("Ignore") => Ok(Self::Ignore),
             Some("Strict") => Ok(Self::Strict),
-            Some(other) => Err(ApiError::bad_request(format!(
+            Some(other) => Err(StatusError::bad_request(format!(
                 "fieldValidation: Invalid value: {other:?}: fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\""
             ))),
         }
@@ -188,10 +188,11 @@ pub fn validate(
     kind: &str,
     body: Option<&[u8]>,
     object: &mut Value,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<Vec<String>, StatusError> {
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
-    let cannot =
-        |why: String| ApiError::bad_request(format!("{kind} in version {gv:?} cannot be handled as a {kind}: {why}"));
+    let cannot = |why: String| {
+        StatusError::bad_request(format!("{kind} in version {gv:?} cannot be handled as a {kind}: {why}"))
+    };
     let unknown = match unknown_fields(group, kind, object) {
         Some(Ok(u)) => u,
         Some(Err(e)) => return Err(cannot(e)),

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::resources::{RESOURCES, Resource};
 use crate::field::Field;
 use crate::server::AppState;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
 use crate::time::format_rfc3339;
 
@@ -38,16 +38,16 @@ fn being_deleted(object: &Value) -> bool {
 
 /// NamespaceLifecycle admission for a create in `ns`: the namespace exists and is not
 /// terminating. Returns its UID, which [`after_create`] checks again.
-pub async fn admit_create(state: &AppState, res: &Resource, ns: &str, name: &str) -> Result<String, ApiError> {
+pub async fn admit_create(state: &AppState, res: &Resource, ns: &str, name: &str) -> Result<String, StatusError> {
     let namespace = match state.store.get_shared(&ObjectKey::cluster("namespaces", ns)).await {
         Ok(n) => n,
-        Err(StoreError::NotFound { .. }) => return Err(ApiError::not_found("namespaces", ns)),
+        Err(StoreError::NotFound { .. }) => return Err(StatusError::not_found("namespaces", ns)),
         Err(e) => return Err(e.into()),
     };
     if being_deleted(&namespace.object)
         || namespace.object.field("/status/phase").and_then(Value::as_str) == Some("Terminating")
     {
-        return Err(ApiError::new(
+        return Err(StatusError::new(
             StatusCode::FORBIDDEN,
             "Forbidden",
             format!(
@@ -70,7 +70,7 @@ pub async fn after_create(
     ns_uid: &str,
     key: &ObjectKey,
     created: &Stored,
-) -> Result<(), ApiError> {
+) -> Result<(), StatusError> {
     let still = match state.store.get_shared(&ObjectKey::cluster("namespaces", ns)).await {
         Ok(n) => !being_deleted(&n.object) && n.object.field("/metadata/uid").and_then(Value::as_str) == Some(ns_uid),
         Err(StoreError::NotFound { .. }) => false,
@@ -84,7 +84,7 @@ pub async fn after_create(
         Err(e) => return Err(e.into()),
     }
     let name = created.object.field("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    Err(ApiError::new(
+    Err(StatusError::new(
         StatusCode::FORBIDDEN,
         "Forbidden",
         format!(
@@ -95,7 +95,7 @@ pub async fn after_create(
 }
 
 /// `ValidateObjectMetaUpdate`: once deletion started, no finalizer may be added.
-pub fn check_finalizer_update(kind: &str, name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+pub fn check_finalizer_update(kind: &str, name: &str, old: &Value, new: &Value) -> Result<(), StatusError> {
     if !being_deleted(old) {
         return Ok(());
     }
@@ -105,7 +105,7 @@ pub fn check_finalizer_update(kind: &str, name: &str, old: &Value, new: &Value) 
         return Ok(());
     }
     let listed: Vec<String> = added.iter().map(|f| podpass_api::validation::quote(f)).collect();
-    Err(ApiError::invalid(format!(
+    Err(StatusError::invalid(format!(
         "{kind} {name:?} is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
         listed.join(", ")
     )))
@@ -113,7 +113,11 @@ pub fn check_finalizer_update(kind: &str, name: &str, old: &Value, new: &Value) 
 
 /// Marks an object with finalizers as being deleted (deletionTimestamp now, grace 0), or
 /// returns it unchanged if it already is. `None`: it has no finalizers, delete it.
-pub async fn mark_if_finalized(state: &AppState, key: &ObjectKey, current: &Stored) -> Result<Option<Value>, ApiError> {
+pub async fn mark_if_finalized(
+    state: &AppState,
+    key: &ObjectKey,
+    current: &Stored,
+) -> Result<Option<Value>, StatusError> {
     if finalizers(&current.object).is_empty() {
         return Ok(None);
     }
@@ -128,7 +132,7 @@ pub async fn mark_if_finalized(state: &AppState, key: &ObjectKey, current: &Stor
 
 /// After an update: an object being deleted whose last finalizer is gone (and, for pods,
 /// whose grace period is over) is removed. Returns the object as the client should see it.
-pub async fn finish_if_finalized(state: &AppState, key: &ObjectKey, updated: Stored) -> Result<Value, ApiError> {
+pub async fn finish_if_finalized(state: &AppState, key: &ObjectKey, updated: Stored) -> Result<Value, StatusError> {
     let grace_over = updated.object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0)
         == 0
         || key.resource != "pods";
@@ -159,14 +163,14 @@ pub fn namespace_defaults(object: &mut Value) {
 
 /// `DELETE /api/v1/namespaces/{name}`: refuses the immortal ones; otherwise marks the
 /// namespace `Terminating` and starts the controller that empties and removes it.
-pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored) -> Result<Value, ApiError> {
+pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored) -> Result<Value, StatusError> {
     if IMMORTAL_NAMESPACES.contains(&name) {
-        return Err(ApiError::forbidden_raw(format!(
+        return Err(StatusError::forbidden_raw(format!(
             "namespaces {name:?} is forbidden: this namespace may not be deleted"
         )));
     }
     if being_deleted(&current.object) {
-        return Err(ApiError::new(
+        return Err(StatusError::new(
             StatusCode::CONFLICT,
             "Conflict",
             format!(

@@ -32,15 +32,17 @@ use serde_json::{Value, json};
 use self::objects::{admit_pod, pod_service_account, prepare_new, prepare_update};
 use self::resources::{ApiPath, RESOURCES, Resource, SUBRESOURCES, find, groups};
 use super::AppState;
-use super::status::ApiError;
-use crate::store::{FieldSelector, Freshness, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, StoreError};
+use super::status::StatusError;
+use crate::store::{
+    FieldSelector, LabelSelector, ListOptions, MAX_OBJECT_DEPTH, ObjectKey, ReadConsistency, StoreError,
+};
 
 fn json_response(code: StatusCode, body: Value) -> Response {
     (code, Json(body)).into_response()
 }
 
 /// `/api/v1` or `/apis/<g>/v1`: the APIResourceList.
-pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
+pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError> {
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     let mut resources: Vec<Value> = Vec::new();
     for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
@@ -61,7 +63,7 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, ApiError> {
         }
     }
     if resources.is_empty() {
-        return Err(ApiError::not_found_path());
+        return Err(StatusError::not_found_path());
     }
     Ok(json_response(
         StatusCode::OK,
@@ -81,9 +83,9 @@ pub fn group_list() -> Response {
 }
 
 /// `/apis/<g>`: one APIGroup.
-pub fn group(name: &str) -> Result<Response, ApiError> {
+pub fn group(name: &str) -> Result<Response, StatusError> {
     if !groups().contains(&name) {
-        return Err(ApiError::not_found_path());
+        return Err(StatusError::not_found_path());
     }
     let mut g = group_json(name);
     g["kind"] = json!("APIGroup");
@@ -100,25 +102,26 @@ fn key(res: &Resource, namespace: Option<&str>, name: &str) -> ObjectKey {
 
 /// Decodes a request body (JSON or kubectl's protobuf) into an object no deeper than
 /// [`MAX_OBJECT_DEPTH`].
-pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, StatusError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
     let value = if media == "application/vnd.kubernetes.protobuf" {
         protobuf::decode(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf request body: {}", e.0)))?
+            .map_err(|e| StatusError::bad_request(format!("error decoding protobuf request body: {}", e.0)))?
     } else if matches!(media, "" | "application/json" | "*/*") {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| StatusError::bad_request(format!("error decoding request body: {e}")))?
     } else {
-        return Err(ApiError::unsupported_media_type(media));
+        return Err(StatusError::unsupported_media_type(media));
     };
     check_depth(&value)?;
     Ok(value)
 }
 
 /// Refuses objects nested deeper than [`MAX_OBJECT_DEPTH`].
-fn check_depth(value: &Value) -> Result<(), ApiError> {
+fn check_depth(value: &Value) -> Result<(), StatusError> {
     let depth = crate::store::depth(value);
     if depth > MAX_OBJECT_DEPTH {
-        return Err(ApiError::bad_request(format!(
+        return Err(StatusError::bad_request(format!(
             "error decoding request body: object nesting depth {depth} exceeds the limit of {MAX_OBJECT_DEPTH}"
         )));
     }
@@ -144,23 +147,24 @@ pub struct ResourceRequest<'a> {
 }
 
 /// Serves one resource request (after authentication and authorization).
-pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, ApiError> {
+pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, StatusError> {
     let ResourceRequest { method, path, query, content_type, accept, body, user } = req;
-    let res =
-        find(&path.group, &path.resource).filter(|r| r.version == path.version).ok_or_else(ApiError::not_found_path)?;
+    let res = find(&path.group, &path.resource)
+        .filter(|r| r.version == path.version)
+        .ok_or_else(StatusError::not_found_path)?;
     if res.namespaced != path.namespace.is_some() && path.name.is_some() && res.stored {
-        return Err(ApiError::not_found_path());
+        return Err(StatusError::not_found_path());
     }
     // Only kinds that have a subresource serve it: `secrets/db/status` is no path at all.
     if let Some(sub) = path.subresource.as_deref()
         && !SUBRESOURCES.iter().any(|(r, s, _)| *r == res.plural && *s == sub)
     {
-        return Err(ApiError::not_found_path());
+        return Err(StatusError::not_found_path());
     }
     // A namespaced kind is created in a namespace: the cluster path lists across
     // namespaces and serves nothing else (upstream: 405).
     if res.namespaced && path.namespace.is_none() && path.name.is_none() && method != Method::GET {
-        return Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural));
+        return Err(StatusError::method_not_supported(&method.as_str().to_lowercase(), res.plural));
     }
     let ns = path.namespace.as_deref();
     let mode = if method == Method::GET {
@@ -169,7 +173,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         FieldValidation::from_query(query.get("fieldValidation").map(String::as_str))?
     };
     // The body decoded and validated as `kind`; the warnings go on the answer.
-    let validated = |group: &str, kind: &str| -> Result<(Value, Vec<String>), ApiError> {
+    let validated = |group: &str, kind: &str| -> Result<(Value, Vec<String>), StatusError> {
         let mut object = parse_body(content_type, body)?;
         let json_body = (!is_protobuf(content_type)).then_some(body);
         let warnings = field_validation::validate(mode, group, res.version, kind, json_body, &mut object)?;
@@ -198,7 +202,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
                 "selfsubjectreviews" => token::self_subject_review(user, &object)?,
                 "selfsubjectaccessreviews" => token::self_subject_access_review(state, user, object).await?,
                 "subjectaccessreviews" => token::subject_access_review(state, object).await?,
-                _ => return Err(ApiError::method_not_supported("create", res.plural)),
+                _ => return Err(StatusError::method_not_supported("create", res.plural)),
             };
             (response, warnings)
         }
@@ -233,12 +237,12 @@ async fn reads(
     query: &HashMap<String, String>,
     body: &[u8],
     accept: Option<&str>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     // kubectl get: a Table of what is read; `kubectl get -w`: each watch event's object a
     // one-row Table.
     let as_table = table::wants_table(accept);
-    let include =
-        table::IncludeObject::parse(query.get("includeObject").map(String::as_str)).map_err(ApiError::bad_request)?;
+    let include = table::IncludeObject::parse(query.get("includeObject").map(String::as_str))
+        .map_err(StatusError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
@@ -264,7 +268,7 @@ async fn reads(
             }
             delete::delete(state, res, ns, name, query, body).await
         }
-        _ => Err(ApiError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
+        _ => Err(StatusError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }
 }
 
@@ -275,11 +279,11 @@ async fn list(
     ns: Option<&str>,
     query: &HashMap<String, String>,
     table: Option<table::IncludeObject>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
     for path in fields.paths() {
         let supported = matches!(path, "metadata.name" | "metadata.namespace")
             || (res.plural == "pods" && matches!(path, "spec.nodeName" | "spec.serviceAccountName" | "status.phase"))
@@ -301,7 +305,7 @@ async fn list(
                         | "type"
                 ));
         if !supported {
-            return Err(ApiError::bad_request(format!("field label not supported: {path}")));
+            return Err(StatusError::bad_request(format!("field label not supported: {path}")));
         }
     }
     let fields = if res.plural == "events" { fields.alias("source", "source.component") } else { fields };
@@ -310,19 +314,19 @@ async fn list(
         // Upstream: resourceVersion "" or "0" starts with the current state as ADDED events.
         let from = match query.get("resourceVersion").map(String::as_str) {
             None | Some("" | "0") => None,
-            Some(rv) => {
-                Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
-            }
+            Some(rv) => Some(
+                rv.parse::<u64>().map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+            ),
         };
         let timeout_seconds = match query.get("timeoutSeconds").map(String::as_str) {
             None | Some("") => None,
             Some(t) => Some(t.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}: must be a non-negative integer"))
+                StatusError::bad_request(format!("timeoutSeconds: invalid value {t:?}: must be a non-negative integer"))
             })?),
         };
         let bookmarks = query.get("allowWatchBookmarks").is_some_and(|b| b == "true" || b == "1");
         let slot = state.watches.acquire(&user.name).ok_or_else(|| {
-            ApiError::new(
+            StatusError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
                 format!("too many open watches for user {:?}, please try again later", user.name),
@@ -370,8 +374,9 @@ async fn list(
 
 /// How fresh a get or list must be, from its `resourceVersion` (upstream: `""` a
 /// consistent read, `"0"` any, `"N"` not older than N).
-fn freshness(query: &HashMap<String, String>) -> Result<Freshness, ApiError> {
-    Freshness::from_resource_version(query.get("resourceVersion").map(String::as_str)).map_err(ApiError::bad_request)
+fn freshness(query: &HashMap<String, String>) -> Result<ReadConsistency, StatusError> {
+    ReadConsistency::from_resource_version(query.get("resourceVersion").map(String::as_str))
+        .map_err(StatusError::bad_request)
 }
 
 /// Admission for writes of existing kinds: RBAC objects are defaulted, validated, and
@@ -385,7 +390,7 @@ async fn admit_write(
     name: &str,
     object: &mut Value,
     old: Option<&Value>,
-) -> Result<(), ApiError> {
+) -> Result<(), StatusError> {
     if res.plural == "configmaps" || res.plural == "secrets" {
         projection::validate_config_object(res, name, object)?;
     }
@@ -418,7 +423,7 @@ async fn admit_write(
 /// After a ClusterRole changed: the aggregation controller's pass.
 /// After a write: an aggregated ClusterRole is reconciled, and an RBAC write is applied to
 /// the RBAC index before it is answered, so the writer may use it at once.
-async fn after_rbac_write(state: &AppState, res: &Resource, revision: u64) -> Result<(), ApiError> {
+async fn after_rbac_write(state: &AppState, res: &Resource, revision: u64) -> Result<(), StatusError> {
     if res.plural == "clusterroles" {
         crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?;
     }
@@ -434,7 +439,7 @@ async fn create(
     res: &Resource,
     ns: Option<&str>,
     mut object: Value,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
     let ns_uid = match ns {
         Some(ns) => Some(lifecycle::admit_create(state, res, ns, &name).await?),
@@ -450,7 +455,7 @@ async fn create(
         let sa = match state.store.get(&ObjectKey::namespaced("serviceaccounts", ns, &sa_name)).await {
             Ok(sa) => sa.object,
             Err(StoreError::NotFound { .. }) => {
-                return Err(ApiError::new(
+                return Err(StatusError::new(
                     StatusCode::FORBIDDEN,
                     "Forbidden",
                     format!(
@@ -479,10 +484,10 @@ async fn create(
 
 /// What upstream's controllers add to every namespace: ServiceAccount `default` and
 /// ConfigMap `kube-root-ca.crt` with the cluster CA.
-async fn namespace_defaults(state: &AppState, ns: &str) -> Result<(), ApiError> {
+async fn namespace_defaults(state: &AppState, ns: &str) -> Result<(), StatusError> {
     let now = podpass_token::now_unix();
-    let sa_res = find("", "serviceaccounts").ok_or_else(ApiError::not_found_path)?;
-    let cm_res = find("", "configmaps").ok_or_else(ApiError::not_found_path)?;
+    let sa_res = find("", "serviceaccounts").ok_or_else(StatusError::not_found_path)?;
+    let cm_res = find("", "configmaps").ok_or_else(StatusError::not_found_path)?;
     let mut sa = json!({"metadata": {"name": "default"}});
     prepare_new(sa_res, Some(ns), &mut sa, now)?;
     let mut cm = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": state.ca_pem}});
@@ -504,12 +509,12 @@ async fn update(
     name: &str,
     status_only: bool,
     mut object: Value,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let k = key(res, ns, name);
     let current = state.store.get(&k).await?;
     let expected = match object.field("/metadata/resourceVersion").and_then(Value::as_str) {
         Some(rv) => {
-            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
+            Some(rv.parse::<u64>().map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
         }
         None => None,
     };
@@ -570,16 +575,16 @@ async fn patch(
     content_type: &str,
     body: &[u8],
     mode: FieldValidation,
-) -> Result<(Response, Vec<String>), ApiError> {
+) -> Result<(Response, Vec<String>), StatusError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
     let kind = match media {
         "application/merge-patch+json" => PatchKind::Merge,
         "application/strategic-merge-patch+json" => PatchKind::Strategic,
         "application/json-patch+json" => PatchKind::Json,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        other => return Err(StatusError::unsupported_media_type(other)),
     };
     let patch: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}")))?;
     check_depth(&patch)?;
     let json_patch = match kind {
         PatchKind::Json => Some(patch::decode_json_patch(&patch)?),
@@ -610,7 +615,7 @@ async fn patch(
         let expected = match &precondition {
             Some(rv) => {
                 let text = rv.as_str().unwrap_or_default();
-                text.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv}")))?
+                text.parse::<u64>().map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv}")))?
             }
             None => current.revision,
         };
@@ -618,7 +623,7 @@ async fn patch(
         let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         if !duplicates.is_empty() {
             if mode == FieldValidation::Strict {
-                return Err(ApiError::bad_request(format!("strict decoding error: {}", duplicates.join(", "))));
+                return Err(StatusError::bad_request(format!("strict decoding error: {}", duplicates.join(", "))));
             }
             if mode == FieldValidation::Warn {
                 warnings.extend(duplicates.iter().cloned());
@@ -646,8 +651,8 @@ async fn patch(
 /// `kube-node-lease`), each with its defaults.
 pub(crate) use delete::resume_pending_deletions;
 
-pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), ApiError> {
-    let res = find("", "namespaces").ok_or_else(ApiError::not_found_path)?;
+pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), StatusError> {
+    let res = find("", "namespaces").ok_or_else(StatusError::not_found_path)?;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let mut object = json!({"metadata": {"name": ns}});
         prepare_new(res, None, &mut object, podpass_token::now_unix())?;

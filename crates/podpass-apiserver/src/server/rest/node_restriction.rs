@@ -8,8 +8,8 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use serde_json::Value;
 
 use crate::field::Field;
-use crate::server::authz::{self, Attributes, Decision};
-use crate::server::status::ApiError;
+use crate::server::authz::{self, Attributes, AuthorizationDecision};
+use crate::server::status::StatusError;
 use crate::server::{AppState, User};
 use crate::store::{ObjectKey, StoreError};
 
@@ -37,9 +37,10 @@ pub async fn admit(
     namespace: &str,
     sa_name: &str,
     request: &TokenRequest,
-) -> Result<(), ApiError> {
+) -> Result<(), StatusError> {
     let Some(node) = authz::node::node_name(user) else { return Ok(()) };
-    let forbidden = |msg: String| ApiError::forbidden_raw(format!("serviceaccounts {sa_name:?} is forbidden: {msg}"));
+    let forbidden =
+        |msg: String| StatusError::forbidden_raw(format!("serviceaccounts {sa_name:?} is forbidden: {msg}"));
     let Some(bound) = request.spec.bound_object_ref.as_ref() else {
         return Err(forbidden("node requested token not bound to a pod".into()));
     };
@@ -55,7 +56,7 @@ pub async fn admit(
     }
     let pod = match state.store.get_shared(&ObjectKey::namespaced("pods", namespace, name)).await {
         Ok(p) => p,
-        Err(StoreError::NotFound { .. }) => return Err(ApiError::not_found("pods", name)),
+        Err(StoreError::NotFound { .. }) => return Err(StatusError::not_found("pods", name)),
         Err(e) => return Err(forbidden(e.to_string())),
     };
     let pod = &pod.object;
@@ -80,7 +81,7 @@ pub async fn admit(
     }
     let attrs = Attributes::resource(user, "request-serviceaccounts-token-audience", "", audience, namespace, sa_name);
     match authz::authorize(state.authz(), &state.authorization_modes, &attrs).await {
-        Ok(Decision::Allow(_)) => Ok(()),
+        Ok(AuthorizationDecision::Allow(_)) => Ok(()),
         Ok(_) => Err(forbidden(format!(
             "audience {audience:?} not found in pod spec volume, system:node:{node} is not authorized to request tokens for this audience"
         ))),
@@ -161,9 +162,9 @@ fn labels(node: &Value) -> serde_json::Map<String, Value> {
 /// NodeRestriction `admitNode`: a node writes only its own Node object, may not give it
 /// labels that steer privileged workloads (node-restriction.kubernetes.io, unknown
 /// kubernetes.io/k8s.io labels) and may not change its taints.
-pub fn admit_node_write(user: &User, name: &str, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+pub fn admit_node_write(user: &User, name: &str, new: &Value, old: Option<&Value>) -> Result<(), StatusError> {
     let Some(node) = authz::node::node_name(user) else { return Ok(()) };
-    let forbidden = |msg: String| ApiError::forbidden_raw(format!("nodes {name:?} is forbidden: {msg}"));
+    let forbidden = |msg: String| StatusError::forbidden_raw(format!("nodes {name:?} is forbidden: {msg}"));
     if node != name {
         return Err(forbidden(format!("node {node:?} is not allowed to modify node {name:?}")));
     }
@@ -204,10 +205,10 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// NodeRestriction `admitLease`: a node writes (creates, changes, deletes) only the Lease
 /// named after it in `kube-node-lease`.
-pub fn admit_lease_write(user: &User, namespace: &str, name: &str) -> Result<(), ApiError> {
+pub fn admit_lease_write(user: &User, namespace: &str, name: &str) -> Result<(), StatusError> {
     let Some(node) = authz::node::node_name(user) else { return Ok(()) };
     let forbidden =
-        |msg: &str| ApiError::forbidden_raw(format!("leases.coordination.k8s.io {name:?} is forbidden: {msg}"));
+        |msg: &str| StatusError::forbidden_raw(format!("leases.coordination.k8s.io {name:?} is forbidden: {msg}"));
     if namespace != NODE_LEASE_NAMESPACE {
         return Err(forbidden(&format!("can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace")));
     }

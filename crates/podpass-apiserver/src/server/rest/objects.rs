@@ -8,40 +8,41 @@ use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
 use serde_json::{Value, json};
 
 use super::resources::Resource;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 use crate::time::format_rfc3339;
 
 /// Characters upstream uses for generated name suffixes (no vowels, no look-alikes).
 const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// A random suffix of `n` characters.
-pub fn random_suffix(n: usize) -> Result<String, ApiError> {
+pub fn random_suffix(n: usize) -> Result<String, StatusError> {
     let mut bytes = vec![0u8; n];
-    SystemRandom::new().fill(&mut bytes).map_err(|_| ApiError::internal("random source failed"))?;
+    SystemRandom::new().fill(&mut bytes).map_err(|_| StatusError::internal("random source failed"))?;
     Ok(bytes.iter().map(|b| char::from(SUFFIX_ALPHABET[usize::from(*b) % SUFFIX_ALPHABET.len()])).collect())
 }
 
 /// The `metadata` object of a request body, or 400.
-fn metadata_mut(object: &mut Value) -> Result<&mut serde_json::Map<String, Value>, ApiError> {
+fn metadata_mut(object: &mut Value) -> Result<&mut serde_json::Map<String, Value>, StatusError> {
     if !object.is_object() {
-        return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+        return Err(StatusError::bad_request("the body of the request must be a JSON object"));
     }
     let meta = object.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| json!({})));
-    meta.and_then(Value::as_object_mut).ok_or_else(|| ApiError::bad_request("metadata must be an object"))
+    meta.and_then(Value::as_object_mut).ok_or_else(|| StatusError::bad_request("metadata must be an object"))
 }
 
 /// Checks `kind`/`apiVersion` of a body against the resource, filling them when absent.
-pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
+pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), StatusError> {
     let api_version = res.api_version();
-    let obj =
-        object.as_object_mut().ok_or_else(|| ApiError::bad_request("the body of the request must be a JSON object"))?;
+    let obj = object
+        .as_object_mut()
+        .ok_or_else(|| StatusError::bad_request("the body of the request must be a JSON object"))?;
     match obj.get("kind").and_then(Value::as_str) {
         None => {
             obj.insert("kind".into(), json!(res.kind));
         }
         Some(k) if k == res.kind => {}
         Some(k) => {
-            return Err(ApiError::bad_request(format!(
+            return Err(StatusError::bad_request(format!(
                 "the API version in the data ({api_version}) does not match the expected API version ({api_version}) for kind {k:?}, expected {:?}",
                 res.kind
             )));
@@ -53,7 +54,7 @@ pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
         }
         Some(v) if v == api_version => {}
         Some(v) => {
-            return Err(ApiError::bad_request(format!(
+            return Err(StatusError::bad_request(format!(
                 "the API version in the data ({v}) does not match the expected API version ({api_version})"
             )));
         }
@@ -63,11 +64,11 @@ pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), ApiError> {
 
 /// Validates a name as upstream does for the resource (namespaces: DNS label; others:
 /// DNS subdomain), with upstream-shaped messages.
-pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
+pub fn validate_name(res: &Resource, name: &str) -> Result<(), StatusError> {
     if res.group == "rbac.authorization.k8s.io" {
         return match super::rbac::rbac_name_problem(name) {
             None => Ok(()),
-            Some(p) => Err(ApiError::invalid(format!(
+            Some(p) => Err(StatusError::invalid(format!(
                 "{}.{} {name:?} is invalid: metadata.name: Invalid value: {}: {p}",
                 res.kind,
                 res.group,
@@ -89,7 +90,7 @@ pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::invalid(format!(
+        Err(StatusError::invalid(format!(
             "{} {name:?} is invalid: metadata.name: Invalid value: {name:?}: {rule}",
             res.kind
         )))
@@ -99,7 +100,12 @@ pub fn validate_name(res: &Resource, name: &str) -> Result<(), ApiError> {
 /// Server-set metadata for a new object in `namespace` at `now`: name (or generateName),
 /// namespace, uid, creationTimestamp, generation; resourceVersion and deletion fields
 /// cleared. Returns the name.
-pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, now: i64) -> Result<String, ApiError> {
+pub fn prepare_new(
+    res: &Resource,
+    namespace: Option<&str>,
+    object: &mut Value,
+    now: i64,
+) -> Result<String, StatusError> {
     check_type(res, object)?;
     let meta = metadata_mut(object)?;
     let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
@@ -107,7 +113,7 @@ pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, 
         None => match meta.get("generateName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
             Some(prefix) => format!("{prefix}{}", random_suffix(5)?),
             None => {
-                return Err(ApiError::invalid(format!(
+                return Err(StatusError::invalid(format!(
                     "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
                     res.kind
                 )));
@@ -117,7 +123,7 @@ pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, 
     validate_name(res, &name)?;
     match (namespace, meta.get("namespace").and_then(Value::as_str)) {
         (Some(url), Some(body)) if !body.is_empty() && body != url => {
-            return Err(ApiError::bad_request(
+            return Err(StatusError::bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
@@ -128,7 +134,7 @@ pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, 
         Some(ns) => meta.insert("namespace".into(), json!(ns)),
         None => meta.remove("namespace"),
     };
-    meta.insert("uid".into(), json!(podpass_token::claims::new_uuid_v4().map_err(ApiError::internal)?));
+    meta.insert("uid".into(), json!(podpass_token::claims::new_uuid_v4().map_err(StatusError::internal)?));
     meta.insert("creationTimestamp".into(), json!(format_rfc3339(now)));
     meta.insert("generation".into(), json!(1));
     for server_owned in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
@@ -139,14 +145,14 @@ pub fn prepare_new(res: &Resource, namespace: Option<&str>, object: &mut Value, 
 
 /// Carries server-owned metadata of `old` into a replacement `new` (uid, creation time,
 /// generation bumped when the spec changed); refuses a rename.
-pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) -> Result<(), ApiError> {
+pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) -> Result<(), StatusError> {
     check_type(res, new)?;
     let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let spec_changed = old.get("spec") != new.get("spec");
     let meta = metadata_mut(new)?;
     match meta.get("name").and_then(Value::as_str) {
         Some(n) if n != name => {
-            return Err(ApiError::bad_request(format!(
+            return Err(StatusError::bad_request(format!(
                 "the name of the object ({n}) does not match the name on the URL ({name})"
             )));
         }
@@ -160,7 +166,7 @@ pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) 
         && let Some(ns) = meta.get("namespace").and_then(Value::as_str).filter(|ns| !ns.is_empty())
         && ns != old_ns
     {
-        return Err(ApiError::bad_request(
+        return Err(StatusError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
@@ -194,7 +200,7 @@ pub fn api_access_volume(name: &str) -> Value {
 
 /// `ValidatePodSpec`'s name rules for what becomes a directory or file name on a node:
 /// volume and container names are unique DNS-1123 labels.
-pub fn validate_pod_names(name: &str, pod: &Value) -> Result<(), ApiError> {
+pub fn validate_pod_names(name: &str, pod: &Value) -> Result<(), StatusError> {
     const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
     let mut errors = Vec::new();
     for (list, what) in [("volumes", "volumes"), ("initContainers", "initContainers"), ("containers", "containers")] {
@@ -214,8 +220,8 @@ pub fn validate_pod_names(name: &str, pod: &Value) -> Result<(), ApiError> {
     }
     match errors.as_slice() {
         [] => Ok(()),
-        [one] => Err(ApiError::invalid(format!("Pod {name:?} is invalid: {one}"))),
-        many => Err(ApiError::invalid(format!("Pod {name:?} is invalid: [{}]", many.join(", ")))),
+        [one] => Err(StatusError::invalid(format!("Pod {name:?} is invalid: {one}"))),
+        many => Err(StatusError::invalid(format!("Pod {name:?} is invalid: [{}]", many.join(", ")))),
     }
 }
 
@@ -282,7 +288,7 @@ pub fn default_pod(pod: &mut Value) {
 /// exists): `serviceAccountName` defaults to `default`, the token volume is added and
 /// mounted unless automounting is off on the pod or the service account, status starts
 /// `Pending`.
-pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiError> {
+pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), StatusError> {
     let automount = pod
         .field("/spec/automountServiceAccountToken")
         .and_then(Value::as_bool)
@@ -291,7 +297,7 @@ pub fn admit_pod(pod: &mut Value, service_account: &Value) -> Result<(), ApiErro
     let spec = pod
         .get_mut("spec")
         .and_then(Value::as_object_mut)
-        .ok_or_else(|| ApiError::invalid("Pod is invalid: spec: Required value"))?;
+        .ok_or_else(|| StatusError::invalid("Pod is invalid: spec: Required value"))?;
     if automount {
         let volume_name = format!("kube-api-access-{}", random_suffix(5)?);
         let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
@@ -337,12 +343,12 @@ pub fn pod_service_account(pod: &mut Value) -> String {
 /// added tolerations and a negative `terminationGracePeriodSeconds` set to 1 may change in a
 /// pod's spec — in particular `nodeName`, `serviceAccountName` and volumes are fixed, which
 /// the Node authorizer and NodeRestriction rely on.
-pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), ApiError> {
+pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), StatusError> {
     let (Some(old_spec), Some(new_spec)) = (old.get("spec"), new.get("spec")) else {
         return if old.get("spec") == new.get("spec") {
             Ok(())
         } else {
-            Err(ApiError::invalid(format!("Pod {name:?} is invalid: spec: Required value")))
+            Err(StatusError::invalid(format!("Pod {name:?} is invalid: spec: Required value")))
         };
     };
     // The new spec with the mutable fields taken from the old one must equal the old one.
@@ -363,7 +369,7 @@ pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), A
         }
     }
     let Some(obj) = candidate.as_object_mut() else {
-        return Err(ApiError::invalid(format!("Pod {name:?} is invalid: spec: Invalid value: must be an object")));
+        return Err(StatusError::invalid(format!("Pod {name:?} is invalid: spec: Invalid value: must be an object")));
     };
     let mut copy_old = |field: &str| match old_spec.get(field) {
         Some(v) => obj.insert(field.into(), v.clone()),
@@ -385,7 +391,7 @@ pub fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), A
     if &candidate == old_spec {
         return Ok(());
     }
-    Err(ApiError::invalid(format!(
+    Err(StatusError::invalid(format!(
         "Pod {name:?} is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
     )))
 }

@@ -6,18 +6,18 @@
 use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 
 /// Operations one JSON patch may hold (kube-apiserver's maxJSONPatchOperations).
 const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 /// Decodes an RFC 6902 patch: a malformed one is a 400, too many operations a 413, as
 /// kube-apiserver answers.
-pub fn decode_json_patch(patch: &Value) -> Result<json_patch::Patch, ApiError> {
+pub fn decode_json_patch(patch: &Value) -> Result<json_patch::Patch, StatusError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|e| ApiError::bad_request(format!("error decoding json patch: {e}")))?;
+        .map_err(|e| StatusError::bad_request(format!("error decoding json patch: {e}")))?;
     if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
-        return Err(ApiError::new(
+        return Err(StatusError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "RequestEntityTooLarge",
             format!(
@@ -37,8 +37,8 @@ const MAX_ACCUMULATED_COPY_BYTES: usize = 3 * 3 * 1024 * 1024;
 /// Applies an RFC 6902 patch; an operation that cannot apply (a failed `test`, a missing
 /// path, copies past [`MAX_ACCUMULATED_COPY_BYTES`]) is a 422, as kube-apiserver answers,
 /// and leaves `target` unchanged.
-pub fn apply_json_patch(target: &mut Value, ops: &json_patch::Patch) -> Result<(), ApiError> {
-    let refuse = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("json patch: {m}"));
+pub fn apply_json_patch(target: &mut Value, ops: &json_patch::Patch) -> Result<(), StatusError> {
+    let refuse = |m: String| StatusError::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("json patch: {m}"));
     let mut doc = target.clone();
     let mut copied: usize = 0;
     for (i, op) in ops.0.iter().enumerate() {

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::resources::Resource;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 
 /// Upstream's `fileModeErrorMsg`.
 const FILE_MODE_MSG: &str = "must be a number between 0 and 0777 (octal), both inclusive";
@@ -66,17 +66,17 @@ fn validate_keys(res: &Resource, object: &Value, errors: &mut Vec<String>) {
 }
 
 /// ConfigMap and Secret keys on create and update: 422 naming each bad key.
-pub fn validate_config_object(res: &Resource, name: &str, object: &Value) -> Result<(), ApiError> {
+pub fn validate_config_object(res: &Resource, name: &str, object: &Value) -> Result<(), StatusError> {
     let mut errors = Vec::new();
     validate_keys(res, object, &mut errors);
     invalid(res.kind, name, errors)
 }
 
-fn invalid(kind: &str, name: &str, errors: Vec<String>) -> Result<(), ApiError> {
+fn invalid(kind: &str, name: &str, errors: Vec<String>) -> Result<(), StatusError> {
     match errors.as_slice() {
         [] => Ok(()),
-        [one] => Err(ApiError::invalid(format!("{kind} {name:?} is invalid: {one}"))),
-        many => Err(ApiError::invalid(format!("{kind} {name:?} is invalid: [{}]", many.join(", ")))),
+        [one] => Err(StatusError::invalid(format!("{kind} {name:?} is invalid: {one}"))),
+        many => Err(StatusError::invalid(format!("{kind} {name:?} is invalid: [{}]", many.join(", ")))),
     }
 }
 
@@ -122,7 +122,7 @@ fn check_items(items: Option<&Value>, at: &str, with_key: bool, errors: &mut Vec
 
 /// The file-producing volume sources of a pod spec: secret, configMap, downwardAPI and
 /// projected — paths and modes.
-pub fn validate_pod_volumes(name: &str, pod: &Value) -> Result<(), ApiError> {
+pub fn validate_pod_volumes(name: &str, pod: &Value) -> Result<(), StatusError> {
     let mut errors = Vec::new();
     let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array);
     for (i, volume) in volumes.into_iter().flatten().enumerate() {

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::resources::Resource;
 use crate::server::authz::escalation::RBAC_GROUP;
-use crate::server::status::ApiError;
+use crate::server::status::StatusError;
 
 fn strings(v: Option<&Value>) -> Option<Vec<String>> {
     match v {
@@ -220,7 +220,7 @@ pub fn default_binding(object: &mut Value) {
 }
 
 /// Defaults and validates an RBAC object about to be stored (`old`: the object it replaces).
-pub fn admit(res: &Resource, object: &mut Value, old: Option<&Value>) -> Result<(), ApiError> {
+pub fn admit(res: &Resource, object: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
     let mut errors = Vec::new();
     match res.plural {
         "roles" | "clusterroles" => validate_role(res, object, &mut errors),
@@ -234,7 +234,7 @@ pub fn admit(res: &Resource, object: &mut Value, old: Option<&Value>) -> Result<
         return Ok(());
     }
     let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    Err(ApiError::invalid(format!("{}.{RBAC_GROUP} {name:?} is invalid: {}", res.kind, FieldErrors(errors))))
+    Err(StatusError::invalid(format!("{}.{RBAC_GROUP} {name:?} is invalid: {}", res.kind, FieldErrors(errors))))
 }
 
 #[cfg(test)]

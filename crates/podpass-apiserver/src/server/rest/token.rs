@@ -12,9 +12,9 @@ use podpass_token::{ObjectRef, TokenRequest as TokenRequestClaims, now_unix};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::super::status::ApiError;
+use super::super::status::StatusError;
 use super::super::{AppState, StoreLookup};
-use crate::store::{Freshness, ObjectKey, StoreError};
+use crate::store::{ObjectKey, ReadConsistency, StoreError};
 
 /// TokenRequest validation bounds.
 const MIN_EXPIRATION_SECONDS: i64 = 600;
@@ -22,8 +22,8 @@ const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 /// API default of `spec.expirationSeconds`.
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 
-fn invalid(name: &str, field: &str, value: &Value, detail: &str) -> ApiError {
-    ApiError::invalid(format!(
+fn invalid(name: &str, field: &str, value: &Value, detail: &str) -> StatusError {
+    StatusError::invalid(format!(
         "TokenRequest.authentication.k8s.io {name:?} is invalid: {field}: Invalid value: {value}: {detail}"
     ))
 }
@@ -35,8 +35,8 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 async fn get_object(
     state: &AppState,
     key: ObjectKey,
-    at: Freshness,
-) -> Result<std::sync::Arc<crate::store::Stored>, ApiError> {
+    at: ReadConsistency,
+) -> Result<std::sync::Arc<crate::store::Stored>, StatusError> {
     Ok(state.store.get_with(&key, at).await?)
 }
 
@@ -48,7 +48,7 @@ pub async fn create_token(
     ns: &str,
     sa_name: &str,
     body: Value,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let request = decode(body)?;
     // Admission runs before the handler, as upstream: nodes are restricted first.
     super::node_restriction::admit(state, user, ns, sa_name, &request).await?;
@@ -73,7 +73,7 @@ pub async fn create_token(
     }
     extend_automounted(state, &mut claims);
     let now = now_unix();
-    let minted = state.generator.mint(&claims, &state.features, now).map_err(ApiError::internal)?;
+    let minted = state.generator.mint(&claims, &state.features, now).map_err(StatusError::internal)?;
     count_issued(state, &claims, minted.jti.is_some());
     if let Some(jti) = &minted.jti {
         outcome.annotations.0.insert("authentication.k8s.io/issued-credential-id".into(), format!("JTI={jti}"));
@@ -99,12 +99,12 @@ impl Outcome {
 }
 
 /// The body as an `authentication.k8s.io/v1` TokenRequest (k8s-openapi's type).
-fn decode(body: Value) -> Result<TokenRequest, ApiError> {
-    TokenRequest::deserialize(body).map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))
+fn decode(body: Value) -> Result<TokenRequest, StatusError> {
+    TokenRequest::deserialize(body).map_err(|e| StatusError::bad_request(format!("error decoding request body: {e}")))
 }
 
 /// Step 1: name/namespace in the body, if set, must be the URL's.
-fn check_target(request: &TokenRequest, ns: &str, sa_name: &str) -> Result<(), ApiError> {
+fn check_target(request: &TokenRequest, ns: &str, sa_name: &str) -> Result<(), StatusError> {
     let body_name = request.metadata.name.as_deref().unwrap_or_default();
     if !body_name.is_empty() && body_name != sa_name {
         return Err(invalid(
@@ -135,7 +135,7 @@ fn check_request_uid(
     sa_name: &str,
     sa_uid: &str,
     outcome: &mut Outcome,
-) -> Result<String, ApiError> {
+) -> Result<String, StatusError> {
     let req_uid = request.metadata.uid.clone().unwrap_or_default();
     if !req_uid.is_empty() && req_uid != sa_uid {
         let mismatch = format!(
@@ -159,7 +159,7 @@ fn audiences_and_expiration(
     request: &TokenRequest,
     sa_name: &str,
     outcome: &mut Outcome,
-) -> Result<(Vec<String>, i64), ApiError> {
+) -> Result<(Vec<String>, i64), StatusError> {
     let audiences =
         if request.spec.audiences.is_empty() { state.api_audiences.clone() } else { request.spec.audiences.clone() };
     let mut expiration = request.spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
@@ -197,8 +197,8 @@ async fn bind(
     sa_name: &str,
     bound: &BoundObjectReference,
     claims: &mut TokenRequestClaims,
-    at: Freshness,
-) -> Result<(), ApiError> {
+    at: ReadConsistency,
+) -> Result<(), StatusError> {
     let field = |v: &Option<String>| v.clone().unwrap_or_default();
     let (kind, api_version, name, uid) =
         (field(&bound.kind), field(&bound.api_version), field(&bound.name), field(&bound.uid));
@@ -218,7 +218,7 @@ async fn bind(
             let pod = get_object(state, ObjectKey::namespaced("pods", ns, &name), at).await?;
             let pod = &pod.object;
             if str_at(pod, "/spec/serviceAccountName") != sa_name {
-                return Err(ApiError::bad_request(format!(
+                return Err(StatusError::bad_request(format!(
                     "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
                 )));
             }
@@ -230,7 +230,7 @@ async fn bind(
                 claims.node = match state.store.get_with(&ObjectKey::cluster("nodes", node_name), at).await {
                     Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
                     Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
-                    Err(e) => return Err(ApiError::internal(e)),
+                    Err(e) => return Err(StatusError::internal(e)),
                 };
             }
         }
@@ -242,7 +242,7 @@ async fn bind(
         }
         ("v1", "Node") => {
             if !state.features.node_binding {
-                return Err(ApiError::bad_request(
+                return Err(StatusError::bad_request(
                     "cannot bind token to a Node object as the \"ServiceAccountTokenNodeBinding\" feature-gate is disabled",
                 ));
             }
@@ -257,7 +257,7 @@ async fn bind(
             } else {
                 format!("/{api_version}, Kind={kind}")
             };
-            return Err(ApiError::bad_request(format!("cannot bind token to object of type {gvk}")));
+            return Err(StatusError::bad_request(format!("cannot bind token to object of type {gvk}")));
         }
     }
     Ok(())
@@ -311,11 +311,11 @@ fn answer(
     expiration: i64,
     token: String,
     now: i64,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Vec<u8>, StatusError> {
     let time = |secs: i64| {
         k8s_openapi::jiff::Timestamp::from_second(secs)
             .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
-            .map_err(ApiError::internal)
+            .map_err(StatusError::internal)
     };
     request.metadata = ObjectMeta {
         name: Some(sa_name.to_owned()),
@@ -328,12 +328,12 @@ fn answer(
     request.spec.expiration_seconds = Some(expiration);
     request.status = Some(TokenRequestStatus { token, expiration_timestamp: time(now + expiration)? });
     // Serialized straight from the typed object: no intermediate JSON tree on the hot path.
-    serde_json::to_vec(&request).map_err(ApiError::internal)
+    serde_json::to_vec(&request).map_err(StatusError::internal)
 }
 
 /// A 409 as `errors.NewConflict` words it for TokenRequest.
-fn conflict(name: &str, detail: &str) -> ApiError {
-    ApiError::new(
+fn conflict(name: &str, detail: &str) -> StatusError {
+    StatusError::new(
         StatusCode::CONFLICT,
         "Conflict",
         format!("Operation cannot be fulfilled on TokenRequest.authentication.k8s.io {name:?}: {detail}"),
@@ -341,7 +341,7 @@ fn conflict(name: &str, detail: &str) -> ApiError {
 }
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
-pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError> {
+pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusError> {
     let token = str_at(&body, "/spec/token").to_owned();
     let requested: Option<Vec<String>> = body
         .field("/spec/audiences")
@@ -398,7 +398,7 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, ApiError>
 
 /// The attributes an access review asks about (`resourceAttributes` or
 /// `nonResourceAttributes`).
-fn review_attributes(spec: &Value, user: crate::server::User) -> Result<crate::server::authz::Attributes, ApiError> {
+fn review_attributes(spec: &Value, user: crate::server::User) -> Result<crate::server::authz::Attributes, StatusError> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let mut attrs = crate::server::authz::Attributes::non_resource(user, "", "");
     if let Some(r) = spec.get("resourceAttributes").filter(|r| r.is_object()) {
@@ -416,7 +416,7 @@ fn review_attributes(spec: &Value, user: crate::server::User) -> Result<crate::s
         attrs.verb = s(n, "verb");
         attrs.path = s(n, "path");
     } else {
-        return Err(ApiError::invalid(
+        return Err(StatusError::invalid(
             "spec.resourceAttributes: Required value: exactly one of nonResourceAttributes or resourceAttributes must be specified".to_owned(),
         ));
     }
@@ -428,14 +428,16 @@ async fn access_review(
     kind: &str,
     body: &Value,
     user: crate::server::User,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let attrs = review_attributes(&spec, user)?;
     let decision = crate::server::authz::authorize(state.authz(), &state.authorization_modes, &attrs).await?;
     let status = match decision {
-        crate::server::authz::Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
-        crate::server::authz::Decision::Deny(reason) => json!({"allowed": false, "denied": true, "reason": reason}),
-        crate::server::authz::Decision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
+        crate::server::authz::AuthorizationDecision::Allow(reason) => json!({"allowed": true, "reason": reason}),
+        crate::server::authz::AuthorizationDecision::Deny(reason) => {
+            json!({"allowed": false, "denied": true, "reason": reason})
+        }
+        crate::server::authz::AuthorizationDecision::NoOpinion(reason) => json!({"allowed": false, "reason": reason}),
     };
     let response = json!({"kind": kind, "apiVersion": "authorization.k8s.io/v1", "metadata": {"creationTimestamp": null},
         "spec": spec, "status": status});
@@ -445,11 +447,11 @@ async fn access_review(
 /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth whoami`): the
 /// requesting user's attributes as authentication saw them; `uid` and `extra` only when
 /// set, as upstream.
-pub fn self_subject_review(user: &crate::server::User, body: &Value) -> Result<Response, ApiError> {
+pub fn self_subject_review(user: &crate::server::User, body: &Value) -> Result<Response, StatusError> {
     if let Some(kind) = body.get("kind").and_then(Value::as_str)
         && kind != "SelfSubjectReview"
     {
-        return Err(ApiError::bad_request(format!("expected a SelfSubjectReview, got {kind:?}")));
+        return Err(StatusError::bad_request(format!("expected a SelfSubjectReview, got {kind:?}")));
     }
     let mut info = json!({"username": user.name, "groups": user.groups});
     if !user.uid.is_empty() {
@@ -469,12 +471,12 @@ pub async fn self_subject_access_review(
     state: &AppState,
     user: &crate::server::User,
     body: Value,
-) -> Result<Response, ApiError> {
+) -> Result<Response, StatusError> {
     access_review(state, "SelfSubjectAccessReview", &body, user.clone()).await
 }
 
 /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: may `spec.user`/`spec.groups`?
-pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Response, ApiError> {
+pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Response, StatusError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let name = spec.get("user").and_then(Value::as_str).unwrap_or("").to_owned();
     let groups: Vec<String> = spec
@@ -486,7 +488,7 @@ pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Resp
         .map(str::to_owned)
         .collect();
     if name.is_empty() && groups.is_empty() {
-        return Err(ApiError::invalid(
+        return Err(StatusError::invalid(
             "spec.user: Invalid value: \"\": at least one of user or group must be specified".to_owned(),
         ));
     }
