@@ -312,6 +312,15 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     });
     assert_eq!(web["status"]["phase"], "Pending", "nothing claims the containers run");
     assert_eq!(waiting(&web).0, "ContainerCreating");
+    // The worker's lines carry its pod's span (namespace, name, uid), not a `pod` field each.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let may_use = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "image may be used" && l["span"]["name"] == "pod")
+        .unwrap_or_else(|| panic!("no 'image may be used' line in a pod span:\n{text}"));
+    assert_eq!((may_use["span"]["namespace"].as_str(), may_use["span"]["pod"].as_str()), (Some("team"), Some("web")));
+    assert_eq!(may_use["span"]["uid"], web["metadata"]["uid"]);
     // kubectl get events / describe pod tell the story
     let listed: Value =
         serde_json::from_str(&ok(kubectl(&["-n", "team", "get", "events", "-o", "json"]), "events")).unwrap();

@@ -183,6 +183,7 @@ fn registry_auth_with(
         .args(["--policy", dir.join("policy.yaml").to_str().unwrap()])
         .args(["--signing-key", dir.join("signer.key").to_str().unwrap()])
         .args(["--registry-service", "registry.local"])
+        .args(["--audit-log-path", dir.join("audit.log").to_str().unwrap()])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(dir.join("registry-auth.log")).unwrap());
@@ -218,14 +219,21 @@ fn metric_sum(metrics: &str, prefix: &str) -> f64 {
     metrics.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
 
-/// The audit lines registry-auth logged (JSON log format).
+/// registry-auth's audit events (its `--audit-log-path`, one JSON object per line).
+/// Its writer thread appends each event just after the answer: read until two reads 50 ms
+/// apart agree (at most 5 s).
 fn audit_lines(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("registry-auth.log"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["target"] == "podpass_registry_auth::audit")
-        .collect()
+    let read = || std::fs::read_to_string(dir.join("audit.log")).unwrap_or_default();
+    let mut text = read();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        let again = read();
+        if again == text {
+            break;
+        }
+        text = again;
+    }
+    text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect()
 }
 
 /// The kubelet's CredentialProviderConfig for the plugin in `mode`.
@@ -463,13 +471,20 @@ fn pods_pull_from_the_real_registry_with_their_own_identity_and_bad_tokens_are_r
     assert!(metrics.contains(r#"podpass_registry_auth_jwks_fetches_total{issuer=""#), "{metrics}");
     // ... and audited: the exchange-mode pull came back with the exchange token.
     let audit = audit_lines(d);
-    let exchanged =
-        audit.iter().find(|l| l["fields"]["credential"] == "exchange-token").expect("an exchange-token grant");
-    assert_eq!(exchanged["fields"]["service_account"], "team-a/builder");
-    assert_eq!(exchanged["fields"]["scope_granted"], "repository:team-a/app:pull");
-    assert!(
-        audit.iter().any(|l| l["fields"]["decision"] == "denied" && l["fields"]["service_account"] == "team-b/builder")
-    );
+    let exchanged = audit.iter().find(|l| l["credential"] == "exchange-token").expect("an exchange-token grant");
+    assert_eq!(exchanged["service_account"], "team-a/builder");
+    assert_eq!(exchanged["scope_granted"], "repository:team-a/app:pull");
+    assert!(audit.iter().any(|l| l["decision"] == "denied" && l["service_account"] == "team-b/builder"));
+    // Its log lines carry the exchange's span: what was asked and whose token it was.
+    let log = std::fs::read_to_string(d.join("registry-auth.log")).unwrap();
+    let granted = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "token granted" && l["span"]["service_account"] == "team-a/builder")
+        .unwrap_or_else(|| panic!("no 'token granted' line in an exchange span:\n{log}"));
+    assert_eq!(granted["span"]["name"], "exchange");
+    assert!(granted["span"]["issuer"].as_str().is_some_and(|i| i.starts_with("https://")), "{granted}");
+    assert!(granted["span"]["scope"].as_str().is_some_and(|s| s.contains("team-a/app")), "{granted}");
 }
 
 #[test]
@@ -494,16 +509,18 @@ fn containerd_pulls_through_registry_auth_with_the_plugin_in_both_modes() {
     let audit = audit_lines(d);
     for credential in ["serviceaccount-token", "exchange-token"] {
         assert!(
-            audit.iter().any(|l| l["fields"]["via"] == "password"
-                && l["fields"]["credential"] == credential
-                && l["fields"]["decision"] == "granted"
-                && l["fields"]["service_account"] == "team-a/builder"),
+            audit.iter().any(|l| l["via"] == "password"
+                && l["credential"] == credential
+                && l["decision"] == "granted"
+                && l["service_account"] == "team-a/builder"),
             "no granted POST password grant with a {credential}: {audit:?}"
         );
     }
-    assert!(audit.iter().any(|l| l["fields"]["via"] == "password"
-        && l["fields"]["decision"] == "denied"
-        && l["fields"]["service_account"] == "team-b/builder"));
+    assert!(
+        audit
+            .iter()
+            .any(|l| l["via"] == "password" && l["decision"] == "denied" && l["service_account"] == "team-b/builder")
+    );
 }
 
 #[test]
@@ -529,8 +546,7 @@ fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unkn
         let t = token(&c.s, "team-a", "builder", AUDIENCE, None);
         assert_eq!(granted(&t).as_deref(), Some("repository:team-a/app:pull"), "{}", c.issuer);
     }
-    let issuers: Vec<String> =
-        audit_lines(d).iter().map(|l| l["fields"]["issuer"].as_str().unwrap_or("").to_owned()).collect();
+    let issuers: Vec<String> = audit_lines(d).iter().map(|l| l["issuer"].as_str().unwrap_or("").to_owned()).collect();
     assert!(issuers.contains(&a.issuer) && issuers.contains(&b.issuer), "{issuers:?}");
 
     // 64 requests at once with a kid cluster A never published: all refused, and at most
@@ -722,8 +738,8 @@ fn node_proof_is_the_nodes_client_certificate_and_forged_annotations_grant_nothi
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["scope"], "", "annotations without a node certificate were honoured: {answer}");
     let last = audit_lines(d).pop().unwrap();
-    assert_eq!(last["fields"]["node_proof"], "none", "{last}");
-    assert_eq!(last["fields"]["annotations"], "", "{last}");
+    assert_eq!(last["node_proof"], "none", "{last}");
+    assert_eq!(last["annotations"], "", "{last}");
     // ... and its refresh token carries only what was proven: nothing, even from the node.
     let refresh = answer["refresh_token"].as_str().unwrap().to_owned();
     let refreshed = [("grant_type", "refresh_token"), ("refresh_token", refresh.as_str()), ("scope", scope)];
@@ -735,8 +751,8 @@ fn node_proof_is_the_nodes_client_certificate_and_forged_annotations_grant_nothi
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["scope"], scope, "{answer}");
     let last = audit_lines(d).pop().unwrap();
-    assert_eq!(last["fields"]["node_proof"], "certificate:n1", "{last}");
-    assert_eq!(last["fields"]["annotations"], "podpass.dev/team", "{last}");
+    assert_eq!(last["node_proof"], "certificate:n1", "{last}");
+    assert_eq!(last["annotations"], "podpass.dev/team", "{last}");
 }
 
 #[test]
@@ -768,10 +784,8 @@ fn token_review_refuses_the_token_of_a_deleted_pod_that_a_signature_alone_would_
         let resp = get_token(&reviewed, &web, scope);
         assert_eq!(resp.status(), 200, "{}", resp.text().unwrap());
     }
-    let reviews: Vec<String> = audit_lines(&reviewed_dir)
-        .iter()
-        .map(|l| l["fields"]["token_review"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let reviews: Vec<String> =
+        audit_lines(&reviewed_dir).iter().map(|l| l["token_review"].as_str().unwrap_or_default().to_owned()).collect();
     assert_eq!(reviews, ["reviewed", "cached"]);
 
     // A pod deleted after its token was issued: the signature is still good, the cluster
@@ -797,7 +811,7 @@ fn token_review_refuses_the_token_of_a_deleted_pod_that_a_signature_alone_would_
     let body = resp.text().unwrap();
     assert!(body.contains("TokenReview"), "{body}");
     let last = audit_lines(&reviewed_dir).pop().unwrap();
-    assert_eq!(last["fields"]["reason"], "token_review", "{last}");
+    assert_eq!(last["reason"], "token_review", "{last}");
     let metrics = reqwest::blocking::get(format!("{reviewed}/metrics")).unwrap().text().unwrap();
     assert_eq!(
         metric_sum(&metrics, r#"podpass_registry_auth_token_requests_total{outcome="refused",reason="token_review"}"#),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podpass_api::GoDuration;
-use podpass_serve::{ConfigErrors, Problems, ServeLimits, accept_loop};
+use podpass_serve::{AuditFlags, ConfigErrors, Problems, ServeLimits, accept_loop};
 use podpass_token::{Jwks, JwsHeader, JwsSigner, SigningKey};
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -104,6 +104,11 @@ pub struct Config {
     /// Period of the background issuer key refresh (Go duration).
     #[arg(long, default_value = "5m")]
     pub jwks_refresh_interval: GoDuration,
+    /// The audit of every decision (one JSON line each). Without `--audit-log-path`,
+    /// registry-auth audits to standard out: an internet-facing token service is never
+    /// run unaudited.
+    #[command(flatten)]
+    pub audit: AuditFlags,
 }
 
 /// One `--token-review-kubeconfig [ISSUER=]PATH`: the kubeconfig of the cluster whose
@@ -288,12 +293,21 @@ impl Config {
         let fetcher = problems.check("--issuer-ca", DocumentFetcher::new(issuer_ca.as_deref(), FETCH_TIMEOUT));
         let tls = self.tls(&mut problems);
         let token_review = self.resolve_token_review(&mut problems);
+        let audit_flags = AuditFlags {
+            audit_log_path: Some(self.audit.audit_log_path.clone().unwrap_or_else(|| PathBuf::from("-"))),
+            ..self.audit.clone()
+        };
+        let audit = audit_flags.open().map_err(|e| {
+            let path = audit_flags.audit_log_path.as_deref().unwrap_or(Path::new("-")).display();
+            problems.push_value("--audit-log-path", path, e);
+        });
         let (Some(policy), Some((key, exchange_key)), Some(chain), Some(fetcher), Some(tls)) =
             (policy, key, chain, fetcher, tls)
         else {
             return Err(problems.finish().err().unwrap_or_default());
         };
         problems.finish()?;
+        let audit = audit.ok().flatten();
 
         let mut problems = Problems::default();
         let jwks_key = key.public_key().clone().with_key_id(key.public_key().libtrust_key_id());
@@ -326,6 +340,7 @@ impl Config {
             exchange_ttl_seconds: i64::try_from(exchange_ttl.as_secs()).unwrap_or(3600),
             metrics,
             reviewers: Vec::new(),
+            audit,
         };
         Ok(RegistryAuth {
             listen: self.listen,

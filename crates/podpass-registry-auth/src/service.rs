@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use podpass_serve::AuditWriter;
 use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
 use podpass_token::{AuthError, JwsSigner, NotMine, ObjectRef, VerificationKey};
 use serde::Deserialize;
+use tracing::Instrument;
 
 use crate::exchange_token::{self, ExchangeError};
 use crate::identity::{Credential, Identity};
@@ -109,6 +111,7 @@ pub struct TokenService {
     exchange_ttl_seconds: i64,
     metrics: Arc<RegistryAuthMetrics>,
     reviewers: Vec<Arc<TokenReviewer>>,
+    audit: Option<AuditWriter>,
 }
 
 impl std::fmt::Debug for TokenService {
@@ -161,6 +164,8 @@ pub struct ServiceParts {
     pub metrics: Arc<RegistryAuthMetrics>,
     /// TokenReview per issuer (`--token-review-kubeconfig`).
     pub reviewers: Vec<Arc<TokenReviewer>>,
+    /// Where each decision's audit event goes (none: not audited).
+    pub audit: Option<AuditWriter>,
 }
 
 /// A granted decision and what the audit line says about it.
@@ -189,6 +194,17 @@ impl TokenService {
             exchange_ttl_seconds: parts.exchange_ttl_seconds,
             metrics: parts.metrics,
             reviewers: parts.reviewers,
+            audit: parts.audit,
+        }
+    }
+
+    /// Writes one decision's audit event, stamped with the time.
+    fn audit(&self, mut event: serde_json::Value) {
+        if let Some(audit) = &self.audit {
+            if let Some(fields) = event.as_object_mut() {
+                fields.insert("time".into(), jiff::Timestamp::now().to_string().into());
+            }
+            audit.record(&event);
         }
     }
 
@@ -216,7 +232,17 @@ impl TokenService {
         let scope_asked: Vec<String> = request.scopes.iter().map(ToString::to_string).collect();
         let actions_asked: usize = request.scopes.iter().map(|s| s.actions.len()).sum();
         let via = request.via;
-        let result = self.decide_inner(request, now).await;
+        // Lines logged while deciding carry the exchange: how it came, what it asked, and
+        // (once the credential verified) whose it is.
+        let span = tracing::info_span!(
+            "exchange",
+            via,
+            scope = %scope_asked.join(" "),
+            issuer = tracing::field::Empty,
+            service_account = tracing::field::Empty,
+        );
+        let result = self.decide_inner(request, now).instrument(span.clone()).await;
+        let _in_span = span.enter();
         match &result {
             Ok(Decided { answer, identity, credential, node, proof, review }) => {
                 let granted_actions: usize = answer.granted.iter().map(|s| s.actions.len()).sum();
@@ -229,27 +255,26 @@ impl TokenService {
                 };
                 self.metrics.decision(outcome, if outcome == "granted" { "ok" } else { "policy" });
                 let granted: Vec<String> = answer.granted.iter().map(ToString::to_string).collect();
-                tracing::info!(
-                    target: "podpass_registry_auth::audit",
-                    decision = outcome,
-                    issuer = %identity.issuer,
-                    service_account = %format!("{}/{}", identity.namespace, identity.service_account.name),
-                    service_account_uid = %identity.service_account.uid,
-                    pod = %identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
-                    node = %identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
-                    node_check = node.as_str(),
-                    node_proof = %proof.audit_label(),
-                    annotations = %identity.annotations.keys().map(String::as_str).collect::<Vec<_>>().join(","),
-                    token_review = *review,
-                    jti = %identity.jti.clone().unwrap_or_default(),
-                    credential = credential.as_str(),
-                    via,
-                    scope_asked = %scope_asked.join(" "),
-                    scope_granted = %granted.join(" "),
-                    token_jti = %answer.token.jti,
-                    offline = answer.refresh_token.is_some(),
-                    "token granted"
-                );
+                self.audit(serde_json::json!({
+                    "decision": outcome,
+                    "issuer": identity.issuer,
+                    "service_account": format!("{}/{}", identity.namespace, identity.service_account.name),
+                    "service_account_uid": identity.service_account.uid,
+                    "pod": identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
+                    "node": identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
+                    "node_check": node.as_str(),
+                    "node_proof": proof.audit_label(),
+                    "annotations": identity.annotations.keys().map(String::as_str).collect::<Vec<_>>().join(","),
+                    "token_review": *review,
+                    "jti": identity.jti.clone().unwrap_or_default(),
+                    "credential": credential.as_str(),
+                    "via": via,
+                    "scope_asked": scope_asked.join(" "),
+                    "scope_granted": granted.join(" "),
+                    "token_jti": answer.token.jti,
+                    "offline": answer.refresh_token.is_some(),
+                }));
+                tracing::info!(decision = outcome, scope_granted = %granted.join(" "), "token granted");
             }
             Err(refusal) => {
                 let (outcome, reason, message) = match refusal {
@@ -258,15 +283,14 @@ impl TokenService {
                     Refusal::Unavailable { reason, message } => ("unavailable", *reason, message.as_str()),
                 };
                 self.metrics.decision(outcome, reason);
-                tracing::info!(
-                    target: "podpass_registry_auth::audit",
-                    decision = outcome,
-                    reason,
-                    why = message,
-                    via,
-                    scope_asked = %scope_asked.join(" "),
-                    "token refused"
-                );
+                self.audit(serde_json::json!({
+                    "decision": outcome,
+                    "reason": reason,
+                    "why": message,
+                    "via": via,
+                    "scope_asked": scope_asked.join(" "),
+                }));
+                tracing::info!(decision = outcome, reason, why = message, "token refused");
             }
         }
         result.map(|d| d.answer)
@@ -282,6 +306,9 @@ impl TokenService {
             )));
         }
         let (mut identity, credential, not_after) = self.identify(&request.grant, now).await?;
+        let span = tracing::Span::current();
+        span.record("issuer", identity.issuer.as_str());
+        span.record("service_account", format!("{}/{}", identity.namespace, identity.service_account.name).as_str());
         let proof = request.peer_node.clone().map_or(NodeProof::None, NodeProof::Certificate);
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;

@@ -7,6 +7,8 @@
 //! - [`tls_acceptor`]: a rustls server configuration from PEM files, optionally asking
 //!   for client certificates signed by a CA (mTLS, never required at the TLS layer: the
 //!   application decides what an unauthenticated peer may do).
+//! - [`audit`]: the one audit writer (JSON lines to a size-rotated file or standard out)
+//!   every server uses ([`AuditFlags`], kube-apiserver's flag names).
 //! - [`config`]: what every daemon's configuration shares — problems named by their flag
 //!   and reported at once ([`ConfigErrors`], exit [`EXIT_USAGE`]), flags parsed with the
 //!   daemon's own declarations ([`parse_flags`]).
@@ -14,10 +16,12 @@
 //!   clean-up of temporary files a killed writer left behind.
 
 mod accept;
+pub mod audit;
 pub mod config;
 pub mod durable;
 mod tls;
 
 pub use accept::{Peer, ServeLimits, accept_loop};
+pub use audit::{AuditFlags, AuditTarget, AuditWriter, RotatingFile};
 pub use config::{ConfigErrors, ConfigProblem, EXIT_USAGE, Problems, parse_flags};
 pub use tls::{TlsError, tls_acceptor};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use podpass_api::{Feature, FeatureGates, GoDuration};
-use podpass_serve::{ConfigErrors, Problems, ServeLimits};
+use podpass_serve::{AuditFlags, ConfigErrors, Problems, ServeLimits};
 use podpass_token::{SigningKey, TokenFeatures, VerificationKey};
 use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
@@ -66,9 +66,9 @@ pub struct ApiServerConfig {
     /// 2^32 s; 0: no maximum); longer requests are shortened.
     #[arg(long = "service-account-max-token-expiration")]
     pub max_token_expiration: Option<GoDuration>,
-    /// Append an audit.k8s.io/v1 event per request (Metadata level) to this file.
-    #[arg(long)]
-    pub audit_log_path: Option<PathBuf>,
+    /// The audit log: one audit.k8s.io/v1 event per request (Metadata level).
+    #[command(flatten)]
+    pub audit: AuditFlags,
     /// Issue the automounted 3607 s token with a one-year expiry and `warnafter` (upstream
     /// default).
     #[arg(long = "service-account-extend-token-expiration", default_value_t = true, action = clap::ArgAction::Set)]
@@ -232,10 +232,10 @@ impl ApiServerConfig {
         let serving = self.serving_tls(&mut problems, data_dir_ok);
         let token_file_path = self.token_auth_file.clone().unwrap_or_else(|| self.data_dir.join("tokens.csv"));
         let token_file = self.token_file(&mut problems, &token_file_path, data_dir_ok);
-        let audit = self
-            .audit_log_path
-            .as_ref()
-            .and_then(|p| problems.check_value("--audit-log-path", p.display(), audit::AuditLog::open(p)));
+        let audit =
+            self.audit.audit_log_path.as_ref().and_then(|p| {
+                problems.check_value("--audit-log-path", p.display(), audit::AuditLog::open(&self.audit))
+            });
         // etcd is connected to by `bind` (async); the embedded store is opened here, last,
         // so a configuration that fails elsewhere never creates it.
         let store: Option<Arc<dyn Store>> = if self.etcd_servers.is_empty() && problems.is_empty() {

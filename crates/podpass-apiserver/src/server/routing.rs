@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use podpass_token::documents::{JWKS_PATH, OPENID_CONFIG_PATH};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::audit::audit_time;
 use super::authn::{User, authenticate};
@@ -111,12 +112,21 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     let query: HashMap<String, String> =
         axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
     let verb = request_verb(&parts.method, api_path.as_ref(), &query);
+    // Every line logged while the request is handled carries what it is and who asked.
+    let span = tracing::info_span!(
+        "request",
+        verb = %verb,
+        resource = api_path.as_ref().map_or(path.as_str(), |p| p.resource.as_str()),
+        namespace = api_path.as_ref().and_then(|p| p.namespace.as_deref()).unwrap_or(""),
+        user = tracing::field::Empty,
+    );
     let mut audit_user = None;
     // `--request-timeout`: the whole request (body upload included) up to the response
     // head; a watch's stream is not bounded by it.
     let request_timeout = state.request_timeout;
     let handled = async {
         let user = identify(&state, &parts.headers).await?;
+        tracing::Span::current().record("user", user.name.as_str());
         audit_user = Some(user.clone());
         authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
@@ -132,7 +142,7 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         }
         dispatch(&state, &parts, &path, query.clone(), &body, &user).await
     };
-    let result = match tokio::time::timeout(request_timeout, handled).await {
+    let result = match tokio::time::timeout(request_timeout, handled.instrument(span)).await {
         Ok(result) => result,
         Err(_) => Err(StatusError::new(
             axum::http::StatusCode::GATEWAY_TIMEOUT,

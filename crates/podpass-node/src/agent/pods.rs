@@ -13,6 +13,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use crate::api::KubeTokenFetcher;
 use crate::credential::provider::BoxFuture;
@@ -153,8 +154,18 @@ impl PodLoop {
         match self.workers.get(uid) {
             Some(tx) if tx.send(work.clone()).is_ok() => {}
             _ => {
+                // Every line the worker logs carries the pod it works for.
+                let pod = match &work {
+                    Work::Sync(pod) | Work::TearDown { pod, .. } => pod,
+                };
+                let span = tracing::info_span!(
+                    "pod",
+                    namespace = pod.metadata.namespace.as_deref().unwrap_or(""),
+                    pod = pod.metadata.name.as_deref().unwrap_or(""),
+                    uid = %uid,
+                );
                 let (tx, rx) = watch::channel(work);
-                self.tasks.spawn(super::worker::run(self.shared.clone(), rx));
+                self.tasks.spawn(super::worker::run(self.shared.clone(), rx).instrument(span));
                 self.workers.insert(uid.to_owned(), tx);
             }
         }

@@ -20,7 +20,6 @@ use tokio::time::Instant;
 use super::events::{EventRecorder, field_path};
 use super::pods::ApiSources;
 use super::status::{ContainerOutcome, ContainerReport, VolumesOutcome, pod_status};
-use crate::PodRef;
 use crate::api::KubeServiceAccounts;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
@@ -161,7 +160,7 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
     let (out, skipped) = crate::api::pull_secrets(&shared.client, &ns, &names).await;
     let mut missing = Vec::new();
     for (name, e) in skipped {
-        tracing::warn!(pod = %PodRef::of(pod), secret = %name, error = %e, "unable to retrieve pull secret");
+        tracing::warn!(secret = %name, error = %e, "unable to retrieve pull secret");
         missing.push(name);
     }
     if !missing.is_empty() {
@@ -177,7 +176,7 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
 /// One sync; returns when the next is due (`None`: only on change).
 async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    tracing::debug!(pod = %PodRef::of(pod), "sync started");
+    tracing::debug!("sync started");
     let mut next: Option<Instant> = None;
     let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
 
@@ -185,7 +184,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
         match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter()).await {
             Ok(report) => {
                 if !report.written.is_empty() {
-                    tracing::info!(pod = %PodRef::of(pod), volumes = ?report.written, "volumes written");
+                    tracing::info!(volumes = ?report.written, "volumes written");
                 }
                 if let Some(at) = report.next_refresh {
                     // At least a second: the token manager draws its own jitter, so a due
@@ -201,7 +200,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
             Err(errors) => {
                 let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 let message = text.join("; ");
-                tracing::warn!(pod = %PodRef::of(pod), error = %message, "volume setup failed; retrying");
+                tracing::warn!(error = %message, "volume setup failed; retrying");
                 shared.events.record(pod, "", "Warning", "FailedMount", &message).await;
                 due(retry_at());
                 Err(message)
@@ -272,14 +271,14 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
         }
         match (&decision.error, &decision.image_ref) {
             (None, Some(image_ref)) => {
-                tracing::info!(pod = %PodRef::of(pod), container = %c.name, image, image_ref, pulled = decision.pulled, "image may be used");
+                tracing::info!(container = %c.name, image, image_ref, pulled = decision.pulled, "image may be used");
                 state.ready.insert(key, (image, image_ref.clone()));
                 report.outcome = ContainerOutcome::ImageReady { image_ref: image_ref.clone() };
             }
             (error, _) => {
                 let reason = error.map_or("ErrImagePull", |e| e.reason()).to_owned();
                 let message = decision.message.clone().unwrap_or_default();
-                tracing::warn!(pod = %PodRef::of(pod), container = %c.name, image, reason, message, "image may not be used");
+                tracing::warn!(container = %c.name, image, reason, message, "image may not be used");
                 report.outcome = ContainerOutcome::Failed { reason, message };
                 init_blocked |= *init;
                 due(retry_at());
@@ -297,7 +296,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
         match post_status(shared, pod, &status).await {
             Ok(()) => state.posted = Some(status),
             Err(e) => {
-                tracing::warn!(pod = %PodRef::of(pod), error = %e, "posting pod status failed; retrying");
+                tracing::warn!(error = %e, "posting pod status failed; retrying");
                 due(retry_at());
             }
         }
@@ -350,7 +349,7 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
     shared.images.forget_pod(&uid);
     shared.events.forget_pod(&uid);
     if let Err(e) = remove_pod_volumes(&shared.root, &uid).await {
-        tracing::warn!(pod = %PodRef::of(pod), error = %e, "removing volumes failed");
+        tracing::warn!(error = %e, "removing volumes failed");
         return;
     }
     if !confirm {
@@ -363,8 +362,8 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
         ..DeleteParams::default()
     };
     match Api::<Pod>::namespaced(shared.client.clone(), ns).delete(name, &params).await {
-        Ok(_) => tracing::info!(pod = %PodRef::of(pod), "pod torn down; deletion confirmed"),
+        Ok(_) => tracing::info!("pod torn down; deletion confirmed"),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => tracing::warn!(pod = %PodRef::of(pod), error = %e, "confirming the deletion failed"),
+        Err(e) => tracing::warn!(error = %e, "confirming the deletion failed"),
     }
 }

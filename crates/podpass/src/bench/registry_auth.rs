@@ -99,6 +99,8 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         format!("--issuer-ca={}", path(&data.join("pki/ca.crt"))),
         format!("--tls-cert-file={}", path(&data.join("pki/apiserver.crt"))),
         format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
+        // The audit costs what it costs in production, but off the terminal.
+        format!("--audit-log-path={}", path(&dir.join("audit.log"))),
     ])
     .context("registry-auth's flags")?;
     let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;

@@ -43,7 +43,7 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     out.say(&format!("       image {}  manifest {}", short(&pushed.image_id), short(&pushed.manifest_digest)));
 
     // 2. team-a's pod, no pull secret: pulled with its own identity.
-    let audit_from = audit(&r.auth_log).len();
+    let audit_from = audit(&r.auth_audit).len();
     let a = create_pod(r, "team-a", &image, "Always").await?;
     let pod = wait_pod(r, "team-a", |p| prepared(p) == Some("True") || refused(p).is_some()).await?;
     if let Some(why) = refused(&pod) {
@@ -51,7 +51,7 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     }
     let reasons = event_reasons(r, "team-a", "app").await?;
     ensure!(reasons.iter().any(|x| x == "Pulled"), "no Pulled event for team-a/app (events: {reasons:?})");
-    let grants: Vec<Value> = audit(&r.auth_log)[audit_from..]
+    let grants: Vec<Value> = audit(&r.auth_audit)[audit_from..]
         .iter()
         .filter(|l| l["service_account"] == "team-a/app" && l["decision"] == "granted")
         .cloned()
@@ -74,7 +74,7 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     ));
 
     // 3. team-b's pod on the same image: refused.
-    let audit_from = audit(&r.auth_log).len();
+    let audit_from = audit(&r.auth_audit).len();
     create_pod(r, "team-b", &image, "IfNotPresent").await?;
     let pod = wait_pod(r, "team-b", |p| prepared(p) == Some("True") || refused(p).is_some()).await?;
     let Some(why) = refused(&pod) else {
@@ -84,7 +84,7 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     out.say(&format!(
         "       the image is on {NODE}, but its pull record does not name team-b: team-b's own credentials must prove access"
     ));
-    let denied = audit(&r.auth_log)[audit_from..]
+    let denied = audit(&r.auth_audit)[audit_from..]
         .iter()
         .find(|l| l["service_account"] == "team-b/app" && l["decision"] != "granted")
         .cloned();
@@ -267,14 +267,12 @@ async fn event_reasons(r: &Running, ns: &str, pod: &str) -> Result<Vec<String>> 
         .unwrap_or_default())
 }
 
-/// registry-auth's audit decisions (the `fields` of its JSON log lines).
+/// registry-auth's audit decisions (its audit log: one JSON object per line).
 fn audit(log: &Path) -> Vec<Value> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|l| l["target"] == "podpass_registry_auth::audit")
-        .map(|l| l["fields"].clone())
         .collect()
 }
 

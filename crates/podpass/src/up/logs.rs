@@ -5,10 +5,8 @@
 //! come through pipes, whole lines at a time, so rotation never splits a line and never
 //! loses one.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -17,40 +15,12 @@ pub const MAX_LOG_BYTES: u64 = 32 * 1024 * 1024;
 /// Longest line kept whole; a longer one is written in pieces of this size.
 const MAX_LINE_BYTES: u64 = 1024 * 1024;
 
-/// An append-only log file rotated by size.
-#[derive(Debug)]
-pub struct RotatingLog {
-    path: PathBuf,
-    file: File,
-    size: u64,
-    max: u64,
-}
+/// A part's log: the shared size-rotated file with one old file kept (`<part>.log.1`).
+pub type RotatingLog = podpass_serve::RotatingFile;
 
-fn open_append(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)
-}
-
-impl RotatingLog {
-    /// Opens `path` for appending (creating it, 0600), rotating at `max` bytes.
-    pub fn open(path: &Path, max: u64) -> std::io::Result<Self> {
-        let file = open_append(path)?;
-        let size = file.metadata()?.len();
-        Ok(Self { path: path.to_path_buf(), file, size, max })
-    }
-
-    /// Appends `line`, first rotating when it would take the file past the bound.
-    pub fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
-        if self.size > 0 && self.size + line.len() as u64 > self.max {
-            let mut old = self.path.clone().into_os_string();
-            old.push(".1");
-            std::fs::rename(&self.path, &old)?;
-            self.file = open_append(&self.path)?;
-            self.size = 0;
-        }
-        self.file.write_all(line)?;
-        self.size += line.len() as u64;
-        Ok(())
-    }
+/// Opens a part's log for appending (creating it, 0600), rotating at `max` bytes.
+pub fn open(path: &Path, max: u64) -> std::io::Result<RotatingLog> {
+    RotatingLog::open(path, max, 1)
 }
 
 /// Copies `from` into `log` line by line until end of file, on a thread of its own (the
@@ -66,7 +36,7 @@ pub fn pump(from: impl Read + Send + 'static, log: Arc<Mutex<RotatingLog>>) -> s
                 Ok(_) => {
                     let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     if let Err(e) = log.write_line(&line) {
-                        eprintln!("podpass up: writing {}: {e}", log.path.display());
+                        eprintln!("podpass up: writing {}: {e}", log.path().display());
                     }
                 }
             }
@@ -83,10 +53,10 @@ mod tests {
     fn appends_across_opens_and_rotates_whole_lines_past_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("part.log");
-        let mut log = RotatingLog::open(&path, 20).unwrap();
+        let mut log = open(&path, 20).unwrap();
         log.write_line(b"first run\n").unwrap();
         drop(log);
-        let mut log = RotatingLog::open(&path, 20).unwrap();
+        let mut log = open(&path, 20).unwrap();
         log.write_line(b"second\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "first run\nsecond\n", "appended, not truncated");
         log.write_line(b"third line\n").unwrap();
@@ -103,7 +73,7 @@ mod tests {
     fn pump_copies_every_line_until_the_writer_closes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.log");
-        let log = Arc::new(Mutex::new(RotatingLog::open(&path, MAX_LOG_BYTES).unwrap()));
+        let log = Arc::new(Mutex::new(open(&path, MAX_LOG_BYTES).unwrap()));
         let data: &[u8] = b"a\nb\nno newline at the end";
         pump(data, log).unwrap().join().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb\nno newline at the end");

@@ -115,8 +115,8 @@ pub struct Running {
     auth_url: String,
     /// The node's root dir.
     node_root: PathBuf,
-    /// registry-auth's log (JSON lines: its audit).
-    auth_log: PathBuf,
+    /// registry-auth's audit log (one JSON decision per line).
+    auth_audit: PathBuf,
 }
 
 async fn up(args: UpArgs) -> Result<ExitCode> {
@@ -348,6 +348,9 @@ async fn start(
     // exchange token of a deleted service account) good until it expires.
     let reviewer = identity_kubeconfig(&l.data, &l.auth.join("reviewer.kubeconfig"), REVIEWER, &[])?;
     a.extend(["--token-review-kubeconfig".into(), path_str(&reviewer)]);
+    // Its audit in a file of its own (rotated by size), not mixed into its log.
+    let auth_audit = l.logs.join("registry-auth-audit.log");
+    a.extend(["--audit-log-path".into(), path_str(&auth_audit)]);
     let auth_log = l.logs.join("registry-auth.log");
     parts.spawn("registry-auth", &tools.podpass, &a, auth_log.clone())?;
     out.waiting("registry-auth", "the issuer's keys");
@@ -431,7 +434,7 @@ async fn start(
         registry_url: registry_url.to_owned(),
         auth_url,
         node_root: l.node.join("root"),
-        auth_log,
+        auth_audit,
     })
 }
 

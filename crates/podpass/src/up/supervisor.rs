@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use tokio::process::{Child, Command};
 
-use super::logs::{MAX_LOG_BYTES, RotatingLog, pump};
+use super::logs::{MAX_LOG_BYTES, open, pump};
 
 /// How long a part may take to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -44,7 +44,7 @@ impl Supervisor {
     /// Starts `program args` as the part `name`, appending its output to `log` (rotated by
     /// size, [`logs`](super::logs)) after a line marking this run's start.
     pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<()> {
-        let mut file = RotatingLog::open(&log, MAX_LOG_BYTES).with_context(|| format!("opening {}", log.display()))?;
+        let mut file = open(&log, MAX_LOG_BYTES).with_context(|| format!("opening {}", log.display()))?;
         let now = jiff::Timestamp::now();
         file.write_line(format!("--- podpass up: {name} started {now} ---\n").as_bytes())
             .with_context(|| format!("writing {}", log.display()))?;
