@@ -30,14 +30,31 @@ pub enum ApiClientError {
         /// Why.
         reason: String,
     },
-    /// A request failed.
-    #[error("{0}")]
-    Request(String),
+    /// A request for `object` failed; the message is the API's own (its `Status` message
+    /// when there is one), and the client's error is kept as the source.
+    #[error("{object}: {}", RequestError::from(source))]
+    Request {
+        /// What was asked for (`pod team/web`).
+        object: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An object could not be encoded as a manifest.
+    #[error("encoding {object}: {source}")]
+    Encode {
+        /// Which.
+        object: String,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
-/// The API's own message for a failed request (the `Status` message when there is one).
-fn message(e: &kube::Error) -> String {
-    RequestError::from(e).to_string()
+impl ApiClientError {
+    fn request(object: String) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Self::Request { object, source }
+    }
 }
 
 /// A request to the API server failed.
@@ -106,7 +123,7 @@ pub async fn get_pod(client: &kube::Client, namespace: &str, name: &str) -> Resu
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiClientError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+        .map_err(ApiClientError::request(format!("pod {namespace}/{name}")))?;
     let spec = pod.spec.unwrap_or_default();
     Ok(PodInfo {
         identity: PodIdentity {
@@ -143,7 +160,7 @@ pub async fn get_pod_containers(
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiClientError::Request(format!("pod {namespace}/{name}: {}", message(&e))))?;
+        .map_err(ApiClientError::request(format!("pod {namespace}/{name}")))?;
     let spec = pod.spec.unwrap_or_default();
     let status = pod.status.unwrap_or_default();
     let waiting = |name: &str, statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
@@ -176,10 +193,11 @@ pub async fn get_secret_manifest(
     let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), namespace)
         .get(name)
         .await
-        .map_err(|e| ApiClientError::Request(format!("secret {namespace}/{name}: {}", message(&e))))?;
-    let mut value = serde_json::to_value(&secret).map_err(|e| ApiClientError::Request(e.to_string()))?;
+        .map_err(ApiClientError::request(format!("secret {namespace}/{name}")))?;
+    let encode = |source| ApiClientError::Encode { object: format!("secret {namespace}/{name}"), source };
+    let mut value = serde_json::to_value(&secret).map_err(encode)?;
     value["kind"] = "Secret".into();
-    serde_json::to_vec(&value).map_err(|e| ApiClientError::Request(e.to_string()))
+    serde_json::to_vec(&value).map_err(encode)
 }
 
 /// The pull secrets `names` of a pod in `namespace`, as the kubelet reads them

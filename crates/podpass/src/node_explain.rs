@@ -14,7 +14,7 @@ use podpass_node::credential::{
     CredentialSource, Lookup, PluginProvider, ProviderReport, ServiceAccountSource, lookup,
 };
 use podpass_node::images::{
-    Backend, CheckResult, ImageService, PolicyEnforcer, PullManager, PullPolicy, RecordStore, assembly, pod_credentials,
+    Backend, ImageService, PolicyEnforcer, PullManager, PullPolicy, PullVerdict, RecordStore, assembly, pod_credentials,
 };
 use serde_json::{Value, json};
 
@@ -121,8 +121,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             }
             _ => None,
         };
-        let (usable, decision) =
-            decide(policy, present.is_some(), check.as_ref().map(|(must, result, _)| (*must, *result)), &found);
+        let (usable, decision) = decide(policy, present.is_some(), check.as_ref().map(PullVerdict::must_pull), &found);
         reports.push(json!({
             "container": c.name,
             "init": c.init,
@@ -134,11 +133,11 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             "verification": {
                 "policy": format!("{:?}", pull_manager.as_ref().map(|pm| pm.policy().policy()).unwrap_or_default()),
                 "enabled": verify,
-                "result": check.as_ref().map(|(_, r, _)| format!("{r:?}")),
-                "mustPull": check.as_ref().map(|(m, _, _)| *m),
-                "why": check.as_ref().map(|(m, r, _)| {
-                    let mut why = verdict(*m, *r, record.is_some());
-                    if a.no_exec && *m && providers.iter().any(|p| p.matches(&image)) {
+                "result": check.as_ref().and_then(PullVerdict::check_result).map(|r| format!("{r:?}")),
+                "mustPull": check.as_ref().map(PullVerdict::must_pull),
+                "why": check.as_ref().map(|v| {
+                    let mut why = verdict(v, record.is_some());
+                    if a.no_exec && v.must_pull() && providers.iter().any(|p| p.matches(&image)) {
                         why.push_str(" (--no-exec: what a provider would have answered is unknown, so this counts the pull secrets alone)");
                     }
                     why
@@ -175,21 +174,28 @@ fn not_run(p: &PluginProvider, image: &str) -> ProviderReport {
 }
 
 /// The verification's outcome in words.
-fn verdict(must: bool, result: CheckResult, has_record: bool) -> String {
-    match (must, result) {
-        (false, CheckResult::credentialPolicyAllowed) => {
+fn verdict(verdict: &PullVerdict, has_record: bool) -> String {
+    match verdict {
+        PullVerdict::PolicyAllowed => {
             "the policy needs no verification for this image (preloaded or allowlisted)".into()
         }
-        (false, _) => "this pod's credentials are on the record (or it is usable by every pod): no pull needed".into(),
-        (true, CheckResult::error) => "the records could not be read: fail safe, the pod must pull".into(),
-        (true, _) if !has_record => "no pull record of this image: the pod must pull to prove access".into(),
-        (true, _) => "the record does not name this pod's credentials: the pod must pull to prove access".into(),
+        PullVerdict::RecordFound => {
+            "this pod's credentials are on the record (or it is usable by every pod): no pull needed".into()
+        }
+        PullVerdict::Error(_) => "the records could not be read: fail safe, the pod must pull".into(),
+        PullVerdict::NotPresent => "the image is not on the node: the pod must pull".into(),
+        PullVerdict::MustAuthenticate if !has_record => {
+            "no pull record of this image: the pod must pull to prove access".into()
+        }
+        PullVerdict::MustAuthenticate => {
+            "the record does not name this pod's credentials: the pod must pull to prove access".into()
+        }
     }
 }
 
 /// The kubelet's decision (`EnsureImageExists`): whether the pod may use the image without
 /// a pull, and what happens.
-fn decide(policy: PullPolicy, present: bool, check: Option<(bool, CheckResult)>, found: &Lookup) -> (bool, String) {
+fn decide(policy: PullPolicy, present: bool, must_pull: Option<bool>, found: &Lookup) -> (bool, String) {
     let with = if found.credentials.is_empty() {
         "anonymously (no credentials found)".to_owned()
     } else {
@@ -200,9 +206,7 @@ fn decide(policy: PullPolicy, present: bool, check: Option<(bool, CheckResult)>,
         )
     };
     match policy {
-        PullPolicy::Never if present && check.is_none_or(|(must, _)| !must) => {
-            (true, "use the present image (Never pulls)".into())
-        }
+        PullPolicy::Never if present && must_pull != Some(true) => (true, "use the present image (Never pulls)".into()),
         PullPolicy::Never if present => (
             false,
             "ErrImageNeverPull: the image is present but this pod must prove access, and the policy is Never".into(),
@@ -212,10 +216,8 @@ fn decide(policy: PullPolicy, present: bool, check: Option<(bool, CheckResult)>,
         PullPolicy::IfNotPresent if !present => {
             (false, format!("pull (absent), {with}; the pod uses the image only if it succeeds"))
         }
-        PullPolicy::IfNotPresent => match check {
-            Some((true, _)) => {
-                (false, format!("pull to prove access, {with}; the pod uses the image only if it succeeds"))
-            }
+        PullPolicy::IfNotPresent => match must_pull {
+            Some(true) => (false, format!("pull to prove access, {with}; the pod uses the image only if it succeeds")),
             _ => (true, "use the present image without pulling".into()),
         },
     }

@@ -105,7 +105,9 @@ impl From<crate::store::StoreError> for StatusError {
             E::Gone { .. } => Self::new(StatusCode::GONE, "Expired", message),
             E::TooLargeResourceVersion { .. } => Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message),
             E::Invalid(_) => Self::bad_request(message),
-            E::Backend(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message),
+            E::Backend { .. } | E::Unavailable(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", message)
+            }
         }
     }
 }

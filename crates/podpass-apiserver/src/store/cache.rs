@@ -182,7 +182,7 @@ impl Drop for CachedStore {
 
 /// A poisoned lock means a panic while applying a change: the cache cannot be trusted.
 fn poisoned() -> StoreError {
-    StoreError::Backend("watch cache: state lock poisoned".into())
+    StoreError::Unavailable("watch cache: state lock poisoned".into())
 }
 
 impl CachedStore {
@@ -209,7 +209,7 @@ impl CachedStore {
         match filled_rx.await {
             Ok(Ok(())) => Ok(store),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(StoreError::Backend("watch cache: stopped before it was filled".into())),
+            Err(_) => Err(StoreError::Unavailable("watch cache: stopped before it was filled".into())),
         }
     }
 
@@ -217,8 +217,8 @@ impl CachedStore {
     /// shared by every reader waiting when one starts).
     async fn current_revision(&self) -> Result<u64, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.revisions.send(tx).await.map_err(|_| StoreError::Backend("watch cache: stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Backend("watch cache: stopped".into()))?
+        self.revisions.send(tx).await.map_err(|_| StoreError::Unavailable("watch cache: stopped".into()))?;
+        rx.await.map_err(|_| StoreError::Unavailable("watch cache: stopped".into()))?
     }
 
     /// Waits until the cache has applied `revision`; false after `limit` or while the
@@ -449,13 +449,13 @@ async fn sync_and_follow(
     let mut stream = watch_client.watch("/registry/", Some(options)).await.map_err(backend)?;
     loop {
         let Some(message) = stream.message().await.map_err(backend)? else {
-            return Err(StoreError::Backend("etcd: watch ended".into()));
+            return Err(StoreError::Unavailable("etcd: watch ended".into()));
         };
         if message.compact_revision() > 0 {
-            return Err(StoreError::Backend(format!("etcd: watch compacted at {}", message.compact_revision())));
+            return Err(StoreError::Unavailable(format!("etcd: watch compacted at {}", message.compact_revision())));
         }
         if message.canceled() {
-            return Err(StoreError::Backend(format!("etcd: watch canceled: {}", message.cancel_reason())));
+            return Err(StoreError::Unavailable(format!("etcd: watch canceled: {}", message.cancel_reason())));
         }
         let mut last = None;
         for event in message.events() {
@@ -621,7 +621,7 @@ impl Store for CachedStore {
             let (backlog, last, live) = {
                 let state = self.shared.state.read().map_err(|_| poisoned())?;
                 if !state.synced {
-                    return Err(StoreError::Backend("watch cache: relisting from etcd".into()));
+                    return Err(StoreError::Unavailable("watch cache: relisting from etcd".into()));
                 }
                 let live = state.changes.subscribe();
                 let backlog: Vec<WatchEvent> = match from {

@@ -72,8 +72,8 @@ impl std::fmt::Debug for EmbeddedObjectStore {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::backend("redb", e)
 }
 
 enum Op {
@@ -90,12 +90,12 @@ impl EmbeddedObjectStore {
 
     /// Opens the store keeping `history` revisions of change log for watches.
     pub fn open_with_history(path: &Path, history: u64) -> Result<Self, StoreError> {
-        let db = Database::create(path).map_err(|e| StoreError::Backend(format!("opening {}: {e}", path.display())))?;
+        let db = Database::create(path).map_err(|e| StoreError::backend(format!("opening {}", path.display()), e))?;
         // Every Secret of the cluster is in this file: the owner's only, whatever the umask.
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| StoreError::Backend(format!("chmod 600 {}: {e}", path.display())))?;
+                .map_err(|e| StoreError::backend(format!("chmod 600 {}", path.display()), e))?;
         }
         // Create the tables so that readers never meet a missing table.
         let txn = db.begin_write().map_err(backend)?;
@@ -131,9 +131,7 @@ impl EmbeddedObjectStore {
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .map_err(|e| StoreError::Backend(format!("store task: {e}")))?
+        tokio::task::spawn_blocking(move || f(&inner)).await.map_err(|e| StoreError::backend("store task", e))?
     }
 }
 
@@ -152,7 +150,7 @@ fn load_latest(db: &Database) -> Result<HashMap<String, Arc<Stored>>, StoreError
 
 fn decode(key: &str, revision: u64, bytes: &[u8]) -> Result<Value, StoreError> {
     let object: Value =
-        serde_json::from_slice(bytes).map_err(|e| StoreError::Backend(format!("corrupt object at {key}: {e}")))?;
+        serde_json::from_slice(bytes).map_err(|e| StoreError::backend(format!("corrupt object at {key}"), e))?;
     Ok(with_resource_version(object, revision))
 }
 

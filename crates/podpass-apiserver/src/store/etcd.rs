@@ -36,8 +36,8 @@ impl std::fmt::Debug for EtcdStore {
     }
 }
 
-pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("etcd: {e}"))
+pub(super) fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::backend("etcd", e)
 }
 
 pub(super) fn revision_of(rev: i64) -> u64 {
@@ -46,7 +46,7 @@ pub(super) fn revision_of(rev: i64) -> u64 {
 
 fn decode(kv: &KeyValue, revision: u64) -> Result<Value, StoreError> {
     let object: Value = serde_json::from_slice(kv.value())
-        .map_err(|e| StoreError::Backend(format!("corrupt object at {}: {e}", String::from_utf8_lossy(kv.key()))))?;
+        .map_err(|e| StoreError::backend(format!("corrupt object at {}", String::from_utf8_lossy(kv.key())), e))?;
     Ok(with_resource_version(object, revision))
 }
 

@@ -265,9 +265,52 @@ pub enum StoreError {
     /// The object is not one the store can hold (HTTP 400/500 depending on the caller).
     #[error("invalid object: {0}")]
     Invalid(String),
-    /// The backend failed (HTTP 500/503).
+    /// The backend failed (HTTP 503): what was being done, and the backend's own error
+    /// (redb's, etcd's, the decoder's), kept for its chain.
+    #[error("storage error: {context}: {source}")]
+    Backend {
+        /// What was being done (`etcd`, `opening /var/lib/…/store.redb`, …).
+        context: String,
+        /// The backend's error.
+        #[source]
+        source: BackendError,
+    },
+    /// The store cannot serve right now: its watch ended, its cache stopped or is being
+    /// refilled (HTTP 503).
     #[error("storage error: {0}")]
-    Backend(String),
+    Unavailable(String),
+}
+
+/// A storage backend's own error, kept whole (its own chain included) and shareable, so
+/// that a [`StoreError`] stays `Clone` and comparable (by message).
+#[derive(Debug, Clone)]
+pub struct BackendError(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for BackendError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for BackendError {}
+
+impl StoreError {
+    /// The backend failed while doing `context`.
+    pub fn backend(context: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Backend { context: context.into(), source: BackendError(std::sync::Arc::from(source.into())) }
+    }
 }
 
 /// The storage interface of the API server.
@@ -486,6 +529,16 @@ pub fn depth(value: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backend_error_keeps_its_cause_for_the_chain() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let e = StoreError::backend("opening /x/store.redb", io);
+        assert_eq!(e.to_string(), "storage error: opening /x/store.redb: denied");
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("denied"), "the cause is the error's source");
+        assert_eq!(e.clone(), e, "still Clone and comparable");
+    }
 
     #[test]
     fn resource_versions_ask_for_upstreams_freshness() {

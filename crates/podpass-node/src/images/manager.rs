@@ -15,10 +15,10 @@ use serde::Serialize;
 use tokio::sync::{OnceCell, Semaphore};
 
 use super::backoff::Backoff;
-use super::pull_manager::{PodCredentials, PullManager};
+use super::pull_manager::{PodCredentials, PullManager, PullVerdict};
 use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
 use super::reference::apply_default_tag;
-use super::service::{ImageService, PullAuth};
+use super::service::{ImageError, ImageService, PullAuth};
 use crate::credential::{CredentialSource, Lookup, TrackedAuth};
 
 /// A container's `imagePullPolicy`.
@@ -160,6 +160,28 @@ pub struct EnsureLabels {
     pub present_locally: &'static str,
     /// `true|false|unknown`.
     pub pull_required: &'static str,
+}
+
+/// What one EnsureImageExists saw, for `kubelet_imagemanager_ensure_image_requests_total`
+/// (`None`: it ended before knowing).
+#[derive(Debug, Default, Clone, Copy)]
+struct Observed {
+    present_locally: Option<bool>,
+    pull_required: Option<bool>,
+}
+
+/// Whether a pod may use an image that is on the node.
+#[derive(Debug)]
+enum PresentImageUse {
+    /// Yes: with no records kept (`checked` false), or the records allow this pod.
+    Use {
+        /// Whether the pull records were consulted.
+        checked: bool,
+    },
+    /// No: it must pull to prove access.
+    ProveAccess,
+    /// The check failed (fail safe: no use; the pod sees the error).
+    CheckFailed(String),
 }
 
 fn tri(v: Option<bool>) -> &'static str {
@@ -375,28 +397,27 @@ impl<S: ImageService + 'static> ImageManager<S> {
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
     ) -> EnsureOutcome {
-        let mut present = None;
-        let mut required = None;
-        let d = self.ensure(backoff_key, image, policy, credentials, &mut present, &mut required).await;
+        let (outcome, seen) = self.ensure(backoff_key, image, policy, credentials).await;
         self.requests
             .get_or_create(&EnsureLabels {
                 pull_policy: policy.label(),
-                present_locally: tri(present),
-                pull_required: tri(required),
+                present_locally: tri(seen.present_locally),
+                pull_required: tri(seen.pull_required),
             })
             .inc();
-        d
+        outcome
     }
 
+    /// EnsureImageExists in its steps: the image's name (default tag), whether it is on the
+    /// node, whether this pod may use it as it is, and otherwise the pull.
     async fn ensure(
         &self,
         backoff_key: Option<String>,
         requested: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
-        present_out: &mut Option<bool>,
-        required_out: &mut Option<bool>,
-    ) -> EnsureOutcome {
+    ) -> (EnsureOutcome, Observed) {
+        let mut seen = Observed::default();
         let mut d = EnsureOutcome { image: requested.to_owned(), pull_policy: policy.api_name(), ..Default::default() };
         let image = match apply_default_tag(requested) {
             Ok(i) => i,
@@ -404,63 +425,89 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 let msg = format!(
                     "Failed to apply default image tag {requested:?}: couldn't parse image reference {requested:?}: {e}"
                 );
-                return fail(d, "InspectFailed", EnsureError::InvalidImageName, msg);
+                return (fail(d, "InspectFailed", EnsureError::InvalidImageName, msg), seen);
             }
         };
         d.image = image.clone();
-        let image_ref = if policy == PullPolicy::Always {
-            String::new()
-        } else {
-            match self.service.image_status(&image).await {
-                Ok(found) => found.map(|i| i.id).unwrap_or_default(),
-                Err(e) => {
-                    let msg = format!("Failed to inspect image {requested:?}: {e}");
-                    return fail(d, "InspectFailed", EnsureError::ImageInspectError, msg);
-                }
+        let image_ref = match self.present_image_ref(&image, policy).await {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!("Failed to inspect image {requested:?}: {e}");
+                return (fail(d, "InspectFailed", EnsureError::ImageInspectError, msg), seen);
             }
         };
         d.present = !image_ref.is_empty();
         if policy != PullPolicy::Always {
-            *present_out = Some(d.present);
+            seen.present_locally = Some(d.present);
         }
-        let never_msg = format!("Container image {requested:?} is not present with pull policy of Never");
-        let mut must_pull = match policy {
+        let wants_pull = match policy {
             PullPolicy::Always => true,
             PullPolicy::IfNotPresent => !d.present,
             PullPolicy::Never => false,
         };
-        if !must_pull && d.present {
-            let Some(pm) = self.pull_manager.clone() else {
-                *required_out = Some(false);
-                d.image_ref = Some(image_ref);
-                d.events.push(normal("Pulled", format!("Container image {requested:?} already present on machine")));
-                return d;
-            };
-            let (verify, err) = must_attempt(pm, &image, &image_ref, credentials.clone()).await;
-            if let Some(e) = err {
-                *required_out = Some(true);
-                d.must_pull = true;
-                return fail(d, "Failed", EnsureError::ErrImagePull, e);
+        let must_pull = if !wants_pull && d.present {
+            match self.use_present(&image, &image_ref, &credentials).await {
+                PresentImageUse::Use { checked } => {
+                    seen.pull_required = Some(false);
+                    d.image_ref = Some(image_ref);
+                    let accessible = if checked { " and can be accessed by the pod" } else { "" };
+                    let message = format!("Container image {requested:?} already present on machine{accessible}");
+                    d.events.push(normal("Pulled", message));
+                    return (d, seen);
+                }
+                PresentImageUse::CheckFailed(e) => {
+                    seen.pull_required = Some(true);
+                    d.must_pull = true;
+                    return (fail(d, "Failed", EnsureError::ErrImagePull, e), seen);
+                }
+                PresentImageUse::ProveAccess => true,
             }
-            if !verify {
-                *required_out = Some(false);
-                d.image_ref = Some(image_ref);
-                d.events.push(normal(
-                    "Pulled",
-                    format!("Container image {requested:?} already present on machine and can be accessed by the pod"),
-                ));
-                return d;
-            }
-            must_pull = true;
-        }
-        *required_out = Some(must_pull);
+        } else {
+            wants_pull
+        };
+        seen.pull_required = Some(must_pull);
         d.must_pull = must_pull;
         if !must_pull || policy == PullPolicy::Never {
             // Also when the image is present but this pod may not use it: the message does
             // not reveal that it exists.
             d.must_pull = d.present;
-            return fail_with(d, "Warning", "ErrImageNeverPull", EnsureError::ErrImageNeverPull, never_msg);
+            let never_msg = format!("Container image {requested:?} is not present with pull policy of Never");
+            return (fail_with(d, "Warning", "ErrImageNeverPull", EnsureError::ErrImageNeverPull, never_msg), seen);
         }
+        (self.pull(d, backoff_key, requested, image, credentials).await, seen)
+    }
+
+    /// The image ID on the node (empty: absent; never looked up for `Always`).
+    async fn present_image_ref(&self, image: &str, policy: PullPolicy) -> Result<String, ImageError> {
+        if policy == PullPolicy::Always {
+            return Ok(String::new());
+        }
+        Ok(self.service.image_status(image).await?.map(|i| i.id).unwrap_or_default())
+    }
+
+    /// Whether this pod may use the present image without pulling (MustAttemptImagePull,
+    /// when pull records are kept).
+    async fn use_present(&self, image: &str, image_ref: &str, credentials: &Arc<LazyLookup>) -> PresentImageUse {
+        let Some(pm) = self.pull_manager.clone() else {
+            return PresentImageUse::Use { checked: false };
+        };
+        let verdict = must_attempt(pm, image, image_ref, credentials.clone()).await;
+        if let Some(e) = verdict.error() {
+            return PresentImageUse::CheckFailed(e.to_owned());
+        }
+        if verdict.must_pull() { PresentImageUse::ProveAccess } else { PresentImageUse::Use { checked: true } }
+    }
+
+    /// The pull: intent recorded, the pod's back-off honoured, each credential tried in
+    /// order, the pulled record written.
+    async fn pull(
+        &self,
+        mut d: EnsureOutcome,
+        backoff_key: Option<String>,
+        requested: &str,
+        image: String,
+        credentials: Arc<LazyLookup>,
+    ) -> EnsureOutcome {
         if let Some(pm) = &self.pull_manager {
             let (pm, img) = (pm.clone(), image.clone());
             let r = tokio::task::spawn_blocking(move || pm.record_pull_intent(&img))
@@ -589,12 +636,7 @@ pub async fn pull_with_credentials<S: ImageService>(
     Err(if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) })
 }
 
-async fn must_attempt(
-    pm: Arc<PullManager>,
-    image: &str,
-    image_ref: &str,
-    credentials: Arc<LazyLookup>,
-) -> (bool, Option<String>) {
+async fn must_attempt(pm: Arc<PullManager>, image: &str, image_ref: &str, credentials: Arc<LazyLookup>) -> PullVerdict {
     let handle = tokio::runtime::Handle::current();
     let (image, image_ref) = (image.to_owned(), image_ref.to_owned());
     tokio::task::spawn_blocking(move || {
@@ -604,7 +646,7 @@ async fn must_attempt(
         })
     })
     .await
-    .unwrap_or_else(|e| (true, Some(e.to_string())))
+    .unwrap_or_else(|e| PullVerdict::Error(Some(e.to_string())))
 }
 
 fn normal(reason: &'static str, message: String) -> Event {

@@ -37,8 +37,8 @@ pub use mem_records::{MAX_INTENTS, MAX_PULLED};
 pub use policy::{AllowlistError, PolicyEnforcer, VerificationPolicy};
 pub use progress::{BlobInfo, BlobKind, PullObserver, PullProgress};
 pub use pull_manager::{
-    CheckLabels, CheckResult, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager, PullRecordError, merge_credentials,
-    rfc3339_now,
+    CheckLabels, CheckResult, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager, PullRecordError, PullVerdict,
+    merge_credentials, rfc3339_now,
 };
 pub use records::{
     API_VERSION, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord,

@@ -70,6 +70,52 @@ pub enum CheckResult {
     error,
 }
 
+/// What MustAttemptImagePull concluded about a pod using an image: use it as it is, or
+/// pull it (to prove access, or because it is not there), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullVerdict {
+    /// Use it: the verification policy does not verify this image (preloaded or
+    /// allowlisted) — `credentialPolicyAllowed`.
+    PolicyAllowed,
+    /// Use it: the pod's credentials (or access for every pod) are on the record —
+    /// `credentialRecordFound`.
+    RecordFound,
+    /// Pull: the image is not on the node (no image ref); nothing was checked or counted.
+    NotPresent,
+    /// Pull: nothing on record proves this pod may use it — `mustAuthenticate`.
+    MustAuthenticate,
+    /// Pull, failing safe: the records could not be read, or the pod's credentials could not
+    /// be resolved (the reason, when there is one the pod should see) — `error`.
+    Error(Option<String>),
+}
+
+impl PullVerdict {
+    /// Whether the pod must pull before it may use the image.
+    pub fn must_pull(&self) -> bool {
+        !matches!(self, Self::PolicyAllowed | Self::RecordFound)
+    }
+
+    /// The `result` label of `kubelet_imagemanager_image_pull_checks_total` (none when
+    /// nothing was checked).
+    pub fn check_result(&self) -> Option<CheckResult> {
+        Some(match self {
+            Self::PolicyAllowed => CheckResult::credentialPolicyAllowed,
+            Self::RecordFound => CheckResult::credentialRecordFound,
+            Self::NotPresent => return None,
+            Self::MustAuthenticate => CheckResult::mustAuthenticate,
+            Self::Error(_) => CheckResult::error,
+        })
+    }
+
+    /// The error the pod should see, if the check failed with one.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Self::Error(e) => e.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// A pull intent or record could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum PullRecordError {
@@ -406,13 +452,15 @@ impl PullManager {
         image: &str,
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
-    ) -> (bool, Option<String>) {
+    ) -> PullVerdict {
         if image_ref.is_empty() {
-            return (true, None);
+            return PullVerdict::NotPresent;
         }
-        let (answer, result, error) = self.decide(image, image_ref, pod_credentials, true);
-        self.checks.get_or_create(&CheckLabels { result }).inc();
-        (answer, error)
+        let verdict = self.decide(image, image_ref, pod_credentials, true);
+        if let Some(result) = verdict.check_result() {
+            self.checks.get_or_create(&CheckLabels { result }).inc();
+        }
+        verdict
     }
 
     /// [`PullManager::must_attempt_image_pull`] for an explanation: the same decision and
@@ -423,7 +471,7 @@ impl PullManager {
         image: &str,
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
-    ) -> (bool, CheckResult, Option<String>) {
+    ) -> PullVerdict {
         self.decide(image, image_ref, pod_credentials, false)
     }
 
@@ -443,31 +491,31 @@ impl PullManager {
         image_ref: &str,
         pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
         update: bool,
-    ) -> (bool, CheckResult, Option<String>) {
+    ) -> PullVerdict {
         let (pulled_by_node, record) = match self.pulled_by_node(image, image_ref) {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(image, error = %e, "Unable to access cache records about image pulls");
-                return (true, CheckResult::error, None);
+                return PullVerdict::Error(None);
             }
         };
         if !self.policy.requires_verification(image, pulled_by_node) {
-            return (false, CheckResult::credentialPolicyAllowed, None);
+            return PullVerdict::PolicyAllowed;
         }
-        let Some(record) = record else { return (true, CheckResult::mustAuthenticate, None) };
-        let Ok(name) = normalized_name(image) else { return (true, CheckResult::error, None) };
+        let Some(record) = record else { return PullVerdict::MustAuthenticate };
+        let Ok(name) = normalized_name(image) else { return PullVerdict::Error(None) };
         let Some(entry) = record.credential_mapping.get(&name) else {
-            return (true, CheckResult::mustAuthenticate, None);
+            return PullVerdict::MustAuthenticate;
         };
         if entry.node_pods_accessible {
-            return (false, CheckResult::credentialRecordFound, None);
+            return PullVerdict::RecordFound;
         }
         if entry.kubernetes_secrets.is_empty() && entry.kubernetes_service_accounts.is_empty() {
-            return (true, CheckResult::mustAuthenticate, None);
+            return PullVerdict::MustAuthenticate;
         }
         let pod = match pod_credentials() {
             Ok(p) => p,
-            Err(e) => return (true, CheckResult::error, Some(e)),
+            Err(e) => return PullVerdict::Error(Some(e)),
         };
         let room = entry.kubernetes_secrets.len() < MAX_SECRETS_PER_IMAGE;
         for secret in &pod.secrets {
@@ -493,16 +541,16 @@ impl PullManager {
                             }
                         }
                     }
-                    return (false, CheckResult::credentialRecordFound, None);
+                    return PullVerdict::RecordFound;
                 }
             }
         }
         if let Some(sa) = &pod.service_account
             && entry.kubernetes_service_accounts.contains(sa)
         {
-            return (false, CheckResult::credentialRecordFound, None);
+            return PullVerdict::RecordFound;
         }
-        (true, CheckResult::mustAuthenticate, None)
+        PullVerdict::MustAuthenticate
     }
 }
 
@@ -510,6 +558,13 @@ impl PullManager {
 mod tests {
     use super::*;
     use crate::images::policy::VerificationPolicy;
+
+    /// The tables below state (must pull, error shown) pairs.
+    impl PartialEq<(bool, Option<String>)> for PullVerdict {
+        fn eq(&self, (must, error): &(bool, Option<String>)) -> bool {
+            self.must_pull() == *must && self.error() == error.as_deref()
+        }
+    }
 
     fn secret(name: &str, hash: &str) -> ImagePullSecret {
         ImagePullSecret {
@@ -662,18 +717,16 @@ mod tests {
         let before = m.pulled_record("sha256:x").unwrap().unwrap();
         let rotated = || Ok(PodCredentials { secrets: vec![secret("s", "h2")], service_account: None });
         // Same coordinates, new hash: allowed, and the real check would remember the hash.
-        let (must, result, _) = m.explain_check("a.io/x:1", "sha256:x", rotated);
-        assert!(!must);
-        assert_eq!(result, CheckResult::credentialRecordFound);
+        assert_eq!(m.explain_check("a.io/x:1", "sha256:x", rotated), PullVerdict::RecordFound);
         assert_eq!(m.pulled_record("sha256:x").unwrap().unwrap(), before, "explain wrote nothing");
+        let result = CheckResult::credentialRecordFound;
         assert_eq!(m.checks.get_or_create(&CheckLabels { result }).get(), 0, "explain counted nothing");
-        let (must, _) = m.must_attempt_image_pull("a.io/x:1", "sha256:x", rotated);
-        assert!(!must);
+        assert!(!m.must_attempt_image_pull("a.io/x:1", "sha256:x", rotated).must_pull());
         let after = m.pulled_record("sha256:x").unwrap().unwrap();
         assert_ne!(after, before, "the real check remembered the new hash");
-        let (must, result, _) = m.explain_check("a.io/x:1", "sha256:x", || Ok(PodCredentials::default()));
-        assert!(must);
-        assert_eq!(result, CheckResult::mustAuthenticate);
+        let verdict = m.explain_check("a.io/x:1", "sha256:x", || Ok(PodCredentials::default()));
+        assert!(verdict.must_pull());
+        assert_eq!(verdict.check_result(), Some(CheckResult::mustAuthenticate));
     }
 
     #[test]

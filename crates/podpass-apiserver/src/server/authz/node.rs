@@ -24,7 +24,7 @@ fn no_relationship(node: &str) -> AuthorizationDecision {
 /// Pods bound to `node` in `namespace`.
 async fn pods_on(store: &dyn Store, node: &str, namespace: &str) -> Result<Vec<Value>, StoreError> {
     let fields =
-        FieldSelector::parse(&format!("spec.nodeName={node}")).map_err(|e| StoreError::Backend(e.to_string()))?;
+        FieldSelector::parse(&format!("spec.nodeName={node}")).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let options = ListOptions { fields, ..Default::default() };
     Ok(store.list("pods", Some(namespace), &options).await?.items)
 }

@@ -204,7 +204,7 @@ impl RbacIndex {
 }
 
 fn poisoned() -> StoreError {
-    StoreError::Backend("RBAC index: lock poisoned".into())
+    StoreError::Unavailable("RBAC index: lock poisoned".into())
 }
 
 #[cfg(test)]
