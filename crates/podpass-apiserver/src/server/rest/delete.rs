@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use super::dry_run::Write;
 use super::resources::Resource;
 use super::{after_rbac_write, json_response, key, lifecycle};
 use crate::field::Field;
@@ -102,6 +103,7 @@ pub(super) async fn delete(
     name: &str,
     query: &HashMap<String, String>,
     body: &[u8],
+    write: Write,
 ) -> Result<Response, StatusError> {
     let k = key(res, ns, name);
     let preconditions = Preconditions::from_body(body);
@@ -109,6 +111,9 @@ pub(super) async fn delete(
     loop {
         let current = state.store.get(&k).await?;
         preconditions.check(res, name, &current)?;
+        if write.is_dry_run() {
+            return Ok(json_response(StatusCode::OK, dry_run_deletion(res, name, query, body, current)?));
+        }
         match delete_current(state, res, name, &k, query, body, current).await {
             // Someone else wrote in between (a node posting status, a controller): without
             // preconditions the client asked to delete whatever is there, so try again.
@@ -116,6 +121,49 @@ pub(super) async fn delete(
             other => return other,
         }
     }
+}
+
+/// What a DELETE of `current` would answer, nothing written and no removal scheduled: a
+/// scheduled pod marked for graceful deletion, a namespace Terminating, an object with
+/// finalizers marked, anything else as it was.
+fn dry_run_deletion(
+    res: &Resource,
+    name: &str,
+    query: &HashMap<String, String>,
+    body: &[u8],
+    current: crate::store::Stored,
+) -> Result<Value, StatusError> {
+    let mut object = current.object;
+    if object.field("/metadata/deletionTimestamp").is_some() {
+        if res.plural == "namespaces" {
+            return Err(lifecycle::namespace_terminating_conflict(name));
+        }
+        return Ok(object);
+    }
+    let now = podpass_token::now_unix();
+    if res.plural == "pods" {
+        let scheduled = object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+        let grace = bounded_grace(
+            grace_period(query, body)?
+                .or_else(|| object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
+        );
+        if scheduled && grace > 0 {
+            object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now + grace));
+            object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            return Ok(object);
+        }
+    }
+    if res.plural == "namespaces" {
+        lifecycle::check_deletable_namespace(name)?;
+        object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now));
+        object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        object["status"] = json!({"phase": "Terminating"});
+    } else if !lifecycle::finalizers(&object).is_empty() {
+        object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now));
+        object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    }
+    Ok(object)
 }
 
 /// One attempt of a DELETE on `current` (compare-and-swap on its revision).

@@ -164,19 +164,9 @@ pub fn namespace_defaults(object: &mut Value) {
 /// `DELETE /api/v1/namespaces/{name}`: refuses the immortal ones; otherwise marks the
 /// namespace `Terminating` and starts the controller that empties and removes it.
 pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored) -> Result<Value, StatusError> {
-    if IMMORTAL_NAMESPACES.contains(&name) {
-        return Err(StatusError::forbidden_raw(format!(
-            "namespaces {name:?} is forbidden: this namespace may not be deleted"
-        )));
-    }
+    check_deletable_namespace(name)?;
     if being_deleted(&current.object) {
-        return Err(StatusError::new(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on namespaces {name:?}: The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
-            ),
-        ));
+        return Err(namespace_terminating_conflict(name));
     }
     let mut marked = current.object.clone();
     marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix()));
@@ -185,6 +175,27 @@ pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored
     let updated = state.store.update(&ObjectKey::cluster("namespaces", name), marked, Some(current.revision)).await?;
     spawn_namespace_controller(Arc::clone(state), name.to_owned());
     Ok(updated.object)
+}
+
+/// The namespaces that may not be deleted (upstream's NamespaceLifecycle admission).
+pub fn check_deletable_namespace(name: &str) -> Result<(), StatusError> {
+    if IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(StatusError::forbidden_raw(format!(
+            "namespaces {name:?} is forbidden: this namespace may not be deleted"
+        )));
+    }
+    Ok(())
+}
+
+/// Deleting a namespace that is already terminating (upstream's message).
+pub fn namespace_terminating_conflict(name: &str) -> StatusError {
+    StatusError::new(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on namespaces {name:?}: The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
+        ),
+    )
 }
 
 /// Pause between passes while content with finalizers is still being finalized.

@@ -2,6 +2,7 @@
 //! objects, with the upstream behaviours users rely on.
 
 mod delete;
+mod dry_run;
 pub mod field_validation;
 mod kinds;
 pub(crate) mod lifecycle;
@@ -179,17 +180,26 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         let warnings = field_validation::validate(mode, group, res.version, kind, json_body, &mut object)?;
         Ok((object, warnings))
     };
+    // dryRun is checked for every write before anything else runs (upstream's handlers:
+    // ValidateCreateOptions and its siblings).
+    let write = match method {
+        Method::POST => dry_run::from_request("CreateOptions", &query, None)?,
+        Method::PUT => dry_run::from_request("UpdateOptions", &query, None)?,
+        Method::PATCH => dry_run::from_request("PatchOptions", &query, None)?,
+        Method::DELETE => dry_run::from_request("DeleteOptions", &query, Some(body))?,
+        _ => dry_run::Write::Persist,
+    };
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind)?;
-            (create(state, user, res, ns, object).await?, warnings)
+            (create(state, user, res, ns, object, write).await?, warnings)
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind)?;
-            (update(state, user, res, ns, name, sub.is_some(), object).await?, warnings)
+            (update(state, user, res, ns, name, sub.is_some(), object, write).await?, warnings)
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            patch(state, user, res, ns, name, sub.is_some(), content_type, body, mode).await?
+            patch(state, user, res, ns, name, sub.is_some(), content_type, body, mode, write).await?
         }
         (&Method::POST, Some(name), Some("token")) if res.plural == "serviceaccounts" => {
             let (object, warnings) = validated("authentication.k8s.io", "TokenRequest")?;
@@ -206,9 +216,19 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             };
             (response, warnings)
         }
-        _ => return reads(state, user, res, ns, &method, &path, &query, body, accept).await,
+        _ => return reads(state, user, res, ns, &method, &path, &query, body, accept, write).await,
     };
-    Ok(with_warnings(response, &warnings))
+    Ok(with_warnings(dry_run_audited(response, write), &warnings))
+}
+
+/// A dry run's answer carries an audit annotation saying so.
+fn dry_run_audited(mut response: Response, write: dry_run::Write) -> Response {
+    if write.is_dry_run() {
+        let mut annotations = response.extensions_mut().remove::<super::audit::Annotations>().unwrap_or_default();
+        annotations.0.insert(dry_run::AUDIT_ANNOTATION.into(), "All".into());
+        response.extensions_mut().insert(annotations);
+    }
+    response
 }
 
 /// Appends one `Warning: 299 - "…"` header per warning (RFC 7234, as upstream).
@@ -237,6 +257,7 @@ async fn reads(
     query: &HashMap<String, String>,
     body: &[u8],
     accept: Option<&str>,
+    write: dry_run::Write,
 ) -> Result<Response, StatusError> {
     // kubectl get: a Table of what is read; `kubectl get -w`: each watch event's object a
     // one-row Table.
@@ -266,7 +287,8 @@ async fn reads(
             if res.plural == "leases" {
                 node_restriction::admit_lease_write(user, ns.unwrap_or_default(), name)?;
             }
-            delete::delete(state, res, ns, name, query, body).await
+            let response = delete::delete(state, res, ns, name, query, body, write).await?;
+            Ok(dry_run_audited(response, write))
         }
         _ => Err(StatusError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
     }
@@ -439,6 +461,7 @@ async fn create(
     res: &Resource,
     ns: Option<&str>,
     mut object: Value,
+    write: dry_run::Write,
 ) -> Result<Response, StatusError> {
     let name = prepare_new(res, ns, &mut object, podpass_token::now_unix())?;
     let ns_uid = match ns {
@@ -471,6 +494,15 @@ async fn create(
         admit_pod(&mut object, &sa)?;
     }
     let k = key(res, ns, &name);
+    if write.is_dry_run() {
+        // DryRunnableStorage.Create: an existing object is still a conflict; the answer is
+        // the object as it would be stored (no resourceVersion), and nothing else runs.
+        return match state.store.get(&k).await {
+            Ok(_) => Err(StoreError::AlreadyExists { resource: res.plural.to_owned(), name }.into()),
+            Err(StoreError::NotFound { .. }) => Ok(json_response(StatusCode::CREATED, object)),
+            Err(e) => Err(e.into()),
+        };
+    }
     let created = state.store.create(&k, object).await?;
     if let (Some(ns), Some(uid)) = (ns, &ns_uid) {
         lifecycle::after_create(state, res, ns, uid, &k, &created).await?;
@@ -501,6 +533,8 @@ async fn namespace_defaults(state: &AppState, ns: &str) -> Result<(), StatusErro
     Ok(())
 }
 
+// The per-kind strategies (next) gather these into one request context.
+#[allow(clippy::too_many_arguments)]
 async fn update(
     state: &AppState,
     user: &super::User,
@@ -509,6 +543,7 @@ async fn update(
     name: &str,
     status_only: bool,
     mut object: Value,
+    write: dry_run::Write,
 ) -> Result<Response, StatusError> {
     let k = key(res, ns, name);
     let current = state.store.get(&k).await?;
@@ -522,9 +557,31 @@ async fn update(
     prepare_update(res, &current.object, &mut object, name)?;
     lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
     admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
+    if write.is_dry_run() {
+        return dry_run_update(res, name, object, expected.unwrap_or(current.revision), &current);
+    }
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     after_rbac_write(state, res, updated.revision).await?;
     Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
+}
+
+/// A dry-run update's answer (DryRunnableStorage.GuaranteedUpdate): the precondition still
+/// holds or it is a conflict, and the object is what would be stored, at the current
+/// resourceVersion.
+fn dry_run_update(
+    res: &Resource,
+    name: &str,
+    mut object: Value,
+    expected: u64,
+    current: &crate::store::Stored,
+) -> Result<Response, StatusError> {
+    if expected != current.revision {
+        return Err(StoreError::Conflict { resource: res.plural.to_owned(), name: name.to_owned() }.into());
+    }
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), json!(current.revision.to_string()));
+    }
+    Ok(json_response(StatusCode::OK, object))
 }
 
 /// Kinds whose strategy keeps `status` out of main-resource writes (upstream's pod, node
@@ -575,6 +632,7 @@ async fn patch(
     content_type: &str,
     body: &[u8],
     mode: FieldValidation,
+    write: dry_run::Write,
 ) -> Result<(Response, Vec<String>), StatusError> {
     let media = content_type.split(';').next().unwrap_or("").trim();
     let kind = match media {
@@ -633,6 +691,9 @@ async fn patch(
         check_depth(&object)?;
         lifecycle::check_finalizer_update(res.kind, name, &current.object, &object)?;
         admit_write(state, user, res, ns, name, &mut object, Some(&current.object)).await?;
+        if write.is_dry_run() {
+            return Ok((dry_run_update(res, name, object, expected, &current)?, warnings));
+        }
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
                 after_rbac_write(state, res, updated.revision).await?;
