@@ -607,3 +607,62 @@ fn bench_apiserver_runs_and_reports_ratios() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--clients"));
 }
+
+#[test]
+fn kubectl_creates_config_maps_and_secrets_which_send_protobuf_and_string_data_is_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let token = admin_token(d);
+    ok(kubectl_in(d, &["create", "namespace", "team"]), "create namespace");
+    let logo = d.join("logo.bin");
+    std::fs::write(&logo, [0xffu8, 0x00, 0x01]).unwrap();
+    ok(
+        kubectl_in(
+            d,
+            &["-n", "team", "create", "configmap", "settings", "--from-literal=mode=blue"]
+                .into_iter()
+                .chain([format!("--from-file=logo={}", logo.display()).as_str()])
+                .collect::<Vec<_>>(),
+        ),
+        "create configmap",
+    );
+    let (_, cm) = get(&s, "/api/v1/namespaces/team/configmaps/settings", Some(&token));
+    assert_eq!(cm["data"], serde_json::json!({"mode": "blue"}), "{cm}");
+    assert_eq!(cm["binaryData"], serde_json::json!({"logo": "/wAB"}), "{cm}");
+
+    ok(
+        kubectl_in(d, &["-n", "team", "create", "secret", "generic", "db", "--from-literal=password=s3cr3t"]),
+        "generic",
+    );
+    let (_, secret) = get(&s, "/api/v1/namespaces/team/secrets/db", Some(&token));
+    assert_eq!(secret["type"], "Opaque");
+    assert_eq!(secret["data"]["password"], "czNjcjN0", "{secret}");
+    ok(
+        kubectl_in(
+            d,
+            &["-n", "team", "create", "secret", "docker-registry", "pull", "--docker-server=registry.example"]
+                .into_iter()
+                .chain(["--docker-username=u", "--docker-password=p"])
+                .collect::<Vec<_>>(),
+        ),
+        "docker-registry",
+    );
+    let (_, pull) = get(&s, "/api/v1/namespaces/team/secrets/pull", Some(&token));
+    assert_eq!(pull["type"], "kubernetes.io/dockerconfigjson");
+    let config = data_encoding::BASE64.decode(pull["data"][".dockerconfigjson"].as_str().unwrap().as_bytes()).unwrap();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(config["auths"]["registry.example"]["username"], "u", "{config}");
+
+    // stringData from a manifest: merged into data (overriding), never stored
+    let manifest = d.join("secret.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: team\ndata:\n  a: eA==\n  b: eQ==\nstringData:\n  b: new\n",
+    )
+    .unwrap();
+    ok(kubectl_in(d, &["apply", "-f", manifest.to_str().unwrap()]), "apply secret");
+    let (_, app) = get(&s, "/api/v1/namespaces/team/secrets/app", Some(&token));
+    assert_eq!(app["data"], serde_json::json!({"a": "eA==", "b": "bmV3"}), "{app}");
+    assert!(app.get("stringData").is_none(), "stringData is never stored: {app}");
+}

@@ -413,6 +413,9 @@ async fn admit_write(
     object: &mut Value,
     old: Option<&Value>,
 ) -> Result<(), StatusError> {
+    if res.plural == "secrets" {
+        projection::secret_defaults(name, object)?;
+    }
     if res.plural == "configmaps" || res.plural == "secrets" {
         projection::validate_config_object(res, name, object)?;
     }

@@ -152,11 +152,82 @@ pub fn validate_pod_volumes(name: &str, pod: &Value) -> Result<(), StatusError> 
     invalid("Pod", name, errors)
 }
 
+/// A Secret as upstream's v1 defaulting and conversion leave it: `type` defaults to
+/// `Opaque` (SetDefaults_Secret; kubectl sends it empty), and `stringData` is merged (see
+/// [`merge_string_data`]).
+pub fn secret_defaults(name: &str, secret: &mut Value) -> Result<(), StatusError> {
+    if let Some(obj) = secret.as_object_mut() {
+        let untyped = obj.get("type").is_none_or(|t| t.is_null() || t.as_str() == Some(""));
+        if untyped {
+            obj.insert("type".into(), Value::String("Opaque".into()));
+        }
+    }
+    merge_string_data(name, secret)
+}
+
+/// A Secret's `stringData` merged into `data` (its values base64-encoded, overriding keys
+/// `data` also has) and dropped: it is write-only and never stored, as upstream's v1
+/// conversion does.
+pub fn merge_string_data(name: &str, secret: &mut Value) -> Result<(), StatusError> {
+    let Some(obj) = secret.as_object_mut() else { return Ok(()) };
+    let Some(string_data) = obj.remove("stringData") else { return Ok(()) };
+    let Value::Object(entries) = string_data else {
+        if string_data.is_null() {
+            return Ok(());
+        }
+        return Err(StatusError::invalid(format!(
+            "Secret {name:?} is invalid: stringData: Invalid value: must be a map of strings"
+        )));
+    };
+    let data = obj.entry("data").or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if data.is_null() {
+        *data = Value::Object(serde_json::Map::new());
+    }
+    let Some(data) = data.as_object_mut() else {
+        return Err(StatusError::invalid(format!("Secret {name:?} is invalid: data: Invalid value: must be a map")));
+    };
+    for (key, value) in entries {
+        let Some(text) = value.as_str() else {
+            return Err(StatusError::invalid(format!(
+                "Secret {name:?} is invalid: stringData[{key}]: Invalid value: must be a string"
+            )));
+        };
+        data.insert(key, Value::String(data_encoding::BASE64.encode(text.as_bytes())));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn string_data_is_merged_into_data_overriding_and_never_kept() {
+        let mut s = json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "s3cr3t"}});
+        merge_string_data("s", &mut s).unwrap();
+        assert_eq!(s, json!({"data": {"a": "eA==", "b": "bmV3", "c": "czNjcjN0"}}));
+        let mut only = json!({"stringData": {"k": "v"}});
+        merge_string_data("s", &mut only).unwrap();
+        assert_eq!(only, json!({"data": {"k": "dg=="}}));
+        let mut untouched = json!({"data": {"a": "eA=="}});
+        merge_string_data("s", &mut untouched).unwrap();
+        assert_eq!(untouched, json!({"data": {"a": "eA=="}}));
+        let err = merge_string_data("s", &mut json!({"stringData": {"k": 1}})).unwrap_err();
+        assert!(err.message.contains("stringData[k]"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_secret_without_a_type_is_opaque() {
+        for mut s in [json!({}), json!({"type": ""}), json!({"type": null})] {
+            secret_defaults("s", &mut s).unwrap();
+            assert_eq!(s["type"], "Opaque");
+        }
+        let mut typed = json!({"type": "kubernetes.io/tls"});
+        secret_defaults("s", &mut typed).unwrap();
+        assert_eq!(typed["type"], "kubernetes.io/tls");
+    }
 
     #[test]
     fn config_keys_as_upstream() {

@@ -1,5 +1,6 @@
-//! The Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`) for the few kinds
-//! kubectl sends as protobuf here — Namespace and ServiceAccount (`kubectl create`),
+//! The Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`) for the kinds kubectl
+//! sends as protobuf here — Namespace and ServiceAccount (`kubectl create`), ConfigMap and
+//! Secret (`kubectl create configmap`, `kubectl create secret generic|docker-registry|tls`),
 //! TokenRequest (`kubectl create token`), SelfSubjectAccessReview (`kubectl auth can-i`),
 //! RBAC roles and bindings (`kubectl create clusterrolebinding` and friends) —
 //! decoded into the JSON form the handlers take. Field numbers are those of
@@ -206,14 +207,31 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
     let kind = type_meta.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
     let mut object = Map::new();
     object.extend(type_meta);
+    // Map fields arrive one entry at a time; they are gathered, then decoded.
+    let (mut data, mut binary_data, mut string_data) = (Vec::new(), Vec::new(), Vec::new());
     for (n, f) in fields(raw)? {
         let Field::Bytes(b) = f else {
-            if let (3, Field::Varint(v), "ServiceAccount") = (n, &f, kind.as_str()) {
-                object.insert("automountServiceAccountToken".into(), json!(*v != 0));
+            match (kind.as_str(), n, &f) {
+                ("ServiceAccount", 3, Field::Varint(v)) => {
+                    object.insert("automountServiceAccountToken".into(), json!(*v != 0));
+                }
+                ("ConfigMap", 4, Field::Varint(v)) | ("Secret", 5, Field::Varint(v)) => {
+                    object.insert("immutable".into(), json!(*v != 0));
+                }
+                _ => {}
             }
             continue;
         };
         match (kind.as_str(), n) {
+            // ConfigMap: data = 2 (string values), binaryData = 3 (bytes).
+            ("ConfigMap", 2) => data.push(b),
+            ("ConfigMap", 3) => binary_data.push(b),
+            // Secret: data = 2 (bytes), type = 3, stringData = 4 (string values).
+            ("Secret", 2) => binary_data.push(b),
+            ("Secret", 3) => {
+                object.insert("type".into(), json!(string(b)?));
+            }
+            ("Secret", 4) => string_data.push(b),
             (_, 1) => {
                 object.insert("metadata".into(), object_meta(b)?);
             }
@@ -229,13 +247,43 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
                 object.insert("roleRef".into(), role_ref(b)?);
             }
             ("Namespace" | "ServiceAccount" | "ClusterRole" | "Role" | "ClusterRoleBinding" | "RoleBinding", _) => {}
+            ("ConfigMap" | "Secret", _) => {}
             ("TokenRequest" | "SelfSubjectAccessReview" | "SelfSubjectReview", _) => {}
             (other, _) => {
                 return Err(DecodeError(format!("protobuf bodies of kind {other:?} are not supported; send JSON")));
             }
         }
     }
+    if !data.is_empty() {
+        object.insert("data".into(), string_map(&data)?);
+    }
+    if !binary_data.is_empty() {
+        // JSON carries bytes as base64: a ConfigMap's binaryData, a Secret's data.
+        let key = if kind == "Secret" { "data" } else { "binaryData" };
+        object.insert(key.into(), bytes_map(&binary_data)?);
+    }
+    if !string_data.is_empty() {
+        object.insert("stringData".into(), string_map(&string_data)?);
+    }
     Ok(Value::Object(object))
+}
+
+/// A `map<string, bytes>`'s entries as JSON: values base64 (standard, padded), as the JSON
+/// serializer writes `[]byte`.
+fn bytes_map(entries: &[&[u8]]) -> Result<Value, DecodeError> {
+    let mut out = Map::new();
+    for entry in entries {
+        let (mut key, mut value): (String, &[u8]) = (String::new(), &[]);
+        for (n, f) in fields(entry)? {
+            match (n, f) {
+                (1, Field::Bytes(b)) => key = string(b)?,
+                (2, Field::Bytes(b)) => value = b,
+                _ => {}
+            }
+        }
+        out.insert(key, json!(data_encoding::BASE64.encode(value)));
+    }
+    Ok(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -269,6 +317,47 @@ mod tests {
         assert_eq!(v["spec"]["audiences"], json!(["aud1", "aud2"]));
         assert_eq!(v["spec"]["expirationSeconds"], 600);
         assert_eq!(v["spec"]["boundObjectRef"], json!({"kind": "Pod", "apiVersion": "v1", "name": "p1", "uid": "X"}));
+    }
+
+    /// A map entry: key = 1, value = 2.
+    fn entry(k: &[u8], v: &[u8]) -> Vec<u8> {
+        [field_bytes(1, k), field_bytes(2, v)].concat()
+    }
+
+    #[test]
+    fn decodes_config_maps_and_secrets_as_kubectl_create_sends_them() {
+        let meta = field_bytes(1, &field_bytes(1, b"settings"));
+        let raw = [
+            meta.clone(),
+            field_bytes(2, &entry(b"mode", b"blue")),
+            field_bytes(2, &entry(b"size", b"3")),
+            field_bytes(3, &entry(b"logo", &[0xff, 0x00, 0x01])),
+            vec![4 << 3, 1],
+        ]
+        .concat();
+        let type_meta = [field_bytes(1, b"v1"), field_bytes(2, b"ConfigMap")].concat();
+        let v = decode(&[MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat()).unwrap();
+        assert_eq!(v["data"], json!({"mode": "blue", "size": "3"}));
+        assert_eq!(v["binaryData"], json!({"logo": "/wAB"}));
+        assert_eq!(v["immutable"], true);
+
+        let raw = [
+            meta,
+            field_bytes(2, &entry(b"password", b"s3cr3t")),
+            field_bytes(3, b"kubernetes.io/basic-auth"),
+            field_bytes(4, &entry(b"username", b"admin")),
+            vec![5 << 3, 0],
+        ]
+        .concat();
+        let type_meta = [field_bytes(1, b"v1"), field_bytes(2, b"Secret")].concat();
+        let v = decode(&[MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat()).unwrap();
+        assert_eq!(v["data"], json!({"password": "czNjcjN0"}), "bytes as base64");
+        assert_eq!(v["stringData"], json!({"username": "admin"}));
+        assert_eq!(v["type"], "kubernetes.io/basic-auth");
+        assert_eq!(v["immutable"], false);
+        // a map entry that is not a message is refused, not guessed at
+        let raw = [field_bytes(1, &field_bytes(1, b"x")), field_bytes(2, &[0x0f])].concat();
+        assert!(decode(&[MAGIC.to_vec(), field_bytes(1, &type_meta), field_bytes(2, &raw)].concat()).is_err());
     }
 
     #[test]
