@@ -418,6 +418,9 @@ async fn admit_write(
     }
     if res.plural == "configmaps" || res.plural == "secrets" {
         projection::validate_config_object(res, name, object)?;
+        if let Some(old) = old {
+            projection::validate_config_update(res, name, object, old)?;
+        }
     }
     if res.plural == "nodes" {
         return node_restriction::admit_node_write(user, name, object, old);

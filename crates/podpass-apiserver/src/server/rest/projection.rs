@@ -152,6 +152,38 @@ pub fn validate_pod_volumes(name: &str, pod: &Value) -> Result<(), StatusError> 
     invalid("Pod", name, errors)
 }
 
+/// An update of a ConfigMap or Secret as upstream's ValidateConfigMapUpdate /
+/// ValidateSecretUpdate allow it: a Secret's `type` never changes, and once `immutable` is
+/// true neither it nor the data may change (422 naming each field).
+pub fn validate_config_update(res: &Resource, name: &str, new: &Value, old: &Value) -> Result<(), StatusError> {
+    // Absent, null and empty maps are the same data.
+    let map = |v: &Value, field: &str| {
+        v.get(field).filter(|d| !d.is_null() && d.as_object().is_none_or(|m| !m.is_empty())).cloned()
+    };
+    let mut errors = Vec::new();
+    if res.plural == "secrets" && new.get("type") != old.get("type") {
+        let shown = new.get("type").and_then(Value::as_str).unwrap_or_default();
+        errors.push(format!("type: Invalid value: {shown:?}: field is immutable"));
+    }
+    if old.get("immutable").and_then(Value::as_bool) == Some(true) {
+        const FORBIDDEN: &str = "Forbidden: field is immutable when `immutable` is set";
+        if new.get("immutable").and_then(Value::as_bool) != Some(true) {
+            errors.push(format!("immutable: {FORBIDDEN}"));
+        }
+        let fields: &[&str] = if res.plural == "secrets" { &["data"] } else { &["data", "binaryData"] };
+        for field in fields {
+            if map(new, field) != map(old, field) {
+                errors.push(format!("{field}: {FORBIDDEN}"));
+            }
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(StatusError::invalid(format!("{} {name:?} is invalid: {}", res.kind, errors[0]))),
+        _ => Err(StatusError::invalid(format!("{} {name:?} is invalid: [{}]", res.kind, errors.join(", ")))),
+    }
+}
+
 /// A Secret as upstream's v1 defaulting and conversion leave it: `type` defaults to
 /// `Opaque` (SetDefaults_Secret; kubectl sends it empty), and `stringData` is merged (see
 /// [`merge_string_data`]).
@@ -227,6 +259,35 @@ mod tests {
         let mut typed = json!({"type": "kubernetes.io/tls"});
         secret_defaults("s", &mut typed).unwrap();
         assert_eq!(typed["type"], "kubernetes.io/tls");
+    }
+
+    #[test]
+    fn immutable_config_maps_and_secrets_keep_their_data_and_secrets_their_type() {
+        let cms = super::super::resources::find("", "configmaps").unwrap();
+        let secrets = super::super::resources::find("", "secrets").unwrap();
+        let frozen = json!({"immutable": true, "data": {"a": "1"}});
+        assert!(validate_config_update(cms, "c", &frozen, &frozen).is_ok(), "metadata-only changes pass");
+        let changed = json!({"immutable": true, "data": {"a": "2"}});
+        assert_eq!(
+            validate_config_update(cms, "c", &changed, &frozen).unwrap_err().message,
+            "ConfigMap \"c\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+        );
+        let thawed = json!({"data": {"a": "2"}, "binaryData": {"b": "eA=="}});
+        let e = validate_config_update(cms, "c", &thawed, &frozen).unwrap_err();
+        assert_eq!(e.code, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            e.message.contains("[immutable: Forbidden") && e.message.contains("binaryData: Forbidden"),
+            "{}",
+            e.message
+        );
+        let mutable = json!({"data": {"a": "1"}});
+        assert!(validate_config_update(cms, "c", &thawed, &mutable).is_ok());
+        let retyped = json!({"type": "kubernetes.io/tls", "data": {}});
+        let opaque = json!({"type": "Opaque"});
+        assert_eq!(
+            validate_config_update(secrets, "s", &retyped, &opaque).unwrap_err().message,
+            "Secret \"s\" is invalid: type: Invalid value: \"kubernetes.io/tls\": field is immutable"
+        );
     }
 
     #[test]
