@@ -666,3 +666,23 @@ fn kubectl_creates_config_maps_and_secrets_which_send_protobuf_and_string_data_i
     assert_eq!(app["data"], serde_json::json!({"a": "eA==", "b": "bmV3"}), "{app}");
     assert!(app.get("stringData").is_none(), "stringData is never stored: {app}");
 }
+
+#[test]
+fn kubectl_get_all_lists_the_kinds_upstream_puts_in_the_all_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    ok(kubectl_in(d, &["create", "namespace", "team"]), "create namespace");
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]}});
+    let resp = client(d)
+        .post(format!("{}/api/v1/namespaces/team/pods", s.url))
+        .bearer_auth(admin_token(d))
+        .json(&pod)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    ok(kubectl_in(d, &["-n", "team", "create", "configmap", "not-in-all", "--from-literal=a=b"]), "configmap");
+    let all = ok(kubectl_in(d, &["-n", "team", "get", "all", "-o", "name"]), "kubectl get all");
+    assert_eq!(all.trim(), "pod/web", "pods are in category all, config maps are not");
+}

@@ -51,6 +51,11 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
             "name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
             "verbs": r.verbs(), "shortNames": r.short_names,
         }));
+        if !r.categories.is_empty()
+            && let Some(last) = resources.last_mut()
+        {
+            last["categories"] = json!(r.categories);
+        }
         for (res, sub, kind) in SUBRESOURCES.iter().filter(|(res, _, _)| *res == r.plural) {
             let verbs: &[&str] = if *sub == "token" { &["create"] } else { &["get", "patch", "update"] };
             let group_kind =

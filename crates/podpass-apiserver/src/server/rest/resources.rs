@@ -17,6 +17,8 @@ pub struct Resource {
     pub namespaced: bool,
     /// Short names (discovery, so `kubectl get sa` works).
     pub short_names: &'static [&'static str],
+    /// Categories (discovery, so `kubectl get all` finds what upstream's does).
+    pub categories: &'static [&'static str],
     /// Whether it is stored (false: create-only reviews such as TokenReview).
     pub stored: bool,
 }
@@ -43,18 +45,33 @@ const fn stored(
     namespaced: bool,
     short_names: &'static [&'static str],
 ) -> Resource {
-    Resource { group, version: "v1", kind, plural, singular, namespaced, short_names, stored: true }
+    Resource { group, version: "v1", kind, plural, singular, namespaced, short_names, categories: &[], stored: true }
+}
+
+/// A stored resource in categories (upstream: the pod strategy's `Categories()`).
+const fn in_categories(resource: Resource, categories: &'static [&'static str]) -> Resource {
+    Resource { categories, ..resource }
 }
 
 const fn review(group: &'static str, kind: &'static str, plural: &'static str, singular: &'static str) -> Resource {
-    Resource { group, version: "v1", kind, plural, singular, namespaced: false, short_names: &[], stored: false }
+    Resource {
+        group,
+        version: "v1",
+        kind,
+        plural,
+        singular,
+        namespaced: false,
+        short_names: &[],
+        categories: &[],
+        stored: false,
+    }
 }
 
 /// Every served resource.
 pub const RESOURCES: &[Resource] = &[
     stored("", "Namespace", "namespaces", "namespace", false, &["ns"]),
     stored("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"]),
-    stored("", "Pod", "pods", "pod", true, &["po"]),
+    in_categories(stored("", "Pod", "pods", "pod", true, &["po"]), &["all"]),
     stored("", "Node", "nodes", "node", false, &["no"]),
     stored("", "Secret", "secrets", "secret", true, &[]),
     stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"]),
