@@ -15,6 +15,7 @@ mod projection;
 mod protobuf;
 mod rbac;
 pub mod resources;
+mod rules_review;
 mod table;
 mod token;
 pub(crate) mod watch;
@@ -217,6 +218,10 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
                 "selfsubjectreviews" => token::self_subject_review(user, &object)?,
                 "selfsubjectaccessreviews" => token::self_subject_access_review(state, user, object).await?,
                 "subjectaccessreviews" => token::subject_access_review(state, object).await?,
+                "selfsubjectrulesreviews" => rules_review::self_subject_rules_review(state, user, &object).await?,
+                "localsubjectaccessreviews" => {
+                    rules_review::local_subject_access_review(state, ns.unwrap_or_default(), object).await?
+                }
                 _ => return Err(StatusError::method_not_supported("create", res.plural)),
             };
             (response, warnings)

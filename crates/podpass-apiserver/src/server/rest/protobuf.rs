@@ -1,7 +1,8 @@
 //! The Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`) for the kinds kubectl
 //! sends as protobuf here — Namespace and ServiceAccount (`kubectl create`), ConfigMap and
 //! Secret (`kubectl create configmap`, `kubectl create secret generic|docker-registry|tls`),
-//! TokenRequest (`kubectl create token`), SelfSubjectAccessReview (`kubectl auth can-i`),
+//! TokenRequest (`kubectl create token`), SelfSubjectAccessReview and SelfSubjectRulesReview
+//! (`kubectl auth can-i [--list]`),
 //! RBAC roles and bindings (`kubectl create clusterrolebinding` and friends) —
 //! decoded into the JSON form the handlers take. Field numbers are those of
 //! k8s.io/api's generated.proto; unknown fields are skipped as protobuf requires.
@@ -241,6 +242,10 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
             ("SelfSubjectAccessReview", 2) => {
                 object.insert("spec".into(), access_review_spec(b)?);
             }
+            // SelfSubjectRulesReviewSpec: namespace = 1 (`kubectl auth can-i --list`).
+            ("SelfSubjectRulesReview", 2) => {
+                object.insert("spec".into(), Value::Object(strings(b, &[(1, "namespace")])?));
+            }
             ("ClusterRole" | "Role", 2) => push(&mut object, "rules", policy_rule(b)?),
             ("ClusterRoleBinding" | "RoleBinding", 2) => push(&mut object, "subjects", subject(b)?),
             ("ClusterRoleBinding" | "RoleBinding", 3) => {
@@ -248,7 +253,7 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
             }
             ("Namespace" | "ServiceAccount" | "ClusterRole" | "Role" | "ClusterRoleBinding" | "RoleBinding", _) => {}
             ("ConfigMap" | "Secret", _) => {}
-            ("TokenRequest" | "SelfSubjectAccessReview" | "SelfSubjectReview", _) => {}
+            ("TokenRequest" | "SelfSubjectAccessReview" | "SelfSubjectReview" | "SelfSubjectRulesReview", _) => {}
             (other, _) => {
                 return Err(DecodeError(format!("protobuf bodies of kind {other:?} are not supported; send JSON")));
             }

@@ -85,6 +85,16 @@ pub const RESOURCES: &[Resource] = &[
     review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview"),
     review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
     review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview"),
+    review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview"),
+    Resource {
+        namespaced: true,
+        ..review(
+            "authorization.k8s.io",
+            "LocalSubjectAccessReview",
+            "localsubjectaccessreviews",
+            "localsubjectaccessreview",
+        )
+    },
 ];
 
 /// Subresources served, as (resource, subresource, kind).

@@ -477,6 +477,11 @@ pub async fn self_subject_access_review(
 
 /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: may `spec.user`/`spec.groups`?
 pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Response, StatusError> {
+    subject_access_review_as(state, "SubjectAccessReview", body).await
+}
+
+/// A (Local)SubjectAccessReview of `spec.user`/`spec.groups`, answered as `kind`.
+pub async fn subject_access_review_as(state: &AppState, kind: &str, body: Value) -> Result<Response, StatusError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let name = spec.get("user").and_then(Value::as_str).unwrap_or("").to_owned();
     let groups: Vec<String> = spec
@@ -498,7 +503,7 @@ pub async fn subject_access_review(state: &AppState, body: Value) -> Result<Resp
         .unwrap_or_default();
     let user =
         crate::server::User { name, uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").into(), groups, extra };
-    access_review(state, "SubjectAccessReview", &body, user).await
+    access_review(state, kind, &body, user).await
 }
 
 #[cfg(test)]
