@@ -686,3 +686,52 @@ fn kubectl_get_all_lists_the_kinds_upstream_puts_in_the_all_category() {
     let all = ok(kubectl_in(d, &["-n", "team", "get", "all", "-o", "name"]), "kubectl get all");
     assert_eq!(all.trim(), "pod/web", "pods are in category all, config maps are not");
 }
+
+#[test]
+fn events_expire_after_the_event_ttl_from_their_last_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &["--event-ttl", "3s"]);
+    let token = admin_token(d);
+    let event = |name: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "web"},
+            "reason": "Pulled", "message": "m", "type": "Normal"})
+    };
+    let post = |body: serde_json::Value| {
+        let resp = client(d)
+            .post(format!("{}/api/v1/namespaces/default/events", s.url))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+    };
+    post(event("old"));
+    // An event seen again keeps living from its last write (a series' lastTimestamp).
+    let mut renewed = event("renewed");
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let secs = later.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    renewed["lastTimestamp"] = serde_json::json!(format_time(secs));
+    post(renewed);
+    // Bounded wait: the reaper looks every second; "old" goes within its TTL plus a pass.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&s, "/api/v1/namespaces/default/events/old", Some(&token)).0 != 404 {
+        assert!(Instant::now() < deadline, "the expired event was never removed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(get(&s, "/api/v1/namespaces/default/events/renewed", Some(&token)).0, 200);
+    // A bad TTL is refused before anything is bound.
+    let out = Command::new(PODPASS)
+        .args(["apiserver", "--data-dir", d.join("other").to_str().unwrap(), "--secure-port", "0", "--event-ttl", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--event-ttl"), "{out:?}");
+}
+
+/// RFC 3339 (UTC) for `secs` since the epoch.
+fn format_time(secs: u64) -> String {
+    let out = Command::new("date").args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}

@@ -99,6 +99,10 @@ pub struct ApiServerConfig {
     /// duration); watches are not cut by it.
     #[arg(long, default_value = "1m")]
     pub request_timeout: GoDuration,
+    /// How long an Event is kept after its last write (Go duration), as kube-apiserver's
+    /// --event-ttl.
+    #[arg(long, default_value = "1h")]
+    pub event_ttl: GoDuration,
     /// Seconds: a watch that names no timeoutSeconds ends after a random time between this
     /// and twice this, as kube-apiserver's --min-request-timeout.
     #[arg(long, default_value_t = 1800)]
@@ -119,6 +123,7 @@ pub(super) struct Settings {
     pub(super) max_token_expiration: Option<i64>,
     pub(super) serve_limits: ServeLimits,
     pub(super) min_request_timeout: Duration,
+    pub(super) event_ttl: Duration,
 }
 
 /// The server could not start after its configuration was accepted.
@@ -308,6 +313,13 @@ impl ApiServerConfig {
                 Duration::from_secs(60)
             }
         };
+        let event_ttl = match self.event_ttl.to_std().filter(|d| !d.is_zero()) {
+            Some(d) => d,
+            None => {
+                problems.push("--event-ttl", format_args!("{}: must be positive", self.event_ttl));
+                super::event_ttl::DEFAULT_EVENT_TTL
+            }
+        };
         if self.min_request_timeout == 0 {
             problems.push("--min-request-timeout", "must be at least 1 second");
         }
@@ -326,6 +338,7 @@ impl ApiServerConfig {
                 ..ServeLimits::default()
             },
             min_request_timeout: Duration::from_secs(self.min_request_timeout),
+            event_ttl,
         }
     }
 

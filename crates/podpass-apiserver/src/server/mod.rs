@@ -8,6 +8,7 @@ mod audit;
 mod authn;
 pub(crate) mod authz;
 mod config;
+mod event_ttl;
 mod informer;
 mod lookup;
 mod metrics;

@@ -29,6 +29,8 @@ pub struct Bound {
     tls: tokio_rustls::TlsAcceptor,
     app: axum::Router,
     limits: serve::ServeLimits,
+    state: Arc<AppState>,
+    event_ttl: std::time::Duration,
 }
 
 impl std::fmt::Debug for Bound {
@@ -38,12 +40,14 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves until `shutdown` completes.
+    /// Serves, and keeps Events within `--event-ttl`, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Bound { listener, tls, app, limits, .. } = self;
+        let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
+        let reaper = tokio::spawn(super::event_ttl::reap_forever(state, event_ttl));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
+        reaper.abort();
     }
 }
 
@@ -160,7 +164,7 @@ impl Prepared {
         // After the bootstrap policy is written: the index starts with all of it.
         state.rbac.start(Arc::clone(&state.store)).await.map_err(|e| failed("RBAC informer")(&e))?;
         state.nodes.start(Arc::clone(&state.store)).await.map_err(|e| failed("node informer")(&e))?;
-        let app = routing::router(state);
+        let app = routing::router(Arc::clone(&state));
         // The router answers a request not done by --request-timeout with upstream's 504
         // Status (and drops its body, which closes the connection); the accept loop's body
         // deadline is the backstop a second later, for anything the router does not time.
@@ -168,7 +172,8 @@ impl Prepared {
             request_timeout: settings.serve_limits.request_timeout + std::time::Duration::from_secs(1),
             ..settings.serve_limits
         };
-        Ok(Bound { local_addr, server_url, admin_kubeconfig, listener, tls: self.tls, app, limits })
+        let event_ttl = settings.event_ttl;
+        Ok(Bound { local_addr, server_url, admin_kubeconfig, listener, tls: self.tls, app, limits, state, event_ttl })
     }
 }
 
