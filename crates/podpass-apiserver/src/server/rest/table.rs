@@ -343,7 +343,8 @@ fn printer(plural: &str) -> Option<(Vec<Value>, Cells)> {
                     1,
                 ),
                 column("Count", "string", "", "The number of times this event has occurred.", 1),
-                name_column(),
+                // Upstream's event printer shows the name with -o wide only.
+                column("Name", "string", "name", "Name must be unique within a namespace.", 1),
             ],
             event_cells,
         ),
@@ -630,6 +631,19 @@ pub fn table(plural: &str, objects: &[Value], resource_version: &str, include: I
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_show_their_name_only_wide_as_upstreams_printer() {
+        let t = table("events", &[], "1", IncludeObject::None, 0);
+        let default: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["priority"] == 0)
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(default, ["Last Seen", "Type", "Reason", "Object", "Message"]);
+    }
 
     #[test]
     fn ages_read_as_kubectl_prints_them() {
