@@ -425,6 +425,7 @@ async fn admit_write(
 ) -> Result<(), StatusError> {
     if res.plural == "secrets" {
         projection::secret_defaults(name, object)?;
+        projection::validate_secret_type(name, object)?;
     }
     if res.plural == "configmaps" || res.plural == "secrets" {
         projection::validate_config_object(res, name, object)?;

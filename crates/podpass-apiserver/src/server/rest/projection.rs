@@ -184,6 +184,62 @@ pub fn validate_config_update(res: &Resource, name: &str, new: &Value, old: &Val
     }
 }
 
+/// A Secret's data as its `type` requires (upstream ValidateSecret): the docker config
+/// types need their key holding JSON, basic-auth a username or password, ssh-auth a
+/// private key, tls a certificate and key, a service-account token its account's name.
+/// Secret contents never appear in a message.
+pub fn validate_secret_type(name: &str, secret: &Value) -> Result<(), StatusError> {
+    let data = secret.get("data").and_then(Value::as_object);
+    let has = |key: &str| data.is_some_and(|d| d.contains_key(key));
+    let decoded = |key: &str| -> Option<Vec<u8>> {
+        data.and_then(|d| d.get(key))
+            .and_then(Value::as_str)
+            .and_then(|v| data_encoding::BASE64.decode(v.as_bytes()).ok())
+    };
+    let required = |path: String| format!("{path}: Required value");
+    let mut errors = Vec::new();
+    let json_key = |key: &str, errors: &mut Vec<String>| {
+        if !has(key) {
+            errors.push(required(format!("data[{key}]")));
+        } else if let Err(e) =
+            serde_json::from_slice::<serde_json::Map<String, Value>>(&decoded(key).unwrap_or_default())
+        {
+            errors.push(format!("data[{key}]: Invalid value: \"<secret contents redacted>\": {e}"));
+        }
+    };
+    match secret.get("type").and_then(Value::as_str).unwrap_or("Opaque") {
+        "kubernetes.io/dockerconfigjson" => json_key(".dockerconfigjson", &mut errors),
+        "kubernetes.io/dockercfg" => json_key(".dockercfg", &mut errors),
+        "kubernetes.io/basic-auth" if !has("username") && !has("password") => {
+            errors.push(required("data[username]".into()));
+            errors.push(required("data[password]".into()));
+        }
+        "kubernetes.io/ssh-auth" if decoded("ssh-privatekey").is_none_or(|k| k.is_empty()) => {
+            errors.push(required("data[ssh-privatekey]".into()));
+        }
+        "kubernetes.io/tls" => {
+            for key in ["tls.crt", "tls.key"] {
+                if !has(key) {
+                    errors.push(required(format!("data[{key}]")));
+                }
+            }
+        }
+        "kubernetes.io/service-account-token" => {
+            let account =
+                secret.pointer("/metadata/annotations/kubernetes.io~1service-account.name").and_then(Value::as_str);
+            if account.is_none_or(str::is_empty) {
+                errors.push(required("metadata.annotations[kubernetes.io/service-account.name]".into()));
+            }
+        }
+        _ => {}
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(StatusError::invalid(format!("Secret {name:?} is invalid: {}", errors[0]))),
+        _ => Err(StatusError::invalid(format!("Secret {name:?} is invalid: [{}]", errors.join(", ")))),
+    }
+}
+
 /// A Secret as upstream's v1 defaulting and conversion leave it: `type` defaults to
 /// `Opaque` (SetDefaults_Secret; kubectl sends it empty), and `stringData` is merged (see
 /// [`merge_string_data`]).
@@ -248,6 +304,36 @@ mod tests {
         assert_eq!(untouched, json!({"data": {"a": "eA=="}}));
         let err = merge_string_data("s", &mut json!({"stringData": {"k": 1}})).unwrap_err();
         assert!(err.message.contains("stringData[k]"), "{}", err.message);
+    }
+
+    #[test]
+    fn secrets_hold_what_their_type_requires_and_contents_stay_out_of_messages() {
+        let b64 = |s: &str| data_encoding::BASE64.encode(s.as_bytes());
+        let ok =
+            json!({"type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": b64(r#"{"auths":{}}"#)}});
+        assert!(validate_secret_type("s", &ok).is_ok());
+        let missing = json!({"type": "kubernetes.io/dockerconfigjson", "data": {}});
+        assert_eq!(
+            validate_secret_type("s", &missing).unwrap_err().message,
+            "Secret \"s\" is invalid: data[.dockerconfigjson]: Required value"
+        );
+        let garbage =
+            json!({"type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": b64("hunter2 {")}});
+        let e = validate_secret_type("s", &garbage).unwrap_err();
+        assert_eq!(e.code, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(e.message.contains("<secret contents redacted>") && !e.message.contains("hunter2"), "{}", e.message);
+        let tls = json!({"type": "kubernetes.io/tls", "data": {"tls.crt": b64("c")}});
+        assert!(validate_secret_type("s", &tls).unwrap_err().message.contains("data[tls.key]: Required value"));
+        let basic = json!({"type": "kubernetes.io/basic-auth", "data": {"password": ""}});
+        assert!(validate_secret_type("s", &basic).is_ok(), "one of the two, even empty");
+        let sa = json!({"type": "kubernetes.io/service-account-token", "metadata": {"annotations": {}}});
+        assert!(
+            validate_secret_type("s", &sa)
+                .unwrap_err()
+                .message
+                .contains("metadata.annotations[kubernetes.io/service-account.name]: Required value")
+        );
+        assert!(validate_secret_type("s", &json!({"type": "Opaque"})).is_ok());
     }
 
     #[test]
