@@ -325,3 +325,88 @@ fn kubectl_get_prints_upstreams_columns() {
     assert_eq!(events[0]["object"]["rows"][0]["cells"][2], "ErrImagePull");
     assert_eq!(events[0]["object"]["rows"][0]["object"]["metadata"]["name"], "web");
 }
+
+#[test]
+fn lists_page_with_limit_and_continue_consistently_for_kubectl_and_the_python_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    for name in ["c1", "c2", "c3", "c4", "c5"] {
+        post(&s, "/api/v1/namespaces/default/configmaps", configmap(name));
+    }
+    let get = |path: &str| {
+        let resp = client(&s.dir).get(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).send().unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().unwrap())
+    };
+    // 6 with kube-root-ca.crt: pages of 2, the first telling what remains.
+    let (code, first) = get("/api/v1/namespaces/default/configmaps?limit=2");
+    assert_eq!(code, 200);
+    assert_eq!(first["items"].as_array().unwrap().len(), 2);
+    assert_eq!(first["metadata"]["remainingItemCount"], 4, "{}", first["metadata"]);
+    let token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    // An object created meanwhile is not in the rest of this list: it is consistent.
+    post(&s, "/api/v1/namespaces/default/configmaps", configmap("c0-late"));
+    let mut names: Vec<String> =
+        first["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    let mut next = Some(token);
+    while let Some(t) = next {
+        let (code, page) = get(&format!("/api/v1/namespaces/default/configmaps?limit=2&continue={t}"));
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(page["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"], "pinned");
+        names.extend(
+            page["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()),
+        );
+        next = page["metadata"]["continue"].as_str().map(str::to_owned);
+        assert!(names.len() <= 6, "{names:?}");
+    }
+    assert_eq!(names, ["c1", "c2", "c3", "c4", "c5", "kube-root-ca.crt"]);
+    // A malformed token is a 400; one whose list is not kept is upstream's 410, with a token
+    // to continue inconsistently; resourceVersion with continue is a 400.
+    let (code, status) = get("/api/v1/namespaces/default/configmaps?limit=2&continue=garbage");
+    assert_eq!(code, 400, "{status}");
+    let unknown = data_encoding::BASE64URL_NOPAD.encode(br#"{"v":"meta.k8s.io/v1","rv":1,"start":"c3"}"#);
+    let (code, status) = get(&format!("/api/v1/namespaces/default/configmaps?limit=2&continue={unknown}"));
+    assert_eq!((code, status["reason"].as_str()), (410, Some("Expired")), "{status}");
+    let inconsistent = status["metadata"]["continue"].as_str().unwrap().to_owned();
+    let (code, rest) = get(&format!("/api/v1/namespaces/default/configmaps?limit=10&continue={inconsistent}"));
+    assert_eq!(code, 200);
+    let rest: Vec<&str> =
+        rest["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(rest, ["c3", "c4", "c5", "kube-root-ca.crt"]);
+    let (code, _) = get(&format!("/api/v1/namespaces/default/configmaps?continue={unknown}&resourceVersion=5"));
+    assert_eq!(code, 400);
+
+    // kubectl --chunk-size pages through Tables
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(s.dir.join("admin.kubeconfig"))
+        .arg("--cache-dir")
+        .arg(s.dir.join("kube-cache"))
+        .args(["get", "configmaps", "--chunk-size=2", "-o", "name"])
+        .output()
+        .unwrap();
+    let listed = ok(out, "kubectl get --chunk-size=2");
+    assert_eq!(listed.lines().count(), 7, "{listed}");
+    // the Python client pages with limit/_continue
+    let script = r#"
+import json, sys
+from kubernetes import client, config
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+names, token, pages = [], None, 0
+while True:
+    page = v1.list_namespaced_config_map("default", limit=3, _continue=token)
+    pages += 1
+    names += [i.metadata.name for i in page.items]
+    token = page.metadata._continue
+    if not token:
+        break
+print(json.dumps({"pages": pages, "names": names}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, s.dir.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let out: Value = serde_json::from_str(&ok(out, "python pages")).unwrap();
+    assert_eq!(out["pages"], 3, "{out}");
+    assert_eq!(out["names"].as_array().unwrap().len(), 7, "{out}");
+}

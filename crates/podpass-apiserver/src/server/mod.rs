@@ -74,6 +74,8 @@ pub(crate) struct AppState {
     metrics: metrics::ApiServerMetrics,
     token_cache: token_cache::TokenCache,
     watches: rest::watch::WatchLimiter,
+    /// Lists kept for their continue tokens.
+    list_snapshots: rest::pagination::Snapshots,
     request_timeout: std::time::Duration,
     min_request_timeout: std::time::Duration,
 }

@@ -140,6 +140,7 @@ impl Prepared {
             audit: self.audit,
             metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),
+            list_snapshots: rest::pagination::Snapshots::default(),
             request_timeout: settings.serve_limits.request_timeout,
             min_request_timeout: settings.min_request_timeout,
             token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)

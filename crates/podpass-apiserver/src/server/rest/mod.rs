@@ -10,6 +10,7 @@ mod node_restriction;
 pub mod objects;
 pub mod openapi;
 mod openapi_v2_proto;
+pub(crate) mod pagination;
 mod patch;
 mod projection;
 mod protobuf;
@@ -391,17 +392,90 @@ async fn list(
             .then(|| watch::BookmarkKind { api_version: res.api_version().to_string(), kind: res.kind.to_owned() });
         return Ok(watch::response(stream, Some(slot), timeout, bookmarks, table_events));
     }
-    let result = state.store.list_with(res.plural, ns, &options, freshness(query)?).await?;
-    if let Some(include) = table {
-        let rv = result.revision.to_string();
-        let t = table::table(res.plural, &result.items, &rv, include, podpass_token::now_unix());
-        return Ok(json_response(StatusCode::OK, t));
+    let limit = pagination::limit(query)?;
+    let resume = match query.get("continue").map(String::as_str) {
+        None | Some("") => None,
+        Some(token) => Some(pagination::decode(token)?),
+    };
+    if resume.is_some() && query.get("resourceVersion").is_some_and(|rv| !rv.is_empty() && rv != "0") {
+        return Err(StatusError::bad_request("specifying resource version is not allowed when using continue"));
     }
-    Ok(json_response(
-        StatusCode::OK,
-        json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
-               "metadata": {"resourceVersion": result.revision.to_string()}, "items": result.items}),
-    ))
+    if limit.is_none() && resume.is_none() {
+        let result = state.store.list_with(res.plural, ns, &options, freshness(query)?).await?;
+        return Ok(list_response(res, table, &result.items, result.revision, None, None));
+    }
+    // A paged list: every page is read from the first page's result (a consistent list).
+    let across = res.namespaced && ns.is_none();
+    let list_key = pagination::ListKey {
+        resource: res.plural.to_owned(),
+        namespace: ns.unwrap_or_default().to_owned(),
+        labels: query.get("labelSelector").cloned().unwrap_or_default(),
+        fields: query.get("fieldSelector").cloned().unwrap_or_default(),
+    };
+    let now = std::time::Instant::now();
+    let (items, revision, fresh) = match &resume {
+        Some(pagination::Continue { revision: Some(rv), start }) => {
+            match state.list_snapshots.get(&list_key, *rv, now) {
+                Some(items) => (items, *rv, false),
+                None => return Ok(expired_continue(start)),
+            }
+        }
+        _ => {
+            let result = state.store.list_with(res.plural, ns, &options, freshness(query)?).await?;
+            let mut items = result.items;
+            items.sort_by_cached_key(|o| pagination::relative_key(o, across));
+            (std::sync::Arc::new(items), result.revision, true)
+        }
+    };
+    let start = resume.as_ref().map(|r| r.start.as_str());
+    let (page, next, remaining) = pagination::page(&items, start, limit.unwrap_or(usize::MAX), across);
+    let token = next.map(|next| {
+        if fresh {
+            state.list_snapshots.keep(list_key, revision, std::sync::Arc::clone(&items), now);
+        }
+        pagination::encode(Some(revision), &next)
+    });
+    // Upstream counts what remains only when no selector filters the list.
+    let unfiltered = query.get("labelSelector").is_none_or(|s| s.is_empty())
+        && query.get("fieldSelector").is_none_or(|s| s.is_empty());
+    let remaining = (token.is_some() && unfiltered).then_some(remaining);
+    Ok(list_response(res, table, page, revision, token, remaining))
+}
+
+/// A list (or its Table) at `revision`, with the continue token and remaining count of a
+/// paged list.
+fn list_response(
+    res: &Resource,
+    table: Option<table::IncludeObject>,
+    items: &[Value],
+    revision: u64,
+    continue_token: Option<String>,
+    remaining: Option<usize>,
+) -> Response {
+    let rv = revision.to_string();
+    let mut body = match table {
+        Some(include) => table::table(res.plural, items, &rv, include, podpass_token::now_unix()),
+        None => json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
+                       "metadata": {"resourceVersion": rv}, "items": items}),
+    };
+    if let Some(token) = continue_token {
+        body["metadata"]["continue"] = json!(token);
+    }
+    if let Some(n) = remaining {
+        body["metadata"]["remainingItemCount"] = json!(n);
+    }
+    json_response(StatusCode::OK, body)
+}
+
+/// A continue token whose list is no longer kept: upstream's 410 Expired (as past etcd's
+/// compaction), with a token that continues from the same place on the latest state.
+fn expired_continue(start: &str) -> Response {
+    json_response(
+        StatusCode::GONE,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410,
+               "message": pagination::EXPIRED_MESSAGE,
+               "metadata": {"continue": pagination::encode(None, start)}}),
+    )
 }
 
 /// How fresh a get or list must be, from its `resourceVersion` (upstream: `""` a
