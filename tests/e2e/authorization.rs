@@ -369,16 +369,7 @@ fn can_i_list_shows_the_rules_rbac_grants_and_local_reviews_stay_in_their_namesp
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let _s = start(d, &[]);
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(d.join("admin.kubeconfig"))
-            .arg("--cache-dir")
-            .arg(d.join("kube-cache"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let kubectl = |args: &[&str]| kubectl_with(&d.join("admin.kubeconfig"), &d.join("kube-cache"), args);
     ok(kubectl(&["create", "namespace", "team"]), "namespace");
     ok(kubectl(&["-n", "team", "create", "role", "reader", "--verb=get,list", "--resource=configmaps"]), "role");
     ok(kubectl(&["-n", "team", "create", "rolebinding", "alice-reads", "--role=reader", "--user=alice"]), "binding");

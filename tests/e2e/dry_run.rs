@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
@@ -14,14 +14,7 @@ mod support;
 use support::*;
 
 fn kubectl(dir: &Path, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(dir.join("admin.kubeconfig"))
-        .arg("--cache-dir")
-        .arg(dir.join("kube-cache"))
-        .args(args)
-        .output()
-        .expect("kubectl is installed (scripts/test installs kubernetes-client)")
+    kubectl_with(&dir.join("admin.kubeconfig"), &dir.join("kube-cache"), args)
 }
 
 fn request(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {

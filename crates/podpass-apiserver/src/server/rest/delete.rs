@@ -18,7 +18,6 @@ use crate::field::Field;
 use crate::server::AppState;
 use crate::server::status::StatusError;
 use crate::store::{ListOptions, ObjectKey, StoreError};
-use crate::time::format_rfc3339;
 
 /// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
 const DEFAULT_GRACE_SECONDS: i64 = 30;
@@ -141,29 +140,35 @@ fn dry_run_deletion(
         return Ok(object);
     }
     let now = podpass_token::now_unix();
-    if res.plural == "pods" {
-        let scheduled = object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let grace = bounded_grace(
-            grace_period(query, body)?
-                .or_else(|| object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-                .unwrap_or(DEFAULT_GRACE_SECONDS),
-        );
-        if scheduled && grace > 0 {
-            object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now + grace));
-            object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            return Ok(object);
-        }
-    }
-    if res.plural == "namespaces" {
+    if let Some(grace) = graceful_pod_deletion(res, &object, query, body)? {
+        lifecycle::mark_deleted(&mut object, now, grace);
+    } else if res.plural == "namespaces" {
         lifecycle::check_deletable_namespace(name)?;
-        object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now));
-        object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        object["status"] = json!({"phase": "Terminating"});
+        lifecycle::mark_terminating(&mut object, now);
     } else if !lifecycle::finalizers(&object).is_empty() {
-        object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now));
-        object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        lifecycle::mark_deleted(&mut object, now, 0);
     }
     Ok(object)
+}
+
+/// The grace a DELETE gives a pod bound to a node (marked, removed after it); `None` for
+/// anything deleted at once (an unscheduled pod, a zero grace, another kind).
+fn graceful_pod_deletion(
+    res: &Resource,
+    pod: &Value,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Option<i64>, StatusError> {
+    if res.plural != "pods" {
+        return Ok(None);
+    }
+    let scheduled = pod.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    let grace = bounded_grace(
+        grace_period(query, body)?
+            .or_else(|| pod.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+            .unwrap_or(DEFAULT_GRACE_SECONDS),
+    );
+    Ok((scheduled && grace > 0).then_some(grace))
 }
 
 /// One attempt of a DELETE on `current` (compare-and-swap on its revision).
@@ -176,26 +181,17 @@ async fn delete_current(
     body: &[u8],
     current: crate::store::Stored,
 ) -> Result<Response, StatusError> {
-    if res.plural == "pods" {
-        // Graceful deletion: a pod bound to a node is marked and removed after its grace
-        // period (or when deleted again with 0); an unscheduled pod goes at once.
-        let scheduled = current.object.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let grace = bounded_grace(
-            grace_period(query, body)?
-                .or_else(|| current.object.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-                .unwrap_or(DEFAULT_GRACE_SECONDS),
-        );
-        if scheduled && grace > 0 {
-            if current.object.field("/metadata/deletionTimestamp").is_some() {
-                return Ok(json_response(StatusCode::OK, current.object));
-            }
-            let mut marked = current.object.clone();
-            marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix() + grace));
-            marked["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            let updated = state.store.update(k, marked, Some(current.revision)).await?;
-            schedule_removal(Arc::clone(state), k.clone(), updated.object.field("/metadata/uid").cloned(), grace);
-            return Ok(json_response(StatusCode::OK, updated.object));
+    // Graceful deletion: a pod bound to a node is marked and removed after its grace
+    // period (or when deleted again with 0); an unscheduled pod goes at once.
+    if let Some(grace) = graceful_pod_deletion(res, &current.object, query, body)? {
+        if current.object.field("/metadata/deletionTimestamp").is_some() {
+            return Ok(json_response(StatusCode::OK, current.object));
         }
+        let mut marked = current.object.clone();
+        lifecycle::mark_deleted(&mut marked, podpass_token::now_unix(), grace);
+        let updated = state.store.update(k, marked, Some(current.revision)).await?;
+        schedule_removal(Arc::clone(state), k.clone(), updated.object.field("/metadata/uid").cloned(), grace);
+        return Ok(json_response(StatusCode::OK, updated.object));
     }
     if res.plural == "namespaces" {
         return Ok(json_response(StatusCode::OK, lifecycle::delete_namespace(state, name, current).await?));

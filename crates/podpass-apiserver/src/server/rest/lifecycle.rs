@@ -125,8 +125,7 @@ pub async fn mark_if_finalized(
         return Ok(Some(current.object.clone()));
     }
     let mut marked = current.object.clone();
-    marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix()));
-    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    mark_deleted(&mut marked, podpass_token::now_unix(), 0);
     Ok(Some(state.store.update(key, marked, Some(current.revision)).await?.object))
 }
 
@@ -169,12 +168,23 @@ pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored
         return Err(namespace_terminating_conflict(name));
     }
     let mut marked = current.object.clone();
-    marked["metadata"]["deletionTimestamp"] = json!(format_rfc3339(podpass_token::now_unix()));
-    marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-    marked["status"] = json!({"phase": "Terminating"});
+    mark_terminating(&mut marked, podpass_token::now_unix());
     let updated = state.store.update(&ObjectKey::cluster("namespaces", name), marked, Some(current.revision)).await?;
     spawn_namespace_controller(Arc::clone(state), name.to_owned());
     Ok(updated.object)
+}
+
+/// Marks `object` for deletion `grace` seconds after `now` (its `deletionTimestamp` and
+/// `deletionGracePeriodSeconds`).
+pub fn mark_deleted(object: &mut Value, now: i64, grace: i64) {
+    object["metadata"]["deletionTimestamp"] = json!(format_rfc3339(now + grace));
+    object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+}
+
+/// Marks a namespace for deletion at `now`: Terminating until its content is gone.
+pub fn mark_terminating(namespace: &mut Value, now: i64) {
+    mark_deleted(namespace, now, 0);
+    namespace["status"] = json!({"phase": "Terminating"});
 }
 
 /// The namespaces that may not be deleted (upstream's NamespaceLifecycle admission).
