@@ -175,6 +175,8 @@ fn registry_auth_with(
     .unwrap();
     let port = free_port();
     let mut cmd = Command::new(PODPASS);
+    // Decision lines are debug (the audit log is the record); the span test reads them.
+    cmd.env("RUST_LOG", "info,podpass_registry_auth=debug");
     cmd.args(["--log-format", "json", "registry-auth", "--listen", &format!("127.0.0.1:{port}")]);
     for i in issuers {
         cmd.args(["--issuer", i]);

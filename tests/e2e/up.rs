@@ -287,10 +287,12 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap();
     assert!(err.contains(&format!("warning: {} is mode 0755", data.display())), "{err}");
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
-    // The logs were appended to: the first run's registry-auth audit is still there.
+    // The logs were appended to, and the first run's registry-auth audit (its own file) is
+    // still there.
     let auth_log = std::fs::read_to_string(data.join("logs/registry-auth.log")).unwrap();
     assert_eq!(auth_log.matches("--- podpass up: registry-auth started").count(), 2, "{auth_log}");
-    assert!(auth_log.contains("repository:team-a/app:pull"), "the first run's audit lines are kept");
+    let audit = std::fs::read_to_string(data.join("logs/registry-auth-audit.log")).unwrap();
+    assert!(audit.contains("repository:team-a/app:pull"), "the first run's audit lines are kept: {audit}");
     assert_eq!(std::fs::read(data.join("sa.key")).unwrap(), key, "same signing key");
     let first_uid = out
         .split("may be used by service accounts team-a/app (uid ")

@@ -274,7 +274,9 @@ impl TokenService {
                     "token_jti": answer.token.jti,
                     "offline": answer.refresh_token.is_some(),
                 }));
-                tracing::info!(decision = outcome, scope_granted = %granted.join(" "), "token granted");
+                // The audit event is the record; this line (debug: one per exchange would flood
+                // an operator's log) carries the exchange's span for tracing a request.
+                tracing::debug!(decision = outcome, scope_granted = %granted.join(" "), "token granted");
             }
             Err(refusal) => {
                 let (outcome, reason, message) = match refusal {
@@ -290,7 +292,7 @@ impl TokenService {
                     "via": via,
                     "scope_asked": scope_asked.join(" "),
                 }));
-                tracing::info!(decision = outcome, reason, why = message, "token refused");
+                tracing::debug!(decision = outcome, reason, why = message, "token refused");
             }
         }
         result.map(|d| d.answer)
