@@ -43,10 +43,10 @@ fn every_item_in_the_index_is_defined_in_its_file() {
         let source = std::fs::read_to_string(root.join(file)).unwrap();
         let defined = source.lines().any(|l| {
             let l = l.trim_start();
-            let l = l.strip_prefix("pub(crate) ").or_else(|| l.strip_prefix("pub ")).unwrap_or(l);
+            let l = ["pub(crate) ", "pub(super) ", "pub "].iter().find_map(|p| l.strip_prefix(p)).unwrap_or(l);
             let l = l.strip_prefix("async ").unwrap_or(l);
             l.strip_prefix(kind).and_then(|rest| rest.strip_prefix(' ')).is_some_and(|rest| {
-                rest.strip_prefix(name).is_some_and(|after| after.starts_with(['(', '<', ' ', '{', ';']))
+                rest.strip_prefix(name).is_some_and(|after| after.starts_with(['(', '<', ' ', '{', ';', ':']))
             })
         });
         assert!(defined, "ARCHITECTURE.md: {file} defines no `{item}`");

@@ -200,7 +200,7 @@ const KNOWN_VERBS: &[&str] = &[
 /// one, and group/version/resource/subresource only when they name something served.
 /// Never a raw path segment, so a client sending random paths cannot grow the label set.
 pub fn request_labels(verb: &str, path: Option<&crate::server::rest::resources::ApiPath>) -> RequestLabels {
-    use crate::server::rest::resources::{SUBRESOURCES, find};
+    use crate::server::rest::resources::find;
     let verb = if KNOWN_VERBS.contains(&verb) { verb } else { "other" };
     let mut labels = RequestLabels {
         verb: verb.to_owned(),
@@ -216,7 +216,7 @@ pub fn request_labels(verb: &str, path: Option<&crate::server::rest::resources::
     labels.version = res.version.to_owned();
     labels.resource = res.plural.to_owned();
     if let Some(sub) = &p.subresource
-        && let Some((_, known, _)) = SUBRESOURCES.iter().find(|(r, s, _)| *r == res.plural && s == sub)
+        && let Some((known, _)) = res.subresource(sub)
     {
         labels.subresource = (*known).to_owned();
     }

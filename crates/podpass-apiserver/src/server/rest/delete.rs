@@ -11,20 +11,15 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::dry_run::Write;
-use super::resources::Resource;
-use super::{after_rbac_write, json_response, key, lifecycle};
+use super::admission::{self, Attributes, Operation};
+use super::kinds::Written;
+use super::resources::{RESOURCES, Resource};
+use super::write::Target;
+use super::{json_response, key, lifecycle};
 use crate::field::Field;
 use crate::server::AppState;
 use crate::server::status::StatusError;
-use crate::store::{ListOptions, ObjectKey, StoreError};
-
-/// Default pod termination grace (upstream `terminationGracePeriodSeconds` default).
-const DEFAULT_GRACE_SECONDS: i64 = 30;
-
-/// Longest grace period honoured: a century. Larger values (up to `i64::MAX` from a client)
-/// would overflow the deletion timestamp.
-const MAX_GRACE_SECONDS: i64 = 100 * 365 * 24 * 3600;
+use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
 
 /// `gracePeriodSeconds` from the query or the DeleteOptions body; a value that is not an
 /// integer is a 400 naming it.
@@ -35,12 +30,6 @@ fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i
         });
     }
     Ok(serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64)))
-}
-
-/// The grace a pod gets: a negative request is 1 s (pod strategy `CheckGracefulDelete`),
-/// and no grace exceeds [`MAX_GRACE_SECONDS`].
-fn bounded_grace(grace: i64) -> i64 {
-    if grace < 0 { 1 } else { grace.min(MAX_GRACE_SECONDS) }
 }
 
 /// Lost compare-and-swaps a DELETE without preconditions retries on the latest object
@@ -68,7 +57,7 @@ impl Preconditions {
     }
 
     /// upstream `Preconditions.Check`: 409 Conflict naming what differs.
-    fn check(&self, res: &Resource, name: &str, current: &crate::store::Stored) -> Result<(), StatusError> {
+    fn check(&self, res: &Resource, name: &str, current: &Stored) -> Result<(), StatusError> {
         let conflict = |what: &str, wanted: &str, actual: &str| {
             StatusError::new(
                 StatusCode::CONFLICT,
@@ -96,24 +85,25 @@ impl Preconditions {
 }
 
 pub(super) async fn delete(
-    state: &Arc<AppState>,
-    res: &Resource,
-    ns: Option<&str>,
+    t: &Target<'_>,
     name: &str,
     query: &HashMap<String, String>,
     body: &[u8],
-    write: Write,
 ) -> Result<Response, StatusError> {
-    let k = key(res, ns, name);
+    let res = t.res;
+    let attrs = Attributes { user: t.user, res, namespace: t.ns, name, operation: Operation::Delete };
+    admission::validate(t.state, &attrs, None, None).await?;
+    let requested = grace_period(query, body)?;
+    let k = key(res, t.ns, name);
     let preconditions = Preconditions::from_body(body);
     let mut attempt = 0;
     loop {
-        let current = state.store.get(&k).await?;
+        let current = t.state.store.get(&k).await?;
         preconditions.check(res, name, &current)?;
-        if write.is_dry_run() {
-            return Ok(json_response(StatusCode::OK, dry_run_deletion(res, name, query, body, current)?));
+        if t.write.is_dry_run() {
+            return Ok(json_response(StatusCode::OK, dry_run_deletion(res, name, requested, current)?));
         }
-        match delete_current(state, res, name, &k, query, body, current).await {
+        match delete_current(t, name, &k, requested, current).await {
             // Someone else wrote in between (a node posting status, a controller): without
             // preconditions the client asked to delete whatever is there, so try again.
             Err(e) if e.reason == "Conflict" && preconditions.is_empty() && attempt < DELETE_RETRIES => attempt += 1,
@@ -122,27 +112,21 @@ pub(super) async fn delete(
     }
 }
 
-/// What a DELETE of `current` would answer, nothing written and no removal scheduled: a
-/// scheduled pod marked for graceful deletion, a namespace Terminating, an object with
-/// finalizers marked, anything else as it was.
-fn dry_run_deletion(
-    res: &Resource,
-    name: &str,
-    query: &HashMap<String, String>,
-    body: &[u8],
-    current: crate::store::Stored,
-) -> Result<Value, StatusError> {
+/// What a DELETE of `current` would answer, nothing written and no removal scheduled: an
+/// object its strategy deletes gracefully marked, one its controller finalizes (a
+/// namespace) Terminating, an object with finalizers marked, anything else as it was.
+fn dry_run_deletion(res: &Resource, name: &str, requested: Option<i64>, current: Stored) -> Result<Value, StatusError> {
     let mut object = current.object;
     if object.field("/metadata/deletionTimestamp").is_some() {
-        if res.plural == "namespaces" {
+        if res.strategy.deleted_by_controller() {
             return Err(lifecycle::namespace_terminating_conflict(name));
         }
         return Ok(object);
     }
     let now = podpass_token::now_unix();
-    if let Some(grace) = graceful_pod_deletion(res, &object, query, body)? {
+    if let Some(grace) = res.strategy.graceful_delete(&object, requested) {
         lifecycle::mark_deleted(&mut object, now, grace);
-    } else if res.plural == "namespaces" {
+    } else if res.strategy.deleted_by_controller() {
         lifecycle::check_deletable_namespace(name)?;
         lifecycle::mark_terminating(&mut object, now);
     } else if !lifecycle::finalizers(&object).is_empty() {
@@ -151,39 +135,18 @@ fn dry_run_deletion(
     Ok(object)
 }
 
-/// The grace a DELETE gives a pod bound to a node (marked, removed after it); `None` for
-/// anything deleted at once (an unscheduled pod, a zero grace, another kind).
-fn graceful_pod_deletion(
-    res: &Resource,
-    pod: &Value,
-    query: &HashMap<String, String>,
-    body: &[u8],
-) -> Result<Option<i64>, StatusError> {
-    if res.plural != "pods" {
-        return Ok(None);
-    }
-    let scheduled = pod.field("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-    let grace = bounded_grace(
-        grace_period(query, body)?
-            .or_else(|| pod.field("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
-            .unwrap_or(DEFAULT_GRACE_SECONDS),
-    );
-    Ok((scheduled && grace > 0).then_some(grace))
-}
-
 /// One attempt of a DELETE on `current` (compare-and-swap on its revision).
 async fn delete_current(
-    state: &Arc<AppState>,
-    res: &Resource,
+    t: &Target<'_>,
     name: &str,
     k: &ObjectKey,
-    query: &HashMap<String, String>,
-    body: &[u8],
-    current: crate::store::Stored,
+    requested: Option<i64>,
+    current: Stored,
 ) -> Result<Response, StatusError> {
-    // Graceful deletion: a pod bound to a node is marked and removed after its grace
-    // period (or when deleted again with 0); an unscheduled pod goes at once.
-    if let Some(grace) = graceful_pod_deletion(res, &current.object, query, body)? {
+    let (state, res) = (t.state, t.res);
+    // Graceful deletion (the strategy's CheckGracefulDelete): marked and removed after its
+    // grace period (or when deleted again with 0).
+    if let Some(grace) = res.strategy.graceful_delete(&current.object, requested) {
         if current.object.field("/metadata/deletionTimestamp").is_some() {
             return Ok(json_response(StatusCode::OK, current.object));
         }
@@ -193,18 +156,18 @@ async fn delete_current(
         schedule_removal(Arc::clone(state), k.clone(), updated.object.field("/metadata/uid").cloned(), grace);
         return Ok(json_response(StatusCode::OK, updated.object));
     }
-    if res.plural == "namespaces" {
+    if res.strategy.deleted_by_controller() {
         return Ok(json_response(StatusCode::OK, lifecycle::delete_namespace(state, name, current).await?));
     }
     if let Some(marked) = lifecycle::mark_if_finalized(state, k, &current).await? {
         return Ok(json_response(StatusCode::OK, marked));
     }
     let deleted = state.store.delete(k, Some(current.revision)).await?;
-    after_rbac_write(state, res, deleted.revision).await?;
+    t.after_write(Written::Deleted, name, deleted.revision).await?;
     Ok(json_response(StatusCode::OK, deleted.object))
 }
 
-/// Removes a gracefully deleted pod once its grace period is over, unless it was
+/// Removes a gracefully deleted object (a pod) once its grace period is over, unless it was
 /// replaced (another uid) in between.
 pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
     tokio::spawn(async move {
@@ -236,28 +199,32 @@ pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option
     });
 }
 
-/// At start-up: pods whose deletion was pending when the server stopped are removed when
-/// their deletion time comes.
+/// At start-up: objects whose graceful deletion was pending when the server stopped
+/// (marked with a grace period, which only a strategy's `graceful_delete` gives) are
+/// removed when their deletion time comes.
 pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<(), StoreError> {
     let now = podpass_token::now_unix();
-    for pod in state.store.list("pods", None, &ListOptions::default()).await?.items {
-        let Some(at) =
-            pod.field("/metadata/deletionTimestamp").and_then(Value::as_str).and_then(crate::time::parse_rfc3339)
-        else {
-            continue;
-        };
-        let (Some(ns), Some(name)) = (
-            pod.field("/metadata/namespace").and_then(Value::as_str),
-            pod.field("/metadata/name").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        schedule_removal(
-            Arc::clone(state),
-            ObjectKey::namespaced("pods", ns, name),
-            pod.field("/metadata/uid").cloned(),
-            (at - now).max(0),
-        );
+    for res in RESOURCES.iter().filter(|r| r.stored && !r.strategy.deleted_by_controller()) {
+        for object in state.store.list(res.plural, None, &ListOptions::default()).await?.items {
+            let graceful =
+                object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0;
+            let Some(at) = object
+                .field("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(crate::time::parse_rfc3339)
+                .filter(|_| graceful)
+            else {
+                continue;
+            };
+            let Some(name) = object.field("/metadata/name").and_then(Value::as_str) else { continue };
+            let ns = object.field("/metadata/namespace").and_then(Value::as_str);
+            schedule_removal(
+                Arc::clone(state),
+                key(res, ns, name),
+                object.field("/metadata/uid").cloned(),
+                (at - now).max(0),
+            );
+        }
     }
     Ok(())
 }

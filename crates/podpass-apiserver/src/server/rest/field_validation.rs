@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::kinds::{KindType, KindTypeVisitor, with_kind_type};
+use super::kinds::types::{KindType, KindTypeVisitor, with_kind_type};
 use crate::server::status::StatusError;
 
 /// Fields reported per request, at most (the rest are summed up in one line).

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use super::kinds::{KindType, KindTypeVisitor, with_kind_type};
+use super::kinds::types::{KindType, KindTypeVisitor, with_kind_type};
 use super::resources::{RESOURCES, Resource};
 use crate::server::KUBE_MINOR;
 

@@ -1,7 +1,9 @@
 //! The resources the control plane serves, and how request paths name them.
 
+use super::kinds::{self, Strategy};
+
 /// One served resource.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Resource {
     /// API group (`""` = core).
     pub group: &'static str,
@@ -21,7 +23,24 @@ pub struct Resource {
     pub categories: &'static [&'static str],
     /// Whether it is stored (false: create-only reviews such as TokenReview).
     pub stored: bool,
+    /// What the kind adds to the generic registry.
+    pub(crate) strategy: &'static dyn Strategy,
 }
+
+impl std::fmt::Debug for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resource").field("group", &self.group).field("plural", &self.plural).finish_non_exhaustive()
+    }
+}
+
+/// A resource is named by its group, version and plural.
+impl PartialEq for Resource {
+    fn eq(&self, other: &Self) -> bool {
+        (self.group, self.version, self.plural) == (other.group, other.version, other.plural)
+    }
+}
+
+impl Eq for Resource {}
 
 const CRUD: [&str; 8] = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
@@ -29,6 +48,22 @@ impl Resource {
     /// `apiVersion` of its objects.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// The kind as upstream's errors name it: `Kind` for the core group, `Kind.group`
+    /// otherwise.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() { self.kind.to_owned() } else { format!("{}.{}", self.kind, self.group) }
+    }
+
+    /// The subresource `name` of this resource, as (name, kind of its bodies).
+    pub fn subresource(&self, name: &str) -> Option<(&'static str, &'static str)> {
+        self.strategy.subresources().iter().find(|(sub, _)| *sub == name).copied()
+    }
+
+    /// Its subresources, as (name, kind of their bodies).
+    pub fn subresources(&self) -> &'static [(&'static str, &'static str)] {
+        self.strategy.subresources()
     }
 
     /// Verbs listed in discovery.
@@ -44,8 +79,20 @@ const fn stored(
     singular: &'static str,
     namespaced: bool,
     short_names: &'static [&'static str],
+    strategy: &'static dyn Strategy,
 ) -> Resource {
-    Resource { group, version: "v1", kind, plural, singular, namespaced, short_names, categories: &[], stored: true }
+    Resource {
+        group,
+        version: "v1",
+        kind,
+        plural,
+        singular,
+        namespaced,
+        short_names,
+        categories: &[],
+        stored: true,
+        strategy,
+    }
 }
 
 /// A stored resource in categories (upstream: the pod strategy's `Categories()`).
@@ -64,23 +111,32 @@ const fn review(group: &'static str, kind: &'static str, plural: &'static str, s
         short_names: &[],
         categories: &[],
         stored: false,
+        strategy: &kinds::UNSTORED,
     }
 }
 
 /// Every served resource.
 pub const RESOURCES: &[Resource] = &[
-    stored("", "Namespace", "namespaces", "namespace", false, &["ns"]),
-    stored("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"]),
-    in_categories(stored("", "Pod", "pods", "pod", true, &["po"]), &["all"]),
-    stored("", "Node", "nodes", "node", false, &["no"]),
-    stored("", "Secret", "secrets", "secret", true, &[]),
-    stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"]),
-    stored("", "Event", "events", "event", true, &["ev"]),
-    stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[]),
-    stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[]),
-    stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[]),
-    stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[]),
-    stored("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false, &[]),
+    stored("", "Namespace", "namespaces", "namespace", false, &["ns"], &kinds::NAMESPACE),
+    stored("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &kinds::SERVICE_ACCOUNT),
+    in_categories(stored("", "Pod", "pods", "pod", true, &["po"], &kinds::POD), &["all"]),
+    stored("", "Node", "nodes", "node", false, &["no"], &kinds::NODE),
+    stored("", "Secret", "secrets", "secret", true, &[], &kinds::SECRET),
+    stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"], &kinds::CONFIG_MAP),
+    stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
+    stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[], &kinds::LEASE),
+    stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[], &kinds::ROLE),
+    stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[], &kinds::ROLE_BINDING),
+    stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[], &kinds::CLUSTER_ROLE),
+    stored(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        &[],
+        &kinds::CLUSTER_ROLE_BINDING,
+    ),
     review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview"),
     review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview"),
     review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
@@ -95,14 +151,6 @@ pub const RESOURCES: &[Resource] = &[
             "localsubjectaccessreview",
         )
     },
-];
-
-/// Subresources served, as (resource, subresource, kind).
-pub const SUBRESOURCES: &[(&str, &str, &str)] = &[
-    ("namespaces", "status", "Namespace"),
-    ("pods", "status", "Pod"),
-    ("nodes", "status", "Node"),
-    ("serviceaccounts", "token", "TokenRequest"),
 ];
 
 /// The API groups served, with their single version.

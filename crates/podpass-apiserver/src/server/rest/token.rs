@@ -51,7 +51,7 @@ pub async fn create_token(
 ) -> Result<Response, StatusError> {
     let request = decode(body)?;
     // Admission runs before the handler, as upstream: nodes are restricted first.
-    super::node_restriction::admit(state, user, ns, sa_name, &request).await?;
+    super::admission::node_restriction::admit(state, user, ns, sa_name, &request).await?;
     check_target(&request, ns, sa_name)?;
     // Upstream reads the service account and the bound object with consistent reads; one
     // consistency point serves them all.

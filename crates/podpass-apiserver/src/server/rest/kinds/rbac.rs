@@ -5,9 +5,12 @@
 use podpass_api::validation::{FieldError, FieldErrors, quote};
 use serde_json::{Value, json};
 
-use super::resources::Resource;
+use super::super::table::{age, age_column, column, name_column, text};
+use super::{AfterWrite, Printer, Strategy};
+use crate::server::AppState;
 use crate::server::authz::escalation::RBAC_GROUP;
 use crate::server::status::StatusError;
+use crate::store::BoxFuture;
 
 fn strings(v: Option<&Value>) -> Option<Vec<String>> {
     match v {
@@ -97,8 +100,7 @@ fn validate_rule(rule: &Value, namespaced: bool, path: &str, errors: &mut Vec<Fi
     }
 }
 
-fn validate_role(res: &Resource, object: &Value, errors: &mut Vec<FieldError>) {
-    let namespaced = res.plural == "roles";
+fn validate_role(namespaced: bool, object: &Value, errors: &mut Vec<FieldError>) {
     match object.get("rules") {
         None | Some(Value::Null) => {}
         Some(Value::Array(rules)) => {
@@ -167,8 +169,7 @@ fn role_ref_text(role_ref: &Value) -> String {
     format!("rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}", s("apiGroup"), s("kind"), s("name"))
 }
 
-fn validate_binding(res: &Resource, object: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
-    let namespaced = res.plural == "rolebindings";
+fn validate_binding(namespaced: bool, object: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
     let role_ref = object.get("roleRef").cloned().unwrap_or(Value::Null);
     let s = |k: &str| role_ref.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     if s("apiGroup") != RBAC_GROUP {
@@ -219,32 +220,132 @@ pub fn default_binding(object: &mut Value) {
     }
 }
 
-/// Defaults and validates an RBAC object about to be stored (`old`: the object it replaces).
-pub fn admit(res: &Resource, object: &mut Value, old: Option<&Value>) -> Result<(), StatusError> {
-    let mut errors = Vec::new();
-    match res.plural {
-        "roles" | "clusterroles" => validate_role(res, object, &mut errors),
-        "rolebindings" | "clusterrolebindings" => {
-            default_binding(object);
-            validate_binding(res, object, old, &mut errors);
+/// An RBAC kind: roles hold rules, bindings a role reference and subjects; the namespaced
+/// ones live in a namespace.
+pub(crate) struct Rbac {
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    binding: bool,
+}
+
+/// Role.
+pub(crate) static ROLE: Rbac = Rbac { kind: "Role", plural: "roles", namespaced: true, binding: false };
+/// ClusterRole.
+pub(crate) static CLUSTER_ROLE: Rbac =
+    Rbac { kind: "ClusterRole", plural: "clusterroles", namespaced: false, binding: false };
+/// RoleBinding.
+pub(crate) static ROLE_BINDING: Rbac =
+    Rbac { kind: "RoleBinding", plural: "rolebindings", namespaced: true, binding: true };
+/// ClusterRoleBinding.
+pub(crate) static CLUSTER_ROLE_BINDING: Rbac =
+    Rbac { kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, binding: true };
+
+impl Rbac {
+    fn check(&self, name: &str, object: &Value, old: Option<&Value>) -> Result<(), StatusError> {
+        let mut errors = Vec::new();
+        if self.binding {
+            validate_binding(self.namespaced, object, old, &mut errors);
+        } else {
+            validate_role(self.namespaced, object, &mut errors);
         }
-        _ => return Ok(()),
+        if errors.is_empty() {
+            return Ok(());
+        }
+        Err(StatusError::invalid(format!("{}.{RBAC_GROUP} {name:?} is invalid: {}", self.kind, FieldErrors(errors))))
     }
-    if errors.is_empty() {
-        return Ok(());
+}
+
+impl Strategy for Rbac {
+    fn name_problem(&self, name: &str) -> Option<String> {
+        rbac_name_problem(name)
     }
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    Err(StatusError::invalid(format!("{}.{RBAC_GROUP} {name:?} is invalid: {}", res.kind, FieldErrors(errors))))
+
+    fn default(&self, _name: &str, object: &mut Value) -> Result<(), StatusError> {
+        if self.binding {
+            default_binding(object);
+        }
+        Ok(())
+    }
+
+    fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
+        self.check(name, object, None)
+    }
+
+    fn validate_update(&self, name: &str, object: &Value, old: &Value) -> Result<(), StatusError> {
+        self.check(name, object, Some(old))
+    }
+
+    fn printer(&self) -> Option<Printer> {
+        if !self.binding {
+            return None;
+        }
+        Some((
+            vec![
+                name_column(),
+                column("Role", "string", "", "Role of the binding", 0),
+                age_column(),
+                column("Users", "string", "", "Users in the binding", 1),
+                column("Groups", "string", "", "Groups in the binding", 1),
+                column("ServiceAccounts", "string", "", "ServiceAccounts in the binding", 1),
+            ],
+            binding_cells,
+        ))
+    }
+
+    /// The aggregation controller's pass after a ClusterRole changed, and the RBAC index
+    /// caught up with the write before it is answered, so the writer may use it at once.
+    fn after_write<'a>(&'a self, state: &'a AppState, write: AfterWrite<'a>) -> BoxFuture<'a, Result<(), StatusError>> {
+        Box::pin(async move {
+            if self.plural == "clusterroles" {
+                crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?;
+            }
+            state.rbac.wait_applied(self.plural, write.revision).await;
+            Ok(())
+        })
+    }
+}
+
+fn binding_cells(binding: &Value, now: i64) -> Vec<Value> {
+    let empty = Vec::new();
+    let subjects = binding["subjects"].as_array().unwrap_or(&empty);
+    let of = |kind: &str| -> String {
+        let names: Vec<String> = subjects
+            .iter()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| match (kind, s["namespace"].as_str()) {
+                ("ServiceAccount", Some(ns)) => format!("{ns}/{}", s["name"].as_str().unwrap_or("")),
+                _ => s["name"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect();
+        names.join(", ")
+    };
+    vec![
+        json!(text(binding, "/metadata/name")),
+        json!(format!("{}/{}", text(binding, "/roleRef/kind"), text(binding, "/roleRef/name"))),
+        json!(age(binding, "/metadata/creationTimestamp", now)),
+        json!(of("User")),
+        json!(of("Group")),
+        json!(of("ServiceAccount")),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::rest::resources::find;
 
     fn admit_as(plural: &str, mut v: Value, old: Option<&Value>) -> Result<Value, String> {
-        let res = find(RBAC_GROUP, plural).ok_or("no resource")?;
-        admit(res, &mut v, old).map(|()| v).map_err(|e| e.message)
+        let strategy = [&ROLE, &CLUSTER_ROLE, &ROLE_BINDING, &CLUSTER_ROLE_BINDING]
+            .into_iter()
+            .find(|s| s.plural == plural)
+            .ok_or("no such kind")?;
+        let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        strategy.default(&name, &mut v).map_err(|e| e.message)?;
+        let checked = match old {
+            Some(old) => strategy.validate_update(&name, &v, old),
+            None => strategy.validate(&name, &v),
+        };
+        checked.map(|()| v).map_err(|e| e.message)
     }
 
     #[test]

@@ -1,0 +1,81 @@
+//! Admission, gathered in one place: the plugins kube-apiserver runs on a write, in its
+//! order — mutating (ServiceAccount), then validating (NodeRestriction, and RBAC's
+//! escalation check, which upstream runs in the RBAC storage). Each plugin decides for
+//! itself which resources it guards, as upstream's do. NamespaceLifecycle is
+//! [`namespace_lifecycle`]; it runs first, on every create in a namespace.
+
+pub(crate) mod node_restriction;
+mod service_account;
+
+use serde_json::Value;
+
+use super::lifecycle;
+use super::resources::Resource;
+use crate::server::authz::escalation::{self, RBAC_GROUP, RbacWrite};
+use crate::server::status::StatusError;
+use crate::server::{AppState, User};
+
+/// What is being done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operation {
+    /// A new object.
+    Create,
+    /// A replacement or patch (the main resource or `/status`).
+    Update,
+    /// A removal.
+    Delete,
+}
+
+/// Who writes what (upstream's `admission.Attributes`).
+pub(crate) struct Attributes<'a> {
+    /// The (possibly impersonated) user.
+    pub user: &'a User,
+    /// The resource written.
+    pub res: &'a Resource,
+    /// Its namespace (namespaced kinds).
+    pub namespace: Option<&'a str>,
+    /// The object's name.
+    pub name: &'a str,
+    /// What is done.
+    pub operation: Operation,
+}
+
+/// NamespaceLifecycle for a create in `ns`: the namespace exists and is not terminating.
+/// Returns its UID, checked again once the object is stored.
+pub(crate) async fn namespace_lifecycle(
+    state: &AppState,
+    res: &Resource,
+    ns: &str,
+    name: &str,
+) -> Result<String, StatusError> {
+    lifecycle::admit_create(state, res, ns, name).await
+}
+
+/// Mutating admission: ServiceAccount on a new pod.
+pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mut Value) -> Result<(), StatusError> {
+    if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "pods" {
+        service_account::admit_pod(state, attrs.namespace.unwrap_or_default(), attrs.name, object).await?;
+    }
+    Ok(())
+}
+
+/// Validating admission of a write that would store `object` (replacing `old`), or of a
+/// delete (`object` is `None`): NodeRestriction for nodes' Node and Lease objects, and the
+/// RBAC escalation check.
+pub(crate) async fn validate(
+    state: &AppState,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(), StatusError> {
+    let ns = attrs.namespace.unwrap_or_default();
+    match (attrs.res.group, attrs.res.plural, object) {
+        ("", "nodes", Some(object)) => node_restriction::admit_node_write(attrs.user, attrs.name, object, old),
+        ("coordination.k8s.io", "leases", _) => node_restriction::admit_lease_write(attrs.user, ns, attrs.name),
+        (RBAC_GROUP, plural, Some(new)) => {
+            let write = RbacWrite { user: attrs.user, resource: plural, namespace: ns, name: attrs.name, new, old };
+            escalation::check(state.authz(), &state.authorization_modes, &write).await
+        }
+        _ => Ok(()),
+    }
+}

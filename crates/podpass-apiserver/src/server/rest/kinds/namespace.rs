@@ -1,0 +1,107 @@
+//! Namespace (pkg/registry/core/namespace): a DNS-label name, `Active` with the namespace
+//! controller's finalizer on creation, a `/status` subresource, deletion through the
+//! namespace controller, and the objects every namespace gets (ServiceAccount `default`,
+//! ConfigMap `kube-root-ca.crt`).
+
+use serde_json::{Value, json};
+
+use super::super::lifecycle;
+use super::super::objects::prepare_new;
+use super::super::resources::find;
+use super::super::table::{age_column, column, name_column, name_middle_age, text};
+use super::{AfterWrite, Printer, Strategy, Written};
+use crate::server::AppState;
+use crate::server::status::StatusError;
+use crate::store::{BoxFuture, ObjectKey, StoreError};
+
+/// The namespace strategy.
+pub(crate) struct Namespace;
+
+/// Registered in the resource table.
+pub(crate) static NAMESPACE: Namespace = Namespace;
+
+impl Strategy for Namespace {
+    fn name_problem(&self, name: &str) -> Option<String> {
+        (!podpass_token::user::is_dns1123_label(name)).then(|| {
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character".to_owned()
+        })
+    }
+
+    fn prepare_for_create(&self, object: &mut Value) {
+        lifecycle::namespace_defaults(object);
+    }
+
+    fn prepare_for_update(&self, object: &mut Value, old: &Value) {
+        keep_status(object, old);
+    }
+
+    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
+        &[("status", "Namespace")]
+    }
+
+    fn printer(&self) -> Option<Printer> {
+        Some((
+            vec![name_column(), column("Status", "string", "", "The status of the namespace", 0), age_column()],
+            |o, now| name_middle_age(o, vec![json!(text(o, "/status/phase"))], now),
+        ))
+    }
+
+    fn deleted_by_controller(&self) -> bool {
+        true
+    }
+
+    fn after_write<'a>(&'a self, state: &'a AppState, write: AfterWrite<'a>) -> BoxFuture<'a, Result<(), StatusError>> {
+        Box::pin(async move {
+            if write.written == Written::Created {
+                default_objects(state, write.name).await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// `PrepareForUpdate` of kinds with a `/status` subresource: a main-resource write keeps
+/// the stored status.
+pub(super) fn keep_status(object: &mut Value, old: &Value) {
+    let Some(obj) = object.as_object_mut() else { return };
+    match old.get("status") {
+        Some(status) => obj.insert("status".into(), status.clone()),
+        None => obj.remove("status"),
+    };
+}
+
+/// What upstream's controllers add to every namespace: ServiceAccount `default` and
+/// ConfigMap `kube-root-ca.crt` with the cluster CA.
+async fn default_objects(state: &AppState, ns: &str) -> Result<(), StatusError> {
+    let now = podpass_token::now_unix();
+    let sa_res = find("", "serviceaccounts").ok_or_else(StatusError::not_found_path)?;
+    let cm_res = find("", "configmaps").ok_or_else(StatusError::not_found_path)?;
+    let mut sa = json!({"metadata": {"name": "default"}});
+    prepare_new(sa_res, Some(ns), &mut sa, now)?;
+    let mut cm = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": state.ca_pem}});
+    prepare_new(cm_res, Some(ns), &mut cm, now)?;
+    for (res, obj, name) in [(sa_res, sa, "default"), (cm_res, cm, "kube-root-ca.crt")] {
+        match state.store.create(&ObjectKey::namespaced(res.plural, ns, name), obj).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// At start-up: the namespaces every cluster has (`default`, `kube-system`, `kube-public`,
+/// `kube-node-lease`), each with its default objects.
+pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), StatusError> {
+    let res = find("", "namespaces").ok_or_else(StatusError::not_found_path)?;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let mut object = json!({"metadata": {"name": ns}});
+        prepare_new(res, None, &mut object, podpass_token::now_unix())?;
+        NAMESPACE.prepare_for_create(&mut object);
+        match state.store.create(&ObjectKey::cluster("namespaces", ns), object).await {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        default_objects(state, ns).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! The generic registry's writes (upstream: `genericregistry.Store` Create/Update and the
+//! patch handler): server metadata, the kind's strategy, admission, dry runs, the write,
+//! and what runs after it. Nothing here names a kind; what a kind adds is its strategy's.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::admission::{self, Attributes, Operation};
+use super::field_validation::{self, FieldValidation};
+use super::kinds::{AfterWrite, Written};
+use super::objects::{prepare_new, prepare_update};
+use super::resources::Resource;
+use super::{check_depth, dry_run, json_response, key, lifecycle, patch};
+use crate::field::Field;
+use crate::server::status::StatusError;
+use crate::server::{AppState, User};
+use crate::store::{StoreError, Stored};
+
+/// One request to a stored resource: who asks, for what, where, and whether it persists.
+pub(super) struct Target<'a> {
+    /// The server.
+    pub state: &'a Arc<AppState>,
+    /// The (possibly impersonated) user.
+    pub user: &'a User,
+    /// The resource.
+    pub res: &'static Resource,
+    /// The namespace of the path (namespaced kinds).
+    pub ns: Option<&'a str>,
+    /// Whether the write persists (`dryRun`).
+    pub write: dry_run::Write,
+}
+
+/// A request body as sent: its media type, bytes, and the field validation asked for.
+#[derive(Clone, Copy)]
+pub(super) struct Body<'a> {
+    /// `Content-Type`.
+    pub content_type: &'a str,
+    /// The bytes.
+    pub bytes: &'a [u8],
+    /// `fieldValidation`.
+    pub mode: FieldValidation,
+}
+
+impl Target<'_> {
+    fn attributes<'a>(&'a self, name: &'a str, operation: Operation) -> Attributes<'a> {
+        Attributes { user: self.user, res: self.res, namespace: self.ns, name, operation }
+    }
+
+    /// The strategy's hook once a write is stored.
+    pub(super) async fn after_write(&self, written: Written, name: &str, revision: u64) -> Result<(), StatusError> {
+        let write = AfterWrite { written, name, revision };
+        self.res.strategy.after_write(self.state, write).await
+    }
+}
+
+/// POST of a new object (genericregistry `Store.Create` behind the create handler).
+pub(super) async fn create(t: &Target<'_>, mut object: Value) -> Result<Response, StatusError> {
+    let (state, res) = (t.state, t.res);
+    let name = prepare_new(res, t.ns, &mut object, podpass_token::now_unix())?;
+    let ns_uid = match t.ns {
+        Some(ns) => Some(admission::namespace_lifecycle(state, res, ns, &name).await?),
+        None => None,
+    };
+    res.strategy.default(&name, &mut object)?;
+    let attrs = t.attributes(&name, Operation::Create);
+    admission::mutate(state, &attrs, &mut object).await?;
+    res.strategy.prepare_for_create(&mut object);
+    res.strategy.validate(&name, &object)?;
+    admission::validate(state, &attrs, Some(&object), None).await?;
+    let k = key(res, t.ns, &name);
+    if t.write.is_dry_run() {
+        // DryRunnableStorage.Create: an existing object is still a conflict; the answer is
+        // the object as it would be stored (no resourceVersion), and nothing else runs.
+        return match state.store.get(&k).await {
+            Ok(_) => Err(StoreError::AlreadyExists { resource: res.plural.to_owned(), name }.into()),
+            Err(StoreError::NotFound { .. }) => Ok(json_response(StatusCode::CREATED, object)),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let created = state.store.create(&k, object).await?;
+    if let (Some(ns), Some(uid)) = (t.ns, &ns_uid) {
+        lifecycle::after_create(state, res, ns, uid, &k, &created).await?;
+    }
+    t.after_write(Written::Created, &name, created.revision).await?;
+    Ok(json_response(StatusCode::CREATED, created.object))
+}
+
+/// What an update and a patch share once the replacement is known: server metadata
+/// carried over, finalizer rules, the strategy's defaults and `ValidateUpdate`, and
+/// validating admission.
+async fn admit_replacement(t: &Target<'_>, name: &str, current: &Value, object: &mut Value) -> Result<(), StatusError> {
+    let res = t.res;
+    prepare_update(res, current, object, name)?;
+    lifecycle::check_finalizer_update(res.kind, name, current, object)?;
+    res.strategy.default(name, object)?;
+    res.strategy.validate_update(name, object, current)?;
+    admission::validate(t.state, &t.attributes(name, Operation::Update), Some(object), Some(current)).await
+}
+
+/// PUT of a whole object, or of its status through `/status`.
+pub(super) async fn update(
+    t: &Target<'_>,
+    name: &str,
+    status_only: bool,
+    mut object: Value,
+) -> Result<Response, StatusError> {
+    let (state, res) = (t.state, t.res);
+    let k = key(res, t.ns, name);
+    let current = state.store.get(&k).await?;
+    let expected = match object.field("/metadata/resourceVersion").and_then(Value::as_str) {
+        Some(rv) => {
+            Some(rv.parse::<u64>().map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
+        }
+        None => None,
+    };
+    split_status(res, status_only, &current.object, &mut object);
+    admit_replacement(t, name, &current.object, &mut object).await?;
+    if t.write.is_dry_run() {
+        return dry_run_update(res, name, object, expected.unwrap_or(current.revision), &current);
+    }
+    let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
+    t.after_write(Written::Updated, name, updated.revision).await?;
+    Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
+}
+
+/// A dry-run update's answer (DryRunnableStorage.GuaranteedUpdate): the precondition still
+/// holds or it is a conflict, and the object is what would be stored, at the current
+/// resourceVersion.
+fn dry_run_update(
+    res: &Resource,
+    name: &str,
+    mut object: Value,
+    expected: u64,
+    current: &Stored,
+) -> Result<Response, StatusError> {
+    if expected != current.revision {
+        return Err(StoreError::Conflict { resource: res.plural.to_owned(), name: name.to_owned() }.into());
+    }
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), json!(current.revision.to_string()));
+    }
+    Ok(json_response(StatusCode::OK, object))
+}
+
+/// What a write may change: through `/status` the status only (everything else is the
+/// current object's, upstream's status strategies); through the main resource what the
+/// kind's `PrepareForUpdate` leaves (kinds with a `/status` subresource keep the stored
+/// status).
+fn split_status(res: &Resource, status_only: bool, current: &Value, object: &mut Value) {
+    if status_only {
+        let status = object.get("status").cloned().unwrap_or(Value::Null);
+        *object = current.clone();
+        object["status"] = status;
+    } else {
+        res.strategy.prepare_for_update(object, current);
+    }
+}
+
+/// The patch types of `Content-Type` (apimachinery types.PatchType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatchKind {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+}
+
+/// Conflicts a patch retries on before giving up (upstream retries patches internally).
+const PATCH_RETRIES: usize = 5;
+
+pub(super) async fn patch(
+    t: &Target<'_>,
+    name: &str,
+    status_only: bool,
+    body: &Body<'_>,
+) -> Result<(Response, Vec<String>), StatusError> {
+    let Body { content_type, bytes: body, mode } = *body;
+    let (state, res) = (t.state, t.res);
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let kind = match media {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/strategic-merge-patch+json" => PatchKind::Strategic,
+        "application/json-patch+json" => PatchKind::Json,
+        other => return Err(StatusError::unsupported_media_type(other)),
+    };
+    let patch: Value =
+        serde_json::from_slice(body).map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}")))?;
+    check_depth(&patch)?;
+    let json_patch = match kind {
+        PatchKind::Json => Some(patch::decode_json_patch(&patch)?),
+        _ => None,
+    };
+    // Duplicates are the patch body's; unknown fields are the patched object's.
+    let duplicates: Vec<String> = if json_patch.is_none() {
+        field_validation::duplicate_fields(body).into_iter().map(|p| format!("duplicate field {p:?}")).collect()
+    } else {
+        Vec::new()
+    };
+    let k = key(res, t.ns, name);
+    let mut attempt = 0;
+    loop {
+        let current = state.store.get(&k).await?;
+        let mut object = current.object.clone();
+        match (&json_patch, kind) {
+            (Some(ops), _) => patch::apply_json_patch(&mut object, ops)?,
+            (None, PatchKind::Strategic) => patch::strategic_merge_patch(&mut object, &patch),
+            (None, _) => patch::merge_patch(&mut object, &patch),
+        }
+        // A patch that sets a resourceVersion (any patch type, a JSON patch's `replace` of
+        // /metadata/resourceVersion included) makes it a precondition; otherwise the current
+        // one. Read before the subresource split, which keeps the current metadata.
+        let before = current.object.field("/metadata/resourceVersion");
+        let patched_rv = object.field("/metadata/resourceVersion").filter(|rv| Some(*rv) != before).cloned();
+        let precondition = patch.field("/metadata/resourceVersion").cloned().or(patched_rv);
+        let expected = match &precondition {
+            Some(rv) => {
+                let text = rv.as_str().unwrap_or_default();
+                text.parse::<u64>().map_err(|_| StatusError::bad_request(format!("invalid resourceVersion {rv}")))?
+            }
+            None => current.revision,
+        };
+        split_status(res, status_only, &current.object, &mut object);
+        let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
+        if !duplicates.is_empty() {
+            if mode == FieldValidation::Strict {
+                return Err(StatusError::bad_request(format!("strict decoding error: {}", duplicates.join(", "))));
+            }
+            if mode == FieldValidation::Warn {
+                warnings.extend(duplicates.iter().cloned());
+            }
+        }
+        check_depth(&object)?;
+        admit_replacement(t, name, &current.object, &mut object).await?;
+        if t.write.is_dry_run() {
+            return Ok((dry_run_update(res, name, object, expected, &current)?, warnings));
+        }
+        match state.store.update(&k, object, Some(expected)).await {
+            Ok(updated) => {
+                t.after_write(Written::Updated, name, updated.revision).await?;
+                let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
+                return Ok((answer, warnings));
+            }
+            Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES && precondition.is_none() => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
