@@ -963,3 +963,71 @@ fn bodies_that_never_arrive_hold_no_slot_past_the_request_timeout_and_one_client
     // The flooding client is served again once its connections are gone.
     assert_eq!(get_from("127.0.0.1", port, "/healthz").unwrap(), "HTTP/1.1 200 OK");
 }
+
+#[test]
+fn a_legacy_secret_token_is_refused_though_the_cluster_accepts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    post(
+        &c.s,
+        "/api/v1/namespaces/team-a/secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+               "metadata": {"name": "builder-token", "annotations": {"kubernetes.io/service-account.name": "builder"}}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let legacy = loop {
+        let secret: Value = client(&c.s.dir)
+            .get(format!("{}/api/v1/namespaces/team-a/secrets/builder-token", c.s.url))
+            .bearer_auth(admin_token(&c.s.dir))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if let Some(t) = secret["data"]["token"].as_str() {
+            break String::from_utf8(data_encoding::BASE64.decode(t.as_bytes()).unwrap()).unwrap();
+        }
+        assert!(Instant::now() < deadline, "the tokens controller never filled the secret: {secret}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The cluster accepts it for its own audiences...
+    let review = post(
+        &c.s,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": legacy}}),
+    );
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    // ... and for no other: it carries no audience, so it is not a registry-auth token.
+    let review = post(
+        &c.s,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"token": legacy, "audiences": [AUDIENCE]}}),
+    );
+    assert_eq!(review["status"]["authenticated"], false, "{review}");
+    // registry-auth trusts the cluster's issuer only, never the legacy one: refused, with
+    // or without a TokenReview behind it.
+    let reviewer = d.join("reviewer.kubeconfig");
+    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
+    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
+    let ca = c.s.dir.join("pki/ca.crt");
+    let (_plain, plain) = registry_auth(d, &[&c.issuer], &ca, &[]);
+    let reviewed_dir = d.join("reviewed");
+    std::fs::create_dir(&reviewed_dir).unwrap();
+    std::fs::copy(d.join("signer.key"), reviewed_dir.join("signer.key")).unwrap();
+    let (_reviewed, reviewed) = registry_auth(
+        &reviewed_dir,
+        &[&c.issuer],
+        &ca,
+        &["--token-review-kubeconfig", &format!("{}={}", c.issuer, reviewer.display())],
+    );
+    for url in [&plain, &reviewed] {
+        let resp = get_token(url, &legacy, "repository:team-a/app:pull");
+        assert_eq!(resp.status(), 401, "{url}: {}", resp.text().unwrap());
+    }
+    for audit in [d, reviewed_dir.as_path()] {
+        let refused = audit_lines(audit).pop().unwrap();
+        assert_eq!(refused["reason"], "issuer", "{refused}");
+    }
+}

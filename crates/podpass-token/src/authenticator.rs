@@ -126,6 +126,9 @@ pub enum AuthError {
         "token is bound to a Node object but the ServiceAccountTokenNodeBindingValidation feature gate is disabled"
     )]
     NodeBindingValidationDisabled,
+    /// A legacy (Secret-based) token was refused (see [`crate::legacy`]).
+    #[error("{0}")]
+    Legacy(Box<crate::legacy::LegacyError>),
 }
 
 impl AuthError {

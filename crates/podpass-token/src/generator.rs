@@ -67,10 +67,11 @@ impl TokenGenerator {
     /// Signs `claims` (its `iss` is replaced by the generator's) into a compact JWS.
     pub fn sign(&self, mut claims: Claims) -> Result<String, GenerateError> {
         claims.iss.clone_from(&self.issuer);
-        self.sign_serialize(&claims)
+        self.sign_any(&claims)
     }
 
-    fn sign_serialize(&self, claims: &impl Serialize) -> Result<String, GenerateError> {
+    /// Signs any claim set as is (its `iss` included).
+    pub(crate) fn sign_any(&self, claims: &impl Serialize) -> Result<String, GenerateError> {
         self.signer.sign(claims)
     }
 
@@ -78,7 +79,7 @@ impl TokenGenerator {
     pub fn mint(&self, req: &TokenRequest, features: &TokenFeatures, now: i64) -> Result<MintedToken, GenerateError> {
         let jti = if features.jti { Some(new_uuid_v4()?) } else { None };
         let claims = ClaimsRef::bind(req, features, now, jti.as_deref(), &self.issuer)?;
-        let token = self.sign_serialize(&claims)?;
+        let token = self.sign_any(&claims)?;
         Ok(MintedToken { token, expires_at: claims.expires_at(), issued_at: now, jti })
     }
 }

@@ -8,6 +8,7 @@
 //!   [`BoundObjectLookup`].
 //! - [`documents`]: JWKS and OIDC discovery documents.
 //! - [`compact`]: JWS for other claim sets (registry tokens): [`JwsSigner`], [`verify_compact`].
+//! - [`legacy`]: Secret-based legacy tokens, opt-in ([`LegacyAuthenticator`]).
 //! - [`user`]: user names and user info.
 //!
 //! ```
@@ -45,6 +46,7 @@ pub mod features;
 pub mod generator;
 mod jws;
 pub mod keys;
+pub mod legacy;
 pub mod pem;
 pub mod user;
 mod wire;
@@ -59,4 +61,8 @@ pub use documents::{Jwk, JwkError, Jwks, OidcDiscovery};
 pub use features::TokenFeatures;
 pub use generator::{GenerateError, MintedToken, TokenGenerator};
 pub use keys::{Algorithm, KeyError, SignatureError, SigningKey, VerificationKey, key_id, libtrust_key_id};
+pub use legacy::{
+    LAST_USED_LABEL, LEGACY_ISSUER, LegacyAuthenticated, LegacyAuthenticator, LegacyClaims, LegacyError, LegacySecret,
+    LegacyServiceAccount, LegacyTokenLookup,
+};
 pub use user::{ServiceAccountInfo, UserInfo};

@@ -3,7 +3,6 @@
 //! `system:anonymous`.
 
 use super::AppState;
-use super::StoreLookup;
 use super::status::StatusError;
 use crate::token_file::StaticUser;
 use podpass_token::now_unix;
@@ -46,13 +45,9 @@ pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>
     if let Some(a) = state.token_cache.get(token, None) {
         return Ok(User::from_token(&a));
     }
-    let lookup = StoreLookup { store: state.store.as_ref() };
     let now = now_unix();
-    match state.authenticator.authenticate(token, None, &lookup, now).await {
-        Ok(a) => {
-            state.count_token_use(&a);
-            Ok(User::from_token(&state.token_cache.insert(token, None, a, now)))
-        }
+    match state.authenticate_token(token, None, now).await {
+        Ok(a) => Ok(User::from_token(&state.token_cache.insert(token, None, a, now))),
         Err(_) => Err(StatusError::unauthorized()),
     }
 }

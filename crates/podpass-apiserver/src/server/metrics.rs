@@ -68,6 +68,10 @@ pub struct ApiServerMetrics {
     pub stale_tokens: Counter,
     /// Tokens without an audience.
     pub legacy_tokens: Counter,
+    /// Secret-based tokens of Secrets their service account lists (auto-generated).
+    pub legacy_auto_token_uses: Counter,
+    /// Secret-based tokens of manually created Secrets.
+    pub legacy_manual_token_uses: Counter,
     /// Bound tokens issued by TokenRequest, by bound object kind (KEP-4193).
     pub bound_tokens_issued: Family<BoundObjectLabels, Counter>,
     /// Pod-bound tokens issued carrying the pod's node (KEP-4193).
@@ -107,6 +111,8 @@ impl Default for ApiServerMetrics {
             valid_tokens: Counter::default(),
             stale_tokens: Counter::default(),
             legacy_tokens: Counter::default(),
+            legacy_auto_token_uses: Counter::default(),
+            legacy_manual_token_uses: Counter::default(),
             bound_tokens_issued: Family::default(),
             pod_with_node_tokens_issued: Counter::default(),
             tokens_issued_with_identifier: Counter::default(),
@@ -137,6 +143,16 @@ impl Default for ApiServerMetrics {
             "serviceaccount_legacy_tokens",
             "Cumulative legacy service account tokens used",
             m.legacy_tokens.clone(),
+        );
+        registry.register(
+            "serviceaccount_legacy_auto_token_uses",
+            "Cumulative auto-generated legacy tokens used",
+            m.legacy_auto_token_uses.clone(),
+        );
+        registry.register(
+            "serviceaccount_legacy_manual_token_uses",
+            "Cumulative manually created legacy tokens used",
+            m.legacy_manual_token_uses.clone(),
         );
         // KEP-4193's names.
         registry.register(

@@ -20,7 +20,9 @@ mod serve {
 }
 mod startup;
 mod status;
+mod token_authn;
 mod token_cache;
+mod tokens_controller;
 
 use std::sync::Arc;
 
@@ -57,6 +59,7 @@ pub(crate) struct AppState {
     rbac: Arc<informer::Informer<authz::rbac_index::RbacIndex>>,
     nodes: Arc<informer::Informer<authz::node_graph::NodeGraph>>,
     authenticator: Authenticator,
+    legacy_authenticator: podpass_token::LegacyAuthenticator,
     generator: TokenGenerator,
     features: TokenFeatures,
     api_audiences: Vec<String>,

@@ -40,14 +40,17 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves, and keeps Events within `--event-ttl`, until `shutdown` completes.
+    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, until
+    /// `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
-        let reaper = tokio::spawn(super::event_ttl::reap_forever(state, event_ttl));
+        let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
+        let tokens = tokio::spawn(super::tokens_controller::run(state));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
+        tokens.abort();
     }
 }
 
@@ -129,6 +132,7 @@ impl Prepared {
                 &authz::node_graph::RESOURCES,
             ),
             store,
+            legacy_authenticator: podpass_token::LegacyAuthenticator::new(keys.clone(), audiences.clone()),
             authenticator: Authenticator::new(issuers.clone(), keys, audiences.clone(), settings.features),
             features: settings.features,
             api_audiences: audiences,

@@ -12,8 +12,8 @@ use podpass_token::{ObjectRef, TokenRequest as TokenRequestClaims, now_unix};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::super::AppState;
 use super::super::status::StatusError;
-use super::super::{AppState, StoreLookup};
 use crate::store::{ObjectKey, ReadConsistency, StoreError};
 
 /// TokenRequest validation bounds.
@@ -348,7 +348,6 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusErr
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .filter(|a: &Vec<String>| !a.is_empty());
-    let lookup = StoreLookup { store: state.store.as_ref() };
     // Static tokens are audience-agnostic only for the API server's own audiences
     // (authenticator.WrapAudienceAgnosticToken): a review for another audience does not
     // authenticate them, and the answer's audiences are the intersection.
@@ -369,10 +368,10 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusErr
         let now = now_unix();
         let result = match cached {
             Some(a) => Ok(a),
-            None => state.authenticator.authenticate(&token, requested.as_deref(), &lookup, now).await.map(|a| {
-                state.count_token_use(&a);
-                state.token_cache.insert(&token, requested.as_deref(), a, now)
-            }),
+            None => state
+                .authenticate_token(&token, requested.as_deref(), now)
+                .await
+                .map(|a| state.token_cache.insert(&token, requested.as_deref(), a, now)),
         };
         match result {
             Ok(a) => {
