@@ -410,3 +410,80 @@ print(json.dumps({"pages": pages, "names": names}))
     assert_eq!(out["pages"], 3, "{out}");
     assert_eq!(out["names"].as_array().unwrap().len(), 7, "{out}");
 }
+
+#[test]
+fn events_are_served_in_events_k8s_io_v1_and_core_v1_from_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kube-cache");
+    let event = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "web.1"},
+        "eventTime": "2026-11-25T10:00:00.000000Z", "reportingController": "podpass.dev/scheduler",
+        "reportingInstance": "scheduler-1", "action": "Binding", "reason": "Scheduled", "type": "Normal",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default"},
+        "note": "Successfully assigned default/web to n1"});
+    let created = post(&s, "/apis/events.k8s.io/v1/namespaces/default/events", event);
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["regarding"]["name"], "web");
+    assert!(created.get("involvedObject").is_none(), "{created}");
+
+    // The same Event, read through core/v1: its fields under their core names.
+    let get = |path: &str| -> Value {
+        client(&s.dir).get(format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir)).send().unwrap().json().unwrap()
+    };
+    let core = get("/api/v1/namespaces/default/events/web.1");
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["involvedObject"]["name"], "web");
+    assert_eq!(core["message"], "Successfully assigned default/web to n1");
+    assert_eq!(core["reportingComponent"], "podpass.dev/scheduler");
+    // A core Event read through events.k8s.io/v1, in a list.
+    post(
+        &s,
+        "/api/v1/namespaces/default/events",
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "legacy.1"}, "reason": "Pulled",
+               "message": "pulled", "type": "Normal", "count": 2, "source": {"component": "kubelet"},
+               "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default"}}),
+    );
+    let list = get("/apis/events.k8s.io/v1/namespaces/default/events");
+    assert_eq!(list["kind"], "EventList");
+    assert_eq!(list["apiVersion"], "events.k8s.io/v1");
+    let legacy = list["items"].as_array().unwrap().iter().find(|e| e["metadata"]["name"] == "legacy.1").unwrap();
+    assert_eq!(legacy["deprecatedCount"], 2);
+    assert_eq!(legacy["deprecatedSource"]["component"], "kubelet");
+    assert_eq!(legacy["note"], "pulled");
+
+    // Writes through events.k8s.io are validated as upstream's: what a reporter must say.
+    let resp = client(&s.dir)
+        .post(format!("{}/apis/events.k8s.io/v1/namespaces/default/events", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .json(&json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "bad"},
+                      "eventTime": "2026-11-25T10:00:00.000000Z", "type": "Info"}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let message = resp.json::<Value>().unwrap()["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("reportingController: Required value"), "{message}");
+    assert!(message.contains("type: Invalid value: \"\": has invalid value: Info"), "{message}");
+
+    // kubectl finds the group and prints the events through it; a patch is written against
+    // the events.k8s.io shape.
+    let out = ok(kubectl(&s, &cache, &["get", "events.v1.events.k8s.io"]), "get events.events.k8s.io");
+    assert!(out.contains("Scheduled") && out.contains("pod/web"), "{out}");
+    ok(
+        kubectl(
+            &s,
+            &cache,
+            &["patch", "events.v1.events.k8s.io", "web.1", "--type=merge", "-p", r#"{"note":"updated"}"#],
+        ),
+        "patch",
+    );
+    assert_eq!(get("/api/v1/namespaces/default/events/web.1")["message"], "updated");
+    // A watch through events.k8s.io sees events.k8s.io objects.
+    let resp = streaming_client(&s.dir, Duration::from_secs(10))
+        .get(format!("{}/apis/events.k8s.io/v1/namespaces/default/events?watch=true&timeoutSeconds=1", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .send()
+        .unwrap();
+    let lines: Vec<Value> = BufReader::new(resp).lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().all(|l| l["object"]["apiVersion"] == "events.k8s.io/v1" && l["object"].get("note").is_some()));
+}

@@ -204,7 +204,7 @@ pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option
 /// removed when their deletion time comes.
 pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<(), StoreError> {
     let now = podpass_token::now_unix();
-    for res in RESOURCES.iter().filter(|r| r.stored && !r.strategy.deleted_by_controller()) {
+    for res in RESOURCES.iter().filter(|r| r.owns_storage() && !r.strategy.deleted_by_controller()) {
         for object in state.store.list(res.plural, None, &ListOptions::default()).await?.items {
             let graceful =
                 object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0;

@@ -239,7 +239,7 @@ async fn namespace_pass(state: &AppState, name: &str) -> Result<bool, StoreError
         return Ok(true);
     }
     let mut remaining = 0usize;
-    for r in RESOURCES.iter().filter(|r| r.namespaced && r.stored) {
+    for r in RESOURCES.iter().filter(|r| r.namespaced && r.owns_storage()) {
         for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
             remaining += 1;
             let Some(n) = item.field("/metadata/name").and_then(Value::as_str) else { continue };

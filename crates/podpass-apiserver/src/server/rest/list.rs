@@ -74,12 +74,15 @@ pub(super) async fn list(
             .clone();
         let slot = slot.counted_in(gauge);
         let stream = state.store.watch(res.plural, ns, options, from).await?;
-        let table_events = table.map(|include| {
-            Box::new(move |object: Value| {
+        let conversion = res.conversion;
+        let table_events = match (table, conversion) {
+            (Some(include), _) => Some(Box::new(move |object: Value| {
                 let rv = object.field("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_owned();
                 table::table(res, &[object], &rv, include, podpass_token::now_unix())
-            }) as watch::Transform
-        });
+            }) as watch::Transform),
+            (None, Some(c)) => Some(Box::new(move |object: Value| c.to_served(object)) as watch::Transform),
+            (None, None) => None,
+        };
         let timeout = watch::watch_timeout(timeout_seconds, state.min_request_timeout);
         let bookmarks = bookmarks
             .then(|| watch::BookmarkKind { api_version: res.api_version().to_string(), kind: res.kind.to_owned() });
@@ -148,8 +151,14 @@ fn list_response(
     let rv = revision.to_string();
     let mut body = match table {
         Some(include) => table::table(res, items, &rv, include, podpass_token::now_unix()),
-        None => json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
-                       "metadata": {"resourceVersion": rv}, "items": items}),
+        None => {
+            let items: Vec<Value> = match res.conversion {
+                Some(c) => items.iter().map(|o| c.to_served(o.clone())).collect(),
+                None => items.to_vec(),
+            };
+            json!({"kind": format!("{}List", res.kind), "apiVersion": res.api_version(),
+                   "metadata": {"resourceVersion": rv}, "items": items})
+        }
     };
     if let Some(token) = continue_token {
         body["metadata"]["continue"] = json!(token);

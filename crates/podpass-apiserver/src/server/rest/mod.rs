@@ -194,18 +194,37 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         Method::DELETE => dry_run::from_request("DeleteOptions", &query, Some(body))?,
         _ => dry_run::Write::Persist,
     };
-    let target = Target { state, user, res, ns, write };
+    // A version served from another resource's storage (events.k8s.io/v1 Events): writes
+    // run as the stored resource's, converted on the way in and out.
+    let served = res;
+    let stored = match res.conversion {
+        Some(c) => find(c.stored_group(), res.plural).ok_or_else(StatusError::not_found_path)?,
+        None => res,
+    };
+    let to_stored = |object: Value, name: Option<&str>| -> Result<Value, StatusError> {
+        let Some(c) = served.conversion else { return Ok(object) };
+        if let Some(name) = name {
+            c.validate(name, &object)?;
+        }
+        Ok(c.to_stored(object))
+    };
+    let target = Target { state, user, res: stored, served, ns, write };
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind)?;
-            (write::create(&target, object).await?, warnings)
+            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let object = to_stored(object, Some(&name))?;
+            (served_as(served, write::create(&target, object).await?).await?, warnings)
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind)?;
-            (write::update(&target, name, sub.is_some(), object).await?, warnings)
+            let object = to_stored(object, None)?;
+            (served_as(served, write::update(&target, name, sub.is_some(), object).await?).await?, warnings)
         }
         (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?
+            let (response, warnings) =
+                write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?;
+            (served_as(served, response).await?, warnings)
         }
         (&Method::POST, Some(name), Some("token")) => {
             let (object, warnings) = validated("authentication.k8s.io", "TokenRequest")?;
@@ -218,6 +237,28 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         _ => return reads(&target, &method, &path, &query, body, accept).await,
     };
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
+}
+
+/// Largest write answer re-read to convert it into the served version.
+const MAX_CONVERTED_BODY: usize = 16 << 20;
+
+/// A write's answer (one object) in the version the client addressed: unchanged for a
+/// resource that owns its storage, converted for a view of another's.
+async fn served_as(served: &Resource, response: Response) -> Result<Response, StatusError> {
+    let Some(conversion) = served.conversion else { return Ok(response) };
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_CONVERTED_BODY)
+        .await
+        .map_err(|e| StatusError::internal(format!("reading the answer to convert it: {e}")))?;
+    let object: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| StatusError::internal(format!("decoding the answer to convert it: {e}")))?;
+    let converted = if object.get("kind").and_then(Value::as_str) == Some(served.kind) {
+        conversion.to_served(object)
+    } else {
+        object
+    };
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Ok(Response::from_parts(parts, axum::body::Body::from(serde_json::to_vec(&converted).unwrap_or_default())))
 }
 
 /// A dry run's answer carries an audit annotation saying so.
@@ -261,6 +302,7 @@ async fn reads(
         .map_err(StatusError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), None | Some("status")) if res.stored => {
+            let res = t.served;
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
             if as_table {
                 let rv = stored.revision.to_string();
@@ -268,13 +310,17 @@ async fn reads(
                     table::table(res, std::slice::from_ref(&stored.object), &rv, include, podpass_token::now_unix());
                 return Ok(json_response(StatusCode::OK, t));
             }
-            Ok(json_response(StatusCode::OK, stored.object.clone()))
+            let object = match res.conversion {
+                Some(c) => c.to_served(stored.object.clone()),
+                None => stored.object.clone(),
+            };
+            Ok(json_response(StatusCode::OK, object))
         }
         (&Method::GET, None, None) if res.stored => {
-            list::list(state, t.user, res, ns, query, as_table.then_some(include)).await
+            list::list(state, t.user, t.served, ns, query, as_table.then_some(include)).await
         }
         (&Method::DELETE, Some(name), None) if res.stored => {
-            let response = delete::delete(t, name, query, body).await?;
+            let response = served_as(t.served, delete::delete(t, name, query, body).await?).await?;
             Ok(dry_run_audited(response, t.write))
         }
         _ => Err(StatusError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),

@@ -1,6 +1,6 @@
 //! The resources the control plane serves, and how request paths name them.
 
-use super::kinds::{self, Strategy};
+use super::kinds::{self, Conversion, Strategy};
 
 /// One served resource.
 #[derive(Clone, Copy)]
@@ -25,6 +25,10 @@ pub struct Resource {
     pub stored: bool,
     /// What the kind adds to the generic registry.
     pub(crate) strategy: &'static dyn Strategy,
+    /// For a version served from another resource's storage (same plural, another
+    /// group): how objects convert. Such a resource is a view: loops over every stored
+    /// resource skip it.
+    pub(crate) conversion: Option<&'static dyn Conversion>,
 }
 
 impl std::fmt::Debug for Resource {
@@ -66,6 +70,11 @@ impl Resource {
         self.strategy.subresources()
     }
 
+    /// Whether objects are stored under it (not a view of another resource's storage).
+    pub fn owns_storage(&self) -> bool {
+        self.stored && self.conversion.is_none()
+    }
+
     /// Verbs listed in discovery.
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.stored { CRUD.to_vec() } else { vec!["create"] }
@@ -92,6 +101,7 @@ const fn stored(
         categories: &[],
         stored: true,
         strategy,
+        conversion: None,
     }
 }
 
@@ -112,6 +122,7 @@ const fn review(group: &'static str, kind: &'static str, plural: &'static str, s
         categories: &[],
         stored: false,
         strategy: &kinds::UNSTORED,
+        conversion: None,
     }
 }
 
@@ -124,6 +135,10 @@ pub const RESOURCES: &[Resource] = &[
     stored("", "Secret", "secrets", "secret", true, &[], &kinds::SECRET),
     stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"], &kinds::CONFIG_MAP),
     stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
+    Resource {
+        conversion: Some(&kinds::EVENTS_V1),
+        ..stored("events.k8s.io", "Event", "events", "event", true, &["ev"], &kinds::EVENT)
+    },
     stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[], &kinds::LEASE),
     stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[], &kinds::ROLE),
     stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[], &kinds::ROLE_BINDING),
@@ -163,7 +178,7 @@ pub fn groups() -> Vec<&'static str> {
 /// The API group of a stored resource (its plural, as in storage keys); `None` for one the
 /// API does not serve.
 pub fn group_of(plural: &str) -> Option<&'static str> {
-    RESOURCES.iter().find(|r| r.plural == plural && r.stored).map(|r| r.group)
+    RESOURCES.iter().find(|r| r.plural == plural && r.owns_storage()).map(|r| r.group)
 }
 
 /// Looks up a resource by group and plural.

@@ -25,8 +25,11 @@ pub(super) struct Target<'a> {
     pub state: &'a Arc<AppState>,
     /// The (possibly impersonated) user.
     pub user: &'a User,
-    /// The resource.
+    /// The resource whose storage and strategy serve the request.
     pub res: &'static Resource,
+    /// The resource the client addressed: `res`, or a version of it served from its
+    /// storage (converted).
+    pub served: &'static Resource,
     /// The namespace of the path (namespaced kinds).
     pub ns: Option<&'a str>,
     /// Whether the write persists (`dryRun`).
@@ -205,11 +208,19 @@ pub(super) async fn patch(
     let mut attempt = 0;
     loop {
         let current = state.store.get(&k).await?;
-        let mut object = current.object.clone();
+        // A patch is written against the version the client addresses.
+        let conversion = t.served.conversion;
+        let mut object = match conversion {
+            Some(c) => c.to_served(current.object.clone()),
+            None => current.object.clone(),
+        };
         match (&json_patch, kind) {
             (Some(ops), _) => patch::apply_json_patch(&mut object, ops)?,
             (None, PatchKind::Strategic) => patch::strategic_merge_patch(&mut object, &patch),
             (None, _) => patch::merge_patch(&mut object, &patch),
+        }
+        if let Some(c) = conversion {
+            object = c.to_stored(object);
         }
         // A patch that sets a resourceVersion (any patch type, a JSON patch's `replace` of
         // /metadata/resourceVersion included) makes it a precondition; otherwise the current

@@ -11,6 +11,7 @@
 
 mod config_map;
 mod event;
+mod events_v1;
 mod lease;
 mod namespace;
 mod node;
@@ -30,6 +31,7 @@ use crate::store::BoxFuture;
 
 pub(crate) use config_map::CONFIG_MAP;
 pub(crate) use event::EVENT;
+pub(crate) use events_v1::EVENTS_V1;
 pub(crate) use lease::LEASE;
 pub(crate) use namespace::{NAMESPACE, ensure_system_namespaces};
 pub(crate) use node::NODE;
@@ -138,6 +140,22 @@ pub(crate) trait Strategy: Send + Sync {
         _write: AfterWrite<'a>,
     ) -> BoxFuture<'a, Result<(), StatusError>> {
         Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// Another version of a stored kind, sharing its storage and strategy (upstream: one
+/// internal type served in several group versions, converted on the way in and out).
+pub(crate) trait Conversion: Send + Sync {
+    /// The group of the resource whose storage and strategy this version shares (same
+    /// plural).
+    fn stored_group(&self) -> &'static str;
+    /// This version's object (a request body) in the stored version's shape.
+    fn to_stored(&self, object: Value) -> Value;
+    /// A stored object in this version's shape (a response).
+    fn to_served(&self, object: Value) -> Value;
+    /// What writes through this version must satisfy beyond the stored kind's strategy.
+    fn validate(&self, _name: &str, _served: &Value) -> Result<(), StatusError> {
+        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The k8s-openapi type of each kind served, for what needs the type rather than the JSON:
 //! field validation (decoding) and the OpenAPI documents (schemas).
 
-use k8s_openapi::api::{authentication, authorization, coordination, core, rbac};
+use k8s_openapi::api::{authentication, authorization, coordination, core, events, rbac};
 
 /// What a kind's type must offer.
 pub trait KindType: serde::de::DeserializeOwned + schemars::JsonSchema {}
@@ -27,6 +27,7 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("", "Secret") => visitor.visit::<core::v1::Secret>(),
         ("", "ConfigMap") => visitor.visit::<core::v1::ConfigMap>(),
         ("", "Event") => visitor.visit::<core::v1::Event>(),
+        ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
         ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
         ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),
         ("rbac.authorization.k8s.io", "RoleBinding") => visitor.visit::<rbac::v1::RoleBinding>(),
