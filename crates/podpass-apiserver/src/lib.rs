@@ -30,3 +30,7 @@ pub use time::parse_rfc3339;
 /// Decodes an API request body as the REST layer does before anything else sees it
 /// (content type, JSON or kubectl's protobuf, nesting limit); for fuzzing and tools.
 pub use server::rest::parse_body as decode_request_body;
+
+/// Continue tokens of paged lists, as the REST layer reads and writes them; for fuzzing
+/// and tools.
+pub use server::rest::{decode_continue_token, encode_continue_token};
