@@ -277,6 +277,18 @@ fn ensure_image_with(
 }
 
 /// GET /token with `token` as the Basic password.
+/// registry-auth in `dir` (signing with `d`'s key) that asks the cluster's TokenReview, as
+/// its own identity bound to `system:auth-delegator` as upstream advises.
+fn reviewed_registry_auth(c: &Cluster, d: &Path, dir: &Path) -> (Proc, String) {
+    let reviewer = d.join("reviewer.kubeconfig");
+    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
+    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
+    std::fs::create_dir(dir).unwrap();
+    std::fs::copy(d.join("signer.key"), dir.join("signer.key")).unwrap();
+    let review = format!("{}={}", c.issuer, reviewer.display());
+    registry_auth(dir, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &["--token-review-kubeconfig", &review])
+}
+
 fn get_token(url: &str, token: &str, scope: &str) -> reqwest::blocking::Response {
     reqwest::blocking::Client::new()
         .get(format!("{url}/token?service=registry.local&scope={scope}"))
@@ -763,20 +775,9 @@ fn token_review_refuses_the_token_of_a_deleted_pod_that_a_signature_alone_would_
     let d = dir.path();
     let c = cluster(d);
     signing_key(d, "signer");
-    // registry-auth's own identity, allowed to review tokens as upstream advises.
-    let reviewer = d.join("reviewer.kubeconfig");
-    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
-    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
     let ca = c.s.dir.join("pki/ca.crt");
     let reviewed_dir = d.join("reviewed");
-    std::fs::create_dir(&reviewed_dir).unwrap();
-    std::fs::copy(d.join("signer.key"), reviewed_dir.join("signer.key")).unwrap();
-    let (_reviewed, reviewed) = registry_auth(
-        &reviewed_dir,
-        &[&c.issuer],
-        &ca,
-        &["--token-review-kubeconfig", &format!("{}={}", c.issuer, reviewer.display())],
-    );
+    let (_reviewed, reviewed) = reviewed_registry_auth(&c, d, &reviewed_dir);
     let (_plain, plain) = registry_auth(d, &[&c.issuer], &ca, &[]);
     let scope = "repository:team-a/app:pull";
 
@@ -1008,20 +1009,10 @@ fn a_legacy_secret_token_is_refused_though_the_cluster_accepts_it() {
     assert_eq!(review["status"]["authenticated"], false, "{review}");
     // registry-auth trusts the cluster's issuer only, never the legacy one: refused, with
     // or without a TokenReview behind it.
-    let reviewer = d.join("reviewer.kubeconfig");
-    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
-    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
     let ca = c.s.dir.join("pki/ca.crt");
     let (_plain, plain) = registry_auth(d, &[&c.issuer], &ca, &[]);
     let reviewed_dir = d.join("reviewed");
-    std::fs::create_dir(&reviewed_dir).unwrap();
-    std::fs::copy(d.join("signer.key"), reviewed_dir.join("signer.key")).unwrap();
-    let (_reviewed, reviewed) = registry_auth(
-        &reviewed_dir,
-        &[&c.issuer],
-        &ca,
-        &["--token-review-kubeconfig", &format!("{}={}", c.issuer, reviewer.display())],
-    );
+    let (_reviewed, reviewed) = reviewed_registry_auth(&c, d, &reviewed_dir);
     for url in [&plain, &reviewed] {
         let resp = get_token(url, &legacy, "repository:team-a/app:pull");
         assert_eq!(resp.status(), 401, "{url}: {}", resp.text().unwrap());

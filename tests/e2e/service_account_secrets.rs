@@ -21,13 +21,7 @@ fn kubectl(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn request(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = client(&s.dir).request(method, format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir));
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().unwrap();
-    let code = resp.status().as_u16();
-    (code, resp.json().unwrap_or(Value::Null))
+    admin_request(s, method, path, body)
 }
 
 fn get(s: &Server, path: &str) -> (u16, Value) {

@@ -88,6 +88,22 @@ pub fn admin_token(dir: &Path) -> String {
     line.split(',').next().unwrap().to_owned()
 }
 
+/// A request as the admin; the status and the JSON answer (`null` when there is none).
+pub fn admin_request(
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut req = client(&s.dir).request(method, format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir));
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().unwrap_or(serde_json::Value::Null))
+}
+
 pub fn ok(out: Output, what: &str) -> String {
     assert!(out.status.success(), "{what}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
