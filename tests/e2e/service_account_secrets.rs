@@ -7,8 +7,6 @@
 // Test helpers panic on failure by design; the lint targets library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -16,23 +14,11 @@ use serde_json::{Value, json};
 mod support;
 use support::*;
 
-fn kubectl(dir: &Path, args: &[&str]) -> Output {
-    kubectl_with(&dir.join("admin.kubeconfig"), &dir.join("kube-cache"), args)
-}
-
-fn request(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    admin_request(s, method, path, body)
-}
-
-fn get(s: &Server, path: &str) -> (u16, Value) {
-    request(s, reqwest::Method::GET, path, None)
-}
-
 /// Polls `path` (every 50 ms, 15 s at most) until `done` holds for its answer.
 fn wait_for(s: &Server, path: &str, what: &str, done: impl Fn(u16, &Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let (code, body) = get(s, path);
+        let (code, body) = admin_get(s, path);
         if done(code, &body) {
             return body;
         }
@@ -59,7 +45,8 @@ fn review_for(s: &Server, token: &str, audiences: &[&str]) -> Value {
         spec["audiences"] = json!(audiences);
     }
     let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec});
-    request(s, reqwest::Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews", Some(body)).1["status"].clone()
+    admin_request(s, reqwest::Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews", Some(body)).1["status"]
+        .clone()
 }
 
 fn decoded(secret: &Value, key: &str) -> String {
@@ -72,16 +59,16 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let s = start(d, &[]);
-    ok(kubectl(d, &["create", "namespace", "team"]), "create namespace");
-    ok(kubectl(d, &["-n", "team", "create", "serviceaccount", "deployer"]), "create serviceaccount");
-    let sa_uid = get(&s, "/api/v1/namespaces/team/serviceaccounts/deployer").1["metadata"]["uid"].clone();
+    ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    ok(admin_kubectl(d, &["-n", "team", "create", "serviceaccount", "deployer"]), "create serviceaccount");
+    let sa_uid = admin_get(&s, "/api/v1/namespaces/team/serviceaccounts/deployer").1["metadata"]["uid"].clone();
     let manifest = d.join("secret.yaml");
     std::fs::write(
         &manifest,
         "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/service-account-token\nmetadata:\n  name: deployer-token\n  namespace: team\n  annotations:\n    kubernetes.io/service-account.name: deployer\n",
     )
     .unwrap();
-    ok(kubectl(d, &["apply", "-f", manifest.to_str().unwrap()]), "apply token secret");
+    ok(admin_kubectl(d, &["apply", "-f", manifest.to_str().unwrap()]), "apply token secret");
 
     // Filled within seconds: token, CA, namespace, and the account's UID annotation.
     let path = "/api/v1/namespaces/team/secrets/deployer-token";
@@ -103,7 +90,7 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     assert_eq!(status["authenticated"], true, "{status}");
     assert_eq!(status["user"]["username"], "system:serviceaccount:team:deployer");
     let out = ok(
-        kubectl(d, &["--token", &token, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]),
+        admin_kubectl(d, &["--token", &token, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]),
         "whoami with the legacy token",
     );
     assert_eq!(out, "system:serviceaccount:team:deployer");
@@ -121,10 +108,10 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     // another, and the old one no longer matches the server's copy.
     let mut cleared = labelled.clone();
     cleared["data"].as_object_mut().unwrap().remove("token");
-    assert_eq!(request(&s, reqwest::Method::PUT, path, Some(cleared)).0, 200);
+    assert_eq!(admin_request(&s, reqwest::Method::PUT, path, Some(cleared)).0, 200);
     let refilled =
         wait_for(&s, path, "secret refilled", |_, b| b["data"]["token"].is_string() && decoded(b, "token") != token);
-    let issuer = get(&s, "/.well-known/openid-configuration").1["issuer"].as_str().unwrap().to_owned();
+    let issuer = admin_get(&s, "/.well-known/openid-configuration").1["issuer"].as_str().unwrap().to_owned();
     let status = review_for(&s, &token, &[&issuer]);
     assert_eq!(status["authenticated"], false, "{status}");
     assert!(status["error"].as_str().unwrap().contains("Token does not match server's copy"), "{status}");
@@ -132,7 +119,7 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     assert_eq!(review(&s, &fresh)["authenticated"], true);
 
     // A Secret naming an account that does not exist, or one with another UID, is removed.
-    let (code, _) = request(
+    let (code, _) = admin_request(
         &s,
         reqwest::Method::POST,
         "/api/v1/namespaces/team/secrets",
@@ -142,17 +129,17 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     wait_for(&s, "/api/v1/namespaces/team/secrets/ghost-token", "ghost token removed", |code, _| code == 404);
     let mut replaced = token_secret("stale-token", "deployer");
     replaced["metadata"]["annotations"]["kubernetes.io/service-account.uid"] = json!("an-old-uid");
-    assert_eq!(request(&s, reqwest::Method::POST, "/api/v1/namespaces/team/secrets", Some(replaced)).0, 201);
+    assert_eq!(admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/team/secrets", Some(replaced)).0, 201);
     wait_for(&s, "/api/v1/namespaces/team/secrets/stale-token", "stale token removed", |code, _| code == 404);
 
     // Deleting the account removes its token Secrets, and its tokens stop working.
-    ok(kubectl(d, &["-n", "team", "delete", "serviceaccount", "deployer"]), "delete serviceaccount");
+    ok(admin_kubectl(d, &["-n", "team", "delete", "serviceaccount", "deployer"]), "delete serviceaccount");
     wait_for(&s, path, "token secret removed with its account", |code, _| code == 404);
     let status = review_for(&s, &fresh, &[&issuer]);
     assert_eq!(status["authenticated"], false, "{status}");
 
     // Other Secrets are left alone.
-    ok(kubectl(d, &["-n", "team", "create", "secret", "generic", "plain", "--from-literal=k=v"]), "plain secret");
+    ok(admin_kubectl(d, &["-n", "team", "create", "secret", "generic", "plain", "--from-literal=k=v"]), "plain secret");
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(get(&s, "/api/v1/namespaces/team/secrets/plain").0, 200);
+    assert_eq!(admin_get(&s, "/api/v1/namespaces/team/secrets/plain").0, 200);
 }

@@ -88,6 +88,16 @@ pub fn admin_token(dir: &Path) -> String {
     line.split(',').next().unwrap().to_owned()
 }
 
+/// The real kubectl as the admin of the server in `dir`.
+pub fn admin_kubectl(dir: &Path, args: &[&str]) -> Output {
+    kubectl_with(&dir.join("admin.kubeconfig"), &dir.join("kube-cache"), args)
+}
+
+/// A GET as the admin; the status and the JSON answer.
+pub fn admin_get(s: &Server, path: &str) -> (u16, serde_json::Value) {
+    admin_request(s, reqwest::Method::GET, path, None)
+}
+
 /// A request as the admin; the status and the JSON answer (`null` when there is none).
 pub fn admin_request(
     s: &Server,

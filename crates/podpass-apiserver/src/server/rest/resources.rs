@@ -111,19 +111,7 @@ const fn in_categories(resource: Resource, categories: &'static [&'static str]) 
 }
 
 const fn review(group: &'static str, kind: &'static str, plural: &'static str, singular: &'static str) -> Resource {
-    Resource {
-        group,
-        version: "v1",
-        kind,
-        plural,
-        singular,
-        namespaced: false,
-        short_names: &[],
-        categories: &[],
-        stored: false,
-        strategy: &kinds::UNSTORED,
-        conversion: None,
-    }
+    Resource { stored: false, ..stored(group, kind, plural, singular, false, &[], &kinds::UNSTORED) }
 }
 
 /// Every served resource.
