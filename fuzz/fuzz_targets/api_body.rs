@@ -1,5 +1,5 @@
-//! API request inputs as the REST layer decodes them first: bodies (JSON and kubectl's
-//! protobuf) and `continue` tokens. A token that decodes names a start key inside its list
+//! API request inputs as the REST layer decodes them first: bodies (JSON, and protobuf of
+//! every served kind through the generated schema) and `continue` tokens. A token that decodes names a start key inside its list
 //! (never empty, absolute or with a `..` segment) and survives a round trip.
 #![no_main]
 

@@ -105,9 +105,21 @@ pub fn admin_request(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> (u16, serde_json::Value) {
+    let body = body.map(|b| ("application/json", serde_json::to_vec(&b).unwrap()));
+    admin_raw_request(s, method, path, body)
+}
+
+/// A request as the admin with a body of the given content type; the status and the JSON
+/// answer (`null` when there is none).
+pub fn admin_raw_request(
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<(&str, Vec<u8>)>,
+) -> (u16, serde_json::Value) {
     let mut req = client(&s.dir).request(method, format!("{}{path}", s.url)).bearer_auth(admin_token(&s.dir));
-    if let Some(b) = body {
-        req = req.json(&b);
+    if let Some((content_type, bytes)) = body {
+        req = req.header("content-type", content_type).body(bytes);
     }
     let resp = req.send().unwrap();
     let code = resp.status().as_u16();

@@ -21,15 +21,20 @@ use crate::server::AppState;
 use crate::server::status::StatusError;
 use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
 
-/// `gracePeriodSeconds` from the query or the DeleteOptions body; a value that is not an
+/// `gracePeriodSeconds` from the query or the DeleteOptions; a value that is not an
 /// integer is a 400 naming it.
-fn grace_period(query: &HashMap<String, String>, body: &[u8]) -> Result<Option<i64>, StatusError> {
+fn grace_period(query: &HashMap<String, String>, options: &Value) -> Result<Option<i64>, StatusError> {
     if let Some(g) = query.get("gracePeriodSeconds") {
         return g.parse().map(Some).map_err(|_| {
             StatusError::bad_request(format!("gracePeriodSeconds: Invalid value: {g:?}: must be an integer"))
         });
     }
-    Ok(serde_json::from_slice::<Value>(body).ok().and_then(|b| b.get("gracePeriodSeconds").and_then(Value::as_i64)))
+    match options.get("gracePeriodSeconds") {
+        None | Some(Value::Null) => Ok(None),
+        Some(g) => g.as_i64().map(Some).ok_or_else(|| {
+            StatusError::bad_request(format!("gracePeriodSeconds: Invalid value: {g}: must be an integer"))
+        }),
+    }
 }
 
 /// Lost compare-and-swaps a DELETE without preconditions retries on the latest object
@@ -44,9 +49,8 @@ struct Preconditions {
 }
 
 impl Preconditions {
-    /// From the DeleteOptions body (JSON); an absent or non-JSON body has none.
-    fn from_body(body: &[u8]) -> Self {
-        let options = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    /// From the DeleteOptions (`null`: none).
+    fn from_options(options: &Value) -> Self {
         let field =
             |name: &str| options.pointer(&format!("/preconditions/{name}")).and_then(Value::as_str).map(str::to_owned);
         Self { uid: field("uid"), resource_version: field("resourceVersion") }
@@ -88,14 +92,14 @@ pub(super) async fn delete(
     t: &Target<'_>,
     name: &str,
     query: &HashMap<String, String>,
-    body: &[u8],
+    options: &Value,
 ) -> Result<Response, StatusError> {
     let res = t.res;
     let attrs = Attributes { user: t.user, res, namespace: t.ns, name, operation: Operation::Delete };
     admission::validate(t.state, &attrs, None, None).await?;
-    let requested = grace_period(query, body)?;
+    let requested = grace_period(query, options)?;
     let k = key(res, t.ns, name);
-    let preconditions = Preconditions::from_body(body);
+    let preconditions = Preconditions::from_options(options);
     let mut attempt = 0;
     loop {
         let current = t.state.store.get(&k).await?;

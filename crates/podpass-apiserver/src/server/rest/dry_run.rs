@@ -39,12 +39,10 @@ impl Write {
 pub(crate) fn from_request(
     options_kind: &str,
     query: &HashMap<String, String>,
-    delete_body: Option<&[u8]>,
+    delete_options: Option<&Value>,
 ) -> Result<Write, StatusError> {
     let mut values: Vec<String> = query.get("dryRun").into_iter().cloned().collect();
-    if let Some(body) = delete_body
-        && let Ok(options) = serde_json::from_slice::<Value>(body)
-    {
+    if let Some(options) = delete_options {
         match options.get("dryRun") {
             None | Some(Value::Null) => {}
             Some(Value::Array(items)) => {
@@ -93,11 +91,13 @@ mod tests {
     #[test]
     fn a_delete_body_may_ask_for_it_as_kubectl_does() {
         let none = HashMap::new();
-        let body = br#"{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}"#;
-        assert_eq!(from_request("DeleteOptions", &none, Some(body)).unwrap(), Write::DryRun);
-        assert_eq!(from_request("DeleteOptions", &none, Some(b"{}")).unwrap(), Write::Persist);
-        assert_eq!(from_request("DeleteOptions", &none, Some(b"not json")).unwrap(), Write::Persist);
-        assert!(from_request("DeleteOptions", &none, Some(br#"{"dryRun":["Server"]}"#)).is_err());
-        assert!(from_request("DeleteOptions", &none, Some(br#"{"dryRun":"All"}"#)).is_err(), "a list, as upstream");
+        let options = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        let body = options(r#"{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}"#);
+        assert_eq!(from_request("DeleteOptions", &none, Some(&body)).unwrap(), Write::DryRun);
+        assert_eq!(from_request("DeleteOptions", &none, Some(&options("{}"))).unwrap(), Write::Persist);
+        assert_eq!(from_request("DeleteOptions", &none, Some(&Value::Null)).unwrap(), Write::Persist);
+        assert!(from_request("DeleteOptions", &none, Some(&options(r#"{"dryRun":["Server"]}"#))).is_err());
+        let not_a_list = options(r#"{"dryRun":"All"}"#);
+        assert!(from_request("DeleteOptions", &none, Some(&not_a_list)).is_err(), "a list, as upstream");
     }
 }

@@ -123,6 +123,20 @@ pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, StatusError>
     Ok(value)
 }
 
+/// The DeleteOptions of a DELETE's body (JSON or protobuf); an empty body has none
+/// (`null`). A body that does not decode, or decodes as another kind, is a 400: a dryRun
+/// or precondition the server could not read must never become a real delete.
+pub(crate) fn delete_options(content_type: &str, body: &[u8]) -> Result<Value, StatusError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    let options = parse_body(content_type, body)?;
+    match options.get("kind").and_then(Value::as_str) {
+        None | Some("DeleteOptions") if options.is_object() => Ok(options),
+        _ => Err(StatusError::bad_request("decoded object cannot be converted to DeleteOptions")),
+    }
+}
+
 /// Decodes a `continue` token as a list request does: the list's revision (`None`: an
 /// inconsistent continuation) and the key to start at, or the 400's message.
 pub fn decode_continue_token(token: &str) -> Result<(Option<u64>, String), String> {
@@ -189,9 +203,15 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     } else {
         FieldValidation::from_query(query.get("fieldValidation").map(String::as_str))?
     };
-    // The body decoded and validated as `kind`; the warnings go on the answer.
-    let validated = |group: &str, kind: &str| -> Result<(Value, Vec<String>), StatusError> {
+    // The body decoded and validated as `kind`; the warnings go on the answer. The status
+    // of what is only created to be answered (TokenRequest, the reviews) is output only and
+    // dropped unread, as upstream's handlers overwrite it (client-go sends an empty one,
+    // whose zero expirationTimestamp the typed decoding would refuse).
+    let validated = |group: &str, kind: &str, output_only_status: bool| -> Result<(Value, Vec<String>), StatusError> {
         let mut object = parse_body(content_type, body)?;
+        if let (true, Some(fields)) = (output_only_status, object.as_object_mut()) {
+            fields.remove("status");
+        }
         let json_body = (!is_protobuf(content_type)).then_some(body);
         let warnings = field_validation::validate(mode, group, res.version, kind, json_body, &mut object)?;
         Ok((object, warnings))
@@ -202,7 +222,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         Method::POST => dry_run::from_request("CreateOptions", &query, None)?,
         Method::PUT => dry_run::from_request("UpdateOptions", &query, None)?,
         Method::PATCH => dry_run::from_request("PatchOptions", &query, None)?,
-        Method::DELETE => dry_run::from_request("DeleteOptions", &query, Some(body))?,
+        Method::DELETE => dry_run::from_request("DeleteOptions", &query, Some(&delete_options(content_type, body)?))?,
         _ => dry_run::Write::Persist,
     };
     // A version served from another resource's storage (events.k8s.io/v1 Events): writes
@@ -222,13 +242,13 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     let target = Target { state, user, res: stored, served, ns, write };
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
-            let (object, warnings) = validated(res.group, res.kind)?;
+            let (object, warnings) = validated(res.group, res.kind, false)?;
             let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
             let object = to_stored(object, Some(&name))?;
             (served_as(served, write::create(&target, object).await?).await?, warnings)
         }
         (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
-            let (object, warnings) = validated(res.group, res.kind)?;
+            let (object, warnings) = validated(res.group, res.kind, false)?;
             let object = to_stored(object, None)?;
             (served_as(served, write::update(&target, name, sub.is_some(), object).await?).await?, warnings)
         }
@@ -238,14 +258,14 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             (served_as(served, response).await?, warnings)
         }
         (&Method::POST, Some(name), Some("token")) => {
-            let (object, warnings) = validated("authentication.k8s.io", "TokenRequest")?;
+            let (object, warnings) = validated("authentication.k8s.io", "TokenRequest", true)?;
             (token::create_token(state, user, ns.unwrap_or_default(), name, object).await?, warnings)
         }
         (&Method::POST, None, None) if !res.stored => {
-            let (object, warnings) = validated(res.group, res.kind)?;
+            let (object, warnings) = validated(res.group, res.kind, true)?;
             (reviews::review(state, user, res, ns, object).await?, warnings)
         }
-        _ => return reads(&target, &method, &path, &query, body, accept).await,
+        _ => return reads(&target, &method, &path, &query, (content_type, body), accept).await,
     };
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
 }
@@ -302,7 +322,7 @@ async fn reads(
     method: &Method,
     path: &ApiPath,
     query: &HashMap<String, String>,
-    body: &[u8],
+    (content_type, body): (&str, &[u8]),
     accept: Option<&str>,
 ) -> Result<Response, StatusError> {
     let (state, res, ns) = (t.state, t.res, t.ns);
@@ -331,7 +351,8 @@ async fn reads(
             list::list(state, t.user, t.served, ns, query, as_table.then_some(include)).await
         }
         (&Method::DELETE, Some(name), None) if res.stored => {
-            let response = served_as(t.served, delete::delete(t, name, query, body).await?).await?;
+            let options = delete_options(content_type, body)?;
+            let response = served_as(t.served, delete::delete(t, name, query, &options).await?).await?;
             Ok(dry_run_audited(response, t.write))
         }
         _ => Err(StatusError::method_not_supported(&method.as_str().to_lowercase(), res.plural)),
