@@ -465,17 +465,21 @@ fn events_are_served_in_events_k8s_io_v1_and_core_v1_from_one_store() {
     assert!(message.contains("type: Invalid value: \"\": has invalid value: Info"), "{message}");
 
     // kubectl finds the group and prints the events through it; a patch is written against
-    // the events.k8s.io shape.
+    // the events.k8s.io shape, and through this group only the series may move
+    // (ValidateEventUpdate), while core/v1 keeps its lenient rules.
     let out = ok(kubectl(&s, &cache, &["get", "events.v1.events.k8s.io"]), "get events.events.k8s.io");
     assert!(out.contains("Scheduled") && out.contains("pod/web"), "{out}");
-    ok(
-        kubectl(
-            &s,
-            &cache,
-            &["patch", "events.v1.events.k8s.io", "web.1", "--type=merge", "-p", r#"{"note":"updated"}"#],
-        ),
-        "patch",
+    let series = r#"{"series":{"count":2,"lastObservedTime":"2026-11-25T10:05:00.000000Z"}}"#;
+    ok(kubectl(&s, &cache, &["patch", "events.v1.events.k8s.io", "web.1", "--type=merge", "-p", series]), "patch");
+    assert_eq!(get("/api/v1/namespaces/default/events/web.1")["series"]["count"], 2);
+    let out =
+        kubectl(&s, &cache, &["patch", "events.v1.events.k8s.io", "web.1", "--type=merge", "-p", r#"{"note":"new"}"#]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("message: Invalid value: \"new\": field is immutable"),
+        "{stderr}"
     );
+    ok(kubectl(&s, &cache, &["patch", "event", "web.1", "--type=merge", "-p", r#"{"message":"updated"}"#]), "core");
     assert_eq!(get("/api/v1/namespaces/default/events/web.1")["message"], "updated");
     // A watch through events.k8s.io sees events.k8s.io objects.
     let resp = streaming_client(&s.dir, Duration::from_secs(10))

@@ -100,6 +100,11 @@ async fn admit_replacement(t: &Target<'_>, name: &str, current: &Value, object: 
     lifecycle::check_finalizer_update(res.kind, name, current, object)?;
     res.strategy.default(name, object)?;
     res.strategy.validate_update(name, object, current)?;
+    // A version served from another's storage adds its own update rules (events.k8s.io/v1:
+    // ValidateEventUpdate), on the stored shapes as upstream's internal Event.
+    if let Some(conversion) = t.served.conversion {
+        conversion.validate_update(name, object, current)?;
+    }
     admission::validate(t.state, &t.attributes(name, Operation::Update), Some(object), Some(current)).await
 }
 

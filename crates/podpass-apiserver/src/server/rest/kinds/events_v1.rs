@@ -3,7 +3,9 @@
 //! object into the events.k8s.io/v1 shape; writes convert back, after the stricter
 //! validation upstream applies to writes through this group (`ValidateEventCreate` for
 //! events.k8s.io/v1: an event time, a reporting controller and instance, an action and a
-//! reason, a type of Normal or Warning, and none of the deprecated fields).
+//! reason, a type of Normal or Warning, none of the deprecated fields, and a series counted
+//! from 2 with its last observed time); updates through it as `ValidateEventUpdate` for
+//! events.k8s.io/v1: only the series (and metadata) may change.
 
 use serde_json::{Map, Value, json};
 
@@ -102,8 +104,59 @@ impl Conversion for EventsV1 {
         if served.get("deprecatedCount").and_then(Value::as_i64).is_some_and(|c| c != 0) {
             errors.push("deprecatedCount: Invalid value: \"\": needs to be unset".to_owned());
         }
+        errors.extend(series_errors(served));
         invalid("Event.events.k8s.io", name, errors)
     }
+
+    fn validate_update(&self, name: &str, stored: &Value, current: &Value) -> Result<(), StatusError> {
+        let mut errors = Vec::new();
+        if stored.get("series") != current.get("series") {
+            errors.extend(series_errors(stored));
+        }
+        // Upstream validates its internal (core-shaped) Event, so the paths are core names.
+        for key in IMMUTABLE {
+            let value = stored.get(key).filter(|v| !v.is_null());
+            if value != current.get(key).filter(|v| !v.is_null()) {
+                let shown = match value {
+                    Some(Value::String(s)) => podpass_api::validation::quote(s),
+                    Some(other) => other.to_string(),
+                    None => "null".to_owned(),
+                };
+                errors.push(format!("{key}: Invalid value: {shown}: field is immutable"));
+            }
+        }
+        invalid("Event.events.k8s.io", name, errors)
+    }
+}
+
+/// What ValidateEventUpdate keeps as it was (core/v1 names), in upstream's order.
+const IMMUTABLE: [&str; 13] = [
+    "involvedObject",
+    "reason",
+    "message",
+    "source",
+    "firstTimestamp",
+    "lastTimestamp",
+    "count",
+    "type",
+    "eventTime",
+    "action",
+    "related",
+    "reportingComponent",
+    "reportingInstance",
+];
+
+/// validateV1EventSeries: a series has happened at least twice, and says when last.
+fn series_errors(event: &Value) -> Vec<String> {
+    let Some(series) = event.get("series").filter(|s| !s.is_null()) else { return Vec::new() };
+    let mut errors = Vec::new();
+    if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {
+        errors.push("series.count: Invalid value: \"\": should be at least 2".to_owned());
+    }
+    if series.get("lastObservedTime").is_none_or(Value::is_null) {
+        errors.push("series.lastObservedTime: Required value".to_owned());
+    }
+    errors
 }
 
 #[cfg(test)]
@@ -152,5 +205,27 @@ mod tests {
             assert!(message.contains(expected), "{expected} missing from {message}");
         }
         assert!(message.starts_with("Event.events.k8s.io \"e\" is invalid: ["), "{message}");
+        let mut once = served();
+        once["series"] = json!({"count": 1});
+        let message = EVENTS_V1.validate("e", &once).unwrap_err().message;
+        assert!(message.contains("series.count: Invalid value: \"\": should be at least 2"), "{message}");
+        assert!(message.contains("series.lastObservedTime: Required value"), "{message}");
+    }
+
+    #[test]
+    fn updates_through_events_k8s_io_may_only_move_the_series() {
+        let current = EVENTS_V1.to_stored(served());
+        let mut next = served();
+        next["series"] = json!({"count": 3, "lastObservedTime": "2026-11-25T10:02:00.000000Z"});
+        next["metadata"]["labels"] = json!({"seen": "again"});
+        assert!(EVENTS_V1.validate_update("e", &EVENTS_V1.to_stored(next.clone()), &current).is_ok());
+        next["note"] = json!("rewritten");
+        next["regarding"]["name"] = json!("other");
+        next["series"] = json!({"count": 1, "lastObservedTime": "2026-11-25T10:02:00.000000Z"});
+        let message = EVENTS_V1.validate_update("e", &EVENTS_V1.to_stored(next), &current).unwrap_err().message;
+        assert!(message.contains(r#"message: Invalid value: "rewritten": field is immutable"#), "{message}");
+        assert!(message.contains("involvedObject: Invalid value: {"), "{message}");
+        assert!(message.contains("series.count"), "{message}");
+        assert!(!message.contains("reason:"), "{message}");
     }
 }

@@ -157,6 +157,11 @@ pub(crate) trait Conversion: Send + Sync {
     fn validate(&self, _name: &str, _served: &Value) -> Result<(), StatusError> {
         Ok(())
     }
+    /// What updates through this version must satisfy, on the stored shapes of the new and
+    /// the current object.
+    fn validate_update(&self, _name: &str, _stored: &Value, _current: &Value) -> Result<(), StatusError> {
+        Ok(())
+    }
 }
 
 /// Create-only reviews and the token subresource: nothing is stored, so nothing to add.
