@@ -40,6 +40,36 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("authorization.k8s.io", "SelfSubjectAccessReview") => {
             visitor.visit::<authorization::v1::SelfSubjectAccessReview>()
         }
+        ("authorization.k8s.io", "LocalSubjectAccessReview") => {
+            visitor.visit::<authorization::v1::LocalSubjectAccessReview>()
+        }
+        ("authorization.k8s.io", "SelfSubjectRulesReview") => {
+            visitor.visit::<authorization::v1::SelfSubjectRulesReview>()
+        }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named;
+
+    impl KindTypeVisitor for Named {
+        type Output = String;
+        fn visit<T: KindType>(self) -> String {
+            T::schema_name().into_owned()
+        }
+    }
+
+    /// Field validation and the OpenAPI documents cover every kind a client may send.
+    #[test]
+    fn every_served_kind_has_its_type() {
+        for res in crate::server::rest::resources::RESOURCES.iter() {
+            let name = with_kind_type(res.group, res.kind, Named);
+            let name = name.unwrap_or_else(|| panic!("no type for {} {}", res.group, res.kind));
+            assert!(name.ends_with(&format!(".{}", res.kind)), "{name} for {} {}", res.group, res.kind);
+        }
+    }
 }
