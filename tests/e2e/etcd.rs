@@ -315,14 +315,14 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
 
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
     // the server's own informers hold one per RBAC resource and one for pods (the Node
-    // authorizer's graph), and the tokens controller one for token Secrets and one for
-    // service accounts.
+    // authorizer's graph), the tokens controller one for token Secrets and one for
+    // service accounts, and the scheduler one each for pods, nodes and node leases.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 7;
-    wait_for(&|n| n == baseline, "the informers' five watchers and the tokens controller's two");
+    let baseline = none + 10;
+    wait_for(&|n| n == baseline, "the informers' five watchers, the tokens controller's two, the scheduler's three");
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled

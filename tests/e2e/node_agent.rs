@@ -22,17 +22,6 @@ fn get(s: &Server, path: &str) -> (u16, Value) {
     (code, resp.json().unwrap_or(Value::Null))
 }
 
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// [`wait_for`], showing the agent's log when it times out.
 fn wait_for_logged(what: &str, log: &std::path::Path, limit: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
     let deadline = Instant::now() + limit;

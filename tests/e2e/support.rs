@@ -98,6 +98,18 @@ pub fn admin_get(s: &Server, path: &str) -> (u16, serde_json::Value) {
     admin_request(s, reqwest::Method::GET, path, None)
 }
 
+/// Polls `f` every 200 ms until it answers, failing with `what` after `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<serde_json::Value>) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A request as the admin; the status and the JSON answer (`null` when there is none).
 pub fn admin_request(
     s: &Server,

@@ -18,6 +18,7 @@ mod routing;
 mod serve {
     pub use podpass_serve::{ServeLimits, accept_loop};
 }
+mod scheduler;
 mod startup;
 mod status;
 mod token_authn;

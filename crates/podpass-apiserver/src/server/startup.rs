@@ -40,17 +40,19 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, until
-    /// `shutdown` completes.
+    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller and the
+    /// scheduler, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
         let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
-        let tokens = tokio::spawn(super::tokens_controller::run(state));
+        let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
+        let scheduler = tokio::spawn(super::scheduler::run(state));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
         tokens.abort();
+        scheduler.abort();
     }
 }
 

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use thiserror::Error;
 
+use super::machine::Machine;
 use crate::api::RequestError;
 
 /// The namespace of node leases.
@@ -30,6 +31,8 @@ pub struct NodeIdentity {
     pub name: String,
     /// `nodeInfo.kubeletVersion`.
     pub version: String,
+    /// The machine: capacity, allocatable and the rest of `nodeInfo`.
+    pub machine: Machine,
 }
 
 fn go_os() -> &'static str {
@@ -63,11 +66,14 @@ pub fn initial_node(id: &NodeIdentity) -> Node {
     }
 }
 
-/// The status the agent posts: addresses, node info and a Ready condition that says what
-/// this node is — it prepares pods (identity, credentials, images, volumes) and runs no
-/// containers.
+/// The status the agent posts: capacity and allocatable, addresses, node info and a Ready
+/// condition that says what this node is — it prepares pods (identity, credentials,
+/// images, volumes) and runs no containers.
 pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
+    let m = &id.machine;
     NodeStatus {
+        capacity: Some(m.capacity()),
+        allocatable: Some(m.allocatable()),
         addresses: Some(vec![NodeAddress { type_: "Hostname".into(), address: id.name.clone() }]),
         node_info: Some(NodeSystemInfo {
             architecture: go_arch().into(),
@@ -75,6 +81,11 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
             kubelet_version: id.version.clone(),
             kube_proxy_version: String::new(),
             container_runtime_version: String::new(),
+            kernel_version: m.kernel_version.clone(),
+            os_image: m.os_image.clone(),
+            machine_id: m.machine_id.clone(),
+            system_uuid: m.system_uuid.clone(),
+            boot_id: m.boot_id.clone(),
             ..Default::default()
         }),
         conditions: Some(vec![NodeCondition {
@@ -185,13 +196,17 @@ mod tests {
 
     #[test]
     fn the_node_and_lease_look_as_the_kubelets() {
-        let id = NodeIdentity { name: "n1".into(), version: "v1.34.0".into() };
+        let machine = Machine { cpus: 2, memory_bytes: 8 << 30, ephemeral_bytes: 100 << 30, ..Machine::default() };
+        let id = NodeIdentity { name: "n1".into(), version: "v1.34.0".into(), machine };
         let node = initial_node(&id);
         let labels = node.metadata.labels.unwrap_or_default();
         assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("n1"));
         assert!(labels.contains_key("kubernetes.io/os") && labels.contains_key("kubernetes.io/arch"));
         let now = Timestamp::from_second(1_700_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
         let status = node_status(&id, now);
+        let allocatable = status.allocatable.clone().unwrap_or_default();
+        assert_eq!(allocatable["pods"].0, "110");
+        assert_eq!(status.capacity.clone().unwrap_or_default()["memory"].0, "8Gi");
         let ready = &status.conditions.unwrap_or_default()[0];
         assert_eq!((ready.type_.as_str(), ready.status.as_str()), ("Ready", "True"));
         let l = lease(&id, "uid-1", now);

@@ -10,6 +10,7 @@
 
 mod events;
 mod heartbeat;
+mod machine;
 mod ops;
 mod pods;
 mod status;
@@ -164,7 +165,11 @@ impl AgentConfig {
             );
         }
         problems.finish()?;
-        let identity = NodeIdentity { name: self.node_name.clone(), version: self.version.clone() };
+        let identity = NodeIdentity {
+            name: self.node_name.clone(),
+            version: self.version.clone(),
+            machine: machine::Machine::default(),
+        };
         Ok(Prepared { config: self, identity, kubelet, gates })
     }
 }
@@ -285,7 +290,9 @@ impl Bound {
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
         let Bound { prepared: this, listeners } = self;
         let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
-        let id = &this.identity;
+        let mut identity = this.identity.clone();
+        identity.machine = machine::Machine::read(&this.config.root_dir).await;
+        let id = &identity;
         let api = Arc::new(ApiContact::default());
         let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();

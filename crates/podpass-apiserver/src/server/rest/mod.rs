@@ -2,6 +2,7 @@
 //! objects, with the upstream behaviours users rely on.
 
 mod admission;
+pub(crate) mod binding;
 mod delete;
 mod dry_run;
 pub mod field_validation;
@@ -57,7 +58,8 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
             last["categories"] = json!(r.categories);
         }
         for (sub, kind) in r.subresources() {
-            let verbs: &[&str] = if *sub == "token" { &["create"] } else { &["get", "patch", "update"] };
+            let verbs: &[&str] =
+                if matches!(*sub, "token" | "binding") { &["create"] } else { &["get", "patch", "update"] };
             let group_kind =
                 if *sub == "token" { json!({"group": "authentication.k8s.io", "version": "v1"}) } else { json!(null) };
             let mut entry = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
@@ -256,6 +258,10 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             let (response, warnings) =
                 write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?;
             (served_as(served, response).await?, warnings)
+        }
+        (&Method::POST, Some(name), Some("binding")) => {
+            let (object, warnings) = validated("", "Binding", false)?;
+            (binding::create(&target, name, object).await?, warnings)
         }
         (&Method::POST, Some(name), Some("token")) => {
             let (object, warnings) = validated("authentication.k8s.io", "TokenRequest", true)?;

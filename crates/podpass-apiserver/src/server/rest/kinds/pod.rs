@@ -54,7 +54,7 @@ impl Strategy for Pod {
     }
 
     fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("status", "Pod")]
+        &[("status", "Pod"), ("binding", "Binding")]
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

@@ -27,6 +27,7 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("", "Secret") => visitor.visit::<core::v1::Secret>(),
         ("", "ConfigMap") => visitor.visit::<core::v1::ConfigMap>(),
         ("", "Event") => visitor.visit::<core::v1::Event>(),
+        ("", "Binding") => visitor.visit::<core::v1::Binding>(),
         ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
         ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
         ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),

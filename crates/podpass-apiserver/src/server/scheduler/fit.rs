@@ -1,0 +1,279 @@
+//! Whether a pod fits a node: kube-scheduler's filter plugins that concern a node without
+//! resource accounting beyond the pod count — NodeUnschedulable, TaintToleration (with the
+//! node lifecycle controller's not-ready/unreachable taints), NodeAffinity (nodeSelector
+//! and required node affinity) and NodeResourcesFit's `pods` — each answering upstream's
+//! reason, and the FitError message built from them.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::field::Field;
+
+/// `node.kubernetes.io/unschedulable`, the taint `spec.unschedulable` stands for.
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// The node lifecycle controller's taint for a node whose Ready condition is not True.
+pub(super) const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// ... and for a node that stopped renewing its lease.
+pub(super) const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// What the scheduler knows of a node beyond its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NodeState {
+    /// Pods bound to it that still hold their place (not Succeeded or Failed).
+    pub pods: usize,
+    /// Its lease was renewed within the grace period.
+    pub reachable: bool,
+}
+
+fn text<'a>(object: &'a Value, path: &str) -> &'a str {
+    object.field(path).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// TaintToleration's `ToleratesTaint`: a toleration matches a taint's effect (or all
+/// effects), and its key and value (`Equal`, the default) or key alone (`Exists`; an empty
+/// key with `Exists` tolerates every taint).
+fn tolerates(toleration: &Value, key: &str, value: &str, effect: &str) -> bool {
+    let t_effect = text(toleration, "/effect");
+    if !t_effect.is_empty() && t_effect != effect {
+        return false;
+    }
+    let t_key = text(toleration, "/key");
+    if !t_key.is_empty() && t_key != key {
+        return false;
+    }
+    match text(toleration, "/operator") {
+        "Exists" => true,
+        "" | "Equal" => !t_key.is_empty() && text(toleration, "/value") == value,
+        _ => false,
+    }
+}
+
+fn tolerated(pod: &Value, key: &str, value: &str, effect: &str) -> bool {
+    let tolerations = pod.field("/spec/tolerations").and_then(Value::as_array);
+    tolerations.into_iter().flatten().any(|t| tolerates(t, key, value, effect))
+}
+
+/// The taints that keep pods off `node`: its own NoSchedule and NoExecute ones, and the
+/// lifecycle controller's for a node not Ready or not reachable.
+fn taints(node: &Value, state: NodeState) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for taint in node.field("/spec/taints").and_then(Value::as_array).into_iter().flatten() {
+        let effect = text(taint, "/effect");
+        if matches!(effect, "NoSchedule" | "NoExecute") {
+            out.push((text(taint, "/key").to_owned(), text(taint, "/value").to_owned(), effect.to_owned()));
+        }
+    }
+    let conditions = node.field("/status/conditions").and_then(Value::as_array);
+    let ready = conditions.into_iter().flatten().any(|c| text(c, "/type") == "Ready" && text(c, "/status") == "True");
+    let lifecycle = if !state.reachable {
+        Some(UNREACHABLE_TAINT)
+    } else if !ready {
+        Some(NOT_READY_TAINT)
+    } else {
+        None
+    };
+    if let Some(key) = lifecycle
+        && !out.iter().any(|(k, _, _)| k == key)
+    {
+        out.push((key.to_owned(), String::new(), "NoSchedule".to_owned()));
+    }
+    out
+}
+
+/// One `NodeSelectorRequirement` against the node's labels (or its name, for matchFields).
+fn requirement_matches(requirement: &Value, actual: Option<&str>) -> bool {
+    let values: Vec<&str> = requirement
+        .field("/values")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match (text(requirement, "/operator"), actual) {
+        ("In", Some(v)) => values.contains(&v),
+        ("In", None) => false,
+        ("NotIn", Some(v)) => !values.contains(&v),
+        ("NotIn", None) | ("Exists", Some(_)) | ("DoesNotExist", None) => true,
+        ("Exists", None) | ("DoesNotExist", Some(_)) => false,
+        ("Gt", Some(v)) => matches!((number(v), values.first().and_then(|w| number(w))), (Some(a), Some(b)) if a > b),
+        ("Lt", Some(v)) => matches!((number(v), values.first().and_then(|w| number(w))), (Some(a), Some(b)) if a < b),
+        _ => false,
+    }
+}
+
+/// `NodeSelectorTerm`: every expression and field requirement holds (an empty term
+/// matches nothing, as upstream).
+fn term_matches(term: &Value, node: &Value) -> bool {
+    let expressions = term.field("/matchExpressions").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    let fields = term.field("/matchFields").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+    if expressions.is_empty() && fields.is_empty() {
+        return false;
+    }
+    let labels = node.field("/metadata/labels");
+    expressions
+        .iter()
+        .all(|r| requirement_matches(r, labels.and_then(|l| l.get(text(r, "/key"))).and_then(Value::as_str)))
+        && fields.iter().all(|r| {
+            let actual = (text(r, "/key") == "metadata.name").then(|| text(node, "/metadata/name"));
+            requirement_matches(r, actual)
+        })
+}
+
+/// NodeAffinity's filter: `nodeSelector` and the required node affinity's terms (any).
+fn affinity_matches(pod: &Value, node: &Value) -> bool {
+    let labels = node.field("/metadata/labels");
+    let selector = pod.field("/spec/nodeSelector").and_then(Value::as_object);
+    let selected = selector.into_iter().flatten().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+    let terms = pod
+        .field("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array);
+    selected && terms.is_none_or(|terms| terms.iter().any(|t| term_matches(t, node)))
+}
+
+/// The `pods` a node holds (`status.allocatable.pods`; none stated is none, as upstream).
+fn allocatable_pods(node: &Value) -> usize {
+    match node.field("/status/allocatable/pods") {
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        Some(Value::Number(n)) => n.as_u64().and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Why `pod` does not fit `node` (the first failing filter's reason, in kube-scheduler's
+/// plugin order), or `None` when it fits.
+pub(super) fn unfit(pod: &Value, node: &Value, state: NodeState) -> Option<String> {
+    if node.field("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
+        && !tolerated(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule")
+    {
+        return Some("node(s) were unschedulable".into());
+    }
+    for (key, value, effect) in taints(node, state) {
+        if !tolerated(pod, &key, &value, &effect) {
+            return Some(format!("node(s) had untolerated taint {{{key}: {value}}}"));
+        }
+    }
+    if !affinity_matches(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    if state.pods + 1 > allocatable_pods(node) {
+        return Some("Too many pods".into());
+    }
+    None
+}
+
+/// `FitError.Error()` for `nodes` nodes that each refused for a reason: the histogram of
+/// reasons, sorted, and the preemption post-filter's verdict (podpass does not preempt).
+pub(super) fn fit_error(nodes: usize, reasons: &[String]) -> String {
+    if nodes == 0 {
+        return "no nodes available to schedule pods".into();
+    }
+    let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in reasons {
+        *histogram.entry(r).or_default() += 1;
+    }
+    let mut counted: Vec<String> = histogram.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+    counted.sort();
+    format!(
+        "0/{nodes} nodes are available: {}. preemption: 0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling.",
+        counted.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const UP: NodeState = NodeState { pods: 0, reachable: true };
+
+    fn node(extra: Value) -> Value {
+        let mut n = json!({"metadata": {"name": "n1", "labels": {"disk": "ssd", "zone": "3"}},
+            "status": {"allocatable": {"pods": "110"}, "conditions": [{"type": "Ready", "status": "True"}]}});
+        if let (Some(n), Some(extra)) = (n.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                n.insert(k.clone(), v.clone());
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn a_ready_node_with_room_takes_a_plain_pod() {
+        let pod = json!({"spec": {"containers": [{"name": "c"}]}});
+        assert_eq!(unfit(&pod, &node(json!({})), UP), None);
+        let full = NodeState { pods: 110, reachable: true };
+        assert_eq!(unfit(&pod, &node(json!({})), full).as_deref(), Some("Too many pods"));
+        let no_allocatable =
+            json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(unfit(&pod, &no_allocatable, UP).as_deref(), Some("Too many pods"));
+    }
+
+    #[test]
+    fn readiness_and_taints_keep_pods_off_unless_tolerated() {
+        let pod = json!({"spec": {}});
+        let not_ready = node(
+            json!({"status": {"allocatable": {"pods": "110"}, "conditions": [{"type": "Ready", "status": "False"}]}}),
+        );
+        assert_eq!(
+            unfit(&pod, &not_ready, UP).as_deref(),
+            Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
+        );
+        let gone = NodeState { pods: 0, reachable: false };
+        assert_eq!(
+            unfit(&pod, &node(json!({})), gone).as_deref(),
+            Some("node(s) had untolerated taint {node.kubernetes.io/unreachable: }")
+        );
+        let tainted = node(json!({"spec": {"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"},
+                                                      {"key": "soft", "effect": "PreferNoSchedule"}]}}));
+        assert_eq!(unfit(&pod, &tainted, UP).as_deref(), Some("node(s) had untolerated taint {team: a}"));
+        let tolerant = json!({"spec": {"tolerations": [{"key": "team", "operator": "Equal", "value": "a"}]}});
+        assert_eq!(unfit(&tolerant, &tainted, UP), None);
+        let wrong_value = json!({"spec": {"tolerations": [{"key": "team", "value": "b"}]}});
+        assert!(unfit(&wrong_value, &tainted, UP).is_some());
+        let everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
+        assert_eq!(unfit(&everything, &tainted, UP), None);
+        assert_eq!(unfit(&everything, &not_ready, UP), None);
+        let cordoned = node(json!({"spec": {"unschedulable": true}}));
+        assert_eq!(unfit(&pod, &cordoned, UP).as_deref(), Some("node(s) were unschedulable"));
+    }
+
+    #[test]
+    fn node_selector_and_required_affinity_must_match() {
+        let n = node(json!({}));
+        let selected = |pod: Value| unfit(&pod, &n, UP).is_none();
+        assert!(selected(json!({"spec": {"nodeSelector": {"disk": "ssd"}}})));
+        assert!(!selected(json!({"spec": {"nodeSelector": {"disk": "hdd"}}})));
+        let affinity = |terms: Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}});
+        assert!(selected(affinity(
+            json!([{"matchExpressions": [{"key": "zone", "operator": "Gt", "values": ["2"]}]}])
+        )));
+        assert!(!selected(affinity(
+            json!([{"matchExpressions": [{"key": "zone", "operator": "Lt", "values": ["2"]}]}])
+        )));
+        assert!(selected(affinity(json!([
+            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+        ]))));
+        assert!(!selected(affinity(
+            json!([{"matchExpressions": [{"key": "disk", "operator": "NotIn", "values": ["ssd"]}]}])
+        )));
+        assert!(!selected(affinity(json!([{}]))), "an empty term matches nothing");
+    }
+
+    #[test]
+    fn the_fit_error_is_upstreams_sorted_histogram() {
+        let reasons = vec![
+            "node(s) didn't match Pod's node affinity/selector".to_owned(),
+            "Too many pods".to_owned(),
+            "node(s) didn't match Pod's node affinity/selector".to_owned(),
+        ];
+        assert_eq!(
+            fit_error(3, &reasons),
+            "0/3 nodes are available: 1 Too many pods, 2 node(s) didn't match Pod's node affinity/selector. \
+             preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+        assert_eq!(fit_error(0, &[]), "no nodes available to schedule pods");
+    }
+}
