@@ -196,13 +196,22 @@ fn drain(
     Ok(())
 }
 
-/// Tries every pending pod once.
+/// Tries every pending pod once. A pod still refused for the same reason costs one fit
+/// check and no copy or write.
 async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
     let now = podpass_token::now_unix();
-    let pending: Vec<((String, String), Value)> = cluster.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let keys: Vec<(String, String)> = cluster.pending.keys().cloned().collect();
     let mut counts = cluster.counts();
-    for (key, pod) in pending {
-        match cluster.choose(&pod, now, &counts) {
+    for key in keys {
+        let Some(pod) = cluster.pending.get(&key) else { continue };
+        let choice = cluster.choose(pod, now, &counts);
+        if let Err(message) = &choice
+            && cluster.reported.get(&key) == Some(message)
+        {
+            continue;
+        }
+        let pod = pod.clone();
+        match choice {
             Ok(node) => match assign(state, &key.0, &key.1, &node, &Map::new(), false).await {
                 Ok(()) => {
                     tracing::info!(pod = %format!("{}/{}", key.0, key.1), %node, "scheduled");
@@ -220,9 +229,6 @@ async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
                 }
             },
             Err(message) => {
-                if cluster.reported.get(&key) == Some(&message) {
-                    continue;
-                }
                 if mark_unschedulable(state, &key, &message).await {
                     record_event(state, &pod, "Warning", "FailedScheduling", "Scheduling", &message).await;
                 }
