@@ -372,6 +372,33 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert_eq!(json["containers"][0]["providers"][0]["skipReason"], "not run (--no-exec)");
     assert_eq!(records(&data), kept_records, "explain wrote no record");
 
+    // Each part killed with -9 is started again by itself, and the cluster serves again.
+    let up_pid = child.id();
+    for victim in children_of(up_pid) {
+        assert!(Command::new("kill").args(["-KILL", &victim.to_string()]).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = children_of(up_pid);
+            if now.len() == 4 && !now.contains(&victim) && now.iter().all(|p| alive(*p)) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "part {victim} was not started again: {now:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(" Ready ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster did not serve again after the restarts");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let said = std::fs::read_to_string(&log2).unwrap();
+    assert_eq!(said.matches(": started again").count(), 4, "{said}");
+    assert!(said.contains("starting it again in 1 s"), "{said}");
+
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());
     assert_eq!(parts.len(), 4, "four parts: {parts:?}");

@@ -24,7 +24,7 @@ use serde_json::json;
 
 use api::Api;
 use checklist::Checklist;
-use supervisor::Supervisor;
+use supervisor::{Supervision, Supervisor};
 
 /// The node `podpass up` runs.
 pub const NODE: &str = "node-1";
@@ -202,9 +202,20 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         out.say("");
     }
     out.say("up; Ctrl-C stops every part (a later `podpass up` on this data dir resumes).");
-    let failed = tokio::select! {
-        report = parts.any_exit() => Some(report),
-        () = crate::shutdown_signal() => None,
+    // A part that exits is started again by itself; only one that keeps exiting ends `up`.
+    let shutdown = crate::shutdown_signal();
+    tokio::pin!(shutdown);
+    let failed = loop {
+        tokio::select! {
+            event = parts.supervise() => match event {
+                Supervision::Restarting { report, delay } => {
+                    out.say(&format!("{report}\n  starting it again in {} s", delay.as_secs()));
+                }
+                Supervision::Restarted { name } => out.say(&format!("{name}: started again")),
+                Supervision::GaveUp { report } => break Some(report),
+            },
+            () = &mut shutdown => break None,
+        }
     };
     if let Some(report) = &failed {
         eprintln!("error: {report}");

@@ -1,6 +1,11 @@
 //! The children of `podpass up`: each part a process of its own (the same command a user
 //! would run by hand), its stdout and stderr appended to `<data-dir>/logs/<part>.log`, stopped in
 //! reverse order with SIGTERM, then SIGKILL after a grace period.
+//!
+//! Once the cluster is up, a part that exits is started again by itself, as a process
+//! supervisor does: after a back-off that doubles from 1 s to 30 s with each exit in the
+//! last minute, giving up (and stopping everything) only when a part has exited
+//! [`MAX_RECENT_EXITS`] times within [`RECENT`].
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -15,6 +20,14 @@ use super::logs::{MAX_LOG_BYTES, open, pump};
 
 /// How long a part may take to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The window in which exits count towards giving up and towards the back-off.
+pub const RECENT: Duration = Duration::from_secs(60);
+/// Exits within [`RECENT`] after which a part is given up on.
+pub const MAX_RECENT_EXITS: usize = 5;
+/// The first restart's delay, doubled for each further recent exit.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest delay before a restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// One running part.
 pub struct Part {
@@ -22,9 +35,33 @@ pub struct Part {
     pub name: String,
     /// Its log file.
     pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
     child: Child,
     /// The threads copying its stdout and stderr into the log.
     pumps: Vec<std::thread::JoinHandle<()>>,
+    /// When it exited lately (restarts only).
+    exits: Vec<std::time::Instant>,
+    /// Exited, to be started again at this instant.
+    restart_at: Option<std::time::Instant>,
+}
+
+/// What [`Supervisor::supervise`] saw happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Supervision {
+    /// A part exited and will be started again after `delay`.
+    Restarting { report: String, delay: Duration },
+    /// A part was started again.
+    Restarted { name: String },
+    /// A part exited too often: the cluster cannot go on.
+    GaveUp { report: String },
+}
+
+/// The delay before restarting a part that exited `recent` times within [`RECENT`]:
+/// `first`, doubled for each further exit, at most `max`.
+pub fn backoff(recent: usize, first: Duration, max: Duration) -> Duration {
+    let doublings = u32::try_from(recent.saturating_sub(1)).unwrap_or(u32::MAX).min(16);
+    first.saturating_mul(1 << doublings).min(max)
 }
 
 /// The parts started so far, stopped together (in reverse order) by [`Supervisor::stop`]
@@ -32,19 +69,42 @@ pub struct Part {
 pub struct Supervisor {
     parts: Vec<Part>,
     setpriv: Option<PathBuf>,
+    /// [`FIRST_BACKOFF`] and [`MAX_BACKOFF`] (shorter in tests).
+    backoff: (Duration, Duration),
 }
 
 impl Supervisor {
     /// No parts yet; `setpriv` (util-linux), when given, ties each part's life to this
     /// process's.
     pub fn new(setpriv: Option<PathBuf>) -> Supervisor {
-        Supervisor { parts: Vec::new(), setpriv }
+        Supervisor { parts: Vec::new(), setpriv, backoff: (FIRST_BACKOFF, MAX_BACKOFF) }
     }
 
     /// Starts `program args` as the part `name`, appending its output to `log` (rotated by
     /// size, [`logs`](super::logs)) after a line marking this run's start.
     pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<()> {
-        let mut file = open(&log, MAX_LOG_BYTES).with_context(|| format!("opening {}", log.display()))?;
+        let (child, pumps) = self.start(name, program, args, &log)?;
+        self.parts.push(Part {
+            name: name.to_owned(),
+            log,
+            program: program.to_owned(),
+            args: args.to_vec(),
+            child,
+            pumps,
+            exits: Vec::new(),
+            restart_at: None,
+        });
+        Ok(())
+    }
+
+    fn start(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<(Child, Vec<std::thread::JoinHandle<()>>)> {
+        let mut file = open(log, MAX_LOG_BYTES).with_context(|| format!("opening {}", log.display()))?;
         let now = jiff::Timestamp::now();
         file.write_line(format!("--- podpass up: {name} started {now} ---\n").as_bytes())
             .with_context(|| format!("writing {}", log.display()))?;
@@ -60,7 +120,7 @@ impl Supervisor {
             }
             None => Command::new(program),
         };
-        let child = command
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -68,7 +128,6 @@ impl Supervisor {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {name} ({})", program.display()))?;
-        let mut child = child;
         let mut pumps = Vec::new();
         let pipes = [
             child.stdout.take().and_then(|p| p.into_owned_fd().ok()),
@@ -77,13 +136,65 @@ impl Supervisor {
         for fd in pipes.into_iter().flatten() {
             pumps.push(pump(std::fs::File::from(fd), Arc::clone(&file)).context("starting a log thread")?);
         }
-        self.parts.push(Part { name: name.to_owned(), log, child, pumps });
-        Ok(())
+        Ok((child, pumps))
+    }
+
+    /// Keeps the parts running: resolves at each restart scheduled or done, or when a part
+    /// is given up on (the caller then stops everything).
+    pub async fn supervise(&mut self) -> Supervision {
+        loop {
+            let now = std::time::Instant::now();
+            for i in 0..self.parts.len() {
+                let due = self.parts[i].restart_at.is_some_and(|at| at <= now);
+                if due {
+                    let (name, program, args, log) = {
+                        let p = &self.parts[i];
+                        (p.name.clone(), p.program.clone(), p.args.clone(), p.log.clone())
+                    };
+                    match self.start(&name, &program, &args, &log) {
+                        Ok((child, pumps)) => {
+                            let part = &mut self.parts[i];
+                            part.child = child;
+                            part.pumps = pumps;
+                            part.restart_at = None;
+                            return Supervision::Restarted { name };
+                        }
+                        Err(e) => return Supervision::GaveUp { report: format!("restarting {name}: {e:#}") },
+                    }
+                }
+                let part = &mut self.parts[i];
+                if part.restart_at.is_some() {
+                    continue;
+                }
+                if let Ok(Some(status)) = part.child.try_wait() {
+                    let report = exit_report(part, status);
+                    part.exits.retain(|t| now.duration_since(*t) < RECENT);
+                    part.exits.push(now);
+                    if part.exits.len() >= MAX_RECENT_EXITS {
+                        return Supervision::GaveUp {
+                            report: format!(
+                                "{report}\n{} exited {} times within {} s; giving up",
+                                part.name,
+                                part.exits.len(),
+                                RECENT.as_secs()
+                            ),
+                        };
+                    }
+                    let delay = backoff(part.exits.len(), self.backoff.0, self.backoff.1);
+                    part.restart_at = Some(now + delay);
+                    return Supervision::Restarting { report, delay };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The first part that has exited, with its status and the last lines of its log.
     pub fn exited(&mut self) -> Option<String> {
         for part in &mut self.parts {
+            if part.restart_at.is_some() {
+                continue;
+            }
             if let Ok(Some(status)) = part.child.try_wait() {
                 return Some(exit_report(part, status));
             }
@@ -146,4 +257,45 @@ pub fn last_lines(path: &Path, n: usize) -> String {
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].iter().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_from_one_second_to_thirty() {
+        let delays: Vec<u64> = (1..=7).map(|n| backoff(n, FIRST_BACKOFF, MAX_BACKOFF).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(backoff(0, FIRST_BACKOFF, MAX_BACKOFF), FIRST_BACKOFF);
+        assert_eq!(backoff(usize::MAX, FIRST_BACKOFF, MAX_BACKOFF), MAX_BACKOFF);
+    }
+
+    /// A real child that exits is started again, and one that keeps exiting is given up on.
+    #[tokio::test]
+    async fn an_exited_part_is_started_again_until_it_exits_too_often() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut s = Supervisor::new(None);
+        s.backoff = (Duration::from_millis(10), Duration::from_millis(50));
+        let args = ["-c".to_owned(), "echo ran; exit 3".to_owned()];
+        s.spawn("flaky", Path::new("/bin/sh"), &args, dir.path().join("flaky.log")).unwrap_or_else(|e| panic!("{e}"));
+        let mut restarted = 0;
+        let report = loop {
+            match s.supervise().await {
+                Supervision::Restarting { report, delay } => {
+                    assert!(report.contains("flaky exited"), "{report}");
+                    assert_eq!(delay, backoff(restarted + 1, s.backoff.0, s.backoff.1));
+                }
+                Supervision::Restarted { name } => {
+                    assert_eq!(name, "flaky");
+                    restarted += 1;
+                }
+                Supervision::GaveUp { report } => break report,
+            }
+        };
+        assert_eq!(restarted, MAX_RECENT_EXITS - 1);
+        assert!(report.contains("exited 5 times within 60 s; giving up"), "{report}");
+        let log = std::fs::read_to_string(dir.path().join("flaky.log")).unwrap_or_default();
+        assert_eq!(log.matches("--- podpass up: flaky started").count(), MAX_RECENT_EXITS, "{log}");
+    }
 }
