@@ -12,12 +12,15 @@
 //! - [`images`]: EnsureImageExists with ensure-secret-pulled-images (KEP-2535): pull
 //!   intents and records on disk in the upstream format, the four verification policies,
 //!   image pulls through containerd's CRI or the embedded OCI store.
+//! - [`runtime`]: containers through containerd's CRI runtime service, containerd's own
+//!   configuration, and the runnable images (sandbox, demo) podpass makes locally.
 
 pub mod agent;
 pub mod api;
 pub mod credential;
 mod identity;
 pub mod images;
+pub mod runtime;
 pub mod token;
 pub mod volumes;
 

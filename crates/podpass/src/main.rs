@@ -130,7 +130,29 @@ fn init_logging(format: &str) {
     let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 
+/// The CNI plugin: the network config on stdin (at most 1 MiB), the result or the spec's
+/// error object on stdout.
+fn cni_plugin(name: &str) -> ExitCode {
+    use std::io::{Read, Write};
+    let mut stdin = Vec::new();
+    let _ = std::io::stdin().take(1 << 20).read_to_end(&mut stdin);
+    let vars: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let (out, code) = match podpass_node::runtime::cni::run(name, &vars, &stdin) {
+        Ok(result) => (result, 0),
+        Err(e) => (e.to_json(), 1),
+    };
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    ExitCode::from(code)
+}
+
 fn main() -> ExitCode {
+    // Run as `podpass-loopback` (a link in containerd's CNI bin dir), this binary is the
+    // CNI plugin of podpass's pod network.
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if let Some(plugin) = podpass_node::runtime::cni::PLUGINS.iter().find(|p| **p == name) {
+        return cni_plugin(plugin);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

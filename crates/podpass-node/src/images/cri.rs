@@ -147,6 +147,24 @@ fn spec(image: &str) -> Option<ImageSpec> {
     Some(ImageSpec { image: image.to_owned(), annotations: Default::default() })
 }
 
+/// A gRPC channel to a CRI runtime at `unix:///path` (or a bare path); both CRI services
+/// share it. The error says why in words.
+pub(crate) async fn cri_channel(endpoint: &str) -> Result<Channel, String> {
+    let path = match endpoint.strip_prefix("unix://") {
+        Some(p) => PathBuf::from(p),
+        None if endpoint.starts_with('/') => PathBuf::from(endpoint),
+        None => return Err("only unix:// endpoints are supported".into()),
+    };
+    Endpoint::from_static("http://cri.invalid")
+        .connect_timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|e| format!("{e}: {}", std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default()))
+}
+
 fn present(i: Image) -> PresentImage {
     PresentImage { id: i.id, repo_tags: i.repo_tags, repo_digests: i.repo_digests, size: i.size }
 }
@@ -155,22 +173,9 @@ impl CriImageService {
     /// Connects to `unix:///path` (or a bare path), as the kubelet's
     /// `--container-runtime-endpoint`.
     pub async fn connect(endpoint: &str) -> Result<Self, ImageError> {
-        let err = |reason: String| ImageError::Connect { endpoint: endpoint.to_owned(), reason };
-        let path = match endpoint.strip_prefix("unix://") {
-            Some(p) => PathBuf::from(p),
-            None if endpoint.starts_with('/') => PathBuf::from(endpoint),
-            None => return Err(err("only unix:// endpoints are supported".into())),
-        };
-        let channel = Endpoint::from_static("http://cri.invalid")
-            .connect_timeout(Duration::from_secs(10))
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
-            }))
+        let channel = cri_channel(endpoint)
             .await
-            .map_err(|e| {
-                err(format!("{e}: {}", std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default()))
-            })?;
+            .map_err(|reason| ImageError::Connect { endpoint: endpoint.to_owned(), reason })?;
         Ok(Self { channel, endpoint: endpoint.to_owned() })
     }
 

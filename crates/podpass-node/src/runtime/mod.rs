@@ -1,0 +1,16 @@
+//! Containers: containerd's CRI runtime service (pod sandboxes and containers), a
+//! containerd of podpass's own (configuration, images loaded locally), and the runnable
+//! images podpass makes without a registry (the sandbox image, the demo's and tests').
+
+pub mod archive;
+pub mod cni;
+pub mod containerd;
+mod cri;
+
+pub use cri::{
+    CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Container, ContainerConfig, ContainerMetadata,
+    ContainerStatus, CriRuntime, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NAMESPACE_CONTAINER,
+    NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
+    RuntimeError, SANDBOX_READY, VersionResponse,
+};
