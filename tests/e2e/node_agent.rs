@@ -570,7 +570,9 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
     );
     let root = d.join("root");
     let log = d.join("agent.log");
-    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &["--container-runtime-endpoint", &ctd.endpoint]);
+    // Images only: this containerd has no sandbox image, and the test is about preparing.
+    let flags = ["--container-runtime-endpoint", &ctd.endpoint, "--prepare-only"];
+    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &flags);
     let pod = |secrets: Value| {
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
             "spec": {"nodeName": "n1", "imagePullSecrets": secrets,

@@ -8,6 +8,7 @@
 //! service-account token, node-wide config) under the pull-record policy, posts Events and
 //! an honest pod status, and tears it all down when the pod goes.
 
+mod containers;
 mod events;
 mod heartbeat;
 mod machine;
@@ -69,6 +70,10 @@ pub struct AgentConfig {
     /// embedded image store.
     #[arg(long)]
     pub container_runtime_endpoint: Option<String>,
+    /// Prepare pods (tokens, volumes, images) but start no containers, even with a
+    /// container runtime (the node podpass was before it ran containers).
+    #[arg(long)]
+    pub prepare_only: bool,
     /// Address of the `/healthz` and `/metrics` listener.
     #[arg(long, default_value = "127.0.0.1")]
     pub healthz_bind_address: std::net::IpAddr,
@@ -183,6 +188,9 @@ pub enum AgentError {
     /// The Node could not be registered.
     #[error(transparent)]
     Register(#[from] HeartbeatError),
+    /// The container runtime could not be reached.
+    #[error(transparent)]
+    Runtime(crate::runtime::RuntimeError),
     /// The image store or runtime could not be opened.
     #[error("image service: {0}")]
     Images(#[from] crate::images::service::ImageError),
@@ -249,6 +257,15 @@ impl Prepared {
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
+            runtime: match (&self.config.container_runtime_endpoint, self.config.prepare_only) {
+                (Some(endpoint), false) => Some(containers::PodRuntime {
+                    cri: crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?,
+                    logs: root.join("logs/pods"),
+                    root: root.clone(),
+                    node: self.identity.name.clone(),
+                }),
+                _ => None,
+            },
         })
     }
 

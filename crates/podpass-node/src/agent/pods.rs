@@ -120,6 +120,7 @@ impl PodLoop {
                         // kubelet cleanupOrphanedPodDirs: directories of pods that went
                         // while no agent was watching (a restart) are removed too.
                         let known: HashSet<String> = seen.into_iter().chain(self.workers.keys().cloned()).collect();
+                        tokio::spawn(remove_runtime_orphans(self.shared.clone(), known.clone()));
                         tokio::spawn(remove_orphans(self.shared.root.clone(), known, std::time::SystemTime::now()));
                     }
                     Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
@@ -133,6 +134,7 @@ impl PodLoop {
                 },
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 _ = gc.tick() => {
+                    self.workers.retain(|_, tx| !tx.is_closed());
                     // Records are pruned every fifth minute (the kubelet's image GC period).
                     ticks += 1;
                     // Off the loop: listing a runtime's images may take a while.
@@ -147,10 +149,11 @@ impl PodLoop {
         }
     }
 
-    /// Hands `work` to the pod's worker, starting one when there is none. A tear-down
-    /// ends the worker's entry.
+    /// Hands `work` to the pod's worker, starting one when there is none. A worker tearing
+    /// down keeps its entry until it ends (swept on the housekeeping tick), so later events
+    /// of the going pod reach it instead of a second worker tearing down the same
+    /// containers at the same time.
     fn send(&mut self, uid: &str, work: Work) {
-        let tear_down = matches!(work, Work::TearDown { .. });
         match self.workers.get(uid) {
             Some(tx) if tx.send(work.clone()).is_ok() => {}
             _ => {
@@ -168,9 +171,6 @@ impl PodLoop {
                 self.tasks.spawn(super::worker::run(self.shared.clone(), rx).instrument(span));
                 self.workers.insert(uid.to_owned(), tx);
             }
-        }
-        if tear_down {
-            self.workers.remove(uid);
         }
     }
 
@@ -190,6 +190,22 @@ impl PodLoop {
             Work::Sync(p) | Work::TearDown { pod: p, .. } => p.clone(),
         };
         self.send(uid, Work::TearDown { pod, confirm: false });
+    }
+}
+
+/// Stops and removes what the runtime holds of pods not in `known` (deleted while the
+/// agent was down); the pods listed are the node's, so nothing of another's is touched.
+async fn remove_runtime_orphans(shared: Arc<Shared>, known: HashSet<String>) {
+    let Some(rt) = &shared.runtime else { return };
+    let uids = match super::containers::pod_uids(rt).await {
+        Ok(uids) => uids,
+        Err(e) => return tracing::warn!(error = %e, "listing the runtime's sandboxes failed"),
+    };
+    for uid in uids.into_iter().filter(|u| !known.contains(u)) {
+        match super::containers::tear_down(rt, &uid, 0).await {
+            Ok(()) => tracing::info!(pod_uid = %uid, "containers of a pod deleted while the agent was down removed"),
+            Err(e) => tracing::warn!(pod_uid = %uid, error = %e, "removing an orphaned pod's containers failed"),
+        }
     }
 }
 

@@ -1,13 +1,17 @@
 //! The pod status the agent posts, as a pure function of the pod and what the agent did
-//! for it. podpass runs no containers, so nothing here claims one runs: the phase stays
-//! `Pending`, every container is `waiting` with the kubelet's reason (`ContainerCreating`
-//! while preparing or once prepared, `PodInitializing` behind an init container,
-//! `ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, …), and the condition
-//! [`PREPARED_CONDITION`] says whether every image is usable and every volume written
-//! (readiness-gate style: a pod may list it in `spec.readinessGates`).
+//! for it. A container not (yet) in the runtime is `waiting` with the kubelet's reason
+//! (`ContainerCreating` while preparing, `PodInitializing` behind an init container,
+//! `ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, …); one in the runtime shows
+//! its state (running, terminated with exit code and reason, or waiting in
+//! `CrashLoopBackOff`), restart count and IDs, and the phase and conditions follow the
+//! kubelet's `getPhase`. On a preparation-only node (no runtime) nothing claims to run and
+//! the phase stays `Pending`. The condition [`PREPARED_CONDITION`] says whether every image
+//! is usable and every volume written (readiness-gate style: a pod may list it in
+//! `spec.readinessGates`).
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+    PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -33,6 +37,80 @@ pub enum ContainerOutcome {
         /// The message.
         message: String,
     },
+    /// In the runtime.
+    Run(Box<RunState>),
+}
+
+/// A container in the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunState {
+    /// `containerd://<id>` (empty until created).
+    pub id: String,
+    /// The image it runs.
+    pub image_id: String,
+    /// Restarts so far.
+    pub restart_count: i32,
+    /// What it does now.
+    pub phase: RunPhase,
+    /// How it ended last time, when it was restarted.
+    pub last_terminated: Option<Terminated>,
+}
+
+/// A container's state in the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunPhase {
+    /// Not running: `ContainerCreating`, `CrashLoopBackOff`, `CreateContainerConfigError`, …
+    Waiting {
+        /// The reason.
+        reason: String,
+        /// The message.
+        message: Option<String>,
+    },
+    /// Running since.
+    Running {
+        /// Started at.
+        started: Option<Time>,
+    },
+    /// Exited, not to be started again.
+    Terminated(Terminated),
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terminated {
+    /// Exit code.
+    pub exit_code: i32,
+    /// `Completed`, `Error`, `OOMKilled`.
+    pub reason: String,
+    /// The runtime's message.
+    pub message: Option<String>,
+    /// Started at.
+    pub started: Option<Time>,
+    /// Finished at.
+    pub finished: Option<Time>,
+    /// `containerd://<id>`.
+    pub container_id: String,
+}
+
+impl Terminated {
+    fn state(&self) -> ContainerStateTerminated {
+        ContainerStateTerminated {
+            exit_code: self.exit_code,
+            reason: Some(self.reason.clone()),
+            message: self.message.clone(),
+            started_at: self.started.clone(),
+            finished_at: self.finished.clone(),
+            container_id: Some(self.container_id.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// What the runtime says of the pod as a whole (none on a preparation-only node).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRuntimeView {
+    /// The sandbox's IP.
+    pub pod_ip: Option<String>,
 }
 
 /// One container as the status needs it.
@@ -61,11 +139,48 @@ fn waiting(r: &ContainerReport, volumes_ok: bool) -> ContainerStateWaiting {
         ContainerOutcome::ImageReady { .. } if volumes_ok => ("ContainerCreating", Some(PREPARED_MESSAGE.to_owned())),
         ContainerOutcome::ImageReady { .. } => ("ContainerCreating", None),
         ContainerOutcome::Failed { reason, message } => (reason.as_str(), Some(message.clone())),
+        // Handled by container_status before it asks.
+        ContainerOutcome::Run(_) => ("ContainerCreating", None),
     };
     ContainerStateWaiting { reason: Some(reason.to_owned()), message }
 }
 
 fn container_status(r: &ContainerReport, volumes_ok: bool) -> ContainerStatus {
+    if let ContainerOutcome::Run(run) = &r.outcome {
+        let (state, running) = match &run.phase {
+            RunPhase::Waiting { reason, message } => (
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting { reason: Some(reason.clone()), message: message.clone() }),
+                    ..Default::default()
+                },
+                false,
+            ),
+            RunPhase::Running { started } => (
+                ContainerState {
+                    running: Some(ContainerStateRunning { started_at: started.clone() }),
+                    ..Default::default()
+                },
+                true,
+            ),
+            RunPhase::Terminated(t) => (ContainerState { terminated: Some(t.state()), ..Default::default() }, false),
+        };
+        return ContainerStatus {
+            name: r.name.clone(),
+            image: r.image.clone(),
+            image_id: run.image_id.clone(),
+            container_id: (!run.id.is_empty()).then(|| run.id.clone()),
+            // No readiness probes: a running container is ready (init containers never are).
+            ready: running && !r.init,
+            restart_count: run.restart_count,
+            started: Some(running),
+            state: Some(state),
+            last_state: run
+                .last_terminated
+                .as_ref()
+                .map(|t| ContainerState { terminated: Some(t.state()), ..Default::default() }),
+            ..Default::default()
+        };
+    }
     ContainerStatus {
         name: r.name.clone(),
         image: r.image.clone(),
@@ -88,28 +203,111 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String
     }
 }
 
+/// Where a container stands, for the phase and the conditions.
+fn run_of(c: &ContainerReport) -> Option<&RunState> {
+    match &c.outcome {
+        ContainerOutcome::Run(run) => Some(run),
+        _ => None,
+    }
+}
+
+fn running(c: &ContainerReport) -> bool {
+    run_of(c).is_some_and(|r| matches!(r.phase, RunPhase::Running { .. }))
+}
+
+fn completed(c: &ContainerReport) -> bool {
+    run_of(c).is_some_and(|r| matches!(&r.phase, RunPhase::Terminated(t) if t.exit_code == 0))
+}
+
+/// The kubelet's `getPhase` for a pod whose containers the node runs.
+fn phase(pod: &Pod, containers: &[ContainerReport]) -> &'static str {
+    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+    let inits: Vec<&ContainerReport> = containers.iter().filter(|c| c.init).collect();
+    let init_failed = inits.iter().any(|c| {
+        run_of(c).is_some_and(|r| match &r.phase {
+            RunPhase::Terminated(t) => t.exit_code != 0,
+            _ => r.last_terminated.as_ref().is_some_and(|t| t.exit_code != 0),
+        })
+    });
+    if init_failed && policy == "Never" {
+        return "Failed";
+    }
+    if !inits.iter().all(|c| completed(c)) {
+        return "Pending";
+    }
+    let (mut waiting, mut running_n, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for c in containers.iter().filter(|c| !c.init) {
+        match run_of(c).map(|r| (&r.phase, r.last_terminated.is_some())) {
+            Some((RunPhase::Running { .. }, _)) => running_n += 1,
+            Some((RunPhase::Terminated(t), _)) => {
+                stopped += 1;
+                if t.exit_code == 0 {
+                    succeeded += 1;
+                }
+            }
+            Some((RunPhase::Waiting { .. }, true)) => stopped += 1,
+            _ => waiting += 1,
+        }
+    }
+    match () {
+        () if waiting > 0 => "Pending",
+        () if running_n > 0 => "Running",
+        () if stopped > 0 && stopped == succeeded => "Succeeded",
+        () if stopped > 0 && policy == "Never" => "Failed",
+        () if stopped > 0 => "Running",
+        () => "Pending",
+    }
+}
+
 /// The status for `pod`: conditions the agent does not own are kept; a condition keeps its
 /// `lastTransitionTime` while its status stays the same; `startTime` is set once.
-pub fn pod_status(pod: &Pod, containers: &[ContainerReport], volumes: &VolumesOutcome, now: &Time) -> PodStatus {
+/// `runtime`: what the container runtime says (`None` on a preparation-only node).
+pub fn pod_status(
+    pod: &Pod,
+    containers: &[ContainerReport],
+    volumes: &VolumesOutcome,
+    now: &Time,
+    runtime: Option<&PodRuntimeView>,
+) -> PodStatus {
     let old = pod.status.clone().unwrap_or_default();
     let volumes_ok = volumes.is_ok();
-    let names =
-        |init: bool| -> Vec<&str> { containers.iter().filter(|c| c.init == init).map(|c| c.name.as_str()).collect() };
-    let (init_names, names) = (names(true), names(false));
-    let not_ready = format!("containers with unready status: [{}]", names.join(" "));
+    let phase = if runtime.is_some() { phase(pod, containers) } else { "Pending" };
+    let unready: Vec<&str> = containers.iter().filter(|c| !c.init && !running(c)).map(|c| c.name.as_str()).collect();
+    let incomplete: Vec<&str> =
+        containers.iter().filter(|c| c.init && !completed(c)).map(|c| c.name.as_str()).collect();
+    let ready = runtime.is_some() && unready.is_empty() && matches!(phase, "Running");
+    let gates_ok = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .all(|g| old.conditions.iter().flatten().any(|c| c.type_ == g.condition_type && c.status == "True"));
+    let not_ready = format!("containers with unready status: [{}]", unready.join(" "));
+    let (ready_reason, ready_message) = if matches!(phase, "Succeeded" | "Failed") {
+        (Some("PodCompleted"), None)
+    } else {
+        (Some("ContainersNotReady"), Some(not_ready.clone()))
+    };
     let mut ours = vec![
-        if init_names.is_empty() {
+        if incomplete.is_empty() {
             condition("Initialized", true, None, None)
         } else {
             condition(
                 "Initialized",
                 false,
                 Some("ContainersNotInitialized"),
-                Some(format!("containers with incomplete status: [{}]", init_names.join(" "))),
+                Some(format!("containers with incomplete status: [{}]", incomplete.join(" "))),
             )
         },
-        condition("Ready", false, Some("ContainersNotReady"), Some(not_ready.clone())),
-        condition("ContainersReady", false, Some("ContainersNotReady"), Some(not_ready)),
+        if ready && gates_ok {
+            condition("Ready", true, None, None)
+        } else {
+            condition("Ready", false, ready_reason, ready_message.clone())
+        },
+        if ready {
+            condition("ContainersReady", true, None, None)
+        } else {
+            condition("ContainersReady", false, ready_reason, ready_message)
+        },
     ];
     let failed: Vec<String> = containers
         .iter()
@@ -118,7 +316,8 @@ pub fn pod_status(pod: &Pod, containers: &[ContainerReport], volumes: &VolumesOu
             _ => None,
         })
         .collect();
-    let images_ready = containers.iter().all(|c| matches!(c.outcome, ContainerOutcome::ImageReady { .. }));
+    let images_ready =
+        containers.iter().all(|c| matches!(c.outcome, ContainerOutcome::ImageReady { .. } | ContainerOutcome::Run(_)));
     ours.push(match (&volumes, images_ready) {
         (Ok(()), true) => condition(
             PREPARED_CONDITION,
@@ -152,14 +351,17 @@ pub fn pod_status(pod: &Pod, containers: &[ContainerReport], volumes: &VolumesOu
             containers.iter().filter(|c| c.init == init).map(|c| container_status(c, volumes_ok)).collect();
         (!list.is_empty()).then_some(list)
     };
+    let pod_ip = runtime.and_then(|r| r.pod_ip.clone()).or_else(|| old.pod_ip.clone());
     PodStatus {
-        phase: Some("Pending".into()),
+        phase: Some(phase.into()),
         conditions: Some(conditions),
         container_statuses: statuses(false),
         init_container_statuses: statuses(true),
         start_time: old.start_time.clone().or_else(|| Some(now.clone())),
         host_ip: old.host_ip.clone(),
         host_ips: old.host_ips.clone(),
+        pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
+        pod_ip,
         qos_class: old.qos_class.clone(),
         ..Default::default()
     }
@@ -208,7 +410,7 @@ mod tests {
             ),
             report("side", false, ContainerOutcome::Preparing),
         ];
-        let s = pod_status(&pod, &containers, &Ok(()), &t(100));
+        let s = pod_status(&pod, &containers, &Ok(()), &t(100), None);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let statuses = s.container_statuses.clone().unwrap_or_default();
         assert_eq!(statuses.iter().map(reason).collect::<Vec<_>>(), ["ErrImagePull", "ContainerCreating"]);
@@ -227,10 +429,10 @@ mod tests {
     fn prepared_only_when_every_image_and_volume_is_and_transitions_keep_their_time() {
         let mut pod = Pod::default();
         let ready = [report("app", false, ContainerOutcome::ImageReady { image_ref: "sha256:1".into() })];
-        let s1 = pod_status(&pod, &ready, &Err("configmap \"x\" not found".into()), &t(100));
+        let s1 = pod_status(&pod, &ready, &Err("configmap \"x\" not found".into()), &t(100), None);
         assert_eq!(cond(&s1, PREPARED_CONDITION).reason.as_deref(), Some("VolumesNotWritten"));
         pod.status = Some(s1.clone());
-        let s2 = pod_status(&pod, &ready, &Ok(()), &t(200));
+        let s2 = pod_status(&pod, &ready, &Ok(()), &t(200), None);
         let c = cond(&s2, PREPARED_CONDITION);
         assert_eq!((c.status.as_str(), c.last_transition_time.clone()), ("True", Some(t(200))));
         assert_eq!(cond(&s2, "Ready").last_transition_time, Some(t(100)), "unchanged: time kept");
@@ -238,7 +440,87 @@ mod tests {
         let waiting = s2.container_statuses.as_ref().and_then(|c| c[0].state.clone()).and_then(|s| s.waiting);
         assert_eq!(waiting.and_then(|w| w.message).as_deref(), Some(PREPARED_MESSAGE));
         pod.status = Some(s2.clone());
-        assert_eq!(pod_status(&pod, &ready, &Ok(()), &t(300)), s2, "a steady pod is not posted again");
+        assert_eq!(pod_status(&pod, &ready, &Ok(()), &t(300), None), s2, "a steady pod is not posted again");
         assert_eq!(cond(&s2, "Initialized").status, "True", "no init containers");
+    }
+
+    fn run(phase: RunPhase, last: Option<i32>) -> ContainerOutcome {
+        let terminated = |code: i32| Terminated {
+            exit_code: code,
+            reason: if code == 0 { "Completed".into() } else { "Error".into() },
+            message: None,
+            started: Some(t(10)),
+            finished: Some(t(20)),
+            container_id: "containerd://c1".into(),
+        };
+        ContainerOutcome::Run(Box::new(RunState {
+            id: "containerd://c2".into(),
+            image_id: "sha256:1".into(),
+            restart_count: i32::from(last.is_some()),
+            phase,
+            last_terminated: last.map(terminated),
+        }))
+    }
+
+    fn exited(code: i32) -> RunPhase {
+        RunPhase::Terminated(Terminated {
+            exit_code: code,
+            reason: if code == 0 { "Completed".into() } else { "Error".into() },
+            message: None,
+            started: Some(t(10)),
+            finished: Some(t(20)),
+            container_id: "containerd://c2".into(),
+        })
+    }
+
+    /// The kubelet's getPhase over restart policies, and what a running pod reports.
+    #[test]
+    fn the_phase_follows_the_containers_as_the_kubelets_get_phase() {
+        let pod_with = |policy: &str| Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                restart_policy: Some(policy.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let view = PodRuntimeView { pod_ip: Some("127.200.0.9".into()) };
+        let status = |policy: &str, outcomes: Vec<ContainerOutcome>| {
+            let reports: Vec<ContainerReport> =
+                outcomes.into_iter().enumerate().map(|(i, o)| report(&format!("c{i}"), false, o)).collect();
+            pod_status(&pod_with(policy), &reports, &Ok(()), &t(100), Some(&view))
+        };
+        let running = || run(RunPhase::Running { started: Some(t(10)) }, None);
+        let s = status("Always", vec![running()]);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(s.pod_ip.as_deref(), Some("127.200.0.9"));
+        let c = &s.container_statuses.clone().unwrap_or_default()[0];
+        assert!(c.ready && c.started == Some(true) && c.container_id.as_deref() == Some("containerd://c2"));
+        assert_eq!(
+            status("Never", vec![run(exited(0), None), run(exited(0), None)]).phase.as_deref(),
+            Some("Succeeded")
+        );
+        let failed = status("Never", vec![run(exited(0), None), run(exited(3), None)]);
+        assert_eq!(failed.phase.as_deref(), Some("Failed"));
+        assert_eq!(cond(&failed, "Ready").reason.as_deref(), Some("PodCompleted"));
+        let crash = RunPhase::Waiting { reason: "CrashLoopBackOff".into(), message: Some("back-off 10s".into()) };
+        let s = status("Always", vec![run(crash, Some(1))]);
+        assert_eq!(s.phase.as_deref(), Some("Running"), "a restarting container keeps the pod Running");
+        let c = &s.container_statuses.clone().unwrap_or_default()[0];
+        assert_eq!(reason(c), "CrashLoopBackOff");
+        assert_eq!(c.last_state.as_ref().and_then(|l| l.terminated.as_ref()).map(|t| t.exit_code), Some(1));
+        assert_eq!(c.restart_count, 1);
+        assert_eq!(status("Always", vec![running(), ContainerOutcome::Preparing]).phase.as_deref(), Some("Pending"));
+        // an init container that has not completed keeps the pod Pending and not Initialized
+        let init = report("init", true, run(RunPhase::Running { started: None }, None));
+        let s = pod_status(
+            &pod_with("Always"),
+            &[init, report("app", false, ContainerOutcome::Preparing)],
+            &Ok(()),
+            &t(1),
+            Some(&view),
+        );
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&s, "Initialized").message.as_deref(), Some("containers with incomplete status: [init]"));
     }
 }

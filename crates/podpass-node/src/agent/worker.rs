@@ -17,9 +17,10 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
+use super::containers::{PodRuntime, RuntimeState};
 use super::events::{EventRecorder, field_path};
 use super::pods::ApiSources;
-use super::status::{ContainerOutcome, ContainerReport, VolumesOutcome, pod_status};
+use super::status::{ContainerOutcome, ContainerReport, PodRuntimeView, VolumesOutcome, pod_status};
 use crate::api::KubeServiceAccounts;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
@@ -57,6 +58,8 @@ pub(crate) struct Shared {
     pub events: EventRecorder,
     /// Pods synced at once.
     pub syncs: Semaphore,
+    /// The container runtime (`None`: a preparation-only node).
+    pub runtime: Option<PodRuntime>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -105,6 +108,8 @@ struct State {
     ready: HashMap<(bool, String), (String, String)>,
     /// The status last posted (the base for the next one).
     posted: Option<PodStatus>,
+    /// Restart back-offs of its containers.
+    runtime: RuntimeState,
 }
 
 /// Runs until torn down or until the sender goes (agent shutdown).
@@ -287,11 +292,48 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
         reports.push(report);
     }
 
+    // Containers run once the pod's volumes are written, each only on the image
+    // EnsureImageExists allowed for this pod.
+    let mut view = None;
+    if let (Some(rt), Ok(())) = (&shared.runtime, &volumes) {
+        let images: HashMap<(bool, String), String> = containers
+            .iter()
+            .filter_map(|(init, c)| {
+                let (image, image_ref) = state.ready.get(&(*init, c.name.clone()))?;
+                (c.image.as_deref() == Some(image.as_str())).then(|| ((*init, c.name.clone()), image_ref.clone()))
+            })
+            .collect();
+        match super::containers::sync(rt, pod, &images, &mut state.runtime).await {
+            Ok(run) => {
+                for (path, kind, reason, message) in &run.events {
+                    shared.events.record(pod, path, kind, reason, message).await;
+                }
+                for report in &mut reports {
+                    if let Some(s) = run.states.get(&(report.init, report.name.clone())) {
+                        report.outcome = ContainerOutcome::Run(Box::new(s.clone()));
+                    }
+                }
+                if let Some(at) = run.next {
+                    due(at);
+                }
+                view = Some(PodRuntimeView { pod_ip: run.pod_ip });
+            }
+            Err(message) => {
+                tracing::warn!(error = %message, "running the pod's containers failed; retrying");
+                shared.events.record(pod, "", "Warning", "FailedCreatePodSandBox", &message).await;
+                due(retry_at());
+                view = Some(PodRuntimeView::default());
+            }
+        }
+    } else if shared.runtime.is_some() {
+        view = Some(PodRuntimeView::default());
+    }
+
     let mut base = pod.clone();
     if let Some(posted) = &state.posted {
         base.status = Some(posted.clone());
     }
-    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()));
+    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), view.as_ref());
     if base.status.as_ref() != Some(&status) {
         match post_status(shared, pod, &status).await {
             Ok(()) => state.posted = Some(status),
@@ -344,6 +386,18 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
 /// precondition, as a kubelet confirms once a pod is torn down.
 async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
     let Some(uid) = pod.metadata.uid.clone() else { return };
+    if let Some(rt) = &shared.runtime {
+        // The grace the deletion asked for, else the pod's own (30 s by default).
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+            .unwrap_or(30);
+        if let Err(e) = super::containers::tear_down(rt, &uid, grace).await {
+            tracing::warn!(error = %e, "stopping the pod's containers failed");
+            return;
+        }
+    }
     shared.sources.tokens().delete_for_pod(&uid);
     shared.service_accounts.tokens().delete_for_pod(&uid);
     shared.images.forget_pod(&uid);

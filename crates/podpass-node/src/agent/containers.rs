@@ -1,0 +1,598 @@
+//! Running a pod's containers through the CRI (kubelet: `kuberuntime_manager.go` SyncPod,
+//! `kuberuntime_container.go`): the pod's sandbox, then its init containers one at a time
+//! to completion, then its containers — each only once EnsureImageExists allowed its image
+//! for this pod — restarted under `restartPolicy` with the kubelet's back-off (10 s doubling
+//! to 5 min, `CrashLoopBackOff`), and everything stopped and removed when the pod goes.
+//!
+//! Everything the runtime holds for a pod carries the kubelet's labels
+//! (`io.kubernetes.pod.uid`, `io.kubernetes.container.name`), so an agent that restarts
+//! finds (adopts) what it started instead of starting it twice.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::time::Instant;
+
+use super::status::{RunPhase, RunState, Terminated};
+use crate::runtime::{
+    CONTAINER_EXITED, CONTAINER_RUNNING, ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, Int64Value,
+    KeyValue, LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    Mount, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    RuntimeError, SANDBOX_READY,
+};
+use crate::volumes::{pod_dir, projected_dir};
+
+/// The kubelet's label of the pod UID.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// ... of the pod name and namespace.
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// ... of the pod namespace.
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// ... of the container name.
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// podpass's own label: the node whose agent started it. Only what carries this node's
+/// name is ever removed as an orphan (a runtime shared with another kubelet keeps its own).
+pub const NODE_LABEL: &str = "podpass.dev/node";
+/// The first restart back-off.
+const BACKOFF_FIRST: Duration = Duration::from_secs(10);
+/// The longest restart back-off.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A container that ran this long without exiting starts its back-off afresh.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+/// How often a pod with running containers looks at them again (the kubelet's PLEG relists
+/// every second; a pod's own poll keeps idle pods free).
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// The node's container runtime and where container logs go.
+pub(crate) struct PodRuntime {
+    pub cri: CriRuntime,
+    /// `<root>/logs/pods`: `<ns>_<name>_<uid>/<container>/<restart>.log`, the kubelet's
+    /// `/var/log/pods` layout.
+    pub logs: PathBuf,
+    /// The agent's root dir (the pods' volumes).
+    pub root: PathBuf,
+    /// The node's name ([`NODE_LABEL`]).
+    pub node: String,
+}
+
+/// What the runtime side of a pod worker remembers between syncs.
+#[derive(Debug, Default)]
+pub(crate) struct RuntimeState {
+    /// Container name → restart back-off (the earliest next start, and the current delay).
+    backoff: HashMap<String, (Instant, Duration)>,
+}
+
+/// What one runtime sync found and did.
+#[derive(Debug, Default)]
+pub(crate) struct RuntimeSync {
+    /// Per container name: its state in the runtime (absent: not created yet).
+    pub states: HashMap<(bool, String), RunState>,
+    /// The sandbox's IP.
+    pub pod_ip: Option<String>,
+    /// When to look again (running containers, a back-off ending).
+    pub next: Option<Instant>,
+    /// Events to record: (container field path, type, reason, message).
+    pub events: Vec<(String, &'static str, &'static str, String)>,
+}
+
+/// The pod's log directory.
+pub(crate) fn log_dir(logs: &Path, pod: &Pod) -> PathBuf {
+    let m = &pod.metadata;
+    logs.join(format!(
+        "{}_{}_{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default(),
+        m.uid.as_deref().unwrap_or_default()
+    ))
+}
+
+fn labels(rt: &PodRuntime, pod: &Pod) -> HashMap<String, String> {
+    let m = &pod.metadata;
+    HashMap::from([
+        (POD_UID_LABEL.to_owned(), m.uid.clone().unwrap_or_default()),
+        (POD_NAME_LABEL.to_owned(), m.name.clone().unwrap_or_default()),
+        (POD_NAMESPACE_LABEL.to_owned(), m.namespace.clone().unwrap_or_default()),
+        (NODE_LABEL.to_owned(), rt.node.clone()),
+    ])
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
+}
+
+/// The pod's sandbox config (kubelet `generatePodSandboxConfig`).
+fn sandbox_config(rt: &PodRuntime, pod: &Pod, attempt: u32) -> PodSandboxConfig {
+    let m = &pod.metadata;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let network = if host_network(pod) { NAMESPACE_NODE } else { NAMESPACE_POD };
+    // With the node's network the node's UTS namespace is shared: no hostname of its own.
+    let hostname = if network == NAMESPACE_NODE {
+        String::new()
+    } else {
+        spec.hostname.clone().unwrap_or_else(|| m.name.clone().unwrap_or_default())
+    };
+    let sc = spec.security_context.clone().unwrap_or_default();
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+            namespace: m.namespace.clone().unwrap_or_default(),
+            attempt,
+        }),
+        hostname,
+        log_directory: log_dir(&rt.logs, pod).display().to_string(),
+        labels: labels(rt, pod),
+        annotations: m.annotations.clone().unwrap_or_default().into_iter().collect(),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption { network, pid: NAMESPACE_CONTAINER, ipc: NAMESPACE_POD }),
+                run_as_user: sc.run_as_user.map(|value| Int64Value { value }),
+                run_as_group: sc.run_as_group.map(|value| Int64Value { value }),
+                supplemental_groups: sc.supplemental_groups.clone().unwrap_or_default(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Why a container cannot be configured (`CreateContainerConfigError`).
+fn config_error(what: impl Into<String>) -> String {
+    what.into()
+}
+
+/// `subPath` as the kubelet allows it: relative, no `..`, inside the volume after symlinks.
+fn sub_path(volume: &Path, sub: &str) -> Result<PathBuf, String> {
+    let rel = Path::new(sub);
+    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(format!("subPath {sub:?} must be a relative path without '..'"));
+    }
+    let joined = volume.join(rel);
+    let base = volume.canonicalize().map_err(|e| format!("volume {}: {e}", volume.display()))?;
+    match joined.canonicalize() {
+        Ok(real) if real.starts_with(&base) => Ok(real),
+        Ok(_) => Err(format!("subPath {sub:?} leads outside its volume")),
+        Err(e) => Err(format!("subPath {sub:?}: {e}")),
+    }
+}
+
+/// The mounts of container `c`: every `volumeMounts` entry onto its volume's directory.
+fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, String> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
+    let mut out = Vec::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let volume = volumes
+            .iter()
+            .find(|v| v.name == vm.name)
+            .ok_or_else(|| config_error(format!("volumeMount {:?}: no volume of that name", vm.name)))?;
+        let dir = if volume.projected.is_some() {
+            projected_dir(&rt.root, &uid, &volume.name)
+        } else if volume.empty_dir.is_some() {
+            let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+            dir
+        } else {
+            return Err(config_error(format!(
+                "volume {:?}: podpass mounts projected and emptyDir volumes only",
+                volume.name
+            )));
+        };
+        let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => sub_path(&dir, sub)?,
+            None => dir,
+        };
+        out.push(Mount {
+            container_path: vm.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: vm.read_only.unwrap_or(false) || volume.projected.is_some(),
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}
+
+/// The environment of container `c` (`value` and the pod fields of `fieldRef`).
+fn envs(pod: &Pod, c: &Container, pod_ip: &str) -> Result<Vec<KeyValue>, String> {
+    let m = &pod.metadata;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, None) => String::new(),
+            (None, Some(from)) => match &from.field_ref {
+                Some(f) => match f.field_path.as_str() {
+                    "metadata.name" => m.name.clone().unwrap_or_default(),
+                    "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
+                    "metadata.uid" => m.uid.clone().unwrap_or_default(),
+                    "spec.nodeName" => spec.node_name.clone().unwrap_or_default(),
+                    "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
+                    "status.podIP" => pod_ip.to_owned(),
+                    other => return Err(format!("env {:?}: fieldRef {other:?} is not supported", e.name)),
+                },
+                None => return Err(format!("env {:?}: only value and fieldRef are supported", e.name)),
+            },
+        };
+        out.push(KeyValue { key: e.name.clone(), value });
+    }
+    Ok(out)
+}
+
+/// Container `c`'s CRI config for restart number `attempt`.
+fn container_config(
+    rt: &PodRuntime,
+    pod: &Pod,
+    c: &Container,
+    attempt: u32,
+    image_ref: &str,
+    pod_ip: &str,
+) -> Result<ContainerConfig, String> {
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
+    let sc = c.security_context.clone().unwrap_or_default();
+    if sc.privileged == Some(true) {
+        return Err("privileged containers are not run by podpass (they own the node)".into());
+    }
+    let mut groups = pod_sc.supplemental_groups.clone().unwrap_or_default();
+    groups.extend(pod_sc.fs_group);
+    let mut labels = labels(rt, pod);
+    labels.insert(CONTAINER_NAME_LABEL.to_owned(), c.name.clone());
+    Ok(ContainerConfig {
+        metadata: Some(ContainerMetadata { name: c.name.clone(), attempt }),
+        image: Some(ImageSpec { image: image_ref.to_owned() }),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: envs(pod, c, pod_ip)?,
+        mounts: mounts(rt, pod, c)?,
+        labels,
+        annotations: HashMap::from([("io.kubernetes.container.restartCount".to_owned(), attempt.to_string())]),
+        log_path: format!("{}/{attempt}.log", c.name),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(LinuxContainerConfig {
+            resources: None,
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: if host_network(pod) { NAMESPACE_NODE } else { NAMESPACE_POD },
+                    pid: NAMESPACE_CONTAINER,
+                    ipc: NAMESPACE_POD,
+                }),
+                run_as_user: sc.run_as_user.or(pod_sc.run_as_user).map(|value| Int64Value { value }),
+                run_as_group: sc.run_as_group.or(pod_sc.run_as_group).map(|value| Int64Value { value }),
+                readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+                supplemental_groups: groups,
+                no_new_privs: sc.allow_privilege_escalation == Some(false),
+                ..Default::default()
+            }),
+        }),
+    })
+}
+
+fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    (ns > 0).then(|| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or_default(),
+        )
+    })
+}
+
+/// Whether a container that exited with `code` is started again under `policy`.
+fn restarts(policy: &str, code: i32) -> bool {
+    match policy {
+        "Never" => false,
+        "OnFailure" => code != 0,
+        _ => true,
+    }
+}
+
+/// The runtime's containers of the pod, the newest attempt per name.
+async fn current(rt: &PodRuntime, uid: &str) -> Result<HashMap<String, crate::runtime::Container>, RuntimeError> {
+    let all = rt.cri.list_containers(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())])).await?;
+    let mut newest: HashMap<String, crate::runtime::Container> = HashMap::new();
+    for c in all {
+        let name = c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default();
+        let attempt = c.metadata.as_ref().map_or(0, |m| m.attempt);
+        if newest.get(&name).is_none_or(|n| n.metadata.as_ref().map_or(0, |m| m.attempt) < attempt) {
+            newest.insert(name, c);
+        }
+    }
+    Ok(newest)
+}
+
+/// One sync of the pod's containers. `images`: container (init, name) → the image ref
+/// EnsureImageExists allowed for this pod (no entry: not allowed yet, never started).
+pub(crate) async fn sync(
+    rt: &PodRuntime,
+    pod: &Pod,
+    images: &HashMap<(bool, String), String>,
+    state: &mut RuntimeState,
+) -> Result<RuntimeSync, String> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+    let mut out = RuntimeSync::default();
+    let err = |e: RuntimeError| e.to_string();
+
+    // The sandbox: the pod's ready one, or a new one once some image may run.
+    let sandboxes =
+        rt.cri.list_pod_sandboxes(HashMap::from([(POD_UID_LABEL.to_owned(), uid.clone())])).await.map_err(err)?;
+    let ready = sandboxes.iter().filter(|s| s.state == SANDBOX_READY).max_by_key(|s| s.created_at);
+    let attempt = u32::try_from(sandboxes.len()).unwrap_or(u32::MAX);
+    let sandbox_config =
+        sandbox_config(rt, pod, ready.and_then(|s| s.metadata.as_ref()).map_or(attempt, |m| m.attempt));
+    let sandbox = match ready {
+        Some(s) => s.id.clone(),
+        None if images.is_empty() => return Ok(out),
+        None => {
+            std::fs::create_dir_all(log_dir(&rt.logs, pod)).map_err(|e| format!("creating the log directory: {e}"))?;
+            let id =
+                rt.cri.run_pod_sandbox(sandbox_config.clone()).await.map_err(|e| format!("CreatePodSandbox: {e}"))?;
+            out.events.push((String::new(), "Normal", "SandboxCreated", "Pod sandbox created".into()));
+            id
+        }
+    };
+    let pod_ip = if host_network(pod) {
+        None
+    } else {
+        rt.cri.pod_sandbox_status(&sandbox).await.map_err(err)?.and_then(|s| s.network).map(|n| n.ip)
+    };
+    out.pod_ip = pod_ip.clone();
+    let existing = current(rt, &uid).await.map_err(err)?;
+
+    let inits: Vec<(bool, Container)> =
+        spec.init_containers.clone().unwrap_or_default().into_iter().map(|c| (true, c)).collect();
+    let apps: Vec<(bool, Container)> = spec.containers.iter().cloned().map(|c| (false, c)).collect();
+    let mut inits_done = true;
+    for (init, c) in inits.iter().chain(apps.iter()) {
+        if !*init && !inits_done {
+            break;
+        }
+        let key = (*init, c.name.clone());
+        let found = existing.get(&c.name);
+        let restart_count = found.and_then(|f| f.metadata.as_ref()).map_or(0, |m| m.attempt);
+        let mut run = RunState {
+            id: String::new(),
+            image_id: String::new(),
+            restart_count: i32::try_from(restart_count).unwrap_or(i32::MAX),
+            phase: RunPhase::Waiting { reason: "ContainerCreating".into(), message: None },
+            last_terminated: None,
+        };
+        let mut start_attempt: Option<u32> = None;
+        if let Some(found) = found {
+            let status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
+            run.id = format!("containerd://{}", found.id);
+            run.image_id = status.image_ref.clone();
+            let terminated = Terminated {
+                exit_code: status.exit_code,
+                reason: if status.reason.is_empty() {
+                    if status.exit_code == 0 { "Completed".into() } else { "Error".into() }
+                } else {
+                    status.reason.clone()
+                },
+                message: (!status.message.is_empty()).then(|| status.message.clone()),
+                started: nanos_to_time(status.started_at),
+                finished: nanos_to_time(status.finished_at),
+                container_id: run.id.clone(),
+            };
+            match status.state {
+                CONTAINER_RUNNING => {
+                    run.phase = RunPhase::Running { started: nanos_to_time(status.started_at) };
+                    if *init {
+                        inits_done = false;
+                    }
+                    out.next = Some(Instant::now() + POLL);
+                    // A container that has run long enough starts its back-off afresh.
+                    let ran =
+                        Duration::from_nanos(u64::try_from((jiff_now_nanos() - status.started_at).max(0)).unwrap_or(0));
+                    if ran >= BACKOFF_RESET {
+                        state.backoff.remove(&c.name);
+                    }
+                }
+                CONTAINER_EXITED => {
+                    let succeeded = status.exit_code == 0;
+                    if *init && succeeded {
+                        run.phase = RunPhase::Terminated(terminated);
+                    } else if restarts(
+                        if *init && policy == "Always" { "OnFailure" } else { &policy },
+                        status.exit_code,
+                    ) {
+                        let now = Instant::now();
+                        let (at, delay) = state.backoff.get(&c.name).copied().unwrap_or((now, BACKOFF_FIRST / 2));
+                        if now >= at {
+                            start_attempt = Some(restart_count + 1);
+                            let delay = (delay * 2).min(BACKOFF_MAX);
+                            state.backoff.insert(c.name.clone(), (now + delay, delay));
+                            run.last_terminated = Some(terminated);
+                        } else {
+                            let pod_ref = format!(
+                                "{}_{}({uid})",
+                                pod.metadata.name.as_deref().unwrap_or_default(),
+                                pod.metadata.namespace.as_deref().unwrap_or_default()
+                            );
+                            run.phase = RunPhase::Waiting {
+                                reason: "CrashLoopBackOff".into(),
+                                message: Some(format!(
+                                    "back-off {}s restarting failed container={} pod={pod_ref}",
+                                    delay.as_secs(),
+                                    c.name
+                                )),
+                            };
+                            run.last_terminated = Some(terminated);
+                            out.next = Some(out.next.map_or(at, |n| n.min(at)));
+                        }
+                        if *init {
+                            inits_done = false;
+                        }
+                    } else {
+                        if *init {
+                            inits_done = false;
+                        }
+                        run.phase = RunPhase::Terminated(terminated);
+                    }
+                }
+                _ => {
+                    // Created but not started (an agent stopped in between): start it.
+                    if let Err(e) = rt.cri.start_container(&found.id).await {
+                        run.phase =
+                            RunPhase::Waiting { reason: "RunContainerError".into(), message: Some(e.to_string()) };
+                    }
+                    if *init {
+                        inits_done = false;
+                    }
+                    out.next = Some(Instant::now() + POLL);
+                }
+            }
+        } else {
+            start_attempt = Some(0);
+            if *init {
+                inits_done = false;
+            }
+        }
+        if let Some(attempt) = start_attempt {
+            let Some(image_ref) = images.get(&key) else {
+                // EnsureImageExists has not allowed the image for this pod: never started.
+                out.states.insert(key, run);
+                if *init {
+                    break;
+                }
+                continue;
+            };
+            let running =
+                Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
+            match start(rt, pod, c, attempt, image_ref, &running).await {
+                Ok(id) => {
+                    run.id = format!("containerd://{id}");
+                    run.restart_count = i32::try_from(attempt).unwrap_or(i32::MAX);
+                    run.image_id = image_ref.clone();
+                    run.phase = RunPhase::Running { started: nanos_to_time(jiff_now_nanos()) };
+                    let path = super::events::field_path(&c.name, *init);
+                    out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
+                    out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
+                    out.next = Some(Instant::now() + POLL);
+                }
+                Err((reason, message)) => {
+                    let path = super::events::field_path(&c.name, *init);
+                    out.events.push((path, "Warning", "Failed", format!("Error: {message}")));
+                    run.phase = RunPhase::Waiting { reason: reason.into(), message: Some(message) };
+                    out.next = Some(Instant::now() + BACKOFF_FIRST);
+                }
+            }
+            if *init {
+                inits_done = false;
+            }
+        }
+        out.states.insert(key, run);
+        if *init && !inits_done {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+fn jiff_now_nanos() -> i64 {
+    i64::try_from(k8s_openapi::jiff::Timestamp::now().as_nanosecond()).unwrap_or(i64::MAX)
+}
+
+/// The pod's running sandbox.
+struct Sandbox<'a> {
+    id: &'a str,
+    config: &'a PodSandboxConfig,
+    pod_ip: &'a str,
+}
+
+/// Creates and starts attempt `attempt` of `c`; the kubelet's waiting reason and message
+/// when it cannot.
+async fn start(
+    rt: &PodRuntime,
+    pod: &Pod,
+    c: &Container,
+    attempt: u32,
+    image_ref: &str,
+    sandbox: &Sandbox<'_>,
+) -> Result<String, (&'static str, String)> {
+    let config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip)
+        .map_err(|m| ("CreateContainerConfigError", m))?;
+    let dir = log_dir(&rt.logs, pod).join(&c.name);
+    std::fs::create_dir_all(&dir).map_err(|e| ("CreateContainerError", format!("creating {}: {e}", dir.display())))?;
+    let id = rt
+        .cri
+        .create_container(sandbox.id, config, sandbox.config.clone())
+        .await
+        .map_err(|e| ("CreateContainerError", e.to_string()))?;
+    rt.cri.start_container(&id).await.map_err(|e| ("RunContainerError", e.to_string()))?;
+    Ok(id)
+}
+
+/// Stops the pod's containers (SIGTERM, SIGKILL after `grace_seconds`) and its sandboxes,
+/// then removes them all. Every step is tried; what is already gone (or going) is fine;
+/// the first other failure is returned after.
+pub(crate) async fn tear_down(rt: &PodRuntime, uid: &str, grace_seconds: i64) -> Result<(), RuntimeError> {
+    let by_uid = HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]);
+    let mut first: Option<RuntimeError> = None;
+    let mut keep = |r: Result<(), RuntimeError>| {
+        if let Err(e) = r
+            && !e.is_not_found()
+            && !e.to_string().contains("already in removing state")
+        {
+            first.get_or_insert(e);
+        }
+    };
+    let containers = rt.cri.list_containers(by_uid.clone()).await?;
+    let stops =
+        containers.iter().filter(|c| c.state == CONTAINER_RUNNING).map(|c| rt.cri.stop_container(&c.id, grace_seconds));
+    for r in futures::future::join_all(stops).await {
+        keep(r);
+    }
+    for c in &containers {
+        keep(rt.cri.remove_container(&c.id).await);
+    }
+    for s in rt.cri.list_pod_sandboxes(by_uid).await? {
+        keep(rt.cri.stop_pod_sandbox(&s.id).await);
+        keep(rt.cri.remove_pod_sandbox(&s.id).await);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The pod UIDs the runtime holds sandboxes of for this node (for removing those of pods
+/// gone while the agent was down).
+pub(crate) async fn pod_uids(rt: &PodRuntime) -> Result<Vec<String>, RuntimeError> {
+    let mut uids: Vec<String> = rt
+        .cri
+        .list_pod_sandboxes(HashMap::new())
+        .await?
+        .into_iter()
+        .filter_map(|s| s.labels.get(POD_UID_LABEL).cloned())
+        .collect();
+    uids.sort();
+    uids.dedup();
+    Ok(uids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let vol = dir.path().join("vol");
+        std::fs::create_dir_all(vol.join("a")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(sub_path(&vol, "a").is_ok());
+        assert!(sub_path(&vol, "../x").unwrap_err().contains("without '..'"));
+        assert!(sub_path(&vol, "/etc").unwrap_err().contains("relative"));
+        assert!(sub_path(&vol, "escape").unwrap_err().contains("outside its volume"));
+    }
+
+    #[test]
+    fn restart_policies_are_the_kubelets() {
+        assert!(restarts("Always", 0) && restarts("Always", 1));
+        assert!(!restarts("OnFailure", 0) && restarts("OnFailure", 2));
+        assert!(!restarts("Never", 1));
+    }
+}

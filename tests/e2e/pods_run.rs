@@ -1,0 +1,175 @@
+//! End-to-end: pods run. A control plane, a containerd of podpass's own (root, state and
+//! socket in the test's directory; podpass's sandbox image and a busybox application image
+//! made and imported locally) and the node agent on it. A pod without a node is scheduled,
+//! its container reads its own projected token and exits 0 (`Succeeded`, `Completed`); one
+//! that exits 3 under `restartPolicy: Never` is `Failed` with the code; a long-running one
+//! is `Running` and Ready with its own IP, and deleting it stops and removes its
+//! containers and sandbox.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use podpass_node::runtime::containerd::{self, Layout, SANDBOX_IMAGE};
+use podpass_node::runtime::{CriRuntime, archive};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+mod support;
+use support::*;
+
+const APP_IMAGE: &str = "podpass.local/app:1";
+
+/// A containerd for the test, with the images loaded; killed on drop.
+struct Runtime {
+    _child: std::process::Child,
+    layout: Layout,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self._child.kill();
+        let _ = self._child.wait();
+    }
+}
+
+fn start_runtime(dir: &Path) -> Runtime {
+    let mut layout = Layout::new(dir);
+    // The native snapshotter leaves no mounts behind when the test's directory goes.
+    layout.snapshotter = "native".into();
+    layout.write(Path::new(PODPASS), &[]).unwrap();
+    let child = std::process::Command::new("containerd")
+        .arg("--config")
+        .arg(layout.config())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("containerd.log")).unwrap())
+        .spawn()
+        .expect("containerd (Debian package containerd)");
+    let runtime = Runtime { _child: child, layout };
+    wait_for("containerd answering", Duration::from_secs(30), || {
+        std::os::unix::net::UnixStream::connect(runtime.layout.socket()).ok().map(|_| Value::Null)
+    });
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+    let layer = archive::busybox_layer(&busybox, &["sh", "cat", "cut", "echo", "sleep", "hostname"], vec![]).unwrap();
+    for (name, bytes) in [
+        (SANDBOX_IMAGE, containerd::sandbox_image(&busybox).unwrap()),
+        (APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0),
+    ] {
+        let path = dir.join("image.tar");
+        std::fs::write(&path, bytes).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(containerd::import(
+            Path::new("ctr"),
+            &runtime.layout.socket(),
+            &path,
+            name,
+            Duration::from_secs(60),
+        ))
+        .unwrap();
+    }
+    runtime
+}
+
+fn pod(name: &str, restart: &str, script: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 2,
+            "volumes": [{"name": "reg", "projected": {"sources": [{"serviceAccountToken": {
+                "audience": "registry.example", "expirationSeconds": 3600, "path": "token"}}]}}],
+            "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "volumeMounts": [{"name": "reg", "mountPath": "/var/run/secrets/tokens"}]}]}})
+}
+
+fn wait_phase(s: &Server, name: &str, phase: &str) -> Value {
+    wait_for(&format!("pod {name} {phase}"), Duration::from_secs(60), || {
+        let (_, p) = admin_get(s, &format!("/api/v1/namespaces/default/pods/{name}"));
+        (p["status"]["phase"] == phase).then_some(p)
+    })
+}
+
+fn base64url(segment: &str) -> Vec<u8> {
+    data_encoding::BASE64URL_NOPAD.decode(segment.trim().as_bytes()).unwrap()
+}
+
+#[test]
+fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix("pr").tempdir_in("/tmp").unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let runtime = start_runtime(&d.join("c"));
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
+    let endpoint = runtime.layout.endpoint();
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &d.join("root"),
+        Some(&d.join("agent.log")),
+        &["--container-runtime-endpoint", &endpoint],
+    );
+
+    // A pod reads its own token and exits 0.
+    let script = "cut -d. -f2 /var/run/secrets/tokens/token; hostname";
+    assert_eq!(
+        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("reader", "Never", script))).0,
+        201
+    );
+    let reader = wait_phase(&s, "reader", "Succeeded");
+    let c = &reader["status"]["containerStatuses"][0];
+    assert_eq!(c["state"]["terminated"]["exitCode"], 0, "{c}");
+    assert_eq!(c["state"]["terminated"]["reason"], "Completed");
+    assert!(c["containerID"].as_str().unwrap().starts_with("containerd://"), "{c}");
+    assert_eq!(reader["spec"]["nodeName"], "n1", "scheduled");
+    let uid = reader["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_reader_{uid}/app/0.log"))).unwrap();
+    let lines: Vec<&str> = log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default()).collect();
+    let claims: Value = serde_json::from_slice(&base64url(lines[0])).unwrap();
+    assert_eq!(claims["aud"], json!(["registry.example"]));
+    assert_eq!(claims["kubernetes.io"]["pod"]["name"], "reader", "the token is this pod's own: {claims}");
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid);
+    assert_eq!(lines[1], "reader", "its own hostname");
+
+    // Exit 3 under Never: Failed, with the code.
+    assert_eq!(
+        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("fails", "Never", "exit 3"))).0,
+        201
+    );
+    let failed = wait_phase(&s, "fails", "Failed");
+    let t = &failed["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!((t["exitCode"].as_i64(), t["reason"].as_str()), (Some(3), Some("Error")), "{t}");
+
+    // A long-running pod: Running and Ready, with an address of its own network.
+    assert_eq!(
+        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("server", "Always", "sleep 1000")))
+            .0,
+        201
+    );
+    wait_phase(&s, "server", "Running");
+    wait_for("server Ready", Duration::from_secs(20), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/server");
+        let ready = p["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(p)
+    });
+    let ip = admin_get(&s, "/api/v1/namespaces/default/pods/server").1["status"]["podIP"].as_str().unwrap().to_owned();
+    assert!(ip.starts_with("127."), "{ip}");
+    let server_uid =
+        admin_get(&s, "/api/v1/namespaces/default/pods/server").1["metadata"]["uid"].as_str().unwrap().to_owned();
+
+    // Deleting it stops its container (SIGTERM, then SIGKILL after its 2 s) and removes
+    // its sandbox; then the deletion is confirmed.
+    assert_eq!(admin_request(&s, Method::DELETE, "/api/v1/namespaces/default/pods/server", None).0, 200);
+    wait_for("server gone", Duration::from_secs(60), || {
+        (admin_get(&s, "/api/v1/namespaces/default/pods/server").0 == 404).then_some(Value::Null)
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
+    let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
+    wait_for("the server's sandbox and containers removed", Duration::from_secs(30), || {
+        let sandboxes = rt.block_on(cri.list_pod_sandboxes(by_uid.clone())).unwrap();
+        let containers = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
+        (sandboxes.is_empty() && containers.is_empty()).then_some(Value::Null)
+    });
+}
