@@ -111,6 +111,16 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         &["--container-runtime-endpoint", &endpoint],
     );
 
+    // The node says what runs its containers.
+    let node = wait_for("node n1 registered", Duration::from_secs(30), || {
+        let (code, node) = admin_get(&s, "/api/v1/nodes/n1");
+        (code == 200 && node["status"]["nodeInfo"].is_object()).then_some(node)
+    });
+    assert!(
+        node["status"]["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap().starts_with("containerd://1."),
+        "{node}"
+    );
+
     // A pod reads its own token and exits 0.
     let script = "cut -d. -f2 /var/run/secrets/tokens/token; hostname";
     assert_eq!(

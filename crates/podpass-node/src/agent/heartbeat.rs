@@ -33,6 +33,9 @@ pub struct NodeIdentity {
     pub version: String,
     /// The machine: capacity, allocatable and the rest of `nodeInfo`.
     pub machine: Machine,
+    /// `containerd://1.6.20` when the node runs containers; `None` when it only prepares
+    /// pods.
+    pub container_runtime: Option<String>,
 }
 
 fn go_os() -> &'static str {
@@ -67,8 +70,8 @@ pub fn initial_node(id: &NodeIdentity) -> Node {
 }
 
 /// The status the agent posts: capacity and allocatable, addresses, node info and a Ready
-/// condition that says what this node is — it prepares pods (identity, credentials,
-/// images, volumes) and runs no containers.
+/// condition that says what this node is — the kubelet's, or one that prepares pods
+/// (identity, credentials, images, volumes) and runs no containers.
 pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
     let m = &id.machine;
     NodeStatus {
@@ -80,7 +83,7 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
             operating_system: go_os().into(),
             kubelet_version: id.version.clone(),
             kube_proxy_version: String::new(),
-            container_runtime_version: String::new(),
+            container_runtime_version: id.container_runtime.clone().unwrap_or_default(),
             kernel_version: m.kernel_version.clone(),
             os_image: m.os_image.clone(),
             machine_id: m.machine_id.clone(),
@@ -91,8 +94,12 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
         conditions: Some(vec![NodeCondition {
             type_: "Ready".into(),
             status: "True".into(),
-            reason: Some("PodpassReady".into()),
-            message: Some("podpass node agent is posting ready status; it prepares pods but runs no containers".into()),
+            reason: Some(if id.container_runtime.is_some() { "KubeletReady" } else { "PodpassReady" }.into()),
+            message: Some(if id.container_runtime.is_some() {
+                "podpass node agent is posting ready status".into()
+            } else {
+                "podpass node agent is posting ready status; it prepares pods but runs no containers".into()
+            }),
             last_heartbeat_time: Some(Time(now)),
             last_transition_time: Some(Time(now)),
         }]),
@@ -197,7 +204,12 @@ mod tests {
     #[test]
     fn the_node_and_lease_look_as_the_kubelets() {
         let machine = Machine { cpus: 2, memory_bytes: 8 << 30, ephemeral_bytes: 100 << 30, ..Machine::default() };
-        let id = NodeIdentity { name: "n1".into(), version: "v1.34.0".into(), machine };
+        let id = NodeIdentity {
+            name: "n1".into(),
+            version: "v1.34.0".into(),
+            machine,
+            container_runtime: Some("containerd://1.6.20".into()),
+        };
         let node = initial_node(&id);
         let labels = node.metadata.labels.unwrap_or_default();
         assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("n1"));
@@ -207,6 +219,8 @@ mod tests {
         let allocatable = status.allocatable.clone().unwrap_or_default();
         assert_eq!(allocatable["pods"].0, "110");
         assert_eq!(status.capacity.clone().unwrap_or_default()["memory"].0, "8Gi");
+        let info = status.node_info.clone().unwrap_or_default();
+        assert_eq!(info.container_runtime_version, "containerd://1.6.20");
         let ready = &status.conditions.unwrap_or_default()[0];
         assert_eq!((ready.type_.as_str(), ready.status.as_str()), ("Ready", "True"));
         let l = lease(&id, "uid-1", now);

@@ -174,6 +174,7 @@ impl AgentConfig {
             name: self.node_name.clone(),
             version: self.version.clone(),
             machine: machine::Machine::default(),
+            container_runtime: None,
         };
         Ok(Prepared { config: self, identity, kubelet, gates })
     }
@@ -309,6 +310,11 @@ impl Bound {
         let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
+        if let (Some(endpoint), false) = (&this.config.container_runtime_endpoint, this.config.prepare_only) {
+            let cri = crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?;
+            let v = cri.version().await.map_err(AgentError::Runtime)?;
+            identity.container_runtime = Some(format!("{}://{}", v.runtime_name, v.runtime_version));
+        }
         let id = &identity;
         let api = Arc::new(ApiContact::default());
         let node_uid = heartbeat::register_node(&client, id).await?;
