@@ -3,8 +3,8 @@
 //! made and imported locally) and the node agent on it. A pod without a node is scheduled,
 //! its container reads its own projected token and exits 0 (`Succeeded`, `Completed`); one
 //! that exits 3 under `restartPolicy: Never` is `Failed` with the code; a long-running one
-//! is `Running` and Ready with its own IP, and deleting it stops and removes its
-//! containers and sandbox.
+//! is `Running` and Ready with its own IP, survives the agent's `kill -9` (the new agent
+//! adopts its container), and deleting it stops and removes its containers and sandbox.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -104,7 +104,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let runtime = start_runtime(&d.join("c"));
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let endpoint = runtime.layout.endpoint();
-    let _agent = spawn_agent_with(
+    let agent = spawn_agent_with(
         &kubeconfig,
         &d.join("root"),
         Some(&d.join("agent.log")),
@@ -167,6 +167,28 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert!(ip.starts_with("127."), "{ip}");
     let server_uid =
         admin_get(&s, "/api/v1/namespaces/default/pods/server").1["metadata"]["uid"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
+    let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
+    let before = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    // The agent killed with -9 while the container runs: a new agent adopts it (found by
+    // its labels) and starts no second one.
+    drop(agent);
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &d.join("root"),
+        Some(&d.join("agent2.log")),
+        &["--container-runtime-endpoint", &endpoint],
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let after = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
+    assert_eq!(after.iter().map(|c| &c.id).collect::<Vec<_>>(), before.iter().map(|c| &c.id).collect::<Vec<_>>());
+    assert_eq!(rt.block_on(cri.list_pod_sandboxes(by_uid.clone())).unwrap().len(), 1, "no second sandbox");
+    let status = admin_get(&s, "/api/v1/namespaces/default/pods/server").1["status"].clone();
+    assert_eq!(status["phase"], "Running", "{status}");
+    assert_eq!(status["containerStatuses"][0]["restartCount"], 0, "{status}");
 
     // Deleting it stops its container (SIGTERM, then SIGKILL after its 2 s) and removes
     // its sandbox; then the deletion is confirmed.
@@ -174,9 +196,6 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     wait_for("server gone", Duration::from_secs(60), || {
         (admin_get(&s, "/api/v1/namespaces/default/pods/server").0 == 404).then_some(Value::Null)
     });
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
-    let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
     wait_for("the server's sandbox and containers removed", Duration::from_secs(30), || {
         let sandboxes = rt.block_on(cri.list_pod_sandboxes(by_uid.clone())).unwrap();
         let containers = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
