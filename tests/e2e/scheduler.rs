@@ -91,6 +91,13 @@ fn pods_are_scheduled_onto_fitting_nodes_and_unschedulable_ones_say_why() {
         (pod["spec"]["nodeName"] == "n1").then_some(pod)
     });
 
+    // exec, attach and port-forward answer clearly that podpass serves no streams.
+    let out = admin_kubectl(&api, &["exec", "web", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("pods/exec is not supported by podpass"), "{stderr}");
+    let (code, answer) = admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods/web/portforward", None);
+    assert_eq!((code, answer["reason"].as_str()), (405, Some("MethodNotAllowed")), "{answer}");
+
     // pods/binding by hand, for a pod another scheduler owns.
     let manual = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "manual"},
         "spec": {"schedulerName": "my-scheduler", "containers": [{"name": "c", "image": "registry.example/app:1"}]}});

@@ -58,8 +58,11 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
             last["categories"] = json!(r.categories);
         }
         for (sub, kind) in r.subresources() {
-            let verbs: &[&str] =
-                if matches!(*sub, "token" | "binding") { &["create"] } else { &["get", "patch", "update"] };
+            let verbs: &[&str] = match *sub {
+                "token" | "binding" => &["create"],
+                "exec" | "attach" | "portforward" => &["create", "get"],
+                _ => &["get", "patch", "update"],
+            };
             let group_kind =
                 if *sub == "token" { json!({"group": "authentication.k8s.io", "version": "v1"}) } else { json!(null) };
             let mut entry = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
@@ -258,6 +261,15 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             let (response, warnings) =
                 write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?;
             (served_as(served, response).await?, warnings)
+        }
+        (_, Some(_), Some(sub @ ("exec" | "attach" | "portforward"))) => {
+            return Err(StatusError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!(
+                    "pods/{sub} is not supported by podpass: its nodes run containers but serve no exec, attach or port-forward streams"
+                ),
+            ));
         }
         (&Method::POST, Some(name), Some("binding")) => {
             let (object, warnings) = validated("", "Binding", false)?;

@@ -54,7 +54,13 @@ impl Strategy for Pod {
     }
 
     fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("status", "Pod"), ("binding", "Binding")]
+        &[
+            ("status", "Pod"),
+            ("binding", "Binding"),
+            ("exec", "PodExecOptions"),
+            ("attach", "PodAttachOptions"),
+            ("portforward", "PodPortForwardOptions"),
+        ]
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
