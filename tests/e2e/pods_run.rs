@@ -18,7 +18,9 @@ use podpass_node::runtime::{CriRuntime, archive};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+mod registry;
 mod support;
+use registry::free_port;
 use support::*;
 
 const APP_IMAGE: &str = "podpass.local/app:1";
@@ -104,11 +106,12 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let runtime = start_runtime(&d.join("c"));
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let endpoint = runtime.layout.endpoint();
+    let port = free_port().to_string();
     let agent = spawn_agent_with(
         &kubeconfig,
         &d.join("root"),
         Some(&d.join("agent.log")),
-        &["--container-runtime-endpoint", &endpoint],
+        &["--container-runtime-endpoint", &endpoint, "--port", &port],
     );
 
     // The node says what runs its containers.
@@ -142,6 +145,18 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid);
     assert_eq!(lines[1], "reader", "its own hostname");
 
+    // kubectl logs reads the same through the API server, which asks the node.
+    let api = d.join("api");
+    let logs = ok(admin_kubectl(&api, &["logs", "reader"]), "kubectl logs");
+    assert_eq!(logs.lines().collect::<Vec<_>>(), lines, "{logs}");
+    let tail = ok(admin_kubectl(&api, &["logs", "reader", "--tail=1", "--timestamps"]), "kubectl logs --tail");
+    assert!(tail.starts_with("20") && tail.trim_end().ends_with(" reader"), "{tail}");
+    let previous = admin_kubectl(&api, &["logs", "reader", "--previous"]);
+    let stderr = String::from_utf8_lossy(&previous.stderr);
+    assert!(!previous.status.success() && stderr.contains("previous terminated container"), "{stderr}");
+    let wrong = admin_kubectl(&api, &["logs", "reader", "-c", "nope"]);
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("container nope is not valid for pod reader"));
+
     // Exit 3 under Never: Failed, with the code.
     assert_eq!(
         admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("fails", "Never", "exit 3"))).0,
@@ -153,8 +168,13 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
 
     // A long-running pod: Running and Ready, with an address of its own network.
     assert_eq!(
-        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("server", "Always", "sleep 1000")))
-            .0,
+        admin_request(
+            &s,
+            Method::POST,
+            "/api/v1/namespaces/default/pods",
+            Some(pod("server", "Always", "echo serving; sleep 1000"))
+        )
+        .0,
         201
     );
     wait_phase(&s, "server", "Running");
@@ -167,6 +187,16 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert!(ip.starts_with("127."), "{ip}");
     let server_uid =
         admin_get(&s, "/api/v1/namespaces/default/pods/server").1["metadata"]["uid"].as_str().unwrap().to_owned();
+    // Following a running container's log streams what it wrote and stays open.
+    let resp = streaming_client(&api, Duration::from_secs(5))
+        .get(format!("{}/api/v1/namespaces/default/pods/server/log?follow=true", s.url))
+        .bearer_auth(admin_token(&api))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(resp), &mut first).unwrap();
+    assert_eq!(first, "serving\n");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
     let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
@@ -180,7 +210,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         &kubeconfig,
         &d.join("root"),
         Some(&d.join("agent2.log")),
-        &["--container-runtime-endpoint", &endpoint],
+        &["--container-runtime-endpoint", &endpoint, "--port", &port],
     );
     std::thread::sleep(Duration::from_secs(5));
     let after = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();

@@ -154,7 +154,8 @@ impl Drop for Agent {
 }
 
 /// `podpass node run` as node n1 with its root in `root`, logging JSON to `log` (or
-/// nowhere); `/healthz` is off unless `extra` sets `--healthz-port`.
+/// nowhere); `/healthz` and the node's HTTPS server are off unless `extra` sets
+/// `--healthz-port` / `--port`.
 pub fn spawn_agent(kubeconfig: &Path, root: &Path, log: Option<&Path>) -> Agent {
     spawn_agent_with(kubeconfig, root, log, &[])
 }
@@ -167,6 +168,7 @@ pub fn spawn_agent_with(kubeconfig: &Path, root: &Path, log: Option<&Path>, extr
             .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
             .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
             .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
+            .args(if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] })
             .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -25,7 +25,7 @@ fn up(data: &Path, extra: &[&str]) -> Command {
     let ports: Vec<String> = match std::fs::read_to_string(&ports_file) {
         Ok(text) => text.split_whitespace().map(str::to_owned).collect(),
         Err(_) => {
-            let ports: Vec<String> = (0..4).map(|_| free_port().to_string()).collect();
+            let ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
             std::fs::write(&ports_file, ports.join(" ")).unwrap();
             ports
         }
@@ -33,7 +33,9 @@ fn up(data: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(PODPASS);
     cmd.args(["up", "--data-dir", data.to_str().unwrap()]);
     for (flag, port) in
-        ["--apiserver-port", "--registry-auth-port", "--registry-port", "--node-healthz-port"].iter().zip(&ports)
+        ["--apiserver-port", "--registry-auth-port", "--registry-port", "--node-healthz-port", "--node-port"]
+            .iter()
+            .zip(&ports)
     {
         if !extra.contains(flag) {
             cmd.args([flag, port.as_str()]);

@@ -114,6 +114,30 @@ pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki
     Ok(ServingPki { ca_pem, cert_chain_pem, key_pem })
 }
 
+/// Issues a fresh client certificate the API server shows nodes when it proxies to them
+/// (upstream's `--kubelet-client-certificate`): CN `kube-apiserver-kubelet-client` in
+/// `system:masters`, from the CA in `dir`, written to `<dir>/apiserver-kubelet-client.{crt,key}`.
+/// Returns the certificate and key PEM.
+pub fn issue_kubelet_client(dir: &Path) -> Result<(String, String), PkiError> {
+    let ca_pem = read(&dir.join("ca.crt"))?;
+    let ca_key = KeyPair::from_pem(&read(&dir.join("ca.key"))?).map_err(generate("CA key (reading)"))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(generate("CA certificate (reading)"))?;
+    let key = KeyPair::generate().map_err(generate("kubelet client key"))?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, "kube-apiserver-kubelet-client");
+    params.distinguished_name.push(DnType::OrganizationName, "system:masters");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let (y, m, d) = yesterday();
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = params.not_before + std::time::Duration::from_secs(SERVING_DAYS as u64 * 86_400);
+    let cert = params.signed_by(&key, &issuer).map_err(generate("kubelet client certificate"))?;
+    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
+    write_atomic(&dir.join("apiserver-kubelet-client.key"), key_pem.as_bytes(), 0o600, true)?;
+    write_atomic(&dir.join("apiserver-kubelet-client.crt"), cert_pem.as_bytes(), 0o644, true)?;
+    Ok((cert_pem, key_pem))
+}
+
 /// The start of yesterday (UTC), so that clients with a slightly slow clock accept the
 /// certificate (rcgen takes calendar dates).
 fn yesterday() -> (i32, u8, u8) {

@@ -109,6 +109,28 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiClie
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
+/// The cluster CA of a kubeconfig (`certificate-authority-data` or `-authority`), as PEM:
+/// the CA the node trusts for client certificates on its own server.
+pub async fn cluster_ca_pem(path: &Path) -> Result<String, ApiClientError> {
+    let err = |reason: String| ApiClientError::Kubeconfig { path: path.display().to_string(), reason };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let certs = config.root_cert.unwrap_or_default();
+    if certs.is_empty() {
+        return Err(err("no cluster CA: the node's server needs one to check client certificates".into()));
+    }
+    Ok(certs
+        .iter()
+        .map(|der| {
+            let b64 = data_encoding::BASE64.encode(der);
+            let lines: Vec<&str> = b64.as_bytes().chunks(64).filter_map(|c| std::str::from_utf8(c).ok()).collect();
+            format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
+        })
+        .collect())
+}
+
 /// A pod as the credential lookup needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {

@@ -175,6 +175,9 @@ pub struct Prepared {
     pub(super) token_file: TokenFile,
     pub(super) token_file_path: PathBuf,
     pub(super) audit: Option<audit::AuditLog>,
+    /// The client certificate and key shown to nodes (pods/log), when the data dir's CA
+    /// issued one.
+    pub(super) kubelet_client: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -258,7 +261,13 @@ impl ApiServerConfig {
             return Err(problems.finish().err().unwrap_or_default());
         };
         problems.finish()?;
+        // Nodes trust the data dir's CA: a client certificate from it lets the server read
+        // container logs from them. Custom serving certificates leave it out.
+        let kubelet_client = (self.tls_cert_file.is_none())
+            .then(|| crate::pki::issue_kubelet_client(&self.data_dir.join("pki")))
+            .and_then(|r| r.map_err(|e| tracing::warn!(error = %e, "no kubelet client certificate")).ok());
         Ok(Prepared {
+            kubelet_client,
             config: self,
             settings,
             signing_key,

@@ -82,6 +82,9 @@ pub(crate) struct AppState {
     list_snapshots: rest::pagination::Snapshots,
     request_timeout: std::time::Duration,
     min_request_timeout: std::time::Duration,
+    /// The HTTPS client to nodes (pods/log), with the kubelet client certificate; `None`
+    /// without one.
+    kubelet_client: Option<reqwest::Client>,
 }
 
 impl AppState {

@@ -124,7 +124,19 @@ impl Prepared {
             .map_err(|source| StartError::Write { path: url_file.clone(), source })?;
 
         let metrics = metrics::ApiServerMetrics::with_store(store.as_ref());
+        // Upstream without --kubelet-certificate-authority does not verify the kubelet's
+        // serving certificate; its own client certificate is what the node checks.
+        let kubelet_client = self.kubelet_client.as_ref().and_then(|(cert, key)| {
+            let identity = reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).ok()?;
+            reqwest::Client::builder()
+                .identity(identity)
+                .tls_danger_accept_invalid_certs(true)
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .build()
+                .ok()
+        });
         let state = Arc::new(AppState {
+            kubelet_client,
             rbac: super::informer::Informer::new(
                 authz::rbac_index::RbacIndex::default(),
                 &authz::rbac_index::RESOURCES,

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -36,6 +38,10 @@ pub struct NodeIdentity {
     /// `containerd://1.6.20` when the node runs containers; `None` when it only prepares
     /// pods.
     pub container_runtime: Option<String>,
+    /// The node's address (`InternalIP`).
+    pub address: std::net::IpAddr,
+    /// The node's HTTPS port (`daemonEndpoints.kubeletEndpoint.Port`; 0: none).
+    pub port: u16,
 }
 
 fn go_os() -> &'static str {
@@ -77,7 +83,16 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
     NodeStatus {
         capacity: Some(m.capacity()),
         allocatable: Some(m.allocatable()),
-        addresses: Some(vec![NodeAddress { type_: "Hostname".into(), address: id.name.clone() }]),
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: if id.address.is_unspecified() { "127.0.0.1".into() } else { id.address.to_string() },
+            },
+            NodeAddress { type_: "Hostname".into(), address: id.name.clone() },
+        ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(id.port) }),
+        }),
         node_info: Some(NodeSystemInfo {
             architecture: go_arch().into(),
             operating_system: go_os().into(),
@@ -209,6 +224,8 @@ mod tests {
             version: "v1.34.0".into(),
             machine,
             container_runtime: Some("containerd://1.6.20".into()),
+            address: std::net::IpAddr::from([127, 0, 0, 1]),
+            port: 10250,
         };
         let node = initial_node(&id);
         let labels = node.metadata.labels.unwrap_or_default();
@@ -219,6 +236,9 @@ mod tests {
         let allocatable = status.allocatable.clone().unwrap_or_default();
         assert_eq!(allocatable["pods"].0, "110");
         assert_eq!(status.capacity.clone().unwrap_or_default()["memory"].0, "8Gi");
+        let endpoints = status.daemon_endpoints.clone().unwrap_or_default();
+        assert_eq!(endpoints.kubelet_endpoint.map(|e| e.port), Some(10250));
+        assert_eq!(status.addresses.clone().unwrap_or_default()[0].address, "127.0.0.1");
         let info = status.node_info.clone().unwrap_or_default();
         assert_eq!(info.container_runtime_version, "containerd://1.6.20");
         let ready = &status.conditions.unwrap_or_default()[0];

@@ -11,9 +11,11 @@
 mod containers;
 mod events;
 mod heartbeat;
+mod logs;
 mod machine;
 mod ops;
 mod pods;
+mod server;
 mod status;
 mod worker;
 
@@ -74,6 +76,12 @@ pub struct AgentConfig {
     /// container runtime (the node podpass was before it ran containers).
     #[arg(long)]
     pub prepare_only: bool,
+    /// Address of the node's HTTPS server (container logs for the API server).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: std::net::IpAddr,
+    /// Port of the node's HTTPS server (the kubelet's 10250; 0 disables it).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
     /// Address of the `/healthz` and `/metrics` listener.
     #[arg(long, default_value = "127.0.0.1")]
     pub healthz_bind_address: std::net::IpAddr,
@@ -90,6 +98,8 @@ pub struct AgentConfig {
 
 /// The kubelet's default `--healthz-port`.
 pub const DEFAULT_HEALTHZ_PORT: u16 = 10248;
+/// The kubelet's default `--port`.
+pub const DEFAULT_PORT: u16 = 10250;
 
 /// A configuration that validated, with its files read.
 #[derive(Debug)]
@@ -175,6 +185,8 @@ impl AgentConfig {
             version: self.version.clone(),
             machine: machine::Machine::default(),
             container_runtime: None,
+            address: self.address,
+            port: 0,
         };
         Ok(Prepared { config: self, identity, kubelet, gates })
     }
@@ -192,6 +204,9 @@ pub enum AgentError {
     /// The container runtime could not be reached.
     #[error(transparent)]
     Runtime(crate::runtime::RuntimeError),
+    /// The node's HTTPS server could not be set up.
+    #[error("the node's HTTPS server: {0}")]
+    Tls(String),
     /// The image store or runtime could not be opened.
     #[error("image service: {0}")]
     Images(#[from] crate::images::service::ImageError),
@@ -259,12 +274,12 @@ impl Prepared {
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
             runtime: match (&self.config.container_runtime_endpoint, self.config.prepare_only) {
-                (Some(endpoint), false) => Some(containers::PodRuntime {
+                (Some(endpoint), false) => Some(Arc::new(containers::PodRuntime {
                     cri: crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?,
                     logs: root.join("logs/pods"),
                     root: root.clone(),
                     node: self.identity.name.clone(),
-                }),
+                })),
                 _ => None,
             },
         })
@@ -289,7 +304,16 @@ impl Prepared {
             tracing::info!(address = %addr, "serving /healthz and /metrics");
             listeners.push(listener);
         }
-        Ok(Bound { prepared: self, listeners })
+        let server = if self.config.port == 0 {
+            None
+        } else {
+            let addr = std::net::SocketAddr::new(self.config.address, self.config.port);
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| AgentError::Bind { addr, source })?;
+            tracing::info!(address = %addr, "serving container logs over HTTPS");
+            Some(listener)
+        };
+        Ok(Bound { prepared: self, listeners, server })
     }
 }
 
@@ -298,6 +322,8 @@ impl Prepared {
 pub struct Bound {
     prepared: Prepared,
     listeners: Vec<tokio::net::TcpListener>,
+    /// The node's HTTPS server (`--port`).
+    server: Option<tokio::net::TcpListener>,
 }
 
 impl Bound {
@@ -306,7 +332,7 @@ impl Bound {
     /// retried at the next interval (the API server may be restarting); registration
     /// failing is an error.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-        let Bound { prepared: this, listeners } = self;
+        let Bound { prepared: this, listeners, server } = self;
         let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
@@ -315,12 +341,38 @@ impl Bound {
             let v = cri.version().await.map_err(AgentError::Runtime)?;
             identity.container_runtime = Some(format!("{}://{}", v.runtime_name, v.runtime_version));
         }
-        let id = &identity;
         let api = Arc::new(ApiContact::default());
+        if let Some(listener) = &server {
+            identity.port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        }
+        identity.address = this.config.address;
+        let id = &identity;
         let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let shared = Arc::new(this.assemble(client.clone()).await?);
+        if let Some(listener) = server {
+            let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
+            let mut names = vec![id.name.clone(), "localhost".to_owned()];
+            if !this.config.address.is_unspecified() {
+                names.push(this.config.address.to_string());
+            }
+            let (cert, key) = server::self_signed(&names).map_err(|e| AgentError::Tls(e.to_string()))?;
+            let tls = podpass_serve::tls_acceptor(cert.as_bytes(), key.as_bytes(), Some(ca.as_bytes()))
+                .map_err(|e| AgentError::Tls(e.to_string()))?;
+            let node_server = Arc::new(server::NodeServer {
+                client: client.clone(),
+                node: id.name.clone(),
+                logs: this.config.root_dir.join("logs/pods"),
+                runtime: shared.runtime.clone(),
+            });
+            tokio::spawn(podpass_serve::accept_loop(
+                listener,
+                Some(tls),
+                server::router(node_server),
+                podpass_serve::ServeLimits::default(),
+            ));
+        }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         for listener in listeners {
             let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });

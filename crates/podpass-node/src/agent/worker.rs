@@ -59,7 +59,7 @@ pub(crate) struct Shared {
     /// Pods synced at once.
     pub syncs: Semaphore,
     /// The container runtime (`None`: a preparation-only node).
-    pub runtime: Option<PodRuntime>,
+    pub runtime: Option<Arc<PodRuntime>>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod

@@ -335,7 +335,7 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
             .arg(&kubeconfig)
             .args(["--node-name", NODE, "--root-dir"])
             .arg(&root)
-            .args(["--healthz-port", "0"])
+            .args(["--healthz-port", "0", "--port", "0"])
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()

@@ -63,6 +63,9 @@ pub struct UpArgs {
     /// The node agent's /healthz and /metrics port.
     #[arg(long, default_value_t = podpass_node::agent::DEFAULT_HEALTHZ_PORT)]
     node_healthz_port: u16,
+    /// The node agent's HTTPS port (container logs for `kubectl logs`).
+    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_PORT)]
+    node_port: u16,
 }
 
 /// Runs `podpass up`: exit 0 on a clean stop (or a demo whose every step held), 1 when a
@@ -250,6 +253,7 @@ fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
         ("--apiserver-port", args.apiserver_port, "the control plane"),
         ("--registry-auth-port", args.registry_auth_port, "registry-auth"),
         ("--node-healthz-port", args.node_healthz_port, "the node agent"),
+        ("--node-port", args.node_port, "the node agent's HTTPS server"),
     ];
     if !external_registry {
         ports.push(("--registry-port", args.registry_port, "the registry"));
@@ -419,6 +423,7 @@ async fn start(
     a.extend([path_str(&l.node.join("root")), "--image-credential-provider-config".into(), path_str(&providers)]);
     a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
     a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
+    a.extend(["--port".into(), args.node_port.to_string()]);
     parts.spawn(&format!("node {NODE}"), &tools.podpass, &a, l.logs.join(format!("{NODE}.log")))?;
     out.waiting(&format!("node {NODE}"), "its /healthz and Ready condition");
     let healthz = format!("http://127.0.0.1:{}/healthz", args.node_healthz_port);

@@ -14,6 +14,7 @@ pub mod openapi;
 mod openapi_v2_proto;
 pub(crate) mod pagination;
 mod patch;
+mod pod_log;
 mod protobuf;
 pub mod resources;
 mod reviews;
@@ -61,6 +62,7 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
             let verbs: &[&str] = match *sub {
                 "token" | "binding" => &["create"],
                 "exec" | "attach" | "portforward" => &["create", "get"],
+                "log" => &["get"],
                 _ => &["get", "patch", "update"],
             };
             let group_kind =
@@ -261,6 +263,9 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             let (response, warnings) =
                 write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?;
             (served_as(served, response).await?, warnings)
+        }
+        (&Method::GET, Some(name), Some("log")) => {
+            return pod_log::get(state, ns.unwrap_or_default(), name, &query).await;
         }
         (_, Some(_), Some(sub @ ("exec" | "attach" | "portforward"))) => {
             return Err(StatusError::new(

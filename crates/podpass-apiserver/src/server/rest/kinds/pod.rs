@@ -57,6 +57,7 @@ impl Strategy for Pod {
         &[
             ("status", "Pod"),
             ("binding", "Binding"),
+            ("log", "Pod"),
             ("exec", "PodExecOptions"),
             ("attach", "PodAttachOptions"),
             ("portforward", "PodPortForwardOptions"),

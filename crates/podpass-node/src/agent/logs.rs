@@ -1,0 +1,179 @@
+//! Container logs as the kubelet serves them (`pkg/kubelet/kuberuntime/logs`): the CRI log
+//! files of a container (`<ns>_<pod>_<uid>/<container>/<restart>.log`, one line per record:
+//! `<RFC 3339 nano> <stream> <P|F> <content>`), read back as the container wrote them —
+//! partial records joined, optionally with timestamps, the last `tailLines`, those since a
+//! time, at most `limitBytes` — from the current instance or the previous one.
+
+use std::path::{Path, PathBuf};
+
+/// `PodLogOptions`, as the query carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// `follow`.
+    pub follow: bool,
+    /// `previous`: the instance before the current one.
+    pub previous: bool,
+    /// `timestamps`: each line prefixed with its RFC 3339 time.
+    pub timestamps: bool,
+    /// `tailLines`.
+    pub tail_lines: Option<usize>,
+    /// `limitBytes`.
+    pub limit_bytes: Option<usize>,
+    /// `sinceSeconds` or `sinceTime`, as Unix nanoseconds.
+    pub since_nanos: Option<i128>,
+}
+
+impl LogOptions {
+    /// From the query parameters; a bad value is an error naming it.
+    pub fn from_query(pairs: &[(String, String)], now_nanos: i128) -> Result<Self, String> {
+        let mut o = LogOptions::default();
+        let flag = |v: &str| v == "true" || v == "1";
+        for (k, v) in pairs {
+            let number =
+                |what: &str| v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or(format!("{what}: invalid value {v:?}"));
+            match k.as_str() {
+                "follow" => o.follow = flag(v),
+                "previous" => o.previous = flag(v),
+                "timestamps" => o.timestamps = flag(v),
+                "tailLines" => o.tail_lines = Some(usize::try_from(number("tailLines")?).unwrap_or(usize::MAX)),
+                "limitBytes" => {
+                    o.limit_bytes = Some(usize::try_from(number("limitBytes")?).unwrap_or(usize::MAX).max(1))
+                }
+                "sinceSeconds" => o.since_nanos = Some(now_nanos - i128::from(number("sinceSeconds")?) * 1_000_000_000),
+                "sinceTime" => {
+                    let t: jiff::Timestamp = v.parse().map_err(|_| format!("sinceTime: invalid value {v:?}"))?;
+                    o.since_nanos = Some(t.as_nanosecond());
+                }
+                _ => {}
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// The log files of a container, oldest first: `<n>.log` by `n`.
+pub fn instances(container_dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(container_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name.strip_suffix(".log")?.parse::<u64>().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// One CRI log record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record<'a> {
+    time: &'a str,
+    partial: bool,
+    content: &'a str,
+}
+
+fn parse(line: &str) -> Option<Record<'_>> {
+    let mut parts = line.splitn(4, ' ');
+    let time = parts.next()?;
+    let _stream = parts.next()?;
+    let tag = parts.next()?;
+    let content = parts.next().unwrap_or_default();
+    Some(Record { time, partial: tag.split(':').next() == Some("P"), content })
+}
+
+fn nanos(time: &str) -> Option<i128> {
+    time.parse::<jiff::Timestamp>().ok().map(jiff::Timestamp::as_nanosecond)
+}
+
+/// Renders the complete records of `text` (a CRI log file's contents) as the container's
+/// output under `o` (everything but `follow` and `previous`). Returns the bytes and how
+/// much of `text` was consumed (a trailing line without its newline is left for later).
+pub fn render(text: &str, o: &LogOptions) -> (Vec<u8>, usize) {
+    let consumed = text.rfind('\n').map_or(0, |i| i + 1);
+    let mut lines: Vec<(String, String)> = Vec::new();
+    let mut pending: Option<(String, String)> = None;
+    for line in text[..consumed].lines() {
+        let Some(r) = parse(line) else { continue };
+        if o.since_nanos.is_some_and(|since| nanos(r.time).is_some_and(|t| t < since)) {
+            continue;
+        }
+        let entry = pending.get_or_insert_with(|| (r.time.to_owned(), String::new()));
+        entry.1.push_str(r.content);
+        if !r.partial
+            && let Some(done) = pending.take()
+        {
+            lines.push(done);
+        }
+    }
+    if let Some(n) = o.tail_lines {
+        let skip = lines.len().saturating_sub(n);
+        lines.drain(..skip);
+    }
+    let mut out = Vec::new();
+    for (time, content) in lines {
+        if o.timestamps {
+            out.extend_from_slice(time.as_bytes());
+            out.push(b' ');
+        }
+        out.extend_from_slice(content.as_bytes());
+        out.push(b'\n');
+    }
+    if let Some(limit) = o.limit_bytes {
+        out.truncate(limit);
+    }
+    (out, consumed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "2026-11-25T10:00:00.000000001Z stdout F hello\n\
+        2026-11-25T10:00:01.000000000Z stderr P par\n\
+        2026-11-25T10:00:01.000000001Z stderr F tial\n\
+        2026-11-25T10:00:02.000000000Z stdout F last\n\
+        2026-11-25T10:00:03.000000000Z stdout F unfinished";
+
+    #[test]
+    fn records_come_back_as_written_with_the_kubelets_options() {
+        let (out, consumed) = render(LOG, &LogOptions::default());
+        assert_eq!(String::from_utf8_lossy(&out), "hello\npartial\nlast\n");
+        assert_eq!(&LOG[consumed..], "2026-11-25T10:00:03.000000000Z stdout F unfinished");
+        let tail = LogOptions { tail_lines: Some(1), timestamps: true, ..Default::default() };
+        assert_eq!(String::from_utf8_lossy(&render(LOG, &tail).0), "2026-11-25T10:00:02.000000000Z last\n");
+        let since = LogOptions { since_nanos: nanos("2026-11-25T10:00:01.5Z"), ..Default::default() };
+        assert_eq!(String::from_utf8_lossy(&render(LOG, &since).0), "last\n");
+        let limited = LogOptions { limit_bytes: Some(3), ..Default::default() };
+        assert_eq!(render(LOG, &limited).0, b"hel");
+    }
+
+    #[test]
+    fn query_values_are_checked() {
+        let q = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        assert_eq!(LogOptions::from_query(&q("tailLines", "3"), 0).unwrap().tail_lines, Some(3));
+        assert!(LogOptions::from_query(&q("tailLines", "-1"), 0).unwrap_err().contains("tailLines"));
+        assert_eq!(
+            LogOptions::from_query(&q("sinceSeconds", "2"), 5_000_000_000).unwrap().since_nanos,
+            Some(3_000_000_000)
+        );
+        assert!(LogOptions::from_query(&q("sinceTime", "yesterday"), 0).is_err());
+        assert!(LogOptions::from_query(&q("follow", "true"), 0).unwrap().follow);
+    }
+
+    #[test]
+    fn instances_are_ordered_by_restart_number() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for n in ["10", "2", "0"] {
+            std::fs::write(dir.path().join(format!("{n}.log")), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(dir.path().join("x.log"), "").unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<String> = instances(dir.path())
+            .iter()
+            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["0.log", "2.log", "10.log"]);
+    }
+}

@@ -1,0 +1,265 @@
+//! The node's own HTTPS server, as the kubelet's on port 10250, serving container logs to
+//! the API server (`kubectl logs` is proxied here). Clients authenticate with a certificate
+//! from the cluster's CA (the API server's kubelet client certificate); each request is
+//! authorized as the kubelet's webhook mode does, by a SubjectAccessReview of the
+//! certificate's user and groups for `get nodes/proxy` on this node.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path as UrlPath, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kube::api::{Api, PostParams};
+
+use super::containers::{CONTAINER_NAME_LABEL, POD_UID_LABEL, PodRuntime};
+use super::logs::{LogOptions, instances, render};
+use crate::runtime::CONTAINER_RUNNING;
+
+/// The most of a log file read for one answer (its end; the kubelet rotates at 10 MiB).
+const MAX_READ: u64 = 32 << 20;
+/// How often a followed log is read again.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+
+/// What the server needs.
+pub(crate) struct NodeServer {
+    pub client: kube::Client,
+    pub node: String,
+    /// `<root>/logs/pods`.
+    pub logs: PathBuf,
+    pub runtime: Option<Arc<PodRuntime>>,
+}
+
+fn status(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, message.into()).into_response()
+}
+
+/// The user and groups of a verified client certificate (CN, O).
+fn identity(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let user = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let groups = subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_owned)).collect();
+    Some((user, groups))
+}
+
+/// Whether `user` in `groups` may `get nodes/<sub>` on this node (SubjectAccessReview).
+async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str) -> Result<bool, String> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user),
+            groups: Some(groups),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                resource: Some("nodes".into()),
+                subresource: Some(sub.into()),
+                name: Some(s.node.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(s.client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(answer.status.is_some_and(|st| st.allowed))
+}
+
+/// The newest log directory of pod `ns/name` (`<ns>_<name>_<uid>`), with its UID.
+fn pod_log_dir(logs: &std::path::Path, ns: &str, name: &str) -> Option<(PathBuf, String)> {
+    let prefix = format!("{ns}_{name}_");
+    std::fs::read_dir(logs)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().into_string().ok()?;
+            let uid = file.strip_prefix(&prefix)?.to_owned();
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((modified, e.path(), uid))
+        })
+        .max_by_key(|(m, _, _)| *m)
+        .map(|(_, p, uid)| (p, uid))
+}
+
+/// The end of a file (at most [`MAX_READ`]) from `offset`, starting at a line.
+fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<(String, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let start = offset.max(len.saturating_sub(MAX_READ));
+    f.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_READ).read_to_end(&mut bytes)?;
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if start > offset {
+        // Cut into a line: drop what precedes the first whole one.
+        let cut = text.find('\n').map_or(text.len(), |i| i + 1);
+        text.drain(..cut);
+        return Ok((text, start + u64::try_from(cut).unwrap_or(0)));
+    }
+    Ok((text, start))
+}
+
+/// GET `/containerLogs/{namespace}/{pod}/{container}` (kubelet `getContainerLogs`).
+async fn container_logs(
+    State(s): State<Arc<NodeServer>>,
+    UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+) -> Response {
+    let Some((user, groups)) = peer.client_certificates.first().and_then(|c| identity(c)) else {
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized");
+    };
+    match authorized(&s, user.clone(), groups, "proxy").await {
+        Ok(true) => {}
+        Ok(false) => {
+            return status(
+                StatusCode::FORBIDDEN,
+                format!("Forbidden (user={user}, verb=get, resource=nodes, subresource=proxy)"),
+            );
+        }
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("authorizing the request: {e}")),
+    }
+    // Names are DNS labels and subdomains: nothing that could step outside the logs.
+    let safe = |v: &str| {
+        !v.is_empty()
+            && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && !v.starts_with('.')
+    };
+    if ![&ns, &pod, &container].iter().all(|v| safe(v)) {
+        return status(StatusCode::BAD_REQUEST, "namespace, pod and container must be Kubernetes names");
+    }
+    let pairs: Vec<(String, String)> = url_pairs(query.as_deref().unwrap_or_default());
+    let now = jiff::Timestamp::now().as_nanosecond();
+    let options = match LogOptions::from_query(&pairs, now) {
+        Ok(o) => o,
+        Err(e) => return status(StatusCode::BAD_REQUEST, e),
+    };
+    let Some((dir, uid)) = pod_log_dir(&s.logs, &ns, &pod) else {
+        return status(StatusCode::NOT_FOUND, format!("pod {ns}/{pod} has no logs on node {}", s.node));
+    };
+    let files = instances(&dir.join(&container));
+    let file = if options.previous { files.len().checked_sub(2).and_then(|i| files.get(i)) } else { files.last() };
+    let Some(file) = file.cloned() else {
+        let what = if options.previous { "previous terminated container" } else { "container" };
+        return status(StatusCode::BAD_REQUEST, format!("{what} {container:?} in pod {pod:?} not found"));
+    };
+    let Ok((text, offset)) = read_from(&file, 0) else {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, format!("reading {}", file.display()));
+    };
+    let (first, consumed) = render(&text, &options);
+    if !options.follow || options.previous {
+        return (StatusCode::OK, first).into_response();
+    }
+    // Follow: what is there, then what the container writes while it runs.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(16);
+    let mut sent = first.len();
+    let _ = tx.send(Ok(first)).await;
+    let mut position = offset + u64::try_from(consumed).unwrap_or(0);
+    let runtime = s.runtime.clone();
+    tokio::spawn(async move {
+        let follow = LogOptions { tail_lines: None, ..options.clone() };
+        loop {
+            tokio::time::sleep(FOLLOW_POLL).await;
+            if tx.is_closed() {
+                return;
+            }
+            let read = tokio::task::spawn_blocking({
+                let file = file.clone();
+                move || read_from(&file, position)
+            })
+            .await;
+            let Ok(Ok((text, start))) = read else { return };
+            let (bytes, consumed) = render(&text, &follow);
+            position = start + u64::try_from(consumed).unwrap_or(0);
+            if !bytes.is_empty() {
+                let room = options.limit_bytes.map_or(bytes.len(), |l| l.saturating_sub(sent).min(bytes.len()));
+                sent += room;
+                if tx.send(Ok(bytes[..room].to_vec())).await.is_err() || options.limit_bytes.is_some_and(|l| sent >= l)
+                {
+                    return;
+                }
+                continue;
+            }
+            if !running(runtime.as_deref(), &uid, &container).await {
+                return;
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream(rx));
+    (StatusCode::OK, body).into_response()
+}
+
+/// The receiver as a stream of body chunks.
+fn tokio_stream(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Whether the pod's container of that name still runs.
+async fn running(runtime: Option<&PodRuntime>, uid: &str, container: &str) -> bool {
+    let Some(rt) = runtime else { return false };
+    let labels = HashMap::from([
+        (POD_UID_LABEL.to_owned(), uid.to_owned()),
+        (CONTAINER_NAME_LABEL.to_owned(), container.to_owned()),
+    ]);
+    rt.cri.list_containers(labels).await.is_ok_and(|cs| cs.iter().any(|c| c.state == CONTAINER_RUNNING))
+}
+
+/// `a=1&b=2` (percent-decoded).
+fn url_pairs(query: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+}
+
+/// The router.
+pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
+    axum::Router::new()
+        .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
+        .with_state(server)
+}
+
+/// A self-signed serving certificate for `names` (the API server does not verify the
+/// kubelet's, as upstream without `--kubelet-certificate-authority`): chain and key PEM.
+pub(crate) fn self_signed(names: &[String]) -> Result<(String, String), rcgen::Error> {
+    let key = rcgen::KeyPair::generate()?;
+    let params = rcgen::CertificateParams::new(names.to_vec())?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_certificate_names_its_user_and_groups() {
+        let key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:masters");
+        let cert = params.self_signed(&key).unwrap_or_else(|e| panic!("{e}"));
+        let (user, groups) = identity(cert.der()).unwrap_or_default();
+        assert_eq!(user, "kube-apiserver-kubelet-client");
+        assert_eq!(groups, ["system:masters"]);
+        assert!(identity(b"not a certificate").is_none());
+    }
+
+    #[test]
+    fn the_newest_log_directory_of_a_pod_is_found_by_name_only() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.path().join("team_web_uid-1/app")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir.path().join("team_web2_uid-2/app")).unwrap_or_else(|e| panic!("{e}"));
+        let (path, uid) = pod_log_dir(dir.path(), "team", "web").unwrap_or_default();
+        assert_eq!(
+            (path.file_name().unwrap_or_default().to_string_lossy().as_ref(), uid.as_str()),
+            ("team_web_uid-1", "uid-1")
+        );
+        assert!(pod_log_dir(dir.path(), "team", "we").is_none());
+    }
+}
