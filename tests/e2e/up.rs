@@ -232,13 +232,16 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         "✓ control plane",
         "✓ registry-auth",
         "✓ registry ",
+        "✓ containerd",
         "✓ node node-1",
         &format!("export KUBECONFIG={}", data.canonicalize().unwrap().join("admin.kubeconfig").display()),
         "1. pushed 127.0.0.1:",
         "as kube-system/podpass-publisher",
         "2. pod team-a/app (service account team-a/app, no pull secret) pulled",
         "registry-auth granted repository:team-a/app:pull to team-a/app (pod team-a/app, node node-1)",
+        "its container runs and printed its own token's claims (kubectl logs -n team-a app): sub system:serviceaccount:team-a:app, pod app",
         "3. pod team-b/app on the same image: refused — ErrImagePull",
+        "its container never started",
         "registry-auth gave team-b/app nothing of repository:team-a/app:pull",
         "4. the pod's token on node-1:",
         "sub system:serviceaccount:team-a:app",
@@ -255,12 +258,11 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     }
     // Nothing of the cluster is readable by other local users (0700 dirs, 0600 store).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    for d in ["", "logs", "registry-auth", "registry", "node-1", "node-1/root", "node-1/root/images"] {
+    // containerd's root (a private image's blobs) is inside the 0700 containerd dir.
+    for d in ["", "logs", "registry-auth", "registry", "node-1", "node-1/root", "containerd"] {
         assert_eq!(mode(&data.join(d)), 0o700, "{d}");
     }
     assert_eq!(mode(&data.join("store.redb")), 0o600);
-    let blob = std::fs::read_dir(data.join("node-1/root/images/blobs/sha256")).unwrap().flatten().next().unwrap();
-    assert_eq!(mode(&blob.path()), 0o600, "a private image's blob");
     // The cluster is down: what resuming must keep, from the files.
     let key = std::fs::read(data.join("sa.key")).unwrap();
     let kept_records = records(&data);
@@ -304,8 +306,11 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         .to_owned();
     assert!(sa_uid(&data).starts_with(&first_uid), "team-a/app kept its UID");
     assert_eq!(records(&data), kept_records, "records kept");
-    let images = std::fs::read_to_string(data.join("node-1/root/images/images.json")).unwrap();
-    assert!(images.contains("team-a/app:v1"), "image still present: {images}");
+    let sock = data.join("containerd/run/containerd.sock");
+    let images =
+        Command::new("ctr").arg("--address").arg(&sock).args(["-n", "k8s.io", "images", "ls", "-q"]).output().unwrap();
+    let images = String::from_utf8_lossy(&images.stdout);
+    assert!(images.contains("team-a/app:v1"), "image still present in containerd: {images}");
     // The real kubectl works with the printed KUBECONFIG.
     let kubectl = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
     assert!(ok(kubectl, "kubectl get node").contains("Ready"));
@@ -338,6 +343,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         let out = Command::new(PODPASS)
             .args(["node", "explain", "--kubeconfig", node.join("kubeconfig").to_str().unwrap()])
             .args(["--root-dir", node.join("root").to_str().unwrap(), "--pod", "team-b/app"])
+            .args(["--container-runtime-endpoint", &format!("unix://{}", sock.display())])
             .args(["--image-credential-provider-config", node.join("credential-provider.yaml").to_str().unwrap()])
             .args(["--image-credential-provider-bin-dir", Path::new(PODPASS).parent().unwrap().to_str().unwrap()])
             .args(extra)
@@ -381,7 +387,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let now = children_of(up_pid);
-            if now.len() == 4 && !now.contains(&victim) && now.iter().all(|p| alive(*p)) {
+            if now.len() == 5 && !now.contains(&victim) && now.iter().all(|p| alive(*p)) {
                 break;
             }
             assert!(Instant::now() < deadline, "part {victim} was not started again: {now:?}");
@@ -398,12 +404,12 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         std::thread::sleep(Duration::from_millis(500));
     }
     let said = std::fs::read_to_string(&log2).unwrap();
-    assert_eq!(said.matches(": started again").count(), 4, "{said}");
+    assert_eq!(said.matches(": started again").count(), 5, "{said}");
     assert!(said.contains("starting it again in 1 s"), "{said}");
 
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());
-    assert_eq!(parts.len(), 4, "four parts: {parts:?}");
+    assert_eq!(parts.len(), 5, "five parts: {parts:?}");
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let (code, text) = wait_output(guard.0.take().unwrap(), Duration::from_secs(60), &log2);
     assert_eq!(code, 0, "{text}");
@@ -414,7 +420,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
 }
 
 #[test]
-fn a_port_in_use_or_a_missing_registry_is_one_line_saying_what_to_do_and_nothing_starts() {
+fn a_port_in_use_a_missing_registry_or_containerd_is_one_line_saying_what_to_do_and_nothing_starts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -423,7 +429,12 @@ fn a_port_in_use_or_a_missing_registry_is_one_line_saying_what_to_do_and_nothing
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "one line per problem: {err}");
+    assert_eq!(lines.len(), 3, "one line per problem: {err}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("error: running containers needs containerd")
+            && l.ends_with("or pass --prepare-only for a node that prepares pods without running containers")),
+        "{err}"
+    );
     assert!(
         lines.iter().any(|l| l.starts_with(&format!("error: port {port} (the control plane) on 127.0.0.1:"))
             && l.ends_with("stop what holds it, or pick another with --apiserver-port")),

@@ -50,6 +50,21 @@ impl Api {
         self.send(self.client.get(format!("{}{path}", self.url)), &format!("GET {path}")).await
     }
 
+    /// GET `path` answering text (a log), which must answer 200.
+    pub async fn get_text(&self, path: &str) -> Result<String> {
+        let resp = self.client.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await?;
+        if bytes.len() > MAX_ANSWER_BYTES {
+            bail!("GET {path}: answer of {} bytes", bytes.len());
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if status != 200 {
+            bail!("GET {path}: {status} {text}");
+        }
+        Ok(text)
+    }
+
     /// GET `path`, which must exist.
     pub async fn get_ok(&self, path: &str) -> Result<Value> {
         match self.get(path).await? {

@@ -4,9 +4,11 @@
 //! 1. An image is pushed to `team-a/app` with a token registry-auth granted a service
 //!    account (no registry password anywhere).
 //! 2. A team-a pod without a pull secret is prepared: node-1 pulled the image with the
-//!    pod's own service-account identity (registry-auth's audit names it).
+//!    pod's own service-account identity (registry-auth's audit names it); on a node that
+//!    runs containers, its container prints its own token's claims (read via `pods/log`).
 //! 3. A team-b pod on the same image is refused: the image is on the node, but team-b's
-//!    credentials must prove access (ensure secret pulled images) and they cannot.
+//!    credentials must prove access (ensure secret pulled images) and they cannot; its
+//!    container never starts.
 //! 4. The pod's token file on the node, and its claims (bound to the pod and the node).
 //! 5. The pull record: who may use the image.
 //! 6. Deleting the pods: volumes removed, no pull left in progress, the record kept.
@@ -38,7 +40,12 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().context("HTTP client")?;
     let scope = format!("repository:{REPO}:pull,push");
     let bearer = push::registry_token(&client, &r.auth_url, REGISTRY_SERVICE, &scope, &sa_token).await?;
-    let pushed = push::push(&client, &r.registry_url, &bearer, REPO, "v1", "hello from team-a\n").await?;
+    let busybox = match r.runtime {
+        Some(_) => Some(std::fs::read("/bin/busybox").context("reading /bin/busybox")?),
+        None => None,
+    };
+    let pushed =
+        push::push(&client, &r.registry_url, &bearer, REPO, "v1", "hello from team-a\n", busybox.as_deref()).await?;
     out.say(&format!("  1. pushed {image} as {}/{}: registry-auth traded its service-account token for a push token (no registry password)", PUBLISHER.0, PUBLISHER.1));
     out.say(&format!("       image {}  manifest {}", short(&pushed.image_id), short(&pushed.manifest_digest)));
 
@@ -73,6 +80,22 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         grant["node"].as_str().unwrap_or_default(),
     ));
 
+    // 2b. On a node that runs containers: team-a's container runs, and prints its own
+    // token's claims (read back as `kubectl logs` does, through the API server).
+    if r.runtime.is_some() {
+        wait_pod(r, "team-a", |p| p["status"]["phase"] == "Running").await?;
+        let claims = container_claims(r).await?;
+        ensure!(
+            claims["kubernetes.io"]["pod"]["uid"] == a["metadata"]["uid"],
+            "the container printed another pod's token: {claims}"
+        );
+        out.say(&format!(
+            "       its container runs and printed its own token's claims (kubectl logs -n team-a app): sub {}, pod {}",
+            claims["sub"].as_str().unwrap_or_default(),
+            claims["kubernetes.io"]["pod"]["name"].as_str().unwrap_or_default(),
+        ));
+    }
+
     // 3. team-b's pod on the same image: refused.
     let audit_from = audit(&r.auth_audit).len();
     create_pod(r, "team-b", &image, "IfNotPresent").await?;
@@ -80,7 +103,12 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     let Some(why) = refused(&pod) else {
         bail!("team-b's pod was allowed to use team-a's image: podpass let a neighbour in");
     };
-    out.say(&format!("  3. pod team-b/app on the same image: refused — {why}"));
+    ensure!(
+        pod["status"]["containerStatuses"][0]["containerID"].is_null(),
+        "team-b's container was started on team-a's image: {}",
+        pod["status"]
+    );
+    out.say(&format!("  3. pod team-b/app on the same image: refused — {why}; its container never started"));
     out.say(&format!(
         "       the image is on {NODE}, but its pull record does not name team-b: team-b's own credentials must prove access"
     ));
@@ -204,7 +232,7 @@ async fn create_pod(r: &Running, ns: &str, image: &str, pull_policy: &str) -> Re
         .post(
             &format!("/api/v1/namespaces/{ns}/pods"),
             &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
-                    "spec": {"nodeName": NODE, "serviceAccountName": "app",
+                    "spec": {"nodeName": NODE, "serviceAccountName": "app", "terminationGracePeriodSeconds": 5,
                              "containers": [{"name": "app", "image": image, "imagePullPolicy": pull_policy}]}}),
         )
         .await
@@ -234,6 +262,25 @@ async fn wait_gone(r: &Running, ns: &str) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     Ok(())
+}
+
+/// The claims team-a's container printed (its log's second line), read through the API
+/// server's `pods/log`.
+async fn container_claims(r: &Running) -> Result<Value> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let text = r.api.get_text("/api/v1/namespaces/team-a/pods/app/log").await.unwrap_or_default();
+        if let Some(payload) = text.lines().nth(1) {
+            let bytes = data_encoding::BASE64URL_NOPAD
+                .decode(payload.trim().as_bytes())
+                .with_context(|| format!("the container printed {payload:?}, not a token's claims"))?;
+            return serde_json::from_slice(&bytes).context("the token's claims");
+        }
+        if Instant::now() >= deadline {
+            bail!("team-a's container printed no claims in {} s (its log: {text:?})", STEP_TIMEOUT.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The agent's `podpass.dev/Prepared` condition.

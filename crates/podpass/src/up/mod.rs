@@ -1,9 +1,10 @@
 //! `podpass up`: the whole product on one machine, on loopback, supervised in one process
 //! tree — the control plane (embedded store), `podpass registry-auth` with the default
-//! policy, the CNCF registry with token auth against it, and one node agent (`node-1`,
-//! embedded image store, `podpass-credential-provider` in exchange mode). Each part is the
-//! same command a user would run by hand; its log is in `<data-dir>/logs`. A second run on
-//! the same data dir resumes the same cluster. `--demo` then tells the story ([`demo`]).
+//! policy, the CNCF registry with token auth against it, a containerd of its own (as root;
+//! `--prepare-only` goes without), and one node agent (`node-1`, running pods' containers on
+//! that containerd, `podpass-credential-provider` in exchange mode). Each part is the same
+//! command a user would run by hand; its log is in `<data-dir>/logs`. A second run on the
+//! same data dir resumes the same cluster. `--demo` then tells the story ([`demo`]).
 
 mod api;
 mod checklist;
@@ -66,6 +67,10 @@ pub struct UpArgs {
     /// The node agent's HTTPS port (container logs for `kubectl logs`).
     #[arg(long, default_value_t = podpass_node::agent::DEFAULT_PORT)]
     node_port: u16,
+    /// A node that prepares pods (tokens, volumes, images) but runs no containers: no
+    /// containerd, no root needed.
+    #[arg(long)]
+    prepare_only: bool,
 }
 
 /// Runs `podpass up`: exit 0 on a clean stop (or a demo whose every step held), 1 when a
@@ -93,6 +98,7 @@ struct Layout {
     auth: PathBuf,
     registry: PathBuf,
     node: PathBuf,
+    containerd: PathBuf,
 }
 
 impl Layout {
@@ -102,6 +108,7 @@ impl Layout {
             auth: data.join("registry-auth"),
             registry: data.join("registry"),
             node: data.join(NODE),
+            containerd: data.join("containerd"),
             data,
         }
     }
@@ -120,6 +127,8 @@ pub struct Running {
     node_root: PathBuf,
     /// registry-auth's audit log (one JSON decision per line).
     auth_audit: PathBuf,
+    /// containerd, when the node runs containers.
+    runtime: Option<podpass_node::runtime::containerd::Layout>,
 }
 
 async fn up(args: UpArgs) -> Result<ExitCode> {
@@ -149,7 +158,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     let registry_host = registry_host(&registry_url)?;
     let tools = preflight(&args, external_registry)?;
     let mut warnings: Vec<String> = loose.into_iter().collect();
-    for d in [&l.logs, &l.auth, &l.registry, &l.node] {
+    for d in [&l.logs, &l.auth, &l.registry, &l.node, &l.containerd] {
         warnings.extend(podpass_serve::durable::private_dir(d).with_context(|| format!("creating {}", d.display()))?);
         // tmp files of writes a killed run left (`durable::replace`)
         podpass_serve::durable::remove_stale_tmp(d);
@@ -199,7 +208,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
             }
         }
         if !args.keep {
-            stop(&mut parts, &mut out).await;
+            stop(&mut parts, &mut out, running.runtime.as_ref()).await;
             return Ok(code);
         }
         out.say("");
@@ -224,17 +233,55 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         eprintln!("error: {report}");
         code = ExitCode::from(1);
     }
-    stop(&mut parts, &mut out).await;
+    stop(&mut parts, &mut out, running.runtime.as_ref()).await;
     Ok(code)
 }
 
-async fn stop(parts: &mut Supervisor, out: &mut Checklist) {
-    let killed = parts.stop().await;
+async fn stop(
+    parts: &mut Supervisor,
+    out: &mut Checklist,
+    runtime: Option<&podpass_node::runtime::containerd::Layout>,
+) {
+    // The containers the node started are stopped too (their shims outlive containerd),
+    // once the node is (it would start them again); a later `podpass up` starts them
+    // again for the pods still there.
+    let mut killed: Vec<String> = Vec::new();
+    if let Some(layout) = runtime {
+        killed.extend(parts.stop_one(&format!("node {NODE}")).await);
+        match stop_containers(layout).await {
+            Ok(0) => {}
+            Ok(n) => out.say(&format!("stopped the containers of {n} pods")),
+            Err(e) => eprintln!("warning: stopping the pods' containers: {e:#}"),
+        }
+    }
+    killed.extend(parts.stop().await);
     if killed.is_empty() {
         out.say("stopped.");
     } else {
         out.say(&format!("stopped ({} did not stop within 10 s and were killed).", killed.join(", ")));
     }
+}
+
+/// Stops and removes every sandbox (with its containers) the node started; how many.
+async fn stop_containers(layout: &podpass_node::runtime::containerd::Layout) -> Result<usize> {
+    let cri = podpass_node::runtime::CriRuntime::connect(&layout.endpoint()).await?;
+    let ours = std::collections::HashMap::from([("podpass.dev/node".to_owned(), NODE.to_owned())]);
+    let sandboxes = cri.list_pod_sandboxes(ours).await?;
+    for s in &sandboxes {
+        let containers = cri
+            .list_containers(std::collections::HashMap::from([(
+                "io.kubernetes.pod.uid".to_owned(),
+                s.labels.get("io.kubernetes.pod.uid").cloned().unwrap_or_default(),
+            )]))
+            .await?;
+        for c in containers {
+            let _ = cri.stop_container(&c.id, 10).await;
+            let _ = cri.remove_container(&c.id).await;
+        }
+        cri.stop_pod_sandbox(&s.id).await?;
+        cri.remove_pod_sandbox(&s.id).await?;
+    }
+    Ok(sandboxes.len())
 }
 
 /// The programs `podpass up` runs.
@@ -243,6 +290,50 @@ struct Tools {
     /// The directory holding `podpass-credential-provider` (the kubelet's bin dir).
     plugin_dir: PathBuf,
     registry: Option<PathBuf>,
+    /// containerd, ctr and Debian's static busybox, when the node runs containers.
+    containers: Option<ContainerTools>,
+}
+
+/// What running containers needs.
+struct ContainerTools {
+    containerd: PathBuf,
+    ctr: PathBuf,
+    busybox: Vec<u8>,
+}
+
+/// Whether this machine can run containers, or the one line saying why not.
+fn container_tools() -> Result<ContainerTools, String> {
+    let fix = "or pass --prepare-only for a node that prepares pods without running containers";
+    if !rustix::process::geteuid().is_root() {
+        return Err(format!("running containers needs root (containerd and runc): run podpass up as root, {fix}"));
+    }
+    let mut missing = Vec::new();
+    let (containerd, ctr) = (on_path("containerd"), on_path("ctr"));
+    if containerd.is_none() || ctr.is_none() {
+        missing.push("containerd");
+    }
+    for tool in ["nsenter", "ip"] {
+        if on_path(tool).is_none()
+            && !Path::new("/usr/sbin").join(tool).exists()
+            && !Path::new("/sbin").join(tool).exists()
+        {
+            missing.push(if tool == "ip" { "iproute2" } else { "util-linux" });
+        }
+    }
+    let busybox = std::fs::read("/bin/busybox").ok();
+    if busybox.is_none() {
+        missing.push("busybox-static");
+    }
+    match (containerd, ctr, busybox) {
+        (Some(containerd), Some(ctr), Some(busybox)) if missing.is_empty() => {
+            Ok(ContainerTools { containerd, ctr, busybox })
+        }
+        _ => Err(format!(
+            "running containers needs {}: apt-get install {}, {fix}",
+            missing.join(", "),
+            missing.join(" ")
+        )),
+    }
 }
 
 /// Everything that would stop a part from starting, all at once, each a line saying what
@@ -289,10 +380,11 @@ fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
                 .to_owned(),
         );
     }
+    let containers = if args.prepare_only { None } else { container_tools().map_err(|p| problems.push(p)).ok() };
     if !problems.is_empty() {
         bail!("{}", problems.join("\nerror: "));
     }
-    Ok(Tools { podpass, plugin_dir: plugin_dir.unwrap_or_default(), registry })
+    Ok(Tools { podpass, plugin_dir: plugin_dir.unwrap_or_default(), registry, containers })
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -413,7 +505,14 @@ async fn start(
     })?;
     out.done("registry", &format!("{registry_url}   token auth via registry-auth"), began);
 
-    // 4. node-1: its identity, its credential provider, the agent.
+    // 4. containerd, with podpass's sandbox image and pod network, when the node runs
+    // containers.
+    let runtime = match &tools.containers {
+        Some(c) => Some(start_containerd(c, l, tools, registry_url, registry_host, parts, out).await?),
+        None => None,
+    };
+
+    // 5. node-1: its identity, its credential provider, the agent.
     let began = Instant::now();
     let kubeconfig = node_kubeconfig(&l.data, &l.node)?;
     let providers = l.node.join("credential-provider.yaml");
@@ -424,6 +523,9 @@ async fn start(
     a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
     a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
     a.extend(["--port".into(), args.node_port.to_string()]);
+    if let Some(layout) = &runtime {
+        a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
+    }
     parts.spawn(&format!("node {NODE}"), &tools.podpass, &a, l.logs.join(format!("{NODE}.log")))?;
     out.waiting(&format!("node {NODE}"), "its /healthz and Ready condition");
     let healthz = format!("http://127.0.0.1:{}/healthz", args.node_healthz_port);
@@ -441,7 +543,14 @@ async fn start(
     .await?;
     out.done(
         &format!("node {NODE}"),
-        &format!("Ready   embedded image store; podpass-credential-provider (exchange mode) for {registry_host}"),
+        &format!(
+            "Ready   {}; podpass-credential-provider (exchange mode) for {registry_host}",
+            if runtime.is_some() {
+                "runs containers on containerd"
+            } else {
+                "embedded image store, prepares pods only"
+            }
+        ),
         began,
     );
     Ok(Running {
@@ -451,7 +560,45 @@ async fn start(
         auth_url,
         node_root: l.node.join("root"),
         auth_audit,
+        runtime,
     })
+}
+
+/// Starts containerd as a part (its files under the data dir), waits for its CRI, and
+/// loads podpass's sandbox image; the endpoint for the node.
+async fn start_containerd(
+    c: &ContainerTools,
+    l: &Layout,
+    tools: &Tools,
+    registry_url: &str,
+    registry_host: &str,
+    parts: &mut Supervisor,
+    out: &mut Checklist,
+) -> Result<podpass_node::runtime::containerd::Layout> {
+    use podpass_node::runtime::containerd;
+    let began = Instant::now();
+    let layout = containerd::Layout::new(&l.containerd);
+    let plain: Vec<String> =
+        if registry_url.starts_with("http://") { vec![registry_host.to_owned()] } else { Vec::new() };
+    layout.write(&tools.podpass, &plain)?;
+    let a = vec!["--config".to_owned(), path_str(&layout.config())];
+    parts.spawn("containerd", &c.containerd, &a, l.logs.join("containerd.log"))?;
+    out.waiting("containerd", "its CRI socket");
+    let endpoint = layout.endpoint();
+    let version = wait(parts, "containerd", || async {
+        let cri = podpass_node::runtime::CriRuntime::connect(&endpoint).await.ok()?;
+        cri.version().await.ok()
+    })
+    .await?;
+    let archive = l.containerd.join("sandbox-image.tar");
+    std::fs::write(&archive, containerd::sandbox_image(&c.busybox)?).context("writing the sandbox image")?;
+    containerd::import(&c.ctr, &layout.socket(), &archive, containerd::SANDBOX_IMAGE, READY_TIMEOUT).await?;
+    out.done(
+        "containerd",
+        &format!("{} {}   sandbox image {}", version.runtime_name, version.runtime_version, containerd::SANDBOX_IMAGE),
+        began,
+    );
+    Ok(layout)
 }
 
 /// Polls `probe` every 200 ms until it answers, a part exits, or [`READY_TIMEOUT`].

@@ -83,8 +83,14 @@ async fn bounded(resp: reqwest::Response) -> Result<Vec<u8>> {
     Ok(bytes.to_vec())
 }
 
+/// What the demo's container runs: the file, its own token's claims (the JWT's middle
+/// part), then it waits — leaving at once on SIGTERM.
+pub const APP_SCRIPT: &str = "cat /hello.txt; cut -d. -f2 /var/run/secrets/kubernetes.io/serviceaccount/token; \
+trap 'exit 0' TERM; while true; do sleep 1; done";
+
 /// Pushes `repo:tag` to the registry at `registry_url` with `bearer`: one layer holding
-/// `hello.txt` = `content`.
+/// `hello.txt` = `content` — and, given Debian's static `busybox`, a shell running
+/// [`APP_SCRIPT`], so the image runs on the node.
 pub async fn push(
     client: &reqwest::Client,
     registry_url: &str,
@@ -92,10 +98,23 @@ pub async fn push(
     repo: &str,
     tag: &str,
     content: &str,
+    busybox: Option<&[u8]>,
 ) -> Result<Pushed> {
-    let layer = tar_one_file("hello.txt", content.as_bytes());
+    let (layer, cmd) = match busybox {
+        Some(busybox) => {
+            let hello = podpass_node::runtime::archive::Entry::File {
+                name: "hello.txt".into(),
+                mode: 0o644,
+                content: content.as_bytes().to_vec(),
+            };
+            let layer =
+                podpass_node::runtime::archive::busybox_layer(busybox, &["sh", "cat", "cut", "sleep"], vec![hello])?;
+            (layer, serde_json::json!(["/bin/sh", "-c", APP_SCRIPT]))
+        }
+        None => (tar_one_file("hello.txt", content.as_bytes()), serde_json::json!(["/bin/cat", "/hello.txt"])),
+    };
     let config = serde_json::json!({
-        "architecture": "amd64", "os": "linux", "config": {"Cmd": ["/bin/cat", "/hello.txt"]},
+        "architecture": podpass_node::runtime::archive::go_arch(), "os": "linux", "config": {"Cmd": cmd},
         "rootfs": {"type": "layers", "diff_ids": [sha256(&layer)]},
     })
     .to_string()

@@ -216,20 +216,32 @@ impl Supervisor {
     /// period. Returns the parts that had to be killed.
     pub async fn stop(&mut self) -> Vec<String> {
         let mut killed = Vec::new();
-        while let Some(mut part) = self.parts.pop() {
-            if let Ok(Some(_)) = part.child.try_wait() {
-                continue;
-            }
-            if let Some(pid) = part.child.id().and_then(|id| rustix::process::Pid::from_raw(id.cast_signed())) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-            if tokio::time::timeout(STOP_GRACE, part.child.wait()).await.is_err() {
-                let _ = part.child.kill().await;
-                killed.push(part.name.clone());
-            }
+        while let Some(part) = self.parts.pop() {
+            killed.extend(stop_part(part).await);
         }
         killed
     }
+
+    /// Stops the part `name` alone (as [`Supervisor::stop`] does); its name when it had to
+    /// be killed.
+    pub async fn stop_one(&mut self, name: &str) -> Option<String> {
+        let i = self.parts.iter().position(|p| p.name == name)?;
+        stop_part(self.parts.remove(i)).await
+    }
+}
+
+async fn stop_part(mut part: Part) -> Option<String> {
+    if let Ok(Some(_)) = part.child.try_wait() {
+        return None;
+    }
+    if let Some(pid) = part.child.id().and_then(|id| rustix::process::Pid::from_raw(id.cast_signed())) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    if tokio::time::timeout(STOP_GRACE, part.child.wait()).await.is_err() {
+        let _ = part.child.kill().await;
+        return Some(part.name.clone());
+    }
+    None
 }
 
 /// `<part> exited (<status>); last lines of <log>: …`.
