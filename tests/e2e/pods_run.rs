@@ -157,6 +157,36 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let wrong = admin_kubectl(&api, &["logs", "reader", "-c", "nope"]);
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("container nope is not valid for pod reader"));
 
+    // The environment from a config map and a secret, with $(VAR) expansion; a missing
+    // secret is the kubelet's CreateContainerConfigError.
+    let cm =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"mode": "blue"}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(cm)).0, 201);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"password": "s3cr3t"}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/secrets", Some(secret)).0, 201);
+    let mut envy = pod("envy", "Never", "echo $GREETING $PASS $CFG_mode");
+    envy["spec"]["containers"][0]["env"] = json!([
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+        {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+        {"name": "GREETING", "value": "hello $(MODE)"},
+        {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": true}}}]);
+    envy["spec"]["containers"][0]["envFrom"] = json!([{"prefix": "CFG_", "configMapRef": {"name": "settings"}}]);
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(envy)).0, 201);
+    let envy = wait_phase(&s, "envy", "Succeeded");
+    let uid = envy["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_envy_{uid}/app/0.log"))).unwrap();
+    assert!(log.trim_end().ends_with(" stdout F hello blue s3cr3t blue"), "{log}");
+    let mut missing = pod("missing", "Never", "true");
+    missing["spec"]["containers"][0]["env"] =
+        json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]);
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(missing)).0, 201);
+    let waiting = wait_for("missing secret reported", Duration::from_secs(30), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/missing");
+        let w = p["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        (w["reason"] == "CreateContainerConfigError").then_some(w)
+    });
+    assert_eq!(waiting["message"], "secret \"absent\" not found", "{waiting}");
+
     // Exit 3 under Never: Failed, with the code.
     assert_eq!(
         admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("fails", "Never", "exit 3"))).0,

@@ -195,41 +195,135 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
     Ok(out)
 }
 
-/// The environment of container `c` (`value` and the pod fields of `fieldRef`).
-fn envs(pod: &Pod, c: &Container, pod_ip: &str) -> Result<Vec<KeyValue>, String> {
+/// `$(VAR)` of an env value, command or argument as the kubelet expands it: a variable
+/// defined earlier is replaced, `$$` is a `$`, anything else is left as written.
+pub(crate) fn expand(input: &str, vars: &[KeyValue]) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('(')
+            && let Some(end) = body.find(')')
+            && let Some(v) = vars.iter().rev().find(|v| v.key == body[..end])
+        {
+            out.push_str(&v.value);
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn set(out: &mut Vec<KeyValue>, key: String, value: String) {
+    match out.iter_mut().find(|v| v.key == key) {
+        Some(v) => v.value = value,
+        None => out.push(KeyValue { key, value }),
+    }
+}
+
+/// The environment of container `c` (kubelet `makeEnvironmentVariables`): `envFrom`
+/// config maps and secrets (with their prefix), then `env` — `value` with `$(VAR)`
+/// expansion, `fieldRef` of the pod, `configMapKeyRef`, `secretKeyRef` — a later name
+/// replacing an earlier one. What is missing and not `optional` is the kubelet's error.
+async fn envs(
+    pod: &Pod,
+    c: &Container,
+    pod_ip: &str,
+    sources: &dyn crate::volumes::ProjectionSources,
+) -> Result<Vec<KeyValue>, String> {
     let m = &pod.metadata;
+    let ns = m.namespace.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
-    let mut out = Vec::new();
+    let mut out: Vec<KeyValue> = Vec::new();
+    let api = |e: crate::api::RequestError| e.to_string();
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        if let Some(r) = &from.config_map_ref {
+            match sources.config_map(&ns, &r.name).await.map_err(api)? {
+                Some(cm) => {
+                    for (k, v) in cm.data.unwrap_or_default() {
+                        set(&mut out, format!("{prefix}{k}"), v);
+                    }
+                }
+                None if r.optional == Some(true) => {}
+                None => return Err(format!("configmap {:?} not found", r.name)),
+            }
+        }
+        if let Some(r) = &from.secret_ref {
+            match sources.secret(&ns, &r.name).await.map_err(api)? {
+                Some(secret) => {
+                    for (k, v) in secret.data.unwrap_or_default() {
+                        set(&mut out, format!("{prefix}{k}"), String::from_utf8_lossy(&v.0).into_owned());
+                    }
+                }
+                None if r.optional == Some(true) => {}
+                None => return Err(format!("secret {:?} not found", r.name)),
+            }
+        }
+    }
     for e in c.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
-            (Some(v), _) => v.clone(),
+            (Some(v), _) => expand(v, &out),
             (None, None) => String::new(),
-            (None, Some(from)) => match &from.field_ref {
-                Some(f) => match f.field_path.as_str() {
-                    "metadata.name" => m.name.clone().unwrap_or_default(),
-                    "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
-                    "metadata.uid" => m.uid.clone().unwrap_or_default(),
-                    "spec.nodeName" => spec.node_name.clone().unwrap_or_default(),
-                    "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
-                    "status.podIP" => pod_ip.to_owned(),
-                    other => return Err(format!("env {:?}: fieldRef {other:?} is not supported", e.name)),
-                },
-                None => return Err(format!("env {:?}: only value and fieldRef are supported", e.name)),
-            },
+            (None, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    match f.field_path.as_str() {
+                        "metadata.name" => m.name.clone().unwrap_or_default(),
+                        "metadata.namespace" => ns.clone(),
+                        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+                        "spec.nodeName" => spec.node_name.clone().unwrap_or_default(),
+                        "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
+                        "status.podIP" => pod_ip.to_owned(),
+                        other => return Err(format!("env {:?}: fieldRef {other:?} is not supported", e.name)),
+                    }
+                } else if let Some(r) = &from.config_map_key_ref {
+                    let found = sources.config_map(&ns, &r.name).await.map_err(api)?;
+                    match (found, r.optional == Some(true)) {
+                        (Some(cm), optional) => match cm.data.and_then(|d| d.get(&r.key).cloned()) {
+                            Some(v) => v,
+                            None if optional => continue,
+                            None => return Err(format!("couldn't find key {} in ConfigMap {ns}/{}", r.key, r.name)),
+                        },
+                        (None, true) => continue,
+                        (None, false) => return Err(format!("configmap {:?} not found", r.name)),
+                    }
+                } else if let Some(r) = &from.secret_key_ref {
+                    let found = sources.secret(&ns, &r.name).await.map_err(api)?;
+                    match (found, r.optional == Some(true)) {
+                        (Some(secret), optional) => match secret.data.and_then(|d| d.get(&r.key).cloned()) {
+                            Some(v) => String::from_utf8_lossy(&v.0).into_owned(),
+                            None if optional => continue,
+                            None => return Err(format!("couldn't find key {} in Secret {ns}/{}", r.key, r.name)),
+                        },
+                        (None, true) => continue,
+                        (None, false) => return Err(format!("secret {:?} not found", r.name)),
+                    }
+                } else {
+                    return Err(format!("env {:?}: resourceFieldRef is not supported", e.name));
+                }
+            }
         };
-        out.push(KeyValue { key: e.name.clone(), value });
+        set(&mut out, e.name.clone(), value);
     }
     Ok(out)
 }
 
 /// Container `c`'s CRI config for restart number `attempt`.
-fn container_config(
+async fn container_config(
     rt: &PodRuntime,
     pod: &Pod,
     c: &Container,
     attempt: u32,
     image_ref: &str,
     pod_ip: &str,
+    sources: &dyn crate::volumes::ProjectionSources,
 ) -> Result<ContainerConfig, String> {
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
     let sc = c.security_context.clone().unwrap_or_default();
@@ -240,13 +334,16 @@ fn container_config(
     groups.extend(pod_sc.fs_group);
     let mut labels = labels(rt, pod);
     labels.insert(CONTAINER_NAME_LABEL.to_owned(), c.name.clone());
+    let envs = envs(pod, c, pod_ip, sources).await?;
+    let expanded =
+        |list: &Option<Vec<String>>| -> Vec<String> { list.iter().flatten().map(|a| expand(a, &envs)).collect() };
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata { name: c.name.clone(), attempt }),
         image: Some(ImageSpec { image: image_ref.to_owned() }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command: expanded(&c.command),
+        args: expanded(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
-        envs: envs(pod, c, pod_ip)?,
+        envs,
         mounts: mounts(rt, pod, c)?,
         labels,
         annotations: HashMap::from([("io.kubernetes.container.restartCount".to_owned(), attempt.to_string())]),
@@ -311,6 +408,7 @@ pub(crate) async fn sync(
     pod: &Pod,
     images: &HashMap<(bool, String), String>,
     state: &mut RuntimeState,
+    sources: &dyn crate::volumes::ProjectionSources,
 ) -> Result<RuntimeSync, String> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
@@ -464,7 +562,7 @@ pub(crate) async fn sync(
             };
             let running =
                 Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
-            match start(rt, pod, c, attempt, image_ref, &running).await {
+            match start(rt, pod, c, attempt, image_ref, &running, sources).await {
                 Ok(id) => {
                     run.id = format!("containerd://{id}");
                     run.restart_count = i32::try_from(attempt).unwrap_or(i32::MAX);
@@ -514,8 +612,10 @@ async fn start(
     attempt: u32,
     image_ref: &str,
     sandbox: &Sandbox<'_>,
+    sources: &dyn crate::volumes::ProjectionSources,
 ) -> Result<String, (&'static str, String)> {
-    let config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip)
+    let config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip, sources)
+        .await
         .map_err(|m| ("CreateContainerConfigError", m))?;
     let dir = log_dir(&rt.logs, pod).join(&c.name);
     std::fs::create_dir_all(&dir).map_err(|e| ("CreateContainerError", format!("creating {}: {e}", dir.display())))?;
@@ -587,6 +687,14 @@ mod tests {
         assert!(sub_path(&vol, "../x").unwrap_err().contains("without '..'"));
         assert!(sub_path(&vol, "/etc").unwrap_err().contains("relative"));
         assert!(sub_path(&vol, "escape").unwrap_err().contains("outside its volume"));
+    }
+
+    #[test]
+    fn variables_expand_as_the_kubelets() {
+        let vars = [KeyValue { key: "POD".into(), value: "web".into() }];
+        assert_eq!(expand("name=$(POD)", &vars), "name=web");
+        assert_eq!(expand("$$(POD) $(MISSING) $ $(", &vars), "$(POD) $(MISSING) $ $(");
+        assert_eq!(expand("$(POD)$(POD)", &vars), "webweb");
     }
 
     #[test]

@@ -303,7 +303,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                 (c.image.as_deref() == Some(image.as_str())).then(|| ((*init, c.name.clone()), image_ref.clone()))
             })
             .collect();
-        match super::containers::sync(rt, pod, &images, &mut state.runtime).await {
+        match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
             Ok(run) => {
                 for (path, kind, reason, message) in &run.events {
                     shared.events.record(pod, path, kind, reason, message).await;
