@@ -164,7 +164,12 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(cm)).0, 201);
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"password": "s3cr3t"}});
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/secrets", Some(secret)).0, 201);
-    let mut envy = pod("envy", "Never", "echo $GREETING $PASS $CFG_mode");
+    let mut envy = pod("envy", "Never", "echo $GREETING $PASS $CFG_mode; cat /etc/creds/password /etc/cfg/mode");
+    envy["spec"]["volumes"] = json!([
+        {"name": "creds", "secret": {"secretName": "creds"}},
+        {"name": "cfg", "configMap": {"name": "settings"}}]);
+    envy["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "creds", "mountPath": "/etc/creds"}, {"name": "cfg", "mountPath": "/etc/cfg"}]);
     envy["spec"]["containers"][0]["env"] = json!([
         {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
         {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
@@ -175,7 +180,8 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let envy = wait_phase(&s, "envy", "Succeeded");
     let uid = envy["metadata"]["uid"].as_str().unwrap();
     let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_envy_{uid}/app/0.log"))).unwrap();
-    assert!(log.trim_end().ends_with(" stdout F hello blue s3cr3t blue"), "{log}");
+    let lines: Vec<&str> = log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default()).collect();
+    assert_eq!(lines, ["hello blue s3cr3t blue", "s3cr3tblue"], "env, then the secret and config map volumes: {log}");
     let mut missing = pod("missing", "Never", "true");
     missing["spec"]["containers"][0]["env"] =
         json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]);

@@ -22,7 +22,7 @@ use crate::runtime::{
     Mount, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
     RuntimeError, SANDBOX_READY,
 };
-use crate::volumes::{pod_dir, projected_dir};
+use crate::volumes::{pod_dir, volume_dir};
 
 /// The kubelet's label of the pod UID.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
@@ -169,15 +169,16 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
             .iter()
             .find(|v| v.name == vm.name)
             .ok_or_else(|| config_error(format!("volumeMount {:?}: no volume of that name", vm.name)))?;
-        let dir = if volume.projected.is_some() {
-            projected_dir(&rt.root, &uid, &volume.name)
+        let written = crate::volumes::as_projection(volume);
+        let dir = if let Some((plugin, _)) = &written {
+            volume_dir(&rt.root, &uid, plugin, &volume.name)
         } else if volume.empty_dir.is_some() {
             let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
             std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
             dir
         } else {
             return Err(config_error(format!(
-                "volume {:?}: podpass mounts projected and emptyDir volumes only",
+                "volume {:?}: podpass mounts projected, configMap, secret, downwardAPI and emptyDir volumes only",
                 volume.name
             )));
         };
@@ -188,7 +189,8 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
         out.push(Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: vm.read_only.unwrap_or(false) || volume.projected.is_some(),
+            // Written volumes are the node's to update: read-only in the container.
+            readonly: vm.read_only.unwrap_or(false) || written.is_some(),
             ..Default::default()
         });
     }

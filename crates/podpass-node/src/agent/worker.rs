@@ -76,12 +76,12 @@ fn resync_at() -> Instant {
     Instant::now() + RESYNC + Duration::from_millis(jitter)
 }
 
-/// Whether a projected volume of the pod names a config map or a secret.
+/// Whether a volume of the pod (projected, configMap or secret) reads a config map or a
+/// secret.
 fn reads_objects(pod: &Pod) -> bool {
     pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
-        v.projected
-            .as_ref()
-            .is_some_and(|p| p.sources.iter().flatten().any(|s| s.config_map.is_some() || s.secret.is_some()))
+        crate::volumes::as_projection(v)
+            .is_some_and(|(_, p)| p.sources.iter().flatten().any(|s| s.config_map.is_some() || s.secret.is_some()))
     })
 }
 

@@ -7,7 +7,7 @@ mod projected;
 
 pub use atomic_writer::{AtomicWriteError, AtomicWriter, FileProjection, validate_path};
 pub use pod::{
-    PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, pod_dir, projected_dir, remove_pod_volumes,
-    sync_pod_volumes,
+    PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, as_projection, pod_dir, projected_dir, remove_pod_volumes,
+    sync_pod_volumes, volume_dir,
 };
 pub use projected::{DEFAULT_TOKEN_EXPIRATION_SECONDS, Projection, ProjectionError, ProjectionSources, project};

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, DownwardAPIProjection, Pod, ProjectedVolumeSource, SecretProjection, Volume, VolumeProjection,
+};
 use thiserror::Error;
 
 use super::atomic_writer::{AtomicWriteError, AtomicWriter};
@@ -12,6 +14,45 @@ use crate::token::refresh_due_at;
 
 /// The kubelet's directory name for projected volumes.
 pub const PROJECTED_PLUGIN_DIR: &str = "kubernetes.io~projected";
+
+/// A volume this module writes, as a projection, and the kubelet's plugin directory of its
+/// kind: projected volumes as they are; configMap, secret and downwardAPI volumes as the
+/// one source they are (their files, modes and `optional` mean the same).
+pub fn as_projection(volume: &Volume) -> Option<(&'static str, ProjectedVolumeSource)> {
+    if let Some(p) = &volume.projected {
+        return Some((PROJECTED_PLUGIN_DIR, p.clone()));
+    }
+    let one = |source: VolumeProjection, mode: Option<i32>| ProjectedVolumeSource {
+        sources: Some(vec![source]),
+        default_mode: mode,
+    };
+    if let Some(c) = &volume.config_map {
+        let source = ConfigMapProjection { name: c.name.clone(), items: c.items.clone(), optional: c.optional };
+        return Some((
+            "kubernetes.io~configmap",
+            one(VolumeProjection { config_map: Some(source), ..Default::default() }, c.default_mode),
+        ));
+    }
+    if let Some(s) = &volume.secret {
+        let source = SecretProjection {
+            name: s.secret_name.clone().unwrap_or_default(),
+            items: s.items.clone(),
+            optional: s.optional,
+        };
+        return Some((
+            "kubernetes.io~secret",
+            one(VolumeProjection { secret: Some(source), ..Default::default() }, s.default_mode),
+        ));
+    }
+    if let Some(d) = &volume.downward_api {
+        let source = DownwardAPIProjection { items: d.items.clone() };
+        return Some((
+            "kubernetes.io~downward-api",
+            one(VolumeProjection { downward_api: Some(source), ..Default::default() }, d.default_mode),
+        ));
+    }
+    None
+}
 
 /// A pod's volumes could not all be written; each failing volume is named.
 #[derive(Debug, Error)]
@@ -78,7 +119,12 @@ pub fn pod_dir(root: &Path, pod_uid: &str) -> PathBuf {
 
 /// `<root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>`.
 pub fn projected_dir(root: &Path, pod_uid: &str, volume: &str) -> PathBuf {
-    pod_dir(root, pod_uid).join("volumes").join(PROJECTED_PLUGIN_DIR).join(volume)
+    volume_dir(root, pod_uid, PROJECTED_PLUGIN_DIR, volume)
+}
+
+/// `<root>/pods/<uid>/volumes/<plugin>/<volume>`.
+pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
+    pod_dir(root, pod_uid).join("volumes").join(plugin).join(volume)
 }
 
 /// Writes every projected volume of `pod` under `root`; a volume whose payload is
@@ -101,7 +147,8 @@ pub async fn sync_pod_volumes(
     let mut errors = Vec::new();
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
     for volume in volumes.into_iter().flatten() {
-        let Some(projected) = &volume.projected else { continue };
+        let Some((plugin, projected)) = as_projection(volume) else { continue };
+        let projected = &projected;
         if !safe_segment(&volume.name, false) {
             errors.push(PodVolumeError::UnsafeName {
                 pod: crate::PodRef::of(pod).to_string(),
@@ -122,7 +169,7 @@ pub async fn sync_pod_volumes(
                 report.next_refresh = Some(report.next_refresh.map_or(due, |n: i64| n.min(due)));
             }
         }
-        let dir = projected_dir(root, &uid, &volume.name);
+        let dir = volume_dir(root, &uid, plugin, &volume.name);
         let payload = projection.payload;
         let written = tokio::task::spawn_blocking(move || AtomicWriter::new(&dir)?.write(&payload)).await;
         match written {
@@ -163,6 +210,25 @@ pub async fn remove_pod_volumes(root: &Path, pod_uid: &str) -> Result<(), PodVol
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_map_secret_and_downward_api_volumes_are_projections_of_one_source() {
+        let v: Volume = serde_json::from_value(serde_json::json!({"name": "s", "secret": {"secretName": "creds",
+            "defaultMode": 256, "optional": true, "items": [{"key": "k", "path": "p"}]}}))
+        .unwrap_or_default();
+        let (plugin, p) = as_projection(&v).unwrap_or_default();
+        assert_eq!(plugin, "kubernetes.io~secret");
+        assert_eq!(p.default_mode, Some(256));
+        let source = p.sources.unwrap_or_default()[0].secret.clone().unwrap_or_default();
+        assert_eq!((source.name.as_str(), source.optional), ("creds", Some(true)));
+        assert_eq!(source.items.unwrap_or_default()[0].path, "p");
+        let cm: Volume = serde_json::from_value(serde_json::json!({"name": "c", "configMap": {"name": "settings"}}))
+            .unwrap_or_default();
+        assert_eq!(as_projection(&cm).map(|(p, _)| p), Some("kubernetes.io~configmap"));
+        let empty: Volume =
+            serde_json::from_value(serde_json::json!({"name": "e", "emptyDir": {}})).unwrap_or_default();
+        assert!(as_projection(&empty).is_none());
+    }
     use crate::credential::provider::BoxFuture;
     use crate::token::{RequestedToken, TokenKey};
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
