@@ -55,7 +55,9 @@ fn start_runtime(dir: &Path) -> Runtime {
         std::os::unix::net::UnixStream::connect(runtime.layout.socket()).ok().map(|_| Value::Null)
     });
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
-    let layer = archive::busybox_layer(&busybox, &["sh", "cat", "cut", "echo", "sleep", "hostname"], vec![]).unwrap();
+    let layer =
+        archive::busybox_layer(&busybox, &["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id"], vec![])
+            .unwrap();
     for (name, bytes) in [
         (SANDBOX_IMAGE, containerd::sandbox_image(&busybox).unwrap()),
         (APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0),
@@ -192,6 +194,24 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         (w["reason"] == "CreateContainerConfigError").then_some(w)
     });
     assert_eq!(waiting["message"], "secret \"absent\" not found", "{waiting}");
+
+    // runAsUser and fsGroup: the process runs as that user, and its token file is its own,
+    // 0640 and the fsGroup's (the kubelet's FsUser and SetVolumeOwnership).
+    let mut owned = pod("owned", "Never", "id -u; id -G; stat -L -c '%a %u %g' /var/run/secrets/tokens/token");
+    owned["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(owned)).0, 201);
+    let owned = wait_for("pod owned finished", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/owned");
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(p)
+    });
+    let uid = owned["metadata"]["uid"].as_str().unwrap();
+    let log =
+        std::fs::read_to_string(d.join(format!("root/logs/pods/default_owned_{uid}/app/0.log"))).unwrap_or_default();
+    assert_eq!(owned["status"]["phase"], "Succeeded", "{}\n{log}", owned["status"]);
+    let lines: Vec<&str> = log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default()).collect();
+    assert_eq!(lines[0], "1000", "{log}");
+    assert!(lines[1].split(' ').any(|g| g == "2000") && lines[1].starts_with("3000"), "{log}");
+    assert_eq!(lines[2], "640 1000 2000", "{log}");
 
     // Exit 3 under Never: Failed, with the code.
     assert_eq!(

@@ -35,6 +35,10 @@ pub struct FileProjection {
     pub data: Vec<u8>,
     /// Permission bits, applied exactly (the umask does not apply).
     pub mode: u32,
+    /// The owner (`FsUser`: a token file of a pod whose containers all run as one user).
+    pub owner: Option<u32>,
+    /// The group (the pod's `fsGroup`).
+    pub group: Option<u32>,
 }
 
 /// Writing a payload failed. Path messages are upstream's.
@@ -103,13 +107,20 @@ pub struct AtomicWriter {
 }
 
 impl AtomicWriter {
-    /// A writer for `target` (created if missing, mode 0750).
+    /// A writer for `target`, created if missing with mode 0777 as the kubelet's emptyDir
+    /// that holds secret, configMap and projected volumes: a container running as any user
+    /// reaches the files, whose own modes and owners decide who reads them (the node's
+    /// root dir, 0700, keeps other users of the node out).
     pub fn new(target: &Path) -> Result<Self, AtomicWriteError> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(target)
-            .map_err(io("creating target directory", target))?;
+        if !target.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(target)
+                .map_err(io("creating target directory", target))?;
+            std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o777))
+                .map_err(io("setting mode", target))?;
+        }
         Ok(Self { target: target.to_owned(), durable: false })
     }
 
@@ -314,6 +325,13 @@ fn write_file(path: &Path, file: &FileProjection, durable: bool) -> Result<(), A
         .open(path)
         .map_err(io("creating", path))?;
     f.write_all(&file.data).map_err(io("writing", path))?;
+    // Ownership as the kubelet sets it; only root may give a file away, and a node that is
+    // not root runs no containers that would read it.
+    if (file.owner.is_some() || file.group.is_some()) && rustix::process::geteuid().is_root() {
+        let uid = file.owner.filter(|u| *u != u32::MAX).map(rustix::fs::Uid::from_raw);
+        let gid = file.group.filter(|g| *g != u32::MAX).map(rustix::fs::Gid::from_raw);
+        rustix::fs::fchown(&f, uid, gid).map_err(|e| io("changing the owner of", path)(std::io::Error::from(e)))?;
+    }
     // The exact mode, whatever the umask.
     f.set_permissions(std::fs::Permissions::from_mode(file.mode & 0o777)).map_err(io("setting mode", path))?;
     if durable {
@@ -333,7 +351,9 @@ mod tests {
     fn payload(files: &[(&str, &str, u32)]) -> BTreeMap<String, FileProjection> {
         files
             .iter()
-            .map(|(p, d, m)| ((*p).to_owned(), FileProjection { data: d.as_bytes().to_vec(), mode: *m }))
+            .map(|(p, d, m)| {
+                ((*p).to_owned(), FileProjection { data: d.as_bytes().to_vec(), mode: *m, owner: None, group: None })
+            })
             .collect()
     }
 

@@ -170,7 +170,16 @@ pub async fn sync_pod_volumes(
             }
         }
         let dir = volume_dir(root, &uid, plugin, &volume.name);
-        let payload = projection.payload;
+        let mut payload = projection.payload;
+        // SetVolumeOwnership: with an fsGroup every file is that group's and readable by it
+        // (a token of mode 0600 becomes 0640).
+        let fs_group = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|s| s.fs_group);
+        if let Some(gid) = fs_group.and_then(|g| u32::try_from(g).ok()) {
+            for file in payload.values_mut() {
+                file.group = Some(gid);
+                file.mode |= 0o040;
+            }
+        }
         let written = tokio::task::spawn_blocking(move || AtomicWriter::new(&dir)?.write(&payload)).await;
         match written {
             Ok(Ok(true)) => report.written.push(volume.name.clone()),

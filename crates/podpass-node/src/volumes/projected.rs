@@ -120,7 +120,10 @@ fn key_payload(
 ) -> Result<(), String> {
     let Some(items) = items.filter(|i| !i.is_empty()) else {
         for (key, value) in data {
-            out.insert(key.clone(), FileProjection { data: value.clone(), mode: default_mode });
+            out.insert(
+                key.clone(),
+                FileProjection { data: value.clone(), mode: default_mode, owner: None, group: None },
+            );
         }
         return Ok(());
     };
@@ -132,7 +135,7 @@ fn key_payload(
             return Err(format!("{missing_key}: {}", item.key));
         };
         let mode = item.mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode);
-        out.insert(item.path.clone(), FileProjection { data: value.clone(), mode });
+        out.insert(item.path.clone(), FileProjection { data: value.clone(), mode, owner: None, group: None });
     }
     Ok(())
 }
@@ -247,7 +250,10 @@ pub async fn project(
                 match (&item.field_ref, &item.resource_field_ref) {
                     (Some(f), _) => match field_value(pod, &f.field_path) {
                         Ok(v) => {
-                            out.payload.insert(item.path.clone(), FileProjection { data: v.into_bytes(), mode });
+                            out.payload.insert(
+                                item.path.clone(),
+                                FileProjection { data: v.into_bytes(), mode, owner: None, group: None },
+                            );
                         }
                         Err(e) => errors.push(e.to_string()),
                     },
@@ -264,8 +270,10 @@ pub async fn project(
             let mode = if fs_group.is_some() || fs_user(pod).is_some() { 0o600 } else { default_mode };
             match result {
                 Ok(issued) => {
-                    out.payload
-                        .insert(t.path.clone(), FileProjection { data: issued.token.clone().into_bytes(), mode });
+                    // The token is its containers' user's, when they all run as one.
+                    let owner = fs_user(pod).and_then(|u| u32::try_from(u).ok());
+                    let file = FileProjection { data: issued.token.clone().into_bytes(), mode, owner, group: None };
+                    out.payload.insert(t.path.clone(), file);
                     out.tokens.push((key, issued));
                 }
                 Err(e) => errors.push(e.to_string()),
