@@ -197,8 +197,17 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
 
     // runAsUser and fsGroup: the process runs as that user, and its token file is its own,
     // 0640 and the fsGroup's (the kubelet's FsUser and SetVolumeOwnership).
-    let mut owned = pod("owned", "Never", "id -u; id -G; stat -L -c '%a %u %g' /var/run/secrets/tokens/token");
+    let mut owned = pod(
+        "owned",
+        "Never",
+        "id -u; id -G; stat -L -c '%a %u %g' /var/run/secrets/tokens/token; echo scratch > /scratch/f",
+    );
     owned["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000});
+    owned["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "scratch", "emptyDir": {}}));
+    owned["spec"]["containers"][0]["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "scratch", "mountPath": "/scratch"}));
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(owned)).0, 201);
     let owned = wait_for("pod owned finished", Duration::from_secs(60), || {
         let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/owned");

@@ -175,6 +175,9 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
         } else if volume.empty_dir.is_some() {
             let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
             std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+            // The kubelet's emptyDir is 0777: any user the containers run as may write it.
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
             dir
         } else {
             return Err(config_error(format!(
