@@ -55,9 +55,12 @@ fn start_runtime(dir: &Path) -> Runtime {
         std::os::unix::net::UnixStream::connect(runtime.layout.socket()).ok().map(|_| Value::Null)
     });
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
-    let layer =
-        archive::busybox_layer(&busybox, &["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id"], vec![])
-            .unwrap();
+    let layer = archive::busybox_layer(
+        &busybox,
+        &["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id", "head", "tr"],
+        vec![],
+    )
+    .unwrap();
     for (name, bytes) in [
         (SANDBOX_IMAGE, containerd::sandbox_image(&busybox).unwrap()),
         (APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0),
@@ -221,6 +224,15 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert_eq!(lines[0], "1000", "{log}");
     assert!(lines[1].split(' ').any(|g| g == "2000") && lines[1].starts_with("3000"), "{log}");
     assert_eq!(lines[2], "640 1000 2000", "{log}");
+
+    // A memory limit is the container's cgroup's: past it the kernel kills the container,
+    // and the status says OOMKilled.
+    let mut hungry = pod("hungry", "Never", "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo survived");
+    hungry["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "32Mi"}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(hungry)).0, 201);
+    let hungry = wait_phase(&s, "hungry", "Failed");
+    let t = &hungry["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["reason"], "OOMKilled", "{t}");
 
     // Exit 3 under Never: Failed, with the code.
     assert_eq!(

@@ -1,12 +1,13 @@
 //! Wire and configuration types of the kubelet and kube-apiserver that `k8s-openapi` does
 //! not carry, with their validation: `--feature-gates`, Go durations, the credential
-//! provider config and exec protocol, image URL matching, and apimachinery-worded field
-//! errors.
+//! provider config and exec protocol, image URL matching, resource quantities, and
+//! apimachinery-worded field errors.
 
 pub mod credential_provider;
 pub mod duration;
 pub mod feature_gate;
 pub mod image_url;
+pub mod quantity;
 pub mod validation;
 
 pub use duration::GoDuration;

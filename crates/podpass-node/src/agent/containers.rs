@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use super::status::{RunPhase, RunState, Terminated};
 use crate::runtime::{
     CONTAINER_EXITED, CONTAINER_RUNNING, ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, Int64Value,
-    KeyValue, LinuxContainerConfig, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
-    Mount, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
-    RuntimeError, SANDBOX_READY,
+    KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
+    LinuxSandboxSecurityContext, Mount, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, RuntimeError, SANDBOX_READY,
 };
 use crate::volumes::{pod_dir, volume_dir};
 
@@ -320,6 +320,38 @@ async fn envs(
     Ok(out)
 }
 
+/// The cgroup limits of container `c` (kubelet `generateLinuxContainerResources`): CPU
+/// shares from the request (`MilliCPUToShares`, at least 2), a CFS quota from the limit
+/// (`MilliCPUToQuota`, period 100 ms, at least 1 ms), the memory limit in bytes.
+fn resources(c: &Container) -> Result<LinuxContainerResources, String> {
+    let r = c.resources.clone().unwrap_or_default();
+    let milli = |list: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                 name: &str|
+     -> Result<Option<i128>, String> {
+        match list.as_ref().and_then(|l| l.get(name)) {
+            None => Ok(None),
+            Some(q) => podpass_api::quantity::parse_milli(&q.0).map(Some).map_err(|e| format!("resources {name}: {e}")),
+        }
+    };
+    let to_i64 = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+    // Requests default to limits, as API defaulting does.
+    let cpu_request = milli(&r.requests, "cpu")?.or(milli(&r.limits, "cpu")?);
+    let mut out = LinuxContainerResources {
+        cpu_shares: cpu_request.map_or(2, |m| to_i64((m * 1024 / 1000).max(2))),
+        ..Default::default()
+    };
+    if let Some(limit) = milli(&r.limits, "cpu")? {
+        out.cpu_period = 100_000;
+        out.cpu_quota = to_i64((limit * 100_000 / 1000).max(1000));
+    }
+    if let Some(memory) = milli(&r.limits, "memory")? {
+        out.memory_limit_in_bytes = to_i64((memory + 999) / 1000);
+    }
+    Ok(out)
+}
+
 /// Container `c`'s CRI config for restart number `attempt`.
 async fn container_config(
     rt: &PodRuntime,
@@ -357,7 +389,7 @@ async fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(LinuxContainerConfig {
-            resources: None,
+            resources: Some(resources(c)?),
             security_context: Some(LinuxContainerSecurityContext {
                 namespace_options: Some(NamespaceOption {
                     network: if host_network(pod) { NAMESPACE_NODE } else { NAMESPACE_POD },
@@ -700,6 +732,22 @@ mod tests {
         assert_eq!(expand("name=$(POD)", &vars), "name=web");
         assert_eq!(expand("$$(POD) $(MISSING) $ $(", &vars), "$(POD) $(MISSING) $ $(");
         assert_eq!(expand("$(POD)$(POD)", &vars), "webweb");
+    }
+
+    #[test]
+    fn limits_become_the_kubelets_cgroup_settings() {
+        let c: Container = serde_json::from_value(serde_json::json!({"name": "c", "resources": {
+            "requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}))
+        .unwrap_or_default();
+        let r = resources(&c).unwrap_or_default();
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (256, 50_000, 100_000));
+        assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+        let none = resources(&Container::default()).unwrap_or_default();
+        assert_eq!((none.cpu_shares, none.cpu_quota, none.memory_limit_in_bytes), (2, 0, 0));
+        let bad: Container =
+            serde_json::from_value(serde_json::json!({"name": "c", "resources": {"limits": {"memory": "lots"}}}))
+                .unwrap_or_default();
+        assert!(resources(&bad).unwrap_err().starts_with("resources memory: quantities must match"));
     }
 
     #[test]

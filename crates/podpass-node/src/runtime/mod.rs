@@ -10,7 +10,7 @@ mod cri;
 pub use cri::{
     CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Container, ContainerConfig, ContainerMetadata,
     ContainerStatus, CriRuntime, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
-    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NAMESPACE_CONTAINER,
-    NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
-    RuntimeError, SANDBOX_READY, VersionResponse,
+    LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
+    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandbox, PodSandboxConfig,
+    PodSandboxMetadata, PodSandboxStatus, RuntimeError, SANDBOX_READY, VersionResponse,
 };
