@@ -56,7 +56,7 @@ pub fn parse_milli(s: &str) -> Result<i128, QuantityError> {
     let scale = u32::try_from(frac.len()).map_err(|_| err())? + div_pow10;
     let numerator = mantissa.checked_mul(mult).and_then(|v| v.checked_mul(1000)).ok_or_else(err)?;
     let denominator = 10_i128.checked_pow(scale).ok_or_else(err)?;
-    let value = (numerator + denominator - 1) / denominator;
+    let value = numerator.checked_add(denominator - 1).ok_or_else(err)? / denominator;
     if value > 9_223_372_036_854_775 * 1000 {
         return Err(err());
     }
