@@ -83,8 +83,11 @@ fn pods_are_scheduled_onto_fitting_nodes_and_unschedulable_ones_say_why() {
         "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. \
          preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
-    let (_, failed) = admin_get(&s, "/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling");
-    assert!(failed["items"].as_array().unwrap().iter().any(|e| e["involvedObject"]["name"] == "picky"), "{failed}");
+    // The event follows the status write.
+    wait_for("FailedScheduling event for picky", Duration::from_secs(10), || {
+        let (_, failed) = admin_get(&s, "/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling");
+        failed["items"].as_array()?.iter().any(|e| e["involvedObject"]["name"] == "picky").then_some(failed)
+    });
     ok(admin_kubectl(&api, &["label", "node", "n1", "disk=ssd"]), "label node");
     wait_for("picky scheduled once the node matches", Duration::from_secs(20), || {
         let (_, pod) = admin_get(&s, "/api/v1/namespaces/default/pods/picky");

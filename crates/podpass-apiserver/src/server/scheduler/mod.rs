@@ -5,8 +5,9 @@
 //! `Unschedulable`, upstream's FitError message and one `FailedScheduling` event per new
 //! message, and is tried again when nodes change and every few seconds.
 //!
-//! It watches pods, nodes and the node leases (a node that stopped renewing its lease is
-//! unreachable, as the node lifecycle controller taints it).
+//! It watches pods, nodes and the node leases (a node that neither renewed its lease nor
+//! posted a Ready heartbeat within 50 s is unreachable, as the node lifecycle controller
+//! taints it).
 
 mod fit;
 
@@ -128,7 +129,15 @@ impl Cluster {
         let mut reasons = Vec::new();
         let mut best: Option<(usize, &str)> = None;
         for (name, node) in &self.nodes {
-            let reachable = self.renewed.get(name).is_some_and(|t| now - t <= NODE_MONITOR_GRACE_SECONDS);
+            // The node lifecycle controller's health: a lease renewed, or a Ready
+            // heartbeat posted, within the grace period.
+            let heartbeat = node
+                .field("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|c| crate::time::parse_rfc3339(text(c, "/lastHeartbeatTime")));
+            let fresh = |t: &i64| now - t <= NODE_MONITOR_GRACE_SECONDS;
+            let reachable = self.renewed.get(name).is_some_and(fresh) || heartbeat.as_ref().is_some_and(fresh);
             let state = NodeState { pods: counts.get(name).copied().unwrap_or(0), reachable };
             match fit::unfit(pod, node, state) {
                 Some(reason) => reasons.push(reason),
@@ -329,6 +338,12 @@ mod tests {
         let late = 1_000 + NODE_MONITOR_GRACE_SECONDS + 1;
         let stale = c.choose(&pending_pod("p6"), late, &c.counts()).unwrap_err();
         assert!(stale.contains("2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"), "{stale}");
+        // ... unless it posted a Ready heartbeat lately (a node before its first lease)
+        if let Some(n1) = c.nodes.get_mut("n1") {
+            n1["status"]["conditions"][0]["lastHeartbeatTime"] = json!(crate::time::format_rfc3339(late - 5));
+            n1["status"]["allocatable"]["pods"] = json!("5");
+        }
+        assert_eq!(c.choose(&pending_pod("p7"), late, &c.counts()).as_deref(), Ok("n1"));
     }
 
     #[test]
