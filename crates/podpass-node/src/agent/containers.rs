@@ -463,6 +463,13 @@ pub(crate) async fn sync(
     let sandbox = match ready {
         Some(s) => s.id.clone(),
         None if images.is_empty() => return Ok(out),
+        // A pod that finished for good keeps its stopped sandbox: it is not run again.
+        None if !sandboxes.is_empty()
+            && let Some(states) = finished_states(rt, pod, &uid).await.map_err(err)? =>
+        {
+            out.states = states;
+            return Ok(out);
+        }
         None => {
             std::fs::create_dir_all(log_dir(&rt.logs, pod)).map_err(|e| format!("creating the log directory: {e}"))?;
             let id =
@@ -502,18 +509,7 @@ pub(crate) async fn sync(
             let status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
             run.id = format!("containerd://{}", found.id);
             run.image_id = status.image_ref.clone();
-            let terminated = Terminated {
-                exit_code: status.exit_code,
-                reason: if status.reason.is_empty() {
-                    if status.exit_code == 0 { "Completed".into() } else { "Error".into() }
-                } else {
-                    status.reason.clone()
-                },
-                message: (!status.message.is_empty()).then(|| status.message.clone()),
-                started: nanos_to_time(status.started_at),
-                finished: nanos_to_time(status.finished_at),
-                container_id: run.id.clone(),
-            };
+            let terminated = terminated(&status, &run.id);
             match status.state {
                 CONTAINER_RUNNING => {
                     run.phase = RunPhase::Running { started: nanos_to_time(status.started_at) };
@@ -626,7 +622,67 @@ pub(crate) async fn sync(
             break;
         }
     }
+    // A pod whose containers have all finished for good holds no running sandbox (the
+    // kubelet stops a terminal pod's sandbox): its processes and network go, its
+    // containers and logs stay until the pod is deleted.
+    let finished = !apps.is_empty()
+        && apps.iter().all(|(init, c)| {
+            out.states.get(&(*init, c.name.clone())).is_some_and(|r| matches!(r.phase, RunPhase::Terminated(_)))
+        });
+    if finished {
+        rt.cri.stop_pod_sandbox(&sandbox).await.map_err(err)?;
+        out.next = None;
+    }
     Ok(out)
+}
+
+/// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
+fn terminated(status: &crate::runtime::ContainerStatus, id: &str) -> Terminated {
+    let reason = match (status.reason.as_str(), status.exit_code) {
+        ("", 0) => "Completed".to_owned(),
+        ("", _) => "Error".to_owned(),
+        (r, _) => r.to_owned(),
+    };
+    Terminated {
+        exit_code: status.exit_code,
+        reason,
+        message: (!status.message.is_empty()).then(|| status.message.clone()),
+        started: nanos_to_time(status.started_at),
+        finished: nanos_to_time(status.finished_at),
+        container_id: id.to_owned(),
+    }
+}
+
+/// The states of a pod whose containers all exited and are not to be restarted under its
+/// `restartPolicy` (`None` otherwise): what a stopped, terminal pod reports.
+async fn finished_states(
+    rt: &PodRuntime,
+    pod: &Pod,
+    uid: &str,
+) -> Result<Option<HashMap<(bool, String), RunState>>, RuntimeError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
+    let existing = current(rt, uid).await?;
+    let mut states = HashMap::new();
+    for c in &spec.containers {
+        let Some(found) = existing.get(&c.name) else { return Ok(None) };
+        let Some(status) = rt.cri.container_status(&found.id).await? else { return Ok(None) };
+        if status.state != CONTAINER_EXITED || restarts(&policy, status.exit_code) {
+            return Ok(None);
+        }
+        let id = format!("containerd://{}", found.id);
+        states.insert(
+            (false, c.name.clone()),
+            RunState {
+                id: id.clone(),
+                image_id: status.image_ref.clone(),
+                restart_count: i32::try_from(found.metadata.as_ref().map_or(0, |m| m.attempt)).unwrap_or(i32::MAX),
+                phase: RunPhase::Terminated(terminated(&status, &id)),
+                last_terminated: None,
+            },
+        );
+    }
+    Ok(Some(states))
 }
 
 fn jiff_now_nanos() -> i64 {
