@@ -1,69 +1,84 @@
-//! A real containerd (Debian `containerd`, CRI plugin) with a private root, state and
-//! socket, started and stopped by the test (interop.md §2).
+//! A real containerd (Debian `containerd`, CRI plugin) for a test: podpass's own layout
+//! (`runtime::containerd::Layout`: config, socket and state under the test's directory,
+//! podpass's pod network), with the native snapshotter, which leaves no mounts behind.
+//! Dropping it removes every sandbox the test made (mounts, network namespaces, shims go
+//! with them), whatever happened, then kills containerd.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A containerd process, killed on drop.
+use podpass_node::runtime::CriRuntime;
+use podpass_node::runtime::containerd::{self as library, Layout};
+
+/// A containerd process, its sandboxes removed and itself killed on drop.
 pub struct Containerd {
     pub child: Child,
-    /// `unix:///…/c.sock`.
+    /// `unix:///…/run/containerd.sock`.
     pub endpoint: String,
-    pub dir: PathBuf,
+    pub layout: Layout,
+}
+
+/// Runs `f` on a runtime of its own, on a thread of its own (callable from async tests).
+fn on_own_runtime<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    std::thread::spawn(move || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f))
+        .join()
+        .unwrap()
 }
 
 impl Drop for Containerd {
     fn drop(&mut self) {
+        let endpoint = self.endpoint.clone();
+        on_own_runtime(async move {
+            if let Ok(cri) = CriRuntime::connect(&endpoint).await {
+                for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
+                    let _ = cri.stop_pod_sandbox(&s.id).await;
+                    let _ = cri.remove_pod_sandbox(&s.id).await;
+                }
+            }
+        });
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
 impl Containerd {
+    /// Starts containerd with its files under `dir` (short: the socket lives there) and
+    /// waits for its socket.
     pub fn start(dir: &Path) -> Containerd {
-        std::fs::create_dir_all(dir).unwrap();
-        let d = dir.display();
-        // The native snapshotter leaves no mounts behind when the test's temp dir goes.
-        let config = format!(
-            r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/c.sock"
-[ttrpc]
-  address = "{d}/c.sock.ttrpc"
-[debug]
-  address = "{d}/d.sock"
-  level = "info"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "127.0.0.1:1/pause:none"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{d}/cni/bin"
-    conf_dir = "{d}/cni/net.d"
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "{d}/certs.d"
-"#
-        );
-        std::fs::write(dir.join("config.toml"), config).unwrap();
-        let sock = dir.join("c.sock");
-        assert!(sock.as_os_str().len() < 100, "socket path too long for sun_path: {}", sock.display());
+        let mut layout = Layout::new(dir);
+        layout.snapshotter = "native".into();
+        layout.write(Path::new(env!("CARGO_BIN_EXE_podpass")), &[]).unwrap();
         let child = Command::new("containerd")
-            .args(["--config", dir.join("config.toml").to_str().unwrap()])
+            .arg("--config")
+            .arg(layout.config())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("containerd.log")).unwrap())
             .spawn()
-            .expect("containerd");
+            .expect("containerd (Debian package containerd)");
+        let ctd = Containerd { child, endpoint: layout.endpoint(), layout };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-            assert!(Instant::now() < deadline, "containerd did not start");
+        while std::os::unix::net::UnixStream::connect(ctd.layout.socket()).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not start; see {}",
+                dir.join("containerd.log").display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Containerd { child, endpoint: format!("unix://{}", sock.display()), dir: dir.to_path_buf() }
+        ctd
+    }
+
+    /// Loads the OCI archive `bytes` of image `name` (`runtime::containerd::import`).
+    pub fn import(&self, name: &str, bytes: Vec<u8>) {
+        let path = self.layout.dir.join("image.tar");
+        std::fs::write(&path, bytes).unwrap();
+        let (socket, name) = (self.layout.socket(), name.to_owned());
+        on_own_runtime(async move {
+            library::import(Path::new("ctr"), &socket, &path, &name, Duration::from_secs(60)).await
+        })
+        .unwrap();
     }
 }

@@ -8,27 +8,27 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use podpass_node::runtime::containerd::{self, Layout, SANDBOX_IMAGE};
+use podpass_node::runtime::containerd::{self as ctd_lib, SANDBOX_IMAGE};
 use podpass_node::runtime::{
     CONTAINER_EXITED, ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, LinuxPodSandboxConfig,
     LinuxSandboxSecurityContext, Mount, NAMESPACE_POD, NamespaceOption, PodSandboxConfig, PodSandboxMetadata, archive,
 };
 
+mod containerd;
+
 const APP_IMAGE: &str = "podpass.local/test-app:1";
 
-async fn connect(layout: &Layout) -> CriRuntime {
+async fn connect(endpoint: &str) -> CriRuntime {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(rt) = CriRuntime::connect(&layout.endpoint()).await
+        if let Ok(rt) = CriRuntime::connect(endpoint).await
             && rt.version().await.is_ok()
         {
             return rt;
         }
-        assert!(Instant::now() < deadline, "containerd did not answer; see {}", layout.dir.join("log").display());
+        assert!(Instant::now() < deadline, "containerd did not answer at {endpoint}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -37,51 +37,15 @@ async fn connect(layout: &Layout) -> CriRuntime {
 async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its_code() {
     assert!(rustix::process::geteuid().is_root(), "running containers needs root");
     let dir = tempfile::Builder::new().prefix("ctd").tempdir_in("/tmp").unwrap();
-    let mut layout = Layout::new(&dir.path().join("c"));
-    layout.snapshotter = "native".into();
-    layout.write(Path::new(env!("CARGO_BIN_EXE_podpass")), &[]).unwrap();
-    let _containerd = tokio::process::Command::new("containerd")
-        .arg("--config")
-        .arg(layout.config())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(layout.dir.join("log")).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("containerd (Debian package containerd)");
-    let rt = connect(&layout).await;
-    // Whatever happens below, the test's sandboxes (mounts, network namespaces) go with it.
-    struct Cleanup(CriRuntime);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let cri = self.0.clone();
-            let _ = std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-                rt.block_on(async {
-                    for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
-                        let _ = cri.stop_pod_sandbox(&s.id).await;
-                        let _ = cri.remove_pod_sandbox(&s.id).await;
-                    }
-                });
-            })
-            .join();
-        }
-    }
-    let _cleanup = Cleanup(rt.clone());
+    // Dropped after everything below: whatever happens, the test's sandboxes go with it.
+    let ctd = containerd::Containerd::start(&dir.path().join("c"));
+    let rt = connect(&ctd.endpoint).await;
     assert_eq!(rt.version().await.unwrap().runtime_name, "containerd");
 
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
-    let images = [
-        (SANDBOX_IMAGE, containerd::sandbox_image(&busybox).unwrap()),
-        (APP_IMAGE, {
-            let layer = archive::busybox_layer(&busybox, &["sh", "cat", "echo", "ip", "hostname"], vec![]).unwrap();
-            archive::oci_image(APP_IMAGE, &layer, &["/bin/sh"], &[]).unwrap().0
-        }),
-    ];
-    for (name, bytes) in images {
-        let path = dir.path().join("image.tar");
-        std::fs::write(&path, bytes).unwrap();
-        containerd::import(Path::new("ctr"), &layout.socket(), &path, name, Duration::from_secs(60)).await.unwrap();
-    }
+    ctd.import(SANDBOX_IMAGE, ctd_lib::sandbox_image(&busybox).unwrap());
+    let layer = archive::busybox_layer(&busybox, &["sh", "cat", "echo", "ip", "hostname"], vec![]).unwrap();
+    ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &["/bin/sh"], &[]).unwrap().0);
 
     let logs = dir.path().join("pods/team_web_uid-1");
     let labels: HashMap<String, String> = [("io.kubernetes.pod.uid".to_owned(), "uid-1".to_owned())].into();

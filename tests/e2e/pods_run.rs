@@ -10,14 +10,14 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use podpass_node::runtime::containerd::{self, Layout, SANDBOX_IMAGE};
+use podpass_node::runtime::containerd::{self as ctd_lib, SANDBOX_IMAGE};
 use podpass_node::runtime::{CriRuntime, archive};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+mod containerd;
 mod registry;
 mod support;
 use registry::free_port;
@@ -25,72 +25,16 @@ use support::*;
 
 const APP_IMAGE: &str = "podpass.local/app:1";
 
-/// A containerd for the test, with the images loaded; killed on drop.
-struct Runtime {
-    _child: std::process::Child,
-    layout: Layout,
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        // What the test's pods left (sandboxes with their mounts and network namespaces)
-        // goes with the test, before containerd does.
-        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            let endpoint = self.layout.endpoint();
-            rt.block_on(async {
-                if let Ok(cri) = CriRuntime::connect(&endpoint).await {
-                    for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
-                        let _ = cri.stop_pod_sandbox(&s.id).await;
-                        let _ = cri.remove_pod_sandbox(&s.id).await;
-                    }
-                }
-            });
-        }
-        let _ = self._child.kill();
-        let _ = self._child.wait();
-    }
-}
-
-fn start_runtime(dir: &Path) -> Runtime {
-    let mut layout = Layout::new(dir);
-    // The native snapshotter leaves no mounts behind when the test's directory goes.
-    layout.snapshotter = "native".into();
-    layout.write(Path::new(PODPASS), &[]).unwrap();
-    let child = std::process::Command::new("containerd")
-        .arg("--config")
-        .arg(layout.config())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("containerd.log")).unwrap())
-        .spawn()
-        .expect("containerd (Debian package containerd)");
-    let runtime = Runtime { _child: child, layout };
-    wait_for("containerd answering", Duration::from_secs(30), || {
-        std::os::unix::net::UnixStream::connect(runtime.layout.socket()).ok().map(|_| Value::Null)
-    });
+/// A containerd for the test with podpass's sandbox image and a busybox application
+/// image loaded.
+fn start_runtime(dir: &Path) -> containerd::Containerd {
+    let ctd = containerd::Containerd::start(dir);
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
-    let layer = archive::busybox_layer(
-        &busybox,
-        &["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id", "head", "tr"],
-        vec![],
-    )
-    .unwrap();
-    for (name, bytes) in [
-        (SANDBOX_IMAGE, containerd::sandbox_image(&busybox).unwrap()),
-        (APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0),
-    ] {
-        let path = dir.join("image.tar");
-        std::fs::write(&path, bytes).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(containerd::import(
-            Path::new("ctr"),
-            &runtime.layout.socket(),
-            &path,
-            name,
-            Duration::from_secs(60),
-        ))
-        .unwrap();
-    }
-    runtime
+    let applets = ["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id", "head", "tr"];
+    let layer = archive::busybox_layer(&busybox, &applets, vec![]).unwrap();
+    ctd.import(SANDBOX_IMAGE, ctd_lib::sandbox_image(&busybox).unwrap());
+    ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
+    ctd
 }
 
 fn pod(name: &str, restart: &str, script: &str) -> Value {
@@ -123,7 +67,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let s = start(&d.join("api"), &[]);
     let runtime = start_runtime(&d.join("c"));
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
-    let endpoint = runtime.layout.endpoint();
+    let endpoint = runtime.endpoint.clone();
     let port = free_port().to_string();
     let agent = spawn_agent_with(
         &kubeconfig,
