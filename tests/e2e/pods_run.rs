@@ -244,6 +244,23 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let before = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
     assert_eq!(before.len(), 1, "{before:?}");
 
+    // A sandbox of another kubelet sharing this containerd (no podpass.dev/node label of
+    // n1's): no agent of podpass ever takes it for an orphan.
+    let foreign_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), "another-kubelets-pod".to_owned())]);
+    let foreign = podpass_node::runtime::PodSandboxConfig {
+        metadata: Some(podpass_node::runtime::PodSandboxMetadata {
+            name: "theirs".into(),
+            uid: "another-kubelets-pod".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: "theirs".into(),
+        log_directory: d.join("theirs").display().to_string(),
+        labels: foreign_uid.clone(),
+        ..Default::default()
+    };
+    rt.block_on(cri.run_pod_sandbox(foreign)).unwrap();
+
     // The agent killed with -9 while the container runs: a new agent adopts it (found by
     // its labels) and starts no second one.
     drop(agent);
@@ -257,6 +274,8 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let after = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
     assert_eq!(after.iter().map(|c| &c.id).collect::<Vec<_>>(), before.iter().map(|c| &c.id).collect::<Vec<_>>());
     assert_eq!(rt.block_on(cri.list_pod_sandboxes(by_uid.clone())).unwrap().len(), 1, "no second sandbox");
+    let theirs = rt.block_on(cri.list_pod_sandboxes(foreign_uid)).unwrap();
+    assert!(theirs.len() == 1 && theirs[0].state == podpass_node::runtime::SANDBOX_READY, "{theirs:?}");
     let status = admin_get(&s, "/api/v1/namespaces/default/pods/server").1["status"].clone();
     assert_eq!(status["phase"], "Running", "{status}");
     assert_eq!(status["containerStatuses"][0]["restartCount"], 0, "{status}");

@@ -754,9 +754,12 @@ pub(crate) async fn tear_down(rt: &PodRuntime, uid: &str, grace_seconds: i64) ->
 /// The pod UIDs the runtime holds sandboxes of for this node (for removing those of pods
 /// gone while the agent was down).
 pub(crate) async fn pod_uids(rt: &PodRuntime) -> Result<Vec<String>, RuntimeError> {
+    // Only what carries this node's label: a runtime shared with another kubelet keeps its
+    // pods.
+    let ours = HashMap::from([(NODE_LABEL.to_owned(), rt.node.clone())]);
     let mut uids: Vec<String> = rt
         .cri
-        .list_pod_sandboxes(HashMap::new())
+        .list_pod_sandboxes(ours)
         .await?
         .into_iter()
         .filter_map(|s| s.labels.get(POD_UID_LABEL).cloned())
