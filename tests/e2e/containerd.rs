@@ -33,10 +33,7 @@ impl Drop for Containerd {
         let endpoint = self.endpoint.clone();
         on_own_runtime(async move {
             if let Ok(cri) = CriRuntime::connect(&endpoint).await {
-                for s in cri.list_pod_sandboxes(HashMap::new()).await.unwrap_or_default() {
-                    let _ = cri.stop_pod_sandbox(&s.id).await;
-                    let _ = cri.remove_pod_sandbox(&s.id).await;
-                }
+                let _ = cri.remove_pods(HashMap::new(), 0).await;
             }
         });
         let _ = self.child.kill();

@@ -32,9 +32,7 @@ pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 /// ... of the container name.
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
-/// podpass's own label: the node whose agent started it. Only what carries this node's
-/// name is ever removed as an orphan (a runtime shared with another kubelet keeps its own).
-pub const NODE_LABEL: &str = "podpass.dev/node";
+use crate::runtime::NODE_LABEL;
 /// The first restart back-off.
 const BACKOFF_FIRST: Duration = Duration::from_secs(10);
 /// The longest restart back-off.
@@ -725,30 +723,7 @@ async fn start(
 /// then removes them all. Every step is tried; what is already gone (or going) is fine;
 /// the first other failure is returned after.
 pub(crate) async fn tear_down(rt: &PodRuntime, uid: &str, grace_seconds: i64) -> Result<(), RuntimeError> {
-    let by_uid = HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]);
-    let mut first: Option<RuntimeError> = None;
-    let mut keep = |r: Result<(), RuntimeError>| {
-        if let Err(e) = r
-            && !e.is_not_found()
-            && !e.to_string().contains("already in removing state")
-        {
-            first.get_or_insert(e);
-        }
-    };
-    let containers = rt.cri.list_containers(by_uid.clone()).await?;
-    let stops =
-        containers.iter().filter(|c| c.state == CONTAINER_RUNNING).map(|c| rt.cri.stop_container(&c.id, grace_seconds));
-    for r in futures::future::join_all(stops).await {
-        keep(r);
-    }
-    for c in &containers {
-        keep(rt.cri.remove_container(&c.id).await);
-    }
-    for s in rt.cri.list_pod_sandboxes(by_uid).await? {
-        keep(rt.cri.stop_pod_sandbox(&s.id).await);
-        keep(rt.cri.remove_pod_sandbox(&s.id).await);
-    }
-    first.map_or(Ok(()), Err)
+    rt.cri.remove_pods(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]), grace_seconds).await.map(|_| ())
 }
 
 /// The pod UIDs the runtime holds sandboxes of for this node (for removing those of pods

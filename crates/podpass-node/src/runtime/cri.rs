@@ -793,6 +793,43 @@ impl CriRuntime {
         Ok(r.containers)
     }
 
+    /// Stops (SIGTERM, SIGKILL after `grace_seconds`) and removes every container and sandbox
+    /// carrying all of `labels` — a pod, or a node's pods. Every step is tried; what is
+    /// already gone (or going) is fine; the first other failure is returned after. Returns
+    /// how many sandboxes were removed.
+    pub async fn remove_pods(
+        &self,
+        labels: HashMap<String, String>,
+        grace_seconds: i64,
+    ) -> Result<usize, RuntimeError> {
+        let mut first: Option<RuntimeError> = None;
+        let mut keep = |r: Result<(), RuntimeError>| {
+            if let Err(e) = r
+                && !e.is_not_found()
+                && !e.to_string().contains("already in removing state")
+            {
+                first.get_or_insert(e);
+            }
+        };
+        let containers = self.list_containers(labels.clone()).await?;
+        let stops = containers
+            .iter()
+            .filter(|c| c.state == CONTAINER_RUNNING)
+            .map(|c| self.stop_container(&c.id, grace_seconds));
+        for r in futures::future::join_all(stops).await {
+            keep(r);
+        }
+        for c in &containers {
+            keep(self.remove_container(&c.id).await);
+        }
+        let sandboxes = self.list_pod_sandboxes(labels).await?;
+        for s in &sandboxes {
+            keep(self.stop_pod_sandbox(&s.id).await);
+            keep(self.remove_pod_sandbox(&s.id).await);
+        }
+        first.map_or(Ok(sandboxes.len()), Err)
+    }
+
     /// `ContainerStatus`.
     pub async fn container_status(&self, id: &str) -> Result<Option<ContainerStatus>, RuntimeError> {
         let req = ContainerStatusRequest { container_id: id.to_owned(), verbose: false };

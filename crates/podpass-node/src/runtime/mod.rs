@@ -2,6 +2,11 @@
 //! containerd of podpass's own (configuration, images loaded locally), and the runnable
 //! images podpass makes without a registry (the sandbox image, the demo's and tests').
 
+/// podpass's own label on what a node agent starts in the runtime: the node's name. Only
+/// what carries a node's name is ever removed as that node's orphan (a runtime shared with
+/// another kubelet keeps its own).
+pub const NODE_LABEL: &str = "podpass.dev/node";
+
 pub mod archive;
 pub mod cni;
 pub mod containerd;

@@ -265,23 +265,8 @@ async fn stop(
 /// Stops and removes every sandbox (with its containers) the node started; how many.
 async fn stop_containers(layout: &podpass_node::runtime::containerd::Layout) -> Result<usize> {
     let cri = podpass_node::runtime::CriRuntime::connect(&layout.endpoint()).await?;
-    let ours = std::collections::HashMap::from([("podpass.dev/node".to_owned(), NODE.to_owned())]);
-    let sandboxes = cri.list_pod_sandboxes(ours).await?;
-    for s in &sandboxes {
-        let containers = cri
-            .list_containers(std::collections::HashMap::from([(
-                "io.kubernetes.pod.uid".to_owned(),
-                s.labels.get("io.kubernetes.pod.uid").cloned().unwrap_or_default(),
-            )]))
-            .await?;
-        for c in containers {
-            let _ = cri.stop_container(&c.id, 10).await;
-            let _ = cri.remove_container(&c.id).await;
-        }
-        cri.stop_pod_sandbox(&s.id).await?;
-        cri.remove_pod_sandbox(&s.id).await?;
-    }
-    Ok(sandboxes.len())
+    let ours = std::collections::HashMap::from([(podpass_node::runtime::NODE_LABEL.to_owned(), NODE.to_owned())]);
+    Ok(cri.remove_pods(ours, 10).await?)
 }
 
 /// The programs `podpass up` runs.
