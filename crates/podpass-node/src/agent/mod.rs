@@ -232,7 +232,11 @@ pub enum AgentError {
 impl Prepared {
     /// The pod workers' shared parts: image service, pull records (with start-up
     /// housekeeping), image manager, providers fed with pod tokens, node-wide credentials.
-    async fn assemble(&self, client: kube::Client) -> Result<Shared, AgentError> {
+    async fn assemble(
+        &self,
+        client: kube::Client,
+        cri: Option<crate::runtime::CriRuntime>,
+    ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
         let backend =
             Arc::new(Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new()).await?);
@@ -273,15 +277,14 @@ impl Prepared {
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
-            runtime: match (&self.config.container_runtime_endpoint, self.config.prepare_only) {
-                (Some(endpoint), false) => Some(Arc::new(containers::PodRuntime {
-                    cri: crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?,
+            runtime: cri.map(|cri| {
+                Arc::new(containers::PodRuntime {
+                    cri,
                     logs: root.join("logs/pods"),
                     root: root.clone(),
                     node: self.identity.name.clone(),
-                })),
-                _ => None,
-            },
+                })
+            }),
         })
     }
 
@@ -336,11 +339,16 @@ impl Bound {
         let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
-        if let (Some(endpoint), false) = (&this.config.container_runtime_endpoint, this.config.prepare_only) {
-            let cri = crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?;
-            let v = cri.version().await.map_err(AgentError::Runtime)?;
-            identity.container_runtime = Some(format!("{}://{}", v.runtime_name, v.runtime_version));
-        }
+        // One connection to the runtime: its version for the Node, then the pods'.
+        let cri = match (&this.config.container_runtime_endpoint, this.config.prepare_only) {
+            (Some(endpoint), false) => {
+                let cri = crate::runtime::CriRuntime::connect(endpoint).await.map_err(AgentError::Runtime)?;
+                let v = cri.version().await.map_err(AgentError::Runtime)?;
+                identity.container_runtime = Some(format!("{}://{}", v.runtime_name, v.runtime_version));
+                Some(cri)
+            }
+            _ => None,
+        };
         let api = Arc::new(ApiContact::default());
         if let Some(listener) = &server {
             identity.port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
@@ -350,7 +358,7 @@ impl Bound {
         let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
-        let shared = Arc::new(this.assemble(client.clone()).await?);
+        let shared = Arc::new(this.assemble(client.clone(), cri).await?);
         if let Some(listener) = server {
             let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
             let mut names = vec![id.name.clone(), "localhost".to_owned()];
