@@ -10,8 +10,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use podpass_node::runtime::CriRuntime;
-use podpass_node::runtime::containerd::{self as library, Layout};
+use podpass_node::runtime::containerd::{self as library, Layout, SANDBOX_IMAGE};
+use podpass_node::runtime::{CriRuntime, archive};
+
+/// The busybox application image [`Containerd::start_with_app`] loads.
+pub const APP_IMAGE: &str = "podpass.local/app:1";
 
 /// A containerd process, its sandboxes removed and itself killed on drop.
 pub struct Containerd {
@@ -65,6 +68,17 @@ impl Containerd {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        ctd
+    }
+
+    /// [`Containerd::start`] with podpass's sandbox image and [`APP_IMAGE`] loaded: busybox
+    /// with `applets`, `/bin/sh` its entrypoint.
+    pub fn start_with_app(dir: &Path, applets: &[&str]) -> Containerd {
+        let ctd = Containerd::start(dir);
+        let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+        let layer = archive::busybox_layer(&busybox, applets, vec![]).unwrap();
+        ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
+        ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
         ctd
     }
 

@@ -12,29 +12,22 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use podpass_node::runtime::containerd::{self as ctd_lib, SANDBOX_IMAGE};
-use podpass_node::runtime::{CriRuntime, archive};
+use podpass_node::runtime::CriRuntime;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 mod containerd;
 mod registry;
 mod support;
+use containerd::APP_IMAGE;
 use registry::free_port;
 use support::*;
-
-const APP_IMAGE: &str = "podpass.local/app:1";
 
 /// A containerd for the test with podpass's sandbox image and a busybox application
 /// image loaded.
 fn start_runtime(dir: &Path) -> containerd::Containerd {
-    let ctd = containerd::Containerd::start(dir);
-    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
     let applets = ["sh", "cat", "cut", "echo", "sleep", "hostname", "stat", "id", "head", "tr"];
-    let layer = archive::busybox_layer(&busybox, &applets, vec![]).unwrap();
-    ctd.import(SANDBOX_IMAGE, ctd_lib::sandbox_image(&busybox).unwrap());
-    ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
-    ctd
+    containerd::Containerd::start_with_app(dir, &applets)
 }
 
 fn pod(name: &str, restart: &str, script: &str) -> Value {

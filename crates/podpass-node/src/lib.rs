@@ -20,6 +20,7 @@ pub mod api;
 pub mod credential;
 mod identity;
 pub mod images;
+pub mod kubelet_config;
 pub mod runtime;
 pub mod token;
 pub mod volumes;

@@ -58,7 +58,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
     };
     let config = match &a.config {
         None => Default::default(),
-        Some(p) => podpass_node::images::kubelet_config::read(p)
+        Some(p) => podpass_node::kubelet_config::read(p)
             .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
             .with_context(|| format!("--config {}", p.display()))?,
     };

@@ -17,9 +17,9 @@ use podpass_node::images::ImageService;
 use podpass_node::images::PolicyEnforcer;
 use podpass_node::images::PullManager;
 use podpass_node::images::assembly;
-use podpass_node::images::kubelet_config::{self, KubeletImageConfig};
 use podpass_node::images::{ImagePulledRecord, RecordStore};
 use podpass_node::images::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
+use podpass_node::kubelet_config::{self, KubeletConfig};
 use prometheus_client::registry::Registry;
 
 use crate::pull_progress::{Printer, ProgressMode};
@@ -183,9 +183,9 @@ fn open_records(root_dir: &Path) -> Result<RecordStore> {
     RecordStore::open(root_dir).with_context(|| format!("pull records under {}", root_dir.display()))
 }
 
-fn kubelet_config(path: Option<&Path>) -> Result<KubeletImageConfig> {
+fn kubelet_config(path: Option<&Path>) -> Result<KubeletConfig> {
     match path {
-        None => Ok(KubeletImageConfig::default()),
+        None => Ok(KubeletConfig::default()),
         Some(p) => kubelet_config::read(p)
             .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
             .with_context(|| format!("--config {}", p.display())),

@@ -218,7 +218,8 @@ mod tests {
 
     #[test]
     fn the_node_and_lease_look_as_the_kubelets() {
-        let machine = Machine { cpus: 2, memory_bytes: 8 << 30, ephemeral_bytes: 100 << 30, ..Machine::default() };
+        let machine =
+            Machine { cpus: 2, memory_bytes: 8 << 30, ephemeral_bytes: 100 << 30, max_pods: 110, ..Machine::default() };
         let id = NodeIdentity {
             name: "n1".into(),
             version: "v1.34.0".into(),

@@ -8,8 +8,6 @@ use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-/// The kubelet's default `maxPods`.
-pub const MAX_PODS: u32 = 110;
 /// Default hard eviction threshold `memory.available<100Mi`.
 const EVICTION_MEMORY_BYTES: u64 = 100 << 20;
 /// Default hard eviction threshold `nodefs.available<10%`.
@@ -36,6 +34,8 @@ pub struct Machine {
     pub system_uuid: String,
     /// This boot's ID.
     pub boot_id: String,
+    /// `maxPods` of the kubelet configuration: the `pods` capacity.
+    pub max_pods: u32,
 }
 
 fn read_small(path: &str) -> String {
@@ -86,12 +86,13 @@ impl Machine {
             machine_id: read_small("/etc/machine-id"),
             system_uuid: read_small("/sys/class/dmi/id/product_uuid"),
             boot_id: read_small("/proc/sys/kernel/random/boot_id"),
+            max_pods: crate::kubelet_config::DEFAULT_MAX_PODS,
         }
     }
 
     /// `status.capacity`.
     pub fn capacity(&self) -> BTreeMap<String, Quantity> {
-        resources(self.cpus, self.memory_bytes, self.ephemeral_bytes)
+        resources(self.cpus, self.memory_bytes, self.ephemeral_bytes, self.max_pods)
     }
 
     /// `status.allocatable`: capacity less `memory.available<100Mi` and
@@ -100,16 +101,16 @@ impl Machine {
         let memory = self.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES);
         let held = u128::from(self.ephemeral_bytes) * u128::from(EVICTION_NODEFS_PERCENT) / 100;
         let ephemeral = self.ephemeral_bytes - u64::try_from(held).unwrap_or(self.ephemeral_bytes);
-        resources(self.cpus, memory, ephemeral)
+        resources(self.cpus, memory, ephemeral, self.max_pods)
     }
 }
 
-fn resources(cpus: u64, memory: u64, ephemeral: u64) -> BTreeMap<String, Quantity> {
+fn resources(cpus: u64, memory: u64, ephemeral: u64, pods: u32) -> BTreeMap<String, Quantity> {
     [
         ("cpu", cpus.to_string()),
         ("memory", binary_si(memory)),
         ("ephemeral-storage", binary_si(ephemeral)),
-        ("pods", MAX_PODS.to_string()),
+        ("pods", pods.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), Quantity(v)))
@@ -141,7 +142,13 @@ mod tests {
         assert_eq!(binary_si(32_803_604 * 1024), "32803604Ki");
         assert_eq!(binary_si(48_294_789_041), "48294789041");
         assert_eq!(binary_si(0), "0");
-        let m = Machine { cpus: 2, memory_bytes: 4 << 30, ephemeral_bytes: 1000 << 20, ..Machine::default() };
+        let m = Machine {
+            cpus: 2,
+            memory_bytes: 4 << 30,
+            ephemeral_bytes: 1000 << 20,
+            max_pods: 110,
+            ..Machine::default()
+        };
         let capacity = m.capacity();
         assert_eq!(capacity["cpu"].0, "2");
         assert_eq!(capacity["memory"].0, "4Gi");

@@ -8,9 +8,11 @@
 //! service-account token, node-wide config) under the pull-record policy, posts Events and
 //! an honest pod status, and tears it all down when the pod goes.
 
+mod admission;
 mod containers;
 mod events;
 mod heartbeat;
+mod log_rotation;
 mod logs;
 mod machine;
 mod ops;
@@ -35,8 +37,8 @@ use thiserror::Error;
 use crate::credential::metrics::CredentialMetrics;
 use crate::credential::register_providers;
 use crate::images::backend::Backend;
-use crate::images::kubelet_config::KubeletImageConfig;
 use crate::images::policy::PolicyEnforcer;
+use crate::kubelet_config::KubeletConfig;
 use pods::PodLoop;
 use worker::Shared;
 
@@ -106,7 +108,7 @@ pub const DEFAULT_PORT: u16 = 10250;
 pub struct Prepared {
     config: AgentConfig,
     identity: NodeIdentity,
-    kubelet: KubeletImageConfig,
+    kubelet: KubeletConfig,
     gates: FeatureGates,
 }
 
@@ -127,10 +129,10 @@ impl AgentConfig {
             Ok(None) => {}
             Err(e) => problems.push_value("--root-dir", self.root_dir.display(), e),
         }
-        let mut kubelet = KubeletImageConfig::default();
+        let mut kubelet = KubeletConfig::default();
         if let Some(path) = &self.kubelet_config {
             match std::fs::read(path) {
-                Ok(data) => match crate::images::kubelet_config::parse(&data) {
+                Ok(data) => match crate::kubelet_config::parse(&data) {
                     Ok(k) => kubelet = k,
                     Err(errors) => {
                         for e in errors {
@@ -339,6 +341,7 @@ impl Bound {
         let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
+        identity.machine.max_pods = this.kubelet.max_pods;
         // One connection to the runtime: its version for the Node, then the pods'.
         let cri = match (&this.config.container_runtime_endpoint, this.config.prepare_only) {
             (Some(endpoint), false) => {
@@ -389,7 +392,17 @@ impl Bound {
                 let _ = stopped.wait_for(|s| *s).await;
             }));
         }
-        let pods = PodLoop::new(shared, &id.name);
+        if let Some(rt) = shared.runtime.clone() {
+            let policy = log_rotation::RotatePolicy {
+                max_size: this.kubelet.container_log_max_size,
+                max_files: this.kubelet.container_log_max_files,
+            };
+            let mut stopped = stopped.clone();
+            tokio::spawn(log_rotation::run(rt, policy, this.kubelet.container_log_monitor_interval, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        }
+        let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods);
         let pod_task = tokio::spawn(pods.run(async move {
             let mut stopped = stopped;
             let _ = stopped.wait_for(|s| *s).await;

@@ -20,6 +20,7 @@ use crate::credential::provider::BoxFuture;
 use crate::token::{RequestedToken, TokenKey, TokenManager, now_unix};
 use crate::volumes::ProjectionSources;
 
+use super::admission;
 use super::worker::{Shared, Work};
 
 /// Config maps, secrets and tokens for projected volumes, read from the API as the node.
@@ -83,11 +84,22 @@ pub(crate) struct PodLoop {
     node: String,
     workers: HashMap<String, watch::Sender<Work>>,
     tasks: JoinSet<()>,
+    /// `maxPods`: unfinished pods run at once.
+    max_pods: u32,
+    /// Pods refused admission (their status posted), until they go.
+    rejected: HashSet<String>,
 }
 
 impl PodLoop {
-    pub(crate) fn new(shared: Arc<Shared>, node: &str) -> Self {
-        Self { shared, node: node.to_owned(), workers: HashMap::new(), tasks: JoinSet::new() }
+    pub(crate) fn new(shared: Arc<Shared>, node: &str, max_pods: u32) -> Self {
+        Self {
+            shared,
+            node: node.to_owned(),
+            workers: HashMap::new(),
+            tasks: JoinSet::new(),
+            max_pods,
+            rejected: HashSet::new(),
+        }
     }
 
     /// Watches and dispatches until `shutdown` completes, then lets the workers finish
@@ -96,23 +108,28 @@ impl PodLoop {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
         let mut events = watcher(Api::<Pod>::all(self.shared.client.clone()), config).default_backoff().boxed();
         let mut gc = tokio::time::interval(std::time::Duration::from_secs(60));
-        let mut listed: Option<HashSet<String>> = None;
+        // The initial listing, applied whole in creation order (kubelet:
+        // HandlePodAdditions sorts by creation time) so admission keeps the older pods.
+        let mut listed: Option<Vec<Pod>> = None;
         let mut ticks: u64 = 0;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 event = events.next() => match event {
-                    Some(Ok(watcher::Event::Init)) => listed = Some(HashSet::new()),
-                    Some(Ok(watcher::Event::InitApply(pod))) => {
-                        if let (Some(set), Some(uid)) = (listed.as_mut(), pod.metadata.uid.clone()) {
-                            set.insert(uid);
-                        }
-                        self.apply(pod);
-                    }
+                    Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
+                    Some(Ok(watcher::Event::InitApply(pod))) => match listed.as_mut() {
+                        Some(list) => list.push(pod),
+                        None => self.apply(pod),
+                    },
                     Some(Ok(watcher::Event::InitDone)) => {
+                        let mut list = listed.take().unwrap_or_default();
+                        list.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+                        let seen: HashSet<String> = list.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+                        for pod in list {
+                            self.apply(pod);
+                        }
                         // Pods gone while the watch was down were deleted.
-                        let seen = listed.take().unwrap_or_default();
                         let gone: Vec<String> = self.workers.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
                         for uid in gone {
                             self.tear_down_gone(&uid);
@@ -126,6 +143,7 @@ impl PodLoop {
                     Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
                     Some(Ok(watcher::Event::Delete(pod))) => {
                         if let Some(uid) = pod.metadata.uid.clone() {
+                            self.rejected.remove(&uid);
                             self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: false });
                         }
                     }
@@ -178,10 +196,39 @@ impl PodLoop {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         tracing::debug!(pod = %crate::PodRef::of(&pod), "pod event");
         if pod.metadata.deletion_timestamp.is_some() {
+            self.rejected.remove(&uid);
             self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: true });
-        } else {
-            self.send(&uid, Work::Sync(Box::new(pod)));
+            return;
         }
+        if !self.workers.contains_key(&uid) {
+            // A pod new to this agent: one that already finished is not run again, and
+            // one past maxPods is refused.
+            if admission::is_terminal(&pod) || self.rejected.contains(&uid) {
+                return;
+            }
+            if let Err(rejection) = admission::admit(self.active(), self.max_pods) {
+                tracing::info!(pod = %crate::PodRef::of(&pod), reason = rejection.reason, message = %rejection.message, "pod rejected");
+                self.rejected.insert(uid);
+                let shared = self.shared.clone();
+                self.tasks.spawn(async move { admission::reject(&shared, &pod, &rejection).await });
+                return;
+            }
+        }
+        self.send(&uid, Work::Sync(Box::new(pod)));
+    }
+
+    /// Admitted pods not finished (their workers still at work, tearing down included).
+    fn active(&self) -> usize {
+        self.workers
+            .values()
+            .filter(|tx| {
+                !tx.is_closed()
+                    && match &*tx.borrow() {
+                        Work::Sync(pod) => !admission::is_terminal(pod),
+                        Work::TearDown { .. } => true,
+                    }
+            })
+            .count()
     }
 
     fn tear_down_gone(&mut self, uid: &str) {

@@ -346,7 +346,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
     next
 }
 
-async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
+pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let patch = serde_json::json!({"metadata": {"uid": pod.metadata.uid}, "status": status});

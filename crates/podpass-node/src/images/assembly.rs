@@ -8,13 +8,13 @@ use std::sync::Arc;
 use podpass_api::{Feature, FeatureGateError, FeatureGates};
 use thiserror::Error;
 
-use super::kubelet_config::KubeletImageConfig;
 use super::manager::{ImageManager, LazyLookup, LookupFuture};
 use super::policy::PolicyEnforcer;
 use super::pull_manager::PullManager;
 use super::records::{RecordError, RecordStore};
 use super::service::{ImageError, ImageService};
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret, lookup};
+use crate::kubelet_config::KubeletConfig;
 
 /// The image side could not be assembled.
 #[derive(Debug, Error)]
@@ -35,7 +35,7 @@ pub enum AssemblyError {
 
 /// Feature gates: the KubeletConfiguration's `featureGates`, then `flag` on top. Gates this
 /// node does not implement are the kubelet's business and are ignored.
-pub fn feature_gates(config: &KubeletImageConfig, flag: &str) -> Result<FeatureGates, AssemblyError> {
+pub fn feature_gates(config: &KubeletConfig, flag: &str) -> Result<FeatureGates, AssemblyError> {
     let mut gates = FeatureGates::default();
     for (name, enabled) in &config.feature_gates {
         if let Some(f) = Feature::ALL.into_iter().find(|f| f.name() == name) {
@@ -63,7 +63,7 @@ pub enum WarmUp {
 pub async fn image_manager<S: ImageService + 'static>(
     root_dir: &std::path::Path,
     service: Arc<S>,
-    config: &KubeletImageConfig,
+    config: &KubeletConfig,
     gates: &FeatureGates,
     warm: WarmUp,
 ) -> Result<(ImageManager<S>, Option<Arc<PullManager>>, Vec<RecordError>), AssemblyError> {

@@ -2,15 +2,14 @@
 //! the credential verification policy, the pull records on disk, the image stores (embedded
 //! OCI store or a CRI runtime), and the image manager that ties them together.
 //!
-//! The modules are private; what callers need is re-exported here. `reference` and
-//! `kubelet_config` stay namespaces of free functions, `assembly` is the one wiring.
+//! The modules are private; what callers need is re-exported here. `reference`
+//! stays a namespace of free functions, `assembly` is the one wiring.
 
 pub mod assembly;
 pub(crate) mod backend;
 pub(crate) mod backoff;
 pub(crate) mod cri;
 pub(crate) mod embedded;
-pub mod kubelet_config;
 pub(crate) mod manager;
 pub(crate) mod manifest_fetch;
 pub(crate) mod mapping;
@@ -27,7 +26,6 @@ pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
 pub(crate) use cri::{CallError, cri_channel, cri_unary};
 pub use embedded::{EmbeddedImageStore, plain_http_allowed};
-pub use kubelet_config::KubeletImageConfig;
 pub use manager::{
     EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,
     credentials_to_record, pod_credentials, pull_with_credentials,

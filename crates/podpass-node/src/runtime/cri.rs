@@ -468,7 +468,7 @@ pub struct CreateContainerResponse {
     pub container_id: String,
 }
 
-/// `StartContainerRequest`, `RemoveContainerRequest` (same layout).
+/// `StartContainerRequest`, `RemoveContainerRequest`, `ReopenContainerLogRequest` (same layout).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerIdRequest {
     /// Container ID.
@@ -781,6 +781,14 @@ impl CriRuntime {
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         let req = ContainerIdRequest { container_id: id.to_owned() };
         let _: Empty = self.call("/runtime.v1.RuntimeService/RemoveContainer", req, REQUEST_TIMEOUT).await?;
+        Ok(())
+    }
+
+    /// `ReopenContainerLog`: the runtime writes the container's output to a new file at its
+    /// log path (after the old one was renamed away).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), RuntimeError> {
+        let req = ContainerIdRequest { container_id: id.to_owned() };
+        let _: Empty = self.call("/runtime.v1.RuntimeService/ReopenContainerLog", req, REQUEST_TIMEOUT).await?;
         Ok(())
     }
 

@@ -1,0 +1,242 @@
+//! The subset of `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) a podpass node
+//! reads: the image settings, container log rotation and `maxPods`. Fields podpass does not
+//! use are ignored, as a kubelet ignores nothing but a podpass node never uses them; the
+//! fields it uses are validated with upstream's rules and defaults.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::images::policy::{PolicyEnforcer, VerificationPolicy};
+
+/// The kubelet settings a podpass node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletConfig {
+    /// `imagePullCredentialsVerificationPolicy` (default NeverVerifyPreloadedImages).
+    pub policy: VerificationPolicy,
+    /// `preloadedImagesVerificationAllowlist`.
+    pub allowlist: Vec<String>,
+    /// `serializeImagePulls` (default true).
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls` (unset: unlimited when pulls are parallel).
+    pub max_parallel_image_pulls: Option<i32>,
+    /// `featureGates`.
+    pub feature_gates: BTreeMap<String, bool>,
+    /// `containerLogMaxSize` in bytes (default 10Mi; negative: logs are never rotated).
+    pub container_log_max_size: i64,
+    /// `containerLogMaxFiles` (default 5, at least 2): the current file and the rotated ones.
+    pub container_log_max_files: usize,
+    /// `containerLogMonitorInterval` (default 10 s, at least 3 s).
+    pub container_log_monitor_interval: Duration,
+    /// `maxPods` (default 110): pods the node admits at once.
+    pub max_pods: u32,
+}
+
+/// The kubelet's default `containerLogMaxSize` (10Mi).
+pub const DEFAULT_CONTAINER_LOG_MAX_SIZE: i64 = 10 << 20;
+/// The kubelet's default `containerLogMaxFiles`.
+pub const DEFAULT_CONTAINER_LOG_MAX_FILES: usize = 5;
+/// The kubelet's default `containerLogMonitorInterval`.
+pub const DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
+/// The kubelet's default `maxPods`.
+pub const DEFAULT_MAX_PODS: u32 = 110;
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        Self {
+            policy: VerificationPolicy::default(),
+            allowlist: Vec::new(),
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
+            feature_gates: BTreeMap::new(),
+            container_log_max_size: DEFAULT_CONTAINER_LOG_MAX_SIZE,
+            container_log_max_files: DEFAULT_CONTAINER_LOG_MAX_FILES,
+            container_log_monitor_interval: DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
+            max_pods: DEFAULT_MAX_PODS,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    image_pull_credentials_verification_policy: Option<String>,
+    #[serde(default)]
+    preloaded_images_verification_allowlist: Vec<String>,
+    #[serde(default)]
+    serialize_image_pulls: Option<bool>,
+    #[serde(default)]
+    max_parallel_image_pulls: Option<i32>,
+    #[serde(default)]
+    feature_gates: BTreeMap<String, bool>,
+    #[serde(default)]
+    container_log_max_size: Option<String>,
+    #[serde(default)]
+    container_log_max_files: Option<i64>,
+    #[serde(default)]
+    container_log_monitor_interval: Option<String>,
+    #[serde(default)]
+    max_pods: Option<i64>,
+}
+
+/// Parses a KubeletConfiguration (YAML or JSON); every problem is reported.
+pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
+    let value: Value = serde_yaml_ng::from_slice(data).map_err(|e| vec![e.to_string()])?;
+    let raw: Raw = serde_json::from_value(value).map_err(|e| vec![e.to_string()])?;
+    let mut errors = Vec::new();
+    if raw.kind != "KubeletConfiguration" || raw.api_version != "kubelet.config.k8s.io/v1beta1" {
+        errors.push(format!("no kind {:?} is registered for version {:?}", raw.kind, raw.api_version));
+    }
+    let policy = match raw.image_pull_credentials_verification_policy.as_deref() {
+        None | Some("") => VerificationPolicy::default(),
+        Some(p) => p.parse().unwrap_or_else(|e: String| {
+            errors.push(e);
+            VerificationPolicy::default()
+        }),
+    };
+    if let Err(allowlist_errors) = PolicyEnforcer::new(policy, &raw.preloaded_images_verification_allowlist) {
+        errors
+            .extend(allowlist_errors.into_iter().map(|e| format!("invalid preloadedImagesVerificationAllowlist: {e}")));
+    }
+    let serialize = raw.serialize_image_pulls.unwrap_or(true);
+    if let Some(n) = raw.max_parallel_image_pulls {
+        if n < 1 {
+            errors.push(format!("invalid configuration: maxParallelImagePulls {n} must be a positive number"));
+        } else if serialize && n > 1 {
+            errors.push(
+                "invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (true) is set to false".to_owned(),
+            );
+        }
+    }
+    // kubelet: NewContainerLogManager and ValidateKubeletConfiguration.
+    let max_size = match raw.container_log_max_size.as_deref() {
+        None | Some("") => DEFAULT_CONTAINER_LOG_MAX_SIZE,
+        Some(q) => match podpass_api::quantity::parse_milli(q) {
+            Ok(milli) => i64::try_from(milli.div_euclid(1000)).unwrap_or(i64::MAX),
+            Err(e) => {
+                errors.push(format!("failed to parse container log max size {q:?}: {e}"));
+                DEFAULT_CONTAINER_LOG_MAX_SIZE
+            }
+        },
+    };
+    let max_files = match raw.container_log_max_files {
+        None => DEFAULT_CONTAINER_LOG_MAX_FILES,
+        Some(n) if n > 1 => usize::try_from(n).unwrap_or(usize::MAX),
+        Some(n) => {
+            errors.push(format!(
+                "invalid configuration: containerLogMaxFiles (--container-log-max-files) {n} must be greater than 1"
+            ));
+            DEFAULT_CONTAINER_LOG_MAX_FILES
+        }
+    };
+    let interval = match raw.container_log_monitor_interval.as_deref() {
+        None | Some("") => DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
+        Some(d) => match podpass_api::duration::GoDuration::parse(d).ok().and_then(|g| g.to_std()) {
+            Some(i) if i >= Duration::from_secs(3) => i,
+            _ => {
+                errors.push(format!(
+                    "invalid configuration: containerLogMonitorInterval {d:?} must be a positive time duration greater than or equal to 3s"
+                ));
+                DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL
+            }
+        },
+    };
+    let max_pods = match raw.max_pods {
+        None => DEFAULT_MAX_PODS,
+        Some(n) => u32::try_from(n).unwrap_or_else(|_| {
+            errors.push(format!("invalid configuration: maxPods (--max-pods) {n} must not be a negative number"));
+            DEFAULT_MAX_PODS
+        }),
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(KubeletConfig {
+        policy,
+        allowlist: raw.preloaded_images_verification_allowlist,
+        serialize_image_pulls: serialize,
+        max_parallel_image_pulls: raw.max_parallel_image_pulls,
+        feature_gates: raw.feature_gates,
+        container_log_max_size: max_size,
+        container_log_max_files: max_files,
+        container_log_monitor_interval: interval,
+        max_pods,
+    })
+}
+
+/// Reads `--config FILE`.
+pub fn read(path: &Path) -> Result<KubeletConfig, Vec<String>> {
+    let data = std::fs::read(path).map_err(|e| vec![format!("{}: {e}", path.display())])?;
+    parse(&data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_image_settings_and_ignores_the_rest() {
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.example/base/*\"]\nserializeImagePulls: false\nmaxParallelImagePulls: 3\nfeatureGates: {KubeletEnsureSecretPulledImages: true}\ncgroupDriver: systemd\n";
+        let c = parse(yaml.as_bytes()).unwrap();
+        assert_eq!(c.policy, VerificationPolicy::NeverVerifyAllowlistedImages);
+        assert_eq!(c.max_parallel_image_pulls, Some(3));
+        assert!(!c.serialize_image_pulls);
+        assert!(c.feature_gates["KubeletEnsureSecretPulledImages"]);
+        let minimal = parse(b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n").unwrap();
+        assert_eq!(minimal, KubeletConfig::default());
+    }
+
+    #[test]
+    fn reports_every_problem() {
+        let yaml = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: Sometimes\npreloadedImagesVerificationAllowlist: [\"/*\", \"alpine\"]\nmaxParallelImagePulls: 2\n";
+        let errors = parse(yaml.as_bytes()).unwrap_err();
+        assert_eq!(errors[0], "unknown image pull credential verification policy: Sometimes");
+        assert_eq!(errors[1], "invalid preloadedImagesVerificationAllowlist: at least registry hostname is required");
+        assert_eq!(
+            errors[2],
+            "invalid preloadedImagesVerificationAllowlist: neither tag nor digest is accepted in an image reference: alpine"
+        );
+        assert!(errors[3].contains("maxParallelImagePulls cannot be larger than 1"));
+        assert_eq!(errors.len(), 4);
+        assert!(parse(b"apiVersion: v1\nkind: Pod\n").unwrap_err()[0].starts_with("no kind"));
+    }
+
+    #[test]
+    fn log_rotation_and_max_pods_follow_the_kubelets_defaults_and_bounds() {
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let c = parse(head.as_bytes()).unwrap();
+        assert_eq!(
+            (c.container_log_max_size, c.container_log_max_files, c.container_log_monitor_interval, c.max_pods),
+            (10 << 20, 5, Duration::from_secs(10), 110)
+        );
+        let set = format!(
+            "{head}containerLogMaxSize: 100Ki\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 3s\nmaxPods: 3\n"
+        );
+        let c = parse(set.as_bytes()).unwrap();
+        assert_eq!(
+            (c.container_log_max_size, c.container_log_max_files, c.container_log_monitor_interval, c.max_pods),
+            (100 << 10, 2, Duration::from_secs(3), 3)
+        );
+        assert_eq!(
+            parse(format!("{head}containerLogMaxSize: \"-1\"\n").as_bytes()).unwrap().container_log_max_size,
+            -1
+        );
+        let bad = format!(
+            "{head}containerLogMaxSize: lots\ncontainerLogMaxFiles: 1\ncontainerLogMonitorInterval: 1s\nmaxPods: -1\n"
+        );
+        let errors = parse(bad.as_bytes()).unwrap_err();
+        assert!(errors[0].starts_with("failed to parse container log max size \"lots\""), "{errors:?}");
+        assert!(errors[1].contains("containerLogMaxFiles (--container-log-max-files) 1 must be greater than 1"));
+        assert!(errors[2].contains("containerLogMonitorInterval \"1s\" must be a positive time duration"));
+        assert!(errors[3].contains("maxPods (--max-pods) -1 must not be a negative number"));
+        assert_eq!(errors.len(), 4);
+    }
+}
