@@ -4,9 +4,14 @@
 //! swap. `scripts/test` runs this binary in the background while the other tests run, so
 //! the suite grows by less than its ~8 minutes; `cargo test` alone skips it (`--ignored`
 //! runs it).
+//!
+//! The rotation test is also upstream's "should support InClusterConfig with token
+//! rotation" (`service_accounts.go`): the pod's container runs on a real containerd and
+//! reads its token every few seconds; it sees the new token through its mount.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod containerd;
 mod registry;
 mod support;
 
@@ -33,9 +38,21 @@ fn cluster(d: &std::path::Path) -> (Server, Agent, std::path::PathBuf) {
 #[test]
 #[ignore = "waits ~8 minutes for a real rotation; scripts/test runs it in the background"]
 fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
-    let dir = tempfile::tempdir().unwrap();
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix("rot").tempdir_in("/tmp").unwrap();
     let d = dir.path();
-    let (s, _agent, root) = cluster(d);
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cut", "sleep"]);
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
+    let root = d.join("root");
+    let port = registry::free_port().to_string();
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &root,
+        Some(&d.join("agent.log")),
+        &["--container-runtime-endpoint", &runtime.endpoint, "--port", &port],
+    );
     let admin = admin_token(&s.dir);
     let post = |path: &str, body: Value| {
         let r = client(&s.dir).post(format!("{}{path}", s.url)).bearer_auth(&admin).json(&body).send().unwrap();
@@ -50,7 +67,9 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
         "/api/v1/namespaces/team/pods",
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
             "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
-                     "containers": [{"name": "c", "image": "registry.invalid/app:1", "imagePullPolicy": "Never"}],
+                     "containers": [{"name": "c", "image": containerd::APP_IMAGE, "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", "while true; do cut -d. -f2 /var/run/secrets/tokens/token; sleep 5; done"],
+                        "volumeMounts": [{"name": "t", "mountPath": "/var/run/secrets/tokens", "readOnly": true}]}],
                      "volumes": [{"name": "t", "projected": {"sources": [
                          {"serviceAccountToken": {"audience": "registry.example", "expirationSeconds": 600, "path": "token"}}]}}]}}),
     );
@@ -85,6 +104,20 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
     assert_eq!(c2["kubernetes.io"]["pod"], c1["kubernetes.io"]["pod"]);
     assert_ne!(c2["jti"], c1["jti"]);
     assert!(std::fs::read_link(path.parent().unwrap().join("token")).unwrap().starts_with("..data"));
+
+    // The running container read the first token, then the rotated one, through its mount.
+    let payload = |t: &str| t.trim().split('.').nth(1).unwrap().to_owned();
+    let (first, second) = (payload(&first), payload(&second));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = ok(admin_kubectl(&s.dir, &["logs", "-n", "team", "web"]), "kubectl logs");
+        let seen: Vec<&str> = logs.lines().collect();
+        if seen.contains(&first.as_str()) && seen.contains(&second.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the container never read the rotated token: {logs}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 #[test]

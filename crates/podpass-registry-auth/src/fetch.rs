@@ -50,6 +50,8 @@ pub fn same_origin(a: &reqwest::Url, b: &reqwest::Url) -> bool {
 #[derive(Debug, Clone)]
 pub struct DocumentFetcher {
     client: reqwest::Client,
+    /// Sent as `Authorization: Bearer` (an API server serves discovery to service accounts).
+    bearer: Option<String>,
 }
 
 impl DocumentFetcher {
@@ -79,13 +81,24 @@ impl DocumentFetcher {
             }
             builder = builder.tls_certs_only(certs);
         }
-        Ok(Self { client: builder.build().map_err(|e| FetchError::Client(e.to_string()))? })
+        Ok(Self { client: builder.build().map_err(|e| FetchError::Client(e.to_string()))?, bearer: None })
+    }
+
+    /// The same fetcher, sending `token` as a bearer token with every request (redirects
+    /// stay on the first origin, so it goes nowhere else).
+    pub fn with_bearer_token(mut self, token: &str) -> Self {
+        self.bearer = Some(token.to_owned());
+        self
     }
 
     /// GETs `url` (https only) and returns the body, at most [`MAX_DOCUMENT_BYTES`].
     pub async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
         let transport = |e: reqwest::Error| FetchError::Transport { url: url.into(), reason: error_chain(&e) };
-        let mut resp = self.client.get(url).header("accept", "application/json").send().await.map_err(transport)?;
+        let mut request = self.client.get(url).header("accept", "application/json");
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
+        let mut resp = request.send().await.map_err(transport)?;
         let status = resp.status();
         if !status.is_success() {
             return Err(FetchError::Status { url: url.into(), status: status.as_u16() });

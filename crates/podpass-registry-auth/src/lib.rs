@@ -40,4 +40,4 @@ pub use registry_token::{RegistryToken, RegistryTokenSigner, SignError};
 pub use review::{REVIEW_CACHE_TTL, ReviewConfigError, ReviewError, TokenReviewer};
 pub use scope::{Scope, ScopeError};
 pub use service::{ExchangeRequest, Grant, Refusal, TokenAnswer, TokenService};
-pub use trust::{IssuerTrust, RefreshError, TrustError, TrustTimings};
+pub use trust::{IssuerTrust, RefreshError, TrustError, TrustTimings, discover_keys};

@@ -243,26 +243,7 @@ impl IssuerTrust {
     }
 
     async fn fetch_keys(&self) -> Result<Vec<VerificationKey>, RefreshError> {
-        let discovery_url = format!("{}/.well-known/openid-configuration", self.issuer.trim_end_matches('/'));
-        let bad = |reason: String| RefreshError::Discovery { issuer: self.issuer.clone(), reason };
-        let body = self.fetcher.get(&discovery_url).await?;
-        let discovery: Discovery = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
-        if discovery.issuer != self.issuer {
-            return Err(bad(format!("names issuer {:?}", discovery.issuer)));
-        }
-        let issuer_url = reqwest::Url::parse(&self.issuer).map_err(|e| bad(e.to_string()))?;
-        let jwks_url = reqwest::Url::parse(&discovery.jwks_uri).map_err(|e| bad(format!("jwks_uri: {e}")))?;
-        if !same_origin(&issuer_url, &jwks_url) {
-            return Err(bad(format!("jwks_uri {} is not on the issuer's origin", discovery.jwks_uri)));
-        }
-        let body = self.fetcher.get(jwks_url.as_str()).await?;
-        let bad_jwks = |reason: String| RefreshError::Jwks { issuer: self.issuer.clone(), reason };
-        let keys =
-            Jwks::from_json(&body).and_then(|set| set.verification_keys()).map_err(|e| bad_jwks(e.to_string()))?;
-        if keys.is_empty() {
-            return Err(bad_jwks("no usable signing keys".into()));
-        }
-        Ok(keys)
+        discover_keys(&self.fetcher, &self.issuer).await
     }
 
     /// Refreshes every [`TrustTimings::refresh_interval`] (every
@@ -275,4 +256,29 @@ impl IssuerTrust {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// An issuer's signing keys, as an OIDC relying party finds them: its discovery document
+/// (`<issuer>/.well-known/openid-configuration`, naming exactly this issuer), then the JWKS
+/// at its `jwks_uri`, which must be on the issuer's origin.
+pub async fn discover_keys(fetcher: &DocumentFetcher, issuer: &str) -> Result<Vec<VerificationKey>, RefreshError> {
+    let discovery_url = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+    let bad = |reason: String| RefreshError::Discovery { issuer: issuer.to_owned(), reason };
+    let body = fetcher.get(&discovery_url).await?;
+    let discovery: Discovery = serde_json::from_slice(&body).map_err(|e| bad(e.to_string()))?;
+    if discovery.issuer != issuer {
+        return Err(bad(format!("names issuer {:?}", discovery.issuer)));
+    }
+    let issuer_url = reqwest::Url::parse(issuer).map_err(|e| bad(e.to_string()))?;
+    let jwks_url = reqwest::Url::parse(&discovery.jwks_uri).map_err(|e| bad(format!("jwks_uri: {e}")))?;
+    if !same_origin(&issuer_url, &jwks_url) {
+        return Err(bad(format!("jwks_uri {} is not on the issuer's origin", discovery.jwks_uri)));
+    }
+    let body = fetcher.get(jwks_url.as_str()).await?;
+    let bad_jwks = |reason: String| RefreshError::Jwks { issuer: issuer.to_owned(), reason };
+    let keys = Jwks::from_json(&body).and_then(|set| set.verification_keys()).map_err(|e| bad_jwks(e.to_string()))?;
+    if keys.is_empty() {
+        return Err(bad_jwks("no usable signing keys".into()));
+    }
+    Ok(keys)
 }

@@ -126,9 +126,18 @@ pub struct JwksArgs {
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// JWKS file, or an https:// URL serving one.
+    #[arg(long, required_unless_present = "discover", conflicts_with = "discover")]
+    jwks: Option<String>,
+    /// Find the keys as an OIDC relying party does: the discovery document of the token's
+    /// issuer (one of --issuer; `<issuer>/.well-known/openid-configuration`), then its
+    /// `jwks_uri` on the issuer's origin.
     #[arg(long)]
-    jwks: String,
-    /// CA bundle (PEM) trusted for an https --jwks URL instead of the system roots.
+    discover: bool,
+    /// File whose token is sent as a bearer token with the discovery and JWKS requests (a
+    /// pod's service-account token: the API server serves discovery to service accounts).
+    #[arg(long, requires = "discover")]
+    bearer_token_file: Option<PathBuf>,
+    /// CA bundle (PEM) trusted for https (--jwks URL, --discover) instead of the system roots.
     #[arg(long)]
     certificate_authority: Option<PathBuf>,
     /// Accepted issuer; repeat for several.
@@ -308,30 +317,60 @@ fn read_token(arg: &str) -> Result<String> {
     Ok(token.to_owned())
 }
 
-/// The JWKS at an https `url`, fetched as registry-auth fetches issuer documents (same
-/// origin only, 1 MiB cap), trusting `ca` or the platform's roots.
-fn fetch_jwks(url: &str, ca: Option<&Path>) -> Result<Vec<u8>> {
+/// The fetcher of issuer documents registry-auth uses (same origin only, 1 MiB cap),
+/// trusting `ca` or the platform's roots.
+fn fetcher(ca: Option<&Path>) -> Result<podpass_registry_auth::DocumentFetcher> {
     let ca_pem = ca.map(read_limited).transpose()?;
-    let fetcher = podpass_registry_auth::DocumentFetcher::new(ca_pem.as_deref(), std::time::Duration::from_secs(30))
-        .with_context(|| {
-            format!("--certificate-authority {}", ca.map(|p| p.display().to_string()).unwrap_or_default())
-        })?;
+    podpass_registry_auth::DocumentFetcher::new(ca_pem.as_deref(), std::time::Duration::from_secs(30))
+        .with_context(|| format!("--certificate-authority {}", ca.map(|p| p.display().to_string()).unwrap_or_default()))
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting runtime")?;
-    runtime.block_on(fetcher.get(url)).map_err(|e| anyhow!("JWKS: {e}"))
+    Ok(runtime.block_on(f))
+}
+
+/// The issuer a token names, unverified (only to pick which --issuer to discover).
+fn unverified_issuer(token: &str) -> Option<String> {
+    let claims = token.split('.').nth(1)?;
+    let bytes = data_encoding::BASE64URL_NOPAD.decode(claims.as_bytes()).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    value.get("iss")?.as_str().map(str::to_owned)
+}
+
+/// The verification keys: from --jwks (file or https URL), or by OIDC discovery.
+fn verification_keys(a: &VerifyArgs, token: &str) -> Result<Vec<podpass_token::VerificationKey>, Failure> {
+    let ca = a.certificate_authority.as_deref();
+    let Some(jwks) = &a.jwks else {
+        let issuer = unverified_issuer(token)
+            .ok_or_else(|| Failure::Refused("the token is not a JWT whose claims name an issuer".into()))?;
+        if !a.issuers.contains(&issuer) {
+            return Err(Failure::Refused(format!("the token's issuer {issuer:?} is not one of --issuer")));
+        }
+        let mut fetcher = fetcher(ca)?;
+        if let Some(path) = &a.bearer_token_file {
+            let bearer = String::from_utf8(read_limited(path)?)
+                .map_err(|_| anyhow!("--bearer-token-file {}: not UTF-8", path.display()))?;
+            fetcher = fetcher.with_bearer_token(bearer.trim());
+        }
+        return block_on(podpass_registry_auth::discover_keys(&fetcher, &issuer))?
+            .map_err(|e| Failure::Refused(format!("OIDC discovery: {e}")));
+    };
+    let document = if jwks.starts_with("https://") {
+        block_on(fetcher(ca)?.get(jwks))?.map_err(|e| anyhow!("JWKS: {e}"))?
+    } else if jwks.contains("://") {
+        return Err(Failure::Usage(anyhow!("--jwks {jwks}: only https:// URLs or files are accepted")));
+    } else {
+        read_limited(Path::new(jwks))?
+    };
+    Ok(Jwks::from_json(&document)
+        .and_then(|set| set.verification_keys())
+        .with_context(|| format!("loading --jwks {jwks}"))?)
 }
 
 fn verify(a: VerifyArgs) -> Result<(), Failure> {
     let token = read_token(&a.token)?;
-    let document = if a.jwks.starts_with("https://") {
-        fetch_jwks(&a.jwks, a.certificate_authority.as_deref())?
-    } else if a.jwks.contains("://") {
-        return Err(Failure::Usage(anyhow!("--jwks {}: only https:// URLs or files are accepted", a.jwks)));
-    } else {
-        read_limited(Path::new(&a.jwks))?
-    };
-    let keys = Jwks::from_json(&document)
-        .and_then(|set| set.verification_keys())
-        .with_context(|| format!("loading --jwks {}", a.jwks))?;
+    let keys = verification_keys(&a, &token)?;
     let verifier = Authenticator::new(a.issuers, keys, a.audiences, token_features(&a.feature_gates));
     match verifier.verify(&token, None, now_unix()) {
         Ok(verified) => {

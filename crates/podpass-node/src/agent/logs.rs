@@ -93,7 +93,8 @@ fn nanos(time: &str) -> Option<i128> {
 /// much of `text` was consumed (a trailing line without its newline is left for later).
 pub fn render(text: &str, o: &LogOptions) -> (Vec<u8>, usize) {
     let consumed = text.rfind('\n').map_or(0, |i| i + 1);
-    let mut lines: Vec<(String, String)> = Vec::new();
+    // (time, content, ended by a full record)
+    let mut lines: Vec<(String, String, bool)> = Vec::new();
     let mut pending: Option<(String, String)> = None;
     for line in text[..consumed].lines() {
         let Some(r) = parse(line) else { continue };
@@ -103,23 +104,30 @@ pub fn render(text: &str, o: &LogOptions) -> (Vec<u8>, usize) {
         let entry = pending.get_or_insert_with(|| (r.time.to_owned(), String::new()));
         entry.1.push_str(r.content);
         if !r.partial
-            && let Some(done) = pending.take()
+            && let Some((time, content)) = pending.take()
         {
-            lines.push(done);
+            lines.push((time, content, true));
         }
+    }
+    // Output the container has not ended with a newline yet (or never will: it exited)
+    // is shown as it is, without one, as the kubelet shows partial records.
+    if let Some((time, content)) = pending {
+        lines.push((time, content, false));
     }
     if let Some(n) = o.tail_lines {
         let skip = lines.len().saturating_sub(n);
         lines.drain(..skip);
     }
     let mut out = Vec::new();
-    for (time, content) in lines {
+    for (time, content, complete) in lines {
         if o.timestamps {
             out.extend_from_slice(time.as_bytes());
             out.push(b' ');
         }
         out.extend_from_slice(content.as_bytes());
-        out.push(b'\n');
+        if complete {
+            out.push(b'\n');
+        }
     }
     if let Some(limit) = o.limit_bytes {
         out.truncate(limit);
@@ -148,6 +156,14 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&render(LOG, &since).0), "last\n");
         let limited = LogOptions { limit_bytes: Some(3), ..Default::default() };
         assert_eq!(render(LOG, &limited).0, b"hel");
+    }
+
+    #[test]
+    fn output_without_a_final_newline_is_shown_as_it_is() {
+        let log = "2026-11-25T10:00:00Z stdout F first\n2026-11-25T10:00:01Z stdout P no newline\n";
+        assert_eq!(String::from_utf8_lossy(&render(log, &LogOptions::default()).0), "first\nno newline");
+        let tail = LogOptions { tail_lines: Some(1), ..Default::default() };
+        assert_eq!(String::from_utf8_lossy(&render(log, &tail).0), "no newline");
     }
 
     #[test]
