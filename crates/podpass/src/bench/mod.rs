@@ -19,6 +19,7 @@ use self::raw::{RawOp, raw_rate};
 
 mod authz;
 mod churn;
+mod containers;
 mod credentials;
 mod http;
 mod images;

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::{Api, Phase, TOKEN_PATH, http, token_body};
+use super::{Api, Phase, TOKEN_PATH, containers, http, token_body};
 
 /// Flags of `podpass bench node`.
 #[derive(Debug, Args)]
@@ -31,6 +31,10 @@ pub struct NodeBench {
     /// no pods lasts a quarter of it.
     #[arg(long, default_value_t = 90)]
     idle_seconds: u64,
+    /// Pods run one at a time on a containerd of the bench's own (as root), against raw CRI
+    /// sandbox + container starts; 0 skips the phase.
+    #[arg(long, default_value_t = 10)]
+    containers: usize,
     /// Write the agent's logs (JSON lines; `RUST_LOG` filters) to this file.
     #[arg(long)]
     agent_log: Option<PathBuf>,
@@ -292,6 +296,22 @@ async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
     Ok(prepared >= expected)
 }
 
+/// A node identity: a static token in the server's token file (re-read on change), and a
+/// kubeconfig with it.
+fn node_identity(dir: &Path, api: &Api, node: &str, file: &str) -> Result<PathBuf> {
+    let node_token = podpass_apiserver::random_token().context("node token")?;
+    let tokens = dir.join("api/tokens.csv");
+    let mut text = std::fs::read_to_string(&tokens).context("token file")?;
+    text.push_str(&format!("{node_token},system:node:{node},{node}-uid,\"system:nodes\"\n"));
+    std::fs::write(&tokens, text).context("token file")?;
+    let ca = std::fs::read_to_string(dir.join("api/pki/ca.crt")).context("CA")?;
+    let kubeconfig = dir.join(file);
+    let url = format!("https://{}", api.addr);
+    std::fs::write(&kubeconfig, podpass_apiserver::kubeconfig(&url, &ca, &format!("system:node:{node}"), &node_token))
+        .context("kubeconfig")?;
+    Ok(kubeconfig)
+}
+
 async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     let image = registry().await?;
     // Baseline pods live on another node: the agent starts with none.
@@ -304,17 +324,8 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
         &super::Backing::embedded(),
     )
     .await?;
-    // The node's identity: a static token in the server's token file (re-read on change).
-    let node_token = podpass_apiserver::random_token().context("node token")?;
-    let tokens = dir.join("api/tokens.csv");
-    let mut text = std::fs::read_to_string(&tokens).context("token file")?;
-    text.push_str(&format!("{node_token},system:node:{NODE},node-uid,\"system:nodes\"\n"));
-    std::fs::write(&tokens, text).context("token file")?;
-    let ca = std::fs::read_to_string(dir.join("api/pki/ca.crt")).context("CA")?;
-    let kubeconfig = dir.join("node.kubeconfig");
-    let url = format!("https://{}", api.addr);
-    std::fs::write(&kubeconfig, podpass_apiserver::kubeconfig(&url, &ca, &format!("system:node:{NODE}"), &node_token))
-        .context("kubeconfig")?;
+    let kubeconfig = node_identity(dir, &api, NODE, "node.kubeconfig")?;
+    let containers_kubeconfig = node_identity(dir, &api, containers::NODE, "node-containers.kubeconfig")?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // The bare round trip, at the same concurrencies, before the agent runs.
@@ -414,5 +425,25 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
         args.idle_seconds
     );
     drop(agent);
+
+    if args.containers == 0 {
+        return Ok(());
+    }
+    if let Some(why) = containers::unavailable() {
+        outln!("pod created -> container running: skipped ({why})");
+        return Ok(());
+    }
+    let c = containers::measure(dir, &api, &containers_kubeconfig, args.containers).await?;
+    outln!(
+        "containerd RunPodSandbox+CreateContainer+StartContainer, one at a time: p50 {:.2} ms  p99 {:.2} ms",
+        c.raw.percentile_ms(0.5),
+        c.raw.percentile_ms(0.99)
+    );
+    outln!(
+        "pod created -> container running, one at a time:  p50 {:.2} ms  p99 {:.2} ms  = {:.2}x the raw CRI sequence at p50 (goal <= 1.5x)",
+        c.pods.percentile_ms(0.5),
+        c.pods.percentile_ms(0.99),
+        ratio(&c.pods, &c.raw)
+    );
     Ok(())
 }
