@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::containers::PodRuntime;
+use super::containers::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodRuntime};
 use crate::runtime::{CONTAINER_RUNNING, NODE_LABEL};
 
 /// The kubelet's suffix of a compressed rotated log.
@@ -62,17 +62,18 @@ async fn rotate_all(rt: &PodRuntime, policy: RotatePolicy) {
         Err(e) => return tracing::warn!(error = %e, "log rotation: listing containers failed"),
     };
     for c in containers.into_iter().filter(|c| c.state == CONTAINER_RUNNING) {
-        let status = match rt.cri.container_status(&c.id).await {
-            Ok(Some(s)) => s,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(container_id = %c.id, error = %e, "log rotation: container status failed");
-                continue;
-            }
-        };
-        let log = PathBuf::from(&status.log_path);
+        // The path the agent gave the container, from its labels (one listing per round,
+        // no status call per container: idle pods stay cheap).
+        let label = |k: &str| c.labels.get(k).map(String::as_str).unwrap_or_default();
+        let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
+        let attempt = c.metadata.as_ref().map_or(0, |m| m.attempt);
+        let log = rt
+            .logs
+            .join(format!("{}_{}_{}", label(POD_NAMESPACE_LABEL), label(POD_NAME_LABEL), label(POD_UID_LABEL)))
+            .join(name)
+            .join(format!("{attempt}.log"));
         // Only files under the node's own log directory are ever renamed or removed.
-        if !log.is_absolute() || !log.starts_with(&rt.logs) || log.components().any(|c| c.as_os_str() == "..") {
+        if name.is_empty() || log.components().any(|c| c.as_os_str() == "..") || !log.starts_with(&rt.logs) {
             continue;
         }
         if let Err(e) = rotate_one(rt, &c.id, log.clone(), policy).await {
