@@ -234,6 +234,22 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(resp), &mut first).unwrap();
     assert_eq!(first, "serving\n");
     let by_uid = HashMap::from([("io.kubernetes.pod.uid".to_owned(), server_uid.clone())]);
+    // `podpass node explain` shows the running container's state beside its image decision;
+    // the finished one's, terminated with its reason and code.
+    let explain = |pod: &str| -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podpass"))
+            .args(["node", "explain", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--root-dir", d.join("root").to_str().unwrap(), "--pod", pod, "-o", "json"])
+            .args(["--container-runtime-endpoint", &endpoint])
+            .output()
+            .unwrap();
+        serde_json::from_str(&ok(out, "node explain")).unwrap()
+    };
+    let running = explain("default/server");
+    assert_eq!(running["containers"][0]["status"]["reason"], "Running", "{running}");
+    let done = explain("default/fails");
+    assert_eq!(done["containers"][0]["status"]["reason"], "Terminated", "{done}");
+    assert_eq!(done["containers"][0]["status"]["message"], "Error, exit code 3", "{done}");
     let before = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
     assert_eq!(before.len(), 1, "{before:?}");
 

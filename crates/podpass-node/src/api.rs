@@ -169,8 +169,10 @@ pub struct PodContainer {
     pub image_pull_policy: Option<String>,
     /// An init container (ensured first, in order).
     pub init: bool,
-    /// The reason and message it is waiting with, per the pod's status.
-    pub waiting: Option<(String, String)>,
+    /// Its state per the pod's status, as `kubectl describe` words it: the reason it is
+    /// waiting with (`ContainerCreating`, `ErrImagePull`, `CrashLoopBackOff`) and the
+    /// message, `Running` and since when, or `Terminated` with its reason and exit code.
+    pub state: Option<(String, String)>,
 }
 
 /// The containers of `namespace/name` (init containers first, in order) and its node.
@@ -185,17 +187,26 @@ pub async fn get_pod_containers(
         .map_err(ApiClientError::request(format!("pod {namespace}/{name}")))?;
     let spec = pod.spec.unwrap_or_default();
     let status = pod.status.unwrap_or_default();
-    let waiting = |name: &str, statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+    let state = |name: &str, statuses: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
         let s = statuses.as_ref()?.iter().find(|s| s.name == name)?;
-        let w = s.state.as_ref()?.waiting.as_ref()?;
-        Some((w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default()))
+        let state = s.state.as_ref()?;
+        if let Some(w) = &state.waiting {
+            return Some((w.reason.clone().unwrap_or_default(), w.message.clone().unwrap_or_default()));
+        }
+        if let Some(r) = &state.running {
+            let since = r.started_at.as_ref().map(|t| format!("started {}", t.0)).unwrap_or_default();
+            return Some(("Running".to_owned(), since));
+        }
+        let t = state.terminated.as_ref()?;
+        let reason = t.reason.clone().unwrap_or_default();
+        Some(("Terminated".to_owned(), format!("{reason}, exit code {}", t.exit_code)))
     };
     let mut out = Vec::new();
     for (init, containers) in [(true, spec.init_containers.unwrap_or_default()), (false, spec.containers)] {
         let statuses = if init { &status.init_container_statuses } else { &status.container_statuses };
         for c in containers {
             out.push(PodContainer {
-                waiting: waiting(&c.name, statuses),
+                state: state(&c.name, statuses),
                 image: c.image.unwrap_or_default(),
                 image_pull_policy: c.image_pull_policy,
                 init,

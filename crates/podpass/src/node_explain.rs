@@ -147,7 +147,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             "credentials": found.credentials.iter().map(|c| json!({"username": c.username, "password": "<redacted>", "source": c.source, "from": source(&c.source)})).collect::<Vec<_>>(),
             "decision": decision,
             "usable": usable,
-            "status": c.waiting.as_ref().map(|(reason, message)| json!({"reason": reason, "message": message})),
+            "status": c.state.as_ref().map(|(reason, message)| json!({"reason": reason, "message": message})),
         }));
     }
     let pod = json!({
