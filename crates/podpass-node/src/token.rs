@@ -168,6 +168,24 @@ impl<F: TokenFetcher> TokenManager<F> {
             .retain(|k, _| k.bound.as_ref().is_none_or(|b| b.uid != pod_uid));
     }
 
+    /// The cached tokens by freshness at `now`: (fresh, past their refresh time but not
+    /// expired, expired). A token stays past its refresh time only while its refresh fails
+    /// (the API server is away): what `/metrics` reports so that is seen.
+    pub fn freshness(&self, now: i64) -> (usize, usize, usize) {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counts = (0, 0, 0);
+        for t in cache.values() {
+            if now > t.expires_at {
+                counts.2 += 1;
+            } else if requires_refresh(t, now, 0) {
+                counts.1 += 1;
+            } else {
+                counts.0 += 1;
+            }
+        }
+        counts
+    }
+
     /// Tokens cached.
     pub fn len(&self) -> usize {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).len()
@@ -231,6 +249,21 @@ mod tests {
         let err = m.get(&key("u1"), t0 + 2881 + 3601).await.unwrap_err();
         assert!(matches!(err, TokenError::ExpiredRefreshFailed { .. }), "{err}");
         assert_eq!(m.get(&key("new"), t0).await.unwrap_err().to_string(), "failed to fetch token: the server is down");
+    }
+
+    #[tokio::test]
+    async fn freshness_counts_tokens_past_refresh_and_past_expiry() {
+        let fake = Fake { now: AtomicI64::new(0), calls: AtomicUsize::new(0), fail: false.into() };
+        let m = TokenManager::with_jitter(&fake, || 0);
+        m.get(&key("a"), 0).await.unwrap();
+        fake.now.store(1000, Ordering::SeqCst);
+        m.get(&key("b"), 1000).await.unwrap();
+        assert_eq!(m.freshness(1000), (2, 0, 0));
+        assert_eq!(m.freshness(2881), (1, 1, 0), "a is past 80% of its hour");
+        assert_eq!(m.freshness(3601), (1, 0, 1), "a expired, b still fresh");
+        assert_eq!(m.freshness(3881), (0, 1, 1), "a expired, b past 80%");
+        // A token whose issue time is in the future (the clock jumped back) needs a refresh.
+        assert_eq!(m.freshness(500), (1, 1, 0));
     }
 
     #[test]

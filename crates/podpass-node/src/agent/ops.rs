@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::worker::Shared;
@@ -94,6 +95,16 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
             pm.register_metrics(&mut registry);
         }
         shared.credential_metrics.register(&mut registry);
+        let tokens = prometheus_client::metrics::family::Family::<Vec<(String, String)>, Gauge>::default();
+        let (fresh, past_refresh, expired) = shared.sources.tokens().freshness(crate::token::now_unix());
+        for (state, count) in [("fresh", fresh), ("past_refresh", past_refresh), ("expired", expired)] {
+            tokens.get_or_create(&vec![("state".to_owned(), state.to_owned())]).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        registry.register(
+            "podpass_node_projected_service_account_tokens",
+            "Projected service-account tokens the node holds, by state: fresh, past_refresh (its refresh is failing; still valid) or expired (its refresh failed past expiry).",
+            tokens,
+        );
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).map(|()| text)
     })

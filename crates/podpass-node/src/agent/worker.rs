@@ -85,6 +85,30 @@ fn reads_objects(pod: &Pod) -> bool {
     })
 }
 
+/// The first retry of a token refresh that failed; it doubles up to [`TOKEN_RETRY_MAX`].
+const TOKEN_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between token refresh attempts (plus up to a quarter of jitter): a
+/// token is fresh within ~10 s of the API server's return (kubernetes/kubernetes#138689
+/// left them expired for hours).
+const TOKEN_RETRY_MAX: Duration = Duration::from_secs(8);
+
+/// The next token refresh attempt: `backoff` doubled (from [`TOKEN_RETRY_FIRST`], capped at
+/// [`TOKEN_RETRY_MAX`]) plus up to a quarter of it at random.
+fn token_retry_at(backoff: &mut Duration) -> Instant {
+    *backoff = if backoff.is_zero() { TOKEN_RETRY_FIRST } else { (*backoff * 2).min(TOKEN_RETRY_MAX) };
+    // random_jitter is whole seconds in [0, 10): a tenth of it, times a quarter of the wait.
+    let jitter = backoff.mul_f64(0.25 * crate::token::random_jitter() as f64 / 10.0);
+    Instant::now() + *backoff + jitter
+}
+
+/// Whether a volume of the pod projects a service-account token.
+fn has_token(pod: &Pod) -> bool {
+    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
+        crate::volumes::as_projection(v)
+            .is_some_and(|(_, p)| p.sources.iter().flatten().any(|s| s.service_account_token.is_some()))
+    })
+}
+
 fn retry_at() -> Instant {
     // random_jitter is whole seconds in [0, 10): half-second steps up to 4.5 s.
     let jitter = crate::token::random_jitter().unsigned_abs() * 500;
@@ -110,6 +134,8 @@ struct State {
     posted: Option<PodStatus>,
     /// Restart back-offs of its containers.
     runtime: RuntimeState,
+    /// The current token refresh back-off (zero: the last refresh worked).
+    token_retry: Duration,
 }
 
 /// Runs until torn down or until the sender goes (agent shutdown).
@@ -192,10 +218,17 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                     tracing::info!(volumes = ?report.written, "volumes written");
                 }
                 if let Some(at) = report.next_refresh {
-                    // At least a second: the token manager draws its own jitter, so a due
-                    // time just passed may not refresh yet, and must not spin.
-                    let wait = u64::try_from(at.saturating_sub(now_unix())).unwrap_or(0).max(1);
-                    due(Instant::now() + Duration::from_secs(wait));
+                    let now = now_unix();
+                    if at <= now {
+                        // Past due: the refresh failed (the API server is away) and the
+                        // cached token is still served. Try again with a short, growing,
+                        // capped back-off, so a returning API server sees the refresh
+                        // within seconds and an absent one no storm.
+                        due(token_retry_at(&mut state.token_retry));
+                    } else {
+                        state.token_retry = Duration::ZERO;
+                        due(Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
+                    }
                 }
                 if reads_objects(pod) {
                     due(resync_at());
@@ -207,7 +240,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                 let message = text.join("; ");
                 tracing::warn!(error = %message, "volume setup failed; retrying");
                 shared.events.record(pod, "", "Warning", "FailedMount", &message).await;
-                due(retry_at());
+                // A pod with service-account tokens retries on the token back-off: an
+                // expired token is replaced within seconds of the API server's return.
+                due(if has_token(pod) { token_retry_at(&mut state.token_retry) } else { retry_at() });
                 Err(message)
             }
         };
@@ -419,5 +454,22 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
         Ok(_) => tracing::info!("pod torn down; deletion confirmed"),
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => tracing::warn!(error = %e, "confirming the deletion failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_refresh_retries_double_to_a_cap_with_bounded_jitter() {
+        let mut backoff = Duration::ZERO;
+        for expected in [1, 2, 4, 8, 8, 8] {
+            let before = Instant::now();
+            let at = token_retry_at(&mut backoff);
+            assert_eq!(backoff, Duration::from_secs(expected));
+            let wait = at.duration_since(before);
+            assert!(wait >= backoff && wait <= backoff + backoff / 4 + Duration::from_millis(50), "{wait:?}");
+        }
     }
 }
