@@ -50,7 +50,9 @@ fn pair_rate(verify: f64, sign: f64) -> f64 {
 
 async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: usize) -> Result<()> {
     outln!("podpass bench registry-auth: {clients} clients, {:.1} s, {cores} cores", phase.as_secs_f64());
-    outln!("(control plane, registry-auth and load generator share the cores; audit lines go to stderr)");
+    outln!(
+        "(control plane, registry-auth and load generator share the cores; the audit goes to a file, off the terminal)"
+    );
     let data = dir.join("api");
     let (api, pod_uids) =
         start(&data, clients, podpass_apiserver::DEFAULT_TOKEN_SUCCESS_CACHE_TTL, &super::Backing::embedded()).await?;
