@@ -41,13 +41,6 @@ fn get(s: &Server, name: &str) -> Value {
     admin_get(s, &format!("/api/v1/namespaces/default/pods/{name}")).1
 }
 
-fn wait_phase(s: &Server, name: &str, phase: &str) -> Value {
-    wait_for(&format!("pod {name} {phase}"), Duration::from_secs(60), || {
-        let p = get(s, name);
-        (p["status"]["phase"] == phase).then_some(p)
-    })
-}
-
 /// The files of a container's log directory, by name.
 fn files(dir: &Path) -> Vec<(String, u64)> {
     let mut found: Vec<(String, u64)> = std::fs::read_dir(dir)
@@ -93,7 +86,7 @@ fn hostile_pods_are_bounded_by_log_rotation_grace_periods_and_max_pods() {
 
     // A megabyte on one line: containerd splits it into partial records, the logs join them.
     create(&s, pod("wide", "head -c 1048576 /dev/zero | tr '\\0' y; echo"));
-    wait_phase(&s, "wide", "Succeeded");
+    wait_pod_phase(&s, "wide", "Succeeded");
     let wide = ok(admin_kubectl(&api, &["logs", "wide"]), "kubectl logs wide");
     assert_eq!(wide.len(), 1 << 20 | 1, "one line of 1 MiB and its newline");
     assert!(wide.trim_end().bytes().all(|b| b == b'y'));
@@ -101,7 +94,7 @@ fn hostile_pods_are_bounded_by_log_rotation_grace_periods_and_max_pods() {
     // A container that logs forever (~100 KB/s): its log is rotated at 64Ki, older files
     // gzipped, never more than 3 files, and kubectl logs still follows the current one.
     create(&s, pod("chatty", "while true; do head -c 2000 /dev/zero | tr '\\0' x; echo; sleep 0.02; done"));
-    let chatty = wait_phase(&s, "chatty", "Running");
+    let chatty = wait_pod_phase(&s, "chatty", "Running");
     let uid = chatty["metadata"]["uid"].as_str().unwrap();
     let log_dir = d.join(format!("root/logs/pods/default_chatty_{uid}/app"));
     wait_for("two rotations, the older gzipped", Duration::from_secs(60), || {
@@ -124,11 +117,11 @@ fn hostile_pods_are_bounded_by_log_rotation_grace_periods_and_max_pods() {
 
     // maxPods 3: chatty and two sleepers run; the fourth is rejected, never started.
     create(&s, pod("stubborn", "trap '' TERM; echo ignoring; while true; do sleep 1; done"));
-    wait_phase(&s, "stubborn", "Running");
+    wait_pod_phase(&s, "stubborn", "Running");
     create(&s, pod("sleeper", "sleep 1000"));
-    wait_phase(&s, "sleeper", "Running");
+    wait_pod_phase(&s, "sleeper", "Running");
     create(&s, pod("extra", "echo should never run"));
-    let extra = wait_phase(&s, "extra", "Failed");
+    let extra = wait_pod_phase(&s, "extra", "Failed");
     assert_eq!(extra["status"]["reason"], "OutOfpods", "{}", extra["status"]);
     assert_eq!(
         extra["status"]["message"],
@@ -163,7 +156,7 @@ fn hostile_pods_are_bounded_by_log_rotation_grace_periods_and_max_pods() {
     });
     // Room again: a new pod runs; the rejected one stays as it was, never run.
     create(&s, pod("later", "echo later"));
-    wait_phase(&s, "later", "Succeeded");
+    wait_pod_phase(&s, "later", "Succeeded");
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(get(&s, "extra")["status"]["phase"], "Failed");
     assert!(rt.block_on(cri.list_pod_sandboxes(extra_uid)).unwrap().is_empty(), "a rejected pod is never run");

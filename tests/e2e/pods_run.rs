@@ -40,13 +40,6 @@ fn pod(name: &str, restart: &str, script: &str) -> Value {
                 "volumeMounts": [{"name": "reg", "mountPath": "/var/run/secrets/tokens"}]}]}})
 }
 
-fn wait_phase(s: &Server, name: &str, phase: &str) -> Value {
-    wait_for(&format!("pod {name} {phase}"), Duration::from_secs(60), || {
-        let (_, p) = admin_get(s, &format!("/api/v1/namespaces/default/pods/{name}"));
-        (p["status"]["phase"] == phase).then_some(p)
-    })
-}
-
 fn base64url(segment: &str) -> Vec<u8> {
     data_encoding::BASE64URL_NOPAD.decode(segment.trim().as_bytes()).unwrap()
 }
@@ -85,7 +78,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("reader", "Never", script))).0,
         201
     );
-    let reader = wait_phase(&s, "reader", "Succeeded");
+    let reader = wait_pod_phase(&s, "reader", "Succeeded");
     let c = &reader["status"]["containerStatuses"][0];
     assert_eq!(c["state"]["terminated"]["exitCode"], 0, "{c}");
     assert_eq!(c["state"]["terminated"]["reason"], "Completed");
@@ -141,7 +134,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "nope", "key": "k", "optional": true}}}]);
     envy["spec"]["containers"][0]["envFrom"] = json!([{"prefix": "CFG_", "configMapRef": {"name": "settings"}}]);
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(envy)).0, 201);
-    let envy = wait_phase(&s, "envy", "Succeeded");
+    let envy = wait_pod_phase(&s, "envy", "Succeeded");
     let uid = envy["metadata"]["uid"].as_str().unwrap();
     let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_envy_{uid}/app/0.log"))).unwrap();
     let lines: Vec<&str> = log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default()).collect();
@@ -189,7 +182,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let mut hungry = pod("hungry", "Never", "x=$(head -c 134217728 /dev/zero | tr '\\0' a); echo survived");
     hungry["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "32Mi"}});
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(hungry)).0, 201);
-    let hungry = wait_phase(&s, "hungry", "Failed");
+    let hungry = wait_pod_phase(&s, "hungry", "Failed");
     let t = &hungry["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(t["reason"], "OOMKilled", "{t}");
 
@@ -198,7 +191,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("fails", "Never", "exit 3"))).0,
         201
     );
-    let failed = wait_phase(&s, "fails", "Failed");
+    let failed = wait_pod_phase(&s, "fails", "Failed");
     let t = &failed["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!((t["exitCode"].as_i64(), t["reason"].as_str()), (Some(3), Some("Error")), "{t}");
 
@@ -213,7 +206,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         .0,
         201
     );
-    wait_phase(&s, "server", "Running");
+    wait_pod_phase(&s, "server", "Running");
     wait_for("server Ready", Duration::from_secs(20), || {
         let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/server");
         let ready = p["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");

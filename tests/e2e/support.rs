@@ -98,6 +98,14 @@ pub fn admin_get(s: &Server, path: &str) -> (u16, serde_json::Value) {
     admin_request(s, reqwest::Method::GET, path, None)
 }
 
+/// The pod `default/name` once its phase is `phase` (a minute at most).
+pub fn wait_pod_phase(s: &Server, name: &str, phase: &str) -> serde_json::Value {
+    wait_for(&format!("pod {name} {phase}"), Duration::from_secs(60), || {
+        let (_, p) = admin_get(s, &format!("/api/v1/namespaces/default/pods/{name}"));
+        (p["status"]["phase"] == phase).then_some(p)
+    })
+}
+
 /// Polls `f` every 200 ms until it answers, failing with `what` after `limit`.
 pub fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> Option<serde_json::Value>) -> serde_json::Value {
     let deadline = Instant::now() + limit;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, VolumeProjection};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -76,13 +76,18 @@ fn resync_at() -> Instant {
     Instant::now() + RESYNC + Duration::from_millis(jitter)
 }
 
-/// Whether a volume of the pod (projected, configMap or secret) reads a config map or a
-/// secret.
+/// Whether a source of a volume of the pod (projected, configMap, secret, downwardAPI, as
+/// projections) is one `source` picks.
+fn projects(pod: &Pod, source: impl Fn(&VolumeProjection) -> bool) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| crate::volumes::as_projection(v).is_some_and(|(_, p)| p.sources.iter().flatten().any(&source)))
+}
+
+/// Whether a volume of the pod reads a config map or a secret.
 fn reads_objects(pod: &Pod) -> bool {
-    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
-        crate::volumes::as_projection(v)
-            .is_some_and(|(_, p)| p.sources.iter().flatten().any(|s| s.config_map.is_some() || s.secret.is_some()))
-    })
+    projects(pod, |s| s.config_map.is_some() || s.secret.is_some())
 }
 
 /// The first retry of a token refresh that failed; it doubles up to [`TOKEN_RETRY_MAX`].
@@ -103,10 +108,7 @@ fn token_retry_at(backoff: &mut Duration) -> Instant {
 
 /// Whether a volume of the pod projects a service-account token.
 fn has_token(pod: &Pod) -> bool {
-    pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| {
-        crate::volumes::as_projection(v)
-            .is_some_and(|(_, p)| p.sources.iter().flatten().any(|s| s.service_account_token.is_some()))
-    })
+    projects(pod, |s| s.service_account_token.is_some())
 }
 
 fn retry_at() -> Instant {

@@ -1,5 +1,5 @@
-//! The container phase of `podpass bench node` (as root, with Debian's `containerd`, `ctr`
-//! and `busybox-static`): a containerd of the bench's own with podpass's sandbox image and a
+//! The container phase of `podpass bench node` (on a machine that can run containers, as
+//! `podpass up` checks it: root, containerd, busybox-static): a containerd of the bench's own with podpass's sandbox image and a
 //! busybox image, and a second agent running containers on it. It times, one at a time,
 //! a pod's create answered → its container running in the runtime, against the floor
 //! measured in the same run on the same containerd: RunPodSandbox + CreateContainer +
@@ -19,6 +19,7 @@ use podpass_node::runtime::{
 use serde_json::{Value, json};
 
 use super::{Api, Phase};
+use crate::up::ContainerTools;
 
 /// The busybox image the bench's pods run.
 const APP_IMAGE: &str = "podpass.local/bench-app:1";
@@ -33,21 +34,6 @@ pub(super) struct ContainerFigures {
     pub raw: Phase,
     /// Pod created → container running, through the agent.
     pub pods: Phase,
-}
-
-/// Why the phase cannot run on this machine, if it cannot.
-pub(super) fn unavailable() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("needs root (containerd and runc)".into());
-    }
-    let on_path = |tool: &str| {
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-    };
-    let missing: Vec<&str> = ["containerd", "ctr", "runc"].into_iter().filter(|t| !on_path(t)).collect();
-    if !missing.is_empty() || !Path::new("/bin/busybox").is_file() {
-        return Some("needs Debian's containerd, runc and busybox-static".into());
-    }
-    None
 }
 
 /// A child process killed on drop.
@@ -65,13 +51,19 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// Runs the phase: `count` pods one at a time, and `count` raw CRI sequences.
-pub(super) async fn measure(dir: &Path, api: &Api, kubeconfig: &Path, count: usize) -> Result<ContainerFigures> {
+pub(super) async fn measure(
+    tools: &ContainerTools,
+    dir: &Path,
+    api: &Api,
+    kubeconfig: &Path,
+    count: usize,
+) -> Result<ContainerFigures> {
     let exe = std::env::current_exe().context("own executable")?;
     let layout = Layout::new(&dir.join("c"));
     layout.write(&exe, &[])?;
     let log = std::fs::File::create(dir.join("containerd.log")).context("containerd log")?;
     let _containerd = Killed(
-        Command::new("containerd")
+        Command::new(&tools.containerd)
             .arg("--config")
             .arg(layout.config())
             .stdout(Stdio::null())
@@ -91,15 +83,14 @@ pub(super) async fn measure(dir: &Path, api: &Api, kubeconfig: &Path, count: usi
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let busybox = std::fs::read("/bin/busybox").context("/bin/busybox")?;
-    let layer = archive::busybox_layer(&busybox, &["sh", "sleep"], Vec::new())?;
+    let layer = archive::busybox_layer(&tools.busybox, &["sh", "sleep"], Vec::new())?;
     for (name, bytes) in [
-        (SANDBOX_IMAGE, containerd::sandbox_image(&busybox)?),
+        (SANDBOX_IMAGE, containerd::sandbox_image(&tools.busybox)?),
         (APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"])?.0),
     ] {
         let path = dir.join("image.tar");
         std::fs::write(&path, bytes).context("writing an image archive")?;
-        containerd::import(Path::new("ctr"), &layout.socket(), &path, name, Duration::from_secs(60)).await?;
+        containerd::import(&tools.ctr, &layout.socket(), &path, name, Duration::from_secs(60)).await?;
     }
     let result = run_both(dir, api, kubeconfig, &cri, &layout, count).await;
     // Whatever happened, nothing the phase started keeps running.

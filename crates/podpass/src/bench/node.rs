@@ -429,11 +429,14 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     if args.containers == 0 {
         return Ok(());
     }
-    if let Some(why) = containers::unavailable() {
-        outln!("pod created -> container running: skipped ({why})");
-        return Ok(());
-    }
-    let c = containers::measure(dir, &api, &containers_kubeconfig, args.containers).await?;
+    let tools = match crate::up::container_tools("podpass bench node", "or pass --containers 0") {
+        Ok(tools) => tools,
+        Err(why) => {
+            outln!("pod created -> container running: skipped ({why})");
+            return Ok(());
+        }
+    };
+    let c = containers::measure(&tools, dir, &api, &containers_kubeconfig, args.containers).await?;
     outln!(
         "containerd RunPodSandbox+CreateContainer+StartContainer, one at a time: p50 {:.2} ms  p99 {:.2} ms",
         c.raw.percentile_ms(0.5),

@@ -280,17 +280,20 @@ struct Tools {
 }
 
 /// What running containers needs.
-struct ContainerTools {
-    containerd: PathBuf,
-    ctr: PathBuf,
-    busybox: Vec<u8>,
+pub(crate) struct ContainerTools {
+    /// The containerd binary.
+    pub containerd: PathBuf,
+    /// containerd's `ctr` (image import).
+    pub ctr: PathBuf,
+    /// Debian's static busybox (the sandbox and demo images).
+    pub busybox: Vec<u8>,
 }
 
-/// Whether this machine can run containers, or the one line saying why not.
-fn container_tools() -> Result<ContainerTools, String> {
-    let fix = "or pass --prepare-only for a node that prepares pods without running containers";
+/// Whether this machine can run containers, or the one line saying why not: what to install,
+/// or that `command` needs root, then `fix` (the way around it).
+pub(crate) fn container_tools(command: &str, fix: &str) -> Result<ContainerTools, String> {
     if !rustix::process::geteuid().is_root() {
-        return Err(format!("running containers needs root (containerd and runc): run podpass up as root, {fix}"));
+        return Err(format!("running containers needs root (containerd and runc): run {command} as root, {fix}"));
     }
     let mut missing = Vec::new();
     let (containerd, ctr) = (on_path("containerd"), on_path("ctr"));
@@ -365,7 +368,9 @@ fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
                 .to_owned(),
         );
     }
-    let containers = if args.prepare_only { None } else { container_tools().map_err(|p| problems.push(p)).ok() };
+    let fix = "or pass --prepare-only for a node that prepares pods without running containers";
+    let containers =
+        if args.prepare_only { None } else { container_tools("podpass up", fix).map_err(|p| problems.push(p)).ok() };
     if !problems.is_empty() {
         bail!("{}", problems.join("\nerror: "));
     }
