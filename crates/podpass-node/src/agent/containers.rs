@@ -78,12 +78,17 @@ pub(crate) struct RuntimeSync {
 /// The pod's log directory.
 pub(crate) fn log_dir(logs: &Path, pod: &Pod) -> PathBuf {
     let m = &pod.metadata;
-    logs.join(format!(
-        "{}_{}_{}",
+    pod_log_dir(
+        logs,
         m.namespace.as_deref().unwrap_or_default(),
         m.name.as_deref().unwrap_or_default(),
-        m.uid.as_deref().unwrap_or_default()
-    ))
+        m.uid.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The log directory of pod `namespace/name` with `uid`: `<logs>/<ns>_<name>_<uid>`.
+pub(crate) fn pod_log_dir(logs: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    logs.join(format!("{namespace}_{name}_{uid}"))
 }
 
 fn labels(rt: &PodRuntime, pod: &Pod) -> HashMap<String, String> {

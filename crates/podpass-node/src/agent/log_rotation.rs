@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::containers::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodRuntime};
+use super::containers::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL, PodRuntime, pod_log_dir};
 use crate::runtime::{CONTAINER_RUNNING, NODE_LABEL};
 
 /// The kubelet's suffix of a compressed rotated log.
@@ -67,9 +67,7 @@ async fn rotate_all(rt: &PodRuntime, policy: RotatePolicy) {
         let label = |k: &str| c.labels.get(k).map(String::as_str).unwrap_or_default();
         let name = c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or_default();
         let attempt = c.metadata.as_ref().map_or(0, |m| m.attempt);
-        let log = rt
-            .logs
-            .join(format!("{}_{}_{}", label(POD_NAMESPACE_LABEL), label(POD_NAME_LABEL), label(POD_UID_LABEL)))
+        let log = pod_log_dir(&rt.logs, label(POD_NAMESPACE_LABEL), label(POD_NAME_LABEL), label(POD_UID_LABEL))
             .join(name)
             .join(format!("{attempt}.log"));
         // Only files under the node's own log directory are ever renamed or removed.
