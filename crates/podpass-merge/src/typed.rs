@@ -308,7 +308,13 @@ impl<R: Rule> Zip<'_, R> {
         if R::BUILD { rhs.or(lhs).cloned() } else { None }
     }
 
-    fn zip(&mut self, ty: TypeId, path: &mut Vec<PathElement>, lhs: Option<&Value>, rhs: Option<&Value>) -> Option<Value> {
+    fn zip(
+        &mut self,
+        ty: TypeId,
+        path: &mut Vec<PathElement>,
+        lhs: Option<&Value>,
+        rhs: Option<&Value>,
+    ) -> Option<Value> {
         if path.len() > MAX_DEPTH {
             self.errs.push(path, format!("nested deeper than {MAX_DEPTH} levels"));
             return None;
@@ -431,13 +437,14 @@ impl<R: Rule> Zip<'_, R> {
         let mut next_shared = shared.next();
         let mut out = Vec::new();
         let (mut li, mut ri) = (0, 0);
-        let mut item = |this: &mut Self, pe: &PathElement, l: Option<&Value>, r: Option<&Value>, out: &mut Vec<Value>| {
-            path.push(pe.clone());
-            if let Some(v) = this.zip(element, path, l, r) {
-                out.push(v);
-            }
-            path.pop();
-        };
+        let mut item =
+            |this: &mut Self, pe: &PathElement, l: Option<&Value>, r: Option<&Value>, out: &mut Vec<Value>| {
+                path.push(pe.clone());
+                if let Some(v) = this.zip(element, path, l, r) {
+                    out.push(v);
+                }
+                path.pop();
+            };
         while li < lorder.len() || ri < rorder.len() {
             if li < lorder.len() && ri < rorder.len() {
                 let pe = &lorder[li];
@@ -485,7 +492,12 @@ pub fn merge(schema: &Schema, ty: TypeId, lhs: &Value, rhs: &Value) -> Result<Va
 
 /// What changed from `lhs` to `rhs` (upstream `Compare`).
 pub fn compare(schema: &Schema, ty: TypeId, lhs: &Value, rhs: &Value) -> Result<Comparison, ValidationErrors> {
-    let mut zip = Zip { schema, rule: Comparison::default(), errs: ValidationErrors::default(), duplicates: Duplicates::Tolerate };
+    let mut zip = Zip {
+        schema,
+        rule: Comparison::default(),
+        errs: ValidationErrors::default(),
+        duplicates: Duplicates::Tolerate,
+    };
     zip.zip(ty, &mut Vec::new(), Some(lhs), Some(rhs));
     zip.errs.into_result(zip.rule)
 }

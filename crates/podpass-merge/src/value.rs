@@ -165,7 +165,8 @@ mod tests {
 
     #[test]
     fn order_is_upstreams() {
-        let ordered = [json!(1), json!(2.5), json!("a"), json!(false), json!(true), json!([1]), json!({"a": 1}), json!(null)];
+        let ordered =
+            [json!(1), json!(2.5), json!("a"), json!(false), json!(true), json!([1]), json!({"a": 1}), json!(null)];
         for (i, a) in ordered.iter().enumerate() {
             for (j, b) in ordered.iter().enumerate() {
                 assert_eq!(compare(a, b), i.cmp(&j), "{a} vs {b}");
