@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn elements_order_fields_keys_values_indexes() {
-        let mut v = vec![
+        let mut v = [
             PathElement::Index(0),
             PathElement::Value(json!("a")),
             PathElement::key([("name", json!("a"))]),
