@@ -255,6 +255,11 @@ async fn dispatch(
                     accept: parts.headers.get(axum::http::header::ACCEPT).and_then(|c| c.to_str().ok()),
                     body,
                     user,
+                    user_agent: parts
+                        .headers
+                        .get(axum::http::header::USER_AGENT)
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or(""),
                 },
             )
             .await

@@ -15,17 +15,19 @@ pub struct StatusError {
     pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// `details` of the Status (the causes of an apply conflict), when there are any.
+    pub details: Option<Box<serde_json::Value>>,
 }
 
 impl StatusError {
     /// 401 with upstream's message.
     pub fn unauthorized() -> Self {
-        Self { code: StatusCode::UNAUTHORIZED, reason: "Unauthorized", message: "Unauthorized".into() }
+        Self { code: StatusCode::UNAUTHORIZED, reason: "Unauthorized", message: "Unauthorized".into(), details: None }
     }
 
     /// 403 with a message already worded.
     pub fn forbidden_raw(message: String) -> Self {
-        Self { code: StatusCode::FORBIDDEN, reason: "Forbidden", message }
+        Self { code: StatusCode::FORBIDDEN, reason: "Forbidden", message, details: None }
     }
 
     /// 403 for a non-resource path, with upstream's message.
@@ -34,6 +36,7 @@ impl StatusError {
             code: StatusCode::FORBIDDEN,
             reason: "Forbidden",
             message: format!("forbidden: User {user:?} cannot {verb} path {path:?}"),
+            details: None,
         }
     }
 
@@ -43,6 +46,7 @@ impl StatusError {
             code: StatusCode::NOT_FOUND,
             reason: "NotFound",
             message: "the server could not find the requested resource".into(),
+            details: None,
         }
     }
 }
@@ -50,7 +54,7 @@ impl StatusError {
 impl StatusError {
     /// Any status with reason and message.
     pub fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into() }
+        Self { code, reason, message: message.into(), details: None }
     }
 
     /// 400 BadRequest.
@@ -114,7 +118,7 @@ impl From<crate::store::StoreError> for StatusError {
 
 impl IntoResponse for StatusError {
     fn into_response(self) -> Response {
-        let body = json!({
+        let mut body = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -123,6 +127,9 @@ impl IntoResponse for StatusError {
             "reason": self.reason,
             "code": self.code.as_u16(),
         });
+        if let Some(details) = self.details {
+            body["details"] = *details;
+        }
         (self.code, Json(body)).into_response()
     }
 }

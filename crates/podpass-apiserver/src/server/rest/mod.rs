@@ -2,6 +2,7 @@
 //! objects, with the upstream behaviours users rely on.
 
 mod admission;
+mod apply;
 pub(crate) mod binding;
 mod delete;
 mod dry_run;
@@ -182,11 +183,13 @@ pub struct ResourceRequest<'a> {
     pub body: &'a [u8],
     /// The (possibly impersonated) user.
     pub user: &'a super::User,
+    /// `User-Agent`: the field manager of a write that names none.
+    pub user_agent: &'a str,
 }
 
 /// Serves one resource request (after authentication and authorization).
 pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> Result<Response, StatusError> {
-    let ResourceRequest { method, path, query, content_type, accept, body, user } = req;
+    let ResourceRequest { method, path, query, content_type, accept, body, user, user_agent } = req;
     let res = find(&path.group, &path.resource)
         .filter(|r| r.version == path.version)
         .ok_or_else(StatusError::not_found_path)?;
@@ -246,7 +249,31 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         Ok(c.to_stored(object))
     };
-    let target = Target { state, user, res: stored, served, ns, write };
+    // Who the write's changes are recorded under, and whether an apply takes fields from
+    // other managers (PatchOptions `force`, only for apply).
+    let options_kind = match method {
+        Method::POST => "CreateOptions",
+        Method::PUT => "UpdateOptions",
+        _ => "PatchOptions",
+    };
+    let manager = apply::manager_name(options_kind, query.get("fieldManager").map(String::as_str), user_agent)?;
+    let force = match query.get("force").map(String::as_str) {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(other) => return Err(StatusError::bad_request(format!("invalid force {other:?}: must be true or false"))),
+    };
+    let is_apply = content_type.split(';').next().unwrap_or("").trim() == write::APPLY_PATCH;
+    if method == Method::PATCH && is_apply && query.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        return Err(StatusError::invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    if force && !(method == Method::PATCH && is_apply) {
+        return Err(StatusError::invalid(format!(
+            "{options_kind}.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+        )));
+    }
+    let target = Target { state, user, res: stored, served, ns, write, manager: &manager, force };
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind, false)?;

@@ -142,7 +142,7 @@ fn paths_of(r: &Resource, schema_ref: &str, paths: &mut Map<String, Value>) {
 }
 
 /// The OpenAPI v3 document of one group-version.
-fn v3_document(group: &str, version: &str) -> Value {
+pub(crate) fn v3_document(group: &str, version: &str) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let mut names = Vec::new();
     for (g, kind) in kinds_of(group, version) {

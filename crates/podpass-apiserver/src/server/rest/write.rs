@@ -9,6 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::admission::{self, Attributes, Operation};
+use super::apply::{self, Applied};
 use super::field_validation::{self, FieldValidation};
 use super::kinds::{AfterWrite, Written};
 use super::objects::{prepare_new, prepare_update};
@@ -34,6 +35,10 @@ pub(super) struct Target<'a> {
     pub ns: Option<&'a str>,
     /// Whether the write persists (`dryRun`).
     pub write: dry_run::Write,
+    /// The field manager the write's changes are recorded under.
+    pub manager: &'a str,
+    /// An apply takes conflicting fields (`force=true`).
+    pub force: bool,
 }
 
 /// A request body as sent: its media type, bytes, and the field validation asked for.
@@ -59,8 +64,15 @@ impl Target<'_> {
     }
 }
 
-/// POST of a new object (genericregistry `Store.Create` behind the create handler).
+/// POST of a new object (genericregistry `Store.Create` behind the create handler); the
+/// creator owns what it sent.
 pub(super) async fn create(t: &Target<'_>, mut object: Value) -> Result<Response, StatusError> {
+    apply::track_update(t.res, false, &json!({}), &mut object, t.manager)?;
+    create_tracked(t, object).await
+}
+
+/// A create whose managed fields are already set (a create, or an apply that creates).
+async fn create_tracked(t: &Target<'_>, mut object: Value) -> Result<Response, StatusError> {
     let (state, res) = (t.state, t.res);
     let name = prepare_new(res, t.ns, &mut object, podpass_token::now_unix())?;
     let ns_uid = match t.ns {
@@ -124,6 +136,7 @@ pub(super) async fn update(
         }
         None => None,
     };
+    apply::track_update(res, status_only, &current.object, &mut object, t.manager)?;
     split_status(res, status_only, &current.object, &mut object);
     admit_replacement(t, name, &current.object, &mut object).await?;
     if t.write.is_dry_run() {
@@ -178,6 +191,9 @@ enum PatchKind {
     Json,
 }
 
+/// The media type of server-side apply.
+pub(super) const APPLY_PATCH: &str = "application/apply-patch+yaml";
+
 /// Conflicts a patch retries on before giving up (upstream retries patches internally).
 const PATCH_RETRIES: usize = 5;
 
@@ -194,6 +210,7 @@ pub(super) async fn patch(
         "application/merge-patch+json" => PatchKind::Merge,
         "application/strategic-merge-patch+json" => PatchKind::Strategic,
         "application/json-patch+json" => PatchKind::Json,
+        APPLY_PATCH => return apply_patch(t, name, status_only, body, mode).await,
         other => return Err(StatusError::unsupported_media_type(other)),
     };
     let patch: Value =
@@ -240,6 +257,7 @@ pub(super) async fn patch(
             }
             None => current.revision,
         };
+        apply::track_update(res, status_only, &current.object, &mut object, t.manager)?;
         split_status(res, status_only, &current.object, &mut object);
         let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         if !duplicates.is_empty() {
@@ -264,6 +282,76 @@ pub(super) async fn patch(
             Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES && precondition.is_none() => {
                 attempt += 1;
             }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// PATCH with `application/apply-patch+yaml` (upstream's applyPatcher): the configuration is
+/// merged by the field manager; a missing object is created (201), an unchanged one is
+/// answered as it is, nothing persists in a dry run.
+async fn apply_patch(
+    t: &Target<'_>,
+    name: &str,
+    status_only: bool,
+    body: &[u8],
+    mode: FieldValidation,
+) -> Result<(Response, Vec<String>), StatusError> {
+    let (state, res) = (t.state, t.res);
+    let mut config = apply::decode_apply_body(body)?;
+    for (field, want) in [("name", Some(name)), ("namespace", t.ns)] {
+        let Some(want) = want else { continue };
+        match config.pointer(&format!("/metadata/{field}")).and_then(Value::as_str) {
+            Some(sent) if sent != want => {
+                return Err(StatusError::bad_request(format!(
+                    "the {field} of the object ({sent}) does not match the {field} on the URL ({want})"
+                )));
+            }
+            Some(_) => {}
+            None => {
+                if let Some(meta) = config.as_object_mut().map(|o| o.entry("metadata").or_insert_with(|| json!({}))) {
+                    meta[field] = json!(want);
+                }
+            }
+        }
+    }
+    if let Some(c) = t.served.conversion {
+        c.validate(name, &config)?;
+        config = c.to_stored(config);
+    }
+    let k = key(res, t.ns, name);
+    let mut attempt = 0;
+    loop {
+        let current = match state.store.get(&k).await {
+            Ok(current) => current,
+            Err(StoreError::NotFound { .. }) if !status_only => {
+                let mut object = match apply::apply(res, false, None, &config, t.manager, t.force)? {
+                    Applied::Write(object) => object,
+                    Applied::Unchanged => config.clone(),
+                };
+                let warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
+                return Ok((create_tracked(t, object).await?, warnings));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut object = match apply::apply(res, status_only, Some(&current.object), &config, t.manager, t.force)? {
+            Applied::Write(object) => object,
+            Applied::Unchanged => return Ok((json_response(StatusCode::OK, current.object), Vec::new())),
+        };
+        split_status(res, status_only, &current.object, &mut object);
+        let warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
+        check_depth(&object)?;
+        admit_replacement(t, name, &current.object, &mut object).await?;
+        if t.write.is_dry_run() {
+            return Ok((dry_run_update(res, name, object, current.revision, &current)?, warnings));
+        }
+        match state.store.update(&k, object, Some(current.revision)).await {
+            Ok(updated) => {
+                t.after_write(Written::Updated, name, updated.revision).await?;
+                let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
+                return Ok((answer, warnings));
+            }
+            Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES => attempt += 1,
             Err(e) => return Err(e.into()),
         }
     }
