@@ -219,3 +219,58 @@ fn raw_apply_requests_follow_upstream() {
         answer["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["operation"].clone()).collect();
     assert_eq!(managers, [json!("Update")], "{answer}");
 }
+
+#[test]
+fn the_python_client_applies_server_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    // The typed client with `_content_type`, then the dynamic client's server_side_apply:
+    // both send `application/apply-patch+yaml` with a JSON body (JSON is YAML).
+    let script = r#"
+import json, sys
+from kubernetes import client, config, dynamic
+from kubernetes.client.rest import ApiException
+api = config.new_client_from_config(sys.argv[1])
+v1 = client.CoreV1Api(api)
+out = {}
+body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py"}, "data": {"a": "1", "b": "2"}}
+cm = v1.patch_namespaced_config_map("py", "default", body, field_manager="py-typed",
+                                    _content_type="application/apply-patch+yaml")
+out["created"] = cm.data
+out["managers"] = [(e.manager, e.operation) for e in cm.metadata.managed_fields]
+dyn = dynamic.DynamicClient(api)
+cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+try:
+    dyn.server_side_apply(cms, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py"},
+                                     "data": {"a": "other"}}, namespace="default", field_manager="py-dyn")
+    out["conflict"] = None
+except ApiException as e:
+    out["conflict"] = {"status": e.status, "body": json.loads(e.body)}
+forced = dyn.server_side_apply(cms, body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "py"},
+                                          "data": {"a": "other"}}, namespace="default",
+                               field_manager="py-dyn", force_conflicts=True)
+out["forced"] = forced.to_dict()["data"]
+# the first manager drops b: removed, since no one else owns it; a now belongs to py-dyn
+cm = v1.patch_namespaced_config_map("py", "default", {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": "py"}}, field_manager="py-typed",
+                                    _content_type="application/apply-patch+yaml")
+out["after"] = cm.data
+print(json.dumps(out))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, s.dir.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .expect("python3 with the kubernetes client (scripts/install-test-deps)");
+    let out: Value = serde_json::from_str(&ok(out, "python apply")).unwrap();
+    assert_eq!(out["created"], json!({"a": "1", "b": "2"}), "{out}");
+    assert_eq!(out["managers"], json!([["py-typed", "Apply"]]), "{out}");
+    assert_eq!(out["conflict"]["status"], 409, "{out}");
+    assert_eq!(
+        out["conflict"]["body"]["message"], "Apply failed with 1 conflict: conflict with \"py-typed\": .data.a",
+        "{out}"
+    );
+    assert_eq!(out["conflict"]["body"]["details"]["causes"][0]["field"], ".data.a", "{out}");
+    assert_eq!(out["forced"], json!({"a": "other", "b": "2"}), "{out}");
+    assert_eq!(out["after"], json!({"a": "other"}), "{out}");
+}
