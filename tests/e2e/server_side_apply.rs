@@ -201,6 +201,13 @@ fn raw_apply_requests_follow_upstream() {
         assert_eq!(code, 400, "{answer}");
         assert!(answer["message"].as_str().unwrap().contains(want), "{answer}");
     }
+    // duplicate keys: refused under Strict naming the field, else the last one wins
+    let twice = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: raw\ndata:\n  k: a\n  k: b\n";
+    let (code, answer) = apply("?fieldManager=m&fieldValidation=Strict", twice);
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(answer["message"], "error strict decoding YAML: duplicate field \"data.k\"");
+    let (code, answer) = apply("?fieldManager=m", twice);
+    assert_eq!((code, answer["data"]["k"].clone()), (200, json!("b")), "{answer}");
     // force is for apply only; invalid managedFields in an update are a 400 naming the field
     let (code, _) = admin_request(&s, reqwest::Method::PUT, &format!("{path}?force=true"), Some(json!({})));
     assert_eq!(code, 422);

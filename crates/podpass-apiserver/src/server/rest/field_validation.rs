@@ -1,6 +1,6 @@
 //! Server-side field validation (`fieldValidation=Ignore|Warn|Strict`, apiserver
 //! `FieldValidationDirective`): unknown fields — those the kind's type does not have,
-//! found by decoding into k8s-openapi's type — and duplicate fields of a JSON body.
+//! found by decoding into k8s-openapi's type — and duplicate fields of a JSON or YAML body.
 //! `Strict` refuses them (400, `strict decoding error: unknown field "spec.foo"`); `Warn`
 //! (the default, as upstream since 1.27) answers a `Warning` header per field; both `Warn`
 //! and `Ignore` drop unknown fields, as a typed upstream server would not keep them.
@@ -139,12 +139,23 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
     }
 }
 
+/// The paths of keys given twice in one document read by `d` (those found before any
+/// syntax error; the decoder proper reports that error).
+fn duplicates_in<'de, D: Deserializer<'de>>(d: D) -> Vec<String> {
+    let mut found = Vec::new();
+    let _ = de::DeserializeSeed::deserialize(Duplicates { path: String::new(), found: &mut found }, d);
+    found
+}
+
 /// The paths of keys given twice in a JSON body (nothing for a body that is not JSON).
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut d = serde_json::Deserializer::from_slice(body);
-    let _ = de::DeserializeSeed::deserialize(Duplicates { path: String::new(), found: &mut found }, &mut d);
-    found
+    duplicates_in(&mut serde_json::Deserializer::from_slice(body))
+}
+
+/// The paths of keys given twice in a YAML body — an apply configuration, which upstream
+/// decodes leniently (the last one wins) and then checks with `yaml.UnmarshalStrict`.
+pub fn duplicate_yaml_fields(body: &[u8]) -> Vec<String> {
+    duplicates_in(serde_yaml_ng::Deserializer::from_slice(body))
 }
 
 /// Removes the field at `path` (as [`unknown_fields`] prints it) from `object`.
@@ -222,6 +233,28 @@ pub fn validate(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn duplicate_keys_of_a_yaml_body_are_found_at_every_depth() {
+        let body = b"metadata:\n  name: a\n  name: b\ndata:\n  k: 1\nlist:\n- x: 1\n  x: 2\ndata: {}\n";
+        assert_eq!(duplicate_yaml_fields(body), ["metadata.name", "list[0].x", "data"]);
+        assert!(duplicate_yaml_fields(b"a: 1\nb: {c: 2}\n").is_empty());
+        // broken YAML: what was read before the error, no panic
+        assert_eq!(duplicate_yaml_fields(b"a: 1\na: 2\nb: [\n"), ["a"]);
+    }
+
+    #[test]
+    fn yaml_alias_bombs_are_refused_by_the_decoder() {
+        let mut body = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let p = i - 1;
+            body.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        assert!(serde_yaml_ng::from_slice::<Value>(body.as_bytes()).is_err());
+        let _ = duplicate_yaml_fields(body.as_bytes());
+    }
 
     #[test]
     fn unknown_and_duplicate_fields_are_named_by_path() {

@@ -297,8 +297,30 @@ async fn apply_patch(
     body: &[u8],
     mode: FieldValidation,
 ) -> Result<(Response, Vec<String>), StatusError> {
+    let config = apply::decode_apply_body(body)?;
+    // Decoded leniently (the last of duplicate keys wins), then checked strictly, as
+    // upstream's applyPatcher does with yaml.UnmarshalStrict.
+    let duplicates: Vec<String> =
+        field_validation::duplicate_yaml_fields(body).iter().map(|p| format!("duplicate field {p:?}")).collect();
+    if mode == FieldValidation::Strict && !duplicates.is_empty() {
+        return Err(StatusError::bad_request(format!("error strict decoding YAML: {}", duplicates.join(", "))));
+    }
+    let (answer, mut warnings) = apply_config(t, name, status_only, config, mode).await?;
+    if mode == FieldValidation::Warn {
+        warnings.extend(duplicates);
+    }
+    Ok((answer, warnings))
+}
+
+/// Applies the decoded configuration `config` (see [`apply_patch`]).
+async fn apply_config(
+    t: &Target<'_>,
+    name: &str,
+    status_only: bool,
+    mut config: Value,
+    mode: FieldValidation,
+) -> Result<(Response, Vec<String>), StatusError> {
     let (state, res) = (t.state, t.res);
-    let mut config = apply::decode_apply_body(body)?;
     for (field, want) in [("name", Some(name)), ("namespace", t.ns)] {
         let Some(want) = want else { continue };
         match config.pointer(&format!("/metadata/{field}")).and_then(Value::as_str) {
