@@ -31,6 +31,8 @@ pub use time::parse_rfc3339;
 /// (content type, JSON or kubectl's protobuf, nesting limit); for fuzzing and tools.
 pub use server::rest::parse_body as decode_request_body;
 
+pub use server::rest::apply::apply_configuration;
+
 /// Continue tokens of paged lists, as the REST layer reads and writes them; for fuzzing
 /// and tools.
 pub use server::rest::{decode_continue_token, encode_continue_token};

@@ -2,7 +2,7 @@
 //! objects, with the upstream behaviours users rely on.
 
 mod admission;
-mod apply;
+pub(crate) mod apply;
 pub(crate) mod binding;
 mod delete;
 mod dry_run;

@@ -65,6 +65,32 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<Value, StatusError> {
     Ok(value)
 }
 
+/// Server-side apply as the REST layer runs it before admission and storage, for fuzzing
+/// and tools: `body` (an apply configuration, YAML or JSON) applied by `manager` to `live`
+/// (`None`: created) as the resource `plural` of `group`, then recorded as an update by
+/// `updater` on the result. Answers the object that would be written; `None` for a
+/// resource the server does not serve.
+pub fn apply_configuration(
+    group: &str,
+    plural: &str,
+    live: Option<&Value>,
+    body: &[u8],
+    manager: &str,
+    force: bool,
+) -> Option<Result<Value, StatusError>> {
+    let res = super::resources::find(group, plural)?;
+    Some((|| {
+        let config = decode_apply_body(body)?;
+        let mut object = match apply(res, false, live, &config, manager, force)? {
+            Applied::Write(object) => object,
+            Applied::Unchanged => live.cloned().unwrap_or(config),
+        };
+        let before = object.clone();
+        track_update(res, false, &before, &mut object, "updater")?;
+        Ok(object)
+    })())
+}
+
 /// Fields a write through `status_only` (or the main resource) never owns (upstream's
 /// strategies' GetResetFields): the main resource of a kind with `/status` does not own
 /// `status`; `/status` owns nothing but `status`.
@@ -316,4 +342,28 @@ fn conflict_error(conflicts: &Conflicts) -> StatusError {
     let mut e = StatusError::new(StatusCode::CONFLICT, "Conflict", message);
     e.details = Some(Box::new(json!({"causes": causes})));
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_configuration_creates_conflicts_and_refuses_unknown_resources() {
+        let body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: v\n";
+        assert!(apply_configuration("", "nope", None, body, "m", false).is_none());
+        let created = apply_configuration("", "configmaps", None, body, "a", false).unwrap().unwrap();
+        assert_eq!(created["data"], json!({"k": "v"}));
+        assert_eq!(created["metadata"]["managedFields"][0]["manager"], "a");
+        let other = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: w\n";
+        let err = apply_configuration("", "configmaps", Some(&created), other, "b", false).unwrap().unwrap_err();
+        assert_eq!(
+            (err.code.as_u16(), err.message.as_str()),
+            (409, "Apply failed with 1 conflict: conflict with \"a\": .data.k")
+        );
+        let forced = apply_configuration("", "configmaps", Some(&created), other, "b", true).unwrap().unwrap();
+        assert_eq!(forced["data"], json!({"k": "w"}));
+        let broken = apply_configuration("", "configmaps", None, b"data: [", "a", false).unwrap().unwrap_err();
+        assert_eq!(broken.code.as_u16(), 400, "{}", broken.message);
+    }
 }
