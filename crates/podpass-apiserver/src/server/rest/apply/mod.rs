@@ -91,23 +91,6 @@ pub fn apply_configuration(
     })())
 }
 
-/// Fields a write through `status_only` (or the main resource) never owns (upstream's
-/// strategies' GetResetFields): the main resource of a kind with `/status` does not own
-/// `status`; `/status` owns nothing but `status`.
-fn reset_fields(res: &Resource, root: usize, status_only: bool) -> Set {
-    let s = schemas();
-    let has_status = res.subresource("status").is_some();
-    let mut paths = vec![podpass_merge::Path::fields(["metadata", "managedFields"])];
-    if status_only {
-        paths.extend(
-            s.top_fields(root).iter().filter(|f| *f != "status").map(|f| podpass_merge::Path::fields([f.as_str()])),
-        );
-    } else if has_status {
-        paths.push(podpass_merge::Path::fields(["status"]));
-    }
-    Set::from_paths(paths)
-}
-
 fn now() -> String {
     crate::time::format_rfc3339(podpass_token::now_unix())
 }
@@ -137,7 +120,7 @@ pub(super) fn track_update(
     manager: &str,
 ) -> Result<(), StatusError> {
     let s = schemas();
-    let Some(root) = s.root(res.group, res.kind) else { return Ok(()) };
+    let Some(kind) = s.kind(res.group, res.kind) else { return Ok(()) };
     let live_fields = live.pointer("/metadata/managedFields");
     let incoming = new.pointer("/metadata/managedFields");
     let mut managed = if status_only {
@@ -154,8 +137,7 @@ pub(super) fn track_update(
     if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
     }
-    let reset = reset_fields(res, root, status_only);
-    let updater = Updater::new(&s.schema, root).ignoring(&reset);
+    let updater = Updater::new(&s.schema, kind.root).ignoring(kind.reset(status_only));
     let version = res.api_version();
     const CURRENT: &str = "current-operation";
     if updater.update(live, new, &version, &mut managed.fields, CURRENT).is_err() {
@@ -212,7 +194,7 @@ pub(super) fn apply(
 ) -> Result<Applied, StatusError> {
     let s = schemas();
     let version = res.api_version();
-    let Some(root) = s.root(res.group, res.kind) else {
+    let Some(kind) = s.kind(res.group, res.kind) else {
         return Err(StatusError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
@@ -246,8 +228,7 @@ pub(super) fn apply(
         subresource: sub(status_only),
     }
     .key();
-    let reset = reset_fields(res, root, status_only);
-    let updater = Updater::new(&s.schema, root).ignoring(&reset);
+    let (root, updater) = (kind.root, Updater::new(&s.schema, kind.root).ignoring(kind.reset(status_only)));
     let mut fields = managed.fields.clone();
     let result = match updater.apply(live, config, &version, &mut fields, &key, force) {
         Err(MergeError::Conflicts(conflicts)) if manager == "kubectl" => {

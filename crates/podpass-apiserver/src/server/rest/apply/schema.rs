@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use podpass_merge::Schema;
 use podpass_merge::schema::{Atom, KeyField, ListKind, ListType, MapType, SCALAR, TypeId, UNTYPED};
+use podpass_merge::{Path, Schema, Set};
 use serde_json::{Map, Value};
 
 use super::list_types::LIST_TYPES;
@@ -62,22 +62,32 @@ fn field_type(owner: &str, field: &str) -> Option<FieldType> {
 pub(crate) struct Schemas {
     /// One arena for all kinds.
     pub schema: Schema,
-    /// Each kind's root type, by (group, kind).
-    roots: HashMap<(&'static str, &'static str), TypeId>,
-    /// Each root's top-level field names (the reset fields of `/status` are all but
-    /// `status`).
-    top_fields: HashMap<TypeId, Vec<String>>,
+    /// Each stored kind, by (group, kind).
+    kinds: HashMap<(&'static str, &'static str), Kind>,
+}
+
+/// One stored kind: its root type and the fields its writes never own, computed once.
+pub(crate) struct Kind {
+    /// The root type.
+    pub root: TypeId,
+    /// What a write to the main resource never owns (upstream's strategies'
+    /// GetResetFields): managedFields, and `status` for a kind with `/status`.
+    pub reset_main: Set,
+    /// What a write to `/status` never owns: everything but `status`.
+    pub reset_status: Set,
+}
+
+impl Kind {
+    /// The reset fields of a write to `/status` (`status_only`) or the main resource.
+    pub fn reset(&self, status_only: bool) -> &Set {
+        if status_only { &self.reset_status } else { &self.reset_main }
+    }
 }
 
 impl Schemas {
-    /// The root type of `kind` in `group`.
-    pub fn root(&self, group: &str, kind: &str) -> Option<TypeId> {
-        self.roots.iter().find(|((g, k), _)| *g == group && *k == kind).map(|(_, t)| *t)
-    }
-
-    /// The top-level fields of a root type.
-    pub fn top_fields(&self, root: TypeId) -> &[String] {
-        self.top_fields.get(&root).map_or(&[], Vec::as_slice)
+    /// The stored kind `kind` of `group`.
+    pub fn kind(&self, group: &'static str, kind: &'static str) -> Option<&Kind> {
+        self.kinds.get(&(group, kind))
     }
 }
 
@@ -107,18 +117,25 @@ fn build() -> Schemas {
         }
     }
     let mut b = Builder { defs: &defs, schema: Schema::new(), ids: HashMap::new() };
-    let mut roots = HashMap::new();
-    let mut top_fields = HashMap::new();
+    let mut kinds = HashMap::new();
     for r in RESOURCES.iter().filter(|r| r.stored) {
-        if let Some(name) = with_kind_type(r.group, r.kind, SchemaName) {
-            let id = b.named(&name);
-            roots.insert((r.group, r.kind), id);
-            if let Some(Value::Object(props)) = defs.get(&name).and_then(|d| d.get("properties")) {
-                top_fields.insert(id, props.keys().cloned().collect());
-            }
-        }
+        let Some(name) = with_kind_type(r.group, r.kind, SchemaName) else { continue };
+        let root = b.named(&name);
+        let top: Vec<&String> = match defs.get(&name).and_then(|d| d.get("properties")) {
+            Some(Value::Object(props)) => props.keys().collect(),
+            _ => Vec::new(),
+        };
+        let managed = Path::fields(["metadata", "managedFields"]);
+        let status = r.subresource("status").is_some().then(|| Path::fields(["status"]));
+        let reset_main = Set::from_paths([managed.clone()].into_iter().chain(status));
+        let reset_status = Set::from_paths(
+            [managed]
+                .into_iter()
+                .chain(top.iter().filter(|f| f.as_str() != "status").map(|f| Path::fields([f.as_str()]))),
+        );
+        kinds.insert((r.group, r.kind), Kind { root, reset_main, reset_status });
     }
-    Schemas { schema: b.schema, roots, top_fields }
+    Schemas { schema: b.schema, kinds }
 }
 
 struct Builder<'a> {
@@ -223,7 +240,7 @@ mod tests {
     #[test]
     fn pods_have_upstreams_list_types() {
         let s = schemas();
-        let pod = s.root("", "Pod").expect("pod");
+        let pod = s.kind("", "Pod").expect("pod").root;
         let Atom::Map(pod) = s.schema.resolve(pod) else { panic!("pod is a struct") };
         let Atom::Map(spec) = s.schema.resolve(pod.field("spec").expect("spec")) else { panic!() };
         let Atom::List(containers) = s.schema.resolve(spec.field("containers").expect("containers")) else { panic!() };
@@ -242,7 +259,7 @@ mod tests {
         let Atom::List(finalizers) = s.schema.resolve(meta.field("finalizers").expect("finalizers")) else { panic!() };
         assert_eq!(finalizers.kind, ListKind::Set);
         for r in RESOURCES.iter().filter(|r| r.stored) {
-            assert!(s.root(r.group, r.kind).is_some(), "{} {}", r.group, r.kind);
+            assert!(s.kind(r.group, r.kind).is_some(), "{} {}", r.group, r.kind);
         }
     }
 }
