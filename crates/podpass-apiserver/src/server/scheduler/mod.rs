@@ -55,6 +55,9 @@ struct Cluster {
     renewed: HashMap<String, i64>,
     /// (namespace, name) → the node a pod holds a place on.
     placed: HashMap<(String, String), String>,
+    /// Pods holding a place, per node: kept with `placed`, so a decision never walks
+    /// every pod of the cluster.
+    counts: HashMap<String, usize>,
     /// Pods waiting for a node, with the object last seen.
     pending: BTreeMap<(String, String), Value>,
     /// The Unschedulable message last written per pending pod (none written twice).
@@ -86,9 +89,9 @@ impl Cluster {
         let node = text(&pod, "/spec/nodeName").to_owned();
         let finished = matches!(text(&pod, "/status/phase"), "Succeeded" | "Failed");
         if kind == EventType::Deleted || node.is_empty() || finished {
-            self.placed.remove(&key);
+            self.place(&key, None);
         } else {
-            self.placed.insert(key.clone(), node);
+            self.place(&key, Some(node));
         }
         if kind != EventType::Deleted && wants_scheduling(&pod) {
             self.pending.insert(key, pod);
@@ -115,17 +118,27 @@ impl Cluster {
         };
     }
 
-    /// Pods holding a place, per node.
-    fn counts(&self) -> HashMap<String, usize> {
-        let mut counts = HashMap::new();
-        for node in self.placed.values() {
-            *counts.entry(node.clone()).or_default() += 1;
+    /// Records that pod `key` holds a place on `node` (`None`: none), keeping the counts.
+    fn place(&mut self, key: &(String, String), node: Option<String>) {
+        let old = match node {
+            Some(node) => {
+                *self.counts.entry(node.clone()).or_default() += 1;
+                self.placed.insert(key.clone(), node)
+            }
+            None => self.placed.remove(key),
+        };
+        if let Some(old) = old
+            && let Some(n) = self.counts.get_mut(&old)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.counts.remove(&old);
+            }
         }
-        counts
     }
 
-    /// The node `pod` should go to, or why none fits (`counts`: [`Cluster::counts`]).
-    fn choose(&self, pod: &Value, now: i64, counts: &HashMap<String, usize>) -> Result<String, String> {
+    /// The node `pod` should go to, or why none fits.
+    fn choose(&self, pod: &Value, now: i64) -> Result<String, String> {
         let mut reasons = Vec::new();
         let mut best: Option<(usize, &str)> = None;
         for (name, node) in &self.nodes {
@@ -138,7 +151,7 @@ impl Cluster {
                 .and_then(|c| crate::time::parse_rfc3339(text(c, "/lastHeartbeatTime")));
             let fresh = |t: &i64| now - t <= NODE_MONITOR_GRACE_SECONDS;
             let reachable = self.renewed.get(name).is_some_and(fresh) || heartbeat.as_ref().is_some_and(fresh);
-            let state = NodeState { pods: counts.get(name).copied().unwrap_or(0), reachable };
+            let state = NodeState { pods: self.counts.get(name).copied().unwrap_or(0), reachable };
             match fit::unfit(pod, node, state) {
                 Some(reason) => reasons.push(reason),
                 None if best.is_none_or(|(pods, _)| state.pods < pods) => best = Some((state.pods, name)),
@@ -210,10 +223,9 @@ fn drain(
 async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
     let now = podpass_token::now_unix();
     let keys: Vec<(String, String)> = cluster.pending.keys().cloned().collect();
-    let mut counts = cluster.counts();
     for key in keys {
         let Some(pod) = cluster.pending.get(&key) else { continue };
-        let choice = cluster.choose(pod, now, &counts);
+        let choice = cluster.choose(pod, now);
         if let Err(message) = &choice
             && cluster.reported.get(&key) == Some(message)
         {
@@ -224,8 +236,7 @@ async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
             Ok(node) => match assign(state, &key.0, &key.1, &node, &Map::new(), false).await {
                 Ok(()) => {
                     tracing::info!(pod = %format!("{}/{}", key.0, key.1), %node, "scheduled");
-                    *counts.entry(node.clone()).or_default() += 1;
-                    cluster.placed.insert(key.clone(), node.clone());
+                    cluster.place(&key, Some(node.clone()));
                     cluster.pending.remove(&key);
                     cluster.reported.remove(&key);
                     let message = format!("Successfully assigned {}/{} to {node}", key.0, key.1);
@@ -327,23 +338,23 @@ mod tests {
         let mut placed = Vec::new();
         for i in 0..4 {
             let pod = pending_pod(&format!("p{i}"));
-            let node = c.choose(&pod, 1_010, &c.counts()).unwrap();
-            c.placed.insert(pod_key(&pod), node.clone());
+            let node = c.choose(&pod, 1_010).unwrap();
+            c.place(&pod_key(&pod), Some(node.clone()));
             placed.push(node);
         }
         assert_eq!(placed, ["n1", "n2", "n1", "n2"]);
-        let overflow = c.choose(&pending_pod("p5"), 1_010, &c.counts()).unwrap_err();
+        let overflow = c.choose(&pending_pod("p5"), 1_010).unwrap_err();
         assert!(overflow.starts_with("0/2 nodes are available: 2 Too many pods."), "{overflow}");
         // a node whose lease stopped is unreachable
         let late = 1_000 + NODE_MONITOR_GRACE_SECONDS + 1;
-        let stale = c.choose(&pending_pod("p6"), late, &c.counts()).unwrap_err();
+        let stale = c.choose(&pending_pod("p6"), late).unwrap_err();
         assert!(stale.contains("2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"), "{stale}");
         // ... unless it posted a Ready heartbeat lately (a node before its first lease)
         if let Some(n1) = c.nodes.get_mut("n1") {
             n1["status"]["conditions"][0]["lastHeartbeatTime"] = json!(crate::time::format_rfc3339(late - 5));
             n1["status"]["allocatable"]["pods"] = json!("5");
         }
-        assert_eq!(c.choose(&pending_pod("p7"), late, &c.counts()).as_deref(), Ok("n1"));
+        assert_eq!(c.choose(&pending_pod("p7"), late).as_deref(), Ok("n1"));
     }
 
     #[test]
@@ -365,8 +376,11 @@ mod tests {
         c.pod_event(EventType::Modified, bound.clone());
         assert!(c.pending.is_empty());
         assert_eq!(c.placed.get(&pod_key(&bound)).map(String::as_str), Some("n1"));
+        c.pod_event(EventType::Modified, bound.clone());
+        assert_eq!(c.counts, HashMap::from([("n1".to_owned(), 1)]), "an event again counts once");
         bound["status"]["phase"] = json!("Succeeded");
         c.pod_event(EventType::Modified, bound);
         assert!(c.placed.is_empty(), "a finished pod holds no place");
+        assert!(c.counts.is_empty(), "{:?}", c.counts);
     }
 }
