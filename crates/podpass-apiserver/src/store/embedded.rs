@@ -167,36 +167,30 @@ impl Inner {
             let mut events = txn.open_table(EVENTS).map_err(backend)?;
             let mut meta = txn.open_table(META).map_err(backend)?;
             let revision = meta.get(REVISION).map_err(backend)?.map_or(0, |v| v.value()) + 1;
-            let existing = objects
-                .get(skey.as_str())
-                .map_err(backend)?
-                .map(|g| {
-                    let (rev, bytes) = g.value();
-                    decode(&skey, rev, bytes).map(|o| (rev, o))
-                })
-                .transpose()?;
+            // The in-memory copy is the committed state: it is only written under the
+            // writer lock held here, so the current object need not be decoded again.
+            let existing = self.latest.read().unwrap_or_else(|p| p.into_inner()).get(&skey).cloned();
+            // Stored without its resourceVersion; read (and broadcast) with the new one.
+            let mut write = |object: Value| -> Result<Value, StoreError> {
+                let object = strip_resource_version(object)?;
+                let bytes = serde_json::to_vec(&object).map_err(backend)?;
+                objects.insert(skey.as_str(), (revision, bytes.as_slice())).map_err(backend)?;
+                Ok(with_resource_version(object, revision))
+            };
             let (kind, stored, prev) = match (op, existing) {
                 (Op::Create(_), Some(_)) => {
                     return Err(StoreError::AlreadyExists { resource: key.resource.clone(), name: key.name.clone() });
                 }
-                (Op::Create(object), None) => {
-                    let bytes = serde_json::to_vec(&strip_resource_version(object)?).map_err(backend)?;
-                    objects.insert(skey.as_str(), (revision, bytes.as_slice())).map_err(backend)?;
-                    (EventType::Added, decode(&skey, revision, &bytes)?, None)
-                }
+                (Op::Create(object), None) => (EventType::Added, write(object)?, None),
                 (Op::Update(..) | Op::Delete(_), None) => return Err(not_found()),
-                (Op::Update(_, Some(expected)) | Op::Delete(Some(expected)), Some((rev, _))) if rev != expected => {
+                (Op::Update(_, Some(expected)) | Op::Delete(Some(expected)), Some(old)) if old.revision != expected => {
                     return Err(conflict());
                 }
-                (Op::Update(object, _), Some((_, old))) => {
-                    let bytes = serde_json::to_vec(&strip_resource_version(object)?).map_err(backend)?;
-                    objects.insert(skey.as_str(), (revision, bytes.as_slice())).map_err(backend)?;
-                    (EventType::Modified, decode(&skey, revision, &bytes)?, Some(old))
-                }
-                (Op::Delete(_), Some((_, old))) => {
+                (Op::Update(object, _), Some(old)) => (EventType::Modified, write(object)?, Some(old.object.clone())),
+                (Op::Delete(_), Some(old)) => {
                     objects.remove(skey.as_str()).map_err(backend)?;
                     // As upstream: a deletion event carries the deletion's revision.
-                    (EventType::Deleted, with_resource_version(old, revision), None)
+                    (EventType::Deleted, with_resource_version(old.object.clone(), revision), None)
                 }
             };
             let change = Change { kind, key: skey.clone(), revision, object: stored.clone(), prev };
