@@ -122,3 +122,12 @@ pub fn delete(host: &str, path: &str, token: &str) -> Vec<u8> {
     )
     .into_bytes()
 }
+
+/// A PATCH request with a body of `content_type` and a bearer token, ready to send.
+pub fn patch(host: &str, path: &str, token: &str, content_type: &str, body: &str) -> Vec<u8> {
+    format!(
+        "PATCH {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: {content_type}\r\nAccept: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}

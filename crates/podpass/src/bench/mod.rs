@@ -26,6 +26,7 @@ mod images;
 mod node;
 mod raw;
 mod registry_auth;
+mod writes;
 
 /// `podpass bench …`.
 #[derive(Debug, Subcommand)]
@@ -87,6 +88,8 @@ pub enum Only {
     Churn,
     /// RBAC: SelfSubjectAccessReviews with 10 and 10 000 RoleBindings.
     Authz,
+    /// Writes: pod creates, merge patches, server-side applies; stored bytes per pod.
+    Writes,
 }
 
 /// Runs a bench subcommand.
@@ -339,6 +342,9 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
     }
     if only.is_none() || only == Some(Only::Authz) {
         authz::authz_phase(data_dir, clients, phase, store).await?;
+    }
+    if only.is_none() || only == Some(Only::Writes) {
+        writes::writes_phase(data_dir, clients, phase, store).await?;
     }
     if only.is_none() || only == Some(Only::Churn) {
         let (api, _) = start(&data_dir.join("churn"), 0, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, store).await?;
