@@ -599,6 +599,10 @@ fn bench_apiserver_runs_and_reports_ratios() {
         "raw ES256 verify",
         "TokenReview (verified)",
         "TokenReview (10 s cache)",
+        "create pod",
+        "merge patch pod labels",
+        "apply configmap (SSA)",
+        "managedFields",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
     }
