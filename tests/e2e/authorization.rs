@@ -117,6 +117,26 @@ fn nodes_get_tokens_only_for_their_pods_and_allowed_audiences() {
     let err = failed(node(&["-n", "team", "get", "serviceaccount", "other"]), "unrelated sa");
     assert!(err.contains("no relationship found between node 'n1' and this object"), "{err}");
     assert!(ok(node(&["-n", "team", "get", "serviceaccount", "builder", "-o", "name"]), "own sa").contains("builder"));
+    // one object by a metadata.name field selector (the kubelet's Watch strategy): listed
+    // when a pod of the node references it, refused otherwise, and never the whole list
+    let by_name = |name: &str| {
+        node(&[
+            "-n",
+            "team",
+            "get",
+            "serviceaccounts",
+            "--field-selector",
+            &format!("metadata.name={name}"),
+            "-o",
+            "name",
+        ])
+    };
+    assert_eq!(ok(by_name("builder"), "own sa by name").trim(), "serviceaccount/builder");
+    assert!(failed(by_name("other"), "unrelated sa by name").contains("forbidden"));
+    assert!(failed(node(&["-n", "team", "get", "serviceaccounts"]), "all sas").contains("forbidden"));
+    let both =
+        node(&["-n", "team", "get", "serviceaccounts", "--field-selector", "metadata.name=builder,metadata.name!=x"]);
+    assert!(failed(both, "a selector naming no one object").contains("forbidden"));
 
     // kubectl auth can-i --as answers from the same authorizers
     let can = |args: &[&str]| {

@@ -598,3 +598,68 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
     });
     assert_eq!(prepared(&other), Some("False"));
 }
+
+#[test]
+fn config_maps_reach_volumes_through_one_watch_per_object_not_a_get_per_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let log = d.join("audit.log");
+    let s = start(&d.join("api"), &["--audit-log-path", log.to_str().unwrap()]);
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
+    let root = d.join("root");
+    let _agent = spawn_agent(&kubeconfig, &root, None);
+    post(
+        &s,
+        "/api/v1/namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+    );
+    let cm = |level: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"level": level}});
+    post(&s, "/api/v1/namespaces/team/configmaps", cm("one"));
+    let pod = |name: &str| {
+        let created = post(
+            &s,
+            "/api/v1/namespaces/team/pods",
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
+                         "containers": [{"name": "c", "image": "registry.example/app:1"}],
+                         "volumes": [{"name": "cfg", "projected": {"sources": [{"configMap": {"name": "settings"}}]}}]}}),
+        );
+        let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+        root.join("pods").join(uid).join("volumes/kubernetes.io~projected/cfg/level")
+    };
+    let read = |path: &std::path::Path, want: &str| {
+        wait_for(&format!("{} = {want}", path.display()), Duration::from_secs(30), || {
+            (std::fs::read_to_string(path).ok().as_deref() == Some(want)).then_some(Value::Null)
+        });
+    };
+    for name in ["a", "b", "c"] {
+        read(&pod(name), "one");
+    }
+    // The watch follows the change: a pod created now reads the new value from it.
+    let resp = client(&s.dir)
+        .put(format!("{}/api/v1/namespaces/team/configmaps/settings", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .json(&cm("two"))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    // (the watch event takes milliseconds; this leaves room for a loaded machine)
+    std::thread::sleep(Duration::from_secs(2));
+    read(&pod("d"), "two");
+    // Four pods, one object: listed and watched by name, never read with a GET.
+    let events: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &Value| e["user"]["username"] == "system:node:n1" && e["objectRef"]["resource"] == "configmaps")
+        .collect();
+    let verbs: Vec<&str> = events.iter().filter_map(|e| e["verb"].as_str()).collect();
+    assert!(!verbs.contains(&"get"), "{verbs:?}");
+    assert_eq!(verbs.iter().filter(|v| **v == "list").count(), 1, "{verbs:?}");
+    assert!(verbs.contains(&"watch"), "{verbs:?}");
+    for e in &events {
+        let uri = e["requestURI"].as_str().unwrap();
+        assert!(uri.contains("fieldSelector=metadata.name%3Dsettings"), "{uri}");
+    }
+}

@@ -15,6 +15,7 @@ mod heartbeat;
 mod log_rotation;
 mod logs;
 mod machine;
+mod object_cache;
 mod ops;
 mod pods;
 mod server;

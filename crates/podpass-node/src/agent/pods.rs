@@ -21,23 +21,35 @@ use crate::token::{RequestedToken, TokenKey, TokenManager, now_unix};
 use crate::volumes::ProjectionSources;
 
 use super::admission;
+use super::object_cache::ObjectCache;
 use super::worker::{Shared, Work};
 
-/// Config maps, secrets and tokens for projected volumes, read from the API as the node.
+/// Config maps, secrets and tokens for projected volumes, read from the API as the node:
+/// objects from per-object watches ([`ObjectCache`]), tokens through the token manager.
 pub struct ApiSources {
-    client: kube::Client,
     tokens: TokenManager<KubeTokenFetcher>,
+    config_maps: ObjectCache<ConfigMap>,
+    secrets: ObjectCache<Secret>,
 }
 
 impl ApiSources {
     /// Reads through `client`; tokens through a token manager of its own.
     pub fn new(client: kube::Client) -> Self {
-        Self { tokens: TokenManager::new(KubeTokenFetcher::new(client.clone())), client }
+        Self {
+            tokens: TokenManager::new(KubeTokenFetcher::new(client.clone())),
+            config_maps: ObjectCache::new(client.clone(), |c: &ConfigMap| c.immutable == Some(true)),
+            secrets: ObjectCache::new(client, |s: &Secret| s.immutable == Some(true)),
+        }
     }
 
     /// The token manager (garbage collection, pod deletion).
     pub fn tokens(&self) -> &TokenManager<KubeTokenFetcher> {
         &self.tokens
+    }
+
+    /// Stops the object watches no pod read for a while; answers how many are left.
+    pub fn recycle_idle_watches(&self) -> usize {
+        self.config_maps.recycle_idle() + self.secrets.recycle_idle()
     }
 }
 
@@ -47,12 +59,7 @@ impl ProjectionSources for ApiSources {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>> {
-        Box::pin(async move {
-            Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
-                .get_opt(name)
-                .await
-                .map_err(crate::api::RequestError::from)
-        })
+        Box::pin(self.config_maps.get(namespace, name))
     }
 
     fn secret<'a>(
@@ -60,12 +67,7 @@ impl ProjectionSources for ApiSources {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
-        Box::pin(async move {
-            Api::<Secret>::namespaced(self.client.clone(), namespace)
-                .get_opt(name)
-                .await
-                .map_err(crate::api::RequestError::from)
-        })
+        Box::pin(self.secrets.get(namespace, name))
     }
 
     fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>> {

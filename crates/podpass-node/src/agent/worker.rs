@@ -399,6 +399,8 @@ pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) 
 pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
     let now = now_unix();
     shared.sources.tokens().collect_garbage(now);
+    let watched = shared.sources.recycle_idle_watches();
+    tracing::debug!(objects = watched, "config map and secret watches");
     shared.service_accounts.tokens().collect_garbage(now);
     let purged: usize = shared.providers.iter().map(PluginProvider::purge_expired_cache).sum();
     if purged > 0 {

@@ -96,6 +96,14 @@ pub fn pod_references(pod: &Value, resource: &str, name: &str) -> bool {
     any_ref(pod, |r, n| r == resource && n == name)
 }
 
+/// The object a field selector names when it is exactly `metadata.name=X` (or `==`), as
+/// upstream's RequestInfoFactory reads a list or watch of one object.
+fn single_name(selector: &str) -> Option<&str> {
+    let value = selector.strip_prefix("metadata.name")?;
+    let value = value.strip_prefix("==").or_else(|| value.strip_prefix('='))?;
+    (!value.is_empty() && !value.contains([',', '=', '!'])).then_some(value)
+}
+
 /// The node authorizer's decision (NoOpinion for non-node users).
 ///
 /// Allows come from the graph; what the graph does not allow is checked against the store
@@ -163,12 +171,22 @@ pub async fn authorize(
         ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => {
             Ok(AuthorizationDecision::Allow(String::new()))
         }
-        ("", "secrets" | "configmaps" | "serviceaccounts", "") if verb == "get" && !attrs.name.is_empty() => {
-            if graph.references(node, &attrs.namespace, resource, &attrs.name) {
+        ("", "secrets" | "configmaps" | "serviceaccounts", "") if matches!(verb, "get" | "list" | "watch") => {
+            // A list or watch names its one object by a `metadata.name` field selector (the
+            // kubelet's Watch strategy); upstream's RequestInfo takes the name from it.
+            let name = match verb {
+                "get" => attrs.name.as_str(),
+                _ if attrs.name.is_empty() => single_name(&attrs.field_selector).unwrap_or_default(),
+                _ => "",
+            };
+            if name.is_empty() || attrs.namespace.is_empty() {
+                return Ok(no_relationship(node));
+            }
+            if graph.references(node, &attrs.namespace, resource, name) {
                 return Ok(AuthorizationDecision::Allow(String::new()));
             }
             let pods = pods_on(store, node, &attrs.namespace).await?;
-            if pods.iter().any(|p| pod_references(p, resource, &attrs.name)) {
+            if pods.iter().any(|p| pod_references(p, resource, name)) {
                 return Ok(AuthorizationDecision::Allow(String::new()));
             }
             Ok(no_relationship(node))
@@ -199,6 +217,16 @@ pub async fn authorize(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn one_object_is_named_only_by_a_lone_metadata_name_selector() {
+        assert_eq!(single_name("metadata.name=cm"), Some("cm"));
+        assert_eq!(single_name("metadata.name==cm"), Some("cm"));
+        for refused in ["", "metadata.name=", "metadata.name!=cm", "metadata.name=a,metadata.namespace=b", "spec.x=cm"]
+        {
+            assert_eq!(single_name(refused), None, "{refused:?}");
+        }
+    }
 
     #[test]
     fn references_from_volumes_pull_secrets_env_and_service_account() {
