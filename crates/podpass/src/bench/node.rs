@@ -340,10 +340,21 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
         }
         None => Stdio::null(),
     };
+    // Every pod the bench creates stays on the node: maxPods (110 by default, as the
+    // kubelet's) is raised to hold them, as a dense node would configure it.
+    let kubelet_config = dir.join("kubelet.yaml");
+    let max_pods = (args.sequential + args.burst + 1).max(110);
+    std::fs::write(
+        &kubelet_config,
+        format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: {max_pods}\n"),
+    )
+    .with_context(|| format!("writing {}", kubelet_config.display()))?;
     let agent = Agent(
         Command::new(exe)
             .args(["--log-format", "json", "node", "run", "--kubeconfig"])
             .arg(&kubeconfig)
+            .arg("--config")
+            .arg(&kubelet_config)
             .args(["--node-name", NODE, "--root-dir"])
             .arg(&root)
             .args(["--healthz-port", "0", "--port", "0"])
