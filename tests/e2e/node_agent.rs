@@ -117,20 +117,26 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
 }
 
-#[test]
-fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// An API server (with `extra` flags) in `d/api`, namespace `team`, and an agent for node
+/// n1 on `d/root`.
+fn node_with_team(d: &std::path::Path, extra: &[&str]) -> (Server, std::path::PathBuf, Agent) {
     std::fs::create_dir(d.join("api")).unwrap();
-    let s = start(&d.join("api"), &[]);
+    let s = start(&d.join("api"), extra);
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let root = d.join("root");
-    let _agent = spawn_agent(&kubeconfig, &root, None);
+    let agent = spawn_agent(&kubeconfig, &root, None);
     post(
         &s,
         "/api/v1/namespaces",
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
     );
+    (s, root, agent)
+}
+
+#[test]
+fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, root, _agent) = node_with_team(dir.path(), &[]);
     let pod = post(
         &s,
         "/api/v1/namespaces/team/pods",
@@ -602,18 +608,8 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
 #[test]
 fn config_maps_reach_volumes_through_one_watch_per_object_not_a_get_per_read() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::create_dir(d.join("api")).unwrap();
-    let log = d.join("audit.log");
-    let s = start(&d.join("api"), &["--audit-log-path", log.to_str().unwrap()]);
-    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
-    let root = d.join("root");
-    let _agent = spawn_agent(&kubeconfig, &root, None);
-    post(
-        &s,
-        "/api/v1/namespaces",
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
-    );
+    let log = dir.path().join("audit.log");
+    let (s, root, _agent) = node_with_team(dir.path(), &["--audit-log-path", log.to_str().unwrap()]);
     let cm = |level: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"level": level}});
     post(&s, "/api/v1/namespaces/team/configmaps", cm("one"));
     let pod = |name: &str| {

@@ -33,6 +33,29 @@ pub const MAX_IDLE: Duration = Duration::from_secs(300);
 /// thousands of objects must not open thousands of watches).
 pub const MAX_WATCHED: usize = 4096;
 
+/// A namespaced kind a watch can follow.
+pub trait Watched:
+    kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// What a watch knows of its object: `None` until its first listing is in, then the
 /// object, or `Some(None)` when it does not exist.
 type Known<K> = Option<Option<K>>;
@@ -56,16 +79,7 @@ pub struct ObjectCache<K> {
     immutable: fn(&K) -> bool,
 }
 
-impl<K> ObjectCache<K>
-where
-    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+impl<K: Watched> ObjectCache<K> {
     /// Reads through `client`; `immutable` says when an object will never change.
     pub fn new(client: kube::Client, immutable: fn(&K) -> bool) -> Self {
         Self { client, items: Mutex::new(HashMap::new()), immutable }
@@ -125,16 +139,7 @@ where
 
 /// Follows one object: its listing, then its changes (the watcher relists after a 410 and
 /// backs off while the API server is away, keeping the last value meanwhile).
-async fn follow<K>(client: kube::Client, namespace: String, name: String, tx: watch::Sender<Known<K>>)
-where
-    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+async fn follow<K: Watched>(client: kube::Client, namespace: String, name: String, tx: watch::Sender<Known<K>>) {
     let api = Api::<K>::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher(api, config).default_backoff().boxed();
