@@ -55,7 +55,7 @@ fn serves_https_with_generated_pki_and_authenticates() {
     assert_eq!(code, 403, "authenticated, not authorized: {status}");
     assert_eq!(
         status["message"],
-        r#"secrets is forbidden: User "system:node:n1" cannot list resource "secrets" in API group "" at the cluster scope"#
+        r#"secrets is forbidden: User "system:node:n1" cannot list resource "secrets" in API group "" at the cluster scope: can only read namespaced object of this type"#
     );
 }
 

@@ -171,7 +171,17 @@ pub async fn authorize(
         ("events.k8s.io", "events", "") if verb == "create" || verb == "patch" => {
             Ok(AuthorizationDecision::Allow(String::new()))
         }
-        ("", "secrets" | "configmaps" | "serviceaccounts", "") if matches!(verb, "get" | "list" | "watch") => {
+        // authorizeReadNamespacedObject, with upstream's reasons.
+        ("", "secrets" | "configmaps" | "serviceaccounts", _) if sub != "token" => {
+            if !matches!(verb, "get" | "list" | "watch") {
+                return Ok(AuthorizationDecision::NoOpinion("can only read resources of this type".into()));
+            }
+            if !sub.is_empty() {
+                return Ok(AuthorizationDecision::NoOpinion("cannot read subresource".into()));
+            }
+            if attrs.namespace.is_empty() {
+                return Ok(AuthorizationDecision::NoOpinion("can only read namespaced object of this type".into()));
+            }
             // A list or watch names its one object by a `metadata.name` field selector (the
             // kubelet's Watch strategy); upstream's RequestInfo takes the name from it.
             let name = match verb {
@@ -179,8 +189,8 @@ pub async fn authorize(
                 _ if attrs.name.is_empty() => single_name(&attrs.field_selector).unwrap_or_default(),
                 _ => "",
             };
-            if name.is_empty() || attrs.namespace.is_empty() {
-                return Ok(no_relationship(node));
+            if name.is_empty() {
+                return Ok(AuthorizationDecision::NoOpinion("No Object name found".into()));
             }
             if graph.references(node, &attrs.namespace, resource, name) {
                 return Ok(AuthorizationDecision::Allow(String::new()));
