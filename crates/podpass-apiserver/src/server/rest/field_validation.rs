@@ -209,7 +209,8 @@ pub fn validate(
         Some(Err(e)) => return Err(cannot(e)),
         None => Vec::new(),
     };
-    let duplicates = body.map(duplicate_fields).unwrap_or_default();
+    // Ignore never reports them: the body is not read a second time for nothing.
+    let duplicates = body.filter(|_| mode != FieldValidation::Ignore).map(duplicate_fields).unwrap_or_default();
     let mut problems: Vec<String> = unknown
         .iter()
         .map(|p| format!("unknown field {p:?}"))

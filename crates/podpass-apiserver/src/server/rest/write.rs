@@ -221,7 +221,7 @@ pub(super) async fn patch(
         _ => None,
     };
     // Duplicates are the patch body's; unknown fields are the patched object's.
-    let duplicates: Vec<String> = if json_patch.is_none() {
+    let duplicates: Vec<String> = if json_patch.is_none() && mode != FieldValidation::Ignore {
         field_validation::duplicate_fields(body).into_iter().map(|p| format!("duplicate field {p:?}")).collect()
     } else {
         Vec::new()
@@ -298,10 +298,13 @@ async fn apply_patch(
     mode: FieldValidation,
 ) -> Result<(Response, Vec<String>), StatusError> {
     let config = apply::decode_apply_body(body)?;
-    // Decoded leniently (the last of duplicate keys wins), then checked strictly, as
-    // upstream's applyPatcher does with yaml.UnmarshalStrict.
-    let duplicates: Vec<String> =
-        field_validation::duplicate_yaml_fields(body).iter().map(|p| format!("duplicate field {p:?}")).collect();
+    // Decoded leniently (the last of duplicate keys wins), then checked strictly under
+    // Strict or Warn only, as upstream's applyPatcher does with yaml.UnmarshalStrict.
+    let duplicates: Vec<String> = if mode == FieldValidation::Ignore {
+        Vec::new()
+    } else {
+        field_validation::duplicate_yaml_fields(body).iter().map(|p| format!("duplicate field {p:?}")).collect()
+    };
     if mode == FieldValidation::Strict && !duplicates.is_empty() {
         return Err(StatusError::bad_request(format!("error strict decoding YAML: {}", duplicates.join(", "))));
     }
