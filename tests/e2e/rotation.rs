@@ -25,16 +25,6 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
 }
 
-/// A control plane under `d/api` and `podpass node run` as n1 with its root in `d/root`.
-fn cluster(d: &std::path::Path) -> (Server, Agent, std::path::PathBuf) {
-    std::fs::create_dir(d.join("api")).unwrap();
-    let s = start(&d.join("api"), &[]);
-    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
-    let root = d.join("root");
-    let agent = spawn_agent(&kubeconfig, &root, None);
-    (s, agent, root)
-}
-
 #[test]
 #[ignore = "waits ~8 minutes for a real rotation; scripts/test runs it in the background"]
 fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
@@ -118,80 +108,6 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
         assert!(Instant::now() < deadline, "the container never read the rotated token: {logs}");
         std::thread::sleep(Duration::from_secs(2));
     }
-}
-
-#[test]
-#[ignore = "waits up to ~90 s for a resync; scripts/test runs it in the background"]
-fn a_changed_config_map_reaches_the_volume_within_a_resync_period() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (s, _agent, root) = cluster(d);
-    let admin = admin_token(&s.dir);
-    let send = |method: reqwest::Method, path: &str, body: Value| {
-        let r =
-            client(&s.dir).request(method, format!("{}{path}", s.url)).bearer_auth(&admin).json(&body).send().unwrap();
-        assert!(r.status().is_success(), "{path}: {}", r.status());
-        r.json::<Value>().unwrap()
-    };
-    send(
-        reqwest::Method::POST,
-        "/api/v1/namespaces",
-        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
-    );
-    let cm = |value: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"level": value}});
-    send(reqwest::Method::POST, "/api/v1/namespaces/team/configmaps", cm("one"));
-    // A pod whose image the node may use, so nothing but the resync syncs it again.
-    let reg = registry::Registry::start(&d.join("registry"), &[("alice", "wonderland")]);
-    reg.push(("alice", "wonderland"), "team/app", "v1", "app");
-    let auths = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
-    send(
-        reqwest::Method::POST,
-        "/api/v1/namespaces/team/secrets",
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": data_encoding::BASE64.encode(auths.as_bytes())}}),
-    );
-    let image = format!("{}/team/app:v1", reg.host);
-    let pod = send(
-        reqwest::Method::POST,
-        "/api/v1/namespaces/team/pods",
-        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
-            "spec": {"nodeName": "n1", "automountServiceAccountToken": false, "imagePullSecrets": [{"name": "regcred"}],
-                     "containers": [{"name": "c", "image": image, "imagePullPolicy": "IfNotPresent"}],
-                     "volumes": [{"name": "cfg", "projected": {"sources": [{"configMap": {"name": "settings"}}]}}]}}),
-    );
-    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
-    let path = root.join("pods").join(&uid).join("volumes/kubernetes.io~projected/cfg/level");
-    let wait_for = |want: &str, limit: Duration| {
-        let deadline = Instant::now() + limit;
-        while std::fs::read_to_string(&path).ok().as_deref() != Some(want) {
-            assert!(Instant::now() < deadline, "{} never read {want:?}", path.display());
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    };
-    wait_for("one", Duration::from_secs(30));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = client(&s.dir)
-            .get(format!("{}/api/v1/namespaces/team/pods/web", s.url))
-            .bearer_auth(&admin)
-            .send()
-            .unwrap();
-        let pod: Value = r.json().unwrap();
-        let prepared = pod["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "podpass.dev/Prepared" && c["status"] == "True"));
-        if prepared {
-            break;
-        }
-        assert!(Instant::now() < deadline, "pod not prepared: {pod}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let changed = Instant::now();
-    send(reqwest::Method::PUT, "/api/v1/namespaces/team/configmaps/settings", cm("two"));
-    // Resync every 60 s plus up to 27 s of jitter.
-    wait_for("two", Duration::from_secs(100));
-    assert!(changed.elapsed() < Duration::from_secs(100));
 }
 
 /// The agent's `podpass_node_projected_service_account_tokens{state}` gauge.

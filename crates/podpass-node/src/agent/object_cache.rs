@@ -7,10 +7,14 @@
 //! [`MAX_IDLE`] stops (upstream: five resync periods); an object marked `immutable` stops
 //! its watch and keeps its value, as upstream. A read that the watch cannot answer within
 //! [`SYNC_WAIT`] (the API server slow or away) is a plain GET instead.
+//!
+//! A pod worker subscribes to the objects its volumes read ([`ObjectCache::changes`]) and is
+//! woken when one of them changes, so an idle pod needs no periodic resync to see a new
+//! value; a watch with subscribers is never recycled.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,6 +27,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::RequestError;
+use crate::credential::provider::BoxFuture;
 
 /// How long a read waits for a new watch's first listing before it GETs instead
 /// (upstream waits a second, then fails the read).
@@ -61,7 +66,7 @@ impl<K> Watched for K where
 type Known<K> = Option<Option<K>>;
 
 struct Item<K> {
-    known: watch::Receiver<Known<K>>,
+    known: Arc<watch::Sender<Known<K>>>,
     task: tokio::task::JoinHandle<()>,
     last_read: Instant,
 }
@@ -108,15 +113,41 @@ impl<K: Watched> ObjectCache<K> {
         let key = (namespace.to_owned(), name.to_owned());
         if let Some(item) = items.get_mut(&key) {
             item.last_read = Instant::now();
-            return Some(item.known.clone());
+            return Some(item.known.subscribe());
         }
         if items.len() >= MAX_WATCHED {
             return None;
         }
-        let (tx, known) = watch::channel(None);
-        let task = tokio::spawn(follow(self.client.clone(), key.0.clone(), key.1.clone(), tx));
-        items.insert(key, Item { known: known.clone(), task, last_read: Instant::now() });
+        let tx = Arc::new(watch::channel(None).0);
+        let task = tokio::spawn(follow(self.client.clone(), key.0.clone(), key.1.clone(), tx.clone()));
+        let known = tx.subscribe();
+        items.insert(key, Item { known: tx, task, last_read: Instant::now() });
         Some(known)
+    }
+
+    /// A future that completes when the object `name` in `namespace` changes after this
+    /// call (created, updated, deleted: its resourceVersion differs from the first one the
+    /// watch delivered); it starts the watch if none runs. `None` past [`MAX_WATCHED`]: the
+    /// caller must look again on a timer.
+    pub fn changes(&self, namespace: &str, name: &str) -> Option<BoxFuture<'static, ()>> {
+        let mut known = self.watched(namespace, name)?;
+        Some(Box::pin(async move {
+            let version = |k: &Known<K>| k.as_ref().map(|o| o.as_ref().and_then(|o| o.meta().resource_version.clone()));
+            // `None` until the watch's first listing: that one sets the baseline.
+            let mut seen = version(&known.borrow_and_update());
+            loop {
+                if known.changed().await.is_err() {
+                    // The watch ended for good (the cache is gone): nothing will change.
+                    return std::future::pending().await;
+                }
+                let now = version(&known.borrow_and_update());
+                match (&seen, now) {
+                    (None, now) => seen = now,
+                    (Some(before), Some(now)) if *before != now => return,
+                    _ => {}
+                }
+            }
+        }))
     }
 
     /// Stops the watch of an immutable object, keeping what it delivered.
@@ -127,19 +158,19 @@ impl<K: Watched> ObjectCache<K> {
         }
     }
 
-    /// Stops the watches nobody read for [`MAX_IDLE`] (upstream startRecycleIdleWatch);
-    /// answers how many are left.
+    /// Stops the watches nobody read for [`MAX_IDLE`] and nobody subscribes to (upstream
+    /// startRecycleIdleWatch); answers how many are left.
     pub fn recycle_idle(&self) -> usize {
         let mut items = self.items.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
-        items.retain(|_, item| now.duration_since(item.last_read) < MAX_IDLE);
+        items.retain(|_, item| now.duration_since(item.last_read) < MAX_IDLE || item.known.receiver_count() > 0);
         items.len()
     }
 }
 
 /// Follows one object: its listing, then its changes (the watcher relists after a 410 and
 /// backs off while the API server is away, keeping the last value meanwhile).
-async fn follow<K: Watched>(client: kube::Client, namespace: String, name: String, tx: watch::Sender<Known<K>>) {
+async fn follow<K: Watched>(client: kube::Client, namespace: String, name: String, tx: Arc<watch::Sender<Known<K>>>) {
     let api = Api::<K>::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher(api, config).default_backoff().boxed();

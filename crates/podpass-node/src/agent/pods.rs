@@ -47,6 +47,32 @@ impl ApiSources {
         &self.tokens
     }
 
+    /// A future that completes when a config map or secret a volume of `pod` reads changes
+    /// (pending forever when its volumes read none); `None` when one of them cannot be
+    /// watched ([`super::object_cache::MAX_WATCHED`]), so the pod must resync on a timer.
+    /// Taken before a sync, it misses no change that sync did not see.
+    pub fn changes(&self, pod: &Pod) -> Option<BoxFuture<'static, ()>> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let mut waits = Vec::new();
+        for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            let Some((_, projected)) = crate::volumes::as_projection(volume) else { continue };
+            for source in projected.sources.iter().flatten() {
+                if let Some(c) = &source.config_map {
+                    waits.push(self.config_maps.changes(namespace, &c.name)?);
+                }
+                if let Some(s) = &source.secret {
+                    waits.push(self.secrets.changes(namespace, &s.name)?);
+                }
+            }
+        }
+        if waits.is_empty() {
+            return Some(Box::pin(std::future::pending()));
+        }
+        Some(Box::pin(async move {
+            futures::future::select_all(waits).await;
+        }))
+    }
+
     /// Stops the object watches no pod read for a while; answers how many are left.
     pub fn recycle_idle_watches(&self) -> usize {
         self.config_maps.recycle_idle() + self.secrets.recycle_idle()

@@ -22,6 +22,7 @@ use super::events::{EventRecorder, field_path};
 use super::pods::ApiSources;
 use super::status::{ContainerOutcome, ContainerReport, PodRuntimeView, VolumesOutcome, pod_status};
 use crate::api::KubeServiceAccounts;
+use crate::credential::provider::BoxFuture;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
 use crate::images::backend::Backend;
@@ -66,9 +67,11 @@ pub(crate) struct Shared {
 /// worker's back-off period with jitter 0.5).
 const RETRY: Duration = Duration::from_secs(10);
 
-/// Volumes with configMap or secret sources are re-read this often (kubelet:
-/// `syncFrequency`, 1 min), plus up to half again, so a changed object reaches the files
-/// within a resync period (60 to 87 s); a pod's own changes come through the watch at once.
+/// Volumes with configMap or secret sources that cannot be watched (past
+/// [`super::object_cache::MAX_WATCHED`]) are re-read this often (kubelet: `syncFrequency`,
+/// 1 min), plus up to half again, so a changed object reaches the files within a resync
+/// period (60 to 87 s). Watched ones wake the worker when they change, so an idle pod costs
+/// no wakeup; a pod's own changes come through the pod watch at once.
 const RESYNC: Duration = Duration::from_secs(60);
 
 fn resync_at() -> Instant {
@@ -145,6 +148,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
     let mut state = State::default();
     let mut next: Option<Instant> = None;
     let mut synced: Option<String> = None;
+    // Completes when an object the pod's volumes read changes (`None`: not subscribed).
+    let mut objects: Option<BoxFuture<'static, ()>> = None;
     loop {
         let work = rx.borrow_and_update().clone();
         match work {
@@ -157,16 +162,29 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                 let due = next.is_none_or(|n| n <= Instant::now());
                 if synced.as_deref() != Some(fp.as_str()) || due {
                     let permit = shared.syncs.acquire().await;
-                    next = sync(&shared, &pod, &mut state).await;
+                    // Subscribed before the reads, so a change during the sync wakes it.
+                    objects = shared.sources.changes(&pod);
+                    next = sync(&shared, &pod, &mut state, objects.is_some()).await;
                     drop(permit);
                     synced = Some(fp);
                 }
             }
         }
         let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400)));
+        let object_changed = async {
+            match objects.as_mut() {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
             () = sleep => next = Some(Instant::now()),
+            () = object_changed => {
+                tracing::debug!("a config map or secret of the pod's volumes changed");
+                objects = None;
+                next = Some(Instant::now());
+            }
         }
     }
 }
@@ -206,8 +224,9 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
     out
 }
 
-/// One sync; returns when the next is due (`None`: only on change).
-async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> {
+/// One sync; returns when the next is due (`None`: only on change). `watched`: a change of
+/// the objects the pod's volumes read wakes the worker, so no resync is due for them.
+async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> Option<Instant> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     tracing::debug!("sync started");
     let mut next: Option<Instant> = None;
@@ -232,7 +251,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> 
                         due(Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
                     }
                 }
-                if reads_objects(pod) {
+                if !watched && reads_objects(pod) {
                     due(resync_at());
                 }
                 Ok(())
