@@ -248,13 +248,18 @@ const REVIEW_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 
 /// A TokenRequest for a token bound to pod `i`.
 fn token_body(i: usize, pod_uid: &str) -> String {
+    bound_token_body(&format!("pod-{i}"), pod_uid)
+}
+
+/// A TokenRequest body bound to the pod `pod` with UID `pod_uid`.
+fn bound_token_body(pod: &str, pod_uid: &str) -> String {
     json!({
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
         "spec": {
             "audiences": ["registry.example"],
             "expirationSeconds": 3600,
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": pod_uid},
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": pod_uid},
         },
     })
     .to_string()
