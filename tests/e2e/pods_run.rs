@@ -2,7 +2,8 @@
 //! socket in the test's directory; podpass's sandbox image and a busybox application image
 //! made and imported locally) and the node agent on it. A pod without a node is scheduled,
 //! its container reads its own projected token and exits 0 (`Succeeded`, `Completed`); one
-//! that exits 3 under `restartPolicy: Never` is `Failed` with the code; a long-running one
+//! that exits 3 under `restartPolicy: Never` is `Failed` with the code; one that exits 1
+//! under `Always` is restarted (the node's relist sees the exit) and backs off; a long-running one
 //! is `Running` and Ready with its own IP, survives the agent's `kill -9` (the new agent
 //! adopts its container), and deleting it stops and removes its containers and sandbox.
 
@@ -194,6 +195,32 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let failed = wait_pod_phase(&s, "fails", "Failed");
     let t = &failed["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!((t["exitCode"].as_i64(), t["reason"].as_str()), (Some(3), Some("Error")), "{t}");
+
+    // Exit 1 under Always: no poll watches the container, the node's relist sees it exit
+    // and the worker restarts it at once, then backs off (CrashLoopBackOff, 10 s first).
+    assert_eq!(
+        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("crasher", "Always", "exit 1"))).0,
+        201
+    );
+    let restarted = wait_for("crasher restarted", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/crasher");
+        let c = p["status"]["containerStatuses"][0].clone();
+        (c["restartCount"].as_i64() >= Some(1)).then_some(c)
+    });
+    assert_eq!(restarted["lastState"]["terminated"]["exitCode"], 1, "{restarted}");
+    let waiting = wait_for("crasher backing off", Duration::from_secs(30), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/crasher");
+        let w = p["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        (w["reason"] == "CrashLoopBackOff").then_some(w)
+    });
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 10s restarting failed container=app pod=crasher_default("),
+        "{waiting}"
+    );
+    assert_eq!(admin_request(&s, Method::DELETE, "/api/v1/namespaces/default/pods/crasher", None).0, 200);
 
     // A long-running pod: Running and Ready, with an address of its own network.
     assert_eq!(

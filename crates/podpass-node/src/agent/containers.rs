@@ -39,9 +39,10 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long without exiting starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
-/// How often a pod with running containers looks at them again (the kubelet's PLEG relists
-/// every second; a pod's own poll keeps idle pods free).
-pub const POLL: Duration = Duration::from_secs(2);
+/// A container created but not started (an agent stopped in between) whose start failed
+/// is tried again this soon. Running containers are not polled: the node's relist
+/// ([`super::pleg`]) wakes the pod when they change.
+const START_RETRY: Duration = Duration::from_secs(2);
 
 /// The node's container runtime and where container logs go.
 pub(crate) struct PodRuntime {
@@ -519,7 +520,6 @@ pub(crate) async fn sync(
                     if *init {
                         inits_done = false;
                     }
-                    out.next = Some(Instant::now() + POLL);
                     // A container that has run long enough starts its back-off afresh.
                     let ran =
                         Duration::from_nanos(u64::try_from((jiff_now_nanos() - status.started_at).max(0)).unwrap_or(0));
@@ -529,6 +529,12 @@ pub(crate) async fn sync(
                 }
                 CONTAINER_EXITED => {
                     let succeeded = status.exit_code == 0;
+                    // It ran long enough: its back-off starts afresh (no sync need have
+                    // seen it running, since running containers are not polled).
+                    let ran = Duration::from_nanos(u64::try_from(status.finished_at - status.started_at).unwrap_or(0));
+                    if ran >= BACKOFF_RESET {
+                        state.backoff.remove(&c.name);
+                    }
                     if *init && succeeded {
                         run.phase = RunPhase::Terminated(terminated);
                     } else if restarts(
@@ -574,11 +580,11 @@ pub(crate) async fn sync(
                     if let Err(e) = rt.cri.start_container(&found.id).await {
                         run.phase =
                             RunPhase::Waiting { reason: "RunContainerError".into(), message: Some(e.to_string()) };
+                        out.next = Some(Instant::now() + START_RETRY);
                     }
                     if *init {
                         inits_done = false;
                     }
-                    out.next = Some(Instant::now() + POLL);
                 }
             }
         } else {
@@ -607,7 +613,6 @@ pub(crate) async fn sync(
                     let path = super::events::field_path(&c.name, *init);
                     out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
                     out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
-                    out.next = Some(Instant::now() + POLL);
                 }
                 Err((reason, message)) => {
                     let path = super::events::field_path(&c.name, *init);

@@ -17,6 +17,7 @@ mod logs;
 mod machine;
 mod object_cache;
 mod ops;
+mod pleg;
 mod pods;
 mod server;
 mod status;
@@ -280,6 +281,7 @@ impl Prepared {
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
+            pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
                     cri,
@@ -390,6 +392,12 @@ impl Bound {
             let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
             let mut stopped = stopped.clone();
             tokio::spawn(ops::serve(listener, ops, async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }));
+        }
+        if let (Some(rt), Some(pleg)) = (shared.runtime.clone(), shared.pleg.clone()) {
+            let mut stopped = stopped.clone();
+            tokio::spawn(pleg.run(rt, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             }));
         }

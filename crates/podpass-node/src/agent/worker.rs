@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     pub syncs: Semaphore,
     /// The container runtime (`None`: a preparation-only node).
     pub runtime: Option<Arc<PodRuntime>>,
+    /// Runtime changes by pod (with the runtime): what wakes a worker when its containers
+    /// change state, instead of a poll.
+    pub pleg: Option<Arc<super::pleg::Pleg>>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -150,14 +153,24 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
     let mut synced: Option<String> = None;
     // Completes when an object the pod's volumes read changes (`None`: not subscribed).
     let mut objects: Option<BoxFuture<'static, ()>> = None;
+    // Notified when the pod's sandbox or containers change in the runtime.
+    let mut runtime_changed: Option<(String, Arc<tokio::sync::Notify>)> = None;
     loop {
         let work = rx.borrow_and_update().clone();
         match work {
             Work::TearDown { pod, confirm } => {
                 tear_down(&shared, &pod, confirm).await;
+                if let (Some(pleg), Some((uid, _))) = (&shared.pleg, &runtime_changed) {
+                    pleg.unsubscribe(uid);
+                }
                 return;
             }
             Work::Sync(pod) => {
+                if runtime_changed.is_none()
+                    && let (Some(pleg), Some(uid)) = (&shared.pleg, pod.metadata.uid.as_deref())
+                {
+                    runtime_changed = Some((uid.to_owned(), pleg.subscribe(uid)));
+                }
                 let fp = fingerprint(&pod);
                 let due = next.is_none_or(|n| n <= Instant::now());
                 if synced.as_deref() != Some(fp.as_str()) || due {
@@ -177,6 +190,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                 None => std::future::pending().await,
             }
         };
+        let runtime_event = async {
+            match &runtime_changed {
+                Some((_, signal)) => signal.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
             () = sleep => next = Some(Instant::now()),
@@ -185,6 +204,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                 objects = None;
                 next = Some(Instant::now());
             }
+            () = runtime_event => next = Some(Instant::now()),
         }
     }
 }
