@@ -21,6 +21,7 @@ mod authz;
 mod churn;
 mod containers;
 mod credentials;
+mod floor;
 mod http;
 mod images;
 mod node;
@@ -325,9 +326,26 @@ async fn drive(data_dir: &std::path::Path, plan: &Plan) -> Result<()> {
         let requests =
             run_phase(&api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"").await?;
         let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
+        // The same TLS and HTTP stack answering the same bytes with no work behind them.
+        let floor_api = floor::start(&data_dir.join("requests"), &api, &pod_uids[0]).await?;
+        let floor =
+            run_phase(&floor_api, clients, phase, |i| (TOKEN_PATH, token_body(i, &pod_uids[i])), b"\"token\":\"")
+                .await?;
         sign.print("sign");
+        outln!(
+            "HTTPS floor (same stack, fixed answer) {:>9.0} answers/s  p50 {:.2} ms  p99 {:.2} ms",
+            floor.rate(),
+            floor.percentile_ms(0.50),
+            floor.percentile_ms(0.99)
+        );
         let label = if etcd.is_empty() { "TokenRequest (pod-bound)" } else { "TokenRequest (etcd)" };
         requests.print(label, "tokens", &sign, "sign");
+        let limit = floor.rate().min(sign.all);
+        outln!(
+            "TokenRequest against its limits: {:.2}x the HTTPS floor, {:.2}x min(raw sign, floor) (goals >= 0.7x the floor, >= 0.35x raw sign)",
+            requests.rate() / floor.rate(),
+            requests.rate() / limit
+        );
         if let Some(embedded) = embedded_rate {
             outln!("TokenRequest on etcd / on the embedded store: {:.2}x", requests.rate() / embedded);
         }
@@ -431,6 +449,11 @@ impl Api {
             bail!("POST {path}: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
         }
         serde_json::from_slice(&answer.body).with_context(|| format!("POST {path}: decoding the answer"))
+    }
+
+    /// Another server at `addr` with the same trust and user.
+    fn at(&self, addr: std::net::SocketAddr) -> Api {
+        Api { connector: self.connector.clone(), addr, host: addr.to_string(), token: self.token.clone() }
     }
 
     /// The same server, as the user of `token`.
