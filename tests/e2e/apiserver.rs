@@ -596,6 +596,8 @@ fn bench_apiserver_runs_and_reports_ratios() {
     for line in [
         "raw ES256 sign",
         "TokenRequest (pod-bound)",
+        "HTTPS floor (same stack, fixed answer)",
+        "TokenRequest against its limits",
         "raw ES256 verify",
         "TokenReview (verified)",
         "TokenReview (10 s cache)",

@@ -188,6 +188,19 @@ fn token_written(root: &Path, uid: &str) -> bool {
     std::fs::read_dir(dir).into_iter().flatten().flatten().any(|v| v.path().join("token").exists())
 }
 
+/// Sends one pod create on `conn`: when it was sent, when it was answered, and the pod's UID.
+async fn create_pod(conn: &mut http::Connection, request: &[u8]) -> Result<(Instant, Instant, String)> {
+    let sent = Instant::now();
+    let answer = conn.round_trip(request).await?;
+    let answered = Instant::now();
+    if answer.status != 201 {
+        bail!("creating a pod: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
+    }
+    let created: Value = serde_json::from_slice(&answer.body).context("decoding the pod")?;
+    let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without uid")?;
+    Ok((sent, answered, uid.to_owned()))
+}
+
 /// What a set of pods created at once took.
 struct Timed {
     /// Each pod's latency from its create's answer to its token file, in microseconds,
@@ -211,16 +224,8 @@ async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str) 
         let start = start.clone();
         tasks.push(tokio::spawn(async move {
             start.wait().await;
-            let released = Instant::now();
-            let answer = conn.round_trip(&request).await?;
             // The clock starts when the pod exists: its create answered.
-            let started = Instant::now();
-            if answer.status != 201 {
-                bail!("creating a pod: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
-            }
-            let created: Value = serde_json::from_slice(&answer.body).context("decoding the pod")?;
-            let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without uid")?;
-            Ok((released, started, uid.to_owned()))
+            create_pod(&mut conn, &request).await
         }));
     }
     let mut pending = Vec::new();
@@ -316,15 +321,9 @@ async fn burst_floor(api: &Api, names: &[String], image: &str) -> Result<Timed> 
         let (host, token, name, start) = (api.host.clone(), api.token.clone(), name.clone(), start.clone());
         tasks.push(tokio::spawn(async move {
             start.wait().await;
-            let released = Instant::now();
-            let answer = conn.round_trip(&create).await?;
-            let started = Instant::now();
-            if answer.status != 201 {
-                bail!("creating a pod: {}: {}", answer.status, String::from_utf8_lossy(&answer.body));
-            }
-            let created: Value = serde_json::from_slice(&answer.body).context("decoding the pod")?;
-            let uid = created.pointer("/metadata/uid").and_then(Value::as_str).context("pod without uid")?;
-            let answer = conn.round_trip(&http::post(&host, TOKEN_PATH, &token, &bound_token_body(&name, uid))).await?;
+            let (released, started, uid) = create_pod(&mut conn, &create).await?;
+            let answer =
+                conn.round_trip(&http::post(&host, TOKEN_PATH, &token, &bound_token_body(&name, &uid))).await?;
             if answer.status != 201 {
                 bail!("TokenRequest: {}", answer.status);
             }
