@@ -188,6 +188,19 @@ fn token_written(root: &Path, uid: &str) -> bool {
     std::fs::read_dir(dir).into_iter().flatten().flatten().any(|v| v.path().join("token").exists())
 }
 
+/// `n` connections, each open before any request goes, and the barrier that releases
+/// their requests together.
+async fn released_together(
+    api: &Api,
+    n: usize,
+) -> Result<(Vec<http::Connection>, std::sync::Arc<tokio::sync::Barrier>)> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(api.connect().await?);
+    }
+    Ok((conns, std::sync::Arc::new(tokio::sync::Barrier::new(n))))
+}
+
 /// Sends one pod create on `conn`: when it was sent, when it was answered, and the pod's UID.
 async fn create_pod(conn: &mut http::Connection, request: &[u8]) -> Result<(Instant, Instant, String)> {
     let sent = Instant::now();
@@ -213,11 +226,7 @@ struct Timed {
 /// Creates pods `names` at once, each on its own connection, and times them to their token
 /// files (polled every millisecond while at most four are pending, every 5 ms otherwise).
 async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str) -> Result<Timed> {
-    let mut conns = Vec::with_capacity(names.len());
-    for _ in names {
-        conns.push(api.connect().await?);
-    }
-    let start = std::sync::Arc::new(tokio::sync::Barrier::new(names.len()));
+    let (conns, start) = released_together(api, names.len()).await?;
     let mut tasks = Vec::new();
     for (name, mut conn) in names.iter().zip(conns) {
         let request = api.request("/api/v1/namespaces/bench/pods", &pod(name, image));
@@ -267,11 +276,7 @@ async fn token_requests(api: &Api, uids: &[String], concurrent: bool) -> Result<
     let mut latencies = Vec::with_capacity(uids.len());
     if concurrent {
         // Every connection first, then all requests released together.
-        let mut conns = Vec::with_capacity(uids.len());
-        for _ in uids {
-            conns.push(api.connect().await?);
-        }
-        let start = std::sync::Arc::new(tokio::sync::Barrier::new(uids.len()));
+        let (conns, start) = released_together(api, uids.len()).await?;
         let mut tasks = Vec::new();
         for ((i, uid), mut conn) in uids.iter().enumerate().zip(conns) {
             let request = api.request(TOKEN_PATH, &token_body(i, uid));
@@ -310,11 +315,7 @@ async fn token_requests(api: &Api, uids: &[String], concurrent: bool) -> Result<
 /// share of what the agent's burst asks of it, under the same concurrency. Latencies are
 /// create answered → token answered; the makespan runs from the release to the last token.
 async fn burst_floor(api: &Api, names: &[String], image: &str) -> Result<Timed> {
-    let mut conns = Vec::with_capacity(names.len());
-    for _ in names {
-        conns.push(api.connect().await?);
-    }
-    let start = std::sync::Arc::new(tokio::sync::Barrier::new(names.len()));
+    let (conns, start) = released_together(api, names.len()).await?;
     let mut tasks = Vec::new();
     for (name, mut conn) in names.iter().zip(conns) {
         let create = api.request("/api/v1/namespaces/bench/pods", &pod_on(name, image, "bench-floor"));
