@@ -218,15 +218,26 @@ fn prepared(pod: &Value) -> Option<&str> {
         .and_then(|c| c["status"].as_str())
 }
 
-fn events(s: &Server, ns: &str, pod: &str) -> Vec<Value> {
-    let (_, list) = get(s, &format!("/api/v1/namespaces/{ns}/events"));
-    list["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == pod)
-        .collect()
+/// The pod's events once one with reason `last` is posted (the agent posts events in the
+/// background, in the order recorded, as a kubelet does: once the last one expected is
+/// there, so are those before it).
+fn events(s: &Server, ns: &str, pod: &str, last: &str) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, list) = get(s, &format!("/api/v1/namespaces/{ns}/events"));
+        let events: Vec<Value> = list["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == pod)
+            .collect();
+        if events.iter().any(|e| e["reason"] == last) {
+            return events;
+        }
+        assert!(Instant::now() < deadline, "no {last} event for {ns}/{pod} within 20 s: {events:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn reasons(events: &[Value]) -> Vec<String> {
@@ -317,6 +328,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     assert_eq!((may_use["span"]["namespace"].as_str(), may_use["span"]["pod"].as_str()), (Some("team"), Some("web")));
     assert_eq!(may_use["span"]["uid"], web["metadata"]["uid"]);
     // kubectl get events / describe pod tell the story
+    events(&s, "team", "web", "Pulled");
     let listed: Value =
         serde_json::from_str(&ok(kubectl(&["-n", "team", "get", "events", "-o", "json"]), "events")).unwrap();
     let ev: Vec<Value> =
@@ -363,7 +375,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     assert!(message.starts_with(&format!("Back-off pulling image \"{image}\": ErrImagePull: ")), "{message}");
     let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/intruder");
     assert_eq!(prepared(&pod), Some("False"));
-    let ev = reasons(&events(&s, "other", "intruder"));
+    let ev = reasons(&events(&s, "other", "intruder", "BackOff"));
     for r in ["FailedToRetrieveImagePullSecret", "Pulling", "Failed", "BackOff"] {
         assert!(ev.contains(&r.to_owned()), "{r} in {ev:?}");
     }
@@ -381,7 +393,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         let (_, pod) = get(&s, "/api/v1/namespaces/other/pods/intruder");
         (prepared(&pod) == Some("True")).then_some(pod)
     });
-    let ev = events(&s, "other", "intruder");
+    let ev = events(&s, "other", "intruder", "Pulled");
     let pulled = ev.iter().filter(|e| e["reason"] == "Pulled").count();
     assert_eq!(pulled, 1, "{ev:?}");
 
@@ -539,7 +551,7 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
         (prepared(&pod) == Some("True")).then_some(pod)
     });
     assert!(batch["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating");
-    let ev = reasons(&events(&s, "team", "batch"));
+    let ev = reasons(&events(&s, "team", "batch", "Pulled"));
     assert_eq!(ev, ["Pulled"], "on record for the same secret: no pull");
     wait_for_logged("lease renewed after the API restart", &log2, Duration::from_secs(30), || {
         let (_, now) = get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
@@ -589,7 +601,7 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
         let (_, pod) = get(&s, "/api/v1/namespaces/team/pods/app");
         (prepared(&pod) == Some("True")).then_some(pod)
     });
-    assert_eq!(reasons(&events(&s, "team", "app")), ["Pulling", "Pulled"]);
+    assert_eq!(reasons(&events(&s, "team", "app", "Pulled")), ["Pulling", "Pulled"]);
     let record = root.join("image_manager/pulled").read_dir().unwrap().next().unwrap().unwrap().path();
     let record: Value = serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
     assert_eq!(record["imageRef"], image_id.as_str(), "containerd's image ID is the config digest");

@@ -132,11 +132,15 @@ fn hostile_pods_are_bounded_by_log_rotation_grace_periods_and_max_pods() {
     let extra_uid =
         HashMap::from([("io.kubernetes.pod.uid".to_owned(), extra["metadata"]["uid"].as_str().unwrap().to_owned())]);
     assert!(rt.block_on(cri.list_pod_sandboxes(extra_uid.clone())).unwrap().is_empty(), "never started");
-    let events = admin_get(&s, "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=extra").1;
-    assert!(
-        events["items"].as_array().unwrap().iter().any(|e| e["reason"] == "OutOfpods" && e["type"] == "Warning"),
-        "{events}"
-    );
+    // Events are posted in the background, as a kubelet's are.
+    wait_for("the OutOfpods warning event", Duration::from_secs(20), || {
+        let events = admin_get(&s, "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=extra").1;
+        events["items"]
+            .as_array()?
+            .iter()
+            .any(|e| e["reason"] == "OutOfpods" && e["type"] == "Warning")
+            .then_some(Value::Null)
+    });
 
     // A container that ignores SIGTERM is killed when its 2 s grace period ends, and its
     // sandbox goes (until then it still counts against maxPods, as the kubelet's

@@ -43,7 +43,7 @@ pub(crate) fn admit(active: usize, max_pods: u32) -> Result<(), Rejection> {
 /// Records the rejection (a Warning event) and posts the pod's status as the kubelet's
 /// `rejectPod`: `Failed`, the reason, "Pod was rejected: " and the message.
 pub(crate) async fn reject(shared: &Shared, pod: &Pod, rejection: &Rejection) {
-    shared.events.record(pod, "", "Warning", rejection.reason, &rejection.message).await;
+    shared.events.record(pod, "", "Warning", rejection.reason, &rejection.message);
     let status = PodStatus {
         phase: Some("Failed".into()),
         reason: Some(rejection.reason.into()),

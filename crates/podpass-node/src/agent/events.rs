@@ -2,14 +2,15 @@
 //! `kubelet` on this node, `involvedObject` the pod with the container's `fieldPath`). A
 //! repeat of the same event (same object, field, type, reason and message) bumps its
 //! `count` and `lastTimestamp` instead of creating another (client-go's EventCorrelator).
+//! Recording queues the event and returns: a sync never waits on the API server for it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::mpsc;
 
 /// Longest message posted; longer ones are cut at a character boundary.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
@@ -36,60 +37,128 @@ type Key = (String, &'static str, String, String);
 /// Per pod UID: each distinct event posted, with its name and count.
 type Seen = HashMap<String, HashMap<Key, (String, i32)>>;
 
-/// Posts events for this node's pods.
+/// Events waiting to be posted at most (client-go's broadcaster: `maxQueuedEvents`); past
+/// it an event is dropped, as the kubelet's recorder drops rather than blocks.
+pub const MAX_QUEUED: usize = 1000;
+
+/// One event as recorded, waiting for the sink.
+struct Recorded {
+    namespace: String,
+    name: String,
+    uid: String,
+    resource_version: Option<String>,
+    field_path: String,
+    event_type: &'static str,
+    reason: String,
+    message: String,
+    at: Timestamp,
+}
+
+enum Message {
+    Record(Box<Recorded>),
+    /// The pod is gone: forget its events, after those queued before.
+    Forget(String),
+}
+
+/// Records events for this node's pods. Recording never waits for the API server (as
+/// client-go's broadcaster): events queue, and one task posts them in order.
 pub struct EventRecorder {
-    client: kube::Client,
-    node: String,
-    seen: Mutex<Seen>,
+    queue: mpsc::Sender<Message>,
 }
 
 impl std::fmt::Debug for EventRecorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventRecorder").field("node", &self.node).finish_non_exhaustive()
+        f.debug_struct("EventRecorder").finish_non_exhaustive()
     }
 }
 
 impl EventRecorder {
-    /// Events from `node`, posted through `client`.
+    /// Events from `node`, posted through `client` by a task spawned here (it ends once
+    /// the recorder is dropped and its queue is drained). Must be called within a tokio
+    /// runtime.
     pub fn new(client: kube::Client, node: &str) -> Self {
-        Self { client, node: node.to_owned(), seen: Mutex::new(HashMap::new()) }
+        let (queue, rx) = mpsc::channel(MAX_QUEUED);
+        let sink = Sink { client, node: node.to_owned(), seen: HashMap::new() };
+        tokio::spawn(sink.run(rx));
+        Self { queue }
     }
 
-    fn remembered(&self, uid: &str, key: &Key) -> Option<(String, i32)> {
-        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)?.get(key).cloned()
+    /// Forgets the events of a pod that is gone (once those queued before are posted).
+    pub fn forget_pod(&self, uid: &str) {
+        // Not dropped even when the queue is full: it is what bounds the sink's memory.
+        let queue = self.queue.clone();
+        let uid = uid.to_owned();
+        if let Err(mpsc::error::TrySendError::Full(m)) = self.queue.try_send(Message::Forget(uid)) {
+            tokio::spawn(async move { queue.send(m).await.ok() });
+        }
     }
 
-    fn remember(&self, uid: &str, key: Key, name: String, count: i32) {
-        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let per_pod = seen.entry(uid.to_owned()).or_default();
+    /// Records an event about `pod` and returns at once; it is posted in the background,
+    /// and dropped with a warning when [`MAX_QUEUED`] events already wait or when the post
+    /// fails (as the kubelet's recorder drops what it cannot post).
+    pub fn record(&self, pod: &Pod, field_path: &str, event_type: &'static str, reason: &str, message: &str) {
+        let (Some(ns), Some(name), Some(uid)) =
+            (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref(), pod.metadata.uid.as_deref())
+        else {
+            return;
+        };
+        let recorded = Recorded {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            resource_version: pod.metadata.resource_version.clone(),
+            field_path: field_path.to_owned(),
+            event_type,
+            reason: reason.to_owned(),
+            message: truncate(message),
+            at: Timestamp::now(),
+        };
+        if let Err(e) = self.queue.try_send(Message::Record(Box::new(recorded))) {
+            let why = match e {
+                mpsc::error::TrySendError::Full(_) => "the event queue is full",
+                mpsc::error::TrySendError::Closed(_) => "the event sink has stopped",
+            };
+            tracing::warn!(pod = %format!("{ns}/{name}"), reason, "dropping an event: {why}");
+        }
+    }
+}
+
+/// Posts queued events one at a time, in the order recorded.
+struct Sink {
+    client: kube::Client,
+    node: String,
+    seen: Seen,
+}
+
+impl Sink {
+    async fn run(mut self, mut rx: mpsc::Receiver<Message>) {
+        while let Some(message) = rx.recv().await {
+            match message {
+                Message::Record(r) => self.post(*r).await,
+                Message::Forget(uid) => {
+                    self.seen.remove(&uid);
+                }
+            }
+        }
+    }
+
+    fn remember(&mut self, uid: &str, key: Key, name: String, count: i32) {
+        let per_pod = self.seen.entry(uid.to_owned()).or_default();
         if per_pod.len() >= MAX_REMEMBERED && !per_pod.contains_key(&key) {
             per_pod.clear();
         }
         per_pod.insert(key, (name, count));
     }
 
-    /// Forgets the events of a pod that is gone.
-    pub fn forget_pod(&self, uid: &str) {
-        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
-    }
-
-    /// Records an event about `pod`; failures are logged, never fatal (as the kubelet's
-    /// recorder drops what it cannot post).
-    pub async fn record(&self, pod: &Pod, field_path: &str, event_type: &'static str, reason: &str, message: &str) {
-        let (Some(ns), Some(name), Some(uid)) =
-            (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref(), pod.metadata.uid.as_deref())
-        else {
-            return;
-        };
-        let message = truncate(message);
-        let now = Timestamp::now();
-        let api = Api::<Event>::namespaced(self.client.clone(), ns);
-        let key: Key = (field_path.to_owned(), event_type, reason.to_owned(), message.clone());
-        if let Some((event_name, count)) = self.remembered(uid, &key) {
-            let patch = serde_json::json!({"count": count + 1, "lastTimestamp": Time(now)});
+    /// Posts one event; a repeat of one already posted bumps its count instead.
+    async fn post(&mut self, r: Recorded) {
+        let api = Api::<Event>::namespaced(self.client.clone(), &r.namespace);
+        let key: Key = (r.field_path.clone(), r.event_type, r.reason.clone(), r.message.clone());
+        if let Some((event_name, count)) = self.seen.get(&r.uid).and_then(|p| p.get(&key)).cloned() {
+            let patch = serde_json::json!({"count": count + 1, "lastTimestamp": Time(r.at)});
             match api.patch(&event_name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => {
-                    self.remember(uid, key, event_name, count + 1);
+                    self.remember(&r.uid, key, event_name, count + 1);
                     return;
                 }
                 Err(e) => {
@@ -97,28 +166,28 @@ impl EventRecorder {
                 }
             }
         }
-        let event_name = format!("{name}.{:x}", now.as_nanosecond());
+        let event_name = format!("{}.{:x}", r.name, r.at.as_nanosecond());
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(event_name.clone()),
-                namespace: Some(ns.to_owned()),
+                namespace: Some(r.namespace.clone()),
                 ..Default::default()
             },
             involved_object: ObjectReference {
                 kind: Some("Pod".into()),
                 api_version: Some("v1".into()),
-                namespace: Some(ns.to_owned()),
-                name: Some(name.to_owned()),
-                uid: Some(uid.to_owned()),
-                resource_version: pod.metadata.resource_version.clone(),
-                field_path: (!field_path.is_empty()).then(|| field_path.to_owned()),
+                namespace: Some(r.namespace.clone()),
+                name: Some(r.name.clone()),
+                uid: Some(r.uid.clone()),
+                resource_version: r.resource_version.clone(),
+                field_path: (!r.field_path.is_empty()).then(|| r.field_path.clone()),
             },
-            reason: Some(reason.to_owned()),
-            message: Some(message.clone()),
-            type_: Some(event_type.to_owned()),
+            reason: Some(r.reason.clone()),
+            message: Some(r.message.clone()),
+            type_: Some(r.event_type.to_owned()),
             source: Some(EventSource { component: Some("kubelet".into()), host: Some(self.node.clone()) }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
+            first_timestamp: Some(Time(r.at)),
+            last_timestamp: Some(Time(r.at)),
             event_time: None::<MicroTime>,
             count: Some(1),
             reporting_component: Some("kubelet".into()),
@@ -126,8 +195,10 @@ impl EventRecorder {
             ..Default::default()
         };
         match api.create(&PostParams::default(), &event).await {
-            Ok(_) => self.remember(uid, key, event_name, 1),
-            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), reason, error = %e, "posting an event failed"),
+            Ok(_) => self.remember(&r.uid, key, event_name, 1),
+            Err(e) => {
+                tracing::warn!(pod = %format!("{}/{}", r.namespace, r.name), reason = r.reason, error = %e, "posting an event failed")
+            }
         }
     }
 }

@@ -239,7 +239,7 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
             "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
             missing.join(", ")
         );
-        shared.events.record(pod, "", "Warning", "FailedToRetrieveImagePullSecret", &message).await;
+        shared.events.record(pod, "", "Warning", "FailedToRetrieveImagePullSecret", &message);
     }
     out
 }
@@ -280,7 +280,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
                 let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
                 let message = text.join("; ");
                 tracing::warn!(error = %message, "volume setup failed; retrying");
-                shared.events.record(pod, "", "Warning", "FailedMount", &message).await;
+                shared.events.record(pod, "", "Warning", "FailedMount", &message);
                 // A pod with service-account tokens retries on the token back-off: an
                 // expired token is replaced within seconds of the API server's return.
                 due(if has_token(pod) { token_retry_at(&mut state.token_retry) } else { retry_at() });
@@ -348,7 +348,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
         let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup).await;
         let path = field_path(&c.name, *init);
         for e in &decision.events {
-            shared.events.record(pod, &path, e.event_type, e.reason, &e.message).await;
+            shared.events.record(pod, &path, e.event_type, e.reason, &e.message);
         }
         match (&decision.error, &decision.image_ref) {
             (None, Some(image_ref)) => {
@@ -382,7 +382,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
         match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
             Ok(run) => {
                 for (path, kind, reason, message) in &run.events {
-                    shared.events.record(pod, path, kind, reason, message).await;
+                    shared.events.record(pod, path, kind, reason, message);
                 }
                 for report in &mut reports {
                     if let Some(s) = run.states.get(&(report.init, report.name.clone())) {
@@ -396,7 +396,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
             }
             Err(message) => {
                 tracing::warn!(error = %message, "running the pod's containers failed; retrying");
-                shared.events.record(pod, "", "Warning", "FailedCreatePodSandBox", &message).await;
+                shared.events.record(pod, "", "Warning", "FailedCreatePodSandBox", &message);
                 due(retry_at());
                 view = Some(PodRuntimeView::default());
             }
