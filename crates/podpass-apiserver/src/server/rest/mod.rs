@@ -277,7 +277,12 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind, false)?;
-            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let name = object
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             let object = to_stored(object, Some(&name))?;
             (served_as(served, write::create(&target, object).await?).await?, warnings)
         }

@@ -28,8 +28,10 @@ fn invalid(name: &str, field: &str, value: &Value, detail: &str) -> StatusError 
     ))
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+/// The string at `path` (object keys, outermost first), or "" (walked directly: a JSON
+/// pointer would unescape each segment into a new string on every request).
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    path.iter().try_fold(v, |v, key| v.get(key)).and_then(Value::as_str).unwrap_or_default()
 }
 
 async fn get_object(
@@ -57,7 +59,7 @@ pub async fn create_token(
     // consistency point serves them all.
     let at = state.store.consistent_point().await?;
     let sa = get_object(state, ObjectKey::namespaced("serviceaccounts", ns, sa_name), at).await?;
-    let sa_uid = str_at(&sa.object, "/metadata/uid").to_owned();
+    let sa_uid = str_at(&sa.object, &["metadata", "uid"]).to_owned();
     let mut outcome = Outcome::default();
     let response_uid = check_request_uid(state, &request, sa_name, &sa_uid, &mut outcome)?;
     let (audiences, expiration) = audiences_and_expiration(state, &request, sa_name, &mut outcome)?;
@@ -217,18 +219,18 @@ async fn bind(
         ("v1", "Pod") => {
             let pod = get_object(state, ObjectKey::namespaced("pods", ns, &name), at).await?;
             let pod = &pod.object;
-            if str_at(pod, "/spec/serviceAccountName") != sa_name {
+            if str_at(pod, &["spec", "serviceAccountName"]) != sa_name {
                 return Err(StatusError::bad_request(format!(
                     "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
                 )));
             }
-            let pod_uid = str_at(pod, "/metadata/uid");
+            let pod_uid = str_at(pod, &["metadata", "uid"]);
             check_uid(pod_uid)?;
             claims.pod = Some(ObjectRef::new(&name, pod_uid));
-            let node_name = str_at(pod, "/spec/nodeName");
+            let node_name = str_at(pod, &["spec", "nodeName"]);
             if state.features.pod_node_info && !node_name.is_empty() {
                 claims.node = match state.store.get_with(&ObjectKey::cluster("nodes", node_name), at).await {
-                    Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, "/metadata/uid"))),
+                    Ok(node) => Some(ObjectRef::new(node_name, str_at(&node.object, &["metadata", "uid"]))),
                     Err(StoreError::NotFound { .. }) => Some(ObjectRef::new(node_name, "")),
                     Err(e) => return Err(StatusError::internal(e)),
                 };
@@ -236,7 +238,7 @@ async fn bind(
         }
         ("v1", "Secret") => {
             let secret = get_object(state, ObjectKey::namespaced("secrets", ns, &name), at).await?;
-            let secret_uid = str_at(&secret.object, "/metadata/uid");
+            let secret_uid = str_at(&secret.object, &["metadata", "uid"]);
             check_uid(secret_uid)?;
             claims.secret = Some(ObjectRef::new(&name, secret_uid));
         }
@@ -247,7 +249,7 @@ async fn bind(
                 ));
             }
             let node = get_object(state, ObjectKey::cluster("nodes", &name), at).await?;
-            let node_uid = str_at(&node.object, "/metadata/uid");
+            let node_uid = str_at(&node.object, &["metadata", "uid"]);
             check_uid(node_uid)?;
             claims.node = Some(ObjectRef::new(&name, node_uid));
         }
@@ -342,7 +344,7 @@ fn conflict(name: &str, detail: &str) -> StatusError {
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
 pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusError> {
-    let token = str_at(&body, "/spec/token").to_owned();
+    let token = str_at(&body, &["spec", "token"]).to_owned();
     let requested: Option<Vec<String>> = body
         .field("/spec/audiences")
         .and_then(Value::as_array)
