@@ -1022,3 +1022,18 @@ fn a_legacy_secret_token_is_refused_though_the_cluster_accepts_it() {
         assert_eq!(refused["reason"], "issuer", "{refused}");
     }
 }
+
+#[test]
+fn bench_registry_auth_runs_and_reports_the_audit_cost() {
+    // A smoke run: the bench must keep working (a renamed request kind once broke it
+    // unnoticed); its figures are read by people, not asserted.
+    let out = std::process::Command::new(PODPASS)
+        .args(["bench", "registry-auth", "--clients", "2", "--seconds", "0.3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for line in ["raw ES256 verify+sign pair", "token exchange (GET)", "the audit costs"] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
+}

@@ -73,7 +73,7 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         .context("discovery without an issuer")?;
     let mut tokens = Vec::with_capacity(clients);
     for (i, uid) in pod_uids.iter().enumerate() {
-        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "ExchangeRequest",
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
             "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600,
                      "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"), "uid": uid}}});
         let answer =
@@ -90,51 +90,39 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         "rules:\n- serviceAccount: {namespace: \"*\", name: \"*\"}\n  repositories: [\"{namespace}/*\"]\n  actions: [pull]\n",
     )
     .context("writing the policy")?;
-    let path = |p: &std::path::Path| p.display().to_string();
-    let config: Config = podpass_serve::parse_flags([
-        "--listen=127.0.0.1:0".to_owned(),
-        format!("--issuer={issuer}"),
-        format!("--audience={AUDIENCE}"),
-        format!("--policy={}", path(&dir.join("policy.yaml"))),
-        format!("--signing-key={}", path(&dir.join("signer.key"))),
-        format!("--registry-service={SERVICE}"),
-        format!("--issuer-ca={}", path(&data.join("pki/ca.crt"))),
-        format!("--tls-cert-file={}", path(&data.join("pki/apiserver.crt"))),
-        format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
-        // The audit costs what it costs in production, but off the terminal.
-        format!("--audit-log-path={}", path(&dir.join("audit.log"))),
-    ])
-    .context("registry-auth's flags")?;
-    let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
-    let bound = prepared.bind().await.context("binding registry-auth")?;
-    let service = Arc::clone(bound.service());
-    let addr = bound.local_addr().context("registry-auth address")?;
-    tokio::spawn(bound.serve(std::future::pending()));
-    // Warm: every issuer's keys known before measuring.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while service.trusts().iter().any(|t| t.status().0 == 0) {
-        if Instant::now() > deadline {
-            bail!("registry-auth did not fetch the issuer's keys");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    let auth = Api { connector: api.connector.clone(), addr, host: addr.to_string(), token: String::new() };
-    let requests: Vec<Vec<u8>> = tokens
-        .iter()
-        .map(|t| {
-            let basic = data_encoding::BASE64.encode(format!("bench:{t}").as_bytes());
-            format!(
-                "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
-                auth.host
-            )
-            .into_bytes()
-        })
-        .collect();
+    let audit_log = dir.join("audit.log");
+    let audited = registry_auth(dir, &data, &issuer, &audit_log).await?;
+    let requests_for = |auth: &Api| -> Vec<Vec<u8>> {
+        tokens
+            .iter()
+            .map(|t| {
+                let basic = data_encoding::BASE64.encode(format!("bench:{t}").as_bytes());
+                format!(
+                    "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
+                    auth.host
+                )
+                .into_bytes()
+            })
+            .collect()
+    };
+    let connect = |addr: std::net::SocketAddr| Api {
+        connector: api.connector.clone(),
+        addr,
+        host: addr.to_string(),
+        token: String::new(),
+    };
+    let auth = connect(audited);
+    let requests = requests_for(&auth);
     let verify = Raw::measure(cores, phase, RawOp::Verify)?;
     let sign = Raw::measure(cores, phase, RawOp::Sign)?;
+    let cpu_before = super::writes::cpu_seconds();
     let exchanges =
         run_requests(&auth, clients, phase, |i| ("GET /token", requests[i].clone()), 200, b"\"token\":\"").await?;
+    // The whole process's CPU (server, audit, control plane, load generator) per exchange.
+    let cpu_per_exchange = cpu_before
+        .zip(super::writes::cpu_seconds())
+        .map(|(a, b)| (b - a) / (exchanges.rate() * phase.as_secs_f64()).max(1.0));
+    let audit_cpu = audit_cpu_per_event(&audit_log, &dir.join("audit-cost.log"))?;
     let verify = verify.and_after(Raw::measure(cores, phase, RawOp::Verify)?);
     let sign = sign.and_after(Raw::measure(cores, phase, RawOp::Sign)?);
     verify.print("verify");
@@ -151,5 +139,105 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         exchanges.rate() / pair_all,
         exchanges.rate() / pair_one,
     );
+    match (cpu_per_exchange, audit_cpu) {
+        (Some(exchange), Some(audit)) => outln!(
+            "audit: {:.1} µs CPU per event (serialized, queued, written) against {:.1} µs CPU per exchange: the audit costs {:.1}% (goal <= 5%)",
+            audit * 1e6,
+            exchange * 1e6,
+            100.0 * audit / exchange.max(f64::EPSILON)
+        ),
+        _ => outln!("audit: cost not measured (no /proc/self/stat, or no audit line written)"),
+    }
     Ok(())
+}
+
+/// Starts registry-auth over HTTPS with the control plane's serving certificate
+/// (127.0.0.1), its audit to `audit_log`, and waits until it knows the issuer's keys;
+/// returns its address.
+async fn registry_auth(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    issuer: &str,
+    audit_log: &std::path::Path,
+) -> Result<std::net::SocketAddr> {
+    let path = |p: &std::path::Path| p.display().to_string();
+    let flags = vec![
+        "--listen=127.0.0.1:0".to_owned(),
+        format!("--issuer={issuer}"),
+        format!("--audience={AUDIENCE}"),
+        format!("--policy={}", path(&dir.join("policy.yaml"))),
+        format!("--signing-key={}", path(&dir.join("signer.key"))),
+        format!("--registry-service={SERVICE}"),
+        format!("--issuer-ca={}", path(&data.join("pki/ca.crt"))),
+        format!("--tls-cert-file={}", path(&data.join("pki/apiserver.crt"))),
+        format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
+        // The audit costs what it costs in production, but off the terminal.
+        format!("--audit-log-path={}", path(audit_log)),
+    ];
+    let config: Config = podpass_serve::parse_flags(flags).context("registry-auth's flags")?;
+    let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
+    let bound = prepared.bind().await.context("binding registry-auth")?;
+    let service = Arc::clone(bound.service());
+    let addr = bound.local_addr().context("registry-auth address")?;
+    tokio::spawn(bound.serve(std::future::pending()));
+    // Warm: every issuer's keys known before measuring.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while service.trusts().iter().any(|t| t.status().0 == 0) {
+        if Instant::now() > deadline {
+            bail!("registry-auth did not fetch the issuer's keys");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(addr)
+}
+
+/// Events recorded to measure the audit's cost (fewer than the writer's queue holds, so none is dropped).
+const AUDIT_EVENTS: u32 = 50_000;
+
+/// The audit's own CPU per event, in seconds: a granted decision's event as the measured
+/// phase wrote it (the first line of `written`), rebuilt with a fresh time as the service
+/// stamps each, recorded `AUDIT_EVENTS` times through the same writer to `to`, counted
+/// until the writer thread has written the last (`None`: no line to copy or no CPU clock).
+fn audit_cpu_per_event(written: &std::path::Path, to: &std::path::Path) -> Result<Option<f64>> {
+    let text = std::fs::read_to_string(written).context("reading the audit log")?;
+    let Some(event) = text.lines().find(|l| l.contains("\"granted\"")) else { return Ok(None) };
+    let event: Value = serde_json::from_str(event).context("an audit line")?;
+    let writer = podpass_serve::AuditWriter::open(podpass_serve::AuditTarget::File {
+        path: to.to_owned(),
+        max_bytes: 0,
+        max_backups: 0,
+    })
+    .context("opening the cost measurement's audit file")?;
+    let Some(before) = super::writes::cpu_seconds() else { return Ok(None) };
+    for _ in 0..AUDIT_EVENTS {
+        let mut e = event.clone();
+        if let Some(fields) = e.as_object_mut() {
+            fields.insert("time".into(), jiff::Timestamp::now().to_string().into());
+        }
+        writer.record(&e);
+    }
+    drop(writer);
+    // Written once the file stops growing for 100 ms (the writer gathers for 2 ms at most);
+    // the line count below proves it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut size, mut still) = (0, Instant::now());
+    loop {
+        let now = std::fs::metadata(to).map_or(0, |m| m.len());
+        if now != size {
+            (size, still) = (now, Instant::now());
+        } else if size > 0 && still.elapsed() > Duration::from_millis(100) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the audit writer did not finish writing within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let after = super::writes::cpu_seconds();
+    let lines = std::fs::read(to).context("reading the cost measurement's audit file")?;
+    let written = lines.iter().filter(|b| **b == b'\n').count();
+    if written != AUDIT_EVENTS as usize {
+        bail!("the audit writer wrote {written} of {AUDIT_EVENTS} events (its queue holds 65 536)");
+    }
+    Ok(after.map(|after| (after - before) / f64::from(AUDIT_EVENTS)))
 }

@@ -130,7 +130,7 @@ struct Measured {
 
 /// User plus system CPU seconds of this process so far (`/proc/self/stat`, in USER_HZ
 /// ticks of 1/100 s).
-fn cpu_seconds() -> Option<f64> {
+pub(super) fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // Fields after the command name (which may hold spaces) end with ')'.
     let rest = stat.get(stat.rfind(')')? + 2..)?;
