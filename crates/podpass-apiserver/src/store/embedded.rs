@@ -160,6 +160,16 @@ fn decode(key: &str, revision: u64, bytes: &[u8]) -> Result<Value, StoreError> {
 /// Writes committed together at most: one transaction and one fsync for all of them.
 const MAX_BATCH: usize = 256;
 
+/// What a committed batch did.
+struct Committed {
+    /// Each write's outcome, in the batch's order.
+    outcomes: Vec<Result<Stored, StoreError>>,
+    /// The changes committed, in revision order.
+    changes: Vec<Change>,
+    /// The latest object each written key is left with (`None`: deleted).
+    overlay: HashMap<String, Option<Arc<Stored>>>,
+}
+
 /// A write waiting for its commit, and where its outcome goes.
 struct Pending {
     key: ObjectKey,
@@ -177,8 +187,7 @@ impl Inner {
         let (reply, outcome) = std::sync::mpsc::sync_channel(1);
         lock(&self.queue).push(Pending { key: key.clone(), op, reply });
         loop {
-            // A poisoned lock only means another writer panicked; the database is unaffected.
-            let _guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = lock(&self.writer);
             // A previous holder answers everything it took before it lets go of the lock.
             if let Ok(result) = outcome.try_recv() {
                 return result;
@@ -207,7 +216,7 @@ impl Inner {
             ops.push((p.key, p.op));
         }
         match self.write_batch(ops) {
-            Ok((outcomes, changes, overlay)) => {
+            Ok(Committed { outcomes, changes, overlay }) => {
                 {
                     let mut latest = self.latest.write().unwrap_or_else(|p| p.into_inner());
                     for (skey, stored) in overlay {
@@ -233,13 +242,8 @@ impl Inner {
         }
     }
 
-    /// The batch's writes in one committed transaction: each write's outcome, the changes
-    /// committed, and the latest objects they leave (`None`: deleted) by storage key.
-    #[allow(clippy::type_complexity)]
-    fn write_batch(
-        &self,
-        ops: Vec<(ObjectKey, Op)>,
-    ) -> Result<(Vec<Result<Stored, StoreError>>, Vec<Change>, HashMap<String, Option<Arc<Stored>>>), StoreError> {
+    /// The batch's writes in one committed transaction.
+    fn write_batch(&self, ops: Vec<(ObjectKey, Op)>) -> Result<Committed, StoreError> {
         let txn = self.db.begin_write().map_err(backend)?;
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut changes = Vec::with_capacity(ops.len());
@@ -300,7 +304,7 @@ impl Inner {
         } else {
             txn.commit().map_err(backend)?;
         }
-        Ok((outcomes, changes, overlay))
+        Ok(Committed { outcomes, changes, overlay })
     }
 
     fn read_revision(meta: &impl ReadableTable<&'static str, u64>, name: &str) -> Result<u64, StoreError> {
@@ -355,6 +359,7 @@ fn plan(key: &ObjectKey, op: Op, existing: Option<Arc<Stored>>, revision: u64) -
     }
 }
 
+/// A poisoned lock only means another writer panicked; the database is unaffected.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -92,27 +92,18 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
     .context("writing the policy")?;
     let audit_log = dir.join("audit.log");
     let audited = registry_auth(dir, &data, &issuer, &audit_log).await?;
-    let requests_for = |auth: &Api| -> Vec<Vec<u8>> {
-        tokens
-            .iter()
-            .map(|t| {
-                let basic = data_encoding::BASE64.encode(format!("bench:{t}").as_bytes());
-                format!(
-                    "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
-                    auth.host
-                )
-                .into_bytes()
-            })
-            .collect()
-    };
-    let connect = |addr: std::net::SocketAddr| Api {
-        connector: api.connector.clone(),
-        addr,
-        host: addr.to_string(),
-        token: String::new(),
-    };
-    let auth = connect(audited);
-    let requests = requests_for(&auth);
+    let auth = Api { connector: api.connector.clone(), addr: audited, host: audited.to_string(), token: String::new() };
+    let requests: Vec<Vec<u8>> = tokens
+        .iter()
+        .map(|t| {
+            let basic = data_encoding::BASE64.encode(format!("bench:{t}").as_bytes());
+            format!(
+                "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
+                auth.host
+            )
+            .into_bytes()
+        })
+        .collect();
     let verify = Raw::measure(cores, phase, RawOp::Verify)?;
     let sign = Raw::measure(cores, phase, RawOp::Sign)?;
     let cpu_before = super::writes::cpu_seconds();
@@ -161,7 +152,7 @@ async fn registry_auth(
     audit_log: &std::path::Path,
 ) -> Result<std::net::SocketAddr> {
     let path = |p: &std::path::Path| p.display().to_string();
-    let flags = vec![
+    let config: Config = podpass_serve::parse_flags([
         "--listen=127.0.0.1:0".to_owned(),
         format!("--issuer={issuer}"),
         format!("--audience={AUDIENCE}"),
@@ -173,8 +164,8 @@ async fn registry_auth(
         format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
         // The audit costs what it costs in production, but off the terminal.
         format!("--audit-log-path={}", path(audit_log)),
-    ];
-    let config: Config = podpass_serve::parse_flags(flags).context("registry-auth's flags")?;
+    ])
+    .context("registry-auth's flags")?;
     let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
     let bound = prepared.bind().await.context("binding registry-auth")?;
     let service = Arc::clone(bound.service());
