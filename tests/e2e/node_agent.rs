@@ -133,6 +133,14 @@ fn node_with_team(d: &std::path::Path, extra: &[&str]) -> (Server, std::path::Pa
     (s, root, agent)
 }
 
+/// Whether a tmpfs is mounted at `path` (the mount table of this process, which the agent
+/// shares).
+fn tmpfs_mounted(path: &std::path::Path) -> bool {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == path.to_str() && l.contains(" - tmpfs "))
+}
+
 #[test]
 fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     let dir = tempfile::tempdir().unwrap();
@@ -172,6 +180,13 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     assert!(std::fs::read_to_string(api.join("ca.crt")).unwrap().contains("BEGIN CERTIFICATE"));
     assert_eq!(claims(&std::fs::read_to_string(api.join("token")).unwrap())["aud"], serde_json::json!([s.url]));
     assert!(std::fs::read_link(api.join("token")).unwrap().starts_with("..data"), "published through ..data");
+    // As the kubelet's: the tokens are in memory, one tmpfs per volume, where the agent
+    // may mount (it runs as this test does).
+    let probe = podpass_node::volumes::set_up_tmpfs(&dir.path().join("probe"), None).unwrap();
+    let may_mount = !matches!(probe, podpass_node::volumes::TmpfsSetUp::NotPermitted(_));
+    let _ = podpass_node::volumes::unmount_all_under(&dir.path().join("probe"));
+    assert_eq!(tmpfs_mounted(&volumes.join("registry-token")), may_mount);
+    assert_eq!(tmpfs_mounted(&api), may_mount);
 
     // deleting the pod: the agent tears it down and confirms, well before the 30 s grace
     let resp = client(&s.dir)
@@ -183,6 +198,7 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     wait_for("volumes removed", Duration::from_secs(20), || {
         (!root.join("pods").join(&uid).exists()).then_some(Value::Null)
     });
+    assert!(!tmpfs_mounted(&volumes.join("registry-token")) && !tmpfs_mounted(&api), "unmounted with the pod");
     wait_for("pod gone", Duration::from_secs(20), || {
         (get(&s, "/api/v1/namespaces/team/pods/web").0 == 404).then_some(Value::Null)
     });

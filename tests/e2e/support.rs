@@ -151,13 +151,16 @@ pub fn ok(out: Output, what: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The node agent (`podpass node run`), killed if the test ends before it stops.
-pub struct Agent(pub Child);
+/// The node agent (`podpass node run`) and its root dir, killed if the test ends before it
+/// stops; the tmpfs mounts of its pods' volumes are detached then, so the test's temporary
+/// directory can be removed.
+pub struct Agent(pub Child, pub PathBuf);
 
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = podpass_node::volumes::unmount_all_under(&self.1);
     }
 }
 
@@ -182,6 +185,7 @@ pub fn spawn_agent_with(kubeconfig: &Path, root: &Path, log: Option<&Path>, extr
             .stderr(stderr)
             .spawn()
             .unwrap(),
+        root.to_owned(),
     )
 }
 

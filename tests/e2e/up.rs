@@ -407,6 +407,8 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert_eq!(said.matches(": started again").count(), 5, "{said}");
     assert!(said.contains("starting it again in 1 s"), "{said}");
 
+    // The pods' secret and projected volumes are tmpfs mounts while it runs (as root).
+    assert!(!mounts_under(&data.join("node-1/root")).is_empty(), "the pods' volumes are in memory");
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());
     assert_eq!(parts.len(), 5, "five parts: {parts:?}");
@@ -417,6 +419,20 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     for p in parts {
         assert!(!alive(p), "part {p} left running");
     }
+    // ...and no mount: the pods' tmpfs volumes are detached, so the data dir can be removed.
+    assert_eq!(mounts_under(&data.join("node-1/root")), Vec::<String>::new(), "mounts left under the node's root");
+}
+
+/// The mount points at or under `dir`.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| Path::new(p).starts_with(&dir))
+        .map(String::from)
+        .collect()
 }
 
 #[test]

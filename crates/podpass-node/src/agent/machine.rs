@@ -95,10 +95,15 @@ impl Machine {
         resources(self.cpus, self.memory_bytes, self.ephemeral_bytes, self.max_pods)
     }
 
+    /// Allocatable memory in bytes: capacity less `memory.available<100Mi` (0: unknown).
+    pub fn allocatable_memory(&self) -> u64 {
+        self.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES)
+    }
+
     /// `status.allocatable`: capacity less `memory.available<100Mi` and
     /// `nodefs.available<10%`.
     pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
-        let memory = self.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES);
+        let memory = self.allocatable_memory();
         let held = u128::from(self.ephemeral_bytes) * u128::from(EVICTION_NODEFS_PERCENT) / 100;
         let ephemeral = self.ephemeral_bytes - u64::try_from(held).unwrap_or(self.ephemeral_bytes);
         resources(self.cpus, memory, ephemeral, self.max_pods)

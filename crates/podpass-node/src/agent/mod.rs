@@ -240,6 +240,7 @@ impl Prepared {
         &self,
         client: kube::Client,
         cri: Option<crate::runtime::CriRuntime>,
+        machine: &machine::Machine,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
         let backend =
@@ -281,6 +282,9 @@ impl Prepared {
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
+            volume_medium: crate::volumes::VolumeMedium::Memory {
+                node_allocatable_memory: machine.allocatable_memory(),
+            },
             pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
@@ -364,7 +368,7 @@ impl Bound {
         let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
-        let shared = Arc::new(this.assemble(client.clone(), cri).await?);
+        let shared = Arc::new(this.assemble(client.clone(), cri, &identity.machine).await?);
         if let Some(listener) = server {
             let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
             let mut names = vec![id.name.clone(), "localhost".to_owned()];

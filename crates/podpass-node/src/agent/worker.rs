@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub events: EventRecorder,
     /// Pods synced at once.
     pub syncs: Semaphore,
+    /// Where secret and projected volumes live (tmpfs, as upstream).
+    pub volume_medium: crate::volumes::VolumeMedium,
     /// The container runtime (`None`: a preparation-only node).
     pub runtime: Option<Arc<PodRuntime>>,
     /// Runtime changes by pod (with the runtime): what wakes a worker when its containers
@@ -253,7 +255,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
     let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
 
     let volumes: VolumesOutcome =
-        match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter()).await {
+        match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter(), shared.volume_medium)
+            .await
+        {
             Ok(report) => {
                 if !report.written.is_empty() {
                     tracing::info!(volumes = ?report.written, "volumes written");

@@ -8,8 +8,8 @@
 //! ```
 //! Readers are safe by the rename alone. As upstream, nothing is fsynced by default: a
 //! pod's volumes are derived state, rewritten from the API at every agent start (a payload
-//! that differs on disk, also one a power loss truncated, is written again), and the
-//! kubelet keeps them on tmpfs. [`AtomicWriter::durable`] fsyncs the files and the new
+//! that differs on disk, also one a power loss truncated, is written again), and secret
+//! and projected volumes live on tmpfs (`super::medium`), as the kubelet's. [`AtomicWriter::durable`] fsyncs the files and the new
 //! directory before the swap and the target directory after it, for callers that promise
 //! durability. Beyond upstream, a `..data_tmp` link or timestamped directory left by a
 //! process killed mid-write is removed on the next write.

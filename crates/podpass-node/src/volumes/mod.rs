@@ -2,10 +2,15 @@
 //! maps, secrets, downward API) published with the kubelet's AtomicWriter.
 
 mod atomic_writer;
+mod medium;
 mod pod;
 mod projected;
 
 pub use atomic_writer::{AtomicWriteError, AtomicWriter, FileProjection, validate_path};
+pub use medium::{
+    MountError, TmpfsSetUp, UnmountOnDrop, VolumeMedium, detach_pod_volumes, memory_backed, set_up_tmpfs, tmpfs_size,
+    unmount_all_under,
+};
 pub use pod::{
     PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, as_projection, pod_dir, projected_dir, remove_pod_volumes,
     sync_pod_volumes, volume_dir,

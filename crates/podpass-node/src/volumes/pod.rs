@@ -9,6 +9,10 @@ use k8s_openapi::api::core::v1::{
 use thiserror::Error;
 
 use super::atomic_writer::{AtomicWriteError, AtomicWriter};
+use super::medium::{
+    MountError, TmpfsSetUp, VolumeMedium, detach_pod_volumes, memory_backed, set_up_tmpfs, tmpfs_size,
+    unmount_all_under,
+};
 use super::projected::{ProjectionError, ProjectionSources, project};
 use crate::token::refresh_due_at;
 
@@ -84,6 +88,17 @@ pub enum PodVolumeError {
         /// Why.
         source: AtomicWriteError,
     },
+    /// Mounting a volume's tmpfs failed.
+    #[error("MountVolume.SetUp failed for volume {volume:?}: {source}")]
+    Mount {
+        /// The volume.
+        volume: String,
+        /// Why.
+        source: MountError,
+    },
+    /// Unmounting a pod's volumes failed.
+    #[error("UnmountVolume.TearDown failed: {0}")]
+    Unmount(MountError),
     /// Removing a pod's directory failed.
     #[error("removing {path}: {source}")]
     Remove {
@@ -127,13 +142,19 @@ pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> Pat
     pod_dir(root, pod_uid).join("volumes").join(plugin).join(volume)
 }
 
+/// Set when a node first fails to mount a tmpfs: the warning is given once per process.
+static NOT_PERMITTED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Writes every projected volume of `pod` under `root`; a volume whose payload is
-/// unchanged is left as it is. All volumes are tried; the first failure is returned after.
+/// unchanged is left as it is. Secret and projected volumes are tmpfs mounts under
+/// [`VolumeMedium::Memory`] (plain directories with a warning, once, where this process
+/// may not mount). All volumes are tried; the first failure is returned after.
 pub async fn sync_pod_volumes(
     root: &Path,
     pod: &Pod,
     sources: &dyn ProjectionSources,
     jitter: i64,
+    medium: VolumeMedium,
 ) -> Result<PodVolumesReport, Vec<PodVolumeError>> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     if !safe_segment(&uid, true) {
@@ -180,11 +201,35 @@ pub async fn sync_pod_volumes(
                 file.mode |= 0o040;
             }
         }
-        let written = tokio::task::spawn_blocking(move || AtomicWriter::new(&dir)?.write(&payload)).await;
+        let tmpfs = match medium {
+            VolumeMedium::Memory { node_allocatable_memory } if memory_backed(plugin) => {
+                Some(tmpfs_size(pod, node_allocatable_memory))
+            }
+            _ => None,
+        };
+        let name = volume.name.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            if let Some(size) = tmpfs {
+                match set_up_tmpfs(&dir, size) {
+                    Ok(TmpfsSetUp::NotPermitted(e)) => {
+                        if !NOT_PERMITTED_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "this node may not mount tmpfs: secret and projected \
+                                volumes (tokens among them) are written to disk, under the root dir");
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(source) => return Err(PodVolumeError::Mount { volume: name, source }),
+                }
+            }
+            AtomicWriter::new(&dir)
+                .and_then(|w| w.write(&payload))
+                .map_err(|source| PodVolumeError::Write { volume: name, source })
+        })
+        .await;
         match written {
             Ok(Ok(true)) => report.written.push(volume.name.clone()),
             Ok(Ok(false)) => report.unchanged.push(volume.name.clone()),
-            Ok(Err(source)) => errors.push(PodVolumeError::Write { volume: volume.name.clone(), source }),
+            Ok(Err(e)) => errors.push(e),
             Err(e) => errors.push(PodVolumeError::Write {
                 volume: volume.name.clone(),
                 source: AtomicWriteError::Io {
@@ -198,22 +243,32 @@ pub async fn sync_pod_volumes(
     if errors.is_empty() { Ok(report) } else { Err(errors) }
 }
 
-/// Removes a pod's directory and everything in it (absent is fine).
+/// Removes a pod's directory and everything in it (absent is fine), its volumes' mounts
+/// detached first.
 pub async fn remove_pod_volumes(root: &Path, pod_uid: &str) -> Result<(), PodVolumeError> {
     if !safe_segment(pod_uid, true) {
         return Err(PodVolumeError::UnsafeName { pod: String::new(), what: "uid", value: pod_uid.to_owned() });
     }
     let dir = pod_dir(root, pod_uid);
-    let result = tokio::task::spawn_blocking({
-        let dir = dir.clone();
-        move || match std::fs::remove_dir_all(&dir) {
+    tokio::task::spawn_blocking(move || {
+        let remove = |dir: &Path| match std::fs::remove_dir_all(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
+        };
+        detach_pod_volumes(&dir).map_err(PodVolumeError::Unmount)?;
+        match remove(&dir) {
+            // Busy: a mount this agent did not make (or made at another path); the mount
+            // table says which.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {
+                unmount_all_under(&dir).map_err(PodVolumeError::Unmount)?;
+                remove(&dir)
+            }
+            other => other,
         }
+        .map_err(|source| PodVolumeError::Remove { path: dir, source })
     })
     .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    result.map_err(|source| PodVolumeError::Remove { path: dir, source })
+    .unwrap_or_else(|e| Err(PodVolumeError::Remove { path: pod_dir(root, pod_uid), source: std::io::Error::other(e) }))
 }
 
 #[cfg(test)]
@@ -285,18 +340,39 @@ mod tests {
     #[tokio::test]
     async fn volumes_land_in_the_kubelet_layout_and_the_next_refresh_is_the_earliest() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let _cleanup = super::super::UnmountOnDrop(dir.path().to_owned());
         let uid = "0d1f6b2e-0000-4000-8000-000000000001";
-        let report =
-            sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0).await.unwrap_or_else(|e| panic!("{e:?}"));
+        let memory = VolumeMedium::Memory { node_allocatable_memory: 64 << 20 };
+        let report = sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0, memory)
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(report.written, ["reg", "other"]);
         // 600 s token issued at 10 000: due after 480 s
         assert_eq!(report.next_refresh, Some(10_481));
-        let token = dir.path().join(format!("pods/{uid}/volumes/kubernetes.io~projected/reg/token"));
-        assert_eq!(std::fs::read_to_string(token).unwrap_or_default(), "jwt");
-        let again =
-            sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0).await.unwrap_or_else(|e| panic!("{e:?}"));
+        let volume = dir.path().join(format!("pods/{uid}/volumes/kubernetes.io~projected/reg"));
+        assert_eq!(std::fs::read_to_string(volume.join("token")).unwrap_or_default(), "jwt");
+        let mounted = |p: &Path| {
+            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let p = std::fs::canonicalize(p).unwrap_or_default();
+            info.lines().any(|l| l.split(' ').nth(4) == p.to_str() && l.contains(" - tmpfs "))
+        };
+        // A test process allowed to mount: the token is on a tmpfs of its own.
+        let probe = super::super::medium::set_up_tmpfs(&dir.path().join("probe"), None);
+        let may_mount = !matches!(probe, Ok(TmpfsSetUp::NotPermitted(_)));
+        assert_eq!(mounted(&volume), may_mount, "memory-backed exactly when this process may mount");
+        let again = sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0, memory)
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(again.unchanged, ["reg", "other"]);
+        // a mount of another kind in the pod's directory (a memory emptyDir, say) is found
+        // in the mount table when the directory cannot be removed
+        let scratch = dir.path().join(format!("pods/{uid}/volumes/kubernetes.io~empty-dir/scratch"));
+        if may_mount {
+            super::super::medium::set_up_tmpfs(&scratch, None).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::write(scratch.join("f"), "x").unwrap_or_else(|e| panic!("{e}"));
+        }
         remove_pod_volumes(dir.path(), uid).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!mounted(&volume) && !mounted(&scratch));
         assert!(!dir.path().join(format!("pods/{uid}")).exists());
         remove_pod_volumes(dir.path(), uid).await.unwrap_or_else(|e| panic!("{e}"));
     }
@@ -304,9 +380,11 @@ mod tests {
     #[tokio::test]
     async fn names_from_the_api_never_leave_the_pod_directory() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let errors = sync_pod_volumes(dir.path(), &pod("../../etc", "reg"), &Tokens, 0).await.unwrap_err();
+        let errors =
+            sync_pod_volumes(dir.path(), &pod("../../etc", "reg"), &Tokens, 0, VolumeMedium::Disk).await.unwrap_err();
         assert!(errors[0].to_string().contains(r#"uid "../../etc" is not a valid directory name"#), "{errors:?}");
-        let errors = sync_pod_volumes(dir.path(), &pod("abc-1", "../../x"), &Tokens, 0).await.unwrap_err();
+        let errors =
+            sync_pod_volumes(dir.path(), &pod("abc-1", "../../x"), &Tokens, 0, VolumeMedium::Disk).await.unwrap_err();
         assert_eq!(errors.len(), 1, "the other volume is still written: {errors:?}");
         assert!(errors[0].to_string().contains("volume name \"../../x\""));
         assert!(dir.path().join("pods/abc-1/volumes/kubernetes.io~projected/other/token").exists());

@@ -115,6 +115,8 @@ async fn run_both(
     cri.remove_pods(HashMap::from([(RAW_LABEL.to_owned(), "true".to_owned())]), 0).await?;
 
     let root: PathBuf = dir.join("node-containers");
+    // Declared before the agent: its volume mounts are detached after it is killed.
+    let _mounts = podpass_node::volumes::UnmountOnDrop(root.clone());
     let exe = std::env::current_exe().context("own executable")?;
     let _agent = Killed(
         Command::new(exe)

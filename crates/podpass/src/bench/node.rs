@@ -382,8 +382,9 @@ async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
 
 /// The write the agent makes for a pod's token, alone: the automounted volume's three files
 /// (`ca.crt`, `namespace`, `token`, of the sizes the agent writes) published by the
-/// kubelet's atomic writer into a fresh pod directory on the agent's own file system, from
-/// a blocking thread as the agent does, `n` times one at a time.
+/// kubelet's atomic writer into a fresh pod directory on the medium the agent uses (a tmpfs
+/// mounted for it where this process may mount, as the agent does, else the agent's own
+/// file system), from a blocking thread as the agent does, `n` times one at a time.
 async fn volume_writes(root: &Path, n: usize) -> Result<Phase> {
     use podpass_node::volumes::{AtomicWriter, FileProjection};
     let file = |size: usize, mode: u32| FileProjection { data: vec![b'x'; size], mode, owner: None, group: None };
@@ -399,10 +400,13 @@ async fn volume_writes(root: &Path, n: usize) -> Result<Phase> {
         let dir = root.join(format!("pods/write-floor-{i}/volumes/kubernetes.io~projected/kube-api-access-floor"));
         let payload = payload.clone();
         let started = Instant::now();
-        tokio::task::spawn_blocking(move || AtomicWriter::new(&dir)?.write(&payload))
-            .await
-            .context("writer task")?
-            .context("the floor's volume write")?;
+        tokio::task::spawn_blocking(move || -> Result<bool> {
+            podpass_node::volumes::set_up_tmpfs(&dir, None)?;
+            Ok(AtomicWriter::new(&dir)?.write(&payload)?)
+        })
+        .await
+        .context("writer task")?
+        .context("the floor's volume write")?;
         latencies.push(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
     }
     latencies.sort_unstable();
@@ -426,6 +430,9 @@ fn node_identity(dir: &Path, api: &Api, node: &str, file: &str) -> Result<PathBu
 }
 
 async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
+    // The agents' volume mounts (and the floor's) are detached before the caller removes
+    // `dir`, after the agents are gone.
+    let _mounts = podpass_node::volumes::UnmountOnDrop(dir.to_owned());
     let image = registry().await?;
     // Baseline pods live on another node: the agent starts with none.
     let (api, baseline_uids) = super::start_with(

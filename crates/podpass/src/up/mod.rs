@@ -181,6 +181,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         Err(e) => {
             out.fail();
             parts.stop().await;
+            let _ = podpass_node::volumes::unmount_all_under(&l.node.join("root"));
             return Err(e);
         }
     };
@@ -208,7 +209,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
             }
         }
         if !args.keep {
-            stop(&mut parts, &mut out, running.runtime.as_ref()).await;
+            stop(&mut parts, &mut out, running.runtime.as_ref(), &l.node.join("root")).await;
             return Ok(code);
         }
         out.say("");
@@ -233,7 +234,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         eprintln!("error: {report}");
         code = ExitCode::from(1);
     }
-    stop(&mut parts, &mut out, running.runtime.as_ref()).await;
+    stop(&mut parts, &mut out, running.runtime.as_ref(), &l.node.join("root")).await;
     Ok(code)
 }
 
@@ -241,6 +242,7 @@ async fn stop(
     parts: &mut Supervisor,
     out: &mut Checklist,
     runtime: Option<&podpass_node::runtime::containerd::Layout>,
+    node_root: &Path,
 ) {
     // The containers the node started are stopped too (their shims outlive containerd),
     // once the node is (it would start them again); a later `podpass up` starts them
@@ -255,6 +257,12 @@ async fn stop(
         }
     }
     killed.extend(parts.stop().await);
+    // The pods' secret and projected volumes are tmpfs mounts: gone with the node, so the
+    // data dir holds no mount (and can be removed); a later `up` mounts and writes them
+    // again, with fresh tokens.
+    if let Err(e) = podpass_node::volumes::unmount_all_under(node_root) {
+        eprintln!("warning: unmounting the pods' volumes: {e}");
+    }
     if killed.is_empty() {
         out.say("stopped.");
     } else {
