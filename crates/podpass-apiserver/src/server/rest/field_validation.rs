@@ -80,20 +80,81 @@ fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<
     with_kind_type(group, kind, UnknownFields(object))
 }
 
-/// Walks a JSON document and records the path of every key given twice in one object.
-struct Duplicates<'a> {
-    path: String,
+/// Keys of one object compared one by one before they are hashed.
+const SMALL_OBJECT: usize = 16;
+
+/// Where a [`Duplicates`] walk is: its path is only written out for a duplicate found, so
+/// a body without one costs no string per key.
+enum Segment<'p> {
+    Root,
+    Key(&'p Segment<'p>, &'p str),
+    Index(&'p Segment<'p>, usize),
+}
+
+impl Segment<'_> {
+    /// The path as upstream prints it: `spec.containers[0].foo`.
+    fn render(&self) -> String {
+        match self {
+            Segment::Root => String::new(),
+            Segment::Key(parent, key) => push_key(&parent.render(), key),
+            Segment::Index(parent, index) => format!("{}[{index}]", parent.render()),
+        }
+    }
+}
+
+/// Walks a document and records the path of every key given twice in one object.
+struct Duplicates<'a, 'p> {
+    at: &'p Segment<'p>,
     found: &'a mut Vec<String>,
 }
 
-impl<'de> de::DeserializeSeed<'de> for Duplicates<'_> {
+impl<'de> de::DeserializeSeed<'de> for Duplicates<'_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for Duplicates<'_> {
+/// A map key, borrowed from the body when it has no escapes.
+struct Key;
+
+impl<'de> de::DeserializeSeed<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v))
+    }
+    // YAML keys may be numbers or booleans: a duplicate of those is one too.
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+}
+
+impl<'de> Visitor<'de> for Duplicates<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("any JSON value")
@@ -118,22 +179,30 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0;
-        while seq
-            .next_element_seed(Duplicates { path: format!("{}[{index}]", self.path), found: self.found })?
-            .is_some()
-        {
+        loop {
+            let at = Segment::Index(self.at, index);
+            if seq.next_element_seed(Duplicates { at: &at, found: self.found })?.is_none() {
+                return Ok(());
+            }
             index += 1;
         }
-        Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let path = push_key(&self.path, &key);
-            if !seen.insert(key) {
-                self.found.push(path.clone());
+        // Most objects are small: a list searched in order beats hashing each key; past
+        // [`SMALL_OBJECT`] keys (a config map's data, say) they are hashed.
+        let mut few: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut many: std::collections::HashSet<std::borrow::Cow<'de, str>> = std::collections::HashSet::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            let at = Segment::Key(self.at, &key);
+            if few.contains(&key) || many.contains(&key) {
+                self.found.push(at.render());
             }
-            map.next_value_seed(Duplicates { path, found: self.found })?;
+            map.next_value_seed(Duplicates { at: &at, found: self.found })?;
+            if few.len() < SMALL_OBJECT {
+                few.push(key);
+            } else {
+                many.insert(key);
+            }
         }
         Ok(())
     }
@@ -143,7 +212,7 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
 /// syntax error; the decoder proper reports that error).
 fn duplicates_in<'de, D: Deserializer<'de>>(d: D) -> Vec<String> {
     let mut found = Vec::new();
-    let _ = de::DeserializeSeed::deserialize(Duplicates { path: String::new(), found: &mut found }, d);
+    let _ = de::DeserializeSeed::deserialize(Duplicates { at: &Segment::Root, found: &mut found }, d);
     found
 }
 
@@ -190,27 +259,86 @@ fn remove_path(object: &mut Value, path: &str) {
     }
 }
 
-/// Validates `object` (decoded from `body`) as `kind` of `group`/`version` under `mode`:
-/// the warnings to send, or a 400. Unknown fields are removed from `object` unless refused.
-pub fn validate(
+/// Nesting depth of a JSON text (arrays and objects; what is inside strings does not
+/// count): the depth limit of a body decoded straight into its type, with no tree to
+/// measure. Bytes past a syntax error count as they come; the decoder reports the error.
+pub fn json_depth(body: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Decodes a JSON `body` straight into `T`, the type of `kind` in `group`/`version`, under
+/// `mode`: what [`validate`] finds on a decoded tree (unknown fields, as the type decodes;
+/// duplicate fields; nesting past [`crate::store::MAX_OBJECT_DEPTH`]) with no tree built.
+/// Unknown fields are dropped by the decoding itself. Returns the value and the warnings.
+pub fn decode_json<T: DeserializeOwned>(
     mode: FieldValidation,
     group: &str,
     version: &str,
     kind: &str,
-    body: Option<&[u8]>,
-    object: &mut Value,
-) -> Result<Vec<String>, StatusError> {
+    body: &[u8],
+) -> Result<(T, Vec<String>), StatusError> {
+    let depth = json_depth(body);
+    if depth > crate::store::MAX_OBJECT_DEPTH {
+        return Err(StatusError::bad_request(format!(
+            "error decoding request body: object nesting depth {depth} exceeds the limit of {}",
+            crate::store::MAX_OBJECT_DEPTH
+        )));
+    }
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
-    let cannot = |why: String| {
-        StatusError::bad_request(format!("{kind} in version {gv:?} cannot be handled as a {kind}: {why}"))
+    let mut unknown = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let decoded = serde_ignored::deserialize(&mut de, |p| unknown.push(ignored_path(&p))).and_then(|v| {
+        de.end()?;
+        Ok(v)
+    });
+    let value = match decoded {
+        Ok(v) => v,
+        // Not JSON at all is the decoder's 400, as for a tree; JSON of the wrong shape is
+        // the kind's.
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            return Err(StatusError::bad_request(format!("error decoding request body: {e}")));
+        }
+        Err(e) => return Err(cannot_handle(kind, &gv, e.to_string())),
     };
-    let unknown = match unknown_fields(group, kind, object) {
-        Some(Ok(u)) => u,
-        Some(Err(e)) => return Err(cannot(e)),
-        None => Vec::new(),
-    };
-    // Ignore never reports them: the body is not read a second time for nothing.
-    let duplicates = body.filter(|_| mode != FieldValidation::Ignore).map(duplicate_fields).unwrap_or_default();
+    let duplicates = if mode == FieldValidation::Ignore { Vec::new() } else { duplicate_fields(body) };
+    let warnings = report(mode, kind, &gv, &unknown, &duplicates)?;
+    Ok((value, warnings))
+}
+
+fn cannot_handle(kind: &str, gv: &str, why: String) -> StatusError {
+    StatusError::bad_request(format!("{kind} in version {gv:?} cannot be handled as a {kind}: {why}"))
+}
+
+/// The unknown and duplicate fields under `mode`: a 400 (Strict), the warnings (Warn) or
+/// nothing (Ignore); at most [`MAX_REPORTED`] are named.
+fn report(
+    mode: FieldValidation,
+    kind: &str,
+    gv: &str,
+    unknown: &[String],
+    duplicates: &[String],
+) -> Result<Vec<String>, StatusError> {
     let mut problems: Vec<String> = unknown
         .iter()
         .map(|p| format!("unknown field {p:?}"))
@@ -222,12 +350,34 @@ pub fn validate(
         problems.push(format!("and {more} more"));
     }
     if mode == FieldValidation::Strict && !problems.is_empty() {
-        return Err(cannot(format!("strict decoding error: {}", problems.join(", "))));
+        return Err(cannot_handle(kind, gv, format!("strict decoding error: {}", problems.join(", "))));
     }
+    Ok(if mode == FieldValidation::Warn { problems } else { Vec::new() })
+}
+
+/// Validates `object` (decoded from `body`) as `kind` of `group`/`version` under `mode`:
+/// the warnings to send, or a 400. Unknown fields are removed from `object` unless refused.
+pub fn validate(
+    mode: FieldValidation,
+    group: &str,
+    version: &str,
+    kind: &str,
+    body: Option<&[u8]>,
+    object: &mut Value,
+) -> Result<Vec<String>, StatusError> {
+    let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
+    let unknown = match unknown_fields(group, kind, object) {
+        Some(Ok(u)) => u,
+        Some(Err(e)) => return Err(cannot_handle(kind, &gv, e)),
+        None => Vec::new(),
+    };
+    // Ignore never reports them: the body is not read a second time for nothing.
+    let duplicates = body.filter(|_| mode != FieldValidation::Ignore).map(duplicate_fields).unwrap_or_default();
+    let warnings = report(mode, kind, &gv, &unknown, &duplicates)?;
     for path in &unknown {
         remove_path(object, path);
     }
-    Ok(if mode == FieldValidation::Warn { problems } else { Vec::new() })
+    Ok(warnings)
 }
 
 #[cfg(test)]
@@ -242,6 +392,22 @@ mod tests {
         assert!(duplicate_yaml_fields(b"a: 1\nb: {c: 2}\n").is_empty());
         // broken YAML: what was read before the error, no panic
         assert_eq!(duplicate_yaml_fields(b"a: 1\na: 2\nb: [\n"), ["a"]);
+    }
+
+    #[test]
+    fn duplicate_keys_of_a_json_body_are_found_in_small_and_large_objects() {
+        let mut data: Vec<String> = (0..40).map(|i| format!("\"k{i}\":\"v\"")).collect();
+        data.push("\"k3\":\"again\"".into()); // among the first 16, compared in order
+        data.push("\"k30\":\"again\"".into()); // past them, hashed
+        data.push("\"k\\u0033\":\"escaped\"".into()); // "k3" written with an escape
+        let body = format!(r#"{{"data":{{{}}},"items":[{{"a":1}},{{"a":1,"a":2}}]}}"#, data.join(","));
+        assert_eq!(duplicate_fields(body.as_bytes()), ["data.k3", "data.k30", "data.k3", "items[1].a"]);
+        assert!(
+            duplicate_fields(br#"{"a":{"a":{"a":1}},"b":[{"a":1},{"a":1}]}"#).is_empty(),
+            "same key, other objects"
+        );
+        // broken JSON: what was read before the error
+        assert_eq!(duplicate_fields(br#"{"a":1,"a":2,"b":"#), ["a"]);
     }
 
     #[test]

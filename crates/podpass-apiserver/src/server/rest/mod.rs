@@ -22,6 +22,7 @@ mod reviews;
 mod rules_review;
 mod table;
 mod token;
+mod typed_body;
 pub(crate) mod watch;
 mod write;
 
@@ -313,8 +314,12 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             (binding::create(&target, name, object).await?, warnings)
         }
         (&Method::POST, Some(name), Some("token")) => {
-            let (object, warnings) = validated("authentication.k8s.io", "TokenRequest", true)?;
-            (token::create_token(state, user, ns.unwrap_or_default(), name, object).await?, warnings)
+            let (request, warnings) = create_only::<typed_body::TokenRequestKind>(content_type, body, mode)?;
+            (token::create_token(state, user, ns.unwrap_or_default(), name, request).await?, warnings)
+        }
+        (&Method::POST, None, None) if !res.stored && res.plural == "tokenreviews" => {
+            let (review, warnings) = create_only::<typed_body::TokenReviewKind>(content_type, body, mode)?;
+            (token::review(state, review.spec).await?, warnings)
         }
         (&Method::POST, None, None) if !res.stored => {
             let (object, warnings) = validated(res.group, res.kind, true)?;
@@ -323,6 +328,29 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         _ => return reads(&target, &method, &path, &query, (content_type, body), accept).await,
     };
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
+}
+
+/// The body of a TokenRequest or TokenReview, validated under `mode`: JSON decoded straight
+/// into its type (their hot paths build no tree), kubectl's protobuf through a tree as
+/// every other body.
+fn create_only<K: typed_body::CreateOnly>(
+    content_type: &str,
+    body: &[u8],
+    mode: FieldValidation,
+) -> Result<(typed_body::Body<K>, Vec<String>), StatusError> {
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    if matches!(media, "" | "application/json" | "*/*") {
+        return field_validation::decode_json(mode, K::GROUP, K::VERSION, K::KIND, body);
+    }
+    let mut object = parse_body(content_type, body)?;
+    // Output only, and client-go's empty one would not decode as the typed status.
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("status");
+    }
+    let warnings = field_validation::validate(mode, K::GROUP, K::VERSION, K::KIND, None, &mut object)?;
+    let decoded = serde::Deserialize::deserialize(object)
+        .map_err(|e| StatusError::bad_request(format!("error decoding request body: {e}")))?;
+    Ok((decoded, warnings))
 }
 
 /// Largest write answer re-read to convert it into the served version.

@@ -1,6 +1,7 @@
 //! The create-only reviews (TokenReview, SelfSubjectReview, the access and rules reviews):
 //! each is a REST handler of its own upstream, answering about its body and storing
-//! nothing; here each resource is routed to its handler.
+//! nothing; here each resource is routed to its handler (TokenReview's typed body is
+//! decoded and routed before, in `handle`).
 
 use std::sync::Arc;
 
@@ -21,7 +22,6 @@ pub(super) async fn review(
     object: Value,
 ) -> Result<Response, StatusError> {
     match res.plural {
-        "tokenreviews" => token::review(state, object).await,
         "selfsubjectreviews" => token::self_subject_review(user, &object),
         "selfsubjectaccessreviews" => token::self_subject_access_review(state, user, object).await,
         "subjectaccessreviews" => token::subject_access_review(state, object).await,

@@ -1,7 +1,6 @@
 //! `serviceaccounts/token` (TokenRequest), `tokenreviews` and `selfsubjectaccessreviews`
 //! (pkg/registry/core/serviceaccount/storage/token.go and friends).
 
-use crate::field::Field;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -9,7 +8,6 @@ use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, T
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use podpass_token::claims::{EXPIRATION_EXTENSION_SECONDS, WARN_ONLY_BOUND_TOKEN_EXPIRATION_SECONDS};
 use podpass_token::{ObjectRef, TokenRequest as TokenRequestClaims, now_unix};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::super::AppState;
@@ -49,9 +47,9 @@ pub async fn create_token(
     user: &crate::server::User,
     ns: &str,
     sa_name: &str,
-    body: Value,
+    body: super::typed_body::Body<super::typed_body::TokenRequestKind>,
 ) -> Result<Response, StatusError> {
-    let request = decode(body)?;
+    let request = TokenRequest { metadata: body.metadata, spec: body.spec, status: None };
     // Admission runs before the handler, as upstream: nodes are restricted first.
     super::admission::node_restriction::admit(state, user, ns, sa_name, &request).await?;
     check_target(&request, ns, sa_name)?;
@@ -98,11 +96,6 @@ impl Outcome {
         resp.extensions_mut().insert(self.annotations);
         super::with_warnings(resp, &self.warnings)
     }
-}
-
-/// The body as an `authentication.k8s.io/v1` TokenRequest (k8s-openapi's type).
-fn decode(body: Value) -> Result<TokenRequest, StatusError> {
-    TokenRequest::deserialize(body).map_err(|e| StatusError::bad_request(format!("error decoding request body: {e}")))
 }
 
 /// Step 1: name/namespace in the body, if set, must be the URL's.
@@ -343,13 +336,12 @@ fn conflict(name: &str, detail: &str) -> StatusError {
 }
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
-pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusError> {
-    let token = str_at(&body, &["spec", "token"]).to_owned();
-    let requested: Option<Vec<String>> = body
-        .field("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .filter(|a: &Vec<String>| !a.is_empty());
+pub async fn review(
+    state: &AppState,
+    spec: k8s_openapi::api::authentication::v1::TokenReviewSpec,
+) -> Result<Response, StatusError> {
+    let token = spec.token.clone().unwrap_or_default();
+    let requested: Option<Vec<String>> = spec.audiences.clone().filter(|a| !a.is_empty());
     // Static tokens are audience-agnostic only for the API server's own audiences
     // (authenticator.WrapAudienceAgnosticToken): a review for another audience does not
     // authenticate them, and the answer's audiences are the intersection.
@@ -388,7 +380,7 @@ pub async fn review(state: &AppState, body: Value) -> Result<Response, StatusErr
             Err(e) => json!({"authenticated": false, "error": format!("[invalid bearer token, {e}]")}),
         }
     };
-    let mut response = json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "spec": body.get("spec").cloned().unwrap_or(json!({})), "status": status});
+    let mut response = json!({"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "spec": spec, "status": status});
     if let Some(a) = requested
         && response["status"]["authenticated"] == json!(true)
     {
@@ -510,21 +502,10 @@ pub async fn subject_access_review_as(state: &AppState, kind: &str, body: Value)
 #[cfg(test)]
 mod create_token_tests {
     use super::*;
+    use serde::Deserialize;
 
     fn request(v: Value) -> TokenRequest {
-        decode(v).unwrap_or_else(|e| panic!("{}", e.message))
-    }
-
-    #[test]
-    fn bodies_decode_as_k8s_openapi_token_requests() {
-        let r = request(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"audiences": null, "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "p"}}}));
-        assert!(r.spec.audiences.is_empty());
-        assert_eq!(r.spec.bound_object_ref.and_then(|b| b.name).as_deref(), Some("p"));
-        assert!(request(json!({})).spec.expiration_seconds.is_none());
-        let wrong = decode(json!({"spec": {"expirationSeconds": "soon"}})).unwrap_err();
-        assert!(wrong.message.starts_with("error decoding request body:"), "{}", wrong.message);
-        assert!(decode(json!({"kind": "Pod"})).is_err());
+        TokenRequest::deserialize(v).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
