@@ -153,17 +153,22 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
 
     // runAsUser and fsGroup: the process runs as that user, and its token file is its own,
     // 0640 and the fsGroup's (the kubelet's FsUser and SetVolumeOwnership).
+    // The token volume and a memory emptyDir are tmpfs mounts, the latter of its sizeLimit
+    // (a 2 MiB write into 1 MiB fails).
     let mut owned = pod(
         "owned",
         "Never",
-        "id -u; id -G; stat -L -c '%a %u %g' /var/run/secrets/tokens/token; echo scratch > /scratch/f",
+        "id -u; id -G; stat -L -c '%a %u %g' /var/run/secrets/tokens/token; \
+         stat -f -c %T /var/run/secrets/tokens /mem; head -c 2097152 /dev/zero > /mem/f 2>/dev/null || echo full; \
+         echo scratch > /scratch/f",
     );
     owned["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000});
-    owned["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "scratch", "emptyDir": {}}));
-    owned["spec"]["containers"][0]["volumeMounts"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"name": "scratch", "mountPath": "/scratch"}));
+    let volumes = owned["spec"]["volumes"].as_array_mut().unwrap();
+    volumes.push(json!({"name": "scratch", "emptyDir": {}}));
+    volumes.push(json!({"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}));
+    let mounts = owned["spec"]["containers"][0]["volumeMounts"].as_array_mut().unwrap();
+    mounts.push(json!({"name": "scratch", "mountPath": "/scratch"}));
+    mounts.push(json!({"name": "mem", "mountPath": "/mem"}));
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(owned)).0, 201);
     let owned = wait_for("pod owned finished", Duration::from_secs(60), || {
         let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/owned");
@@ -177,6 +182,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     assert_eq!(lines[0], "1000", "{log}");
     assert!(lines[1].split(' ').any(|g| g == "2000") && lines[1].starts_with("3000"), "{log}");
     assert_eq!(lines[2], "640 1000 2000", "{log}");
+    assert_eq!(&lines[3..6], ["tmpfs", "tmpfs", "full"], "{log}");
 
     // A memory limit is the container's cgroup's: past it the kernel kills the container,
     // and the status says OOMKilled.

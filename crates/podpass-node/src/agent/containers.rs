@@ -54,6 +54,9 @@ pub(crate) struct PodRuntime {
     pub root: PathBuf,
     /// The node's name ([`NODE_LABEL`]).
     pub node: String,
+    /// The node's allocatable memory in bytes (0: unknown): memory emptyDir volumes are
+    /// at most this large.
+    pub node_allocatable_memory: u64,
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -176,12 +179,27 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
         let written = crate::volumes::as_projection(volume);
         let dir = if let Some((plugin, _)) = &written {
             volume_dir(&rt.root, &uid, plugin, &volume.name)
-        } else if volume.empty_dir.is_some() {
+        } else if let Some(empty) = &volume.empty_dir {
+            // A DNS label, as API validation makes it: nothing is made or mounted outside
+            // the pod's directory whatever the API server let through.
+            let label = volume.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !label || volume.name.is_empty() || volume.name.len() > 63 || volume.name.starts_with('-') {
+                return Err(config_error(format!("volume {:?}: not a valid volume name", volume.name)));
+            }
             let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
-            // The kubelet's emptyDir is 0777: any user the containers run as may write it.
-            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-                .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+            if empty.medium.as_deref() == Some("Memory") {
+                // emptyDir's setupTmpfs, sized by calculateEmptyDirMemorySize.
+                let size_limit = empty.size_limit.as_ref().and_then(|q| podpass_api::quantity::parse_milli(&q.0).ok());
+                let size_limit = size_limit.and_then(|milli| u64::try_from((milli + 999) / 1000).ok());
+                let size = crate::volumes::tmpfs_size(pod, rt.node_allocatable_memory, size_limit);
+                crate::volumes::set_up_memory_volume(&dir, size)
+                    .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+            } else {
+                std::fs::create_dir_all(&dir).map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+                // The kubelet's emptyDir is 0777: any user the containers run as may write it.
+                std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                    .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
+            }
             dir
         } else {
             return Err(config_error(format!(

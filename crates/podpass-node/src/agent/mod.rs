@@ -292,6 +292,7 @@ impl Prepared {
                     logs: root.join("logs/pods"),
                     root: root.clone(),
                     node: self.identity.name.clone(),
+                    node_allocatable_memory: machine.allocatable_memory(),
                 })
             }),
         })

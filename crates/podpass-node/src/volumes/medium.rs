@@ -1,7 +1,8 @@
 //! Memory-backed volume directories. The kubelet's secret and projected volume plugins wrap
 //! an emptyDir of medium Memory (pkg/volume/secret, pkg/volume/projected:
 //! `wrappedVolumeSpec`), so the service-account tokens and secrets they hold are never
-//! written to the node's disk; configMap and downwardAPI volumes wrap a plain one.
+//! written to the node's disk; configMap and downwardAPI volumes wrap a plain one. An
+//! emptyDir of `medium: Memory` is one too, bounded further by its `sizeLimit`.
 //!
 //! As emptyDir's `setupTmpfs`: an existing tmpfs mount is kept (setup is idempotent), else
 //! one is mounted, sized as `SizeMemoryBackedVolumes` sizes it (the pod's memory limit, at
@@ -121,6 +122,21 @@ pub fn set_up_tmpfs(dir: &Path, size: Option<u64>) -> Result<TmpfsSetUp, MountEr
     Ok(TmpfsSetUp::Mounted)
 }
 
+/// Set when a node first fails to mount a tmpfs: the warning is given once per process.
+static NOT_PERMITTED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`set_up_tmpfs`] for a pod's volume: where this process may not mount, the directory
+/// stays a plain one and the node's log says so, once.
+pub fn set_up_memory_volume(dir: &Path, size: Option<u64>) -> Result<(), MountError> {
+    if let TmpfsSetUp::NotPermitted(e) = set_up_tmpfs(dir, size)?
+        && !NOT_PERMITTED_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(error = %e, "this node may not mount tmpfs: secret, projected and memory emptyDir volumes \
+            (tokens among them) are written to disk, under the root dir");
+    }
+    Ok(())
+}
+
 /// Whether `dir` is the root of a tmpfs mount: tmpfs, on another device than its parent.
 fn is_tmpfs_mount(dir: &Path) -> Result<bool, MountError> {
     let fs = rustix::fs::statfs(dir).map_err(|e| err("statfs", dir)(e.into()))?;
@@ -136,10 +152,18 @@ fn is_tmpfs_mount(dir: &Path) -> Result<bool, MountError> {
 }
 
 /// The size of a pod's memory-backed volume (kubelet: `calculateEmptyDirMemorySize`): the
-/// pod's memory limit (its containers' limits summed, or its largest init container's if
-/// that is more), at most the node's allocatable memory; the node's allocatable memory for
-/// a pod without a limit; `None` when neither is known.
-pub fn tmpfs_size(pod: &Pod, node_allocatable_memory: u64) -> Option<u64> {
+/// node's allocatable memory, bounded by the pod's memory limit (its containers' limits
+/// summed, or its largest init container's if that is more) and by the volume's own
+/// `sizeLimit` (an emptyDir's), each when set; `None` when none is known.
+pub fn tmpfs_size(pod: &Pod, node_allocatable_memory: u64, size_limit: Option<u64>) -> Option<u64> {
+    let pod_bound = pod_tmpfs_size(pod, node_allocatable_memory);
+    match (pod_bound, size_limit.filter(|l| *l > 0)) {
+        (Some(bound), Some(limit)) => Some(bound.min(limit)),
+        (bound, limit) => bound.or(limit),
+    }
+}
+
+fn pod_tmpfs_size(pod: &Pod, node_allocatable_memory: u64) -> Option<u64> {
     let spec = pod.spec.as_ref();
     let limit = |c: &Container| -> u64 {
         let quantity = c.resources.as_ref().and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory"));
@@ -161,10 +185,10 @@ pub fn tmpfs_size(pod: &Pod, node_allocatable_memory: u64) -> Option<u64> {
 }
 
 /// Detaches the memory-backed volume mounts of the pod whose directory is `pod_dir`: each
-/// secret and projected volume directory is unmounted (one syscall each; one that is not a
+/// secret, projected and emptyDir volume directory is unmounted (one syscall each; one that is not a
 /// mount is left as it is), without reading the node's whole mount table for every pod.
 pub fn detach_pod_volumes(pod_dir: &Path) -> Result<(), MountError> {
-    for plugin in [PROJECTED_PLUGIN_DIR, "kubernetes.io~secret"] {
+    for plugin in [PROJECTED_PLUGIN_DIR, "kubernetes.io~secret", "kubernetes.io~empty-dir"] {
         let plugin_dir = pod_dir.join("volumes").join(plugin);
         let entries = match std::fs::read_dir(&plugin_dir) {
             Ok(e) => e,
@@ -329,15 +353,24 @@ mod tests {
         };
         let limited = |m: &str| serde_json::json!({"name": "c", "resources": {"limits": {"memory": m}}});
         let two = pod(serde_json::json!({"containers": [limited("64Mi"), limited("32Mi"), {"name": "free"}]}));
-        assert_eq!(tmpfs_size(&two, 8 << 30), Some(96 << 20), "the limits summed");
-        assert_eq!(tmpfs_size(&two, 80 << 20), Some(80 << 20), "at most allocatable");
-        assert_eq!(tmpfs_size(&two, 0), Some(96 << 20), "allocatable unknown");
+        assert_eq!(tmpfs_size(&two, 8 << 30, None), Some(96 << 20), "the limits summed");
+        assert_eq!(tmpfs_size(&two, 80 << 20, None), Some(80 << 20), "at most allocatable");
+        assert_eq!(tmpfs_size(&two, 0, None), Some(96 << 20), "allocatable unknown");
         let init = pod(serde_json::json!({"containers": [limited("64Mi")], "initContainers": [limited("1Gi")]}));
-        assert_eq!(tmpfs_size(&init, 8 << 30), Some(1 << 30), "the largest init container, if more");
+        assert_eq!(tmpfs_size(&init, 8 << 30, None), Some(1 << 30), "the largest init container, if more");
         let none = pod(serde_json::json!({"containers": [{"name": "c"}, limited("not a quantity")]}));
-        assert_eq!(tmpfs_size(&none, 8 << 30), Some(8 << 30), "no limit: allocatable");
-        assert_eq!(tmpfs_size(&none, 0), None, "neither: the kernel's default");
-        assert_eq!(tmpfs_size(&pod(serde_json::json!({"containers": [limited("1.5")]})), 0), Some(2), "rounded up");
+        assert_eq!(tmpfs_size(&none, 8 << 30, None), Some(8 << 30), "no limit: allocatable");
+        assert_eq!(tmpfs_size(&none, 0, None), None, "neither: the kernel's default");
+        assert_eq!(
+            tmpfs_size(&pod(serde_json::json!({"containers": [limited("1.5")]})), 0, None),
+            Some(2),
+            "rounded up"
+        );
+        // an emptyDir's sizeLimit bounds it further, never raises it
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(1 << 20)), Some(1 << 20));
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(1 << 30)), Some(96 << 20));
+        assert_eq!(tmpfs_size(&none, 0, Some(1 << 20)), Some(1 << 20));
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(0)), Some(96 << 20), "a zero sizeLimit is none");
     }
 
     #[test]

@@ -8,8 +8,8 @@ mod projected;
 
 pub use atomic_writer::{AtomicWriteError, AtomicWriter, FileProjection, validate_path};
 pub use medium::{
-    MountError, TmpfsSetUp, UnmountOnDrop, VolumeMedium, detach_pod_volumes, memory_backed, set_up_tmpfs, tmpfs_size,
-    unmount_all_under,
+    MountError, TmpfsSetUp, UnmountOnDrop, VolumeMedium, detach_pod_volumes, memory_backed, set_up_memory_volume,
+    set_up_tmpfs, tmpfs_size, unmount_all_under,
 };
 pub use pod::{
     PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, as_projection, pod_dir, projected_dir, remove_pod_volumes,

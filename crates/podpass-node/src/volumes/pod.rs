@@ -10,8 +10,7 @@ use thiserror::Error;
 
 use super::atomic_writer::{AtomicWriteError, AtomicWriter};
 use super::medium::{
-    MountError, TmpfsSetUp, VolumeMedium, detach_pod_volumes, memory_backed, set_up_tmpfs, tmpfs_size,
-    unmount_all_under,
+    MountError, VolumeMedium, detach_pod_volumes, memory_backed, set_up_memory_volume, tmpfs_size, unmount_all_under,
 };
 use super::projected::{ProjectionError, ProjectionSources, project};
 use crate::token::refresh_due_at;
@@ -142,9 +141,6 @@ pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> Pat
     pod_dir(root, pod_uid).join("volumes").join(plugin).join(volume)
 }
 
-/// Set when a node first fails to mount a tmpfs: the warning is given once per process.
-static NOT_PERMITTED_WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Writes every projected volume of `pod` under `root`; a volume whose payload is
 /// unchanged is left as it is. Secret and projected volumes are tmpfs mounts under
 /// [`VolumeMedium::Memory`] (plain directories with a warning, once, where this process
@@ -203,23 +199,16 @@ pub async fn sync_pod_volumes(
         }
         let tmpfs = match medium {
             VolumeMedium::Memory { node_allocatable_memory } if memory_backed(plugin) => {
-                Some(tmpfs_size(pod, node_allocatable_memory))
+                Some(tmpfs_size(pod, node_allocatable_memory, None))
             }
             _ => None,
         };
         let name = volume.name.clone();
         let written = tokio::task::spawn_blocking(move || {
-            if let Some(size) = tmpfs {
-                match set_up_tmpfs(&dir, size) {
-                    Ok(TmpfsSetUp::NotPermitted(e)) => {
-                        if !NOT_PERMITTED_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                            tracing::warn!(error = %e, "this node may not mount tmpfs: secret and projected \
-                                volumes (tokens among them) are written to disk, under the root dir");
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(source) => return Err(PodVolumeError::Mount { volume: name, source }),
-                }
+            if let Some(size) = tmpfs
+                && let Err(source) = set_up_memory_volume(&dir, size)
+            {
+                return Err(PodVolumeError::Mount { volume: name, source });
             }
             AtomicWriter::new(&dir)
                 .and_then(|w| w.write(&payload))
@@ -358,7 +347,7 @@ mod tests {
         };
         // A test process allowed to mount: the token is on a tmpfs of its own.
         let probe = super::super::medium::set_up_tmpfs(&dir.path().join("probe"), None);
-        let may_mount = !matches!(probe, Ok(TmpfsSetUp::NotPermitted(_)));
+        let may_mount = !matches!(probe, Ok(super::super::TmpfsSetUp::NotPermitted(_)));
         assert_eq!(mounted(&volume), may_mount, "memory-backed exactly when this process may mount");
         let again = sync_pod_volumes(dir.path(), &pod(uid, "reg"), &Tokens, 0, memory)
             .await
