@@ -182,16 +182,13 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
         } else if let Some(empty) = &volume.empty_dir {
             // A DNS label, as API validation makes it: nothing is made or mounted outside
             // the pod's directory whatever the API server let through.
-            let label = volume.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !label || volume.name.is_empty() || volume.name.len() > 63 || volume.name.starts_with('-') {
+            if !crate::volumes::safe_segment(&volume.name, false) || volume.name.len() > 63 {
                 return Err(config_error(format!("volume {:?}: not a valid volume name", volume.name)));
             }
             let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
             if empty.medium.as_deref() == Some("Memory") {
                 // emptyDir's setupTmpfs, sized by calculateEmptyDirMemorySize.
-                let size_limit = empty.size_limit.as_ref().and_then(|q| podpass_api::quantity::parse_milli(&q.0).ok());
-                let size_limit = size_limit.and_then(|milli| u64::try_from((milli + 999) / 1000).ok());
-                let size = crate::volumes::tmpfs_size(pod, rt.node_allocatable_memory, size_limit);
+                let size = crate::volumes::tmpfs_size(pod, rt.node_allocatable_memory, empty.size_limit.as_ref());
                 crate::volumes::set_up_memory_volume(&dir, size)
                     .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
             } else {

@@ -18,6 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustix::mount::{MountFlags, UnmountFlags};
 use thiserror::Error;
 
@@ -26,8 +27,8 @@ use super::pod::PROJECTED_PLUGIN_DIR;
 /// `TMPFS_MAGIC` of statfs(2).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
-/// The most mounts read from `/proc/self/mountinfo` (a node with more is not one this
-/// agent can clean up after; it reports so rather than reading without bound).
+/// The most of `/proc/self/mountinfo` read: a mount table past it is not read without
+/// bound, and a mount it leaves unseen makes the removal that needed it fail as busy.
 const MAX_MOUNTINFO_BYTES: u64 = 64 << 20;
 
 /// Where secret and projected volumes live.
@@ -155,9 +156,9 @@ fn is_tmpfs_mount(dir: &Path) -> Result<bool, MountError> {
 /// node's allocatable memory, bounded by the pod's memory limit (its containers' limits
 /// summed, or its largest init container's if that is more) and by the volume's own
 /// `sizeLimit` (an emptyDir's), each when set; `None` when none is known.
-pub fn tmpfs_size(pod: &Pod, node_allocatable_memory: u64, size_limit: Option<u64>) -> Option<u64> {
+pub fn tmpfs_size(pod: &Pod, node_allocatable_memory: u64, size_limit: Option<&Quantity>) -> Option<u64> {
     let pod_bound = pod_tmpfs_size(pod, node_allocatable_memory);
-    match (pod_bound, size_limit.filter(|l| *l > 0)) {
+    match (pod_bound, size_limit.and_then(bytes).filter(|l| *l > 0)) {
         (Some(bound), Some(limit)) => Some(bound.min(limit)),
         (bound, limit) => bound.or(limit),
     }
@@ -167,11 +168,7 @@ fn pod_tmpfs_size(pod: &Pod, node_allocatable_memory: u64) -> Option<u64> {
     let spec = pod.spec.as_ref();
     let limit = |c: &Container| -> u64 {
         let quantity = c.resources.as_ref().and_then(|r| r.limits.as_ref()).and_then(|l| l.get("memory"));
-        // A limit the API server let through is valid; one that is not counts as none.
-        quantity
-            .and_then(|q| podpass_api::quantity::parse_milli(&q.0).ok())
-            .and_then(|milli| u64::try_from((milli + 999) / 1000).ok())
-            .unwrap_or(0)
+        quantity.and_then(bytes).unwrap_or(0)
     };
     let containers: u64 = spec.map(|s| s.containers.iter().map(limit).fold(0, u64::saturating_add)).unwrap_or(0);
     let init = spec.and_then(|s| s.init_containers.as_ref()).map(|c| c.iter().map(limit).max().unwrap_or(0));
@@ -182,6 +179,13 @@ fn pod_tmpfs_size(pod: &Pod, node_allocatable_memory: u64) -> Option<u64> {
         (pod, 0) => Some(pod),
         (pod, node) => Some(pod.min(node)),
     }
+}
+
+/// A quantity of bytes, rounded up; `None` for one that is not a quantity (the API server
+/// validated it: such a limit counts as none) or is negative.
+fn bytes(quantity: &Quantity) -> Option<u64> {
+    let milli = podpass_api::quantity::parse_milli(&quantity.0).ok()?;
+    u64::try_from((milli + 999) / 1000).ok()
 }
 
 /// Detaches the memory-backed volume mounts of the pod whose directory is `pod_dir`: each
@@ -226,7 +230,7 @@ pub fn unmount_all_under(root: &Path) -> Result<usize, MountError> {
         .map(|p| PathBuf::from(unescape_mountinfo(p)))
         .filter(|p| p.starts_with(&root))
         .collect();
-    // Deepest first, each once (a path mounted over several times is detached as often).
+    // Deepest first; a path mounted over several times is listed, and detached, as often.
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     let mut detached = 0;
     for point in points {
@@ -277,13 +281,15 @@ impl Drop for UnmountOnDrop {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn mounts_at(path: &Path) -> usize {
+    /// How many tmpfs mounts sit at `path` (this process's mount table).
+    pub(crate) fn mounts_at(path: &Path) -> usize {
         let path = std::fs::canonicalize(path).unwrap_or_default();
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        info.lines().filter(|l| l.split(' ').nth(4).map(unescape_mountinfo).as_deref() == path.to_str()).count()
+        let at = |l: &&str| l.split(' ').nth(4).map(unescape_mountinfo).as_deref() == path.to_str();
+        info.lines().filter(at).filter(|l| l.contains(" - tmpfs ")).count()
     }
 
     #[test]
@@ -367,10 +373,12 @@ mod tests {
             "rounded up"
         );
         // an emptyDir's sizeLimit bounds it further, never raises it
-        assert_eq!(tmpfs_size(&two, 8 << 30, Some(1 << 20)), Some(1 << 20));
-        assert_eq!(tmpfs_size(&two, 8 << 30, Some(1 << 30)), Some(96 << 20));
-        assert_eq!(tmpfs_size(&none, 0, Some(1 << 20)), Some(1 << 20));
-        assert_eq!(tmpfs_size(&two, 8 << 30, Some(0)), Some(96 << 20), "a zero sizeLimit is none");
+        let q = |s: &str| Quantity(s.to_owned());
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(&q("1Mi"))), Some(1 << 20));
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(&q("1Gi"))), Some(96 << 20));
+        assert_eq!(tmpfs_size(&none, 0, Some(&q("1Mi"))), Some(1 << 20));
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(&q("0"))), Some(96 << 20), "a zero sizeLimit is none");
+        assert_eq!(tmpfs_size(&two, 8 << 30, Some(&q("lots"))), Some(96 << 20), "one that is no quantity too");
     }
 
     #[test]

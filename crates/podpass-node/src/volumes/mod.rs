@@ -11,6 +11,7 @@ pub use medium::{
     MountError, TmpfsSetUp, UnmountOnDrop, VolumeMedium, detach_pod_volumes, memory_backed, set_up_memory_volume,
     set_up_tmpfs, tmpfs_size, unmount_all_under,
 };
+pub(crate) use pod::safe_segment;
 pub use pod::{
     PROJECTED_PLUGIN_DIR, PodVolumeError, PodVolumesReport, as_projection, pod_dir, projected_dir, remove_pod_volumes,
     sync_pod_volumes, volume_dir,

@@ -121,7 +121,7 @@ pub struct PodVolumesReport {
 
 /// A pod UID or volume name used as one directory name: a DNS-1123 label for volumes (API
 /// validation), and for UIDs the characters of a UUID.
-fn safe_segment(value: &str, uid: bool) -> bool {
+pub(crate) fn safe_segment(value: &str, uid: bool) -> bool {
     let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (uid && c.is_ascii_uppercase());
     !value.is_empty() && value.len() <= 253 && value.chars().all(allowed) && !value.starts_with('-')
 }
@@ -340,11 +340,7 @@ mod tests {
         assert_eq!(report.next_refresh, Some(10_481));
         let volume = dir.path().join(format!("pods/{uid}/volumes/kubernetes.io~projected/reg"));
         assert_eq!(std::fs::read_to_string(volume.join("token")).unwrap_or_default(), "jwt");
-        let mounted = |p: &Path| {
-            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            let p = std::fs::canonicalize(p).unwrap_or_default();
-            info.lines().any(|l| l.split(' ').nth(4) == p.to_str() && l.contains(" - tmpfs "))
-        };
+        let mounted = |p: &Path| super::super::medium::tests::mounts_at(p) > 0;
         // A test process allowed to mount: the token is on a tmpfs of its own.
         let probe = super::super::medium::set_up_tmpfs(&dir.path().join("probe"), None);
         let may_mount = !matches!(probe, Ok(super::super::TmpfsSetUp::NotPermitted(_)));

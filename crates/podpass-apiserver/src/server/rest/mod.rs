@@ -122,7 +122,7 @@ pub fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, StatusError>
     let value = if media == "application/vnd.kubernetes.protobuf" {
         protobuf::decode(body)
             .map_err(|e| StatusError::bad_request(format!("error decoding protobuf request body: {}", e.0)))?
-    } else if matches!(media, "" | "application/json" | "*/*") {
+    } else if is_json(content_type) {
         serde_json::from_slice(body)
             .map_err(|e| StatusError::bad_request(format!("error decoding request body: {e}")))?
     } else {
@@ -338,8 +338,7 @@ fn create_only<K: typed_body::CreateOnly>(
     body: &[u8],
     mode: FieldValidation,
 ) -> Result<(typed_body::Body<K>, Vec<String>), StatusError> {
-    let media = content_type.split(';').next().unwrap_or("").trim();
-    if matches!(media, "" | "application/json" | "*/*") {
+    if is_json(content_type) {
         return field_validation::decode_json(mode, K::GROUP, K::VERSION, K::KIND, body);
     }
     let mut object = parse_body(content_type, body)?;
@@ -393,6 +392,11 @@ pub(super) fn with_warnings(mut response: Response, warnings: &[String]) -> Resp
         }
     }
     response
+}
+
+/// Whether a body of `content_type` is read as JSON (also when none is named).
+fn is_json(content_type: &str) -> bool {
+    matches!(content_type.split(';').next().unwrap_or("").trim(), "" | "application/json" | "*/*")
 }
 
 fn is_protobuf(content_type: &str) -> bool {
