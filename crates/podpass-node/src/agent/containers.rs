@@ -166,8 +166,10 @@ fn sub_path(volume: &Path, sub: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The mounts of container `c`: every `volumeMounts` entry onto its volume's directory.
-fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, String> {
+/// The mounts of container `c`: every `volumeMounts` entry onto its volume's directory
+/// under `root` (emptyDirs made, memory ones mounted, sized within `allocatable_memory`).
+/// Blocking: file system calls and mounts.
+fn mounts(root: &Path, allocatable_memory: u64, pod: &Pod, c: &Container) -> Result<Vec<Mount>, String> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut out = Vec::new();
@@ -178,17 +180,17 @@ fn mounts(rt: &PodRuntime, pod: &Pod, c: &Container) -> Result<Vec<Mount>, Strin
             .ok_or_else(|| config_error(format!("volumeMount {:?}: no volume of that name", vm.name)))?;
         let written = crate::volumes::as_projection(volume);
         let dir = if let Some((plugin, _)) = &written {
-            volume_dir(&rt.root, &uid, plugin, &volume.name)
+            volume_dir(root, &uid, plugin, &volume.name)
         } else if let Some(empty) = &volume.empty_dir {
             // A DNS label, as API validation makes it: nothing is made or mounted outside
             // the pod's directory whatever the API server let through.
             if !crate::volumes::safe_segment(&volume.name, false) || volume.name.len() > 63 {
                 return Err(config_error(format!("volume {:?}: not a valid volume name", volume.name)));
             }
-            let dir = pod_dir(&rt.root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
+            let dir = pod_dir(root, &uid).join("volumes/kubernetes.io~empty-dir").join(&volume.name);
             if empty.medium.as_deref() == Some("Memory") {
                 // emptyDir's setupTmpfs, sized by calculateEmptyDirMemorySize.
-                let size = crate::volumes::tmpfs_size(pod, rt.node_allocatable_memory, empty.size_limit.as_ref());
+                let size = crate::volumes::tmpfs_size(pod, allocatable_memory, empty.size_limit.as_ref());
                 crate::volumes::set_up_memory_volume(&dir, size)
                     .map_err(|e| format!("emptyDir {:?}: {e}", volume.name))?;
             } else {
@@ -391,6 +393,11 @@ async fn container_config(
     let mut labels = labels(rt, pod);
     labels.insert(CONTAINER_NAME_LABEL.to_owned(), c.name.clone());
     let envs = envs(pod, c, pod_ip, sources).await?;
+    // Off the async workers: emptyDirs are made (and mounted) and subPaths resolved on disk.
+    let (root, allocatable, owned_pod, owned_c) = (rt.root.clone(), rt.node_allocatable_memory, pod.clone(), c.clone());
+    let mounts = tokio::task::spawn_blocking(move || mounts(&root, allocatable, &owned_pod, &owned_c))
+        .await
+        .map_err(|e| format!("setting up the container's mounts: {e}"))??;
     let expanded =
         |list: &Option<Vec<String>>| -> Vec<String> { list.iter().flatten().map(|a| expand(a, &envs)).collect() };
     Ok(ContainerConfig {
@@ -400,7 +407,7 @@ async fn container_config(
         args: expanded(&c.args),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
-        mounts: mounts(rt, pod, c)?,
+        mounts,
         labels,
         annotations: HashMap::from([("io.kubernetes.container.restartCount".to_owned(), attempt.to_string())]),
         log_path: format!("{}/{attempt}.log", c.name),
