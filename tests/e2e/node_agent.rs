@@ -695,3 +695,30 @@ fn config_maps_reach_volumes_through_one_watch_per_object_not_a_get_per_read() {
         assert!(uri.contains("fieldSelector=metadata.name%3Dsettings"), "{uri}");
     }
 }
+
+#[test]
+fn bench_node_runs_and_reports_its_floors_and_cpu() {
+    // A smoke run: the bench must keep working; its figures are read by people, not asserted.
+    let out = Command::new(PODPASS)
+        .args(["bench", "node", "--containers", "0", "--idle-seconds", "1", "--idle-pods", "0"])
+        .args(["--burst", "4", "--sequential", "2"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for line in [
+        "TokenRequest round trip, one at a time",
+        "the token volume's write alone",
+        "pod created -> token file, one at a time",
+        "burst floor: 4 pod creates",
+        "the agent's burst: all 4 token files",
+        "CPU in the burst: control plane + load generator",
+        "agent resident memory",
+        "agent wakeups",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
+    let out = Command::new(PODPASS).args(["bench", "node", "--burst", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--burst"));
+}

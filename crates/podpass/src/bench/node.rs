@@ -171,6 +171,49 @@ impl Agent {
     }
 }
 
+/// CPU time process `pid` has run so far, in nanoseconds: the sum of its threads'
+/// `schedstat` run times (a thread that exits inside a window drops out of it; the agent's
+/// and the server's threads outlive the bench's windows).
+fn cpu_ns(pid: u32) -> Result<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).with_context(|| format!("threads of {pid}"))? {
+        let Ok(task) = task else { continue };
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else { continue };
+        total += stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Ok(total)
+}
+
+/// CPU of the agent and of this process (the control plane and the load generator) over
+/// one window, in milliseconds.
+#[derive(Default)]
+struct CpuWindow {
+    agent_ms: f64,
+    server_ms: f64,
+}
+
+/// CPU clocks read at the start of a window.
+struct CpuMark {
+    agent: Option<u32>,
+    agent_ns: u64,
+    own_ns: u64,
+}
+
+impl CpuMark {
+    /// Now, for `agent` (if any) and this process.
+    fn now(agent: Option<u32>) -> Result<Self> {
+        Ok(Self { agent, agent_ns: agent.map(cpu_ns).transpose()?.unwrap_or(0), own_ns: cpu_ns(std::process::id())? })
+    }
+
+    /// The CPU used since the mark.
+    fn window(&self) -> Result<CpuWindow> {
+        let agent_ns = self.agent.map(cpu_ns).transpose()?.unwrap_or(0);
+        let own_ns = cpu_ns(std::process::id())?;
+        let ms = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
+        Ok(CpuWindow { agent_ms: ms(agent_ns, self.agent_ns), server_ms: ms(own_ns, self.own_ns) })
+    }
+}
+
 fn pod(name: &str, image: &str) -> String {
     pod_on(name, image, NODE)
 }
@@ -221,12 +264,16 @@ struct Timed {
     latencies: Vec<u64>,
     /// From the creates' release to the last token file.
     makespan: Duration,
+    /// The CPU spent from the release (every connection already open) until the last
+    /// token file was seen.
+    cpu: CpuWindow,
 }
 
 /// Creates pods `names` at once, each on its own connection, and times them to their token
 /// files (polled every 0.1 ms while at most four are pending, every 5 ms otherwise).
-async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str) -> Result<Timed> {
+async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str, agent: Option<u32>) -> Result<Timed> {
     let (conns, start) = released_together(api, names.len()).await?;
+    let mark = CpuMark::now(agent)?;
     let mut tasks = Vec::new();
     for (name, mut conn) in names.iter().zip(conns) {
         let request = api.request("/api/v1/namespaces/bench/pods", &pod(name, image));
@@ -274,8 +321,9 @@ async fn create_and_time(api: &Api, root: &Path, names: &[String], image: &str) 
     })
     .await
     .context("polling task")??;
+    let cpu = mark.window()?;
     latencies.sort_unstable();
-    Ok(Timed { latencies, makespan: last.duration_since(released) })
+    Ok(Timed { latencies, makespan: last.duration_since(released), cpu })
 }
 
 /// Pod-bound TokenRequests for the pods `uids` (named `pod-<i>`), `concurrent` at a time,
@@ -322,8 +370,9 @@ async fn token_requests(api: &Api, uids: &[String], concurrent: bool) -> Result<
 /// serves and, from its create's answer, request a token bound to it — the control plane's
 /// share of what the agent's burst asks of it, under the same concurrency. Latencies are
 /// create answered → token answered; the makespan runs from the release to the last token.
-async fn burst_floor(api: &Api, names: &[String], image: &str) -> Result<Timed> {
+async fn burst_floor(api: &Api, names: &[String], image: &str, agent: u32) -> Result<Timed> {
     let (conns, start) = released_together(api, names.len()).await?;
+    let mark = CpuMark::now(Some(agent))?;
     let mut tasks = Vec::new();
     for (name, mut conn) in names.iter().zip(conns) {
         let create = api.request("/api/v1/namespaces/bench/pods", &pod_on(name, image, "bench-floor"));
@@ -347,12 +396,13 @@ async fn burst_floor(api: &Api, names: &[String], image: &str) -> Result<Timed> 
         last = Some(last.map_or(done, |l| l.max(done)));
         latencies.push(latency);
     }
+    let cpu = mark.window()?;
     latencies.sort_unstable();
     let makespan = match (first, last) {
         (Some(first), Some(last)) => last.duration_since(first),
         _ => Duration::ZERO,
     };
-    Ok(Timed { latencies, makespan })
+    Ok(Timed { latencies, makespan, cpu })
 }
 
 /// Waits until `expected` pods of the node are prepared.
@@ -503,17 +553,18 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     let rss_before = agent.rss_kib()?;
     let idle_empty = agent.wakeups_per_second(Duration::from_secs(args.idle_seconds.div_ceil(4))).await?;
     // One pod first, so the image is pulled before anything is timed.
-    create_and_time(&api, &root, &["warm-up".to_owned()], &image).await?;
+    create_and_time(&api, &root, &["warm-up".to_owned()], &image, None).await?;
     wait_prepared(&api, 1, Duration::from_secs(60)).await?;
 
     let mut sequential = Vec::new();
     for i in 0..args.sequential {
-        sequential.extend(create_and_time(&api, &root, &[format!("seq-{i}")], &image).await?.latencies);
+        sequential.extend(create_and_time(&api, &root, &[format!("seq-{i}")], &image, None).await?.latencies);
     }
     sequential.sort_unstable();
     let sequential = phase(sequential);
     let names: Vec<String> = (0..args.burst).map(|i| format!("burst-{i}")).collect();
-    let burst = create_and_time(&api, &root, &names, &image).await?;
+    let burst = create_and_time(&api, &root, &names, &image, Some(agent.0.id())).await?;
+    let burst_cpu = burst.cpu;
     let burst_makespan = burst.makespan;
     let burst = phase(burst.latencies);
     let total = 1 + args.sequential + args.burst;
@@ -521,7 +572,8 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     // The burst's floor, with the agent's pods idle: the same creates and TokenRequests at
     // once against the same control plane, on a node no agent serves.
     let floor_names: Vec<String> = (0..args.burst).map(|i| format!("floor-{i}")).collect();
-    let floor = burst_floor(&api, &floor_names, &image).await?;
+    let floor = burst_floor(&api, &floor_names, &image, agent.0.id()).await?;
+    let floor_cpu = floor.cpu;
     let floor_makespan = floor.makespan;
     let burst_floor = phase(floor.latencies);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -532,7 +584,7 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     if args.idle_pods > total {
         let names: Vec<String> = (total..args.idle_pods).map(|i| format!("idle-{i}")).collect();
         for chunk in names.chunks(100) {
-            create_and_time(&api, &root, chunk, &image).await?;
+            create_and_time(&api, &root, chunk, &image, None).await?;
         }
         wait_prepared(&api, args.idle_pods, Duration::from_secs(600)).await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -585,6 +637,17 @@ async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
         args.burst,
         burst_makespan.as_secs_f64() * 1000.0,
         burst_makespan.as_secs_f64() / floor_makespan.as_secs_f64().max(f64::EPSILON)
+    );
+    // Where the gap to the floor goes: both run on the same cores, so CPU is what a
+    // burst spends; the floor asks the control plane for less than the agent does (no
+    // status patch, no event, no watch).
+    outln!(
+        "CPU in the burst: control plane + load generator {:.1} ms, agent {:.1} ms ({:.0} us per pod); in the floor: control plane + load generator {:.1} ms, agent {:.1} ms",
+        burst_cpu.server_ms,
+        burst_cpu.agent_ms,
+        burst_cpu.agent_ms * 1000.0 / args.burst as f64,
+        floor_cpu.server_ms,
+        floor_cpu.agent_ms
     );
     outln!(
         "agent resident memory: {} KiB with no pods, {} KiB with {total}: {:.1} KiB per pod",
