@@ -179,8 +179,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                     let permit = shared.syncs.acquire().await;
                     // Subscribed before the reads, so a change during the sync wakes it.
                     objects = shared.sources.changes(&pod);
-                    next = sync(&shared, &pod, &mut state, objects.is_some()).await;
+                    let outcome = sync(&shared, &pod, &mut state, objects.is_some()).await;
+                    // The status is posted after the sync slot is given back (kubelet: the
+                    // status manager posts apart from the pod workers): its round trip waits
+                    // on the API server's durable write, time in which another pod's
+                    // volumes can be set up.
                     drop(permit);
+                    next = outcome.post(&shared, &pod, &mut state).await;
                     synced = Some(fp);
                 }
             }
@@ -246,9 +251,37 @@ async fn pull_secrets(shared: &Shared, pod: &Pod) -> Vec<PullSecret> {
     out
 }
 
-/// One sync; returns when the next is due (`None`: only on change). `watched`: a change of
-/// the objects the pod's volumes read wakes the worker, so no resync is due for them.
-async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> Option<Instant> {
+/// What a sync leaves to do once its slot is given back.
+struct Synced {
+    /// When the next sync is due (`None`: only on change).
+    next: Option<Instant>,
+    /// The status to post, when it differs from the one last posted.
+    status: Option<PodStatus>,
+}
+
+impl Synced {
+    /// Posts the status (if any) and answers when the next sync is due: a failed post
+    /// brings it forward to the retry back-off.
+    async fn post(self, shared: &Shared, pod: &Pod, state: &mut State) -> Option<Instant> {
+        let Some(status) = self.status else { return self.next };
+        match post_status(shared, pod, &status).await {
+            Ok(()) => {
+                state.posted = Some(status);
+                self.next
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "posting pod status failed; retrying");
+                let retry = retry_at();
+                Some(self.next.map_or(retry, |n| n.min(retry)))
+            }
+        }
+    }
+}
+
+/// One sync up to the pod's new status, which it does not post (see [`Synced::post`]).
+/// `watched`: a change of the objects the pod's volumes read wakes the worker, so no resync
+/// is due for them.
+async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> Synced {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     tracing::debug!("sync started");
     let mut next: Option<Instant> = None;
@@ -414,16 +447,8 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> O
         base.status = Some(posted.clone());
     }
     let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), view.as_ref());
-    if base.status.as_ref() != Some(&status) {
-        match post_status(shared, pod, &status).await {
-            Ok(()) => state.posted = Some(status),
-            Err(e) => {
-                tracing::warn!(error = %e, "posting pod status failed; retrying");
-                due(retry_at());
-            }
-        }
-    }
-    next
+    let status = (base.status.as_ref() != Some(&status)).then_some(status);
+    Synced { next, status }
 }
 
 pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
