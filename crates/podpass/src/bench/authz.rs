@@ -27,7 +27,10 @@ async fn with_bindings(
     store: &Backing,
 ) -> Result<Phase> {
     let dir = data_dir.join(format!("authz-{bindings}"));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Private, as the server asks of its --data-dir (it warns otherwise).
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     let admin = format!("bench-admin-{}", std::process::id());
     std::fs::write(
         dir.join("tokens.csv"),
