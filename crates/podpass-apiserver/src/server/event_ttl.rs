@@ -72,7 +72,7 @@ pub async fn reap(state: &AppState, ttl: Duration, now: i64) -> Result<usize, St
         ) else {
             continue;
         };
-        let revision = event.field("/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse().ok());
+        let revision = crate::store::resource_version_of(event);
         match state.store.delete(&ObjectKey::namespaced("events", ns, name), revision).await {
             Ok(_) => removed += 1,
             Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}

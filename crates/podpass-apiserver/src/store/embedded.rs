@@ -85,11 +85,7 @@ impl Change {
             object: Arc::new(Stored { object: logged.object, revision: logged.revision }),
             // Only its object is logged; its revision is the resourceVersion it carries.
             prev: logged.prev.map(|object| {
-                let revision = object
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
+                let revision = super::resource_version_of(&object).unwrap_or(0);
                 Arc::new(Stored { object, revision })
             }),
         })

@@ -493,6 +493,12 @@ pub(crate) fn strip_resource_version(mut object: Value) -> Result<Value, StoreEr
     Ok(object)
 }
 
+/// The revision an object carries as its `metadata.resourceVersion` (`None`: none, or not a
+/// number).
+pub(crate) fn resource_version_of(object: &Value) -> Option<u64> {
+    crate::field::Field::field(object, "/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse().ok())
+}
+
 /// Sets `metadata.resourceVersion` to `revision`: what is read.
 pub(crate) fn with_resource_version(mut object: Value, revision: u64) -> Value {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -83,8 +83,7 @@ pub async fn reconcile(store: &dyn Store) -> Result<(), StoreError> {
                 continue;
             }
             let Some(name) = role.pointer("/metadata/name").and_then(Value::as_str) else { continue };
-            let revision =
-                role.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse().ok());
+            let revision = crate::store::resource_version_of(role);
             let mut updated = role.clone();
             updated["rules"] = Value::Array(rules);
             match store.update(&ObjectKey::cluster("clusterroles", name), updated, revision).await {

@@ -244,7 +244,7 @@ async fn namespace_pass(state: &AppState, name: &str) -> Result<bool, StoreError
             remaining += 1;
             let Some(n) = item.field("/metadata/name").and_then(Value::as_str) else { continue };
             let k = ObjectKey::namespaced(r.plural, name, n);
-            let revision = item.field("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse().ok());
+            let revision = crate::store::resource_version_of(&item);
             if !finalizers(&item).is_empty() {
                 if !being_deleted(&item) {
                     let stored = Stored { object: item.clone(), revision: revision.unwrap_or(0) };
