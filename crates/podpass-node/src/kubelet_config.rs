@@ -1,5 +1,5 @@
 //! The subset of `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) a podpass node
-//! reads: the image settings, container log rotation and `maxPods`. Fields podpass does not
+//! reads: the image settings, container log rotation, `maxPods` and `seccompDefault`. Fields podpass does not
 //! use are ignored, as a kubelet ignores nothing but a podpass node never uses them; the
 //! fields it uses are validated with upstream's rules and defaults.
 
@@ -33,6 +33,9 @@ pub struct KubeletConfig {
     pub container_log_monitor_interval: Duration,
     /// `maxPods` (default 110): pods the node admits at once.
     pub max_pods: u32,
+    /// `seccompDefault` (default false, as upstream): a container whose pod and container
+    /// name no seccomp profile runs under the runtime's default profile, not unconfined.
+    pub seccomp_default: bool,
 }
 
 /// The kubelet's default `containerLogMaxSize` (10Mi).
@@ -56,6 +59,7 @@ impl Default for KubeletConfig {
             container_log_max_files: DEFAULT_CONTAINER_LOG_MAX_FILES,
             container_log_monitor_interval: DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
             max_pods: DEFAULT_MAX_PODS,
+            seccomp_default: false,
         }
     }
 }
@@ -85,6 +89,8 @@ struct Raw {
     container_log_monitor_interval: Option<String>,
     #[serde(default)]
     max_pods: Option<i64>,
+    #[serde(default)]
+    seccomp_default: Option<bool>,
 }
 
 /// Parses a KubeletConfiguration (YAML or JSON); every problem is reported.
@@ -169,6 +175,7 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         container_log_max_files: max_files,
         container_log_monitor_interval: interval,
         max_pods,
+        seccomp_default: raw.seccomp_default.unwrap_or(false),
     })
 }
 

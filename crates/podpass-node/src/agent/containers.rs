@@ -9,7 +9,7 @@
 //! finds (adopts) what it started instead of starting it twice.
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -57,6 +57,8 @@ pub(crate) struct PodRuntime {
     /// The node's allocatable memory in bytes (0: unknown): memory emptyDir volumes are
     /// at most this large.
     pub node_allocatable_memory: u64,
+    /// `seccompDefault`: RuntimeDefault for a container whose pod names no profile.
+    pub seccomp_default: bool,
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -151,21 +153,6 @@ fn config_error(what: impl Into<String>) -> String {
     what.into()
 }
 
-/// `subPath` as the kubelet allows it: relative, no `..`, inside the volume after symlinks.
-fn sub_path(volume: &Path, sub: &str) -> Result<PathBuf, String> {
-    let rel = Path::new(sub);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
-        return Err(format!("subPath {sub:?} must be a relative path without '..'"));
-    }
-    let joined = volume.join(rel);
-    let base = volume.canonicalize().map_err(|e| format!("volume {}: {e}", volume.display()))?;
-    match joined.canonicalize() {
-        Ok(real) if real.starts_with(&base) => Ok(real),
-        Ok(_) => Err(format!("subPath {sub:?} leads outside its volume")),
-        Err(e) => Err(format!("subPath {sub:?}: {e}")),
-    }
-}
-
 /// The mounts of container `c`: every `volumeMounts` entry onto its volume's directory
 /// under `root` (emptyDirs made, memory ones mounted, sized within `allocatable_memory`).
 /// Blocking: file system calls and mounts.
@@ -173,7 +160,7 @@ fn mounts(root: &Path, allocatable_memory: u64, pod: &Pod, c: &Container) -> Res
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.clone()).unwrap_or_default();
     let mut out = Vec::new();
-    for vm in c.volume_mounts.iter().flatten() {
+    for (index, vm) in c.volume_mounts.iter().flatten().enumerate() {
         let volume = volumes
             .iter()
             .find(|v| v.name == vm.name)
@@ -207,7 +194,20 @@ fn mounts(root: &Path, allocatable_memory: u64, pod: &Pod, c: &Container) -> Res
             )));
         };
         let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) => sub_path(&dir, sub)?,
+            // Opened beneath the volume and bind-mounted by descriptor (CVE-2021-25741): the
+            // runtime is given a path only the node writes, never the pod's string.
+            Some(sub) => {
+                let s = crate::volumes::SubPath {
+                    volume_dir: &dir,
+                    volume: &volume.name,
+                    container: &c.name,
+                    index,
+                    sub_path: sub,
+                };
+                crate::volumes::prepare_sub_path(root, &uid, s).map_err(|e| {
+                    format!("failed to prepare subPath for volumeMount {:?} of container {:?}: {e}", vm.name, c.name)
+                })?
+            }
             None => dir,
         };
         out.push(Mount {
@@ -221,30 +221,54 @@ fn mounts(root: &Path, allocatable_memory: u64, pod: &Pod, c: &Container) -> Res
     Ok(out)
 }
 
+/// The most bytes a container's environment (names and values), command and arguments
+/// may hold once expanded: a quarter of the default 8 MiB stack, Linux's `ARG_MAX` past
+/// which the container's exec fails anyway. A tenant's `$(VAR)` doubling stops here, as a
+/// `CreateContainerConfigError`, instead of growing in the agent's memory.
+pub(crate) const MAX_EXPANDED_BYTES: usize = 2 << 20;
+
+/// The expansion went past [`MAX_EXPANDED_BYTES`].
+fn too_large() -> String {
+    format!("the container's environment, command and arguments expand past {} bytes (ARG_MAX)", MAX_EXPANDED_BYTES)
+}
+
 /// `$(VAR)` of an env value, command or argument as the kubelet expands it: a variable
-/// defined earlier is replaced, `$$` is a `$`, anything else is left as written.
-pub(crate) fn expand(input: &str, vars: &[KeyValue]) -> String {
-    let mut out = String::with_capacity(input.len());
+/// defined earlier is replaced, `$$` is a `$`, anything else is left as written. At most
+/// `limit` bytes are produced: past it the expansion stops with an error.
+pub(crate) fn expand(input: &str, vars: &[KeyValue], limit: usize) -> Result<String, String> {
+    let mut out = String::with_capacity(input.len().min(limit));
     let mut rest = input;
+    let push = |out: &mut String, s: &str| {
+        if out.len() + s.len() > limit {
+            return Err(too_large());
+        }
+        out.push_str(s);
+        Ok(())
+    };
     while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
+        push(&mut out, &rest[..i])?;
         let after = &rest[i + 1..];
         if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = tail;
         } else if let Some(body) = after.strip_prefix('(')
             && let Some(end) = body.find(')')
             && let Some(v) = vars.iter().rev().find(|v| v.key == body[..end])
         {
-            out.push_str(&v.value);
+            push(&mut out, &v.value)?;
             rest = &body[end + 1..];
         } else {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = after;
         }
     }
-    out.push_str(rest);
-    out
+    push(&mut out, rest)?;
+    Ok(out)
+}
+
+/// The bytes an environment holds (each `NAME=value` with its terminator, as exec counts).
+fn env_bytes(vars: &[KeyValue]) -> usize {
+    vars.iter().map(|v| v.key.len() + v.value.len() + 2).sum()
 }
 
 fn set(out: &mut Vec<KeyValue>, key: String, value: String) {
@@ -294,9 +318,15 @@ async fn envs(
             }
         }
     }
+    // What envFrom brought counts against the bound too; each value below is expanded
+    // within what is left of it.
+    let mut used = env_bytes(&out);
+    if used > MAX_EXPANDED_BYTES {
+        return Err(too_large());
+    }
     for e in c.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
-            (Some(v), _) => expand(v, &out),
+            (Some(v), _) => expand(v, &out, MAX_EXPANDED_BYTES - used)?,
             (None, None) => String::new(),
             (None, Some(from)) => {
                 if let Some(f) = &from.field_ref {
@@ -336,6 +366,11 @@ async fn envs(
                 }
             }
         };
+        let replaced = out.iter().find(|v| v.key == e.name).map_or(0, |v| v.key.len() + v.value.len() + 2);
+        used = (used - replaced).saturating_add(e.name.len() + value.len() + 2);
+        if used > MAX_EXPANDED_BYTES {
+            return Err(too_large());
+        }
         set(&mut out, e.name.clone(), value);
     }
     Ok(out)
@@ -398,13 +433,23 @@ async fn container_config(
     let mounts = tokio::task::spawn_blocking(move || mounts(&root, allocatable, &owned_pod, &owned_c))
         .await
         .map_err(|e| format!("setting up the container's mounts: {e}"))??;
-    let expanded =
-        |list: &Option<Vec<String>>| -> Vec<String> { list.iter().flatten().map(|a| expand(a, &envs)).collect() };
+    // The command and arguments expand within what the environment left of the bound.
+    let mut left = MAX_EXPANDED_BYTES.saturating_sub(env_bytes(&envs));
+    let mut expanded = |list: &Option<Vec<String>>| -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for a in list.iter().flatten() {
+            let e = expand(a, &envs, left)?;
+            left = left.saturating_sub(e.len() + 1);
+            out.push(e);
+        }
+        Ok(out)
+    };
+    let (command, args) = (expanded(&c.command)?, expanded(&c.args)?);
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata { name: c.name.clone(), attempt }),
         image: Some(ImageSpec { image: image_ref.to_owned() }),
-        command: expanded(&c.command),
-        args: expanded(&c.args),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         mounts,
@@ -427,10 +472,86 @@ async fn container_config(
                 readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
                 supplemental_groups: groups,
                 no_new_privs: sc.allow_privilege_escalation == Some(false),
+                capabilities: Some(capabilities(c)),
+                seccomp: Some(seccomp(&rt.root, rt.seccomp_default, pod, c)?),
                 ..Default::default()
             }),
         }),
     })
+}
+
+/// The capabilities a container may add to the runtime's default set: Pod Security's
+/// baseline list (`capabilities.add` beyond it is not honoured by this node). All are in
+/// the runtime's default set already; adding one back matters after `drop: [ALL]`, as
+/// restricted pods write it.
+const ADDABLE_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Container `c`'s capabilities against the runtime's default set (kubelet:
+/// `convertToRuntimeCapabilities`): its `drop` as written, its `add` within
+/// [`ADDABLE_CAPABILITIES`], and `NET_RAW` always dropped — a container on this node never
+/// crafts packets or captures another's traffic (containerd's default set has it).
+fn capabilities(c: &Container) -> crate::runtime::Capability {
+    let caps = c.security_context.as_ref().and_then(|s| s.capabilities.clone()).unwrap_or_default();
+    // Upstream accepts the names with or without `CAP_`; the runtime is given them without.
+    let bare = |n: &String| n.strip_prefix("CAP_").unwrap_or(n).to_owned();
+    let add: Vec<String> =
+        caps.add.iter().flatten().map(bare).filter(|n| ADDABLE_CAPABILITIES.contains(&n.as_str())).collect();
+    let mut drop: Vec<String> = caps.drop.iter().flatten().map(bare).collect();
+    if !drop.iter().any(|d| d == "ALL" || d == "NET_RAW") {
+        drop.push("NET_RAW".to_owned());
+    }
+    crate::runtime::Capability { add_capabilities: add, drop_capabilities: drop }
+}
+
+/// Container `c`'s seccomp profile (kubelet: `getSeccompProfile`): the container's
+/// `seccompProfile`, else the pod's, else RuntimeDefault under `seccompDefault` and
+/// Unconfined without it. A Localhost profile is a file under `<root>/seccomp`, named by a
+/// relative path without `..`.
+fn seccomp(
+    root: &Path,
+    seccomp_default: bool,
+    pod: &Pod,
+    c: &Container,
+) -> Result<crate::runtime::SecurityProfile, String> {
+    use crate::runtime::{PROFILE_LOCALHOST, PROFILE_RUNTIME_DEFAULT, PROFILE_UNCONFINED, SecurityProfile};
+    let named = c.security_context.as_ref().and_then(|s| s.seccomp_profile.clone()).or_else(|| {
+        pod.spec.as_ref().and_then(|s| s.security_context.as_ref()).and_then(|s| s.seccomp_profile.clone())
+    });
+    let Some(profile) = named else {
+        let profile_type = if seccomp_default { PROFILE_RUNTIME_DEFAULT } else { PROFILE_UNCONFINED };
+        return Ok(SecurityProfile { profile_type, localhost_ref: String::new() });
+    };
+    match profile.type_.as_str() {
+        "RuntimeDefault" => Ok(SecurityProfile { profile_type: PROFILE_RUNTIME_DEFAULT, localhost_ref: String::new() }),
+        "Unconfined" => Ok(SecurityProfile { profile_type: PROFILE_UNCONFINED, localhost_ref: String::new() }),
+        "Localhost" => {
+            let name = profile.localhost_profile.unwrap_or_default();
+            let relative = Path::new(&name);
+            if name.is_empty()
+                || relative.is_absolute()
+                || relative.components().any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(format!("seccompProfile.localhostProfile {name:?} must be a relative path without '..'"));
+            }
+            let path = root.join("seccomp").join(relative);
+            Ok(SecurityProfile { profile_type: PROFILE_LOCALHOST, localhost_ref: path.display().to_string() })
+        }
+        other => Err(format!("seccompProfile.type {other:?} is not RuntimeDefault, Unconfined or Localhost")),
+    }
 }
 
 fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
@@ -781,23 +902,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sub_paths_stay_inside_their_volume() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let vol = dir.path().join("vol");
-        std::fs::create_dir_all(vol.join("a")).unwrap_or_else(|e| panic!("{e}"));
-        std::os::unix::fs::symlink("/etc", vol.join("escape")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(sub_path(&vol, "a").is_ok());
-        assert!(sub_path(&vol, "../x").unwrap_err().contains("without '..'"));
-        assert!(sub_path(&vol, "/etc").unwrap_err().contains("relative"));
-        assert!(sub_path(&vol, "escape").unwrap_err().contains("outside its volume"));
+    fn variables_expand_as_the_kubelets() {
+        let vars = [KeyValue { key: "POD".into(), value: "web".into() }];
+        let expand = |s: &str| expand(s, &vars, 1024).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(expand("name=$(POD)"), "name=web");
+        assert_eq!(expand("$$(POD) $(MISSING) $ $("), "$(POD) $(MISSING) $ $(");
+        assert_eq!(expand("$(POD)$(POD)"), "webweb");
     }
 
     #[test]
-    fn variables_expand_as_the_kubelets() {
-        let vars = [KeyValue { key: "POD".into(), value: "web".into() }];
-        assert_eq!(expand("name=$(POD)", &vars), "name=web");
-        assert_eq!(expand("$$(POD) $(MISSING) $ $(", &vars), "$(POD) $(MISSING) $ $(");
-        assert_eq!(expand("$(POD)$(POD)", &vars), "webweb");
+    fn doubling_variables_stop_at_the_bound_not_in_the_agents_memory() {
+        // 40 variables each twice the one before: 2^40 bytes if nothing stopped them.
+        let mut vars = vec![KeyValue { key: "V0".into(), value: "x".repeat(64) }];
+        let mut failed = None;
+        for i in 1..40 {
+            match expand(&format!("$(V{})$(V{})", i - 1, i - 1), &vars, MAX_EXPANDED_BYTES) {
+                Ok(value) => vars.push(KeyValue { key: format!("V{i}"), value }),
+                Err(e) => {
+                    failed = Some((i, e));
+                    break;
+                }
+            }
+        }
+        let (at, e) = failed.unwrap_or_else(|| panic!("40 doublings were all expanded"));
+        assert!(at < 20, "stopped at variable {at}");
+        assert!(e.contains("ARG_MAX"), "{e}");
+        assert!(vars.iter().all(|v| v.value.len() <= MAX_EXPANDED_BYTES));
     }
 
     #[test]
@@ -814,6 +944,48 @@ mod tests {
             serde_json::from_value(serde_json::json!({"name": "c", "resources": {"limits": {"memory": "lots"}}}))
                 .unwrap_or_default();
         assert!(resources(&bad).unwrap_err().starts_with("resources memory: quantities must match"));
+    }
+
+    #[test]
+    fn net_raw_is_never_in_a_containers_capabilities_and_drop_all_can_add_back() {
+        let c = |caps: serde_json::Value| -> Container {
+            serde_json::from_value(serde_json::json!({"name": "c", "securityContext": {"capabilities": caps}}))
+                .unwrap_or_default()
+        };
+        let none = capabilities(&Container::default());
+        assert_eq!((none.add_capabilities.len(), none.drop_capabilities), (0, vec!["NET_RAW".to_owned()]));
+        let restricted = capabilities(&c(serde_json::json!({"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]})));
+        assert_eq!(restricted.drop_capabilities, ["ALL"]);
+        assert_eq!(restricted.add_capabilities, ["NET_BIND_SERVICE"]);
+        let greedy = capabilities(&c(serde_json::json!({"add": ["NET_RAW", "CAP_SYS_ADMIN", "CAP_CHOWN"]})));
+        assert_eq!(greedy.add_capabilities, ["CHOWN"], "only the baseline's, without CAP_");
+        assert!(greedy.drop_capabilities.contains(&"NET_RAW".to_owned()));
+    }
+
+    #[test]
+    fn seccomp_follows_the_container_then_the_pod_then_seccomp_default() {
+        use crate::runtime::{PROFILE_LOCALHOST, PROFILE_RUNTIME_DEFAULT, PROFILE_UNCONFINED};
+        let pod = |p: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"spec": {"containers": [], "securityContext": p}}))
+                .unwrap_or_default()
+        };
+        let root = Path::new("/var/lib/podpass");
+        let plain = Container::default();
+        let kind = |d: bool, p: &Pod, c: &Container| seccomp(root, d, p, c).map(|s| s.profile_type);
+        assert_eq!(kind(true, &pod(serde_json::json!({})), &plain), Ok(PROFILE_RUNTIME_DEFAULT));
+        assert_eq!(kind(false, &pod(serde_json::json!({})), &plain), Ok(PROFILE_UNCONFINED));
+        let unconfined = pod(serde_json::json!({"seccompProfile": {"type": "Unconfined"}}));
+        assert_eq!(kind(true, &unconfined, &plain), Ok(PROFILE_UNCONFINED), "the pod's own choice");
+        let own: Container = serde_json::from_value(serde_json::json!({"name": "c",
+            "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/audit.json"}}}))
+        .unwrap_or_default();
+        let local = seccomp(root, true, &unconfined, &own).unwrap_or_default();
+        assert_eq!(local.profile_type, PROFILE_LOCALHOST, "the container's over the pod's");
+        assert_eq!(local.localhost_ref, "/var/lib/podpass/seccomp/profiles/audit.json");
+        let escape: Container = serde_json::from_value(serde_json::json!({"name": "c",
+            "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../../etc/x"}}}))
+        .unwrap_or_default();
+        assert!(seccomp(root, true, &unconfined, &escape).unwrap_err().contains("without '..'"));
     }
 
     #[test]

@@ -293,6 +293,7 @@ impl Prepared {
                     root: root.clone(),
                     node: self.identity.name.clone(),
                     node_allocatable_memory: machine.allocatable_memory(),
+                    seccomp_default: self.kubelet.seccomp_default,
                 })
             }),
         })

@@ -354,6 +354,9 @@ pub struct LinuxContainerResources {
 /// `LinuxContainerSecurityContext` (the part the node sets).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LinuxContainerSecurityContext {
+    /// Capabilities added to and dropped from the runtime's default set.
+    #[prost(message, optional, tag = "1")]
+    pub capabilities: Option<Capability>,
     /// Privileged.
     #[prost(bool, tag = "2")]
     pub privileged: bool,
@@ -375,6 +378,38 @@ pub struct LinuxContainerSecurityContext {
     /// GID.
     #[prost(message, optional, tag = "12")]
     pub run_as_group: Option<Int64Value>,
+    /// The seccomp profile (absent: the runtime's `Unconfined`, as containerd reads it).
+    #[prost(message, optional, tag = "15")]
+    pub seccomp: Option<SecurityProfile>,
+}
+
+/// `Capability`: names without the `CAP_` prefix, as the kubelet passes them.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Capability {
+    /// Added to the runtime's default set.
+    #[prost(string, repeated, tag = "1")]
+    pub add_capabilities: Vec<String>,
+    /// Dropped from it (`ALL`: every one).
+    #[prost(string, repeated, tag = "2")]
+    pub drop_capabilities: Vec<String>,
+}
+
+/// `SecurityProfile.ProfileType.RuntimeDefault`.
+pub const PROFILE_RUNTIME_DEFAULT: i32 = 0;
+/// `SecurityProfile.ProfileType.Unconfined`.
+pub const PROFILE_UNCONFINED: i32 = 1;
+/// `SecurityProfile.ProfileType.Localhost`.
+pub const PROFILE_LOCALHOST: i32 = 2;
+
+/// `SecurityProfile` (seccomp, AppArmor).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecurityProfile {
+    /// `PROFILE_*`.
+    #[prost(int32, tag = "1")]
+    pub profile_type: i32,
+    /// The profile's path on the node, for `Localhost`.
+    #[prost(string, tag = "2")]
+    pub localhost_ref: String,
 }
 
 /// `LinuxContainerConfig`.

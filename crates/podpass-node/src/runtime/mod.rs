@@ -13,9 +13,10 @@ pub mod containerd;
 mod cri;
 
 pub use cri::{
-    CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Container, ContainerConfig, ContainerMetadata,
+    CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Capability, Container, ContainerConfig, ContainerMetadata,
     ContainerStatus, CriRuntime, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
     LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
-    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandbox, PodSandboxConfig,
-    PodSandboxMetadata, PodSandboxStatus, RuntimeError, SANDBOX_READY, VersionResponse,
+    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PROFILE_LOCALHOST, PROFILE_RUNTIME_DEFAULT,
+    PROFILE_UNCONFINED, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, RuntimeError,
+    SANDBOX_READY, SecurityProfile, VersionResponse,
 };

@@ -5,6 +5,7 @@ mod atomic_writer;
 mod medium;
 mod pod;
 mod projected;
+mod subpath;
 
 pub use atomic_writer::{AtomicWriteError, AtomicWriter, FileProjection, validate_path};
 pub use medium::{
@@ -17,3 +18,4 @@ pub use pod::{
     sync_pod_volumes, volume_dir,
 };
 pub use projected::{DEFAULT_TOKEN_EXPIRATION_SECONDS, Projection, ProjectionError, ProjectionSources, project};
+pub use subpath::{SUBPATHS_DIR, SubPath, SubPathError, clean_sub_paths, prepare_sub_path, sub_path_target};

@@ -244,6 +244,9 @@ pub async fn remove_pod_volumes(root: &Path, pod_uid: &str) -> Result<(), PodVol
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,
         };
+        // The subPath bind mounts first: they are what holds the volumes' files open.
+        super::subpath::clean_sub_paths(&dir)
+            .map_err(|source| PodVolumeError::Remove { path: dir.join(super::subpath::SUBPATHS_DIR), source })?;
         detach_pod_volumes(&dir).map_err(PodVolumeError::Unmount)?;
         match remove(&dir) {
             // Busy: a mount this agent did not make (or made at another path); the mount

@@ -85,3 +85,11 @@ pub fn write_provider_config(path: &Path, registry_host: &str, exchange_url: &st
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
 }
+
+/// The KubeletConfiguration of node-1: `seccompDefault: true`, so a tenant's container that
+/// names no seccomp profile runs under the runtime's default one, never unconfined.
+pub fn write_kubelet_config(path: &Path) -> Result<()> {
+    let config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\n";
+    write_atomic(path, config.as_bytes(), 0o644, true)?;
+    Ok(())
+}

@@ -515,12 +515,14 @@ async fn start(
     let kubeconfig = node_kubeconfig(&l.data, &l.node)?;
     let providers = l.node.join("credential-provider.yaml");
     files::write_provider_config(&providers, registry_host, &auth_url)?;
+    let kubelet_config = l.node.join("kubelet-config.yaml");
+    files::write_kubelet_config(&kubelet_config)?;
     let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
     a.extend([path_str(&kubeconfig), "--node-name".into(), NODE.into(), "--root-dir".into()]);
     a.extend([path_str(&l.node.join("root")), "--image-credential-provider-config".into(), path_str(&providers)]);
     a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
     a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
-    a.extend(["--port".into(), args.node_port.to_string()]);
+    a.extend(["--port".into(), args.node_port.to_string(), "--config".into(), path_str(&kubelet_config)]);
     if let Some(layout) = &runtime {
         a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
     }

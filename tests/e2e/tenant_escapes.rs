@@ -1,0 +1,249 @@
+//! End-to-end: what a tenant's pod spec tried against the node, through the real binary,
+//! containerd and runc (security round 4). Each test names the attack it guards:
+//!
+//! - the subPath symlink-swap race (CVE-2021-25741): a container exchanges a directory of
+//!   its emptyDir with a symlink to `/` in a loop (`renameat2(RENAME_EXCHANGE)`, a static
+//!   helper built from `swap_exchange.c`) while twenty other containers of its pods mount
+//!   `subPath: a/<the node's secret dir>`; none of them sees the node's file;
+//! - a container without a seccomp profile runs under RuntimeDefault (`seccompDefault`)
+//!   and without `CAP_NET_RAW`;
+//! - an env of forty variables each doubling the one before fails its container with
+//!   `CreateContainerConfigError`, and the agent's memory does not follow it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use podpass_node::runtime::archive::{self, Entry};
+use podpass_node::runtime::containerd::{self as library, SANDBOX_IMAGE};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+mod containerd;
+mod registry;
+mod support;
+use registry::free_port;
+use support::*;
+
+/// The tenant's image: busybox and the static swapping helper.
+const TENANT_IMAGE: &str = "podpass.local/tenant:1";
+
+/// Builds `swap_exchange.c` static (gcc and glibc's `libc.a`: install-test-deps).
+fn build_swapper(dir: &Path) -> Vec<u8> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/swap_exchange.c");
+    let out = dir.join("swap_exchange");
+    let status = Command::new("cc").args(["-static", "-O2", "-o"]).arg(&out).arg(&source).status().expect("cc (gcc)");
+    assert!(status.success(), "building the swapping helper static");
+    std::fs::read(out).unwrap()
+}
+
+/// A containerd with podpass's sandbox image and [`TENANT_IMAGE`].
+fn start_runtime(dir: &Path) -> containerd::Containerd {
+    let ctd = containerd::Containerd::start(dir);
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+    let swapper = build_swapper(dir);
+    let applets = ["sh", "cat", "echo", "sleep", "mkdir", "ln", "grep", "test", "["];
+    let extra = vec![Entry::File { name: "bin/swap_exchange".into(), mode: 0o755, content: swapper }];
+    let layer = archive::busybox_layer(&busybox, &applets, extra).unwrap();
+    ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
+    ctd.import(TENANT_IMAGE, archive::oci_image(TENANT_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
+    ctd
+}
+
+/// A control plane, a containerd and node n1 running containers on it with `kubelet_config`.
+struct Cluster {
+    _dir: tempfile::TempDir,
+    d: std::path::PathBuf,
+    s: Server,
+    agent: Agent,
+    _runtime: containerd::Containerd,
+}
+
+fn cluster(prefix: &str, kubelet_config: &str) -> Cluster {
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/tmp").unwrap();
+    let d = dir.path().to_owned();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let runtime = start_runtime(&d.join("c"));
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
+    std::fs::write(d.join("kubelet.yaml"), kubelet_config).unwrap();
+    let (endpoint, port) = (runtime.endpoint.clone(), free_port().to_string());
+    let config = d.join("kubelet.yaml");
+    let agent = spawn_agent_with(
+        &kubeconfig,
+        &d.join("root"),
+        Some(&d.join("agent.log")),
+        &["--container-runtime-endpoint", &endpoint, "--port", &port, "--config", config.to_str().unwrap()],
+    );
+    wait_for("node n1 registered", Duration::from_secs(30), || {
+        let (code, node) = admin_get(&s, "/api/v1/nodes/n1");
+        (code == 200 && node["status"]["nodeInfo"].is_object()).then_some(node)
+    });
+    Cluster { _dir: dir, d, s, agent, _runtime: runtime }
+}
+
+/// The lines a container wrote (its first attempt), without the CRI prefix.
+fn log_lines(d: &Path, pod: &Value, container: &str) -> Vec<String> {
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let log = std::fs::read_to_string(d.join(format!("root/logs/pods/default_{name}_{uid}/{container}/0.log")))
+        .unwrap_or_default();
+    log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_owned()).collect()
+}
+
+#[test]
+fn a_subpath_symlink_swap_race_never_mounts_the_nodes_files_into_a_pod() {
+    let c = cluster("esc", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    // The node's secret, outside every volume: what the escape read (the signing key).
+    let secret_dir = c.d.join("node-secrets");
+    std::fs::create_dir(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("signing.key"), "THE-NODES-SECRET").unwrap();
+    let deep = secret_dir.strip_prefix("/").unwrap().display().to_string();
+
+    // Per pod: the swapper first (the sync starts containers in order, each start racing
+    // it), then ten victims mounting `a/<secret dir>`; `a` is a directory holding that same
+    // path (a string check passes on it) exchanged with `b`, a symlink to `/`.
+    let victims = 10;
+    let pods = ["race-1", "race-2"];
+    for name in pods {
+        let mut containers = vec![json!({"name": "swapper", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+            "command": ["/bin/sh", "-c", format!(
+                "mkdir -p /w/a/{deep} && ln -s / /w/b && exec /bin/swap_exchange /w/a /w/b")],
+            "volumeMounts": [{"name": "work", "mountPath": "/w"}]})];
+        for i in 0..victims {
+            containers.push(json!({"name": format!("victim-{i}"), "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c",
+                    "if [ -e /m/signing.key ]; then echo ESCAPED; cat /m/signing.key; fi; echo checked; sleep 3600"],
+                "volumeMounts": [{"name": "work", "mountPath": "/m", "subPath": format!("a/{deep}")}]}));
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+                "volumes": [{"name": "work", "emptyDir": {}}], "containers": containers}});
+        assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod)).0, 201);
+    }
+
+    // Each victim starts once its preparation found `a` a directory; a preparation that
+    // found the symlink is refused (CreateContainerConfigError) and tried again.
+    for name in pods {
+        let pod = wait_for(&format!("every victim of {name} running"), Duration::from_secs(300), || {
+            let (_, p) = admin_get(&c.s, &format!("/api/v1/namespaces/default/pods/{name}"));
+            let statuses = p["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+            let running = statuses.iter().filter(|s| s["state"]["running"].is_object()).count();
+            (running == victims + 1).then_some(p)
+        });
+        for i in 0..victims {
+            let container = format!("victim-{i}");
+            let lines = wait_for(&format!("{name}/{container} checked"), Duration::from_secs(30), || {
+                let lines = log_lines(&c.d, &pod, &container);
+                lines.iter().any(|l| l == "checked").then(|| json!(lines))
+            });
+            assert!(
+                !lines.as_array().unwrap().iter().any(|l| l == "ESCAPED" || l == "THE-NODES-SECRET"),
+                "{name}/{container} read the node's file through its subPath: {lines}"
+            );
+        }
+    }
+    // How the races fell, for the record: refusals are the kubelet's Failed events.
+    let events = admin_get(&c.s, "/api/v1/namespaces/default/events").1;
+    let refused: i64 = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["message"].as_str().is_some_and(|m| m.contains("not within volume path")))
+        .map(|e| e["count"].as_i64().unwrap_or(1))
+        .sum();
+    eprintln!("{} victims started inside their volume; {refused} preparations refused", victims * pods.len());
+    // The node wrote nothing into its own files on the pods' behalf.
+    assert_eq!(std::fs::read_dir(&secret_dir).unwrap().count(), 1);
+
+    // Deleting the pods unmounts and removes their subPath mounts.
+    for name in pods {
+        let uid = admin_get(&c.s, &format!("/api/v1/namespaces/default/pods/{name}")).1["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            admin_request(&c.s, Method::DELETE, &format!("/api/v1/namespaces/default/pods/{name}"), None).0,
+            200
+        );
+        let pod_dir = c.d.join("root/pods").join(&uid);
+        wait_for(&format!("{name}'s directory and subPath mounts removed"), Duration::from_secs(60), || {
+            (!pod_dir.exists()).then_some(Value::Null)
+        });
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(c.d.join("root").to_str().unwrap()), "no mount left under the node's root");
+    drop(c.agent);
+}
+
+#[test]
+fn containers_run_under_runtime_default_seccomp_without_net_raw_and_an_env_bomb_fails_alone() {
+    let c =
+        cluster("sec", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\n");
+    let pod = |name: &str, script: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "n1", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "app", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c", script]}]}})
+    };
+    let status = "grep -E '^(Seccomp|CapEff|CapBnd):' /proc/self/status";
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("plain", status))).0, 201);
+    let plain = wait_pod_phase(&c.s, "plain", "Succeeded");
+    let lines = log_lines(&c.d, &plain, "app");
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+            .unwrap_or_else(|| panic!("{name} in {lines:?}"))
+    };
+    assert_eq!(field("Seccomp:"), "2", "a seccomp filter (RuntimeDefault): {lines:?}");
+    const NET_RAW: u64 = 1 << 13;
+    for caps in ["CapEff:", "CapBnd:"] {
+        let mask = u64::from_str_radix(&field(caps), 16).unwrap();
+        assert_eq!(mask & NET_RAW, 0, "{caps} holds CAP_NET_RAW: {lines:?}");
+        assert_ne!(mask, 0, "the rest of the default set stays");
+    }
+    // A pod that asks for NET_RAW does not get it; one that opts out of seccomp does.
+    let mut greedy = pod("greedy", status);
+    greedy["spec"]["securityContext"] = json!({"seccompProfile": {"type": "Unconfined"}});
+    greedy["spec"]["containers"][0]["securityContext"] = json!({"capabilities": {"add": ["NET_RAW"]}});
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(greedy)).0, 201);
+    let greedy = wait_pod_phase(&c.s, "greedy", "Succeeded");
+    let lines = log_lines(&c.d, &greedy, "app");
+    assert!(lines.iter().any(|l| l.starts_with("Seccomp:") && l.ends_with('0')), "{lines:?}");
+    let eff = lines.iter().find_map(|l| l.strip_prefix("CapEff:")).unwrap().trim().to_owned();
+    assert_eq!(u64::from_str_radix(&eff, 16).unwrap() & NET_RAW, 0, "{lines:?}");
+
+    // The env bomb: 40 variables, each twice the one before (2^40 bytes if expanded).
+    let hwm = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap().to_owned();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let before = hwm(c.agent.0.id());
+    let mut env = vec![json!({"name": "V0", "value": "x".repeat(1024)})];
+    for i in 1..40 {
+        env.push(json!({"name": format!("V{i}"), "value": format!("$(V{})$(V{})", i - 1, i - 1)}));
+    }
+    let mut bomb = pod("bomb", "echo never");
+    bomb["spec"]["containers"][0]["env"] = json!(env);
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(bomb)).0, 201);
+    let waiting = wait_for("the bomb's container refused", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/bomb");
+        let w = p["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        (w["reason"] == "CreateContainerConfigError").then_some(w)
+    });
+    assert!(waiting["message"].as_str().unwrap().contains("ARG_MAX"), "{waiting}");
+    let grown = hwm(c.agent.0.id()).saturating_sub(before);
+    assert!(grown < 100 << 20, "the agent's peak memory grew by {grown} bytes");
+    // The node still runs other pods.
+    assert_eq!(
+        admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod("after", "echo ok"))).0,
+        201
+    );
+    wait_pod_phase(&c.s, "after", "Succeeded");
+}
