@@ -186,7 +186,10 @@ fn revoked_credentials_are_refused(data: &Path) {
         Method::POST,
         "/api/v1/namespaces/team-a/pods",
         Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "short-lived"},
-            "spec": {"serviceAccountName": "app", "containers": [{"name": "c", "image": "example/c:1"}]}})),
+            "spec": {"serviceAccountName": "app",
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": "example/c:1", "securityContext":
+                    {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}})),
     );
     let token = registry_auth_token(data, "app", Some(("short-lived", pod["metadata"]["uid"].as_str().unwrap())));
     assert_eq!(get(&token), 200);
@@ -314,6 +317,26 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // The real kubectl works with the printed KUBECONFIG.
     let kubectl = kubectl_with(&data.join("admin.kubeconfig"), &dir.path().join("cache"), &["get", "node", "node-1"]);
     assert!(ok(kubectl, "kubectl get node").contains("Ready"));
+    // Pod Security: a tenant's hostNetwork pod in a namespace without labels is refused at
+    // the API (enforce baseline), with upstream's message.
+    let sniffer = dir.path().join("sniffer.json");
+    std::fs::write(
+        &sniffer,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sniffer", "namespace": "default"},
+            "spec": {"hostNetwork": true, "containers": [{"name": "tcpdump", "image": "busybox"}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let refused = kubectl_with(
+        &data.join("admin.kubeconfig"),
+        &dir.path().join("cache"),
+        &["apply", "-f", sniffer.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)"),
+        "{stderr}"
+    );
 
     // registry-auth asks the control plane's TokenReview: a deleted pod's token, and an
     // exchange token of a deleted service account, are refused within the caches' 10 s.
@@ -326,7 +349,11 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         &pod,
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "team-b"},
             "spec": {"nodeName": "node-1", "serviceAccountName": "app",
-                     "containers": [{"name": "app", "image": image_in(&out), "imagePullPolicy": "IfNotPresent"}]}})
+                     "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "app", "image": image_in(&out), "imagePullPolicy": "IfNotPresent",
+                                     "securityContext": {"allowPrivilegeEscalation": false,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}})
         .to_string(),
     )
     .unwrap();

@@ -107,6 +107,12 @@ pub struct ApiServerConfig {
     /// and twice this, as kube-apiserver's --min-request-timeout.
     #[arg(long, default_value_t = 1800)]
     pub min_request_timeout: u64,
+    /// An `AdmissionConfiguration` file, as kube-apiserver's: its `PodSecurity` plugin's
+    /// `PodSecurityConfiguration` (defaults and exemptions) configures Pod Security
+    /// admission. Without one, every namespace without labels is privileged (upstream's
+    /// default).
+    #[arg(long)]
+    pub admission_control_config_file: Option<PathBuf>,
     /// How long a successful token authentication is remembered (kube-apiserver's
     /// `TokenSuccessCacheTTL`, fixed at 10 s upstream, so not a flag); zero disables the
     /// cache.
@@ -124,6 +130,7 @@ pub(super) struct Settings {
     pub(super) serve_limits: ServeLimits,
     pub(super) min_request_timeout: Duration,
     pub(super) event_ttl: Duration,
+    pub(super) pod_security: crate::server::rest::admission::pod_security::PodSecurityConfig,
 }
 
 /// The server could not start after its configuration was accepted.
@@ -335,6 +342,17 @@ impl ApiServerConfig {
         if self.authorization_modes.0.is_empty() {
             problems.push("--authorization-mode", "at least one authorizer is required");
         }
+        let pod_security = match &self.admission_control_config_file {
+            None => Default::default(),
+            Some(path) => {
+                crate::server::rest::admission::pod_security::read_admission_config(path).unwrap_or_else(|errors| {
+                    for e in errors {
+                        problems.push_value("--admission-control-config-file", path.display(), e);
+                    }
+                    Default::default()
+                })
+            }
+        };
         Settings {
             features,
             node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
@@ -348,6 +366,7 @@ impl ApiServerConfig {
             },
             min_request_timeout: Duration::from_secs(self.min_request_timeout),
             event_ttl,
+            pod_security,
         }
     }
 

@@ -69,6 +69,8 @@ pub(crate) struct AppState {
     token_request_uid_validation: bool,
     authorization_modes: Vec<authz::AuthorizationMode>,
     node_audience_restriction: bool,
+    /// Pod Security admission's defaults and exemptions.
+    pod_security: rest::admission::pod_security::PodSecurityConfig,
     token_file: TokenFile,
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,

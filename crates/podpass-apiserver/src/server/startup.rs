@@ -155,6 +155,7 @@ impl Prepared {
             token_request_uid_validation: settings.token_request_uid_validation,
             authorization_modes: self.config.authorization_modes.0.clone(),
             node_audience_restriction: settings.node_audience_restriction,
+            pod_security: settings.pod_security.clone(),
             audit: self.audit,
             metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),

@@ -99,6 +99,19 @@ impl Api {
         }
     }
 
+    /// PATCH `path` with a JSON merge patch; it must exist.
+    pub async fn merge_patch(&self, path: &str, patch: &Value) -> Result<()> {
+        let req = self
+            .client
+            .patch(format!("{}{path}", self.url))
+            .header("content-type", "application/merge-patch+json")
+            .body(patch.to_string());
+        match self.send(req, &format!("PATCH {path}")).await? {
+            (200, _) => Ok(()),
+            (code, v) => bail!("PATCH {path}: {code} {}", message(&v)),
+        }
+    }
+
     /// DELETE `path` (a missing object is fine).
     pub async fn delete(&self, path: &str) -> Result<()> {
         match self.send(self.client.delete(format!("{}{path}", self.url)), &format!("DELETE {path}")).await? {

@@ -191,10 +191,17 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
 
 /// Namespaces, service accounts and the publisher; pods of an earlier demo removed.
 async fn setup(r: &Running) -> Result<()> {
+    // The tenants' namespaces hold their pods to the restricted Pod Security Standard (an
+    // earlier run's namespaces are labelled too).
+    let restricted = json!({"pod-security.kubernetes.io/enforce": "restricted"});
     for ns in TEAMS {
         r.api
-            .ensure("/api/v1/namespaces", &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .ensure(
+                "/api/v1/namespaces",
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": restricted}}),
+            )
             .await?;
+        r.api.merge_patch(&format!("/api/v1/namespaces/{ns}"), &json!({"metadata": {"labels": restricted}})).await?;
         r.api
             .ensure(
                 &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
@@ -233,7 +240,12 @@ async fn create_pod(r: &Running, ns: &str, image: &str, pull_policy: &str) -> Re
             &format!("/api/v1/namespaces/{ns}/pods"),
             &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
                     "spec": {"nodeName": NODE, "serviceAccountName": "app", "terminationGracePeriodSeconds": 5,
-                             "containers": [{"name": "app", "image": image, "imagePullPolicy": pull_policy}]}}),
+                             // What the restricted standard asks of a pod.
+                             "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                                 "seccompProfile": {"type": "RuntimeDefault"}},
+                             "containers": [{"name": "app", "image": image, "imagePullPolicy": pull_policy,
+                                             "securityContext": {"allowPrivilegeEscalation": false,
+                                                                 "capabilities": {"drop": ["ALL"]}}}]}}),
         )
         .await
 }

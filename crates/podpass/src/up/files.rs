@@ -93,3 +93,11 @@ pub fn write_kubelet_config(path: &Path) -> Result<()> {
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
 }
+
+/// The control plane's AdmissionConfiguration: Pod Security for a cluster that runs
+/// tenants' pods — enforce baseline, warn and audit restricted, `kube-system` exempt.
+pub fn write_admission_config(path: &Path) -> Result<()> {
+    let config = "# written by podpass up at every start\napiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults:\n      enforce: baseline\n      enforce-version: latest\n      audit: restricted\n      audit-version: latest\n      warn: restricted\n      warn-version: latest\n    exemptions:\n      namespaces: [kube-system]\n";
+    write_atomic(path, config.as_bytes(), 0o644, true)?;
+    Ok(())
+}

@@ -423,8 +423,11 @@ async fn start(
     // 1. The control plane.
     let began = Instant::now();
     let _ = std::fs::remove_file(l.data.join("server-url"));
+    let admission = l.data.join("admission.yaml");
+    files::write_admission_config(&admission)?;
     let mut a = strings(&["apiserver", "--data-dir"]);
     a.extend([path_str(&l.data), "--secure-port".into(), args.apiserver_port.to_string()]);
+    a.extend(["--admission-control-config-file".into(), path_str(&admission)]);
     parts.spawn("control plane", &tools.podpass, &a, l.logs.join("apiserver.log"))?;
     out.waiting("control plane", "its /readyz");
     let api = wait(parts, "the control plane", || async {

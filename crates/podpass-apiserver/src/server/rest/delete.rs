@@ -95,7 +95,7 @@ pub(super) async fn delete(
     options: &Value,
 ) -> Result<Response, StatusError> {
     let res = t.res;
-    let attrs = Attributes { user: t.user, res, namespace: t.ns, name, operation: Operation::Delete };
+    let attrs = Attributes { user: t.user, res, namespace: t.ns, name, operation: Operation::Delete, notes: t.notes };
     admission::validate(t.state, &attrs, None, None).await?;
     let requested = grace_period(query, options)?;
     let k = key(res, t.ns, name);

@@ -1,7 +1,7 @@
 //! The resource API: discovery documents and get/list/create/update/delete of the served
 //! objects, with the upstream behaviours users rely on.
 
-mod admission;
+pub(crate) mod admission;
 pub(crate) mod apply;
 pub(crate) mod binding;
 mod delete;
@@ -274,7 +274,8 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             "{options_kind}.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
         )));
     }
-    let target = Target { state, user, res: stored, served, ns, write, manager: &manager, force };
+    let notes = admission::Notes::default();
+    let target = Target { state, user, res: stored, served, ns, write, manager: &manager, force, notes: &notes };
     let (response, warnings) = match (&method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::POST, None, None) if res.stored => {
             let (object, warnings) = validated(res.group, res.kind, false)?;
@@ -327,6 +328,16 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         _ => return reads(&target, &method, &path, &query, (content_type, body), accept).await,
     };
+    // What admission added: its warnings after the decoding's, its audit annotations on
+    // the event.
+    let (admission_warnings, annotations) = notes.take();
+    let mut response = response;
+    if !annotations.is_empty() {
+        let mut all = response.extensions_mut().remove::<super::audit::Annotations>().unwrap_or_default();
+        all.0.extend(annotations);
+        response.extensions_mut().insert(all);
+    }
+    let warnings: Vec<String> = warnings.into_iter().chain(admission_warnings).collect();
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
 }
 

@@ -39,6 +39,8 @@ pub(super) struct Target<'a> {
     pub manager: &'a str,
     /// An apply takes conflicting fields (`force=true`).
     pub force: bool,
+    /// What admission adds to the answer (warnings, audit annotations).
+    pub notes: &'a admission::Notes,
 }
 
 /// A request body as sent: its media type, bytes, and the field validation asked for.
@@ -54,7 +56,7 @@ pub(super) struct Body<'a> {
 
 impl Target<'_> {
     fn attributes<'a>(&'a self, name: &'a str, operation: Operation) -> Attributes<'a> {
-        Attributes { user: self.user, res: self.res, namespace: self.ns, name, operation }
+        Attributes { user: self.user, res: self.res, namespace: self.ns, name, operation, notes: self.notes }
     }
 
     /// The strategy's hook once a write is stored.

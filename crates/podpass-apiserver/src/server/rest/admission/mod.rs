@@ -1,11 +1,15 @@
 //! Admission, gathered in one place: the plugins kube-apiserver runs on a write, in its
-//! order — mutating (ServiceAccount), then validating (NodeRestriction, and RBAC's
-//! escalation check, which upstream runs in the RBAC storage). Each plugin decides for
+//! order — mutating (ServiceAccount), then validating (NodeRestriction, PodSecurity, and
+//! RBAC's escalation check, which upstream runs in the RBAC storage). Each plugin decides for
 //! itself which resources it guards, as upstream's do. NamespaceLifecycle is
 //! [`namespace_lifecycle`]; it runs first, on every create in a namespace.
 
 pub(crate) mod node_restriction;
+pub(crate) mod pod_security;
 mod service_account;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -38,6 +42,36 @@ pub(crate) struct Attributes<'a> {
     pub name: &'a str,
     /// What is done.
     pub operation: Operation,
+    /// Where plugins leave warnings and audit annotations for the answer.
+    pub notes: &'a Notes,
+}
+
+/// What admission plugins add to a request's answer besides allowing it: `Warning:`
+/// headers and audit annotations (upstream: `AdmissionResponse.Warnings` and
+/// `AuditAnnotations`).
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    warnings: Mutex<Vec<String>>,
+    annotations: Mutex<BTreeMap<String, String>>,
+}
+
+impl Notes {
+    /// Adds a warning.
+    pub(crate) fn warn(&self, warning: String) {
+        self.warnings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(warning);
+    }
+
+    /// Sets an audit annotation.
+    pub(crate) fn annotate(&self, key: &str, value: &str) {
+        self.annotations.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.into(), value.into());
+    }
+
+    /// The warnings and annotations gathered, leaving none.
+    pub(crate) fn take(&self) -> (Vec<String>, BTreeMap<String, String>) {
+        let w = std::mem::take(&mut *self.warnings.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let a = std::mem::take(&mut *self.annotations.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        (w, a)
+    }
 }
 
 /// NamespaceLifecycle for a create in `ns`: the namespace exists and is not terminating.
@@ -60,8 +94,8 @@ pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mu
 }
 
 /// Validating admission of a write that would store `object` (replacing `old`), or of a
-/// delete (`object` is `None`): NodeRestriction for nodes' Node and Lease objects, and the
-/// RBAC escalation check.
+/// delete (`object` is `None`): NodeRestriction for nodes' Node and Lease objects,
+/// PodSecurity for pods and namespaces' labels, and the RBAC escalation check.
 pub(crate) async fn validate(
     state: &AppState,
     attrs: &Attributes<'_>,
@@ -72,6 +106,10 @@ pub(crate) async fn validate(
     match (attrs.res.group, attrs.res.plural, object) {
         ("", "nodes", Some(object)) => node_restriction::admit_node_write(attrs.user, attrs.name, object, old),
         ("coordination.k8s.io", "leases", _) => node_restriction::admit_lease_write(attrs.user, ns, attrs.name),
+        ("", "pods", Some(object)) => pod_security::admit_pod(state, &state.pod_security, attrs, object, old).await,
+        ("", "namespaces", Some(object)) => {
+            pod_security::admit_namespace(state, &state.pod_security, attrs, object, old).await
+        }
         (RBAC_GROUP, plural, Some(new)) => {
             let write = RbacWrite { user: attrs.user, resource: plural, namespace: ns, name: attrs.name, new, old };
             escalation::check(state.authz(), &state.authorization_modes, &write).await
