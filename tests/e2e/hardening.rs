@@ -921,3 +921,35 @@ fn deletes_race_other_writers_without_a_409_and_graceful_removals_are_never_lost
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+#[test]
+fn a_terminating_pod_on_a_node_stays_until_its_node_confirms_and_an_orphan_goes_after_its_grace() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+    assert_eq!(json_req(&s, Method::POST, "/api/v1/nodes", Some(node)).0, 201);
+    let pods = "/api/v1/namespaces/default/pods";
+    assert_eq!(json_req(&s, Method::POST, pods, Some(pod_with_volumes("kept", serde_json::json!([])))).0, 201);
+    let mut orphan = pod_with_volumes("orphan", serde_json::json!([]));
+    orphan["spec"]["nodeName"] = serde_json::json!("gone-node");
+    assert_eq!(json_req(&s, Method::POST, pods, Some(orphan)).0, 201);
+    for name in ["kept", "orphan"] {
+        let (code, status) = json_req(&s, Method::DELETE, &format!("{pods}/{name}?gracePeriodSeconds=1"), None);
+        assert_eq!(code, 200, "{status}");
+    }
+    // The orphan (its node does not exist, as upstream's PodGC finds it) goes after its
+    // grace; by then the other's grace is over too.
+    wait_gone(&s, &format!("{pods}/orphan"));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let (code, pod) = json_req(&s, Method::GET, &format!("{pods}/kept"), None);
+        assert_eq!(code, 200, "a pod its node may still run was removed before the node confirmed");
+        assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The node's confirmation (the kubelet's zero-grace delete) removes it.
+    let (code, status) = json_req(&s, Method::DELETE, &format!("{pods}/kept?gracePeriodSeconds=0"), None);
+    assert_eq!(code, 200, "{status}");
+    wait_gone(&s, &format!("{pods}/kept"));
+}

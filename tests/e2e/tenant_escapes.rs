@@ -247,3 +247,48 @@ fn containers_run_under_runtime_default_seccomp_without_net_raw_and_an_env_bomb_
     );
     wait_pod_phase(&c.s, "after", "Succeeded");
 }
+
+#[test]
+fn logs_follow_the_pods_uid_and_leave_with_the_pod() {
+    let c = cluster("logs", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    let api = c.d.join("api");
+    let pod = |name: &str, image: &str, script: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "n1", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "app", "image": image, "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c", script]}]}})
+    };
+    // A tenant's pod writes its secret, then is deleted: its log directory goes with it.
+    let first = pod("web", TENANT_IMAGE, "echo TENANT-A-SECRET");
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(first)).0, 201);
+    let done = wait_pod_phase(&c.s, "web", "Succeeded");
+    let uid = done["metadata"]["uid"].as_str().unwrap().to_owned();
+    let logs = ok(admin_kubectl(&api, &["logs", "web"]), "kubectl logs");
+    assert_eq!(logs.trim(), "TENANT-A-SECRET");
+    let dir = c.d.join(format!("root/logs/pods/default_web_{uid}"));
+    assert!(dir.exists());
+    assert_eq!(admin_request(&c.s, Method::DELETE, "/api/v1/namespaces/default/pods/web", None).0, 200);
+    wait_for("the deleted pod's log directory removed", Duration::from_secs(60), || {
+        (!dir.exists()).then_some(Value::Null)
+    });
+    wait_for("the pod removed", Duration::from_secs(60), || {
+        (admin_get(&c.s, "/api/v1/namespaces/default/pods/web").0 == 404).then_some(Value::Null)
+    });
+
+    // Leftovers of an earlier pod of the same name (a node restart, another agent): never
+    // served for the new pod, whose container has not started.
+    let stale = c.d.join("root/logs/pods/default_web_0a0a0a0a-0000-4000-8000-000000000000/app");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("0.log"), "2026-01-01T00:00:00.000000000Z stdout F TENANT-A-SECRET\n").unwrap();
+    let second = pod("web", "podpass.local/absent:1", "true");
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(second)).0, 201);
+    wait_for("the new pod's container waiting", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/web");
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str().map(|r| json!(r))
+    });
+    let out = admin_kubectl(&api, &["logs", "web"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && !stdout.contains("TENANT-A-SECRET"), "{stdout}");
+    assert!(stderr.contains("container \"app\" in pod \"web\" is waiting to start: "), "{stderr}");
+}

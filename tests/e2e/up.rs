@@ -169,8 +169,18 @@ fn refused_within(mut ask: impl FnMut() -> u16) -> Duration {
 fn revoked_credentials_are_refused(data: &Path) {
     use reqwest::Method;
     let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
-    let auth = format!("http://127.0.0.1:{}", ports.split_whitespace().nth(1).unwrap());
-    let http = reqwest::blocking::Client::new();
+    // registry-auth serves TLS from the cluster's CA, and takes a token naming node-1 only
+    // with node-1's certificate (--node-binding require): the test asks as the node.
+    let auth = format!("https://127.0.0.1:{}", ports.split_whitespace().nth(1).unwrap());
+    let pki = data.join("pki");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let mut node = std::fs::read(pki.join("node-1-client.crt")).unwrap();
+    node.extend(std::fs::read(pki.join("node-1-client.key")).unwrap());
+    let http = reqwest::blocking::Client::builder()
+        .tls_certs_only([ca])
+        .identity(reqwest::Identity::from_pem(&node).unwrap())
+        .build()
+        .unwrap();
     let scope = "repository:team-a/app:pull";
     let get = |password: &str| {
         http.get(format!("{auth}/token?service=podpass-registry&scope={scope}"))
@@ -193,8 +203,22 @@ fn revoked_credentials_are_refused(data: &Path) {
     );
     let token = registry_auth_token(data, "app", Some(("short-lived", pod["metadata"]["uid"].as_str().unwrap())));
     assert_eq!(get(&token), 200);
+    // ... and an exchange token made from it dies with the pod too.
+    let exchange_of = |token: &str| -> String {
+        let answer: Value = http
+            .post(format!("{auth}/token"))
+            .form(&[("grant_type", "password"), ("password", token), ("access_type", "offline"), ("scope", scope)])
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        answer["refresh_token"].as_str().unwrap_or_else(|| panic!("no exchange token: {answer}")).to_owned()
+    };
+    let pods_exchange = exchange_of(&token);
+    assert_eq!(get(&pods_exchange), 200);
     admin(data, Method::DELETE, "/api/v1/namespaces/team-a/pods/short-lived", None);
     refused_within(|| get(&token));
+    refused_within(|| get(&pods_exchange));
     // An exchange token: bound to its service account's UID.
     admin(
         data,
@@ -203,17 +227,60 @@ fn revoked_credentials_are_refused(data: &Path) {
         Some(serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "temp"}})),
     );
     let sa_token = registry_auth_token(data, "temp", None);
-    let answer: Value = http
-        .post(format!("{auth}/token"))
-        .form(&[("grant_type", "password"), ("password", &sa_token), ("access_type", "offline"), ("scope", scope)])
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let exchange = answer["refresh_token"].as_str().unwrap().to_owned();
+    let exchange = exchange_of(&sa_token);
     assert_eq!(get(&exchange), 200);
     admin(data, Method::DELETE, "/api/v1/namespaces/team-a/serviceaccounts/temp", None);
     refused_within(|| get(&exchange));
+}
+
+/// tcpdump on `lo` for the given ports (Debian `tcpdump`), written as it captures; stopped
+/// (and its file complete) on [`Capture::finish`].
+struct Capture {
+    child: Child,
+    file: std::path::PathBuf,
+}
+
+impl Capture {
+    fn start(dir: &Path, ports: &[&str]) -> Capture {
+        let file = dir.join("lo.pcap");
+        let errors = dir.join("tcpdump.err");
+        let filter = ports.iter().map(|p| format!("tcp port {p}")).collect::<Vec<_>>().join(" or ");
+        let child = Command::new("tcpdump")
+            .args(["-i", "lo", "-U", "-s", "0", "-w"])
+            .arg(&file)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&errors).unwrap())
+            .spawn()
+            .expect("tcpdump (Debian package tcpdump)");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&errors).unwrap_or_default().contains("listening on") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tcpdump did not start: {:?}",
+                std::fs::read_to_string(&errors)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Capture { child, file }
+    }
+
+    /// Stops the capture; what it holds.
+    fn finish(mut self) -> Vec<u8> {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap(),
+            rustix::process::Signal::INT,
+        );
+        let _ = self.child.wait();
+        std::fs::read(&self.file).unwrap()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]
@@ -221,6 +288,13 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let log = dir.path().join("demo.out");
+    // Everything the cluster's parts say to each other on loopback while a tenant pulls
+    // (the API server, registry-auth, the registry): what a process with the node's
+    // network and CAP_NET_RAW would see.
+    drop(up(&data, &[]));
+    let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
+    let ports: Vec<&str> = ports.split_whitespace().take(3).collect();
+    let capture = Capture::start(dir.path(), &ports);
     let child = up(&data, &["--demo"])
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(Stdio::from(std::fs::File::create(dir.path().join("demo.err")).unwrap()))
@@ -229,6 +303,17 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let (code, out) = wait_output(child, Duration::from_secs(300), &log);
     let err = std::fs::read_to_string(dir.path().join("demo.err")).unwrap_or_default();
     assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    // No token, exchange token or registry token in clear on loopback: every JWT starts
+    // `eyJhbGci` ({"alg"…), and basic or bearer credentials would name their scheme.
+    let captured = capture.finish();
+    assert!(captured.len() > 100_000, "the capture saw the pull ({} bytes)", captured.len());
+    for needle in [&b"eyJhbGci"[..], b"Authorization:", b"authorization:", b"Bearer ", b"Basic "] {
+        assert!(
+            !captured.windows(needle.len()).any(|w| w == needle),
+            "{:?} crossed loopback in clear",
+            String::from_utf8_lossy(needle)
+        );
+    }
     // The checklist, then each step of the story, in order.
     let steps = [
         "podpass up: a new cluster in",

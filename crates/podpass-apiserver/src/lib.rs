@@ -21,6 +21,7 @@ mod time;
 mod token_file;
 
 pub use files::{WriteError, write_atomic};
+pub use pki::{CertificateRequest, CertificateUse, PkiError, issue_certificate};
 pub use server::{
     ApiServerConfig, Bound, DEFAULT_TOKEN_SUCCESS_CACHE_TTL, KUBE_MINOR, Prepared, RandomError, StartError, kubeconfig,
     random_token,

@@ -114,28 +114,81 @@ pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki
     Ok(ServingPki { ca_pem, cert_chain_pem, key_pem })
 }
 
+/// What a certificate issued by [`issue_certificate`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertificateUse {
+    /// A TLS server (`serverAuth`).
+    Server,
+    /// A TLS client (`clientAuth`).
+    Client,
+}
+
+/// A certificate to issue from the data dir's CA.
+#[derive(Debug, Clone)]
+pub struct CertificateRequest<'a> {
+    /// Files: `<dir>/<file_stem>.crt` and `.key`.
+    pub file_stem: &'a str,
+    /// Subject CN (a client certificate's user name).
+    pub common_name: &'a str,
+    /// Subject O (a client certificate's groups).
+    pub organizations: &'a [&'a str],
+    /// DNS names (servers).
+    pub dns_names: &'a [&'a str],
+    /// IP addresses (servers).
+    pub ips: &'a [IpAddr],
+    /// Server or client.
+    pub usage: CertificateUse,
+}
+
+/// Issues a fresh certificate from the CA in `dir` (made by [`ensure_serving_pki`]),
+/// written to `<dir>/<file_stem>.crt` (leaf then CA) and `.key` (0600); returns the
+/// certificate chain and key PEM. Parts of an embedded cluster (registry-auth, the
+/// registry, a node's client identity) get theirs at every start, as the API server does.
+pub fn issue_certificate(dir: &Path, request: &CertificateRequest<'_>) -> Result<(String, String), PkiError> {
+    let ca_pem = read(&dir.join("ca.crt"))?;
+    let ca_key = KeyPair::from_pem(&read(&dir.join("ca.key"))?).map_err(generate("CA key (reading)"))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(generate("CA certificate (reading)"))?;
+    let key = KeyPair::generate().map_err(generate("certificate key"))?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, request.common_name);
+    for o in request.organizations {
+        params.distinguished_name.push(DnType::OrganizationName, *o);
+    }
+    for name in request.dns_names {
+        params.subject_alt_names.push(SanType::DnsName((*name).try_into().map_err(generate("certificate names"))?));
+    }
+    params.subject_alt_names.extend(request.ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![match request.usage {
+        CertificateUse::Server => ExtendedKeyUsagePurpose::ServerAuth,
+        CertificateUse::Client => ExtendedKeyUsagePurpose::ClientAuth,
+    }];
+    let (y, m, d) = yesterday();
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = params.not_before + std::time::Duration::from_secs(SERVING_DAYS as u64 * 86_400);
+    let cert = params.signed_by(&key, &issuer).map_err(generate("certificate"))?;
+    let (chain_pem, key_pem) = (format!("{}{}", cert.pem(), ca_pem), key.serialize_pem());
+    write_atomic(&dir.join(format!("{}.key", request.file_stem)), key_pem.as_bytes(), 0o600, true)?;
+    write_atomic(&dir.join(format!("{}.crt", request.file_stem)), chain_pem.as_bytes(), 0o644, true)?;
+    Ok((chain_pem, key_pem))
+}
+
 /// Issues a fresh client certificate the API server shows nodes when it proxies to them
 /// (upstream's `--kubelet-client-certificate`): CN `kube-apiserver-kubelet-client` in
 /// `system:masters`, from the CA in `dir`, written to `<dir>/apiserver-kubelet-client.{crt,key}`.
 /// Returns the certificate and key PEM.
 pub fn issue_kubelet_client(dir: &Path) -> Result<(String, String), PkiError> {
-    let ca_pem = read(&dir.join("ca.crt"))?;
-    let ca_key = KeyPair::from_pem(&read(&dir.join("ca.key"))?).map_err(generate("CA key (reading)"))?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(generate("CA certificate (reading)"))?;
-    let key = KeyPair::generate().map_err(generate("kubelet client key"))?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name.push(DnType::CommonName, "kube-apiserver-kubelet-client");
-    params.distinguished_name.push(DnType::OrganizationName, "system:masters");
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let (y, m, d) = yesterday();
-    params.not_before = rcgen::date_time_ymd(y, m, d);
-    params.not_after = params.not_before + std::time::Duration::from_secs(SERVING_DAYS as u64 * 86_400);
-    let cert = params.signed_by(&key, &issuer).map_err(generate("kubelet client certificate"))?;
-    let (cert_pem, key_pem) = (cert.pem(), key.serialize_pem());
-    write_atomic(&dir.join("apiserver-kubelet-client.key"), key_pem.as_bytes(), 0o600, true)?;
-    write_atomic(&dir.join("apiserver-kubelet-client.crt"), cert_pem.as_bytes(), 0o644, true)?;
-    Ok((cert_pem, key_pem))
+    issue_certificate(
+        dir,
+        &CertificateRequest {
+            file_stem: "apiserver-kubelet-client",
+            common_name: "kube-apiserver-kubelet-client",
+            organizations: &["system:masters"],
+            dns_names: &[],
+            ips: &[],
+            usage: CertificateUse::Client,
+        },
+    )
 }
 
 /// The start of yesterday (UTC), so that clients with a slightly slow clock accept the

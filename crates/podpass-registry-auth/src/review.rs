@@ -15,11 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use thiserror::Error;
 use tokio::sync::{OnceCell, Semaphore};
+
+/// How long past its deletionTimestamp a pod still counts (kube-apiserver's leeway for the
+/// object a token is bound to).
+const DELETION_LEEWAY_SECONDS: i64 = 60;
 
 /// How long an answer (authenticated or not) is reused.
 pub const REVIEW_CACHE_TTL: Duration = Duration::from_secs(10);
@@ -147,6 +151,18 @@ impl TokenReviewer {
         self.decide(key.as_bytes(), || self.ask_service_account(namespace, name), &username, uid).await
     }
 
+    /// Whether the pod `namespace/name` still exists with `uid` and is not past its deletion
+    /// (as kube-apiserver judges the pod a token is bound to: a deletionTimestamp more than
+    /// 60 s old ends it). An exchange token made from a pod's token dies with the pod within
+    /// the same cache window as the pod's token. `Ok(true)` when the answer came from the
+    /// cache. The kubeconfig's user needs `get` on `pods`.
+    pub async fn check_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<bool, ReviewError> {
+        let who = format!("pod {namespace}/{name}");
+        // A key space of its own, as for service accounts.
+        let key = format!("\0pod\0{namespace}\0{name}");
+        self.decide(key.as_bytes(), || self.ask_pod(namespace, name), &who, uid).await
+    }
+
     /// The cached (or asked) answer under `key`, compared with the identity expected.
     async fn decide<F, Fut>(&self, key: &[u8], ask: F, username: &str, uid: &str) -> Result<bool, ReviewError>
     where
@@ -214,6 +230,26 @@ impl TokenReviewer {
                 audiences: Vec::new(),
             },
             _ => Answer::NotAuthenticated(format!("service account {namespace}/{name} no longer exists")),
+        };
+        Ok(Cached { answer, at: Instant::now() })
+    }
+
+    /// One GET of a pod: its UID, or why it no longer counts.
+    async fn ask_pod(&self, namespace: &str, name: &str) -> Result<Cached, ReviewError> {
+        let _permit = self.in_flight.acquire().await.map_err(|e| ReviewError::Unavailable(e.to_string()))?;
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let found = api.get_opt(name).await.map_err(|e| unavailable(e, "get on pods to check exchange tokens"))?;
+        let now = jiff::Timestamp::now().as_second();
+        let past_deletion = |pod: &Pod| {
+            pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| t.0.as_second() < now - DELETION_LEEWAY_SECONDS)
+        };
+        let answer = match found {
+            Some(pod) if !past_deletion(&pod) => Answer::Authenticated {
+                username: format!("pod {namespace}/{name}"),
+                uid: pod.metadata.uid.unwrap_or_default(),
+                audiences: Vec::new(),
+            },
+            _ => Answer::NotAuthenticated(format!("pod {namespace}/{name} no longer exists")),
         };
         Ok(Cached { answer, at: Instant::now() })
     }

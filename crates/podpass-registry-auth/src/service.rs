@@ -415,10 +415,16 @@ impl TokenService {
 
     /// An exchange token's service account, checked against the issuing cluster when a
     /// reviewer is configured for it: still there, with the UID the token was bound to.
+    /// An exchange token holds while its service account exists with its UID and, when it
+    /// was made from a pod's token, while that pod does (same UID, not past its deletion):
+    /// an exchange token dies with its pod, as the pod's own token does.
     async fn review_exchange(&self, identity: &Identity) -> Result<&'static str, Refusal> {
         let Some(reviewer) = self.reviewers.iter().find(|r| r.issuer() == identity.issuer) else { return Ok("off") };
         let sa = &identity.service_account;
-        review_outcome(reviewer.check_service_account(&identity.namespace, &sa.name, &sa.uid).await)
+        let account = review_outcome(reviewer.check_service_account(&identity.namespace, &sa.name, &sa.uid).await)?;
+        let Some(pod) = &identity.pod else { return Ok(account) };
+        let pod = review_outcome(reviewer.check_pod(&identity.namespace, &pod.name, &pod.uid).await)?;
+        Ok(if account == "cached" && pod == "cached" { "cached" } else { "reviewed" })
     }
 }
 

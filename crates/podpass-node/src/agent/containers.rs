@@ -97,6 +97,35 @@ pub(crate) fn pod_log_dir(logs: &Path, namespace: &str, name: &str, uid: &str) -
     logs.join(format!("{namespace}_{name}_{uid}"))
 }
 
+/// Removes the pod's log directory (`<ns>_<name>_<uid>`), once its containers are gone:
+/// a deleted pod's logs go with it (kubelet: the container GC's pod log sweep).
+pub(crate) fn remove_log_dir(logs: &Path, pod: &Pod) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(log_dir(logs, pod)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Removes the log directories under `logs` of pods not in `known` (by the UID ending
+/// their `<ns>_<name>_<uid>` name) last changed before `before`; how many. Blocking.
+pub(crate) fn remove_orphaned_logs(
+    logs: &Path,
+    known: &std::collections::HashSet<String>,
+    before: std::time::SystemTime,
+) -> usize {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+        let Ok(name) = entry.file_name().into_string() else { continue };
+        // Namespaces and names are DNS labels and subdomains: no '_' in them.
+        let Some((_, uid)) = name.rsplit_once('_') else { continue };
+        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < before);
+        if !known.contains(uid) && old && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn labels(rt: &PodRuntime, pod: &Pod) -> HashMap<String, String> {
     let m = &pod.metadata;
     HashMap::from([
@@ -900,6 +929,22 @@ pub(crate) async fn pod_uids(rt: &PodRuntime) -> Result<Vec<String>, RuntimeErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_logs_of_pods_the_node_no_longer_knows_are_collected() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for d in ["team_web_u1/app", "team_web_u2/app", "team_db_u3/app"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let known = std::collections::HashSet::from(["u2".to_owned()]);
+        let later = std::time::SystemTime::now() + Duration::from_secs(60);
+        assert_eq!(remove_orphaned_logs(dir.path(), &known, later), 2);
+        assert!(dir.path().join("team_web_u2/app").exists(), "the known pod's logs stay");
+        assert!(!dir.path().join("team_web_u1").exists(), "a recreated pod's predecessor's logs go");
+        // A directory newer than the listing (its pod arrived since) stays.
+        std::fs::create_dir_all(dir.path().join("team_new_u9")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(remove_orphaned_logs(dir.path(), &known, std::time::SystemTime::UNIX_EPOCH), 0);
+    }
 
     #[test]
     fn variables_expand_as_the_kubelets() {

@@ -4,8 +4,6 @@
 //! partial records joined, optionally with timestamps, the last `tailLines`, those since a
 //! time, at most `limitBytes` — from the current instance or the previous one.
 
-use std::path::{Path, PathBuf};
-
 /// `PodLogOptions`, as the query carries them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogOptions {
@@ -49,22 +47,6 @@ impl LogOptions {
         }
         Ok(o)
     }
-}
-
-/// The log files of a container, oldest first: `<n>.log` by `n`.
-pub fn instances(container_dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(container_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let n = name.strip_suffix(".log")?.parse::<u64>().ok()?;
-            Some((n, e.path()))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, p)| p).collect()
 }
 
 /// One CRI log record.
@@ -177,19 +159,5 @@ mod tests {
         );
         assert!(LogOptions::from_query(&q("sinceTime", "yesterday"), 0).is_err());
         assert!(LogOptions::from_query(&q("follow", "true"), 0).unwrap().follow);
-    }
-
-    #[test]
-    fn instances_are_ordered_by_restart_number() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        for n in ["10", "2", "0"] {
-            std::fs::write(dir.path().join(format!("{n}.log")), "").unwrap_or_else(|e| panic!("{e}"));
-        }
-        std::fs::write(dir.path().join("x.log"), "").unwrap_or_else(|e| panic!("{e}"));
-        let names: Vec<String> = instances(dir.path())
-            .iter()
-            .map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, ["0.log", "2.log", "10.log"]);
     }
 }

@@ -12,6 +12,7 @@ mod admission;
 mod containers;
 mod events;
 mod heartbeat;
+mod known_pods;
 mod log_rotation;
 mod logs;
 mod machine;
@@ -76,6 +77,10 @@ pub struct AgentConfig {
     /// embedded image store.
     #[arg(long)]
     pub container_runtime_endpoint: Option<String>,
+    /// A PEM CA bundle the embedded image store trusts for registries (loopback ones are
+    /// then reached over HTTPS too); containerd trusts what its `hosts.toml` names.
+    #[arg(long)]
+    pub registry_ca_file: Option<PathBuf>,
     /// Prepare pods (tokens, volumes, images) but start no containers, even with a
     /// container runtime (the node podpass was before it ran containers).
     #[arg(long)]
@@ -112,6 +117,8 @@ pub struct Prepared {
     identity: NodeIdentity,
     kubelet: KubeletConfig,
     gates: FeatureGates,
+    /// `--registry-ca-file`'s PEM, read and checked.
+    registry_ca: Option<Vec<u8>>,
 }
 
 impl AgentConfig {
@@ -183,6 +190,17 @@ impl AgentConfig {
                 "must be a unix:// socket URL",
             );
         }
+        let registry_ca = self.registry_ca_file.as_ref().and_then(|path| match std::fs::read(path) {
+            Ok(pem) if reqwest::Certificate::from_pem_bundle(&pem).is_ok_and(|c| !c.is_empty()) => Some(pem),
+            Ok(_) => {
+                problems.push_value("--registry-ca-file", path.display(), "holds no PEM certificate");
+                None
+            }
+            Err(e) => {
+                problems.push_value("--registry-ca-file", path.display(), e);
+                None
+            }
+        });
         problems.finish()?;
         let identity = NodeIdentity {
             name: self.node_name.clone(),
@@ -192,7 +210,7 @@ impl AgentConfig {
             address: self.address,
             port: 0,
         };
-        Ok(Prepared { config: self, identity, kubelet, gates })
+        Ok(Prepared { config: self, identity, kubelet, gates, registry_ca })
     }
 }
 
@@ -243,8 +261,11 @@ impl Prepared {
         machine: &machine::Machine,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
-        let backend =
-            Arc::new(Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new()).await?);
+        let backend = Arc::new(
+            Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new())
+                .await?
+                .with_registry_ca(self.registry_ca.clone()),
+        );
         let (images, pull_manager, warnings) = crate::images::assembly::image_manager(
             root,
             backend,
@@ -286,6 +307,7 @@ impl Prepared {
                 node_allocatable_memory: machine.allocatable_memory(),
             },
             pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
+            pods: Arc::default(),
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
                     cri,
@@ -383,7 +405,7 @@ impl Bound {
             let node_server = Arc::new(server::NodeServer {
                 client: client.clone(),
                 node: id.name.clone(),
-                logs: this.config.root_dir.join("logs/pods"),
+                pods: shared.pods.clone(),
                 runtime: shared.runtime.clone(),
             });
             tokio::spawn(podpass_serve::accept_loop(

@@ -170,6 +170,7 @@ impl PodLoop {
                     }
                     Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
                     Some(Ok(watcher::Event::Delete(pod))) => {
+                        self.shared.pods.remove(&pod);
                         if let Some(uid) = pod.metadata.uid.clone() {
                             self.rejected.remove(&uid);
                             self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: false });
@@ -223,6 +224,7 @@ impl PodLoop {
     fn apply(&mut self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else { return };
         tracing::debug!(pod = %crate::PodRef::of(&pod), "pod event");
+        self.shared.pods.upsert(&pod);
         if pod.metadata.deletion_timestamp.is_some() {
             self.rejected.remove(&uid);
             self.send(&uid, Work::TearDown { pod: Box::new(pod), confirm: true });
@@ -264,6 +266,7 @@ impl PodLoop {
         let pod = match &*tx.borrow() {
             Work::Sync(p) | Work::TearDown { pod: p, .. } => p.clone(),
         };
+        self.shared.pods.remove(&pod);
         self.send(uid, Work::TearDown { pod, confirm: false });
     }
 }
@@ -284,9 +287,19 @@ async fn remove_runtime_orphans(shared: Arc<Shared>, known: HashSet<String>) {
     }
 }
 
-/// Removes `<root>/pods/<uid>` of every pod not in `known` whose directory is older than
-/// `listed_at` (a pod that arrived after the listing has a newer one).
+/// Removes `<root>/pods/<uid>` and `<root>/logs/pods/<ns>_<name>_<uid>` of every pod not in
+/// `known` whose directory is older than `listed_at` (a pod that arrived after the listing
+/// has a newer one): kubelet `cleanupOrphanedPodDirs` and the container GC's log sweep.
 async fn remove_orphans(root: std::path::PathBuf, known: HashSet<String>, listed_at: std::time::SystemTime) {
+    let logs = root.join("logs/pods");
+    let (known_logs, logs_at) = (known.clone(), listed_at);
+    let removed =
+        tokio::task::spawn_blocking(move || super::containers::remove_orphaned_logs(&logs, &known_logs, logs_at))
+            .await
+            .unwrap_or_default();
+    if removed > 0 {
+        tracing::info!(directories = removed, "log directories of deleted pods removed");
+    }
     let dir = root.join("pods");
     let listed = tokio::task::spawn_blocking(move || -> Vec<String> {
         std::fs::read_dir(&dir)

@@ -16,7 +16,8 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use kube::api::{Api, PostParams};
 
 use super::containers::{CONTAINER_NAME_LABEL, POD_UID_LABEL, PodRuntime};
-use super::logs::{LogOptions, instances, render};
+use super::known_pods::container_log_status;
+use super::logs::{LogOptions, render};
 use crate::runtime::CONTAINER_RUNNING;
 
 /// The most of a log file read for one answer (its end; the kubelet rotates at 10 MiB).
@@ -28,8 +29,8 @@ const FOLLOW_POLL: Duration = Duration::from_millis(250);
 pub(crate) struct NodeServer {
     pub client: kube::Client,
     pub node: String,
-    /// `<root>/logs/pods`.
-    pub logs: PathBuf,
+    /// The pods this node knows now.
+    pub pods: Arc<super::known_pods::KnownPods>,
     pub runtime: Option<Arc<PodRuntime>>,
 }
 
@@ -68,22 +69,6 @@ async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str
         .await
         .map_err(|e| e.to_string())?;
     Ok(answer.status.is_some_and(|st| st.allowed))
-}
-
-/// The newest log directory of pod `ns/name` (`<ns>_<name>_<uid>`), with its UID.
-fn pod_log_dir(logs: &std::path::Path, ns: &str, name: &str) -> Option<(PathBuf, String)> {
-    let prefix = format!("{ns}_{name}_");
-    std::fs::read_dir(logs)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let file = e.file_name().into_string().ok()?;
-            let uid = file.strip_prefix(&prefix)?.to_owned();
-            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
-            Some((modified, e.path(), uid))
-        })
-        .max_by_key(|(m, _, _)| *m)
-        .map(|(_, p, uid)| (p, uid))
 }
 
 /// The end of a file (at most [`MAX_READ`]) from `offset`, starting at a line.
@@ -140,15 +125,34 @@ async fn container_logs(
         Ok(o) => o,
         Err(e) => return status(StatusCode::BAD_REQUEST, e),
     };
-    let Some((dir, uid)) = pod_log_dir(&s.logs, &ns, &pod) else {
-        return status(StatusCode::NOT_FOUND, format!("pod {ns}/{pod} has no logs on node {}", s.node));
+    // The pod this node knows by that name now (kubelet: GetPodByName), never the files of
+    // an earlier pod of the same name: its UID and its status pick the container.
+    let Some(known) = s.pods.get(&ns, &pod) else {
+        return status(StatusCode::NOT_FOUND, format!("pod {pod:?} does not exist"));
     };
-    let files = instances(&dir.join(&container));
-    let file = if options.previous { files.len().checked_sub(2).and_then(|i| files.get(i)) } else { files.last() };
-    let Some(file) = file.cloned() else {
-        let what = if options.previous { "previous terminated container" } else { "container" };
-        return status(StatusCode::BAD_REQUEST, format!("{what} {container:?} in pod {pod:?} not found"));
+    let uid = known.metadata.uid.clone().unwrap_or_default();
+    let id = match container_log_status(&known, &container, options.previous) {
+        Ok(id) => id,
+        Err(message) => return status(StatusCode::BAD_REQUEST, message),
     };
+    let Some(rt) = s.runtime.as_deref() else {
+        return status(StatusCode::NOT_FOUND, format!("node {} runs no containers", s.node));
+    };
+    let file = match rt.cri.container_status(&id).await {
+        Ok(Some(st)) => PathBuf::from(st.log_path),
+        Ok(None) => {
+            return status(
+                StatusCode::NOT_FOUND,
+                format!("container {container:?} in pod {pod:?} is gone from the runtime"),
+            );
+        }
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the container's status: {e}")),
+    };
+    // Only a file of this pod's own log directory is read, whatever the runtime answered.
+    let dir = super::containers::log_dir(&rt.logs, &known);
+    if !file.starts_with(&dir) || file.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "the runtime named a log outside the pod's log directory");
+    }
     let Ok((text, offset)) = read_from(&file, 0) else {
         return status(StatusCode::INTERNAL_SERVER_ERROR, format!("reading {}", file.display()));
     };
@@ -248,18 +252,5 @@ mod tests {
         assert_eq!(user, "kube-apiserver-kubelet-client");
         assert_eq!(groups, ["system:masters"]);
         assert!(identity(b"not a certificate").is_none());
-    }
-
-    #[test]
-    fn the_newest_log_directory_of_a_pod_is_found_by_name_only() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        std::fs::create_dir_all(dir.path().join("team_web_uid-1/app")).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::create_dir_all(dir.path().join("team_web2_uid-2/app")).unwrap_or_else(|e| panic!("{e}"));
-        let (path, uid) = pod_log_dir(dir.path(), "team", "web").unwrap_or_default();
-        assert_eq!(
-            (path.file_name().unwrap_or_default().to_string_lossy().as_ref(), uid.as_str()),
-            ("team_web_uid-1", "uid-1")
-        );
-        assert!(pod_log_dir(dir.path(), "team", "we").is_none());
     }
 }

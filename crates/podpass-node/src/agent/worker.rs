@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     /// Runtime changes by pod (with the runtime): what wakes a worker when its containers
     /// change state, instead of a poll.
     pub pleg: Option<Arc<super::pleg::Pleg>>,
+    /// The pods this node knows now, by name (the node's server reads logs through it).
+    pub pods: Arc<super::known_pods::KnownPods>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -161,7 +163,24 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
         let work = rx.borrow_and_update().clone();
         match work {
             Work::TearDown { pod, confirm } => {
-                tear_down(&shared, &pod, confirm).await;
+                // Retried until it succeeds (a runtime that is down, a busy mount), doubling
+                // from 1 s to 30 s: a deleted pod's containers never outlive a crash of the
+                // runtime. The worker stays, so the pod loop sends later events here.
+                let mut backoff = TEARDOWN_RETRY_FIRST;
+                loop {
+                    match tear_down(&shared, &pod, confirm).await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, retry_in_s = backoff.as_secs(), "tearing the pod down failed")
+                        }
+                    }
+                    tokio::select! {
+                        // The agent stops: the next one finds the pod again.
+                        changed = rx.changed() => if changed.is_err() { return },
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(TEARDOWN_RETRY_MAX);
+                }
                 if let (Some(pleg), Some((uid, _))) = (&shared.pleg, &runtime_changed) {
                     pleg.unsubscribe(uid);
                 }
@@ -488,11 +507,17 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
     }
 }
 
-/// A pod being deleted or gone: its tokens, back-off and event memory are dropped, its
-/// volumes removed, then (when asked) the deletion is confirmed with grace 0 and a UID
-/// precondition, as a kubelet confirms once a pod is torn down.
-async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
-    let Some(uid) = pod.metadata.uid.clone() else { return };
+/// The first wait before a failed teardown is tried again.
+const TEARDOWN_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest.
+const TEARDOWN_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A pod being deleted or gone: its containers stopped and removed, its tokens, back-off and
+/// event memory dropped, its volumes and logs removed, then (when asked) the deletion
+/// confirmed with grace 0 and a UID precondition, as a kubelet confirms once a pod is torn
+/// down. A failure is returned for the caller to try again; every step is idempotent.
+async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), String> {
+    let Some(uid) = pod.metadata.uid.clone() else { return Ok(()) };
     if let Some(rt) = &shared.runtime {
         // The grace the deletion asked for, else the pod's own (30 s by default).
         let grace = pod
@@ -500,23 +525,28 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
             .deletion_grace_period_seconds
             .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
             .unwrap_or(30);
-        if let Err(e) = super::containers::tear_down(rt, &uid, grace).await {
-            tracing::warn!(error = %e, "stopping the pod's containers failed");
-            return;
-        }
+        super::containers::tear_down(rt, &uid, grace)
+            .await
+            .map_err(|e| format!("stopping the pod's containers: {e}"))?;
     }
     shared.sources.tokens().delete_for_pod(&uid);
     shared.service_accounts.tokens().delete_for_pod(&uid);
     shared.images.forget_pod(&uid);
     shared.events.forget_pod(&uid);
-    if let Err(e) = remove_pod_volumes(&shared.root, &uid).await {
-        tracing::warn!(error = %e, "removing volumes failed");
-        return;
+    remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing volumes: {e}"))?;
+    if let Some(rt) = &shared.runtime {
+        let (logs, owned) = (rt.logs.clone(), pod.clone());
+        tokio::task::spawn_blocking(move || super::containers::remove_log_dir(&logs, &owned))
+            .await
+            .map_err(|e| format!("removing logs: {e}"))?
+            .map_err(|e| format!("removing logs: {e}"))?;
     }
     if !confirm {
-        return;
+        return Ok(());
     }
-    let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else { return };
+    let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
+        return Ok(());
+    };
     let params = DeleteParams {
         grace_period_seconds: Some(0),
         preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
@@ -524,9 +554,12 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) {
     };
     match Api::<Pod>::namespaced(shared.client.clone(), ns).delete(name, &params).await {
         Ok(_) => tracing::info!("pod torn down; deletion confirmed"),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => tracing::warn!(error = %e, "confirming the deletion failed"),
+        // Gone already, a newer pod of the name (the UID precondition), or no longer bound
+        // to this node as the Node authorizer sees it: nothing left to confirm.
+        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 404 | 409) => {}
+        Err(e) => return Err(format!("confirming the deletion: {e}")),
     }
+    Ok(())
 }
 
 #[cfg(test)]

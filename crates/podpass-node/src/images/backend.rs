@@ -30,6 +30,16 @@ impl Backend {
         }
     }
 
+    /// Trusts `pem`'s CA certificates for registries where the backend pulls itself (the
+    /// embedded store; a CRI runtime trusts what its own configuration says).
+    #[must_use]
+    pub fn with_registry_ca(self, pem: Option<Vec<u8>>) -> Self {
+        match (self, pem) {
+            (Self::Embedded(s), Some(pem)) => Self::Embedded(s.with_registry_ca(pem)),
+            (other, _) => other,
+        }
+    }
+
     /// Reports pull progress to `observer` where the backend can (the embedded store); a
     /// CRI runtime has no progress to report and is returned unchanged.
     #[must_use]

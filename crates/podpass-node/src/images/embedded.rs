@@ -87,6 +87,9 @@ struct Manifest {
 pub struct EmbeddedImageStore {
     root: PathBuf,
     insecure_registries: Vec<String>,
+    /// A PEM CA bundle trusted for registries beside the system's; with one, loopback
+    /// registries are reached over HTTPS too (only `insecure_registries` over HTTP).
+    registry_ca: Option<Vec<u8>>,
     // Serialises changes to images.json; blobs are written without it (content-addressed).
     state_lock: tokio::sync::Mutex<()>,
     progress: Option<std::sync::Arc<dyn PullObserver>>,
@@ -169,9 +172,17 @@ fn clean_ingest(dir: &Path) {
     }
 }
 
-/// The HTTP client for manifest GETs (same timeouts as the registry client).
-fn http_client() -> Result<reqwest::Client, ImageError> {
-    reqwest::Client::builder()
+/// The HTTP client for manifest GETs (same timeouts and trust as the registry client).
+fn http_client(registry_ca: Option<&[u8]>) -> Result<reqwest::Client, ImageError> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(pem) = registry_ca {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| ImageError::Registry(format!("registry CA bundle: {e}")))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
         .connect_timeout(std::time::Duration::from_secs(10))
         .read_timeout(std::time::Duration::from_secs(60))
         .user_agent(concat!("podpass/", env!("CARGO_PKG_VERSION")))
@@ -195,7 +206,13 @@ impl EmbeddedImageStore {
         if stale > 0 {
             tracing::info!(files = stale, "tmp files of interrupted image store writes removed");
         }
-        Ok(Self { root, insecure_registries, state_lock: tokio::sync::Mutex::new(()), progress: None })
+        Ok(Self {
+            root,
+            insecure_registries,
+            registry_ca: None,
+            state_lock: tokio::sync::Mutex::new(()),
+            progress: None,
+        })
     }
 
     /// Reports every pull's progress (blobs resolved, bytes, each blob done) to `observer`.
@@ -203,6 +220,23 @@ impl EmbeddedImageStore {
     pub fn with_progress(mut self, observer: std::sync::Arc<dyn PullObserver>) -> Self {
         self.progress = Some(observer);
         self
+    }
+
+    /// Trusts the CA certificates of `pem` for registries, and reaches loopback registries
+    /// over HTTPS (a cluster whose registry serves TLS from its own CA): no credential
+    /// crosses loopback in clear.
+    #[must_use]
+    pub fn with_registry_ca(mut self, pem: Vec<u8>) -> Self {
+        self.registry_ca = Some(pem);
+        self
+    }
+
+    /// Whether `registry` is reached over plain HTTP.
+    fn plain_http(&self, registry: &str) -> bool {
+        match self.registry_ca {
+            Some(_) => self.insecure_registries.iter().any(|r| r == registry),
+            None => plain_http_allowed(registry, &self.insecure_registries),
+        }
     }
 
     fn report(&self, event: &PullProgress<'_>) {
@@ -339,17 +373,21 @@ impl EmbeddedImageStore {
     }
 
     fn client_for(&self, registry: &str) -> Client {
-        let protocol = if plain_http_allowed(registry, &self.insecure_registries) {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        };
+        let protocol = if self.plain_http(registry) { ClientProtocol::Http } else { ClientProtocol::Https };
         Client::new(ClientConfig {
             protocol,
             platform_resolver: None,
             connect_timeout: Some(std::time::Duration::from_secs(10)),
             read_timeout: Some(std::time::Duration::from_secs(60)),
             user_agent: concat!("podpass/", env!("CARGO_PKG_VERSION")),
+            extra_root_certificates: self
+                .registry_ca
+                .iter()
+                .map(|pem| oci_client::client::Certificate {
+                    encoding: oci_client::client::CertificateEncoding::Pem,
+                    data: pem.clone(),
+                })
+                .collect(),
             ..Default::default()
         })
     }
@@ -398,8 +436,8 @@ impl EmbeddedImageStore {
             (None, None) => Reference::with_tag(r.domain.clone(), r.path.clone(), "latest".into()),
         };
         let client = self.client_for(&r.domain);
-        let plain_http = plain_http_allowed(&r.domain, &self.insecure_registries);
-        let http = http_client()?;
+        let plain_http = self.plain_http(&r.domain);
+        let http = http_client(self.registry_ca.as_deref())?;
         let mut bytes =
             manifest_fetch::fetch_manifest(&client, &http, plain_http, &oci_ref, auth, &MANIFEST_TYPES).await?;
         let mut manifest_digest = format!("sha256:{}", sha256_hex(&bytes));

@@ -80,9 +80,9 @@ impl Layout {
     }
 
     /// Writes `config.toml`, the pod network (podpass's loopback-only CNI plugin, linked
-    /// to `podpass`, the binary that serves it) and a `hosts.toml` per plain-HTTP registry
-    /// (`host:port`) in `plain_http_registries`, creating the directories.
-    pub fn write(&self, podpass: &Path, plain_http_registries: &[String]) -> Result<(), ContainerdError> {
+    /// to `podpass`, the binary that serves it) and a `hosts.toml` per registry in
+    /// `registries` (how containerd reaches it), creating the directories.
+    pub fn write(&self, podpass: &Path, registries: &[RegistryHost]) -> Result<(), ContainerdError> {
         if self.socket().as_os_str().len() > MAX_SOCKET_PATH {
             return Err(ContainerdError::SocketPathTooLong(self.socket()));
         }
@@ -114,16 +114,52 @@ impl Layout {
             std::os::unix::fs::symlink(podpass, &link)
                 .map_err(|source| ContainerdError::Write { path: link, source })?;
         }
-        for host in plain_http_registries {
-            write(
-                d.join("certs.d").join(host).join("hosts.toml"),
-                format!(
-                    "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        for registry in registries {
+            let (host, text) = match registry {
+                RegistryHost::PlainHttp(host) => (
+                    host,
+                    format!(
+                        "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+                    ),
                 ),
-            )?;
+                // The CA also verifies the token realm containerd asks for this host's
+                // credentials (its authorizer uses the host's client).
+                RegistryHost::Tls { host, ca, client } => {
+                    let mut text = format!(
+                        "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = {:?}\n",
+                        ca.display().to_string()
+                    );
+                    if let Some((cert, key)) = client {
+                        text.push_str(&format!(
+                            "  client = [[{:?}, {:?}]]\n",
+                            cert.display().to_string(),
+                            key.display().to_string()
+                        ));
+                    }
+                    (host, text)
+                }
+            };
+            write(d.join("certs.d").join(host).join("hosts.toml"), text)?;
         }
         Ok(())
     }
+}
+
+/// How containerd reaches a registry (`hosts.toml` under `certs.d/<host>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryHost {
+    /// `host:port` over plain HTTP (a registry on loopback in tests).
+    PlainHttp(String),
+    /// `host:port` over HTTPS, its certificate verified against the CA bundle at `ca`.
+    Tls {
+        /// `host:port`.
+        host: String,
+        /// A PEM CA bundle.
+        ca: PathBuf,
+        /// A client certificate and key shown when asked: the node's, which registry-auth
+        /// takes as the node's proof when containerd fetches its token.
+        client: Option<(PathBuf, PathBuf)>,
+    },
 }
 
 /// containerd's configuration (version 2) with everything under `dir`.
@@ -201,7 +237,15 @@ mod tests {
     fn everything_lives_under_the_directory() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let layout = Layout::new(dir.path());
-        layout.write(Path::new("/usr/bin/podpass"), &["127.0.0.1:5001".into()]).unwrap_or_else(|e| panic!("{e}"));
+        let registries = [
+            RegistryHost::PlainHttp("127.0.0.1:5001".into()),
+            RegistryHost::Tls {
+                host: "127.0.0.1:5443".into(),
+                ca: dir.path().join("ca.crt"),
+                client: Some((dir.path().join("n.crt"), dir.path().join("n.key"))),
+            },
+        ];
+        layout.write(Path::new("/usr/bin/podpass"), &registries).unwrap_or_else(|e| panic!("{e}"));
         let plugin = std::fs::read_link(dir.path().join("cni/bin/podpass-loopback")).unwrap_or_default();
         assert_eq!(plugin, Path::new("/usr/bin/podpass"));
         let config = std::fs::read_to_string(layout.config()).unwrap_or_default();
@@ -209,6 +253,15 @@ mod tests {
         assert!(config.contains("sandbox_image = \"podpass.local/pause:1\""));
         let hosts = std::fs::read_to_string(dir.path().join("certs.d/127.0.0.1:5001/hosts.toml")).unwrap_or_default();
         assert!(hosts.starts_with("server = \"http://127.0.0.1:5001\""), "{hosts}");
+        let tls = std::fs::read_to_string(dir.path().join("certs.d/127.0.0.1:5443/hosts.toml")).unwrap_or_default();
+        assert!(tls.starts_with("server = \"https://127.0.0.1:5443\""), "{tls}");
+        assert!(tls.contains(&format!("ca = \"{}\"", dir.path().join("ca.crt").display())), "{tls}");
+        let client = format!(
+            "client = [[\"{}\", \"{}\"]]",
+            dir.path().join("n.crt").display(),
+            dir.path().join("n.key").display()
+        );
+        assert!(tls.contains(&client), "{tls}");
         let long = Layout::new(&Path::new("/tmp").join("x".repeat(100)));
         assert!(matches!(long.write(Path::new("/x"), &[]), Err(ContainerdError::SocketPathTooLong(_))));
     }

@@ -37,7 +37,7 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
 
     // 1. Push, as the publisher service account.
     let sa_token = token_request(r, PUBLISHER.0, PUBLISHER.1).await?;
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().context("HTTP client")?;
+    let client = r.http.clone();
     let scope = format!("repository:{REPO}:pull,push");
     let bearer = push::registry_token(&client, &r.auth_url, REGISTRY_SERVICE, &scope, &sa_token).await?;
     let busybox = match r.runtime {

@@ -56,10 +56,18 @@ pub fn ensure_registry_auth_files(dir: &Path) -> Result<()> {
 }
 
 /// The CNCF registry's config: storage in `dir/storage`, token auth against registry-auth.
-pub fn write_registry_config(dir: &Path, port: u16, realm: &str, bundle: &Path) -> Result<()> {
+pub fn write_registry_config(
+    dir: &Path,
+    port: u16,
+    realm: &str,
+    bundle: &Path,
+    tls: &(std::path::PathBuf, std::path::PathBuf),
+) -> Result<()> {
     std::fs::create_dir_all(dir.join("storage")).with_context(|| format!("creating {}", dir.display()))?;
     let config = format!(
-        "# written by podpass up at every start\nversion: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: {secret}\n{auth}",
+        "# written by podpass up at every start\nversion: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: {secret}\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
+        cert = tls.0.display(),
+        key = tls.1.display(),
         storage = dir.join("storage").display(),
         secret = "podpass-up-loopback-only",
         auth = token_auth_block(realm, bundle),
@@ -78,9 +86,17 @@ pub fn token_auth_block(realm: &str, bundle: &Path) -> String {
 
 /// The kubelet CredentialProviderConfig of node-1: `podpass-credential-provider` in
 /// exchange mode for the registry's host, fed with the pod's service-account token.
-pub fn write_provider_config(path: &Path, registry_host: &str, exchange_url: &str) -> Result<()> {
+pub fn write_provider_config(
+    path: &Path,
+    registry_host: &str,
+    exchange_url: &str,
+    pki: &super::PartCertificates,
+) -> Result<()> {
+    // The plugin verifies registry-auth against the cluster's CA and shows it the node's
+    // client certificate (registry-auth's --node-binding require).
+    let (ca, cert, key) = (pki.ca.display(), pki.node_client.0.display(), pki.node_client.1.display());
     let config = format!(
-        "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: ServiceAccount\n    requireServiceAccount: true\n"
+        "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\", \"--exchange-ca\", \"{ca}\", \"--client-certificate\", \"{cert}\", \"--client-key\", \"{key}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: ServiceAccount\n    requireServiceAccount: true\n"
     );
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())

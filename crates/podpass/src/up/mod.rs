@@ -123,6 +123,8 @@ pub struct Running {
     registry_url: String,
     /// registry-auth's base URL.
     auth_url: String,
+    /// An HTTP client trusting the cluster's CA (registry-auth, the registry).
+    http: reqwest::Client,
     /// The node's root dir.
     node_root: PathBuf,
     /// registry-auth's audit log (one JSON decision per line).
@@ -153,7 +155,9 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     let resuming = l.data.join("tokens.csv").exists();
     let (registry_url, external_registry) = match &args.registry {
         Some(u) => (u.trim_end_matches('/').to_owned(), true),
-        None => (format!("http://127.0.0.1:{}", args.registry_port), false),
+        // podpass's own registry serves TLS from the cluster's CA: tokens never cross
+        // loopback in clear.
+        None => (format!("https://127.0.0.1:{}", args.registry_port), false),
     };
     let registry_host = registry_host(&registry_url)?;
     let tools = preflight(&args, external_registry)?;
@@ -441,10 +445,13 @@ async fn start(
         discovery["issuer"].as_str().context("the control plane's discovery document has no issuer")?.to_owned();
     out.done("control plane", &format!("{}   issuer {issuer}", api.url), began);
 
-    // 2. registry-auth, trusting the control plane's issuer.
+    // 2. registry-auth, trusting the control plane's issuer. It, the registry and the
+    // node's client identity get certificates from the cluster's CA: no credential crosses
+    // a socket in clear, loopback included (a hostNetwork pod could capture `lo`).
     let began = Instant::now();
     files::ensure_registry_auth_files(&l.auth)?;
-    let auth_url = format!("http://127.0.0.1:{}", args.registry_auth_port);
+    let pki = issue_part_certificates(&l.data.join("pki"))?;
+    let auth_url = format!("https://127.0.0.1:{}", args.registry_auth_port);
     let mut a = strings(&["--log-format", "json", "registry-auth", "--listen"]);
     a.push(format!("127.0.0.1:{}", args.registry_auth_port));
     a.extend(["--issuer".into(), issuer.clone(), "--issuer-ca".into(), path_str(&l.data.join("pki/ca.crt"))]);
@@ -452,6 +459,15 @@ async fn start(
     a.extend(["--signing-key".into(), path_str(&l.auth.join("signer.key"))]);
     a.extend(["--registry-service".into(), files::REGISTRY_SERVICE.into()]);
     a.extend(["--token-issuer".into(), files::TOKEN_ISSUER.into()]);
+    a.extend(["--tls-cert-file".into(), path_str(&pki.registry_auth.0), "--tls-private-key-file".into()]);
+    a.extend([path_str(&pki.registry_auth.1), "--client-ca-file".into(), path_str(&pki.ca)]);
+    // A token naming a node is only taken from that node (its client certificate): a
+    // captured or stolen pod token is worth nothing from elsewhere. The plugin and
+    // containerd show the node's certificate; the embedded image store of a prepare-only
+    // node (no tenant code runs there) cannot show one to the token realm, so that node
+    // keeps `prefer` (a proof, when shown, must name the token's node).
+    let binding = if tools.containers.is_some() { "require" } else { "prefer" };
+    a.extend(["--node-binding".into(), binding.into()]);
     // The cluster's TokenReview: a signature alone would keep a deleted pod's token (and an
     // exchange token of a deleted service account) good until it expires.
     let reviewer = identity_kubeconfig(&l.data, &l.auth.join("reviewer.kubeconfig"), REVIEWER, &[])?;
@@ -462,7 +478,7 @@ async fn start(
     let auth_log = l.logs.join("registry-auth.log");
     parts.spawn("registry-auth", &tools.podpass, &a, auth_log.clone())?;
     out.waiting("registry-auth", "the issuer's keys");
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().context("HTTP client")?;
+    let client = cluster_http_client(&l.data, Duration::from_secs(5))?;
     wait(parts, "registry-auth", || async {
         let r = client.get(format!("{auth_url}/healthz")).send().await.ok()?;
         (r.status() == 200).then_some(())
@@ -481,7 +497,13 @@ async fn start(
     let began = Instant::now();
     let realm = format!("{auth_url}/token");
     if let Some(program) = &tools.registry {
-        files::write_registry_config(&l.registry, args.registry_port, &realm, &l.auth.join("signer.crt"))?;
+        files::write_registry_config(
+            &l.registry,
+            args.registry_port,
+            &realm,
+            &l.auth.join("signer.crt"),
+            &pki.registry,
+        )?;
         let a = vec!["serve".to_owned(), path_str(&l.registry.join("config.yml"))];
         parts.spawn("registry", program, &a, l.logs.join("registry.log"))?;
         out.waiting("registry", "/v2/ to ask for a token");
@@ -509,7 +531,10 @@ async fn start(
     // 4. containerd, with podpass's sandbox image and pod network, when the node runs
     // containers.
     let runtime = match &tools.containers {
-        Some(c) => Some(start_containerd(c, l, tools, registry_url, registry_host, parts, out).await?),
+        Some(c) => {
+            let registries = containerd_registries(l, registry_url, registry_host, external_registry);
+            Some(start_containerd(c, l, tools, &registries, parts, out).await?)
+        }
         None => None,
     };
 
@@ -517,7 +542,7 @@ async fn start(
     let began = Instant::now();
     let kubeconfig = node_kubeconfig(&l.data, &l.node)?;
     let providers = l.node.join("credential-provider.yaml");
-    files::write_provider_config(&providers, registry_host, &auth_url)?;
+    files::write_provider_config(&providers, registry_host, &auth_url, &pki)?;
     let kubelet_config = l.node.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config)?;
     let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
@@ -526,6 +551,9 @@ async fn start(
     a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
     a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
     a.extend(["--port".into(), args.node_port.to_string(), "--config".into(), path_str(&kubelet_config)]);
+    if !external_registry {
+        a.extend(["--registry-ca-file".into(), path_str(&pki.ca)]);
+    }
     if let Some(layout) = &runtime {
         a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
     }
@@ -561,6 +589,7 @@ async fn start(
         registry_host: registry_host.to_owned(),
         registry_url: registry_url.to_owned(),
         auth_url,
+        http: cluster_http_client(&l.data, Duration::from_secs(30))?,
         node_root: l.node.join("root"),
         auth_audit,
         runtime,
@@ -573,17 +602,14 @@ async fn start_containerd(
     c: &ContainerTools,
     l: &Layout,
     tools: &Tools,
-    registry_url: &str,
-    registry_host: &str,
+    registries: &[podpass_node::runtime::containerd::RegistryHost],
     parts: &mut Supervisor,
     out: &mut Checklist,
 ) -> Result<podpass_node::runtime::containerd::Layout> {
     use podpass_node::runtime::containerd;
     let began = Instant::now();
     let layout = containerd::Layout::new(&l.containerd);
-    let plain: Vec<String> =
-        if registry_url.starts_with("http://") { vec![registry_host.to_owned()] } else { Vec::new() };
-    layout.write(&tools.podpass, &plain)?;
+    layout.write(&tools.podpass, registries)?;
     let a = vec!["--config".to_owned(), path_str(&layout.config())];
     parts.spawn("containerd", &c.containerd, &a, l.logs.join("containerd.log"))?;
     out.waiting("containerd", "its CRI socket");
@@ -658,7 +684,7 @@ async fn bootstrap(api: &Api) -> Result<()> {
     api.ensure(crb, &binding("podpass:nodes-registry-auth-audience", "podpass:registry-auth-audience", "system:nodes"))
         .await?;
     // registry-auth reviews tokens (upstream's advice for a delegated authenticator) and
-    // checks that an exchange token's service account still exists with its UID.
+    // checks that an exchange token's service account, and pod, still exist with their UIDs.
     let user_binding = |name: &str, role: &str| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
@@ -669,7 +695,13 @@ async fn bootstrap(api: &Api) -> Result<()> {
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": {"name": "podpass:registry-auth-service-accounts"},
-                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts"]}]}),
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]}]}),
+    )
+    .await?;
+    // A cluster from an earlier run: the role gains `pods`.
+    api.merge_patch(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/podpass:registry-auth-service-accounts",
+        &json!({"rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]}]}),
     )
     .await?;
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
@@ -685,6 +717,86 @@ fn node_kubeconfig(data: &Path, node_dir: &Path) -> Result<PathBuf> {
         &format!("system:node:{NODE}"),
         &["system:nodes".to_owned()],
     )
+}
+
+/// How containerd reaches the cluster's registry: podpass's own (and registry-auth, its
+/// token realm) verified against the cluster's CA, containerd showing the node's
+/// certificate (registry-auth's proof that a node-bound credential comes from its node); a
+/// plain-HTTP one named by `--registry` as it is; another left to containerd's defaults.
+fn containerd_registries(
+    l: &Layout,
+    registry_url: &str,
+    registry_host: &str,
+    external_registry: bool,
+) -> Vec<podpass_node::runtime::containerd::RegistryHost> {
+    use podpass_node::runtime::containerd::RegistryHost;
+    let host = registry_host.to_owned();
+    if registry_url.starts_with("http://") {
+        vec![RegistryHost::PlainHttp(host)]
+    } else if !external_registry {
+        let pki = l.data.join("pki");
+        let client = Some((pki.join(format!("{NODE}-client.crt")), pki.join(format!("{NODE}-client.key"))));
+        vec![RegistryHost::Tls { host, ca: pki.join("ca.crt"), client }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The certificates `podpass up` issues its parts from the cluster's CA at every start.
+pub struct PartCertificates {
+    /// The CA bundle.
+    pub ca: PathBuf,
+    /// registry-auth's serving certificate and key.
+    pub registry_auth: (PathBuf, PathBuf),
+    /// The registry's serving certificate and key.
+    pub registry: (PathBuf, PathBuf),
+    /// node-1's client certificate and key (`system:node:node-1` in `system:nodes`), which
+    /// its credential plugin shows registry-auth as the node's proof.
+    pub node_client: (PathBuf, PathBuf),
+}
+
+/// Issues [`PartCertificates`] into the control plane's `pki` directory.
+fn issue_part_certificates(pki: &Path) -> Result<PartCertificates> {
+    use podpass_apiserver::{CertificateRequest, CertificateUse, issue_certificate};
+    let loopback = [std::net::IpAddr::from([127, 0, 0, 1]), std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)];
+    let server = |file_stem, common_name| CertificateRequest {
+        file_stem,
+        common_name,
+        organizations: &[],
+        dns_names: &["localhost"],
+        ips: &loopback,
+        usage: CertificateUse::Server,
+    };
+    let node_user = format!("system:node:{NODE}");
+    let node_stem = format!("{NODE}-client");
+    for request in [
+        server("registry-auth", "podpass-registry-auth"),
+        server("registry", "podpass-registry"),
+        CertificateRequest {
+            file_stem: &node_stem,
+            common_name: &node_user,
+            organizations: &["system:nodes"],
+            dns_names: &[],
+            ips: &[],
+            usage: CertificateUse::Client,
+        },
+    ] {
+        issue_certificate(pki, &request).with_context(|| format!("issuing the {} certificate", request.file_stem))?;
+    }
+    let pair = |stem: &str| (pki.join(format!("{stem}.crt")), pki.join(format!("{stem}.key")));
+    Ok(PartCertificates {
+        ca: pki.join("ca.crt"),
+        registry_auth: pair("registry-auth"),
+        registry: pair("registry"),
+        node_client: pair(&node_stem),
+    })
+}
+
+/// An HTTP client trusting the cluster's CA beside the system's roots.
+fn cluster_http_client(data: &Path, timeout: Duration) -> Result<reqwest::Client> {
+    let ca = std::fs::read(data.join("pki/ca.crt")).context("reading pki/ca.crt")?;
+    let ca = reqwest::Certificate::from_pem(&ca).context("pki/ca.crt")?;
+    reqwest::Client::builder().add_root_certificate(ca).timeout(timeout).build().context("HTTP client")
 }
 
 /// A kubeconfig at `path` for `user` in `groups`, made once and kept while the control

@@ -1,8 +1,10 @@
 //! DELETE as kube-apiserver: `DeleteOptions.preconditions` (UID, resourceVersion) answered
 //! 409 when they do not hold; without them a lost compare-and-swap (someone else wrote in
 //! between) is retried on the latest object, never answered 409; graceful deletion of pods
-//! bound to a node (marked, then removed after the grace period — also retried, so a pod
-//! never stays Terminating); finalizers and namespaces through `lifecycle`.
+//! bound to a node (marked Terminating; the node removes the pod once it has stopped it, with
+//! a zero-grace delete, as upstream — only a pod whose node no longer exists is removed
+//! when its grace ends, as upstream's PodGC removes orphans); finalizers and namespaces
+//! through `lifecycle`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -171,17 +173,31 @@ async fn delete_current(
     Ok(json_response(StatusCode::OK, deleted.object))
 }
 
-/// Removes a gracefully deleted object (a pod) once its grace period is over, unless it was
-/// replaced (another uid) in between.
+/// Once a gracefully deleted pod's grace period is over: removed if its node no longer
+/// exists (PodGC `gcOrphaned`: nothing would ever confirm it), else left Terminating for its
+/// node to confirm once its containers are stopped — never removed while a node may still
+/// run it. Nothing is done if the pod was replaced (another uid) in between.
 pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
         // A lost compare-and-swap (the node posting the pod's status meanwhile) is retried
-        // on the latest pod: a pod must not stay Terminating until the next restart.
+        // on the latest pod.
         for attempt in 0..=DELETE_RETRIES {
             let Ok(current) = state.store.get(&key).await else { return };
             if current.object.field("/metadata/uid") != uid.as_ref() {
                 return;
+            }
+            let node = current.object.field("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
+            if !node.is_empty() {
+                match state.store.get(&ObjectKey::cluster("nodes", node)).await {
+                    // The node confirms (kubelet: the status manager's zero-grace delete).
+                    Ok(_) => return,
+                    Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => {
+                        tracing::warn!(pod = ?key, error = %e, "reading a terminating pod's node failed");
+                        return;
+                    }
+                }
             }
             let result = if lifecycle::finalizers(&current.object).is_empty() {
                 state.store.delete(&key, Some(current.revision)).await.map(drop)
