@@ -58,7 +58,7 @@ struct Cluster {
     d: std::path::PathBuf,
     s: Server,
     agent: Agent,
-    _runtime: containerd::Containerd,
+    runtime: containerd::Containerd,
 }
 
 fn cluster(prefix: &str, kubelet_config: &str) -> Cluster {
@@ -82,7 +82,7 @@ fn cluster(prefix: &str, kubelet_config: &str) -> Cluster {
         let (code, node) = admin_get(&s, "/api/v1/nodes/n1");
         (code == 200 && node["status"]["nodeInfo"].is_object()).then_some(node)
     });
-    Cluster { _dir: dir, d, s, agent, _runtime: runtime }
+    Cluster { _dir: dir, d, s, agent, runtime }
 }
 
 /// The lines a container wrote (its first attempt), without the CRI prefix.
@@ -291,4 +291,45 @@ fn logs_follow_the_pods_uid_and_leave_with_the_pod() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success() && !stdout.contains("TENANT-A-SECRET"), "{stdout}");
     assert!(stderr.contains("container \"app\" in pod \"web\" is waiting to start: "), "{stderr}");
+}
+
+#[test]
+fn a_pod_deleted_while_containerd_is_down_is_stopped_once_it_is_back_and_only_then_removed() {
+    let mut c = cluster("crash", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "long"},
+        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]}]}});
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod)).0, 201);
+    let running = wait_pod_phase(&c.s, "long", "Running");
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_owned();
+
+    // containerd dies (kill -9); its shims and the container keep running.
+    c.runtime.child.kill().unwrap();
+    c.runtime.child.wait().unwrap();
+    assert_eq!(admin_request(&c.s, Method::DELETE, "/api/v1/namespaces/default/pods/long", None).0, 200);
+    // The node cannot stop it: the pod stays, Terminating, past its grace (1 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        let (code, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/long");
+        assert_eq!(code, 200, "the pod was removed while its container may still run");
+        assert!(p["metadata"]["deletionTimestamp"].is_string());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // containerd is back: the node's retried teardown stops and removes everything, then
+    // confirms the deletion.
+    let replaced = containerd::Containerd::start(&c.d.join("c"));
+    let endpoint = replaced.endpoint.clone();
+    // The dead one is not dropped: its Drop would remove every sandbox through the new
+    // containerd, doing the node's work for it.
+    std::mem::forget(std::mem::replace(&mut c.runtime, replaced));
+    wait_for("the pod removed once the node confirmed", Duration::from_secs(120), || {
+        (admin_get(&c.s, "/api/v1/namespaces/default/pods/long").0 == 404).then_some(Value::Null)
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(podpass_node::runtime::CriRuntime::connect(&endpoint)).unwrap();
+    let of_pod = std::collections::HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid)]);
+    assert!(rt.block_on(cri.list_containers(of_pod.clone())).unwrap().is_empty(), "a container was left behind");
+    assert!(rt.block_on(cri.list_pod_sandboxes(of_pod)).unwrap().is_empty(), "a sandbox was left behind");
 }
