@@ -29,6 +29,8 @@ use support::*;
 
 /// The tenant's image: busybox and the static swapping helper.
 const TENANT_IMAGE: &str = "podpass.local/tenant:1";
+/// The same content under a second name.
+const TENANT_IMAGE_2: &str = "podpass.local/tenant:2";
 
 /// Builds `swap_exchange.c` static (gcc and glibc's `libc.a`: install-test-deps).
 fn build_swapper(dir: &Path) -> Vec<u8> {
@@ -44,21 +46,23 @@ fn start_runtime(dir: &Path) -> containerd::Containerd {
     let ctd = containerd::Containerd::start(dir);
     let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
     let swapper = build_swapper(dir);
-    let applets = ["sh", "cat", "echo", "sleep", "mkdir", "ln", "grep", "test", "["];
+    let applets = ["sh", "cat", "echo", "sleep", "mkdir", "ln", "grep", "test", "[", "yes", "head"];
     let extra = vec![Entry::File { name: "bin/swap_exchange".into(), mode: 0o755, content: swapper }];
     let layer = archive::busybox_layer(&busybox, &applets, extra).unwrap();
     ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
     ctd.import(TENANT_IMAGE, archive::oci_image(TENANT_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
+    ctd.import(TENANT_IMAGE_2, archive::oci_image(TENANT_IMAGE_2, &layer, &[], &["/bin/sh"]).unwrap().0);
     ctd
 }
 
 /// A control plane, a containerd and node n1 running containers on it with `kubelet_config`.
 struct Cluster {
-    _dir: tempfile::TempDir,
     d: std::path::PathBuf,
     s: Server,
     agent: Agent,
     runtime: containerd::Containerd,
+    // Last: removed once everything that writes in it has stopped.
+    _dir: tempfile::TempDir,
 }
 
 fn cluster(prefix: &str, kubelet_config: &str) -> Cluster {
@@ -332,4 +336,132 @@ fn a_pod_deleted_while_containerd_is_down_is_stopped_once_it_is_back_and_only_th
     let of_pod = std::collections::HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid)]);
     assert!(rt.block_on(cri.list_containers(of_pod.clone())).unwrap().is_empty(), "a container was left behind");
     assert!(rt.block_on(cri.list_pod_sandboxes(of_pod)).unwrap().is_empty(), "a sandbox was left behind");
+}
+
+#[test]
+fn an_image_change_kills_the_container_and_starts_the_new_one_only_through_the_image_check() {
+    let c = cluster("image", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]}]}});
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod)).0, 201);
+    let running = wait_pod_phase(&c.s, "web", "Running");
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_owned();
+    let first_id = running["status"]["containerStatuses"][0]["containerID"].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(podpass_node::runtime::CriRuntime::connect(&c.runtime.endpoint)).unwrap();
+    let of_pod = std::collections::HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid)]);
+    let running_images = || -> Vec<String> {
+        rt.block_on(cri.list_containers(of_pod.clone()))
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.state == podpass_node::runtime::CONTAINER_RUNNING)
+            .map(|c| c.image.map(|i| i.image).unwrap_or_default())
+            .collect()
+    };
+    let set_image = |image: &str| {
+        let patch = json!({"spec": {"containers": [{"name": "app", "image": image}]}});
+        let (code, answer) = admin_raw_request(
+            &c.s,
+            Method::PATCH,
+            "/api/v1/namespaces/default/pods/web",
+            Some(("application/strategic-merge-patch+json", serde_json::to_vec(&patch).unwrap())),
+        );
+        assert_eq!(code, 200, "{answer}");
+    };
+
+    // An image the pod may not use (not on the node, pull policy Never): the old container
+    // is killed, nothing runs, and the status says why — not the new image as if it ran.
+    let began = std::time::Instant::now();
+    set_image("podpass.local/absent:1");
+    let waiting = wait_for("the changed container refused its image", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/web");
+        let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+        (w["reason"] == "ErrImageNeverPull").then(|| p.clone())
+    });
+    assert!(waiting["status"]["containerStatuses"][0]["state"]["running"].is_null(), "{waiting}");
+    wait_for("the old container stopped", Duration::from_secs(30), || {
+        running_images().is_empty().then_some(Value::Null)
+    });
+
+    eprintln!("refused and stopped after {:?}", began.elapsed());
+    // An image it may use: started through the check, the new image running.
+    set_image(TENANT_IMAGE_2);
+    let restarted = wait_for("the new container running", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/web");
+        let s = &p["status"]["containerStatuses"][0];
+        (s["state"]["running"].is_object() && s["image"] == TENANT_IMAGE_2).then(|| s.clone())
+    });
+    eprintln!("restarted after {:?}", began.elapsed());
+    assert_ne!(restarted["containerID"].as_str().unwrap(), first_id, "{restarted}");
+    assert!(restarted["restartCount"].as_i64().unwrap() >= 1, "{restarted}");
+    // One container runs: the new one (both names hold the same content, one image ID).
+    assert_eq!(running_images().len(), 1);
+    let events = admin_get(&c.s, "/api/v1/namespaces/default/events").1;
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "Killing"
+                && e["message"].as_str().unwrap_or_default().contains("definition changed")),
+        "{events}"
+    );
+    eprintln!("body done after {:?}", began.elapsed());
+}
+
+/// Bytes under `dir`, recursively.
+fn du(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => du(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn a_crash_looping_log_writer_stays_within_its_bound_and_keeps_one_dead_instance() {
+    // 1 MiB x 2 files per container: at most 2 MiB of logs by policy.
+    let c = cluster(
+        "gc",
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 2\ncontainerLogMonitorInterval: 3s\n",
+    );
+    let limit: u64 = 2 << 20;
+    // Each attempt writes 3 MiB as fast as it can, then fails.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noisy"},
+        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "yes 0123456789abcdef0123456789abcdef | head -c 3145728; exit 1"]}]}});
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod)).0, 201);
+    let p = wait_for("three attempts", Duration::from_secs(120), || {
+        let (_, p) = admin_get(&c.s, "/api/v1/namespaces/default/pods/noisy");
+        let s = &p["status"]["containerStatuses"][0];
+        (s["restartCount"].as_i64().unwrap_or(0) >= 2 && s["state"]["waiting"]["reason"] == "CrashLoopBackOff")
+            .then(|| p.clone())
+    });
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_owned();
+    let dir = c.d.join(format!("root/logs/pods/default_noisy_{uid}"));
+    // The worker collects after its sync: wait for the state it promises.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let cri = rt.block_on(podpass_node::runtime::CriRuntime::connect(&c.runtime.endpoint)).unwrap();
+    let of_pod = std::collections::HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.clone())]);
+    wait_for("dead instances collected and logs within the bound", Duration::from_secs(60), || {
+        let instances = rt.block_on(cri.list_containers(of_pod.clone())).unwrap().len();
+        let used = du(&dir);
+        (instances <= 2 && used <= 2 * limit).then(|| json!([instances, used]))
+    });
+    // kubectl logs still reads the last attempt.
+    let logs = ok(admin_kubectl(&c.d.join("api"), &["logs", "noisy", "--tail=3"]), "kubectl logs");
+    assert!(logs.starts_with("0123456789abcdef0123456789abcdef\n"), "{logs}");
+    // Deleted, the pod's logs go with it.
+    assert_eq!(admin_request(&c.s, Method::DELETE, "/api/v1/namespaces/default/pods/noisy", None).0, 200);
+    wait_for("the log directory removed with the pod", Duration::from_secs(60), || {
+        (!dir.exists()).then_some(Value::Null)
+    });
 }

@@ -32,6 +32,9 @@ pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 /// ... of the container name.
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// The kubelet's annotation of a container's spec hash: a container whose spec changed
+/// (its image) is killed and started again (kubelet: `containerChanged`).
+pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 use crate::runtime::NODE_LABEL;
 /// The first restart back-off.
 const BACKOFF_FIRST: Duration = Duration::from_secs(10);
@@ -59,6 +62,11 @@ pub(crate) struct PodRuntime {
     pub node_allocatable_memory: u64,
     /// `seccompDefault`: RuntimeDefault for a container whose pod names no profile.
     pub seccomp_default: bool,
+    /// `containerLogMaxSize` (negative: unbounded) and `containerLogMaxFiles`: an exited
+    /// container's kept log is trimmed to their product ([`super::container_gc`]).
+    pub log_max_size: i64,
+    /// `containerLogMaxFiles`.
+    pub log_max_files: usize,
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -66,6 +74,42 @@ pub(crate) struct PodRuntime {
 pub(crate) struct RuntimeState {
     /// Container name → restart back-off (the earliest next start, and the current delay).
     backoff: HashMap<String, (Instant, Duration)>,
+}
+
+/// What EnsureImageExists said of a container's image for this pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ImageCheck {
+    /// The pod may use it.
+    Allowed {
+        /// The image reference to create the container with.
+        image_ref: String,
+        /// Whether the check ran in this sync: only such an allowance starts a container,
+        /// so every start (restarts included) follows its own check (kubelet:
+        /// EnsureImageExists in `startContainer`).
+        checked_now: bool,
+    },
+    /// It may not (yet): the container waits with the check's reason and message.
+    Refused {
+        /// `ErrImagePull`, `ImagePullBackOff`, …
+        reason: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The hash of the container's spec the kubelet compares (`HashContainer`): the whole
+/// container but its resources (resized in place, not restarted), FNV-1a 64, hex.
+pub(crate) fn container_hash(c: &Container) -> String {
+    let mut spec = c.clone();
+    spec.resources = None;
+    spec.resize_policy = None;
+    let bytes = serde_json::to_vec(&spec).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:x}")
 }
 
 /// What one runtime sync found and did.
@@ -79,6 +123,8 @@ pub(crate) struct RuntimeSync {
     pub next: Option<Instant>,
     /// Events to record: (container field path, type, reason, message).
     pub events: Vec<(String, &'static str, &'static str, String)>,
+    /// The containers started in this sync: their image checks are spent.
+    pub started: Vec<(bool, String)>,
 }
 
 /// The pod's log directory.
@@ -483,7 +529,10 @@ async fn container_config(
         envs,
         mounts,
         labels,
-        annotations: HashMap::from([("io.kubernetes.container.restartCount".to_owned(), attempt.to_string())]),
+        annotations: HashMap::from([
+            ("io.kubernetes.container.restartCount".to_owned(), attempt.to_string()),
+            (CONTAINER_HASH_ANNOTATION.to_owned(), container_hash(c)),
+        ]),
         log_path: format!("{}/{attempt}.log", c.name),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
@@ -614,12 +663,13 @@ async fn current(rt: &PodRuntime, uid: &str) -> Result<HashMap<String, crate::ru
     Ok(newest)
 }
 
-/// One sync of the pod's containers. `images`: container (init, name) → the image ref
-/// EnsureImageExists allowed for this pod (no entry: not allowed yet, never started).
+/// One sync of the pod's containers. `images`: container (init, name) → the image
+/// EnsureImageExists allowed for this pod (no entry: not allowed yet, never started; one not
+/// checked in this sync asks for another sync before it starts anything).
 pub(crate) async fn sync(
     rt: &PodRuntime,
     pod: &Pod,
-    images: &HashMap<(bool, String), String>,
+    images: &HashMap<(bool, String), ImageCheck>,
     state: &mut RuntimeState,
     sources: &dyn crate::volumes::ProjectionSources,
 ) -> Result<RuntimeSync, String> {
@@ -638,7 +688,7 @@ pub(crate) async fn sync(
         sandbox_config(rt, pod, ready.and_then(|s| s.metadata.as_ref()).map_or(attempt, |m| m.attempt));
     let sandbox = match ready {
         Some(s) => s.id.clone(),
-        None if images.is_empty() => return Ok(out),
+        None if !images.values().any(|i| matches!(i, ImageCheck::Allowed { .. })) => return Ok(out),
         // A pod that finished for good keeps its stopped sandbox: it is not run again.
         None if !sandboxes.is_empty()
             && let Some(states) = finished_states(rt, pod, &uid).await.map_err(err)? =>
@@ -681,12 +731,36 @@ pub(crate) async fn sync(
             last_terminated: None,
         };
         let mut start_attempt: Option<u32> = None;
+        let mut next_backoff: Option<(Instant, Duration)> = None;
         if let Some(found) = found {
-            let status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
+            let mut status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
             run.id = format!("containerd://{}", found.id);
             run.image_id = status.image_ref.clone();
+            // kubelet computePodActions: a container whose spec changed (its image) is
+            // killed and started again, whatever the restart policy; a finished init
+            // container is not run again. A container made before hashes were recorded
+            // counts as unchanged.
+            let changed = found.annotations.get(CONTAINER_HASH_ANNOTATION).is_some_and(|h| *h != container_hash(c))
+                && !(*init && status.state == CONTAINER_EXITED && status.exit_code == 0);
+            if changed {
+                if status.state != CONTAINER_EXITED {
+                    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+                    rt.cri.stop_container(&found.id, grace).await.map_err(err)?;
+                    let path = super::events::field_path(&c.name, *init);
+                    let message = format!("Container {} definition changed, will be restarted", c.name);
+                    out.events.push((path, "Normal", "Killing", message));
+                    status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
+                }
+                state.backoff.remove(&c.name);
+                run.last_terminated = Some(terminated(&status, &run.id));
+                start_attempt = Some(restart_count + 1);
+                if *init {
+                    inits_done = false;
+                }
+            }
             let terminated = terminated(&status, &run.id);
             match status.state {
+                _ if changed => {}
                 CONTAINER_RUNNING => {
                     run.phase = RunPhase::Running { started: nanos_to_time(status.started_at) };
                     if *init {
@@ -718,7 +792,9 @@ pub(crate) async fn sync(
                         if now >= at {
                             start_attempt = Some(restart_count + 1);
                             let delay = (delay * 2).min(BACKOFF_MAX);
-                            state.backoff.insert(c.name.clone(), (now + delay, delay));
+                            // Spent only when the container starts (an attempt put off for its
+                            // image check does not count).
+                            next_backoff = Some((now + delay, delay));
                             run.last_terminated = Some(terminated);
                         } else {
                             let pod_ref = format!(
@@ -766,13 +842,31 @@ pub(crate) async fn sync(
             }
         }
         if let Some(attempt) = start_attempt {
-            let Some(image_ref) = images.get(&key) else {
-                // EnsureImageExists has not allowed the image for this pod: never started.
-                out.states.insert(key, run);
-                if *init {
-                    break;
+            let image_ref = match images.get(&key) {
+                Some(ImageCheck::Allowed { image_ref, checked_now: true }) => image_ref,
+                Some(check) => {
+                    match check {
+                        // Allowed once, but not checked for this start: the worker checks
+                        // it again in the next sync, at once.
+                        ImageCheck::Allowed { .. } => out.next = Some(Instant::now()),
+                        ImageCheck::Refused { reason, message } => {
+                            run.phase = RunPhase::Waiting { reason: reason.clone(), message: Some(message.clone()) };
+                        }
+                    }
+                    out.states.insert(key, run);
+                    if *init {
+                        break;
+                    }
+                    continue;
                 }
-                continue;
+                None => {
+                    // EnsureImageExists has not allowed the image for this pod: never started.
+                    out.states.insert(key, run);
+                    if *init {
+                        break;
+                    }
+                    continue;
+                }
             };
             let running =
                 Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
@@ -781,12 +875,19 @@ pub(crate) async fn sync(
                     run.id = format!("containerd://{id}");
                     run.restart_count = i32::try_from(attempt).unwrap_or(i32::MAX);
                     run.image_id = image_ref.clone();
+                    out.started.push(key.clone());
+                    if let Some(b) = next_backoff {
+                        state.backoff.insert(c.name.clone(), b);
+                    }
                     run.phase = RunPhase::Running { started: nanos_to_time(jiff_now_nanos()) };
                     let path = super::events::field_path(&c.name, *init);
                     out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
                     out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
                 }
                 Err((reason, message)) => {
+                    if let Some(b) = next_backoff {
+                        state.backoff.insert(c.name.clone(), b);
+                    }
                     let path = super::events::field_path(&c.name, *init);
                     out.events.push((path, "Warning", "Failed", format!("Error: {message}")));
                     run.phase = RunPhase::Waiting { reason: reason.into(), message: Some(message) };
@@ -1031,6 +1132,17 @@ mod tests {
             "securityContext": {"seccompProfile": {"type": "Localhost", "localhostProfile": "../../etc/x"}}}))
         .unwrap_or_default();
         assert!(seccomp(root, true, &unconfined, &escape).unwrap_err().contains("without '..'"));
+    }
+
+    #[test]
+    fn a_containers_hash_changes_with_its_image_not_its_resources() {
+        let c = |image: &str, cpu: &str| -> Container {
+            serde_json::from_value(serde_json::json!({"name": "app", "image": image,
+                "resources": {"limits": {"cpu": cpu}}}))
+            .unwrap_or_default()
+        };
+        assert_eq!(container_hash(&c("a:1", "1")), container_hash(&c("a:1", "2")));
+        assert_ne!(container_hash(&c("a:1", "1")), container_hash(&c("a:2", "1")));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! told to reopen it (`ReopenContainerLog`); older rotated files are gzipped and the oldest
 //! removed, so at most `containerLogMaxFiles` files (the current one included) remain. A
 //! failed reopen renames the file back, to be tried again next round. `kubectl logs` reads
-//! the current file, as upstream.
+//! the current file, as upstream. Between rounds, the current files found in the last one
+//! are looked at every second (one `stat` each), so a container writing fast is rotated
+//! within about a second of reaching the limit instead of growing for a whole interval.
 
 use std::collections::HashMap;
 use std::io;
@@ -45,22 +47,42 @@ pub(crate) async fn run(
     }
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut fast = tokio::time::interval(FAST_CHECK);
+    fast.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut current: Vec<(String, PathBuf)> = Vec::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => return,
-            _ = tick.tick() => rotate_all(&rt, policy).await,
+            _ = tick.tick() => current = rotate_all(&rt, policy).await,
+            _ = fast.tick() => {
+                for (id, log) in &current {
+                    // A container gone since the round fails here until the next round
+                    // forgets it: quietly.
+                    if let Err(e) = rotate_one(&rt, id, log.clone(), policy).await {
+                        tracing::debug!(container_id = %id, error = %e, "log rotation between rounds failed");
+                    }
+                }
+            }
         }
     }
 }
 
-/// One round over the node's running containers (kubelet: `rotateLogs`, `processContainer`).
-async fn rotate_all(rt: &PodRuntime, policy: RotatePolicy) {
+/// How often the current log files found in the last round are looked at between rounds.
+const FAST_CHECK: Duration = Duration::from_secs(1);
+
+/// One round over the node's running containers (kubelet: `rotateLogs`, `processContainer`);
+/// their current log files.
+async fn rotate_all(rt: &PodRuntime, policy: RotatePolicy) -> Vec<(String, PathBuf)> {
     let ours = HashMap::from([(NODE_LABEL.to_owned(), rt.node.clone())]);
     let containers = match rt.cri.list_containers(ours).await {
         Ok(c) => c,
-        Err(e) => return tracing::warn!(error = %e, "log rotation: listing containers failed"),
+        Err(e) => {
+            tracing::warn!(error = %e, "log rotation: listing containers failed");
+            return Vec::new();
+        }
     };
+    let mut current = Vec::new();
     for c in containers.into_iter().filter(|c| c.state == CONTAINER_RUNNING) {
         // The path the agent gave the container, from its labels (one listing per round,
         // no status call per container: idle pods stay cheap).
@@ -77,7 +99,9 @@ async fn rotate_all(rt: &PodRuntime, policy: RotatePolicy) {
         if let Err(e) = rotate_one(rt, &c.id, log.clone(), policy).await {
             tracing::warn!(container_id = %c.id, path = %log.display(), error = %e, "log rotation failed");
         }
+        current.push((c.id.clone(), log));
     }
+    current
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {

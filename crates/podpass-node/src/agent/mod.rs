@@ -9,6 +9,7 @@
 //! an honest pod status, and tears it all down when the pod goes.
 
 mod admission;
+mod container_gc;
 mod containers;
 mod events;
 mod heartbeat;
@@ -316,6 +317,8 @@ impl Prepared {
                     node: self.identity.name.clone(),
                     node_allocatable_memory: machine.allocatable_memory(),
                     seccomp_default: self.kubelet.seccomp_default,
+                    log_max_size: self.kubelet.container_log_max_size,
+                    log_max_files: self.kubelet.container_log_max_files,
                 })
             }),
         })

@@ -142,6 +142,9 @@ fn fingerprint(pod: &Pod) -> String {
 struct State {
     /// Containers whose image this pod may use: (init, name) → (image, image ref).
     ready: HashMap<(bool, String), (String, String)>,
+    /// Containers running (as the last sync found them) on the image their spec names:
+    /// the only ones whose image is not checked again in a sync.
+    running: std::collections::HashSet<(bool, String)>,
     /// The status last posted (the base for the next one).
     posted: Option<PodStatus>,
     /// Restart back-offs of its containers.
@@ -354,6 +357,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
         .chain(spec.containers.iter().cloned().map(|c| (false, c)))
         .collect();
     let mut reports = Vec::with_capacity(containers.len());
+    let mut checked_now = std::collections::HashSet::new();
     let mut secrets: Option<Arc<Vec<PullSecret>>> = None;
     let mut init_blocked = false;
     for (init, c) in &containers {
@@ -365,12 +369,16 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             outcome: ContainerOutcome::Preparing,
         };
         let key = (*init, c.name.clone());
-        if let Some((img, image_ref)) = state.ready.get(&key).filter(|(img, _)| *img == image) {
-            let _ = img;
+        // With a runtime, EnsureImageExists runs before every start (kubelet:
+        // startContainer): only a container running on its spec's image skips it. A
+        // preparation-only node starts nothing and checks each image once.
+        let settled = shared.runtime.is_none() || state.running.contains(&key);
+        if let Some((_, image_ref)) = state.ready.get(&key).filter(|(img, _)| *img == image && settled) {
             report.outcome = ContainerOutcome::ImageReady { image_ref: image_ref.clone() };
             reports.push(report);
             continue;
         }
+        checked_now.insert(key.clone());
         if volumes.is_err() {
             reports.push(report);
             continue;
@@ -428,15 +436,33 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     // EnsureImageExists allowed for this pod.
     let mut view = None;
     if let (Some(rt), Ok(())) = (&shared.runtime, &volumes) {
-        let images: HashMap<(bool, String), String> = containers
+        use super::containers::ImageCheck;
+        let images: HashMap<(bool, String), ImageCheck> = containers
             .iter()
-            .filter_map(|(init, c)| {
-                let (image, image_ref) = state.ready.get(&(*init, c.name.clone()))?;
-                (c.image.as_deref() == Some(image.as_str())).then(|| ((*init, c.name.clone()), image_ref.clone()))
+            .zip(&reports)
+            .filter_map(|((init, c), report)| {
+                let key = (*init, c.name.clone());
+                if let ContainerOutcome::Failed { reason, message } = &report.outcome {
+                    return Some((key, ImageCheck::Refused { reason: reason.clone(), message: message.clone() }));
+                }
+                let (image, image_ref) = state.ready.get(&key)?;
+                let allowed =
+                    ImageCheck::Allowed { image_ref: image_ref.clone(), checked_now: checked_now.contains(&key) };
+                (c.image.as_deref() == Some(image.as_str())).then_some((key, allowed))
             })
             .collect();
         match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
             Ok(run) => {
+                // What runs on its spec's image needs no check until it must start again.
+                state.running = run
+                    .states
+                    .iter()
+                    .filter(|(_, s)| matches!(s.phase, super::status::RunPhase::Running { .. }))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in &run.started {
+                    state.running.insert(key.clone());
+                }
                 for (path, kind, reason, message) in &run.events {
                     shared.events.record(pod, path, kind, reason, message);
                 }
@@ -449,6 +475,12 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
                     due(at);
                 }
                 view = Some(PodRuntimeView { pod_ip: run.pod_ip });
+                // Dead instances beyond the one kept go, with their logs (kubelet container GC).
+                match super::container_gc::collect_pod(rt, &uid).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(removed = n, "dead containers collected"),
+                    Err(e) => tracing::warn!(error = %e, "collecting dead containers failed"),
+                }
             }
             Err(message) => {
                 tracing::warn!(error = %message, "running the pod's containers failed; retrying");

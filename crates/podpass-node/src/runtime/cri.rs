@@ -582,6 +582,9 @@ pub struct Container {
     /// Labels.
     #[prost(map = "string, string", tag = "8")]
     pub labels: HashMap<String, String>,
+    /// Annotations (the kubelet's container hash among them).
+    #[prost(map = "string, string", tag = "9")]
+    pub annotations: HashMap<String, String>,
 }
 
 /// `ListContainersResponse`.
