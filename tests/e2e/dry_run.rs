@@ -107,3 +107,43 @@ fn dry_runs_answer_what_would_result_and_persist_nothing() {
     );
     assert_eq!(admin_get(&s, "/api/v1/namespaces/team/configmaps/settings").0, 200);
 }
+
+#[test]
+fn a_dry_run_token_request_is_checked_but_signs_counts_and_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    ok(admin_kubectl(d, &["-n", "team", "create", "serviceaccount", "builder"]), "create sa");
+    let issued = || -> u64 {
+        let text =
+            client(d).get(format!("{}/metrics", s.url)).bearer_auth(admin_token(d)).send().unwrap().text().unwrap();
+        text.lines()
+            .find(|l| l.starts_with("serviceaccount_bound_tokens_issued_with_identifier"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let path = "/api/v1/namespaces/team/serviceaccounts/builder/token";
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": ["registry.example"], "expirationSeconds": 600}});
+    let before = issued();
+    let (code, answer) = admin_request(&s, reqwest::Method::POST, &format!("{path}?dryRun=All"), Some(body.clone()));
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["status"]["token"], "", "a dry run answers no token: {answer}");
+    assert_eq!(answer["spec"]["audiences"], json!(["registry.example"]), "{answer}");
+    assert_eq!(issued(), before, "a dry run is not counted as issued");
+    // Checked as a real request: a missing service account is still a 404.
+    let (code, _) = admin_request(
+        &s,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/team/serviceaccounts/nobody/token?dryRun=All",
+        Some(body.clone()),
+    );
+    assert_eq!(code, 404);
+    // The real one is signed and counted.
+    let (code, answer) = admin_request(&s, reqwest::Method::POST, path, Some(body));
+    assert_eq!(code, 201, "{answer}");
+    assert!(answer["status"]["token"].as_str().unwrap().starts_with("eyJ"), "{answer}");
+    assert_eq!(issued(), before + 1);
+}

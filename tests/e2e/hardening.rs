@@ -953,3 +953,55 @@ fn a_terminating_pod_on_a_node_stays_until_its_node_confirms_and_an_orphan_goes_
     assert_eq!(code, 200, "{status}");
     wait_gone(&s, &format!("{pods}/kept"));
 }
+
+#[test]
+fn node_names_sub_paths_ephemeral_containers_and_oversized_data_are_refused_as_upstream() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let pods = "/api/v1/namespaces/default/pods";
+    let mut bad_node = pod_with_volumes("moved", serde_json::json!([]));
+    bad_node["spec"]["nodeName"] = serde_json::json!("../node-1");
+    let (code, status) = json_req(&s, Method::POST, pods, Some(bad_node));
+    assert_eq!(code, 422, "{status}");
+    assert!(status["message"].as_str().unwrap().contains(r#"spec.nodeName: Invalid value: "../node-1""#), "{status}");
+    let mut escape = pod_with_volumes("escape", serde_json::json!([{"name": "w", "emptyDir": {}}]));
+    escape["spec"]["containers"][0]["volumeMounts"] =
+        serde_json::json!([{"name": "w", "mountPath": "/w", "subPath": "a/../../x"}]);
+    let (code, status) = json_req(&s, Method::POST, pods, Some(escape));
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().contains(
+            r#"spec.containers[0].volumeMounts[0].subPath: Invalid value: "a/../../x": must not contain '..'"#
+        ),
+        "{status}"
+    );
+    let mut debug = pod_with_volumes("debug", serde_json::json!([]));
+    debug["spec"]["ephemeralContainers"] = serde_json::json!([{"name": "dbg", "image": "busybox"}]);
+    let (code, status) = json_req(&s, Method::POST, pods, Some(debug));
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().contains("spec.ephemeralContainers: Forbidden: cannot be set on create")
+    );
+    // 1 MiB of data and a little more.
+    let big = "x".repeat((1 << 20) + 1);
+    let cm =
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"k": big}});
+    let (code, status) = json_req(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(cm));
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().ends_with("[]: Too long: may not be more than 1048576 bytes"),
+        "{status}"
+    );
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "big"}, "stringData": {"k": big}});
+    let (code, status) = json_req(&s, Method::POST, "/api/v1/namespaces/default/secrets", Some(secret));
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().ends_with("data: Too long: may not be more than 1048576 bytes"),
+        "{status}"
+    );
+    // Just under the bound: stored.
+    let fits = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fits"},
+        "data": {"k": "x".repeat((1 << 20) - 1)}});
+    assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(fits)).0, 201);
+}

@@ -316,7 +316,8 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         (&Method::POST, Some(name), Some("token")) => {
             let (request, warnings) = create_only::<typed_body::TokenRequestKind>(content_type, body, mode)?;
-            (token::create_token(state, user, ns.unwrap_or_default(), name, request).await?, warnings)
+            let dry = write.is_dry_run();
+            (token::create_token(state, user, ns.unwrap_or_default(), name, request, dry).await?, warnings)
         }
         (&Method::POST, None, None) if !res.stored && res.plural == "tokenreviews" => {
             let (review, warnings) = create_only::<typed_body::TokenReviewKind>(content_type, body, mode)?;

@@ -41,13 +41,17 @@ async fn get_object(
 }
 
 /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`
-/// (pkg/registry/core/serviceaccount/storage/token.go `Create`), in upstream's order.
+/// (pkg/registry/core/serviceaccount/storage/token.go `Create`), in upstream's order. A dry
+/// run (`dryRun=All`) is checked as a real request (admission, the service account, the
+/// bound object, audiences and expiration) and answered without a token: nothing is signed,
+/// counted as issued or given a credential id.
 pub async fn create_token(
     state: &AppState,
     user: &crate::server::User,
     ns: &str,
     sa_name: &str,
     body: super::typed_body::Body<super::typed_body::TokenRequestKind>,
+    dry_run: bool,
 ) -> Result<Response, StatusError> {
     let request = TokenRequest { metadata: body.metadata, spec: body.spec, status: None };
     // Admission runs before the handler, as upstream: nodes are restricted first.
@@ -73,6 +77,10 @@ pub async fn create_token(
     }
     extend_automounted(state, &mut claims);
     let now = now_unix();
+    if dry_run {
+        let answered = answer(request, ns, sa_name, response_uid, audiences, expiration, String::new(), now)?;
+        return Ok(outcome.respond(answered));
+    }
     let minted = state.generator.mint(&claims, &state.features, now).map_err(StatusError::internal)?;
     count_issued(state, &claims, minted.jti.is_some());
     if let Some(jti) = &minted.jti {

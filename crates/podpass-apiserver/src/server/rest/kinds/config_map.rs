@@ -16,11 +16,14 @@ pub(crate) static CONFIG_MAP: ConfigMap = ConfigMap;
 
 impl Strategy for ConfigMap {
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
-        invalid("ConfigMap", name, key_errors(object, &["data", "binaryData"], true))
+        let mut errors = key_errors(object, &["data", "binaryData"], true);
+        errors.extend(super::projection::config_map_size_errors(object));
+        invalid("ConfigMap", name, errors)
     }
 
     fn validate_update(&self, name: &str, object: &Value, old: &Value) -> Result<(), StatusError> {
         let mut errors = key_errors(object, &["data", "binaryData"], true);
+        errors.extend(super::projection::config_map_size_errors(object));
         errors.extend(immutability_errors(object, old, &["data", "binaryData"]));
         invalid("ConfigMap", name, errors)
     }

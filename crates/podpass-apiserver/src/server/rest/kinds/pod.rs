@@ -46,6 +46,7 @@ impl Strategy for Pod {
 
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
         validate_names(name, object)?;
+        invalid("Pod", name, spec_errors(object, true))?;
         validate_pod_volumes(name, object)
     }
 
@@ -143,6 +144,58 @@ fn validate_names(name: &str, pod: &Value) -> Result<(), StatusError> {
         }
     }
     invalid("Pod", name, errors)
+}
+
+/// `ValidatePodCreate`/`ValidatePodSpec` rules on what a node acts on: `nodeName` a DNS
+/// subdomain (`ValidateNodeName`), every `volumeMounts` entry naming a volume of the pod with
+/// `subPath`/`subPathExpr` relative and without `..` (`validateLocalDescendingPath`) and not
+/// both, and no `ephemeralContainers` on create (they come through their subresource).
+fn spec_errors(pod: &Value, create: bool) -> Vec<String> {
+    let quote = podpass_api::validation::quote;
+    let mut errors = Vec::new();
+    if let Some(node) = pod.field("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        for message in podpass_api::validation::is_dns1123_subdomain(node) {
+            errors.push(format!("spec.nodeName: Invalid value: {}: {message}", quote(node)));
+        }
+    }
+    let volumes: std::collections::HashSet<&str> = pod
+        .field("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+        .collect();
+    for list in ["initContainers", "containers"] {
+        for (i, c) in pod.field(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let at = format!("spec.{list}[{i}].volumeMounts[{j}]");
+                let mount = m.get("name").and_then(Value::as_str).unwrap_or_default();
+                if !mount.is_empty() && !volumes.contains(mount) {
+                    errors.push(format!("{at}.name: Not found: {}", quote(mount)));
+                }
+                let sub = m.get("subPath").and_then(Value::as_str).unwrap_or_default();
+                let expr = m.get("subPathExpr").and_then(Value::as_str).unwrap_or_default();
+                for (field, value) in [("subPath", sub), ("subPathExpr", expr)] {
+                    if value.starts_with('/') {
+                        errors.push(format!("{at}.{field}: Invalid value: {}: must be a relative path", quote(value)));
+                    }
+                    if value.split('/').any(|part| part == "..") {
+                        errors.push(format!("{at}.{field}: Invalid value: {}: must not contain '..'", quote(value)));
+                    }
+                }
+                if !sub.is_empty() && !expr.is_empty() {
+                    errors.push(format!(
+                        "{at}.subPathExpr: Invalid value: {}: subPathExpr and subPath are mutually exclusive",
+                        quote(expr)
+                    ));
+                }
+            }
+        }
+    }
+    if create && pod.field("/spec/ephemeralContainers").and_then(Value::as_array).is_some_and(|e| !e.is_empty()) {
+        errors.push("spec.ephemeralContainers: Forbidden: cannot be set on create".to_owned());
+    }
+    errors
 }
 
 /// The tag `parsers.ParseImageName` reports: the explicit tag, `latest` when the image has
@@ -411,6 +464,36 @@ mod tests {
                 .message
                 .contains("spec.containers[0].name: Required value")
         );
+    }
+
+    #[test]
+    fn node_names_sub_paths_and_ephemeral_containers_are_refused_as_upstream() {
+        let pod = json!({"spec": {"nodeName": "../node-1",
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [{"name": "c", "volumeMounts": [
+                {"name": "data", "mountPath": "/a", "subPath": "../../etc"},
+                {"name": "data", "mountPath": "/b", "subPath": "/etc"},
+                {"name": "gone", "mountPath": "/c", "subPath": "x", "subPathExpr": "$(POD)"}]}],
+            "ephemeralContainers": [{"name": "debug", "image": "busybox"}]}});
+        let errors = spec_errors(&pod, true);
+        assert!(
+            errors[0].starts_with(r#"spec.nodeName: Invalid value: "../node-1": a lowercase RFC 1123 subdomain"#),
+            "{errors:?}"
+        );
+        assert_eq!(
+            errors[1..],
+            [
+                r#"spec.containers[0].volumeMounts[0].subPath: Invalid value: "../../etc": must not contain '..'"#,
+                r#"spec.containers[0].volumeMounts[1].subPath: Invalid value: "/etc": must be a relative path"#,
+                r#"spec.containers[0].volumeMounts[2].name: Not found: "gone""#,
+                r#"spec.containers[0].volumeMounts[2].subPathExpr: Invalid value: "$(POD)": subPathExpr and subPath are mutually exclusive"#,
+                "spec.ephemeralContainers: Forbidden: cannot be set on create",
+            ]
+        );
+        assert!(spec_errors(&json!({"spec": {"nodeName": "NODE-1"}}), true)[0].contains("RFC 1123 subdomain"));
+        let fine = json!({"spec": {"nodeName": "node-1.example", "volumes": [{"name": "d"}],
+            "containers": [{"name": "c", "volumeMounts": [{"name": "d", "mountPath": "/d", "subPath": "a/b..c"}]}]}});
+        assert_eq!(spec_errors(&fine, true), Vec::<String>::new());
     }
 
     #[test]

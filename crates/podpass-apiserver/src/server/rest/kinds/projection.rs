@@ -63,6 +63,47 @@ pub(crate) fn key_errors(object: &Value, maps: &[&str], binary: bool) -> Vec<Str
     errors
 }
 
+/// `MaxSecretSize`: the most bytes of keys and values a Secret or ConfigMap holds (1 MiB).
+pub(crate) const MAX_DATA_BYTES: usize = 1 << 20;
+
+/// The bytes of keys and values in `maps` of `object` (`binary`: those maps' values are
+/// base64, counted decoded, as upstream counts the `[]byte`).
+fn data_bytes(object: &Value, maps: &[(&str, bool)]) -> usize {
+    let mut total = 0usize;
+    for (map, binary) in maps {
+        for (key, value) in object.get(*map).and_then(Value::as_object).into_iter().flatten() {
+            let text = value.as_str().unwrap_or_default();
+            let len = if *binary {
+                data_encoding::BASE64.decode_len(text.len()).unwrap_or(text.len())
+                    - text.bytes().rev().take_while(|b| *b == b'=').count()
+            } else {
+                text.len()
+            };
+            total = total.saturating_add(key.len()).saturating_add(len);
+        }
+    }
+    total
+}
+
+/// `ValidateSecret`'s size rule: `data` past [`MAX_DATA_BYTES`] is too long.
+pub(crate) fn secret_size_errors(object: &Value) -> Vec<String> {
+    // stringData is merged into data before validation; counted in case it is not yet.
+    let total = data_bytes(object, &[("data", true), ("stringData", false)]);
+    if total > MAX_DATA_BYTES {
+        return vec![format!("data: Too long: may not be more than {MAX_DATA_BYTES} bytes")];
+    }
+    Vec::new()
+}
+
+/// `ValidateConfigMap`'s size rule: the whole object's data past [`MAX_DATA_BYTES`].
+pub(crate) fn config_map_size_errors(object: &Value) -> Vec<String> {
+    let total = data_bytes(object, &[("data", false), ("binaryData", true)]);
+    if total > MAX_DATA_BYTES {
+        return vec![format!("[]: Too long: may not be more than {MAX_DATA_BYTES} bytes")];
+    }
+    Vec::new()
+}
+
 /// A mode field at `path`, if present: an integer between 0 and 0777.
 fn check_mode(value: Option<&Value>, path: &str, errors: &mut Vec<String>) {
     let Some(v) = value.filter(|v| !v.is_null()) else { return };

@@ -24,12 +24,14 @@ impl Strategy for Secret {
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
         let mut errors = key_errors(object, &["data", "stringData"], false);
         errors.extend(type_errors(object));
+        errors.extend(super::projection::secret_size_errors(object));
         invalid("Secret", name, errors)
     }
 
     fn validate_update(&self, name: &str, object: &Value, old: &Value) -> Result<(), StatusError> {
         let mut errors = key_errors(object, &["data", "stringData"], false);
         errors.extend(type_errors(object));
+        errors.extend(super::projection::secret_size_errors(object));
         if object.get("type") != old.get("type") {
             let shown = object.get("type").and_then(Value::as_str).unwrap_or_default();
             errors.push(format!("type: Invalid value: {shown:?}: field is immutable"));
