@@ -298,6 +298,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     }
     let root = d.join("root");
     let ops_port = registry::free_port().to_string();
+    let node_port = registry::free_port().to_string();
     let _agent = spawn_agent_with(
         &kubeconfig,
         &root,
@@ -305,6 +306,8 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         &[
             "--healthz-port",
             &ops_port,
+            "--port",
+            &node_port,
             "--image-credential-provider-config",
             providers.to_str().unwrap(),
             "--image-credential-provider-bin-dir",
@@ -425,7 +428,24 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     let health = reqwest::blocking::get(format!("{ops}/healthz")).unwrap();
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().unwrap(), "ok");
-    let metrics = reqwest::blocking::get(format!("{ops}/metrics")).unwrap().text().unwrap();
+    // No metrics to anyone on the plain port; on the node's HTTPS port to an identity
+    // allowed `get nodes/metrics` (the API server's kubelet client, system:masters), and
+    // to no one without a certificate, as the kubelet.
+    assert_eq!(reqwest::blocking::get(format!("{ops}/metrics")).unwrap().status(), 404);
+    let pki = s.dir.join("pki");
+    let mut identity = std::fs::read(pki.join("apiserver-kubelet-client.crt")).unwrap();
+    identity.extend(std::fs::read(pki.join("apiserver-kubelet-client.key")).unwrap());
+    let secure = format!("https://localhost:{node_port}/metrics");
+    // The node serves a self-signed certificate, as a kubelet without a serving CA does
+    // (the API server does not verify it either).
+    let anonymous = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    assert_eq!(anonymous.get(&secure).send().unwrap().status(), 401);
+    let scraper = reqwest::blocking::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(&identity).unwrap())
+        .build()
+        .unwrap();
+    let metrics = scraper.get(&secure).send().unwrap().text().unwrap();
     for line in [
         r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
         r#"kubelet_imagemanager_ondisk_pulledrecords 1"#,

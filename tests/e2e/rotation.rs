@@ -132,7 +132,10 @@ fn a_token_is_fresh_within_seconds_of_the_control_planes_return() {
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let root = d.join("root");
     let metrics = registry::free_port().to_string();
-    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&d.join("agent.log")), &["--healthz-port", &metrics]);
+    // The metrics on an operator's own plain listener (the healthz port serves none).
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    let _agent =
+        spawn_agent_with(&kubeconfig, &root, Some(&d.join("agent.log")), &["--metrics-bind-address", &metrics_addr]);
     let pod = admin_request(
         &s,
         reqwest::Method::POST,

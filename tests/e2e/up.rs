@@ -181,6 +181,12 @@ fn revoked_credentials_are_refused(data: &Path) {
         .identity(reqwest::Identity::from_pem(&node).unwrap())
         .build()
         .unwrap();
+    // registry-auth's metrics: refused without a token, served to the cluster's admin.
+    let metrics = format!("{auth}/metrics");
+    assert_eq!(http.get(&metrics).send().unwrap().status(), 401);
+    let scraped = http.get(&metrics).bearer_auth(admin_token(data)).send().unwrap();
+    assert_eq!(scraped.status(), 200);
+    assert!(scraped.text().unwrap().contains("registry_auth_"), "the metrics");
     let scope = "repository:team-a/app:pull";
     let get = |password: &str| {
         http.get(format!("{auth}/token?service=podpass-registry&scope={scope}"))

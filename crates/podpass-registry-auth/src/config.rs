@@ -86,6 +86,12 @@ pub struct Config {
     /// when only one is trusted. The kubeconfig's user needs create on tokenreviews.
     #[arg(long = "token-review-kubeconfig", value_name = "[ISSUER=]PATH")]
     pub token_review: Vec<TokenReviewKubeconfig>,
+    /// Who may read `/metrics`: `none` (anyone; the default) or `delegated` (a bearer token
+    /// the cluster's TokenReview authenticates, whose user its SubjectAccessReview allows
+    /// `get` on the non-resource path `/metrics`, as kube-scheduler's; through the first
+    /// --token-review-kubeconfig, whose user needs create on subjectaccessreviews too).
+    #[arg(long, default_value = "none", value_parser = ["none", "delegated"])]
+    pub metrics_auth: String,
     /// Connections served at once; more wait in the listen backlog.
     #[arg(long, default_value_t = 1000)]
     pub max_connections: usize,
@@ -293,6 +299,9 @@ impl Config {
         let fetcher = problems.check("--issuer-ca", DocumentFetcher::new(issuer_ca.as_deref(), FETCH_TIMEOUT));
         let tls = self.tls(&mut problems);
         let token_review = self.resolve_token_review(&mut problems);
+        if self.metrics_auth == "delegated" && self.token_review.is_empty() {
+            problems.push("--metrics-auth", "delegated needs a --token-review-kubeconfig (the cluster to ask)");
+        }
         let audit_flags = AuditFlags {
             audit_log_path: Some(self.audit.audit_log_path.clone().unwrap_or_else(|| PathBuf::from("-"))),
             ..self.audit.clone()
@@ -349,6 +358,7 @@ impl Config {
             jwks,
             audience: self.audience.clone(),
             token_review,
+            metrics_delegated: self.metrics_auth == "delegated",
             trusts,
             limits,
         })
@@ -439,6 +449,7 @@ pub struct RegistryAuth {
     jwks: String,
     audience: String,
     token_review: Vec<(String, PathBuf)>,
+    metrics_delegated: bool,
     trusts: Vec<Arc<IssuerTrust>>,
     limits: ServeLimits,
 }
@@ -470,12 +481,14 @@ impl std::fmt::Debug for Bound {
 impl RegistryAuth {
     /// Builds the TokenReview clients and binds the listen address.
     pub async fn bind(self) -> Result<Bound, RunError> {
-        let RegistryAuth { listen, tls, mut parts, jwks, audience, token_review, trusts, limits } = self;
+        let RegistryAuth { listen, tls, mut parts, jwks, audience, token_review, metrics_delegated, trusts, limits } =
+            self;
         for (issuer, path) in &token_review {
             parts.reviewers.push(Arc::new(TokenReviewer::from_kubeconfig(issuer, &audience, path).await?));
         }
+        let metrics_reviewer = metrics_delegated.then(|| parts.reviewers.first().cloned()).flatten();
         let listener = TcpListener::bind(listen).await.map_err(|source| RunError::Bind { addr: listen, source })?;
-        let state = Arc::new(AppState { service: Arc::new(TokenService::new(parts)), jwks });
+        let state = Arc::new(AppState { service: Arc::new(TokenService::new(parts)), jwks, metrics_reviewer });
         Ok(Bound { listener, tls, state, trusts, limits })
     }
 }

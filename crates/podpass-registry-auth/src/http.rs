@@ -49,6 +49,9 @@ pub struct AppState {
     pub service: Arc<TokenService>,
     /// The JWKS document of the registry-token key, encoded once.
     pub jwks: String,
+    /// `--metrics-auth delegated`: who may read `/metrics` is the cluster's to say, through
+    /// this reviewer; `None`: anyone may.
+    pub metrics_reviewer: Option<Arc<crate::review::TokenReviewer>>,
 }
 
 /// The router.
@@ -276,7 +279,24 @@ async fn healthz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(reviewer) = &state.metrics_reviewer {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else { return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response() };
+        match reviewer.authorize_path(token, "/metrics").await {
+            Ok(Some(true)) => {}
+            Ok(Some(false)) => return (StatusCode::FORBIDDEN, "Forbidden: get on /metrics").into_response(),
+            Ok(None) => return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response(),
+            Err(e) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, format!("authorizing the request: {e}")).into_response();
+            }
+        }
+    }
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         state.service.metrics().encode(),

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -252,6 +253,49 @@ impl TokenReviewer {
             _ => Answer::NotAuthenticated(format!("pod {namespace}/{name} no longer exists")),
         };
         Ok(Cached { answer, at: Instant::now() })
+    }
+
+    /// Delegated authorization of a non-resource request (kube-scheduler's and
+    /// kube-controller-manager's `/metrics`): the cluster's TokenReview authenticates
+    /// `token` for the API server's own audiences, then its SubjectAccessReview says whether
+    /// that user may `get` `path`. `Ok(None)`: not authenticated; `Ok(Some(allowed))`.
+    pub async fn authorize_path(&self, token: &str, path: &str) -> Result<Option<bool>, ReviewError> {
+        let _permit = self.in_flight.acquire().await.map_err(|e| ReviewError::Unavailable(e.to_string()))?;
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: None },
+            ..TokenReview::default()
+        };
+        let answer = tokio::time::timeout(
+            REVIEW_TIMEOUT,
+            Api::<TokenReview>::all(self.client.clone()).create(&PostParams::default(), &review),
+        )
+        .await
+        .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))?
+        .map_err(|e| unavailable(e, "create on tokenreviews, e.g. the system:auth-delegator ClusterRole"))?;
+        let status = answer.status.unwrap_or_default();
+        let Some(user) = status.user.filter(|_| status.authenticated == Some(true)) else { return Ok(None) };
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username,
+                groups: user.groups,
+                uid: user.uid,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(path.to_owned()),
+                    verb: Some("get".to_owned()),
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let answer = tokio::time::timeout(
+            REVIEW_TIMEOUT,
+            Api::<SubjectAccessReview>::all(self.client.clone()).create(&PostParams::default(), &sar),
+        )
+        .await
+        .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))?
+        .map_err(|e| unavailable(e, "create on subjectaccessreviews, e.g. the system:auth-delegator ClusterRole"))?;
+        Ok(Some(answer.status.is_some_and(|s| s.allowed)))
     }
 
     /// One TokenReview round trip.

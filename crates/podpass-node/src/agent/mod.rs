@@ -98,7 +98,9 @@ pub struct AgentConfig {
     /// Port of the `/healthz` and `/metrics` listener (0 disables it).
     #[arg(long, default_value_t = DEFAULT_HEALTHZ_PORT)]
     pub healthz_port: u16,
-    /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`.
+    /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`: plain and anonymous, for
+    /// an operator's scraper on an address they chose. Without it `/metrics` is served only
+    /// on the authenticated `--port`, to identities allowed `get nodes/metrics`.
     #[arg(long)]
     pub metrics_bind_address: Option<std::net::SocketAddr>,
     /// The version reported in `nodeInfo.kubeletVersion` (set by the binary, not a flag).
@@ -334,14 +336,16 @@ impl Prepared {
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         if self.config.healthz_port != 0 {
-            addrs.push(std::net::SocketAddr::new(self.config.healthz_bind_address, self.config.healthz_port));
+            // The kubelet's healthz port: /healthz only (its metrics need an identity).
+            addrs.push((std::net::SocketAddr::new(self.config.healthz_bind_address, self.config.healthz_port), false));
         }
-        addrs.extend(self.config.metrics_bind_address);
-        for addr in addrs {
+        // An operator's own plain metrics listener, where they chose to put one.
+        addrs.extend(self.config.metrics_bind_address.map(|a| (a, true)));
+        for (addr, metrics) in addrs {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|source| AgentError::Bind { addr, source })?;
-            tracing::info!(address = %addr, "serving /healthz and /metrics");
-            listeners.push(listener);
+            tracing::info!(address = %addr, metrics, "serving /healthz");
+            listeners.push((listener, metrics));
         }
         let server = if self.config.port == 0 {
             None
@@ -349,7 +353,7 @@ impl Prepared {
             let addr = std::net::SocketAddr::new(self.config.address, self.config.port);
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|source| AgentError::Bind { addr, source })?;
-            tracing::info!(address = %addr, "serving container logs over HTTPS");
+            tracing::info!(address = %addr, "serving container logs and /metrics over HTTPS");
             Some(listener)
         };
         Ok(Bound { prepared: self, listeners, server })
@@ -360,7 +364,8 @@ impl Prepared {
 #[derive(Debug)]
 pub struct Bound {
     prepared: Prepared,
-    listeners: Vec<tokio::net::TcpListener>,
+    /// The operations listeners, and whether each serves `/metrics` too.
+    listeners: Vec<(tokio::net::TcpListener, bool)>,
     /// The node's HTTPS server (`--port`).
     server: Option<tokio::net::TcpListener>,
 }
@@ -410,6 +415,7 @@ impl Bound {
                 node: id.name.clone(),
                 pods: shared.pods.clone(),
                 runtime: shared.runtime.clone(),
+                shared: shared.clone(),
             });
             tokio::spawn(podpass_serve::accept_loop(
                 listener,
@@ -419,10 +425,10 @@ impl Bound {
             ));
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        for listener in listeners {
+        for (listener, metrics) in listeners {
             let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
             let mut stopped = stopped.clone();
-            tokio::spawn(ops::serve(listener, ops, async move {
+            tokio::spawn(ops::serve(listener, ops, metrics, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             }));
         }

@@ -1,8 +1,9 @@
 //! The agent's operations endpoints, on loopback by default (kubelet: `--healthz-port`
 //! 10248 on `--healthz-bind-address` 127.0.0.1): `/healthz` says whether the API server
 //! answered recently and the image runtime answers now, in the apiserver's verbose healthz
-//! form; `/metrics` exposes the upstream-named image manager, pull record and credential
-//! provider metrics in the Prometheus text format.
+//! form. `/metrics` (the upstream-named image manager, pull record and credential provider
+//! metrics in the Prometheus text format) is served by the node's authenticated server, and
+//! here only on an operator's `--metrics-bind-address`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -81,9 +82,13 @@ async fn healthz(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
+async fn metrics(State(ops): State<Arc<Ops>>) -> axum::response::Response {
+    render_metrics(ops.shared.clone()).await
+}
+
+/// The node's metrics, in the Prometheus text format.
+pub(crate) async fn render_metrics(shared: Arc<Shared>) -> axum::response::Response {
     // The on-disk record counts are read per scrape, off the async threads.
-    let shared = ops.shared.clone();
     let text = tokio::task::spawn_blocking(move || {
         let mut registry = Registry::default();
         registry.register(
@@ -115,13 +120,19 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> impl IntoResponse {
     }
 }
 
-/// Serves `/healthz` and `/metrics` on `listener` until `shutdown` completes.
+/// Serves `/healthz` (and `/metrics` when `with_metrics`) on `listener` until `shutdown`
+/// completes.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     ops: Arc<Ops>,
+    with_metrics: bool,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let app = Router::new().route("/healthz", get(healthz)).route("/metrics", get(metrics)).with_state(ops);
+    let mut app = Router::new().route("/healthz", get(healthz));
+    if with_metrics {
+        app = app.route("/metrics", get(metrics));
+    }
+    let app = app.with_state(ops);
     // The shared accept loop: header and body deadlines and a connection cap, as every
     // podpass server (the kubelet's healthz server is a Go http.Server with the same
     // bounds). Plain HTTP, as the kubelet's healthz port.

@@ -32,6 +32,8 @@ pub(crate) struct NodeServer {
     /// The pods this node knows now.
     pub pods: Arc<super::known_pods::KnownPods>,
     pub runtime: Option<Arc<PodRuntime>>,
+    /// What `/metrics` reads.
+    pub shared: Arc<super::worker::Shared>,
 }
 
 fn status(code: StatusCode, message: impl Into<String>) -> Response {
@@ -90,6 +92,34 @@ fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<(String, u6
     Ok((text, start))
 }
 
+/// The verified client certificate's user, authorized for `get nodes/<sub>` on this node;
+/// otherwise the kubelet's 401/403 answer.
+async fn authorize(s: &NodeServer, peer: &podpass_serve::Peer, sub: &str) -> Result<(), Response> {
+    let Some((user, groups)) = peer.client_certificates.first().and_then(|c| identity(c)) else {
+        return Err(status(StatusCode::UNAUTHORIZED, "Unauthorized"));
+    };
+    match authorized(s, user.clone(), groups, sub).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(status(
+            StatusCode::FORBIDDEN,
+            format!("Forbidden (user={user}, verb=get, resource=nodes, subresource={sub})"),
+        )),
+        Err(e) => Err(status(StatusCode::INTERNAL_SERVER_ERROR, format!("authorizing the request: {e}"))),
+    }
+}
+
+/// GET `/metrics`: the node's metrics, to an identity allowed `get nodes/metrics` (the
+/// kubelet serves them on its authenticated port only).
+async fn node_metrics(
+    State(s): State<Arc<NodeServer>>,
+    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+) -> Response {
+    if let Err(refused) = authorize(&s, &peer, "metrics").await {
+        return refused;
+    }
+    super::ops::render_metrics(s.shared.clone()).await
+}
+
 /// GET `/containerLogs/{namespace}/{pod}/{container}` (kubelet `getContainerLogs`).
 async fn container_logs(
     State(s): State<Arc<NodeServer>>,
@@ -97,18 +127,8 @@ async fn container_logs(
     RawQuery(query): RawQuery,
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
 ) -> Response {
-    let Some((user, groups)) = peer.client_certificates.first().and_then(|c| identity(c)) else {
-        return status(StatusCode::UNAUTHORIZED, "Unauthorized");
-    };
-    match authorized(&s, user.clone(), groups, "proxy").await {
-        Ok(true) => {}
-        Ok(false) => {
-            return status(
-                StatusCode::FORBIDDEN,
-                format!("Forbidden (user={user}, verb=get, resource=nodes, subresource=proxy)"),
-            );
-        }
-        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("authorizing the request: {e}")),
+    if let Err(refused) = authorize(&s, &peer, "proxy").await {
+        return refused;
     }
     // Names are DNS labels and subdomains: nothing that could step outside the logs.
     let safe = |v: &str| {
@@ -225,6 +245,7 @@ fn url_pairs(query: &str) -> Vec<(String, String)> {
 pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
     axum::Router::new()
         .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
+        .route("/metrics", axum::routing::get(node_metrics))
         .with_state(server)
 }
 

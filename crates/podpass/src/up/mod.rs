@@ -472,6 +472,8 @@ async fn start(
     // exchange token of a deleted service account) good until it expires.
     let reviewer = identity_kubeconfig(&l.data, &l.auth.join("reviewer.kubeconfig"), REVIEWER, &[])?;
     a.extend(["--token-review-kubeconfig".into(), path_str(&reviewer)]);
+    // Its metrics only to whom the cluster allows `get /metrics` (as kube-scheduler's).
+    a.extend(["--metrics-auth".into(), "delegated".into()]);
     // Its audit in a file of its own (rotated by size), not mixed into its log.
     let auth_audit = l.logs.join("registry-auth-audit.log");
     a.extend(["--audit-log-path".into(), path_str(&auth_audit)]);
