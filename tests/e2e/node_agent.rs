@@ -446,6 +446,13 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         .build()
         .unwrap();
     let metrics = scraper.get(&secure).send().unwrap().text().unwrap();
+    // The credential-provider metrics the plugin runs fed (upstream's names).
+    for name in [
+        "kubelet_credential_provider_plugin_duration_count{plugin_name=\"",
+        "kubelet_credential_provider_config_info{hash=\"sha256:",
+    ] {
+        assert!(metrics.contains(name), "{name} in:\n{metrics}");
+    }
     for line in [
         r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
         r#"kubelet_imagemanager_ondisk_pulledrecords 1"#,

@@ -289,7 +289,8 @@ impl Prepared {
                     bin_dir,
                     self.gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders),
                     Some(service_accounts.clone() as Arc<dyn crate::credential::ServiceAccountSource>),
-                    &CredentialMetrics::default(),
+                    // The same families /metrics serves (their clones share one store).
+                    &credential_metrics,
                 )?,
                 _ => Vec::new(),
             };
