@@ -326,13 +326,7 @@ impl Authenticator {
     /// `requested` are the audiences the caller accepts (`None` = the implicit ones).
     pub fn verify(&self, token: &str, requested: Option<&[String]>, now: i64) -> Result<VerifiedToken, AuthError> {
         let not_mine = AuthError::NotMine;
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(not_mine(NotMine::TooLarge));
-        }
-        if token.trim_start().starts_with('{') {
-            return Err(not_mine(NotMine::NotCompact));
-        }
-        let parts = jws::split(token).map_err(|n| not_mine(NotMine::Segments(n)))?;
+        let parts = crate::precheck::compact(token)?;
         // Typical payloads (under 1.5 KiB) decode on the stack; larger ones on the heap.
         let mut payload_buf = [0u8; 1536];
         let payload_vec;
@@ -404,20 +398,9 @@ impl Authenticator {
         }
 
         let legacy = claims.aud.is_empty();
-        let target = requested.unwrap_or(&self.implicit_audiences);
-        let audiences: Vec<String> = if legacy {
-            target.iter().filter(|a| self.implicit_audiences.contains(a)).cloned().collect()
-        } else {
-            target.iter().filter(|a| claims.aud.iter().any(|t| t.as_str() == a.as_str())).cloned().collect()
-        };
-        if audiences.is_empty() && !self.implicit_audiences.is_empty() {
-            let token = if legacy {
-                self.implicit_audiences.clone()
-            } else {
-                claims.aud.iter().map(|a| a.as_str().to_owned()).collect()
-            };
-            return Err(AuthError::Audience { token, target: target.to_vec() });
-        }
+        let token_audiences: Vec<&str> = claims.aud.iter().map(|a| a.as_str()).collect();
+        let audiences =
+            crate::precheck::audiences((!legacy).then_some(&token_audiences[..]), requested, &self.implicit_audiences)?;
 
         check_times(claims.nbf, claims.exp, claims.iat, now)?;
         let k8s = check_shape(&claims)?;

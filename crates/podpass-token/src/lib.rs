@@ -48,6 +48,7 @@ mod jws;
 pub mod keys;
 pub mod legacy;
 pub mod pem;
+mod precheck;
 pub mod user;
 mod wire;
 
