@@ -220,14 +220,30 @@ fn compress(path: &Path) -> io::Result<()> {
     remove(path)
 }
 
-/// Renames `log` to `<log>.<timestamp>`; `None` when that name is taken (a rotation in the
-/// same second: the next round rotates it, nothing is overwritten).
+/// Moves `log`'s content to `<log>.<timestamp>` and leaves an empty `log` in its place;
+/// `None` when that name is taken (a rotation in the same second: the next round rotates
+/// it, nothing is overwritten). The current file is never absent for a reader (beyond the
+/// kubelet, which renames then lets the runtime recreate it): the content gets its second
+/// name by a hard link, then an empty file of the same mode replaces `log` in one rename.
+/// The runtime writes into the rotated file until it reopens `log`.
 fn rotate_latest(log: &Path, now: jiff::Timestamp) -> io::Result<Option<PathBuf>> {
     let rotated = PathBuf::from(format!("{}.{}", log.display(), now.strftime(TIMESTAMP_FORMAT)));
     if rotated.exists() || PathBuf::from(format!("{}{COMPRESS_SUFFIX}", rotated.display())).exists() {
         return Ok(None);
     }
-    std::fs::rename(log, &rotated)?;
+    let mode = std::fs::metadata(log)?.permissions().mode() & 0o7777;
+    std::fs::hard_link(log, &rotated)?;
+    let fresh = PathBuf::from(format!("{}{TMP_SUFFIX}", log.display()));
+    let replaced = (|| {
+        let _ = std::fs::remove_file(&fresh);
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&fresh)?;
+        std::fs::rename(&fresh, log)
+    })();
+    if let Err(e) = replaced {
+        let _ = std::fs::remove_file(&fresh);
+        let _ = std::fs::remove_file(&rotated);
+        return Err(e);
+    }
     Ok(Some(rotated))
 }
 
@@ -280,7 +296,9 @@ mod tests {
         let now: jiff::Timestamp = "2026-11-25T10:01:00Z".parse().unwrap_or_else(|e| panic!("{e}"));
         let rotated = rotate_latest(&log, now).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rotated, Some(dir.path().join("0.log.20261125-100100")));
-        assert!(!log.exists());
+        // Never absent for a reader: an empty current file, of the same mode.
+        assert_eq!(std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{e}")), "");
+        assert_eq!(std::fs::read_to_string(dir.path().join("0.log.20261125-100100")).unwrap_or_default(), "current\n");
         // A second rotation within the same second overwrites nothing.
         write("0.log", "newer\n");
         assert_eq!(rotate_latest(&log, now).unwrap_or_else(|e| panic!("{e}")), None);
