@@ -1005,3 +1005,50 @@ fn node_names_sub_paths_ephemeral_containers_and_oversized_data_are_refused_as_u
         "data": {"k": "x".repeat((1 << 20) - 1)}});
     assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(fits)).0, 201);
 }
+
+/// Holds `count` half-open connections (handshake done when `tls`, half a header sent) to
+/// `addr` until dropped; how many it opened.
+struct Flood(std::process::Child, usize);
+
+impl Flood {
+    fn start(addr: &str, count: usize, tls: bool) -> Flood {
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/tls_flood.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+        let opened = line.trim().strip_prefix("ready ").unwrap_or("0").parse().unwrap();
+        Flood(child, opened)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn half_open_connections_past_the_cap_never_lock_out_a_client_with_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let addr = s.url.trim_start_matches("https://").trim_end_matches('/').to_owned();
+    // 1050 anonymous half-open TLS connections from one address, past the 1000-connection
+    // cap and the client's share alike.
+    let flood = Flood::start(&addr, 1050, true);
+    assert!(flood.1 >= 1000, "only {} connections opened", flood.1);
+    let began = Instant::now();
+    let out = admin_kubectl(d, &["get", "ns", "--request-timeout=30s"]);
+    assert!(out.status.success(), "kubectl under the flood: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("default"));
+    eprintln!("kubectl get ns answered in {:?} under {} half-open connections", began.elapsed(), flood.1);
+    drop(flood);
+}

@@ -1037,3 +1037,30 @@ fn bench_registry_auth_runs_and_reports_the_audit_cost() {
         assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
     }
 }
+
+#[test]
+fn idle_connections_of_a_loopback_client_never_lock_out_another_loopback_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    let (_auth, url) = registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &[]);
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    // 300 idle connections from 127.0.0.1, past its 250-connection share: every loopback
+    // client (the node's plugin among them) shares that address.
+    let idle: Vec<std::net::TcpStream> = (0..300).filter_map(|_| connect_from("127.0.0.1", port).ok()).collect();
+    assert_eq!(idle.len(), 300);
+    // A real exchange from the same address is served: the oldest idle connection makes room.
+    let team_a = token(&c.s, "team-a", "builder", AUDIENCE, None);
+    let resp = reqwest::blocking::Client::builder()
+        .local_address("127.0.0.1".parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+        .get(format!("{url}/token?service=registry.local&scope=repository:team-a/app:pull"))
+        .basic_auth("x", Some(&team_a))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200, "an exchange from a loopback client behind 300 idle connections");
+    drop(idle);
+}

