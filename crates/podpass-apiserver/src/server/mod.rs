@@ -71,6 +71,8 @@ pub(crate) struct AppState {
     node_audience_restriction: bool,
     /// Pod Security admission's defaults and exemptions.
     pod_security: rest::admission::pod_security::PodSecurityConfig,
+    /// Quota admission's per-namespace locks.
+    quota_locks: rest::admission::quota::QuotaLocks,
     token_file: TokenFile,
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,

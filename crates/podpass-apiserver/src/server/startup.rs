@@ -40,18 +40,20 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller and the
-    /// scheduler, until `shutdown` completes.
+    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, the quota
+    /// controller and the scheduler, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
         let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
+        let quotas = tokio::spawn(super::rest::admission::quota::run(Arc::clone(&state)));
         let scheduler = tokio::spawn(super::scheduler::run(state));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
         tokens.abort();
+        quotas.abort();
         scheduler.abort();
     }
 }
@@ -156,6 +158,7 @@ impl Prepared {
             authorization_modes: self.config.authorization_modes.0.clone(),
             node_audience_restriction: settings.node_audience_restriction,
             pod_security: settings.pod_security.clone(),
+            quota_locks: Default::default(),
             audit: self.audit,
             metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),

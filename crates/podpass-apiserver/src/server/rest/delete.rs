@@ -97,7 +97,15 @@ pub(super) async fn delete(
     options: &Value,
 ) -> Result<Response, StatusError> {
     let res = t.res;
-    let attrs = Attributes { user: t.user, res, namespace: t.ns, name, operation: Operation::Delete, notes: t.notes };
+    let attrs = Attributes {
+        user: t.user,
+        res,
+        namespace: t.ns,
+        name,
+        operation: Operation::Delete,
+        notes: t.notes,
+        dry_run: t.write.is_dry_run(),
+    };
     admission::validate(t.state, &attrs, None, None).await?;
     let requested = grace_period(query, options)?;
     let k = key(res, t.ns, name);

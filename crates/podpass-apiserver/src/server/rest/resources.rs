@@ -122,6 +122,7 @@ pub const RESOURCES: &[Resource] = &[
     stored("", "Node", "nodes", "node", false, &["no"], &kinds::NODE),
     stored("", "Secret", "secrets", "secret", true, &[], &kinds::SECRET),
     stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"], &kinds::CONFIG_MAP),
+    stored("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &kinds::RESOURCE_QUOTA),
     stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
     Resource {
         conversion: Some(&kinds::EVENTS_V1),

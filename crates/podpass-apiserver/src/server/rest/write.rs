@@ -56,7 +56,15 @@ pub(super) struct Body<'a> {
 
 impl Target<'_> {
     fn attributes<'a>(&'a self, name: &'a str, operation: Operation) -> Attributes<'a> {
-        Attributes { user: self.user, res: self.res, namespace: self.ns, name, operation, notes: self.notes }
+        Attributes {
+            user: self.user,
+            res: self.res,
+            namespace: self.ns,
+            name,
+            operation,
+            notes: self.notes,
+            dry_run: self.write.is_dry_run(),
+        }
     }
 
     /// The strategy's hook once a write is stored.

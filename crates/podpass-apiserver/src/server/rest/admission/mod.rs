@@ -6,6 +6,7 @@
 
 pub(crate) mod node_restriction;
 pub(crate) mod pod_security;
+pub(crate) mod quota;
 mod service_account;
 
 use std::collections::BTreeMap;
@@ -44,6 +45,8 @@ pub(crate) struct Attributes<'a> {
     pub operation: Operation,
     /// Where plugins leave warnings and audit annotations for the answer.
     pub notes: &'a Notes,
+    /// `dryRun=All`: nothing is written, by admission either.
+    pub dry_run: bool,
 }
 
 /// What admission plugins add to a request's answer besides allowing it: `Warning:`
@@ -53,6 +56,8 @@ pub(crate) struct Attributes<'a> {
 pub(crate) struct Notes {
     warnings: Mutex<Vec<String>>,
     annotations: Mutex<BTreeMap<String, String>>,
+    /// Locks a plugin holds until the request is answered (quota: the namespace's).
+    held: Mutex<Vec<tokio::sync::OwnedMutexGuard<()>>>,
 }
 
 impl Notes {
@@ -64,6 +69,11 @@ impl Notes {
     /// Sets an audit annotation.
     pub(crate) fn annotate(&self, key: &str, value: &str) {
         self.annotations.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.into(), value.into());
+    }
+
+    /// Keeps `guard` until the request is answered (its write stored).
+    pub(crate) fn hold(&self, guard: tokio::sync::OwnedMutexGuard<()>) {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(guard);
     }
 
     /// The warnings and annotations gathered, leaving none.
@@ -90,6 +100,9 @@ pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mu
     if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "pods" {
         service_account::admit_pod(state, attrs.namespace.unwrap_or_default(), attrs.name, object).await?;
     }
+    if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "resourcequotas" {
+        quota::initial_status(state, attrs.namespace.unwrap_or_default(), object).await?;
+    }
     Ok(())
 }
 
@@ -103,6 +116,22 @@ pub(crate) async fn validate(
     old: Option<&Value>,
 ) -> Result<(), StatusError> {
     let ns = attrs.namespace.unwrap_or_default();
+    validate_plugins(state, attrs, object, old, ns).await?;
+    // ResourceQuota runs last, as upstream orders it: only what every other plugin admitted
+    // is counted against a quota.
+    match object {
+        Some(object) => quota::admit(state, attrs, object).await,
+        None => Ok(()),
+    }
+}
+
+async fn validate_plugins(
+    state: &AppState,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    ns: &str,
+) -> Result<(), StatusError> {
     match (attrs.res.group, attrs.res.plural, object) {
         ("", "nodes", Some(object)) => node_restriction::admit_node_write(attrs.user, attrs.name, object, old),
         ("coordination.k8s.io", "leases", _) => node_restriction::admit_lease_write(attrs.user, ns, attrs.name),

@@ -18,6 +18,7 @@ mod node;
 mod pod;
 pub(crate) mod projection;
 mod rbac;
+mod resource_quota;
 mod secret;
 mod service_account;
 pub(crate) mod types;
@@ -37,6 +38,7 @@ pub(crate) use namespace::{NAMESPACE, ensure_system_namespaces};
 pub(crate) use node::NODE;
 pub(crate) use pod::POD;
 pub(crate) use rbac::{CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING};
+pub(crate) use resource_quota::RESOURCE_QUOTA;
 pub(crate) use secret::SECRET;
 pub(crate) use service_account::SERVICE_ACCOUNT;
 
