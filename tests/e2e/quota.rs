@@ -99,3 +99,43 @@ fn a_quota_refuses_past_its_hard_limit_as_upstream_even_under_racing_creates() {
     let (_, q) = admin_get(&s, "/api/v1/namespaces/team/resourcequotas/compute");
     assert_eq!(q["status"]["used"]["requests.cpu"], "600m", "{q}");
 }
+
+#[test]
+fn a_limit_range_defaults_and_bounds_a_tenants_containers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    let lr = json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds"},
+        "spec": {"limits": [{"type": "Container",
+            "default": {"cpu": "500m", "memory": "128Mi"}, "defaultRequest": {"cpu": "100m", "memory": "64Mi"},
+            "max": {"cpu": "1", "memory": "256Mi"}, "min": {"cpu": "50m"}}]}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/limitranges", Some(lr)).0, 201);
+    let described = ok(admin_kubectl(d, &["-n", "team", "describe", "limitrange", "bounds"]), "describe limitrange");
+    assert!(described.contains("Container") && described.contains("cpu") && described.contains("500m"), "{described}");
+
+    // A pod stating nothing gets the defaults, and says so.
+    let pods = "/api/v1/namespaces/team/pods";
+    let (code, created) = admin_request(&s, Method::POST, pods, Some(pod("plain", json!({}))));
+    assert_eq!(code, 201, "{created}");
+    let resources = &created["spec"]["containers"][0]["resources"];
+    assert_eq!(resources["limits"], json!({"cpu": "500m", "memory": "128Mi"}), "{created}");
+    assert_eq!(resources["requests"], json!({"cpu": "100m", "memory": "64Mi"}), "{created}");
+    assert_eq!(
+        created["metadata"]["annotations"]["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu, memory request for container app; cpu, memory limit for container app"
+    );
+    // Past max, under min: refused with upstream's words, every violation named.
+    let greedy = pod("greedy", json!({"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "10m"}}));
+    let (code, answer) = admin_request(&s, Method::POST, pods, Some(greedy));
+    assert_eq!(code, 403, "{answer}");
+    let message = answer["message"].as_str().unwrap();
+    for part in [
+        "pods \"greedy\" is forbidden: [",
+        "minimum cpu usage per Container is 50m, but request is 10m",
+        "maximum cpu usage per Container is 1, but limit is 2",
+        "maximum memory usage per Container is 256Mi, but limit is 1Gi",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+}

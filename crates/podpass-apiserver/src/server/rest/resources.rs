@@ -123,6 +123,7 @@ pub const RESOURCES: &[Resource] = &[
     stored("", "Secret", "secrets", "secret", true, &[], &kinds::SECRET),
     stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"], &kinds::CONFIG_MAP),
     stored("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &kinds::RESOURCE_QUOTA),
+    stored("", "LimitRange", "limitranges", "limitrange", true, &["limits"], &kinds::LIMIT_RANGE),
     stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
     Resource {
         conversion: Some(&kinds::EVENTS_V1),

@@ -4,6 +4,7 @@
 //! itself which resources it guards, as upstream's do. NamespaceLifecycle is
 //! [`namespace_lifecycle`]; it runs first, on every create in a namespace.
 
+pub(crate) mod limit_ranger;
 pub(crate) mod node_restriction;
 pub(crate) mod pod_security;
 pub(crate) mod quota;
@@ -99,6 +100,7 @@ pub(crate) async fn namespace_lifecycle(
 pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mut Value) -> Result<(), StatusError> {
     if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "pods" {
         service_account::admit_pod(state, attrs.namespace.unwrap_or_default(), attrs.name, object).await?;
+        limit_ranger::default_pod(state, attrs.namespace.unwrap_or_default(), object).await?;
     }
     if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "resourcequotas" {
         quota::initial_status(state, attrs.namespace.unwrap_or_default(), object).await?;
@@ -135,7 +137,12 @@ async fn validate_plugins(
     match (attrs.res.group, attrs.res.plural, object) {
         ("", "nodes", Some(object)) => node_restriction::admit_node_write(attrs.user, attrs.name, object, old),
         ("coordination.k8s.io", "leases", _) => node_restriction::admit_lease_write(attrs.user, ns, attrs.name),
-        ("", "pods", Some(object)) => pod_security::admit_pod(state, &state.pod_security, attrs, object, old).await,
+        ("", "pods", Some(object)) => {
+            if attrs.operation == Operation::Create {
+                limit_ranger::validate_pod(state, ns, attrs.name, object).await?;
+            }
+            pod_security::admit_pod(state, &state.pod_security, attrs, object, old).await
+        }
         ("", "namespaces", Some(object)) => {
             pod_security::admit_namespace(state, &state.pod_security, attrs, object, old).await
         }

@@ -120,7 +120,7 @@ fn count_names(plural: &str) -> Vec<String> {
 
 /// A quantity as upstream prints one it computed: cores (or milli-cores), bytes in binary
 /// units where exact.
-fn format_quantity(resource: &str, milli: i128) -> String {
+pub(crate) fn format_quantity(resource: &str, milli: i128) -> String {
     let memory_like = resource.contains("memory") || resource.contains("storage");
     if milli % 1000 != 0 {
         return format!("{milli}m");

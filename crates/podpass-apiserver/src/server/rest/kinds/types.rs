@@ -27,6 +27,7 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("", "Secret") => visitor.visit::<core::v1::Secret>(),
         ("", "ConfigMap") => visitor.visit::<core::v1::ConfigMap>(),
         ("", "ResourceQuota") => visitor.visit::<core::v1::ResourceQuota>(),
+        ("", "LimitRange") => visitor.visit::<core::v1::LimitRange>(),
         ("", "Event") => visitor.visit::<core::v1::Event>(),
         ("", "Binding") => visitor.visit::<core::v1::Binding>(),
         ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
