@@ -18,12 +18,42 @@ pub(super) const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 pub(super) const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// What the scheduler knows of a node beyond its object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct NodeState {
     /// Pods bound to it that still hold their place (not Succeeded or Failed).
     pub pods: usize,
+    /// Their cpu requests, in millicores.
+    pub cpu: i128,
+    /// Their memory requests, in thousandths of a byte.
+    pub memory: i128,
     /// Its lease was renewed within the grace period.
     pub reachable: bool,
+}
+
+/// A pod's request of `resource` in milli-units, as the scheduler counts it
+/// (`PodRequests`): the containers' sum, at least the largest init container's; a
+/// container without a request counts its limit (API defaulting), else nothing.
+pub(super) fn pod_request(pod: &Value, resource: &str) -> i128 {
+    let amount = |c: &Value| -> i128 {
+        let get = |kind: &str| {
+            c.field(&format!("/resources/{kind}/{resource}"))
+                .and_then(Value::as_str)
+                .and_then(|q| podpass_api::quantity::parse_milli(q).ok())
+        };
+        get("requests").or_else(|| get("limits")).unwrap_or(0)
+    };
+    let list = |name: &str| pod.field(&format!("/spec/{name}")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let sum: i128 = list("containers").iter().map(amount).sum();
+    let init = list("initContainers").iter().map(amount).max().unwrap_or(0);
+    sum.max(init)
+}
+
+/// A node's allocatable `resource` in milli-units (none stated: none).
+fn allocatable(node: &Value, resource: &str) -> i128 {
+    node.field(&format!("/status/allocatable/{resource}"))
+        .and_then(Value::as_str)
+        .and_then(|q| podpass_api::quantity::parse_milli(q).ok())
+        .unwrap_or(0)
 }
 
 fn text<'a>(object: &'a Value, path: &str) -> &'a str {
@@ -157,8 +187,15 @@ pub(super) fn unfit(pod: &Value, node: &Value, state: NodeState) -> Option<Strin
     if !affinity_matches(pod, node) {
         return Some("node(s) didn't match Pod's node affinity/selector".into());
     }
+    // NodeResourcesFit, in its order: pods, then each requested resource.
     if state.pods + 1 > allocatable_pods(node) {
         return Some("Too many pods".into());
+    }
+    for (resource, used) in [("cpu", state.cpu), ("memory", state.memory)] {
+        let asked = pod_request(pod, resource);
+        if asked > 0 && asked > allocatable(node, resource) - used {
+            return Some(format!("Insufficient {resource}"));
+        }
     }
     None
 }
@@ -186,7 +223,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const UP: NodeState = NodeState { pods: 0, reachable: true };
+    const UP: NodeState = NodeState { pods: 0, cpu: 0, memory: 0, reachable: true };
+
+    #[test]
+    fn requests_fit_what_the_node_has_left_as_node_resources_fit() {
+        let pod = json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]}});
+        let roomy = node(json!({"status": {"allocatable": {"pods": "110", "cpu": "2", "memory": "4Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}]}}));
+        assert_eq!(unfit(&pod, &roomy, UP), None);
+        let busy = NodeState { cpu: 1800, ..UP };
+        assert_eq!(unfit(&pod, &roomy, busy).as_deref(), Some("Insufficient cpu"));
+        let full = NodeState { memory: (4_i128 << 30) * 1000, ..UP };
+        assert_eq!(unfit(&pod, &roomy, full).as_deref(), Some("Insufficient memory"));
+        // A pod requesting nothing fits a node stating no cpu or memory at all.
+        assert_eq!(unfit(&json!({"spec": {"containers": [{"name": "a"}]}}), &node(json!({})), UP), None);
+    }
 
     fn node(extra: Value) -> Value {
         let mut n = json!({"metadata": {"name": "n1", "labels": {"disk": "ssd", "zone": "3"}},
@@ -203,7 +254,7 @@ mod tests {
     fn a_ready_node_with_room_takes_a_plain_pod() {
         let pod = json!({"spec": {"containers": [{"name": "c"}]}});
         assert_eq!(unfit(&pod, &node(json!({})), UP), None);
-        let full = NodeState { pods: 110, reachable: true };
+        let full = NodeState { pods: 110, ..UP };
         assert_eq!(unfit(&pod, &node(json!({})), full).as_deref(), Some("Too many pods"));
         let no_allocatable =
             json!({"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
@@ -220,7 +271,7 @@ mod tests {
             unfit(&pod, &not_ready, UP).as_deref(),
             Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }")
         );
-        let gone = NodeState { pods: 0, reachable: false };
+        let gone = NodeState { reachable: false, ..UP };
         assert_eq!(
             unfit(&pod, &node(json!({})), gone).as_deref(),
             Some("node(s) had untolerated taint {node.kubernetes.io/unreachable: }")

@@ -47,17 +47,33 @@ pub async fn run(state: Arc<AppState>) {
     }
 }
 
+/// A pod's place: its node and its requests there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Place {
+    node: String,
+    cpu: i128,
+    memory: i128,
+}
+
+/// What a node's placed pods take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Taken {
+    pods: usize,
+    cpu: i128,
+    memory: i128,
+}
+
 /// What the scheduler holds of the cluster, fed by its watches.
 #[derive(Default)]
 struct Cluster {
     nodes: BTreeMap<String, Value>,
     /// Node name → the lease's last renewal (Unix seconds).
     renewed: HashMap<String, i64>,
-    /// (namespace, name) → the node a pod holds a place on.
-    placed: HashMap<(String, String), String>,
-    /// Pods holding a place, per node: kept with `placed`, so a decision never walks
-    /// every pod of the cluster.
-    counts: HashMap<String, usize>,
+    /// (namespace, name) → the node a pod holds a place on, and what it requests there.
+    placed: HashMap<(String, String), Place>,
+    /// What the pods holding a place take, per node: kept with `placed`, so a decision
+    /// never walks every pod of the cluster.
+    counts: HashMap<String, Taken>,
     /// Pods waiting for a node, with the object last seen.
     pending: BTreeMap<(String, String), Value>,
     /// The Unschedulable message last written per pending pod (none written twice).
@@ -91,7 +107,8 @@ impl Cluster {
         if kind == EventType::Deleted || node.is_empty() || finished {
             self.place(&key, None);
         } else {
-            self.place(&key, Some(node));
+            let (cpu, memory) = (fit::pod_request(&pod, "cpu"), fit::pod_request(&pod, "memory"));
+            self.place(&key, Some(Place { node, cpu, memory }));
         }
         if kind != EventType::Deleted && wants_scheduling(&pod) {
             self.pending.insert(key, pod);
@@ -118,21 +135,26 @@ impl Cluster {
         };
     }
 
-    /// Records that pod `key` holds a place on `node` (`None`: none), keeping the counts.
-    fn place(&mut self, key: &(String, String), node: Option<String>) {
-        let old = match node {
-            Some(node) => {
-                *self.counts.entry(node.clone()).or_default() += 1;
-                self.placed.insert(key.clone(), node)
+    /// Records that pod `key` holds `place` (`None`: none), keeping the counts.
+    fn place(&mut self, key: &(String, String), place: Option<Place>) {
+        let old = match place {
+            Some(place) => {
+                let taken = self.counts.entry(place.node.clone()).or_default();
+                taken.pods += 1;
+                taken.cpu += place.cpu;
+                taken.memory += place.memory;
+                self.placed.insert(key.clone(), place)
             }
             None => self.placed.remove(key),
         };
         if let Some(old) = old
-            && let Some(n) = self.counts.get_mut(&old)
+            && let Some(taken) = self.counts.get_mut(&old.node)
         {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.counts.remove(&old);
+            taken.pods = taken.pods.saturating_sub(1);
+            taken.cpu -= old.cpu;
+            taken.memory -= old.memory;
+            if taken.pods == 0 {
+                self.counts.remove(&old.node);
             }
         }
     }
@@ -151,7 +173,8 @@ impl Cluster {
                 .and_then(|c| crate::time::parse_rfc3339(text(c, "/lastHeartbeatTime")));
             let fresh = |t: &i64| now - t <= NODE_MONITOR_GRACE_SECONDS;
             let reachable = self.renewed.get(name).is_some_and(fresh) || heartbeat.as_ref().is_some_and(fresh);
-            let state = NodeState { pods: self.counts.get(name).copied().unwrap_or(0), reachable };
+            let taken = self.counts.get(name).copied().unwrap_or_default();
+            let state = NodeState { pods: taken.pods, cpu: taken.cpu, memory: taken.memory, reachable };
             match fit::unfit(pod, node, state) {
                 Some(reason) => reasons.push(reason),
                 None if best.is_none_or(|(pods, _)| state.pods < pods) => best = Some((state.pods, name)),
@@ -236,7 +259,8 @@ async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
             Ok(node) => match assign(state, &key.0, &key.1, &node, &Map::new(), false).await {
                 Ok(()) => {
                     tracing::info!(pod = %format!("{}/{}", key.0, key.1), %node, "scheduled");
-                    cluster.place(&key, Some(node.clone()));
+                    let (cpu, memory) = (fit::pod_request(&pod, "cpu"), fit::pod_request(&pod, "memory"));
+                    cluster.place(&key, Some(Place { node: node.clone(), cpu, memory }));
                     cluster.pending.remove(&key);
                     cluster.reported.remove(&key);
                     let message = format!("Successfully assigned {}/{} to {node}", key.0, key.1);
@@ -339,7 +363,7 @@ mod tests {
         for i in 0..4 {
             let pod = pending_pod(&format!("p{i}"));
             let node = c.choose(&pod, 1_010).unwrap();
-            c.place(&pod_key(&pod), Some(node.clone()));
+            c.place(&pod_key(&pod), Some(Place { node: node.clone(), cpu: 0, memory: 0 }));
             placed.push(node);
         }
         assert_eq!(placed, ["n1", "n2", "n1", "n2"]);
@@ -375,9 +399,13 @@ mod tests {
         bound["spec"]["nodeName"] = json!("n1");
         c.pod_event(EventType::Modified, bound.clone());
         assert!(c.pending.is_empty());
-        assert_eq!(c.placed.get(&pod_key(&bound)).map(String::as_str), Some("n1"));
+        assert_eq!(c.placed.get(&pod_key(&bound)).map(|p| p.node.as_str()), Some("n1"));
         c.pod_event(EventType::Modified, bound.clone());
-        assert_eq!(c.counts, HashMap::from([("n1".to_owned(), 1)]), "an event again counts once");
+        assert_eq!(
+            c.counts,
+            HashMap::from([("n1".to_owned(), Taken { pods: 1, cpu: 0, memory: 0 })]),
+            "an event again counts once"
+        );
         bound["status"]["phase"] = json!("Succeeded");
         c.pod_event(EventType::Modified, bound);
         assert!(c.placed.is_empty(), "a finished pod holds no place");
