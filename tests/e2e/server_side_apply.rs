@@ -180,9 +180,29 @@ fn raw_apply_requests_follow_upstream() {
     let (code, answer) = apply("?fieldManager=m&dryRun=All", &yaml);
     assert_eq!(code, 201, "{answer}");
     assert_eq!(admin_get(&s, path).0, 404, "a dry run creates nothing");
+    // A uid naming no existing object is a failed precondition (409).
+    let with_uid = |uid: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: raw\n  uid: {uid}\ndata:\n  k: v\n").into_bytes()
+    };
+    let (code, answer) = apply("?fieldManager=m", &with_uid("0a0a0a0a-0000-4000-8000-000000000000"));
+    assert_eq!(code, 409, "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("Precondition failed: UID in precondition"), "{answer}");
     let (code, answer) = apply("?fieldManager=m", &yaml);
     assert_eq!((code, answer["data"]["k"].clone()), (201, json!("v")), "{answer}");
     assert_eq!(answer["metadata"]["managedFields"][0]["operation"], "Apply");
+    // An apply may not change an existing object's uid (422, field is immutable); its own
+    // uid is fine.
+    let uid = answer["metadata"]["uid"].as_str().unwrap().to_owned();
+    let (code, answer) = apply("?fieldManager=m", &with_uid("0b0b0b0b-0000-4000-8000-000000000000"));
+    assert_eq!(code, 422, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"metadata.uid: Invalid value: "0b0b0b0b-0000-4000-8000-000000000000": field is immutable"#),
+        "{answer}"
+    );
+    assert_eq!(apply("?fieldManager=m", &with_uid(&uid)).0, 200);
     // hostile bodies: a field not in the schema, broken YAML, a wrong version, managedFields
     for (body, want) in [
         (

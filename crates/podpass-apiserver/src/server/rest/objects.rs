@@ -146,6 +146,16 @@ pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) 
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
+    // ValidateObjectMetaUpdate: a uid the body states must be the object's.
+    if let (Some(sent), Some(old_uid)) =
+        (meta.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty()), old_meta.get("uid").and_then(Value::as_str))
+        && sent != old_uid
+    {
+        return Err(StatusError::invalid(format!(
+            "{} {name:?} is invalid: metadata.uid: Invalid value: {sent:?}: field is immutable",
+            res.kind
+        )));
+    }
     for kept in ["namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"] {
         match old_meta.get(kept) {
             Some(v) => meta.insert(kept.into(), v.clone()),

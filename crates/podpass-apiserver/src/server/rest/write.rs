@@ -360,6 +360,18 @@ async fn apply_config(
         let current = match state.store.get(&k).await {
             Ok(current) => current,
             Err(StoreError::NotFound { .. }) if !status_only => {
+                // A uid in the configuration is a precondition: it names an object that
+                // does not exist (any more).
+                if let Some(uid) = config.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
+                    return Err(StatusError::new(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        format!(
+                            "Operation cannot be fulfilled on {} {name:?}: Precondition failed: UID in precondition: {uid}, UID in object meta: ",
+                            res.plural
+                        ),
+                    ));
+                }
                 let mut object = match apply::apply(res, false, None, &config, t.manager, t.force)? {
                     Applied::Write(object) => object,
                     Applied::Unchanged => config.clone(),
