@@ -1012,11 +1012,17 @@ struct Flood(std::process::Child, usize);
 
 impl Flood {
     fn start(addr: &str, count: usize, tls: bool) -> Flood {
+        Flood::start_as(addr, count, tls, None)
+    }
+
+    /// With `token`: each connection a POST of that identity whose body never comes.
+    fn start_as(addr: &str, count: usize, tls: bool, token: Option<&str>) -> Flood {
         let (host, port) = addr.rsplit_once(':').unwrap();
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/tls_flood.py");
         let mut child = Command::new("python3")
             .arg(script)
             .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])
+            .args(token)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -1050,5 +1056,46 @@ fn half_open_connections_past_the_cap_never_lock_out_a_client_with_a_request() {
     assert!(out.status.success(), "kubectl under the flood: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("default"));
     eprintln!("kubectl get ns answered in {:?} under {} half-open connections", began.elapsed(), flood.1);
+    drop(flood);
+}
+
+#[test]
+fn one_identitys_work_in_flight_is_bounded_and_never_starves_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let addr = s.url.trim_start_matches("https://").trim_end_matches('/').to_owned();
+    let kubeconfig = ok(identity(d, "tenant", &[]), "tenant identity");
+    let token = kubeconfig.lines().find_map(|l| l.trim().strip_prefix("token: ")).unwrap().trim_matches('"').to_owned();
+    // The tenant may create and list config maps in its namespace: its requests get past
+    // authorization, to the body.
+    ok(
+        admin_kubectl(d, &["-n", "default", "create", "role", "cm", "--verb=create,list", "--resource=configmaps"]),
+        "role",
+    );
+    ok(admin_kubectl(d, &["-n", "default", "create", "rolebinding", "cm", "--role=cm", "--user=tenant"]), "binding");
+    // 100 requests of one tenant in flight (whole headers, a body that never comes).
+    let flood = Flood::start_as(&addr, 100, true, Some(&token));
+    assert_eq!(flood.1, 100);
+    let c = client(d);
+    let as_tenant =
+        || c.get(format!("{}/api/v1/namespaces/default/configmaps", s.url)).bearer_auth(&token).send().unwrap();
+    // The tenant's next request is answered 429 at once (its slots fill as the server reads
+    // the flood's headers: wait for that state) ...
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        let r = as_tenant();
+        if r.status() == 429 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the tenant was never bounded: {}", r.status());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(refused.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let body: serde_json::Value = refused.json().unwrap();
+    assert_eq!(body["reason"], "TooManyRequests", "{body}");
+    // ... while the admin is served as ever.
+    let admin = c.get(format!("{}/api/v1/namespaces", s.url)).bearer_auth(admin_token(d)).send().unwrap();
+    assert_eq!(admin.status(), 200);
     drop(flood);
 }

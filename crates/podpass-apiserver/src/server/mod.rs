@@ -9,6 +9,7 @@ mod authn;
 pub(crate) mod authz;
 mod config;
 mod event_ttl;
+mod inflight;
 mod informer;
 mod lookup;
 mod metrics;
@@ -73,6 +74,8 @@ pub(crate) struct AppState {
     pod_security: rest::admission::pod_security::PodSecurityConfig,
     /// Quota admission's per-namespace locks.
     quota_locks: rest::admission::quota::QuotaLocks,
+    /// Requests in flight per identity.
+    inflight: inflight::InFlight,
     token_file: TokenFile,
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,

@@ -128,6 +128,10 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         let user = identify(&state, &parts.headers).await?;
         tracing::Span::current().record("user", user.name.as_str());
         audit_user = Some(user.clone());
+        // Work in flight, bounded per identity (a watch or a followed log is long-running).
+        let follow = query.get("follow").is_some_and(|f| f == "true" || f == "1");
+        let long_running = verb == "watch" || (follow && path.ends_with("/log"));
+        let _in_flight = state.inflight.admit(&user, long_running)?;
         authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
             StatusError::new(

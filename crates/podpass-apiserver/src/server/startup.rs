@@ -159,6 +159,7 @@ impl Prepared {
             node_audience_restriction: settings.node_audience_restriction,
             pod_security: settings.pod_security.clone(),
             quota_locks: Default::default(),
+            inflight: Default::default(),
             audit: self.audit,
             metrics,
             watches: rest::watch::WatchLimiter::new(MAX_WATCHES_PER_USER),

@@ -130,6 +130,11 @@ impl IntoResponse for StatusError {
         if let Some(details) = self.details {
             body["details"] = *details;
         }
-        (self.code, Json(body)).into_response()
+        // A 429 says when to come back, as upstream's (`Retry-After: 1`).
+        let mut response = (self.code, Json(body)).into_response();
+        if self.code == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
     }
 }
