@@ -1006,41 +1006,6 @@ fn node_names_sub_paths_ephemeral_containers_and_oversized_data_are_refused_as_u
     assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(fits)).0, 201);
 }
 
-/// Holds `count` half-open connections (handshake done when `tls`, half a header sent) to
-/// `addr` until dropped; how many it opened.
-struct Flood(std::process::Child, usize);
-
-impl Flood {
-    fn start(addr: &str, count: usize, tls: bool) -> Flood {
-        Flood::start_as(addr, count, tls, None)
-    }
-
-    /// With `token`: each connection a POST of that identity whose body never comes.
-    fn start_as(addr: &str, count: usize, tls: bool, token: Option<&str>) -> Flood {
-        let (host, port) = addr.rsplit_once(':').unwrap();
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/tls_flood.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])
-            .args(token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
-        let opened = line.trim().strip_prefix("ready ").unwrap_or("0").parse().unwrap();
-        Flood(child, opened)
-    }
-}
-
-impl Drop for Flood {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn half_open_connections_past_the_cap_never_lock_out_a_client_with_a_request() {
     let dir = tempfile::tempdir().unwrap();

@@ -195,3 +195,38 @@ pub fn node_kubeconfig(api_dir: &Path, path: &Path) -> PathBuf {
     std::fs::write(path, ok(identity_output(api_dir, "system:node:n1", &["system:nodes"]), "node kubeconfig")).unwrap();
     path.to_path_buf()
 }
+
+/// Holds `count` half-open connections (handshake done when `tls`, half a header sent) to
+/// `addr` until dropped; how many it opened.
+pub struct Flood(pub std::process::Child, pub usize);
+
+impl Flood {
+    pub fn start(addr: &str, count: usize, tls: bool) -> Flood {
+        Flood::start_as(addr, count, tls, None)
+    }
+
+    /// With `token`: each connection a POST of that identity whose body never comes.
+    pub fn start_as(addr: &str, count: usize, tls: bool, token: Option<&str>) -> Flood {
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/tls_flood.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])
+            .args(token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+        let opened = line.trim().strip_prefix("ready ").unwrap_or("0").parse().unwrap();
+        Flood(child, opened)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

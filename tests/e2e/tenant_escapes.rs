@@ -465,3 +465,22 @@ fn a_crash_looping_log_writer_stays_within_its_bound_and_keeps_one_dead_instance
         (!dir.exists()).then_some(Value::Null)
     });
 }
+
+#[test]
+fn half_open_connections_to_the_nodes_port_leave_kubectl_logs_working() {
+    let c = cluster("flood", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker"},
+        "spec": {"nodeName": "n1", "restartPolicy": "Never", "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": TENANT_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "echo still-heard"]}]}});
+    assert_eq!(admin_request(&c.s, Method::POST, "/api/v1/namespaces/default/pods", Some(pod)).0, 201);
+    wait_pod_phase(&c.s, "talker", "Succeeded");
+    let node = admin_get(&c.s, "/api/v1/nodes/n1").1;
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_i64().unwrap();
+    // 1050 anonymous half-open TLS connections to the node's log port, past its cap.
+    let flood = Flood::start(&format!("127.0.0.1:{port}"), 1050, true);
+    assert!(flood.1 >= 1000, "only {} connections opened", flood.1);
+    let logs = ok(admin_kubectl(&c.d.join("api"), &["logs", "talker", "--request-timeout=30s"]), "kubectl logs");
+    assert_eq!(logs.trim(), "still-heard");
+    drop(flood);
+}
