@@ -931,10 +931,11 @@ fn a_terminating_pod_on_a_node_stays_until_its_node_confirms_and_an_orphan_goes_
     assert_eq!(json_req(&s, Method::POST, "/api/v1/nodes", Some(node)).0, 201);
     let pods = "/api/v1/namespaces/default/pods";
     assert_eq!(json_req(&s, Method::POST, pods, Some(pod_with_volumes("kept", serde_json::json!([])))).0, 201);
+    assert_eq!(json_req(&s, Method::POST, pods, Some(pod_with_volumes("stranded", serde_json::json!([])))).0, 201);
     let mut orphan = pod_with_volumes("orphan", serde_json::json!([]));
     orphan["spec"]["nodeName"] = serde_json::json!("gone-node");
     assert_eq!(json_req(&s, Method::POST, pods, Some(orphan)).0, 201);
-    for name in ["kept", "orphan"] {
+    for name in ["kept", "stranded", "orphan"] {
         let (code, status) = json_req(&s, Method::DELETE, &format!("{pods}/{name}?gracePeriodSeconds=1"), None);
         assert_eq!(code, 200, "{status}");
     }
@@ -952,6 +953,10 @@ fn a_terminating_pod_on_a_node_stays_until_its_node_confirms_and_an_orphan_goes_
     let (code, status) = json_req(&s, Method::DELETE, &format!("{pods}/kept?gracePeriodSeconds=0"), None);
     assert_eq!(code, 200, "{status}");
     wait_gone(&s, &format!("{pods}/kept"));
+    // Its node deleted after the grace: nothing will confirm the other, and pod GC removes it.
+    assert_eq!(json_req(&s, Method::GET, &format!("{pods}/stranded"), None).0, 200);
+    assert_eq!(json_req(&s, Method::DELETE, "/api/v1/nodes/n1", None).0, 200);
+    wait_gone(&s, &format!("{pods}/stranded"));
 }
 
 #[test]

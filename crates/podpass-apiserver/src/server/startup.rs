@@ -41,12 +41,13 @@ impl std::fmt::Debug for Bound {
 
 impl Bound {
     /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, the quota
-    /// controller and the scheduler, until `shutdown` completes.
+    /// controller, pod GC and the scheduler, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
         let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
         let quotas = tokio::spawn(super::rest::admission::quota::run(Arc::clone(&state)));
+        let pod_gc = tokio::spawn(super::rest::collect_orphans_forever(Arc::clone(&state)));
         let scheduler = tokio::spawn(super::scheduler::run(state));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
@@ -54,6 +55,7 @@ impl Bound {
         reaper.abort();
         tokens.abort();
         quotas.abort();
+        pod_gc.abort();
         scheduler.abort();
     }
 }

@@ -227,6 +227,49 @@ pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option
     });
 }
 
+/// How often terminating pods are looked at for a node that went away meanwhile.
+const POD_GC_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// PodGC for terminating pods (`gcOrphaned`): a pod past its deletion time whose node was
+/// deleted after its grace ended has nothing left to confirm it; it is removed as
+/// [`schedule_removal`] would. Runs until dropped.
+pub(crate) async fn collect_orphans_forever(state: Arc<AppState>) {
+    loop {
+        tokio::time::sleep(POD_GC_PERIOD).await;
+        let pods = match state.store.list("pods", None, &ListOptions::default()).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::debug!(error = %e, "pod GC: listing pods failed");
+                continue;
+            }
+        };
+        let now = podpass_token::now_unix();
+        for pod in pods {
+            let due = pod
+                .field("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(crate::time::parse_rfc3339)
+                .is_some_and(|at| at <= now);
+            if !due {
+                continue;
+            }
+            let (Some(ns), Some(name)) = (
+                pod.field("/metadata/namespace").and_then(Value::as_str),
+                pod.field("/metadata/name").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            // schedule_removal checks the node (and the uid) again before it removes anything.
+            schedule_removal(
+                Arc::clone(&state),
+                ObjectKey::namespaced("pods", ns, name),
+                pod.field("/metadata/uid").cloned(),
+                0,
+            );
+        }
+    }
+}
+
 /// At start-up: objects whose graceful deletion was pending when the server stopped
 /// (marked with a grace period, which only a strategy's `graceful_delete` gives) are
 /// removed when their deletion time comes.

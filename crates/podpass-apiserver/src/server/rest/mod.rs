@@ -465,5 +465,5 @@ fn freshness(query: &HashMap<String, String>) -> Result<ReadConsistency, StatusE
         .map_err(StatusError::bad_request)
 }
 
-pub(crate) use delete::resume_pending_deletions;
+pub(crate) use delete::{collect_orphans_forever, resume_pending_deletions};
 pub(crate) use kinds::ensure_system_namespaces;
