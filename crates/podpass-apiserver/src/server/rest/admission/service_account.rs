@@ -12,6 +12,9 @@ use crate::server::rest::objects::random_suffix;
 use crate::server::status::StatusError;
 use crate::store::{ObjectKey, StoreError};
 
+/// Where the automounted token goes (`DefaultAPITokenMountPath`).
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
 /// Admits a new pod named `name` in `ns`.
 pub(super) async fn admit_pod(state: &AppState, ns: &str, name: &str, pod: &mut Value) -> Result<(), StatusError> {
     let sa_name = pod_service_account(pod);
@@ -62,20 +65,31 @@ fn mount_token(pod: &mut Value, service_account: &Value) -> Result<(), StatusErr
         .ok_or_else(|| StatusError::invalid("Pod is invalid: spec: Required value"))?;
     if automount {
         let volume_name = format!("kube-api-access-{}", random_suffix(5)?);
-        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
-        if let Some(v) = volumes.as_array_mut() {
-            v.push(api_access_volume(&volume_name));
-        }
+        // A container that already mounts something at the token's path keeps its own
+        // (upstream: existing mounts at the default path prevent the API token's); the
+        // volume is added only if some container needs it.
+        let mut needed = false;
         for containers in ["initContainers", "containers"] {
             if let Some(list) = spec.get_mut(containers).and_then(Value::as_array_mut) {
                 for c in list {
                     if let Some(obj) = c.as_object_mut() {
                         let mounts = obj.entry("volumeMounts").or_insert_with(|| json!([]));
                         if let Some(m) = mounts.as_array_mut() {
-                            m.push(json!({"name": volume_name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}));
+                            if m.iter().any(|mount| mount.get("mountPath").and_then(Value::as_str) == Some(TOKEN_PATH))
+                            {
+                                continue;
+                            }
+                            m.push(json!({"name": volume_name, "readOnly": true, "mountPath": TOKEN_PATH}));
+                            needed = true;
                         }
                     }
                 }
+            }
+        }
+        if needed {
+            let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+            if let Some(v) = volumes.as_array_mut() {
+                v.push(api_access_volume(&volume_name));
             }
         }
     }
@@ -94,4 +108,28 @@ fn pod_service_account(pod: &mut Value) -> String {
         spec.insert("serviceAccountName".into(), json!(name));
     }
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_mounting_its_own_token_path_keeps_it() {
+        let mut pod = json!({"spec": {
+            "volumes": [{"name": "mine", "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 600}}]}}],
+            "containers": [
+                {"name": "own", "volumeMounts": [{"name": "mine", "mountPath": TOKEN_PATH}]},
+                {"name": "plain"}]}});
+        mount_token(&mut pod, &json!({})).unwrap_or_else(|e| panic!("{e:?}"));
+        let own = pod["spec"]["containers"][0]["volumeMounts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(own.len(), 1, "the container's own mount is not shadowed: {own:?}");
+        let plain = &pod["spec"]["containers"][1]["volumeMounts"][0];
+        assert!(plain["name"].as_str().unwrap_or_default().starts_with("kube-api-access-"));
+        assert_eq!(pod["spec"]["volumes"].as_array().map(Vec::len), Some(2));
+        // Every container mounting its own: no kube-api-access volume at all.
+        let mut only_own = json!({"spec": {"containers": [{"name": "own", "volumeMounts": [{"name": "mine", "mountPath": TOKEN_PATH}]}]}});
+        mount_token(&mut only_own, &json!({})).unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(only_own["spec"].get("volumes").is_none_or(|v| v.as_array().is_some_and(Vec::is_empty)), "{only_own}");
+    }
 }

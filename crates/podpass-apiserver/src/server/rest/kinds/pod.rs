@@ -167,8 +167,14 @@ fn spec_errors(pod: &Value, create: bool) -> Vec<String> {
         .collect();
     for list in ["initContainers", "containers"] {
         for (i, c) in pod.field(&format!("/spec/{list}")).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let mut mount_paths = std::collections::HashSet::new();
             for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
                 let at = format!("spec.{list}[{i}].volumeMounts[{j}]");
+                // ValidateVolumeMounts: one mount per path in a container.
+                let path = m.get("mountPath").and_then(Value::as_str).unwrap_or_default();
+                if !path.is_empty() && !mount_paths.insert(path) {
+                    errors.push(format!("{at}.mountPath: Invalid value: {}: must be unique", quote(path)));
+                }
                 let mount = m.get("name").and_then(Value::as_str).unwrap_or_default();
                 if !mount.is_empty() && !volumes.contains(mount) {
                     errors.push(format!("{at}.name: Not found: {}", quote(mount)));
@@ -491,6 +497,12 @@ mod tests {
             ]
         );
         assert!(spec_errors(&json!({"spec": {"nodeName": "NODE-1"}}), true)[0].contains("RFC 1123 subdomain"));
+        let twice = json!({"spec": {"volumes": [{"name": "a"}, {"name": "b"}], "containers": [{"name": "c", "volumeMounts": [
+            {"name": "a", "mountPath": "/x"}, {"name": "b", "mountPath": "/x"}]}]}});
+        assert_eq!(
+            spec_errors(&twice, true),
+            [r#"spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/x": must be unique"#]
+        );
         let fine = json!({"spec": {"nodeName": "node-1.example", "volumes": [{"name": "d"}],
             "containers": [{"name": "c", "volumeMounts": [{"name": "d", "mountPath": "/d", "subPath": "a/b..c"}]}]}});
         assert_eq!(spec_errors(&fine, true), Vec::<String>::new());
