@@ -1069,3 +1069,16 @@ fn one_identitys_work_in_flight_is_bounded_and_never_starves_the_cluster() {
     assert_eq!(admin.status(), 200);
     drop(flood);
 }
+
+#[test]
+fn subdomain_names_are_allowed_up_to_253_bytes_as_upstream() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cm = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let path = "/api/v1/namespaces/default/configmaps";
+    assert_eq!(json_req(&s, Method::POST, path, Some(cm(&"a".repeat(100)))).0, 201, "a 100-character name");
+    let (code, status) = json_req(&s, Method::POST, path, Some(cm(&"a".repeat(254))));
+    assert_eq!(code, 422, "{status}");
+    assert!(status["message"].as_str().unwrap().ends_with("must be no more than 253 bytes"), "{status}");
+}

@@ -57,7 +57,18 @@ pub fn is_dns1123_label(s: &str) -> bool {
 
 /// RFC 1123 subdomain: at most 253 characters of dot-separated labels.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    // IsDNS1123Subdomain: 253 bytes in all; its parts follow the label pattern, with no
+    // label length limit of their own.
+    let part = |p: &str| {
+        let b = p.as_bytes();
+        let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        match b {
+            [] => false,
+            [one] => ok(one),
+            [first, middle @ .., last] => ok(first) && ok(last) && middle.iter().all(|c| ok(c) || *c == b'-'),
+        }
+    };
+    s.len() <= 253 && s.split('.').all(part)
 }
 
 /// authentication.k8s.io/v1 `UserInfo`.
@@ -130,6 +141,14 @@ impl ServiceAccountInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subdomains_are_253_bytes_with_no_label_limit_as_upstream() {
+        assert!(is_dns1123_subdomain(&"a".repeat(100)), "a 100-character name without dots");
+        assert!(is_dns1123_subdomain(&format!("{}.{}", "a".repeat(200), "b".repeat(52))));
+        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+        assert!(!is_dns1123_subdomain("a..b") && !is_dns1123_subdomain("-a") && !is_dns1123_subdomain("A"));
+    }
 
     #[test]
     fn split_username_validates_both_parts() {

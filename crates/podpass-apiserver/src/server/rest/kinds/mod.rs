@@ -74,9 +74,8 @@ pub(crate) trait Strategy: Send + Sync {
     /// `metadata.name` as this kind requires it (default: a DNS-1123 subdomain); the
     /// problem in upstream's words, `None` when valid.
     fn name_problem(&self, name: &str) -> Option<String> {
-        (!podpass_token::user::is_dns1123_subdomain(name)).then(|| {
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".to_owned()
-        })
+        let problems = podpass_api::validation::is_dns1123_subdomain(name);
+        (!problems.is_empty()).then(|| problems.join(", "))
     }
 
     /// The v1 scheme defaults (`SetDefaults_<Kind>`), applied to every written body, as
