@@ -491,3 +491,61 @@ fn events_are_served_in_events_k8s_io_v1_and_core_v1_from_one_store() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(lines.iter().all(|l| l["object"]["apiVersion"] == "events.k8s.io/v1" && l["object"].get("note").is_some()));
 }
+
+/// Upstream e2e "should guarantee kube-root-ca.crt exist in any namespace" (root CA cert
+/// publisher): published with its description, recreated when deleted, put back when
+/// edited or emptied, and published in a new namespace.
+#[test]
+fn kube_root_ca_crt_is_published_and_reconciled_in_every_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let path = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt";
+    let ca = std::fs::read_to_string(s.dir.join("pki/ca.crt")).unwrap();
+    let published = |path: &str| {
+        let (code, cm) = admin_get(&s, path);
+        (code == 200
+            && cm["data"] == json!({"ca.crt": ca})
+            && cm["metadata"]["annotations"]["kubernetes.io/description"].as_str().is_some_and(|d| !d.is_empty()))
+        .then_some(cm)
+    };
+    let first = wait_for("kube-root-ca.crt in default", Duration::from_secs(30), || published(path));
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{first}");
+
+    // deleted: created again, as a new object
+    let (code, _) = admin_request(&s, reqwest::Method::DELETE, path, None);
+    assert_eq!(code, 200);
+    let again = wait_for("kube-root-ca.crt recreated", Duration::from_secs(30), || {
+        published(path).filter(|cm| cm["metadata"]["uid"] != first["metadata"]["uid"])
+    });
+
+    // edited (a forged CA, an extra key, no description): put back
+    let mut forged = again.clone();
+    forged["data"] =
+        json!({"ca.crt": "-----BEGIN CERTIFICATE-----\nforged\n-----END CERTIFICATE-----\n", "extra": "x"});
+    forged["metadata"]["annotations"] = json!({});
+    let (code, written) = admin_request(&s, reqwest::Method::PUT, path, Some(forged));
+    assert_eq!(code, 200, "{written}");
+    let rv = |cm: &Value| cm["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+    let after_edit = rv(&written);
+    let fixed = wait_for("kube-root-ca.crt put back after an edit", Duration::from_secs(30), || {
+        published(path).filter(|cm| rv(cm) > after_edit)
+    });
+    assert_eq!(fixed["metadata"]["uid"], again["metadata"]["uid"], "updated in place, not replaced");
+
+    // emptied: put back
+    let mut emptied = fixed.clone();
+    emptied["data"] = json!({});
+    let (code, written) = admin_request(&s, reqwest::Method::PUT, path, Some(emptied));
+    assert_eq!(code, 200, "{written}");
+    let after_empty = rv(&written);
+    wait_for("kube-root-ca.crt put back after emptying", Duration::from_secs(30), || {
+        published(path).filter(|cm| rv(cm) > after_empty)
+    });
+
+    // a new namespace gets one
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fresh"}});
+    assert_eq!(admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces", Some(ns)).0, 201);
+    wait_for("kube-root-ca.crt in a new namespace", Duration::from_secs(30), || {
+        published("/api/v1/namespaces/fresh/configmaps/kube-root-ca.crt")
+    });
+}

@@ -101,8 +101,12 @@ fn get(s: &Server, path: &str) -> (u16, Value) {
 }
 
 /// Flags for replicas sharing `etcd`, one signing key (generated) and one token file: the
-/// admin, bob (no grants) and node n1.
+/// admin, bob (no grants) and node n1; and the data dirs of replicas `a` and `b` (each
+/// makes its own PKI there).
 fn replica_flags(d: &Path, etcd: &Etcd) -> Vec<String> {
+    for r in ["a", "b"] {
+        std::fs::create_dir(d.join(r)).unwrap();
+    }
     let key = d.join("sa.pem");
     ok(
         Command::new(PODPASS)
@@ -146,9 +150,6 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
     let mut etcd = Etcd::start(&d.join("etcd"), client_port, peer_port);
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
-    for r in ["a", "b"] {
-        std::fs::create_dir(d.join(r)).unwrap();
-    }
     let a = start(&d.join("a"), &flags);
     let b = start(&d.join("b"), &flags);
 
@@ -316,13 +317,18 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
     // the server's own informers hold one per RBAC resource and one for pods (the Node
     // authorizer's graph), the tokens controller one for token Secrets and one for
-    // service accounts, and the scheduler one each for pods, nodes and node leases.
+    // service accounts, the scheduler one each for pods, nodes and node leases, and — once
+    // elected (a sole replica is) — the root CA publisher one for namespaces and one for
+    // kube-root-ca.crt ConfigMaps.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 10;
-    wait_for(&|n| n == baseline, "the informers' five watchers, the tokens controller's two, the scheduler's three");
+    let baseline = none + 12;
+    wait_for(
+        &|n| n == baseline,
+        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two",
+    );
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled
@@ -353,9 +359,6 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
-    for r in ["a", "b"] {
-        std::fs::create_dir(d.join(r)).unwrap();
-    }
     let (a, b) = (start(&d.join("a"), &flags), start(&d.join("b"), &flags));
     post(&a, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
     let cm = |name: &str, v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}});
@@ -506,4 +509,66 @@ fn the_watch_cache_reads_consistently_across_replicas() {
         assert!(Instant::now() < deadline, "the node kept access to the secret after its pod was deleted");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// kube-controller-manager's leader election among replicas: one holds the Lease
+/// `kube-system/kube-controller-manager` and publishes `kube-root-ca.crt` with its CA; a
+/// second replica with another CA leaves it alone while the holder renews (no rewriting it
+/// back and forth); stopped, the holder releases the lease and the other takes over at once
+/// and publishes its own.
+#[test]
+fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let owned = replica_flags(d, &etcd);
+    let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager";
+    let cm_path = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt";
+    let ca_of = |r: &str| std::fs::read_to_string(d.join(r).join("pki/ca.crt")).unwrap();
+    let until = |what: &str, f: &mut dyn FnMut() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while !f() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    let mut a = start(&d.join("a"), &flags);
+    let mut holder_a = String::new();
+    until("a elected", &mut || {
+        let (code, lease) = get(&a, lease_path);
+        holder_a = lease["spec"]["holderIdentity"].as_str().unwrap_or_default().to_owned();
+        code == 200 && !holder_a.is_empty() && lease["spec"]["leaseDurationSeconds"] == 15
+    });
+    until("a's CA published", &mut || get(&a, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("a")));
+
+    // b joins; while a renews (twice seen), b neither takes the lease nor touches the map.
+    let b = start(&d.join("b"), &flags);
+    assert_ne!(ca_of("a"), ca_of("b"), "each replica made its own CA");
+    let cm_before = get(&b, cm_path).1;
+    let renewed = |s: &Server| get(s, lease_path).1["spec"]["renewTime"].as_str().unwrap_or_default().to_owned();
+    for _ in 0..2 {
+        let seen = renewed(&b);
+        until("a renews", &mut || renewed(&b) != seen);
+    }
+    let lease = get(&b, lease_path).1;
+    assert_eq!(lease["spec"]["holderIdentity"].as_str(), Some(holder_a.as_str()), "{lease}");
+    let cm_after = get(&b, cm_path).1;
+    assert_eq!(cm_after["metadata"]["resourceVersion"], cm_before["metadata"]["resourceVersion"], "{cm_after}");
+    // a deleted map comes back from the leader, with the leader's CA
+    assert_eq!(call(&b, reqwest::Method::DELETE, cm_path, None).0, 200);
+    until("recreated by a", &mut || get(&b, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("a")));
+
+    // a stops (SIGTERM): it releases the lease, b takes it and publishes b's CA.
+    let transitions = lease["spec"]["leaseTransitions"].as_u64().unwrap();
+    let stopped = Command::new("kill").args(["-TERM", &a.child.id().to_string()]).status().unwrap();
+    assert!(stopped.success());
+    until("a exits", &mut || a.child.try_wait().unwrap().is_some());
+    until("b elected", &mut || {
+        let lease = get(&b, lease_path).1;
+        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+        !holder.is_empty() && holder != holder_a && lease["spec"]["leaseTransitions"] == transitions + 1
+    });
+    until("b's CA published", &mut || get(&b, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("b")));
 }

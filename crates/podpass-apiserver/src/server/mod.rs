@@ -11,9 +11,11 @@ mod config;
 mod event_ttl;
 mod inflight;
 mod informer;
+mod leader;
 mod lookup;
 mod metrics;
 pub(crate) mod rest;
+mod root_ca_publisher;
 mod routing;
 /// The accept loop and its bounds, shared with every podpass server.
 mod serve {

@@ -40,20 +40,30 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, the quota
-    /// controller, pod GC and the scheduler, until `shutdown` completes.
+    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, the root
+    /// CA publisher, the quota controller, pod GC and the scheduler, until `shutdown`
+    /// completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
         let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
+        let elector = Arc::new(super::leader::Elector::new());
+        let election = tokio::spawn({
+            let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
+            async move { elector.run(state).await }
+        });
+        let root_ca = tokio::spawn(super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()));
         let quotas = tokio::spawn(super::rest::admission::quota::run(Arc::clone(&state)));
         let pod_gc = tokio::spawn(super::rest::collect_orphans_forever(Arc::clone(&state)));
-        let scheduler = tokio::spawn(super::scheduler::run(state));
+        let scheduler = tokio::spawn(super::scheduler::run(Arc::clone(&state)));
         let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
         tokens.abort();
+        root_ca.abort();
+        election.abort();
+        elector.release(&state).await;
         quotas.abort();
         pod_gc.abort();
         scheduler.abort();

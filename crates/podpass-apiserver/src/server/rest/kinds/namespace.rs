@@ -78,7 +78,7 @@ async fn default_objects(state: &AppState, ns: &str) -> Result<(), StatusError> 
     let cm_res = find("", "configmaps").ok_or_else(StatusError::not_found_path)?;
     let mut sa = json!({"metadata": {"name": "default"}});
     prepare_new(sa_res, Some(ns), &mut sa, now)?;
-    let mut cm = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": state.ca_pem}});
+    let mut cm = crate::server::root_ca_publisher::root_ca_config_map(&state.ca_pem);
     prepare_new(cm_res, Some(ns), &mut cm, now)?;
     for (res, obj, name) in [(sa_res, sa, "default"), (cm_res, cm, "kube-root-ca.crt")] {
         match state.store.create(&ObjectKey::namespaced(res.plural, ns, name), obj).await {
