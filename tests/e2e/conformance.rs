@@ -549,3 +549,38 @@ fn kube_root_ca_crt_is_published_and_reconciled_in_every_namespace() {
         published("/api/v1/namespaces/fresh/configmaps/kube-root-ca.crt")
     });
 }
+
+/// DefaultTolerationSeconds admission: a new pod tolerates not-ready and unreachable nodes
+/// for 300 s unless it says otherwise, and an update that leaves them out gets them back
+/// (so the pod update rule "tolerations may only be added" holds), as upstream.
+#[test]
+fn pods_get_upstreams_default_toleration_seconds_on_create_and_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let pods = "/api/v1/namespaces/default/pods";
+    let pod = |name: &str, tolerations: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "tolerations": tolerations}})
+    };
+    let default =
+        |key: &str| json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300});
+    let created = post(&s, pods, pod("plain", json!([])));
+    assert_eq!(
+        created["spec"]["tolerations"],
+        json!([default("node.kubernetes.io/not-ready"), default("node.kubernetes.io/unreachable")])
+    );
+    let own = json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 7});
+    let created = post(&s, pods, pod("own", json!([own])));
+    assert_eq!(created["spec"]["tolerations"], json!([own, default("node.kubernetes.io/not-ready")]));
+
+    // a PUT without them: re-added, so the update is not refused as removing tolerations
+    // (the scheduler writes the pod's status meanwhile: a lost race is retried)
+    let updated = wait_for("the PUT", Duration::from_secs(30), || {
+        let (_, mut replaced) = admin_get(&s, &format!("{pods}/own"));
+        replaced["spec"]["tolerations"] = json!([own]);
+        let (code, updated) = admin_request(&s, reqwest::Method::PUT, &format!("{pods}/own"), Some(replaced));
+        assert!(code == 200 || code == 409, "{updated}");
+        (code == 200).then_some(updated)
+    });
+    assert_eq!(updated["spec"]["tolerations"], created["spec"]["tolerations"]);
+}

@@ -114,13 +114,22 @@ async fn create_tracked(t: &Target<'_>, mut object: Value) -> Result<Response, S
 }
 
 /// What an update and a patch share once the replacement is known: server metadata
-/// carried over, finalizer rules, the strategy's defaults and `ValidateUpdate`, and
-/// validating admission.
-async fn admit_replacement(t: &Target<'_>, name: &str, current: &Value, object: &mut Value) -> Result<(), StatusError> {
+/// carried over, finalizer rules, the strategy's defaults, mutating admission (not through
+/// `/status`), `ValidateUpdate`, and validating admission.
+async fn admit_replacement(
+    t: &Target<'_>,
+    name: &str,
+    status_only: bool,
+    current: &Value,
+    object: &mut Value,
+) -> Result<(), StatusError> {
     let res = t.res;
     prepare_update(res, current, object, name)?;
     lifecycle::check_finalizer_update(res.kind, name, current, object)?;
     res.strategy.default(name, object)?;
+    if !status_only {
+        admission::mutate_update(&t.attributes(name, Operation::Update), object);
+    }
     res.strategy.validate_update(name, object, current)?;
     // A version served from another's storage adds its own update rules (events.k8s.io/v1:
     // ValidateEventUpdate), on the stored shapes as upstream's internal Event.
@@ -148,7 +157,7 @@ pub(super) async fn update(
     };
     apply::track_update(res, status_only, &current.object, &mut object, t.manager)?;
     split_status(res, status_only, &current.object, &mut object);
-    admit_replacement(t, name, &current.object, &mut object).await?;
+    admit_replacement(t, name, status_only, &current.object, &mut object).await?;
     if t.write.is_dry_run() {
         return dry_run_update(res, name, object, expected.unwrap_or(current.revision), &current);
     }
@@ -279,7 +288,7 @@ pub(super) async fn patch(
             }
         }
         check_depth(&object)?;
-        admit_replacement(t, name, &current.object, &mut object).await?;
+        admit_replacement(t, name, status_only, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((dry_run_update(res, name, object, expected, &current)?, warnings));
         }
@@ -388,7 +397,7 @@ async fn apply_config(
         split_status(res, status_only, &current.object, &mut object);
         let warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         check_depth(&object)?;
-        admit_replacement(t, name, &current.object, &mut object).await?;
+        admit_replacement(t, name, status_only, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((dry_run_update(res, name, object, current.revision, &current)?, warnings));
         }

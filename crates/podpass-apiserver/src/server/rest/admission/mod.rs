@@ -4,6 +4,7 @@
 //! itself which resources it guards, as upstream's do. NamespaceLifecycle is
 //! [`namespace_lifecycle`]; it runs first, on every create in a namespace.
 
+mod default_toleration_seconds;
 pub(crate) mod limit_ranger;
 pub(crate) mod node_restriction;
 pub(crate) mod pod_security;
@@ -101,11 +102,20 @@ pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mu
     if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "pods" {
         service_account::admit_pod(state, attrs.namespace.unwrap_or_default(), attrs.name, object).await?;
         limit_ranger::default_pod(state, attrs.namespace.unwrap_or_default(), object).await?;
+        default_toleration_seconds::admit_pod(object);
     }
     if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "resourcequotas" {
         quota::initial_status(state, attrs.namespace.unwrap_or_default(), object).await?;
     }
     Ok(())
+}
+
+/// Mutating admission of an update of an object itself (not through `/status`): the
+/// plugins upstream runs on updates too (DefaultTolerationSeconds).
+pub(crate) fn mutate_update(attrs: &Attributes<'_>, object: &mut Value) {
+    if attrs.res.group.is_empty() && attrs.res.plural == "pods" {
+        default_toleration_seconds::admit_pod(object);
+    }
 }
 
 /// Validating admission of a write that would store `object` (replacing `old`), or of a
