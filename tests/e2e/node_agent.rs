@@ -13,7 +13,7 @@ mod support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::*;
 
 fn get(s: &Server, path: &str) -> (u16, Value) {
@@ -50,8 +50,19 @@ fn the_agent_registers_its_node_renews_its_lease_and_stops_on_sigterm() {
         (code == 200 && node["status"]["conditions"].is_array()).then_some(node)
     });
     assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "n1");
-    let ready = &node["status"]["conditions"][0];
-    assert_eq!((ready["type"].as_str(), ready["status"].as_str()), (Some("Ready"), Some("True")));
+    // the kubelet's conditions in its order; the pressure ones say what this machine measures
+    let conditions = node["status"]["conditions"].as_array().unwrap();
+    let kinds: Vec<&str> = conditions.iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]);
+    assert_eq!(conditions[3]["status"], "True");
+    for (c, when_false) in
+        conditions.iter().zip(["KubeletHasSufficientMemory", "KubeletHasNoDiskPressure", "KubeletHasSufficientPID"])
+    {
+        let status = c["status"].as_str().unwrap();
+        assert!(status == "True" || status == "False", "{c}");
+        assert_eq!(c["reason"] == when_false, status == "False", "{c}");
+        assert!(c["lastTransitionTime"].is_string() && c["lastHeartbeatTime"].is_string(), "{c}");
+    }
     assert!(node["status"]["nodeInfo"]["kubeletVersion"].as_str().unwrap().contains("podpass"));
 
     let lease = wait_for("lease created", Duration::from_secs(30), || {
@@ -337,6 +348,11 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     });
     assert_eq!(web["status"]["phase"], "Pending", "nothing claims the containers run");
     assert_eq!(waiting(&web).0, "ContainerCreating");
+    // hostIP/hostIPs are the node's InternalIP (kubectl describe: `Node: n1/<ip>`)
+    let (_, node) = get(&s, "/api/v1/nodes/n1");
+    let internal = node["status"]["addresses"].as_array().unwrap().iter().find(|a| a["type"] == "InternalIP").unwrap();
+    assert_eq!(web["status"]["hostIP"], internal["address"], "{}", web["status"]);
+    assert_eq!(web["status"]["hostIPs"], json!([{"ip": internal["address"]}]));
     // The worker's lines carry its pod's span (namespace, name, uid), not a `pod` field each.
     let text = std::fs::read_to_string(&log).unwrap();
     let may_use = text

@@ -3,6 +3,7 @@
 //! `kube-node-lease/<node>` every 10 s with a 40 s duration.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -15,6 +16,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use thiserror::Error;
 
 use super::machine::Machine;
+use super::pressure::Pressure;
 use crate::api::RequestError;
 
 /// The namespace of node leases.
@@ -42,6 +44,14 @@ pub struct NodeIdentity {
     pub address: std::net::IpAddr,
     /// The node's HTTPS port (`daemonEndpoints.kubeletEndpoint.Port`; 0: none).
     pub port: u16,
+}
+
+impl NodeIdentity {
+    /// The address the Node reports as `InternalIP` and its pods as `hostIP`: the node's
+    /// address, or loopback when it listens on every address.
+    pub fn internal_ip(&self) -> String {
+        if self.address.is_unspecified() { "127.0.0.1".into() } else { self.address.to_string() }
+    }
 }
 
 fn go_os() -> &'static str {
@@ -75,19 +85,15 @@ pub fn initial_node(id: &NodeIdentity) -> Node {
     }
 }
 
-/// The status the agent posts: capacity and allocatable, addresses, node info and a Ready
-/// condition that says what this node is — the kubelet's, or one that prepares pods
-/// (identity, credentials, images, volumes) and runs no containers.
-pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
+/// The status the agent posts: capacity and allocatable, addresses, node info and the
+/// kubelet's conditions (see [`conditions`]).
+pub fn node_status(id: &NodeIdentity, now: Timestamp, pressure: Pressure, previous: &[NodeCondition]) -> NodeStatus {
     let m = &id.machine;
     NodeStatus {
         capacity: Some(m.capacity()),
         allocatable: Some(m.allocatable()),
         addresses: Some(vec![
-            NodeAddress {
-                type_: "InternalIP".into(),
-                address: if id.address.is_unspecified() { "127.0.0.1".into() } else { id.address.to_string() },
-            },
+            NodeAddress { type_: "InternalIP".into(), address: id.internal_ip() },
             NodeAddress { type_: "Hostname".into(), address: id.name.clone() },
         ]),
         daemon_endpoints: Some(NodeDaemonEndpoints {
@@ -106,20 +112,75 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp) -> NodeStatus {
             boot_id: m.boot_id.clone(),
             ..Default::default()
         }),
-        conditions: Some(vec![NodeCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: Some(if id.container_runtime.is_some() { "KubeletReady" } else { "PodpassReady" }.into()),
-            message: Some(if id.container_runtime.is_some() {
-                "podpass node agent is posting ready status".into()
-            } else {
-                "podpass node agent is posting ready status; it prepares pods but runs no containers".into()
-            }),
-            last_heartbeat_time: Some(Time(now)),
-            last_transition_time: Some(Time(now)),
-        }]),
+        conditions: Some(conditions(id, pressure, previous, now)),
         ..Default::default()
     }
+}
+
+/// The kubelet's conditions in its order — `MemoryPressure`, `DiskPressure`, `PIDPressure`
+/// (upstream's reasons and messages) and a `Ready` that says what this node is: the
+/// kubelet's, or one that prepares pods (identity, credentials, images, volumes) and runs
+/// no containers. A condition whose status is what `previous` says keeps its
+/// `lastTransitionTime`; `lastHeartbeatTime` is `now`.
+pub fn conditions(
+    id: &NodeIdentity,
+    pressure: Pressure,
+    previous: &[NodeCondition],
+    now: Timestamp,
+) -> Vec<NodeCondition> {
+    let pressure_condition = |type_: &str, under: bool, yes: (&str, &str), no: (&str, &str)| {
+        let (reason, message) = if under { yes } else { no };
+        (type_.to_owned(), under, reason.to_owned(), message.to_owned())
+    };
+    let runs = id.container_runtime.is_some();
+    let ready_message = if runs {
+        "podpass node agent is posting ready status"
+    } else {
+        "podpass node agent is posting ready status; it prepares pods but runs no containers"
+    };
+    [
+        pressure_condition(
+            "MemoryPressure",
+            pressure.memory,
+            ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available"),
+            ("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ),
+        pressure_condition(
+            "DiskPressure",
+            pressure.disk,
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ),
+        pressure_condition(
+            "PIDPressure",
+            pressure.pid,
+            ("KubeletHasInsufficientPID", "kubelet has insufficient PID available"),
+            ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        ),
+        (
+            "Ready".to_owned(),
+            true,
+            if runs { "KubeletReady" } else { "PodpassReady" }.to_owned(),
+            ready_message.to_owned(),
+        ),
+    ]
+    .into_iter()
+    .map(|(type_, true_, reason, message)| {
+        let status = if true_ { "True" } else { "False" }.to_owned();
+        let kept = previous
+            .iter()
+            .find(|p| p.type_ == type_ && p.status == status)
+            .and_then(|p| p.last_transition_time.clone());
+        NodeCondition {
+            type_,
+            status,
+            reason: Some(reason),
+            message: Some(message),
+            last_heartbeat_time: Some(Time(now)),
+            last_transition_time: Some(kept.unwrap_or(Time(now))),
+        }
+    })
+    .collect()
 }
 
 fn not_found(e: &kube::Error) -> bool {
@@ -143,7 +204,11 @@ fn failed<'a>(action: &'static str, object: &'a str) -> impl FnOnce(kube::Error)
 }
 
 /// Creates the Node if it does not exist and posts its status; returns the Node's UID.
-pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<String, HeartbeatError> {
+pub async fn register_node(
+    client: &kube::Client,
+    id: &NodeIdentity,
+    root_dir: &Path,
+) -> Result<String, HeartbeatError> {
     let nodes = Api::<Node>::all(client.clone());
     let node = match nodes.get(&id.name).await {
         Ok(n) => n,
@@ -153,13 +218,18 @@ pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<S
             .map_err(failed("registering node", &id.name))?,
         Err(e) => return Err(failed("reading node", &id.name)(e)),
     };
-    post_status(client, id).await?;
+    post_status(client, id, root_dir).await?;
     Ok(node.metadata.uid.unwrap_or_default())
 }
 
-/// Posts the node's status (merge patch of `nodes/<name>/status`).
-pub async fn post_status(client: &kube::Client, id: &NodeIdentity) -> Result<(), HeartbeatError> {
-    let status = node_status(id, Timestamp::now());
+/// Posts the node's status (merge patch of `nodes/<name>/status`), with the pressure
+/// measured now on the filesystem of `root_dir` and the transition times of the conditions
+/// the Node holds.
+pub async fn post_status(client: &kube::Client, id: &NodeIdentity, root_dir: &Path) -> Result<(), HeartbeatError> {
+    let nodes = Api::<Node>::all(client.clone());
+    let current = nodes.get(&id.name).await.map_err(failed("reading node", &id.name))?;
+    let previous = current.status.and_then(|s| s.conditions).unwrap_or_default();
+    let status = node_status(id, Timestamp::now(), Pressure::read(root_dir).await, &previous);
     let patch = serde_json::json!({"status": status});
     Api::<Node>::all(client.clone())
         .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -233,7 +303,7 @@ mod tests {
         assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("n1"));
         assert!(labels.contains_key("kubernetes.io/os") && labels.contains_key("kubernetes.io/arch"));
         let now = Timestamp::from_second(1_700_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
-        let status = node_status(&id, now);
+        let status = node_status(&id, now, Pressure::default(), &[]);
         let allocatable = status.allocatable.clone().unwrap_or_default();
         assert_eq!(allocatable["pods"].0, "110");
         assert_eq!(status.capacity.clone().unwrap_or_default()["memory"].0, "8Gi");
@@ -242,8 +312,24 @@ mod tests {
         assert_eq!(status.addresses.clone().unwrap_or_default()[0].address, "127.0.0.1");
         let info = status.node_info.clone().unwrap_or_default();
         assert_eq!(info.container_runtime_version, "containerd://1.6.20");
-        let ready = &status.conditions.unwrap_or_default()[0];
-        assert_eq!((ready.type_.as_str(), ready.status.as_str()), ("Ready", "True"));
+        let first = status.conditions.unwrap_or_default();
+        let kinds: Vec<(&str, &str)> = first.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        assert_eq!(
+            kinds,
+            [("MemoryPressure", "False"), ("DiskPressure", "False"), ("PIDPressure", "False"), ("Ready", "True")]
+        );
+        assert_eq!(first[0].reason.as_deref(), Some("KubeletHasSufficientMemory"));
+        assert_eq!(first[1].message.as_deref(), Some("kubelet has no disk pressure"));
+        assert_eq!(first[3].reason.as_deref(), Some("KubeletReady"));
+        // a later heartbeat keeps the transition time of what did not change
+        let later = Timestamp::from_second(1_700_000_100).unwrap_or(Timestamp::UNIX_EPOCH);
+        let under_memory = Pressure { memory: true, ..Pressure::default() };
+        let next = conditions(&id, under_memory, &first, later);
+        let time = |c: &NodeCondition| c.last_transition_time.clone().map(|t| t.0);
+        assert_eq!((next[0].status.as_str(), time(&next[0])), ("True", Some(later)), "MemoryPressure changed");
+        assert_eq!(next[0].reason.as_deref(), Some("KubeletHasInsufficientMemory"));
+        assert_eq!((time(&next[1]), time(&next[3])), (Some(now), Some(now)), "the rest kept their time");
+        assert!(next.iter().all(|c| c.last_heartbeat_time.clone().map(|t| t.0) == Some(later)));
         let l = lease(&id, "uid-1", now);
         let spec = l.spec.unwrap_or_default();
         assert_eq!(spec.holder_identity.as_deref(), Some("n1"));

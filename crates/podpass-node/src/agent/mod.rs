@@ -21,6 +21,7 @@ mod object_cache;
 mod ops;
 mod pleg;
 mod pods;
+mod pressure;
 mod server;
 mod status;
 mod worker;
@@ -48,8 +49,9 @@ use worker::Shared;
 
 pub use heartbeat::{
     HeartbeatError, LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL,
-    initial_node, lease, node_status,
+    conditions, initial_node, lease, node_status,
 };
+pub use pressure::Pressure;
 
 /// Flags of `podpass node run`, named as the kubelet's: declared once here, parsed by the
 /// CLI (clap) or [`podpass_serve::parse_flags`], checked whole by [`AgentConfig::prepare`].
@@ -312,6 +314,7 @@ impl Prepared {
             },
             pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
             pods: Arc::default(),
+            host_ip: self.identity.internal_ip(),
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
                     cri,
@@ -398,7 +401,7 @@ impl Bound {
         }
         identity.address = this.config.address;
         let id = &identity;
-        let node_uid = heartbeat::register_node(&client, id).await?;
+        let node_uid = heartbeat::register_node(&client, id, &this.config.root_dir).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let shared = Arc::new(this.assemble(client.clone(), cri, &identity.machine).await?);
@@ -475,7 +478,7 @@ impl Bound {
                     }
                 }
                 _ = report.tick() => {
-                    if let Err(e) = heartbeat::post_status(&client, id).await {
+                    if let Err(e) = heartbeat::post_status(&client, id, &this.config.root_dir).await {
                         tracing::warn!(node = %id.name, error = %e, "posting node status failed; retrying");
                     }
                 }

@@ -10,8 +10,8 @@
 //! `spec.readinessGates`).
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
-    PodCondition, PodIP, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
+    Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -260,13 +260,16 @@ fn phase(pod: &Pod, containers: &[ContainerReport]) -> &'static str {
 }
 
 /// The status for `pod`: conditions the agent does not own are kept; a condition keeps its
-/// `lastTransitionTime` while its status stays the same; `startTime` is set once.
-/// `runtime`: what the container runtime says (`None` on a preparation-only node).
+/// `lastTransitionTime` while its status stays the same; `startTime` is set once;
+/// `hostIP`/`hostIPs` are the node's `host_ip` (its InternalIP, as the kubelet's
+/// `generateAPIPodStatus`). `runtime`: what the container runtime says (`None` on a
+/// preparation-only node).
 pub fn pod_status(
     pod: &Pod,
     containers: &[ContainerReport],
     volumes: &VolumesOutcome,
     now: &Time,
+    host_ip: &str,
     runtime: Option<&PodRuntimeView>,
 ) -> PodStatus {
     let old = pod.status.clone().unwrap_or_default();
@@ -358,8 +361,8 @@ pub fn pod_status(
         container_statuses: statuses(false),
         init_container_statuses: statuses(true),
         start_time: old.start_time.clone().or_else(|| Some(now.clone())),
-        host_ip: old.host_ip.clone(),
-        host_ips: old.host_ips.clone(),
+        host_ip: Some(host_ip.to_owned()),
+        host_ips: Some(vec![HostIP { ip: host_ip.to_owned() }]),
         pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
         pod_ip,
         qos_class: old.qos_class.clone(),
@@ -410,8 +413,10 @@ mod tests {
             ),
             report("side", false, ContainerOutcome::Preparing),
         ];
-        let s = pod_status(&pod, &containers, &Ok(()), &t(100), None);
+        let s = pod_status(&pod, &containers, &Ok(()), &t(100), "10.0.0.7", None);
         assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(s.host_ip.as_deref(), Some("10.0.0.7"), "hostIP even before the pod runs");
+        assert_eq!(s.host_ips, Some(vec![HostIP { ip: "10.0.0.7".into() }]));
         let statuses = s.container_statuses.clone().unwrap_or_default();
         assert_eq!(statuses.iter().map(reason).collect::<Vec<_>>(), ["ErrImagePull", "ContainerCreating"]);
         assert!(statuses.iter().all(|c| !c.ready && c.started == Some(false) && c.image_id.is_empty()));
@@ -429,10 +434,10 @@ mod tests {
     fn prepared_only_when_every_image_and_volume_is_and_transitions_keep_their_time() {
         let mut pod = Pod::default();
         let ready = [report("app", false, ContainerOutcome::ImageReady { image_ref: "sha256:1".into() })];
-        let s1 = pod_status(&pod, &ready, &Err("configmap \"x\" not found".into()), &t(100), None);
+        let s1 = pod_status(&pod, &ready, &Err("configmap \"x\" not found".into()), &t(100), "10.0.0.7", None);
         assert_eq!(cond(&s1, PREPARED_CONDITION).reason.as_deref(), Some("VolumesNotWritten"));
         pod.status = Some(s1.clone());
-        let s2 = pod_status(&pod, &ready, &Ok(()), &t(200), None);
+        let s2 = pod_status(&pod, &ready, &Ok(()), &t(200), "10.0.0.7", None);
         let c = cond(&s2, PREPARED_CONDITION);
         assert_eq!((c.status.as_str(), c.last_transition_time.clone()), ("True", Some(t(200))));
         assert_eq!(cond(&s2, "Ready").last_transition_time, Some(t(100)), "unchanged: time kept");
@@ -440,7 +445,11 @@ mod tests {
         let waiting = s2.container_statuses.as_ref().and_then(|c| c[0].state.clone()).and_then(|s| s.waiting);
         assert_eq!(waiting.and_then(|w| w.message).as_deref(), Some(PREPARED_MESSAGE));
         pod.status = Some(s2.clone());
-        assert_eq!(pod_status(&pod, &ready, &Ok(()), &t(300), None), s2, "a steady pod is not posted again");
+        assert_eq!(
+            pod_status(&pod, &ready, &Ok(()), &t(300), "10.0.0.7", None),
+            s2,
+            "a steady pod is not posted again"
+        );
         assert_eq!(cond(&s2, "Initialized").status, "True", "no init containers");
     }
 
@@ -487,7 +496,7 @@ mod tests {
         let status = |policy: &str, outcomes: Vec<ContainerOutcome>| {
             let reports: Vec<ContainerReport> =
                 outcomes.into_iter().enumerate().map(|(i, o)| report(&format!("c{i}"), false, o)).collect();
-            pod_status(&pod_with(policy), &reports, &Ok(()), &t(100), Some(&view))
+            pod_status(&pod_with(policy), &reports, &Ok(()), &t(100), "10.0.0.7", Some(&view))
         };
         let running = || run(RunPhase::Running { started: Some(t(10)) }, None);
         let s = status("Always", vec![running()]);
@@ -518,6 +527,7 @@ mod tests {
             &[init, report("app", false, ContainerOutcome::Preparing)],
             &Ok(()),
             &t(1),
+            "10.0.0.7",
             Some(&view),
         );
         assert_eq!(s.phase.as_deref(), Some("Pending"));

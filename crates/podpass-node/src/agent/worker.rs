@@ -68,6 +68,8 @@ pub(crate) struct Shared {
     pub pleg: Option<Arc<super::pleg::Pleg>>,
     /// The pods this node knows now, by name (the node's server reads logs through it).
     pub pods: Arc<super::known_pods::KnownPods>,
+    /// The node's InternalIP, every pod's `hostIP`.
+    pub host_ip: String,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -497,7 +499,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     if let Some(posted) = &state.posted {
         base.status = Some(posted.clone());
     }
-    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), view.as_ref());
+    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), &shared.host_ip, view.as_ref());
     let status = (base.status.as_ref() != Some(&status)).then_some(status);
     Synced { next, status }
 }
