@@ -584,3 +584,109 @@ fn pods_get_upstreams_default_toleration_seconds_on_create_and_update() {
     });
     assert_eq!(updated["spec"]["tolerations"], created["spec"]["tolerations"]);
 }
+
+/// DeleteCollection as upstream's `Store.DeleteCollection`: served for every stored kind
+/// but namespaces (discovery says so), its own RBAC verb (`delete` does not grant it),
+/// selectors pick what goes, dryRun deletes nothing, and the answer is the list as read;
+/// the Python client's `delete_collection_namespaced_service_account` (upstream's
+/// "ServiceAccount lifecycle") works.
+#[test]
+fn delete_collection_is_served_with_selectors_dry_run_and_its_own_verb() {
+    use reqwest::Method;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dc"}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces", Some(ns)).0, 201);
+    let cms = "/api/v1/namespaces/dc/configmaps";
+    for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        post(
+            &s,
+            cms,
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": app}}}),
+        );
+    }
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = admin_get(&s, cms).1["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+
+    // discovery: configmaps advertise it, namespaces do not (and refuse it)
+    let (_, discovery) = admin_get(&s, "/api/v1");
+    let verbs = |plural: &str| -> Vec<String> {
+        let r = discovery["resources"].as_array().unwrap().iter().find(|r| r["name"] == plural).unwrap();
+        r["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect()
+    };
+    assert!(verbs("configmaps").contains(&"deletecollection".to_owned()));
+    assert!(!verbs("namespaces").contains(&"deletecollection".to_owned()));
+    assert_eq!(admin_request(&s, Method::DELETE, "/api/v1/namespaces", None).0, 405);
+    assert_eq!(admin_request(&s, Method::DELETE, "/api/v1/configmaps", None).0, 405, "only in a namespace");
+
+    // `delete` on configmaps does not grant deleting the collection
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "deleter"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["delete"]}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/namespaces/dc/roles", role);
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "deleter"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deleter"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/namespaces/dc/rolebindings", binding);
+    let as_carol = client(&s.dir)
+        .delete(format!("{}{cms}", s.url))
+        .bearer_auth(admin_token(&s.dir))
+        .header("Impersonate-User", "carol")
+        .send()
+        .unwrap();
+    assert_eq!(as_carol.status(), 403, "{}", as_carol.text().unwrap());
+    assert_eq!(names(), ["a", "b", "c", "kube-root-ca.crt"]);
+
+    // dryRun: the answer names what would go; nothing goes
+    let (code, answer) = admin_request(&s, Method::DELETE, &format!("{cms}?labelSelector=app%3Dx&dryRun=All"), None);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["kind"], "ConfigMapList");
+    assert_eq!(answer["items"].as_array().unwrap().len(), 2);
+    assert_eq!(names(), ["a", "b", "c", "kube-root-ca.crt"]);
+    // a field the kind cannot select is a 400 before anything is deleted
+    let (code, answer) = admin_request(&s, Method::DELETE, &format!("{cms}?fieldSelector=data.k%3Dv"), None);
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(names(), ["a", "b", "c", "kube-root-ca.crt"]);
+
+    // by label, then by field
+    let (code, answer) = admin_request(&s, Method::DELETE, &format!("{cms}?labelSelector=app%3Dx"), None);
+    assert_eq!(code, 200, "{answer}");
+    let gone: Vec<&str> =
+        answer["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(gone, ["a", "b"]);
+    assert_eq!(names(), ["c", "kube-root-ca.crt"]);
+    let (code, _) = admin_request(&s, Method::DELETE, &format!("{cms}?fieldSelector=metadata.name%3Dc"), None);
+    assert_eq!(code, 200);
+    assert_eq!(names(), ["kube-root-ca.crt"]);
+
+    // the Python client, as upstream's ServiceAccount lifecycle case uses it
+    for name in ["sa-1", "sa-2"] {
+        post(
+            &s,
+            "/api/v1/namespaces/dc/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "labels": {"e2e": "lifecycle"}}}),
+        );
+    }
+    let script = r#"
+import sys
+from kubernetes import client, config
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+v1.delete_collection_namespaced_service_account("dc", label_selector="e2e=lifecycle")
+left = [sa.metadata.name for sa in v1.list_namespaced_service_account("dc").items]
+print(",".join(sorted(left)))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, s.dir.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .expect("python3 with the kubernetes client (scripts/install-test-deps)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "default");
+}

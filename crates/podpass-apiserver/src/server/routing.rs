@@ -287,6 +287,9 @@ fn request_verb(
         Method::POST => "create",
         Method::PUT => "update",
         Method::PATCH => "patch",
+        // A collection DELETE is its own verb, so RBAC's `delete` of one object (or of
+        // named ones) never grants deleting them all.
+        Method::DELETE if p.name.is_none() => "deletecollection",
         Method::DELETE => "delete",
         _ => return method.as_str().to_lowercase(),
     }
@@ -320,6 +323,7 @@ mod tests {
         assert_eq!(request_verb(&Method::PUT, one.as_ref(), &none), "update");
         assert_eq!(request_verb(&Method::PATCH, one.as_ref(), &none), "patch");
         assert_eq!(request_verb(&Method::DELETE, one.as_ref(), &none), "delete");
+        assert_eq!(request_verb(&Method::DELETE, list.as_ref(), &none), "deletecollection");
         assert_eq!(request_verb(&Method::GET, None, &none), "get");
     }
 

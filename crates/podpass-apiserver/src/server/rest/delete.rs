@@ -126,6 +126,32 @@ pub(super) async fn delete(
     }
 }
 
+/// DELETE of a collection (genericregistry `Store.DeleteCollection`): the objects the
+/// query's label and field selectors pick (a consistent list) are deleted one by one, each
+/// exactly as its own DELETE would be — admission, the DeleteOptions' grace period,
+/// preconditions and dryRun, graceful deletion, finalizers; one already gone is skipped,
+/// any other failure ends the request with its error. The answer is the list as it was
+/// read, as upstream's.
+pub(super) async fn delete_collection(
+    t: &Target<'_>,
+    query: &HashMap<String, String>,
+    options: &Value,
+) -> Result<Response, StatusError> {
+    // Checked once up front, so a bad value is a 400 before anything is deleted.
+    grace_period(query, options)?;
+    let selectors = super::list::list_options(t.served, query)?;
+    let listed = t.state.store.list_with(t.res.plural, t.ns, &selectors, super::freshness(query)?).await?;
+    for item in &listed.items {
+        let Some(name) = item.field("/metadata/name").and_then(Value::as_str) else { continue };
+        match delete(t, name, query, options).await {
+            Ok(_) => {}
+            Err(e) if e.reason == "NotFound" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(super::list::list_response(t.served, None, &listed.items, listed.revision, None, None))
+}
+
 /// What a DELETE of `current` would answer, nothing written and no removal scheduled: an
 /// object its strategy deletes gracefully marked, one its controller finalizes (a
 /// namespace) Terminating, an object with finalizers marked, anything else as it was.

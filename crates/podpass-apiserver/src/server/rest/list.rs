@@ -15,14 +15,9 @@ use crate::server::status::StatusError;
 use crate::server::{AppState, User};
 use crate::store::{FieldSelector, LabelSelector, ListOptions};
 
-pub(super) async fn list(
-    state: &AppState,
-    user: &User,
-    res: &'static Resource,
-    ns: Option<&str>,
-    query: &HashMap<String, String>,
-    table: Option<table::IncludeObject>,
-) -> Result<Response, StatusError> {
+/// The label and field selectors of a list, watch or DeleteCollection: a field the kind
+/// does not make selectable is a 400 naming it.
+pub(super) fn list_options(res: &Resource, query: &HashMap<String, String>) -> Result<ListOptions, StatusError> {
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
         .map_err(|e| StatusError::bad_request(e.to_string()))?;
     let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
@@ -36,7 +31,18 @@ pub(super) async fn list(
         }
     }
     let fields = strategy.field_aliases().iter().fold(fields, |fields, (alias, path)| fields.alias(alias, path));
-    let options = ListOptions { labels, fields };
+    Ok(ListOptions { labels, fields })
+}
+
+pub(super) async fn list(
+    state: &AppState,
+    user: &User,
+    res: &'static Resource,
+    ns: Option<&str>,
+    query: &HashMap<String, String>,
+    table: Option<table::IncludeObject>,
+) -> Result<Response, StatusError> {
+    let options = list_options(res, query)?;
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
         // Upstream: resourceVersion "" or "0" starts with the current state as ADDED events.
         let from = match query.get("resourceVersion").map(String::as_str) {
@@ -140,7 +146,7 @@ pub(super) async fn list(
 
 /// A list (or its Table) at `revision`, with the continue token and remaining count of a
 /// paged list.
-fn list_response(
+pub(super) fn list_response(
     res: &Resource,
     table: Option<table::IncludeObject>,
     items: &[Value],

@@ -449,6 +449,10 @@ async fn reads(
         (&Method::GET, None, None) if res.stored => {
             list::list(state, t.user, t.served, ns, query, as_table.then_some(include)).await
         }
+        (&Method::DELETE, None, None) if res.serves_delete_collection() => {
+            let options = delete_options(content_type, body)?;
+            Ok(dry_run_audited(delete::delete_collection(t, query, &options).await?, t.write))
+        }
         (&Method::DELETE, Some(name), None) if res.stored => {
             let options = delete_options(content_type, body)?;
             let response = served_as(t.served, delete::delete(t, name, query, &options).await?).await?;

@@ -75,9 +75,19 @@ impl Resource {
         self.stored && self.conversion.is_none()
     }
 
+    /// Whether DELETE of its collection is served: every stored kind but namespaces, whose
+    /// upstream storage has no DeleteCollection.
+    pub fn serves_delete_collection(&self) -> bool {
+        self.stored && !(self.group.is_empty() && self.plural == "namespaces")
+    }
+
     /// Verbs listed in discovery.
     pub fn verbs(&self) -> Vec<&'static str> {
-        if self.stored { CRUD.to_vec() } else { vec!["create"] }
+        match (self.stored, self.serves_delete_collection()) {
+            (true, true) => CRUD.to_vec(),
+            (true, false) => CRUD.into_iter().filter(|v| *v != "deletecollection").collect(),
+            (false, _) => vec!["create"],
+        }
     }
 }
 
