@@ -690,3 +690,52 @@ print(",".join(sorted(left)))
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "default");
 }
+
+/// Bootstrap RBAC as kube-apiserver's: `kubectl create rolebinding --clusterrole=edit`
+/// gives a tenant edit rights in that namespace (and no RBAC), `admin` adds RBAC, `view`
+/// reads without secrets, and a ClusterRole labelled `aggregate-to-view` extends `view`.
+#[test]
+fn kubectl_create_rolebinding_with_the_bootstrap_edit_admin_and_view_roles_grants_their_rights() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let cache = dir.path().join("kubectl-cache");
+    let alice = dir.path().join("alice.kubeconfig");
+    std::fs::write(&alice, ok(identity_output(&s.dir, "alice", &[]), "alice kubeconfig")).unwrap();
+    let as_alice = |args: &[&str]| kubectl_with(&alice, &cache, args);
+    let can = |who: &str, verb: &str, what: &str| {
+        let out = kubectl(&s, &cache, &["auth", "can-i", verb, what, "-n", "default", "--as", who]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(can("alice", "create", "configmaps"), "no");
+    let bind = |who: &str, role: &str| {
+        let (name, role_flag, user_flag) =
+            (format!("{who}-{role}"), format!("--clusterrole={role}"), format!("--user={who}"));
+        ok(kubectl(&s, &cache, &["create", "rolebinding", &name, &role_flag, &user_flag, "-n", "default"]), "bind");
+    };
+
+    bind("alice", "edit");
+    ok(as_alice(&["create", "configmap", "made-by-alice", "-n", "default", "--from-literal=a=b"]), "alice creates");
+    ok(as_alice(&["get", "secrets", "-n", "default"]), "edit reads secrets");
+    assert_eq!(can("alice", "delete", "pods"), "yes");
+    assert_eq!(can("alice", "create", "rolebindings"), "no", "edit grants no RBAC");
+    assert_eq!(can("alice", "update", "resourcequotas"), "no");
+    let out = as_alice(&["create", "configmap", "elsewhere", "-n", "kube-system", "--from-literal=a=b"]);
+    assert!(!out.status.success(), "a RoleBinding is one namespace's");
+
+    bind("carol", "admin");
+    assert_eq!(can("carol", "create", "rolebindings"), "yes");
+    assert_eq!(can("carol", "create", "secrets"), "yes");
+
+    bind("dave", "view");
+    assert_eq!(can("dave", "list", "configmaps"), "yes");
+    assert_eq!(can("dave", "get", "secrets"), "no");
+    assert_eq!(can("dave", "create", "configmaps"), "no");
+    assert_eq!(can("dave", "list", "leases"), "no");
+    // an admin's own role labelled aggregate-to-view extends view (the aggregation controller)
+    let extra = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "leases-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterroles", extra);
+    assert_eq!(can("dave", "list", "leases"), "yes");
+    assert_eq!(can("alice", "list", "leases"), "yes", "view aggregates into edit");
+}

@@ -65,9 +65,11 @@ pub fn aggregated_rules(role: &Value, roles: &[Value]) -> Option<Vec<Value>> {
 }
 
 /// Brings every aggregating ClusterRole's `rules` up to date. Aggregations of aggregations
-/// settle in a few rounds; the number of rounds is bounded by the number of roles.
-pub async fn reconcile(store: &dyn Store) -> Result<(), StoreError> {
+/// settle in a few rounds; the number of rounds is bounded by the number of roles. Returns
+/// the revision of its last write (0: none), for a caller that must see the result.
+pub async fn reconcile(store: &dyn Store) -> Result<u64, StoreError> {
     let mut rounds = 0usize;
+    let mut last_write = 0u64;
     loop {
         let listed = store.list("clusterroles", None, &ListOptions::default()).await?;
         let mut roles = listed.items;
@@ -87,14 +89,18 @@ pub async fn reconcile(store: &dyn Store) -> Result<(), StoreError> {
             let mut updated = role.clone();
             updated["rules"] = Value::Array(rules);
             match store.update(&ObjectKey::cluster("clusterroles", name), updated, revision).await {
+                Ok(written) => {
+                    last_write = last_write.max(written.revision);
+                    changed = true;
+                }
                 // A concurrent write is picked up by the next round.
-                Ok(_) | Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => changed = true,
+                Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => changed = true,
                 Err(e) => return Err(e),
             }
         }
         rounds += 1;
         if !changed || rounds > roles.len() {
-            return Ok(());
+            return Ok(last_write);
         }
     }
 }

@@ -297,10 +297,12 @@ impl Strategy for Rbac {
     /// caught up with the write before it is answered, so the writer may use it at once.
     fn after_write<'a>(&'a self, state: &'a AppState, write: AfterWrite<'a>) -> BoxFuture<'a, Result<(), StatusError>> {
         Box::pin(async move {
+            let mut revision = write.revision;
             if self.plural == "clusterroles" {
-                crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?;
+                // the roles it aggregates into are written after it: wait for those too
+                revision = revision.max(crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?);
             }
-            state.rbac.wait_applied(self.plural, write.revision).await;
+            state.rbac.wait_applied(self.plural, revision).await;
             Ok(())
         })
     }
