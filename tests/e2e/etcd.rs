@@ -17,6 +17,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::*;
 
+/// One etcd test at a time: each runs etcd and two API servers, and four such clusters at
+/// once on a loaded two-core machine is a test of the machine, not of podpass.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -29,28 +36,62 @@ struct Etcd {
 }
 
 impl Etcd {
+    /// etcd on two free ports, healthy. A port taken between choosing it and etcd binding it
+    /// (another test's server) makes etcd exit: it is started again on fresh ports.
+    fn fresh(dir: &Path) -> Self {
+        let mut attempts = 0;
+        loop {
+            match Self::try_start(dir, free_port(), free_port()) {
+                Ok(etcd) => return etcd,
+                Err(e) if attempts < 4 => {
+                    attempts += 1;
+                    // a half-started member's data names the old ports: start from nothing
+                    let _ = std::fs::remove_dir_all(dir);
+                    eprintln!("etcd did not start ({e}); again on other ports");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// etcd on these ports (a restart on the same data and ports), healthy.
     fn start(dir: &Path, client: u16, peer: u16) -> Self {
+        Self::try_start(dir, client, peer).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts etcd and waits until it reports healthy, or says why not: it exited (its log
+    /// is `<dir>.log`), or it did not become healthy within a minute.
+    fn try_start(dir: &Path, client: u16, peer: u16) -> Result<Self, String> {
         let url = |p: u16| format!("http://127.0.0.1:{p}");
+        let log_path = dir.with_extension("log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
         let child = Command::new("etcd")
             .args(["--name", "n1", "--data-dir", dir.to_str().unwrap()])
             .args(["--listen-client-urls", &url(client), "--advertise-client-urls", &url(client)])
             .args(["--listen-peer-urls", &url(peer), "--initial-advertise-peer-urls", &url(peer)])
             .args(["--initial-cluster", &format!("n1={}", url(peer))])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("etcd is installed (scripts/install-test-deps installs etcd-server)");
-        let etcd = Self { child, client, peer, dir: dir.to_owned() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut etcd = Self { child, client, peer, dir: dir.to_owned() };
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let healthy = reqwest::blocking::get(format!("{}/health", etcd.url()))
                 .ok()
                 .and_then(|r| r.json::<Value>().ok())
                 .is_some_and(|v| v["health"] == "true");
             if healthy {
-                return etcd;
+                return Ok(etcd);
             }
-            assert!(Instant::now() < deadline, "etcd did not become healthy");
+            if let Ok(Some(status)) = etcd.child.try_wait() {
+                let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: String = tail.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                return Err(format!("etcd exited ({status}) on ports {client}/{peer}: {tail}"));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("etcd on port {client} did not become healthy within 60 s"));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -144,10 +185,10 @@ fn first_watch_line(s: &Server, path: &str) -> Value {
 
 #[test]
 fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (client_port, peer_port) = (free_port(), free_port());
-    let mut etcd = Etcd::start(&d.join("etcd"), client_port, peer_port);
+    let mut etcd = Etcd::fresh(&d.join("etcd"));
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     let a = start(&d.join("a"), &flags);
@@ -290,9 +331,10 @@ fn etcd_watchers(etcd: &Etcd) -> i64 {
 
 #[test]
 fn abandoned_watches_cancel_their_etcd_watchers() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let etcd = Etcd::fresh(&d.join("etcd"));
     let tokens = d.join("tokens.csv");
     std::fs::write(&tokens, format!("{ADMIN},admin,admin-uid,\"system:masters\"\n")).unwrap();
     let etcd_url = etcd.url();
@@ -354,9 +396,10 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
 /// watch resumes from any revision in the window with exactly the changes after it.
 #[test]
 fn the_watch_cache_reads_consistently_across_replicas() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let etcd = Etcd::fresh(&d.join("etcd"));
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     let (a, b) = (start(&d.join("a"), &flags), start(&d.join("b"), &flags));
@@ -518,9 +561,10 @@ fn the_watch_cache_reads_consistently_across_replicas() {
 /// and publishes its own.
 #[test]
 fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stops() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let etcd = Etcd::start(&d.join("etcd"), free_port(), free_port());
+    let etcd = Etcd::fresh(&d.join("etcd"));
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager";
