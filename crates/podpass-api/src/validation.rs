@@ -218,6 +218,25 @@ pub fn is_qualified_name(value: &str) -> Vec<String> {
     errs
 }
 
+/// The capabilities Pod Security's baseline lets a container add (the container runtime's
+/// default set, `pkg/security/podsecurity` "capabilities_baseline"): admission allows no
+/// others, and the node honours no others in `capabilities.add`.
+pub const BASELINE_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

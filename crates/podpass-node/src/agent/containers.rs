@@ -562,21 +562,7 @@ async fn container_config(
 /// baseline list (`capabilities.add` beyond it is not honoured by this node). All are in
 /// the runtime's default set already; adding one back matters after `drop: [ALL]`, as
 /// restricted pods write it.
-const ADDABLE_CAPABILITIES: [&str; 13] = [
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
+use podpass_api::validation::BASELINE_CAPABILITIES as ADDABLE_CAPABILITIES;
 
 /// Container `c`'s capabilities against the runtime's default set (kubelet:
 /// `convertToRuntimeCapabilities`): its `drop` as written, its `add` within

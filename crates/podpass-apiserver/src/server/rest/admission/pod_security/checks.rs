@@ -206,21 +206,7 @@ fn app_armor_profile(pod: &PodView<'_>, _: u32) -> Option<Violation> {
 }
 
 /// The capabilities baseline lets a container add (the runtime's default set).
-pub(crate) const BASELINE_CAPABILITIES: [&str; 13] = [
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
+pub(crate) use podpass_api::validation::BASELINE_CAPABILITIES;
 
 fn capabilities_baseline(pod: &PodView<'_>, _: u32) -> Option<Violation> {
     let mut bad = Vec::new();
