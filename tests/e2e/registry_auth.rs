@@ -12,6 +12,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use registry::{Registry, free_port, serve_token_auth};
@@ -1039,28 +1040,161 @@ fn bench_registry_auth_runs_and_reports_the_audit_cost() {
 }
 
 #[test]
-fn idle_connections_of_a_loopback_client_never_lock_out_another_loopback_client() {
+fn idle_connections_of_a_loopback_client_never_stop_a_pods_pull() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let c = cluster(d);
-    signing_key(d, "signer");
-    let (_auth, url) = registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &[]);
-    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let Setup { c, auth_url, host, image, bin, kubeconfig, .. } = &setup(d, &[]);
+    let port: u16 = auth_url.rsplit(':').next().unwrap().parse().unwrap();
     // 300 idle connections from 127.0.0.1, past its 250-connection share: every loopback
-    // client (the node's plugin among them) shares that address.
+    // client (the node's plugin and the registry among them) shares that address.
     let idle: Vec<std::net::TcpStream> = (0..300).filter_map(|_| connect_from("127.0.0.1", port).ok()).collect();
     assert_eq!(idle.len(), 300);
-    // A real exchange from the same address is served: the oldest idle connection makes room.
+    // A pod's pull goes through: the plugin's exchange and the registry's token fetch each
+    // take the place of the oldest idle connection.
+    for mode in ["passthrough", "exchange"] {
+        let config = provider_config(d, host, mode, auth_url);
+        let root = d.join(format!("root-{mode}"));
+        let out = ensure_image(&root, kubeconfig, &config, bin, "team-a/web", image);
+        let decision: Value = serde_json::from_str(&ok(out, &format!("ensure-image ({mode})"))).unwrap();
+        assert_eq!(decision["pulled"], true, "{mode}: {decision}");
+    }
+    // And a direct exchange from the same address is served.
     let team_a = token(&c.s, "team-a", "builder", AUDIENCE, None);
     let resp = reqwest::blocking::Client::builder()
         .local_address("127.0.0.1".parse::<std::net::IpAddr>().unwrap())
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()
-        .get(format!("{url}/token?service=registry.local&scope=repository:team-a/app:pull"))
+        .get(format!("{auth_url}/token?service=registry.local&scope=repository:team-a/app:pull"))
         .basic_auth("x", Some(&team_a))
         .send()
         .unwrap();
     assert_eq!(resp.status(), 200, "an exchange from a loopback client behind 300 idle connections");
     drop(idle);
+}
+
+/// A TokenReview endpoint (plain HTTP on loopback) that authenticates every token as the
+/// service account its claims name, at once for team-a and, for team-b, only once the test
+/// lets go: team-b's exchanges stay in flight for as long as the test needs them to.
+struct StallingReviewer {
+    url: String,
+    team_b_waiting: Arc<std::sync::atomic::AtomicUsize>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn stalling_reviewer() -> StallingReviewer {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let team_b_waiting = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (waiting, released) = (Arc::clone(&team_b_waiting), Arc::clone(&release));
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (waiting, released) = (Arc::clone(&waiting), Arc::clone(&released));
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((k, v)) = line.split_once(':')
+                            && k.eq_ignore_ascii_case("content-length")
+                        {
+                            length = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    let review: Value = serde_json::from_slice(&body).unwrap();
+                    let token = review["spec"]["token"].as_str().unwrap();
+                    let payload = token.split('.').nth(1).unwrap();
+                    let claims: Value =
+                        serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap())
+                            .unwrap();
+                    let sub = claims["sub"].as_str().unwrap().to_owned();
+                    if sub.starts_with("system:serviceaccount:team-b:") {
+                        waiting.fetch_add(1, Ordering::SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        while !released.load(Ordering::SeqCst) && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    let answer = json!({
+                        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": review["spec"],
+                        "status": {"authenticated": true, "audiences": review["spec"]["audiences"],
+                                   "user": {"username": sub, "uid": claims["kubernetes.io"]["serviceaccount"]["uid"]}},
+                    })
+                    .to_string();
+                    let head = format!(
+                        "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    if conn.write_all(head.as_bytes()).and_then(|()| conn.write_all(answer.as_bytes())).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    StallingReviewer { url, team_b_waiting, release }
+}
+
+#[test]
+fn one_service_account_holding_its_share_of_exchanges_in_flight_is_refused_and_nobody_else_waits() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    let reviewer = stalling_reviewer();
+    let kubeconfig = d.join("stalling.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster: {{server: \"{}\"}}\n\
+             users:\n- name: u\n  user: {{token: reviewer}}\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\n",
+            reviewer.url
+        ),
+    )
+    .unwrap();
+    let review = format!("{}={}", c.issuer, kubeconfig.display());
+    let (_auth, url) =
+        registry_auth(d, &[&c.issuer], &c.s.dir.join("pki/ca.crt"), &["--token-review-kubeconfig", &review]);
+    // team-b holds its whole share (32) in flight, each exchange with a token of its own
+    // (one token's concurrent reviews would share one round trip).
+    let share = 32;
+    let held: Vec<_> = (0..share)
+        .map(|_| {
+            let (url, t) = (url.clone(), token(&c.s, "team-b", "builder", AUDIENCE, None));
+            std::thread::spawn(move || get_token(&url, &t, "repository:team-b/app:pull").status().as_u16())
+        })
+        .collect();
+    wait_for("team-b's exchanges to be in review", Duration::from_secs(30), || {
+        (reviewer.team_b_waiting.load(Ordering::SeqCst) == share).then_some(Value::Bool(true))
+    });
+    // One more of team-b's is refused at once, as upstream's fairness answers: 429 and when
+    // to come back.
+    let resp = get_token(&url, &token(&c.s, "team-b", "builder", AUDIENCE, None), "repository:team-b/app:pull");
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    // team-a, from the same address, is served meanwhile.
+    let resp = get_token(&url, &token(&c.s, "team-a", "builder", AUDIENCE, None), "repository:team-a/app:pull");
+    assert_eq!(resp.status(), 200, "{}", resp.text().unwrap());
+    reviewer.release.store(true, Ordering::SeqCst);
+    for h in held {
+        assert_eq!(h.join().unwrap(), 200, "a held exchange completes once its review answers");
+    }
+    let throttled = audit_lines(d).into_iter().filter(|l| l["decision"] == "throttled").collect::<Vec<_>>();
+    assert_eq!(throttled.len(), 1, "{throttled:?}");
+    assert_eq!(throttled[0]["reason"], "in_flight_identity");
 }

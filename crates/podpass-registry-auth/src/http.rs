@@ -14,7 +14,8 @@
 //!
 //! Answers `{"token","access_token","expires_in","issued_at","scope"[,"refresh_token"]}`;
 //! 400 `invalid_request` / `unsupported_grant_type`, 401 with `WWW-Authenticate` for bad
-//! credentials, 503 while an issuer's keys are unknown.
+//! credentials, 429 with `Retry-After: 1` past the client's share of the work in flight,
+//! 503 while an issuer's keys are unknown.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -205,6 +206,7 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         offline: params.offline,
         annotations: params.annotations,
         peer_node: peer_node(peer),
+        peer_addr: peer.map(|p| p.addr.ip()),
         via,
     };
     let now = podpass_token::now_unix();
@@ -215,6 +217,11 @@ async fn answer(state: &AppState, peer: Option<&Peer>, params: Params, grant: Gr
         Ok(Err(Refusal::Invalid(m))) => oauth_error(StatusCode::BAD_REQUEST, "invalid_request", &m),
         Ok(Err(Refusal::Unauthorized { message, .. })) => {
             oauth_error(StatusCode::UNAUTHORIZED, "invalid_grant", &message)
+        }
+        Ok(Err(Refusal::TooMany { message, .. })) => {
+            let mut response = oauth_error(StatusCode::TOO_MANY_REQUESTS, "temporarily_unavailable", &message);
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
         }
         Ok(Err(Refusal::Unavailable { message, .. })) => {
             oauth_error(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", &message)

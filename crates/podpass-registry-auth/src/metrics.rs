@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     /// `granted`, `partial`, `denied` (valid identity, nothing granted), `refused` (bad
-    /// credentials), `invalid` (malformed request), `unavailable`.
+    /// credentials), `invalid` (malformed request), `unavailable`, `throttled` (past its share of the work in flight).
     pub outcome: String,
     /// Why, from a closed set (`ok`, `expired`, `audience`, `node_mismatch`, …).
     pub reason: String,

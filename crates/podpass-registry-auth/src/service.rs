@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use podpass_serve::AuditWriter;
+use podpass_serve::{AuditWriter, FairShare, InFlightPermit};
 use podpass_token::user::{is_dns1123_label, is_dns1123_subdomain};
 use podpass_token::{AuthError, JwsSigner, NotMine, ObjectRef, VerificationKey};
 use serde::Deserialize;
@@ -25,6 +25,13 @@ use crate::trust::{IssuerTrust, TrustError};
 pub const MAX_ANNOTATIONS: usize = 64;
 /// Bytes of one forwarded annotation (key plus value), at most.
 pub const MAX_ANNOTATION_BYTES: usize = 4096;
+/// Exchanges one identity may have in flight at once: one service account once its
+/// credential verified; before that, one client address (or one node's certificate).
+pub const IN_FLIGHT_PER_IDENTITY: usize = 32;
+/// Exchanges of tenants and anonymous clients in flight at once, all together. A node's
+/// (requests over its client certificate) are held to their identity's share only, so no
+/// flood of tenants or strangers ever starves the nodes' pulls.
+pub const IN_FLIGHT_TOTAL: usize = 256;
 
 /// How the client authenticates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +59,8 @@ pub struct ExchangeRequest {
     pub annotations: BTreeMap<String, String>,
     /// The node a verified TLS client certificate names.
     pub peer_node: Option<String>,
+    /// The client's address: its fair share of the work before its credential verifies.
+    pub peer_addr: Option<std::net::IpAddr>,
     /// How the credential came, for the audit line: `basic` (GET), `password` or
     /// `refresh_token` (POST form).
     pub via: &'static str,
@@ -75,6 +84,15 @@ pub enum Refusal {
     Invalid(String),
     /// The credential is not acceptable (401); `reason` is the metric label.
     Unauthorized {
+        /// Closed-set reason label.
+        reason: &'static str,
+        /// What the client is told.
+        message: String,
+    },
+    /// This identity (or all tenants together) has too many exchanges in flight (429,
+    /// `Retry-After: 1`); `reason` is the metric label (`in_flight_identity`,
+    /// `in_flight_total`).
+    TooMany {
         /// Closed-set reason label.
         reason: &'static str,
         /// What the client is told.
@@ -112,6 +130,7 @@ pub struct TokenService {
     metrics: Arc<RegistryAuthMetrics>,
     reviewers: Vec<Arc<TokenReviewer>>,
     audit: Option<AuditWriter>,
+    in_flight: FairShare,
 }
 
 impl std::fmt::Debug for TokenService {
@@ -195,7 +214,20 @@ impl TokenService {
             metrics: parts.metrics,
             reviewers: parts.reviewers,
             audit: parts.audit,
+            in_flight: FairShare::new(IN_FLIGHT_TOTAL, IN_FLIGHT_PER_IDENTITY),
         }
+    }
+
+    /// Counts one exchange of `identity` in flight, or refuses it: a node's certificate
+    /// holds it to its own share only, anyone else to its share and to the tenants' total.
+    fn admit(&self, identity: &str, node_proven: bool) -> Result<InFlightPermit, Refusal> {
+        self.in_flight.admit(identity, !node_proven).map_err(|e| {
+            let reason = match e {
+                podpass_serve::InFlightRefusal::Identity => "in_flight_identity",
+                podpass_serve::InFlightRefusal::Total => "in_flight_total",
+            };
+            Refusal::TooMany { reason, message: format!("{e}; retry in a second") }
+        })
     }
 
     /// Writes one decision's audit event, stamped with the time.
@@ -282,6 +314,7 @@ impl TokenService {
                 let (outcome, reason, message) = match refusal {
                     Refusal::Invalid(m) => ("invalid", "malformed_request", m.as_str()),
                     Refusal::Unauthorized { reason, message } => ("refused", *reason, message.as_str()),
+                    Refusal::TooMany { reason, message } => ("throttled", *reason, message.as_str()),
                     Refusal::Unavailable { reason, message } => ("unavailable", *reason, message.as_str()),
                 };
                 self.metrics.decision(outcome, reason);
@@ -307,7 +340,18 @@ impl TokenService {
                 self.registry.service()
             )));
         }
+        // Before the credential verifies, the client's share is its address's (or its
+        // node's, when it showed a node's certificate); once it does, its service account's.
+        let node_proven = request.peer_node.is_some();
+        let client = match (&request.peer_node, request.peer_addr) {
+            (Some(node), _) => format!("node:{node}"),
+            (None, Some(addr)) => format!("address:{addr}"),
+            (None, None) => "address:unknown".to_owned(),
+        };
+        let verifying = self.admit(&client, node_proven)?;
         let (mut identity, credential, not_after) = self.identify(&request.grant, now).await?;
+        drop(verifying);
+        let _in_flight = self.admit(&format!("user:{}:{}", identity.issuer, identity.username()), node_proven)?;
         let span = tracing::Span::current();
         span.record("issuer", identity.issuer.as_str());
         span.record("service_account", format!("{}/{}", identity.namespace, identity.service_account.name).as_str());

@@ -13,6 +13,8 @@
 //! - [`config`]: what every daemon's configuration shares — problems named by their flag
 //!   and reported at once ([`ConfigErrors`], exit [`EXIT_USAGE`]), flags parsed with the
 //!   daemon's own declarations ([`parse_flags`]).
+//! - [`FairShare`]: work in flight bounded per identity and in total, refused at once
+//!   past either (kube-apiserver's max-requests-inflight and fairness by user).
 //! - [`durable`]: atomic, durable file replacement and exclusive creation, and the
 //!   clean-up of temporary files a killed writer left behind.
 
@@ -21,9 +23,11 @@ pub mod audit;
 pub mod config;
 mod connections;
 pub mod durable;
+mod inflight;
 mod tls;
 
 pub use accept::{Peer, ServeLimits, accept_loop};
 pub use audit::{AuditFlags, AuditTarget, AuditWriter, RotatingFile};
 pub use config::{ConfigErrors, ConfigProblem, EXIT_USAGE, Problems, parse_flags};
+pub use inflight::{FairShare, InFlightPermit, InFlightRefusal};
 pub use tls::{TlsError, tls_acceptor};

@@ -7,10 +7,7 @@
 //! plane's clients) are exempt — a tenant or an anonymous flood never starves them — and
 //! long-running requests (watches, followed logs) are not counted, as upstream.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use podpass_serve::{FairShare, InFlightPermit};
 
 use super::User;
 use super::status::StatusError;
@@ -26,22 +23,12 @@ const EXEMPT_GROUPS: [&str; 2] = ["system:masters", "system:nodes"];
 
 /// The in-flight bounds of one server.
 #[derive(Debug)]
-pub(crate) struct InFlight {
-    total: Arc<Semaphore>,
-    per_user: Mutex<HashMap<String, Arc<Semaphore>>>,
-    limit_per_user: usize,
-}
+pub(crate) struct InFlight(FairShare);
 
 impl Default for InFlight {
     fn default() -> Self {
         Self::new(TOTAL, PER_USER)
     }
-}
-
-/// A request counted in flight until dropped.
-#[derive(Debug)]
-pub(crate) struct Admitted {
-    _permits: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
 }
 
 fn too_many() -> StatusError {
@@ -56,26 +43,16 @@ fn too_many() -> StatusError {
 
 impl InFlight {
     pub(crate) fn new(total: usize, per_user: usize) -> Self {
-        Self { total: Arc::new(Semaphore::new(total)), per_user: Mutex::default(), limit_per_user: per_user }
+        Self(FairShare::new(total, per_user))
     }
 
     /// Counts a request of `user` in flight, or refuses it (429) when its identity or all
     /// identities are at their bound. Exempt users and long-running requests pass uncounted.
-    pub(crate) fn admit(&self, user: &User, long_running: bool) -> Result<Admitted, StatusError> {
+    pub(crate) fn admit(&self, user: &User, long_running: bool) -> Result<InFlightPermit, StatusError> {
         if long_running || user.groups.iter().any(|g| EXEMPT_GROUPS.contains(&g.as_str())) {
-            return Ok(Admitted { _permits: None });
+            return Ok(InFlightPermit::uncounted());
         }
-        let mine = {
-            let mut all = self.per_user.lock().unwrap_or_else(PoisonError::into_inner);
-            // Identities with nothing in flight are forgotten (bounded by what is in flight).
-            if all.len() > 1024 {
-                all.retain(|_, s| s.available_permits() < self.limit_per_user);
-            }
-            Arc::clone(all.entry(user.name.clone()).or_insert_with(|| Arc::new(Semaphore::new(self.limit_per_user))))
-        };
-        let own = mine.try_acquire_owned().map_err(|_| too_many())?;
-        let shared = Arc::clone(&self.total).try_acquire_owned().map_err(|_| too_many())?;
-        Ok(Admitted { _permits: Some((own, shared)) })
+        self.0.admit(&user.name, true).map_err(|_| too_many())
     }
 }
 
