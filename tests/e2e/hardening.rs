@@ -1009,6 +1009,32 @@ fn node_names_sub_paths_ephemeral_containers_and_oversized_data_are_refused_as_u
     let fits = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fits"},
         "data": {"k": "x".repeat((1 << 20) - 1)}});
     assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces/default/configmaps", Some(fits)).0, 201);
+    // ValidatePodSpec beyond names and paths: every error of one pod in one 422, each with
+    // upstream's path and words.
+    let mut many = pod_with_volumes(
+        "many",
+        serde_json::json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "expirationSeconds": 60}}]}},
+                           {"name": "none"}]),
+    );
+    many["spec"]["containers"][0]["image"] = serde_json::json!("");
+    many["spec"]["containers"][0]["ports"] = serde_json::json!([{"containerPort": 0}]);
+    many["spec"]["restartPolicy"] = serde_json::json!("Sometimes");
+    many["spec"]["securityContext"] = serde_json::json!({"runAsUser": -1});
+    let (code, status) = json_req(&s, Method::POST, pods, Some(many));
+    assert_eq!(code, 422, "{status}");
+    let message = status["message"].as_str().unwrap();
+    for expected in [
+        "spec.containers[0].image: Required value",
+        "spec.containers[0].ports[0].containerPort: Invalid value: 0: must be between 1 and 65535, inclusive",
+        "spec.volumes[0].projected.sources[0].serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes",
+        "spec.volumes[1]: Required value: must specify a volume type",
+        r#"spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", "Never", "OnFailure""#,
+        "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive",
+    ] {
+        assert!(message.contains(expected), "missing {expected:?} in {message}");
+    }
+    let causes = status["details"]["causes"].as_array().map_or(0, Vec::len);
+    assert!(causes >= 6, "each error is a cause: {status}");
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod limit_range;
 mod namespace;
 mod node;
 mod pod;
+mod pod_spec;
 pub(crate) mod projection;
 mod rbac;
 mod resource_quota;
@@ -175,11 +176,83 @@ impl Strategy for Unstored {}
 /// The strategy of a kind with no behaviour of its own.
 pub(crate) static UNSTORED: Unstored = Unstored;
 
-/// Joins field errors into upstream's `Kind "name" is invalid: …` (a list when several).
+/// Joins field errors into upstream's `Kind "name" is invalid: …` (a list when several),
+/// with `details.causes` as `errors.NewInvalid` writes them (kubectl prints one line a cause).
 pub(crate) fn invalid(kind: &str, name: &str, errors: Vec<String>) -> Result<(), StatusError> {
-    match errors.as_slice() {
-        [] => Ok(()),
-        [one] => Err(StatusError::invalid(format!("{kind} {name:?} is invalid: {one}"))),
-        many => Err(StatusError::invalid(format!("{kind} {name:?} is invalid: [{}]", many.join(", ")))),
+    let mut e = match errors.as_slice() {
+        [] => return Ok(()),
+        [one] => StatusError::invalid(format!("{kind} {name:?} is invalid: {one}")),
+        many => StatusError::invalid(format!("{kind} {name:?} is invalid: [{}]", many.join(", "))),
+    };
+    let causes: Vec<Value> = errors.iter().map(|error| cause(error)).collect();
+    let mut details = serde_json::json!({"name": name, "kind": kind, "causes": causes});
+    if let Some(group) = group_of(kind) {
+        details["group"] = group.into();
+    }
+    e.details = Some(Box::new(details));
+    Err(e)
+}
+
+/// `field.ErrorType`s as they read in a rendered error, and their `metav1.CauseType`.
+const CAUSE_TYPES: [(&str, &str); 9] = [
+    ("Required value", "FieldValueRequired"),
+    ("Invalid value", "FieldValueInvalid"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+    ("Internal error", "InternalError"),
+];
+
+/// One rendered `<field>: <type>[: …]` error as a `StatusCause` (`reason`, `message` — the
+/// error without its field, as `ErrorBody` — and `field`).
+fn cause(error: &str) -> Value {
+    let split = CAUSE_TYPES
+        .iter()
+        .filter_map(|(text, reason)| error.find(&format!(": {text}")).map(|at| (at, *reason)))
+        .min_by_key(|(at, _)| *at);
+    match split {
+        Some((at, reason)) => serde_json::json!({"reason": reason, "message": &error[at + 2..], "field": &error[..at]}),
+        None => serde_json::json!({"reason": "FieldValueInvalid", "message": error}),
+    }
+}
+
+/// The API group of a kind served outside the core group.
+fn group_of(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => Some("rbac.authorization.k8s.io"),
+        "Lease" => Some("coordination.k8s.io"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn invalid_objects_carry_one_cause_per_field_error_as_new_invalid_writes_them() {
+        let e = invalid(
+            "Role",
+            "r",
+            vec![
+                "rules[0].verbs: Required value".into(),
+                r#"metadata.labels: Invalid value: "a: b": name part must be short"#.into(),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(e.code.as_u16(), 422);
+        assert_eq!(
+            *e.details.unwrap(),
+            serde_json::json!({"name": "r", "kind": "Role", "group": "rbac.authorization.k8s.io", "causes": [
+                {"reason": "FieldValueRequired", "message": "Required value", "field": "rules[0].verbs"},
+                {"reason": "FieldValueInvalid", "message": r#"Invalid value: "a: b": name part must be short"#,
+                 "field": "metadata.labels"},
+            ]})
+        );
+        assert_eq!(invalid("Pod", "p", vec![]), Ok(()));
     }
 }

@@ -46,7 +46,9 @@ impl Strategy for Pod {
 
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
         validate_names(name, object)?;
-        invalid("Pod", name, spec_errors(object, true))?;
+        let mut errors = spec_errors(object, true);
+        errors.extend(super::pod_spec::errors(object));
+        invalid("Pod", name, errors)?;
         validate_pod_volumes(name, object)
     }
 
@@ -233,7 +235,11 @@ fn default_pod(pod: &mut Value) {
         ("securityContext", json!({})),
         ("enableServiceLinks", json!(true)),
     ] {
-        spec.entry(key).or_insert(value);
+        // An empty string is Go's zero value: unset, so defaulted too.
+        let slot = spec.entry(key).or_insert(Value::Null);
+        if slot.is_null() || slot.as_str() == Some("") {
+            *slot = value;
+        }
     }
     for volume in spec.get_mut("volumes").and_then(Value::as_array_mut).into_iter().flatten() {
         for source in ["secret", "configMap", "downwardAPI", "projected"] {
