@@ -739,3 +739,75 @@ fn kubectl_create_rolebinding_with_the_bootstrap_edit_admin_and_view_roles_grant
     assert_eq!(can("dave", "list", "leases"), "yes");
     assert_eq!(can("alice", "list", "leases"), "yes", "view aggregates into edit");
 }
+
+#[test]
+fn the_kubernetes_service_names_the_api_server_and_is_put_back_and_cluster_info_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    let port: u16 = s.url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+    let path = "/api/v1/namespaces/default/services/kubernetes";
+    let svc = wait_for("the kubernetes Service", Duration::from_secs(30), || {
+        let (code, svc) = admin_get(&s, path);
+        (code == 200).then_some(svc)
+    });
+    assert_eq!(svc["spec"]["clusterIP"], "10.96.0.1", "{svc}");
+    assert_eq!(svc["spec"]["ports"], json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]));
+    assert_eq!(svc["metadata"]["labels"], json!({"component": "apiserver", "provider": "kubernetes"}));
+    let slice = wait_for("its EndpointSlice", Duration::from_secs(30), || {
+        let (code, slice) = admin_get(&s, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes");
+        (code == 200).then_some(slice)
+    });
+    assert_eq!(slice["endpoints"][0]["addresses"], json!(["127.0.0.1"]), "{slice}");
+    assert_eq!(slice["ports"][0]["port"], port);
+    assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "kubernetes");
+    let (code, endpoints) = admin_get(&s, "/api/v1/namespaces/default/endpoints/kubernetes");
+    assert_eq!(code, 200, "{endpoints}");
+    assert_eq!(endpoints["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+
+    // kubectl finds it, prints it as upstream, and cluster-info answers.
+    let cache = dir.path().join("kube-cache");
+    let out = kubectl(&s, &cache, &["get", "service", "kubernetes", "-n", "default"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = table(&text);
+    assert_eq!(rows[0], ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], "{text}");
+    assert_eq!(rows[1][..5], ["kubernetes", "ClusterIP", "10.96.0.1", "<none>", "443/TCP"], "{text}");
+    let out = kubectl(&s, &cache, &["cluster-info"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Kubernetes control plane") && text.contains("is running at"), "{text}");
+
+    // The serving certificate names the Service's address and names.
+    let sans = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+        .arg(s.dir.join("pki/apiserver.crt"))
+        .output()
+        .unwrap();
+    let sans = String::from_utf8_lossy(&sans.stdout);
+    for name in ["IP Address:10.96.0.1", "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"] {
+        assert!(sans.contains(name), "{name} missing in {sans}");
+    }
+
+    // Deleted, it comes back; a moved port is put back.
+    let (code, _) = admin_request(&s, reqwest::Method::DELETE, path, None);
+    assert_eq!(code, 200);
+    wait_for("the kubernetes Service recreated", Duration::from_secs(40), || {
+        let (code, again) = admin_get(&s, path);
+        (code == 200 && again["metadata"]["uid"] != svc["metadata"]["uid"]).then_some(again)
+    });
+    let (_, live) = admin_get(&s, path);
+    let mut moved = live.clone();
+    moved["spec"]["ports"][0]["targetPort"] = json!(1);
+    let (code, written) = admin_request(&s, reqwest::Method::PUT, path, Some(moved));
+    assert_eq!(code, 200, "{written}");
+    wait_for("the kubernetes Service's port put back", Duration::from_secs(40), || {
+        let (_, now) = admin_get(&s, path);
+        (now["spec"]["ports"][0]["targetPort"] == port).then_some(now)
+    });
+    // Its cluster IP is fixed once set.
+    let mut readdressed = live;
+    readdressed["spec"]["clusterIP"] = json!("10.96.0.2");
+    readdressed["metadata"]["resourceVersion"] = Value::Null;
+    let (code, status) = admin_request(&s, reqwest::Method::PUT, path, Some(readdressed));
+    assert_eq!(code, 422, "{status}");
+}

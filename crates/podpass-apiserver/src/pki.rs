@@ -63,9 +63,10 @@ fn read(path: &Path) -> Result<String, PkiError> {
 }
 
 /// Ensures `<dir>/ca.crt` + `ca.key` exist (created once, key mode 0600) and issues a fresh
-/// serving certificate for `localhost`, `127.0.0.1`, `::1` and `extra_ips`, written to
-/// `<dir>/apiserver.crt` and `apiserver.key`.
-pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki, PkiError> {
+/// serving certificate for `localhost`, `127.0.0.1`, `::1`, `extra_ips` and `extra_names`
+/// (the `kubernetes` Service's address and names), written to `<dir>/apiserver.crt` and
+/// `apiserver.key`.
+pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr], extra_names: &[&str]) -> Result<ServingPki, PkiError> {
     std::fs::create_dir_all(dir).map_err(|source| PkiError::Read { path: dir.to_path_buf(), source })?;
     let (ca_crt, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
     if !ca_crt.exists() || !ca_key.exists() {
@@ -96,6 +97,9 @@ pub fn ensure_serving_pki(dir: &Path, extra_ips: &[IpAddr]) -> Result<ServingPki
         if !ip.is_unspecified() && !sans.contains(&SanType::IpAddress(*ip)) {
             sans.push(SanType::IpAddress(*ip));
         }
+    }
+    for name in extra_names {
+        sans.push(SanType::DnsName((*name).try_into().map_err(generate("serving certificate names"))?));
     }
     let key = KeyPair::generate().map_err(generate("serving key"))?;
     let mut params = CertificateParams::default();
@@ -205,8 +209,9 @@ mod tests {
     #[test]
     fn creates_ca_once_and_issues_serving_certs_from_it() {
         let dir = tempfile::tempdir().unwrap();
-        let first = ensure_serving_pki(dir.path(), &[IpAddr::from([10, 0, 0, 1])]).unwrap();
-        let second = ensure_serving_pki(dir.path(), &[]).unwrap();
+        let first = ensure_serving_pki(dir.path(), &[], &[]).unwrap();
+        let second =
+            ensure_serving_pki(dir.path(), &[IpAddr::from([10, 96, 0, 1])], &["kubernetes.default.svc"]).unwrap();
         assert_eq!(first.ca_pem, second.ca_pem, "the CA is kept");
         assert_ne!(first.key_pem, second.key_pem, "serving keys are fresh");
         use std::os::unix::fs::PermissionsExt;
@@ -228,6 +233,7 @@ mod tests {
                 .unwrap();
             let sans = String::from_utf8_lossy(&text.stdout);
             assert!(sans.contains("IP Address:127.0.0.1") && sans.contains("DNS:localhost"), "{sans}");
+            assert!(sans.contains("IP Address:10.96.0.1") && sans.contains("DNS:kubernetes.default.svc"), "{sans}");
         }
     }
 }

@@ -109,6 +109,22 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiClie
     kube::Client::try_from(config).map_err(|e| err(e.to_string()))
 }
 
+/// The API server's address as a kubeconfig's `server` names it (its host resolved), for
+/// what relays connections to it.
+pub async fn api_server_address(path: &Path) -> Result<std::net::SocketAddr, ApiClientError> {
+    let err = |reason: String| ApiClientError::Kubeconfig { path: path.display().to_string(), reason };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let url = &config.cluster_url;
+    let host = url.host().ok_or_else(|| err(format!("server {url} names no host")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(if url.scheme_str() == Some("http") { 80 } else { 443 });
+    let mut found = tokio::net::lookup_host((host, port)).await.map_err(|e| err(format!("resolving {host}: {e}")))?;
+    found.next().ok_or_else(|| err(format!("{host} resolves to no address")))
+}
+
 /// The cluster CA of a kubeconfig (`certificate-authority-data` or `-authority`), as PEM:
 /// the CA the node trusts for client certificates on its own server.
 pub async fn cluster_ca_pem(path: &Path) -> Result<String, ApiClientError> {

@@ -41,6 +41,10 @@ pub struct ApiServerConfig {
     /// Serving private key (PEM).
     #[arg(long)]
     pub tls_private_key_file: Option<PathBuf>,
+    /// Service addresses (IPv4 CIDR); its first address is the `kubernetes` Service's,
+    /// which every pod reaches the API server at and the serving certificate names.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    pub service_cluster_ip_range: String,
     /// Token issuer; repeatable (the first signs, all are accepted). Default:
     /// https://<bind>:<port>.
     #[arg(long = "service-account-issuer")]
@@ -131,6 +135,8 @@ pub(super) struct Settings {
     pub(super) min_request_timeout: Duration,
     pub(super) event_ttl: Duration,
     pub(super) pod_security: crate::server::rest::admission::pod_security::PodSecurityConfig,
+    /// The `kubernetes` Service's address (`--service-cluster-ip-range`'s first).
+    pub(super) kubernetes_service_ip: std::net::Ipv4Addr,
 }
 
 /// The server could not start after its configuration was accepted.
@@ -244,7 +250,7 @@ impl ApiServerConfig {
                 extra_keys.extend(keys);
             }
         }
-        let serving = self.serving_tls(&mut problems, data_dir_ok);
+        let serving = self.serving_tls(&mut problems, data_dir_ok, settings.kubernetes_service_ip);
         let token_file_path = self.token_auth_file.clone().unwrap_or_else(|| self.data_dir.join("tokens.csv"));
         let token_file = self.token_file(&mut problems, &token_file_path, data_dir_ok);
         let audit =
@@ -353,7 +359,14 @@ impl ApiServerConfig {
                 })
             }
         };
+        let kubernetes_service_ip = problems
+            .check(
+                "--service-cluster-ip-range",
+                super::kubernetes_service::first_service_ip(&self.service_cluster_ip_range),
+            )
+            .unwrap_or(std::net::Ipv4Addr::new(10, 96, 0, 1));
         Settings {
+            kubernetes_service_ip,
             features,
             node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
             token_request_uid_validation: gates.enabled(Feature::TokenRequestServiceAccountUIDValidation),
@@ -397,7 +410,12 @@ impl ApiServerConfig {
 
     /// The serving TLS acceptor and the CA PEM clients trust: the flags' files, or the data
     /// dir's generated PKI.
-    fn serving_tls(&self, problems: &mut Problems, data_dir_ok: bool) -> Option<(TlsAcceptor, String)> {
+    fn serving_tls(
+        &self,
+        problems: &mut Problems,
+        data_dir_ok: bool,
+        service_ip: std::net::Ipv4Addr,
+    ) -> Option<(TlsAcceptor, String)> {
         let (cert_pem, key_pem, ca_pem) = match (&self.tls_cert_file, &self.tls_private_key_file) {
             (Some(c), Some(k)) => {
                 let cert = read_file(problems, "--tls-cert-file", c);
@@ -409,8 +427,12 @@ impl ApiServerConfig {
             (None, None) if data_dir_ok => {
                 let pki = problems.check(
                     "--data-dir",
-                    ensure_serving_pki(&self.data_dir.join("pki"), &[self.bind_address])
-                        .map_err(|e| format!("preparing serving certificates: {e}")),
+                    ensure_serving_pki(
+                        &self.data_dir.join("pki"),
+                        &[self.bind_address, service_ip.into()],
+                        &super::kubernetes_service::SERVICE_DNS_NAMES,
+                    )
+                    .map_err(|e| format!("preparing serving certificates: {e}")),
                 )?;
                 (pki.cert_chain_pem.into_bytes(), pki.key_pem.into_bytes(), pki.ca_pem)
             }

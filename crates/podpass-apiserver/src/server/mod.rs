@@ -11,6 +11,7 @@ mod config;
 mod event_ttl;
 mod inflight;
 mod informer;
+mod kubernetes_service;
 mod leader;
 mod lookup;
 mod metrics;

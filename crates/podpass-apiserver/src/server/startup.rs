@@ -30,6 +30,7 @@ pub struct Bound {
     app: axum::Router,
     limits: serve::ServeLimits,
     state: Arc<AppState>,
+    service_ip: std::net::Ipv4Addr,
     event_ttl: std::time::Duration,
 }
 
@@ -44,7 +45,7 @@ impl Bound {
     /// CA publisher, the quota controller, pod GC and the scheduler, until `shutdown`
     /// completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Bound { listener, tls, app, limits, state, event_ttl, .. } = self;
+        let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
         let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
         let elector = Arc::new(super::leader::Elector::new());
@@ -53,6 +54,13 @@ impl Bound {
             async move { elector.run(state).await }
         });
         let root_ca = tokio::spawn(super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()));
+        let kubernetes_service = {
+            // The address clients reach: a wildcard bind is reached on loopback.
+            let ip =
+                if local_addr.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { local_addr.ip() };
+            let endpoint = SocketAddr::new(ip, local_addr.port());
+            tokio::spawn(super::kubernetes_service::run(Arc::clone(&state), service_ip, endpoint, elector.subscribe()))
+        };
         let quotas = tokio::spawn(super::rest::admission::quota::run(Arc::clone(&state)));
         let pod_gc = tokio::spawn(super::rest::collect_orphans_forever(Arc::clone(&state)));
         let scheduler = tokio::spawn(super::scheduler::run(Arc::clone(&state)));
@@ -62,6 +70,7 @@ impl Bound {
         reaper.abort();
         tokens.abort();
         root_ca.abort();
+        kubernetes_service.abort();
         election.abort();
         elector.release(&state).await;
         quotas.abort();
@@ -209,7 +218,19 @@ impl Prepared {
             ..settings.serve_limits
         };
         let event_ttl = settings.event_ttl;
-        Ok(Bound { local_addr, server_url, admin_kubeconfig, listener, tls: self.tls, app, limits, state, event_ttl })
+        let service_ip = settings.kubernetes_service_ip;
+        Ok(Bound {
+            local_addr,
+            server_url,
+            admin_kubeconfig,
+            listener,
+            tls: self.tls,
+            app,
+            limits,
+            state,
+            event_ttl,
+            service_ip,
+        })
     }
 }
 

@@ -67,6 +67,8 @@ pub(crate) struct PodRuntime {
     pub log_max_size: i64,
     /// `containerLogMaxFiles`.
     pub log_max_files: usize,
+    /// The `kubernetes` Service's variables and relays (none: no in-cluster access).
+    pub in_cluster: Option<std::sync::Arc<super::in_cluster::InCluster>>,
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -502,7 +504,15 @@ async fn container_config(
     groups.extend(pod_sc.fs_group);
     let mut labels = labels(rt, pod);
     labels.insert(CONTAINER_NAME_LABEL.to_owned(), c.name.clone());
-    let envs = envs(pod, c, pod_ip, sources).await?;
+    let mut envs = envs(pod, c, pod_ip, sources).await?;
+    // kubelet: the Service variables come last and never replace one the pod set.
+    if let Some(in_cluster) = &rt.in_cluster {
+        for kv in in_cluster.env(host_network(pod)).await {
+            if !envs.iter().any(|e| e.key == kv.key) {
+                envs.push(kv);
+            }
+        }
+    }
     // Off the async workers: emptyDirs are made (and mounted) and subPaths resolved on disk.
     let (root, allocatable, owned_pod, owned_c) = (rt.root.clone(), rt.node_allocatable_memory, pod.clone(), c.clone());
     let mounts = tokio::task::spawn_blocking(move || mounts(&root, allocatable, &owned_pod, &owned_c))
@@ -695,6 +705,16 @@ pub(crate) async fn sync(
     } else {
         rt.cri.pod_sandbox_status(&sandbox).await.map_err(err)?.and_then(|s| s.network).map(|n| n.ip)
     };
+    // The API server's Service answers inside the pod's namespace before any container
+    // starts in it.
+    if let Some(in_cluster) = &rt.in_cluster
+        && !host_network(pod)
+    {
+        match rt.cri.pod_sandbox_netns(&sandbox).await.map_err(err)? {
+            Some(netns) => in_cluster.ensure_relay(&sandbox, netns).await?,
+            None => tracing::warn!(sandbox, "the runtime names no network namespace: no in-cluster access"),
+        }
+    }
     out.pod_ip = pod_ip.clone();
     let existing = current(rt, &uid).await.map_err(err)?;
 

@@ -13,6 +13,7 @@ mod container_gc;
 mod containers;
 mod events;
 mod heartbeat;
+mod in_cluster;
 mod known_pods;
 mod log_rotation;
 mod logs;
@@ -297,6 +298,13 @@ impl Prepared {
                 _ => Vec::new(),
             };
         let node_config = crate::credential::docker_config::read_node_config(root)?;
+        let in_cluster = match crate::api::api_server_address(&self.config.kubeconfig).await {
+            Ok(upstream) => Some(in_cluster::InCluster::new(client.clone(), upstream)),
+            Err(e) => {
+                tracing::warn!(error = %e, "pods get no in-cluster access to the API server");
+                None
+            }
+        };
         Ok(Shared {
             client: client.clone(),
             root: root.clone(),
@@ -325,6 +333,7 @@ impl Prepared {
                     seccomp_default: self.kubelet.seccomp_default,
                     log_max_size: self.kubelet.container_log_max_size,
                     log_max_files: self.kubelet.container_log_max_files,
+                    in_cluster: in_cluster.clone(),
                 })
             }),
         })

@@ -246,6 +246,23 @@ pub struct PodSandboxStatus {
     pub labels: HashMap<String, String>,
 }
 
+/// The network namespace a containerd verbose sandbox `info` document names.
+fn netns_of(info: &str) -> Option<std::path::PathBuf> {
+    let info: serde_json::Value = serde_json::from_str(info).ok()?;
+    let namespaces = info.pointer("/runtimeSpec/linux/namespaces").and_then(serde_json::Value::as_array);
+    let network = namespaces.into_iter().flatten().find(|n| n["type"] == "network");
+    match network.and_then(|n| n["path"].as_str()).filter(|p| !p.is_empty()) {
+        Some(path) => Some(path.into()),
+        // A network namespace without a path is the pause process's own.
+        None if network.is_some() => info
+            .get("pid")
+            .and_then(serde_json::Value::as_u64)
+            .filter(|p| *p > 0)
+            .map(|pid| format!("/proc/{pid}/ns/net").into()),
+        None => None,
+    }
+}
+
 /// `PodSandboxStatusRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PodSandboxStatusRequest {
@@ -263,6 +280,10 @@ pub struct PodSandboxStatusResponse {
     /// Status.
     #[prost(message, optional, tag = "1")]
     pub status: Option<PodSandboxStatus>,
+    /// With `verbose`: the runtime's details (containerd: `info`, a JSON document holding
+    /// the sandbox's OCI `runtimeSpec` and its `pid`).
+    #[prost(map = "string, string", tag = "2")]
+    pub info: HashMap<String, String>,
 }
 
 /// `PodSandboxFilter`.
@@ -773,6 +794,17 @@ impl CriRuntime {
         Ok(r.status)
     }
 
+    /// The network namespace of sandbox `id`, from its verbose status: the `network`
+    /// namespace path of its OCI spec (containerd's CRI), else its pause process's
+    /// `/proc/<pid>/ns/net`; `None` when the runtime says neither (or the sandbox shares
+    /// the node's network).
+    pub async fn pod_sandbox_netns(&self, id: &str) -> Result<Option<std::path::PathBuf>, RuntimeError> {
+        let req = PodSandboxStatusRequest { pod_sandbox_id: id.to_owned(), verbose: true };
+        let r: PodSandboxStatusResponse =
+            self.call("/runtime.v1.RuntimeService/PodSandboxStatus", req, REQUEST_TIMEOUT).await?;
+        Ok(r.info.get("info").and_then(|info| netns_of(info)))
+    }
+
     /// `ListPodSandbox` of the sandboxes carrying every label of `labels`.
     pub async fn list_pod_sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>, RuntimeError> {
         let filter = PodSandboxFilter { id: String::new(), label_selector: labels };
@@ -890,6 +922,18 @@ mod tests {
     use prost::Message;
 
     use super::*;
+
+    #[test]
+    fn the_network_namespace_is_read_from_containerds_verbose_info() {
+        let spec = |ns: &str| {
+            format!(r#"{{"pid": 42, "runtimeSpec": {{"linux": {{"namespaces": [{{"type": "pid"}}, {ns}]}}}}}}"#)
+        };
+        let path = netns_of(&spec(r#"{"type": "network", "path": "/var/run/netns/cni-1"}"#));
+        assert_eq!(path, Some("/var/run/netns/cni-1".into()));
+        assert_eq!(netns_of(&spec(r#"{"type": "network"}"#)), Some("/proc/42/ns/net".into()));
+        assert_eq!(netns_of(&spec(r#"{"type": "ipc"}"#)), None, "the node's network");
+        assert_eq!(netns_of("not json"), None);
+    }
 
     #[test]
     fn wire_layout_matches_cri_field_numbers() {

@@ -164,6 +164,10 @@ pub async fn authorize(
             }
         }
         ("", "events", "") if verb == "create" || verb == "patch" => Ok(AuthorizationDecision::Allow(String::new())),
+        // NodeRules: Services are read (the kubelet's service environment variables).
+        ("", "services", "") if matches!(verb, "get" | "list" | "watch") => {
+            Ok(AuthorizationDecision::Allow(String::new()))
+        }
         // NodeRules: a node's heartbeat Lease; NodeRestriction confines it to its own.
         ("coordination.k8s.io", "leases", "") if matches!(verb, "get" | "create" | "update" | "patch" | "delete") => {
             Ok(AuthorizationDecision::Allow(String::new()))

@@ -135,6 +135,9 @@ pub const RESOURCES: &[Resource] = &[
     stored("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &kinds::RESOURCE_QUOTA),
     stored("", "LimitRange", "limitranges", "limitrange", true, &["limits"], &kinds::LIMIT_RANGE),
     stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
+    in_categories(stored("", "Service", "services", "service", true, &["svc"], &kinds::SERVICE), &["all"]),
+    stored("", "Endpoints", "endpoints", "endpoints", true, &["ep"], &kinds::ENDPOINTS),
+    stored("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice", true, &[], &kinds::ENDPOINT_SLICE),
     Resource {
         conversion: Some(&kinds::EVENTS_V1),
         ..stored("events.k8s.io", "Event", "events", "event", true, &["ev"], &kinds::EVENT)

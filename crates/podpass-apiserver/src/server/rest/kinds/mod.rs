@@ -22,6 +22,7 @@ pub(crate) mod projection;
 mod rbac;
 mod resource_quota;
 mod secret;
+mod service;
 mod service_account;
 pub(crate) mod types;
 
@@ -43,6 +44,7 @@ pub(crate) use pod::POD;
 pub(crate) use rbac::{CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING};
 pub(crate) use resource_quota::RESOURCE_QUOTA;
 pub(crate) use secret::SECRET;
+pub(crate) use service::{ENDPOINT_SLICE, ENDPOINTS, SERVICE};
 pub(crate) use service_account::SERVICE_ACCOUNT;
 
 /// A kind's table: its columns and how a row is made.

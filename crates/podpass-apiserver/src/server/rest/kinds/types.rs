@@ -1,7 +1,7 @@
 //! The k8s-openapi type of each kind served, for what needs the type rather than the JSON:
 //! field validation (decoding) and the OpenAPI documents (schemas).
 
-use k8s_openapi::api::{authentication, authorization, coordination, core, events, rbac};
+use k8s_openapi::api::{authentication, authorization, coordination, core, discovery, events, rbac};
 
 /// What a kind's type must offer.
 pub trait KindType: serde::de::DeserializeOwned + schemars::JsonSchema {}
@@ -30,6 +30,9 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("", "LimitRange") => visitor.visit::<core::v1::LimitRange>(),
         ("", "Event") => visitor.visit::<core::v1::Event>(),
         ("", "Binding") => visitor.visit::<core::v1::Binding>(),
+        ("", "Service") => visitor.visit::<core::v1::Service>(),
+        ("", "Endpoints") => visitor.visit::<core::v1::Endpoints>(),
+        ("discovery.k8s.io", "EndpointSlice") => visitor.visit::<discovery::v1::EndpointSlice>(),
         ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
         ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
         ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),

@@ -11,42 +11,42 @@
 use super::schema::{Field, Message, Ty::*};
 
 /// Every message the server decodes, by index.
-pub(super) static MESSAGES: [Message; 214] = [
+pub(super) static MESSAGES: [Message; 235] = [
     // 0
     Message {
         name: "api.core.v1.Pod",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(25), repeated: false },
-            Field { number: 3, json: "status", ty: Message(26), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(28), repeated: false },
+            Field { number: 3, json: "status", ty: Message(29), repeated: false },
         ],
     },
     // 1
     Message {
         name: "api.core.v1.Node",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(27), repeated: false },
-            Field { number: 3, json: "status", ty: Message(28), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(30), repeated: false },
+            Field { number: 3, json: "status", ty: Message(31), repeated: false },
         ],
     },
     // 2
     Message {
         name: "api.core.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "involvedObject", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "involvedObject", ty: Message(32), repeated: false },
             Field { number: 3, json: "reason", ty: String, repeated: false },
             Field { number: 4, json: "message", ty: String, repeated: false },
-            Field { number: 5, json: "source", ty: Message(30), repeated: false },
+            Field { number: 5, json: "source", ty: Message(33), repeated: false },
             Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
             Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
             Field { number: 8, json: "count", ty: Int32, repeated: false },
             Field { number: 9, json: "type", ty: String, repeated: false },
             Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 11, json: "series", ty: Message(31), repeated: false },
+            Field { number: 11, json: "series", ty: Message(34), repeated: false },
             Field { number: 12, json: "action", ty: String, repeated: false },
-            Field { number: 13, json: "related", ty: Message(29), repeated: false },
+            Field { number: 13, json: "related", ty: Message(32), repeated: false },
             Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
             Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
         ],
@@ -55,15 +55,15 @@ pub(super) static MESSAGES: [Message; 214] = [
     Message {
         name: "api.core.v1.Binding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "target", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "target", ty: Message(32), repeated: false },
         ],
     },
     // 4
     Message {
         name: "api.core.v1.ConfigMap",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
             Field { number: 2, json: "data", ty: Map(&String), repeated: false },
             Field { number: 3, json: "binaryData", ty: Map(&Bytes), repeated: false },
             Field { number: 4, json: "immutable", ty: Bool, repeated: false },
@@ -73,7 +73,7 @@ pub(super) static MESSAGES: [Message; 214] = [
     Message {
         name: "api.core.v1.Secret",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
             Field { number: 2, json: "data", ty: Map(&Bytes), repeated: false },
             Field { number: 3, json: "type", ty: String, repeated: false },
             Field { number: 4, json: "stringData", ty: Map(&String), repeated: false },
@@ -84,18 +84,18 @@ pub(super) static MESSAGES: [Message; 214] = [
     Message {
         name: "api.core.v1.Namespace",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(32), repeated: false },
-            Field { number: 3, json: "status", ty: Message(33), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(35), repeated: false },
+            Field { number: 3, json: "status", ty: Message(36), repeated: false },
         ],
     },
     // 7
     Message {
         name: "api.core.v1.ServiceAccount",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "secrets", ty: Message(29), repeated: true },
-            Field { number: 3, json: "imagePullSecrets", ty: Message(34), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "secrets", ty: Message(32), repeated: true },
+            Field { number: 3, json: "imagePullSecrets", ty: Message(37), repeated: true },
             Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
         ],
     },
@@ -103,158 +103,185 @@ pub(super) static MESSAGES: [Message; 214] = [
     Message {
         name: "api.core.v1.ResourceQuota",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(35), repeated: false },
-            Field { number: 3, json: "status", ty: Message(36), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(38), repeated: false },
+            Field { number: 3, json: "status", ty: Message(39), repeated: false },
         ],
     },
     // 9
     Message {
         name: "api.core.v1.LimitRange",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(37), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
         ],
     },
     // 10
     Message {
+        name: "api.core.v1.Service",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(41), repeated: false },
+            Field { number: 3, json: "status", ty: Message(42), repeated: false },
+        ],
+    },
+    // 11
+    Message {
+        name: "api.core.v1.Endpoints",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "subsets", ty: Message(43), repeated: true },
+        ],
+    },
+    // 12
+    Message {
+        name: "api.discovery.v1.EndpointSlice",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "endpoints", ty: Message(44), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(45), repeated: true },
+            Field { number: 4, json: "addressType", ty: String, repeated: false },
+        ],
+    },
+    // 13
+    Message {
         name: "api.events.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
             Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 3, json: "series", ty: Message(38), repeated: false },
+            Field { number: 3, json: "series", ty: Message(46), repeated: false },
             Field { number: 4, json: "reportingController", ty: String, repeated: false },
             Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
             Field { number: 6, json: "action", ty: String, repeated: false },
             Field { number: 7, json: "reason", ty: String, repeated: false },
-            Field { number: 8, json: "regarding", ty: Message(29), repeated: false },
-            Field { number: 9, json: "related", ty: Message(29), repeated: false },
+            Field { number: 8, json: "regarding", ty: Message(32), repeated: false },
+            Field { number: 9, json: "related", ty: Message(32), repeated: false },
             Field { number: 10, json: "note", ty: String, repeated: false },
             Field { number: 11, json: "type", ty: String, repeated: false },
-            Field { number: 12, json: "deprecatedSource", ty: Message(30), repeated: false },
+            Field { number: 12, json: "deprecatedSource", ty: Message(33), repeated: false },
             Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
             Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
             Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
         ],
     },
-    // 11
+    // 14
     Message {
         name: "api.coordination.v1.Lease",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(39), repeated: false },
-        ],
-    },
-    // 12
-    Message {
-        name: "api.rbac.v1.Role",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(40), repeated: true },
-        ],
-    },
-    // 13
-    Message {
-        name: "api.rbac.v1.RoleBinding",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(41), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(42), repeated: false },
-        ],
-    },
-    // 14
-    Message {
-        name: "api.rbac.v1.ClusterRole",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(40), repeated: true },
-            Field { number: 3, json: "aggregationRule", ty: Message(43), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
         ],
     },
     // 15
     Message {
-        name: "api.rbac.v1.ClusterRoleBinding",
+        name: "api.rbac.v1.Role",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(41), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(42), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(48), repeated: true },
         ],
     },
     // 16
     Message {
-        name: "api.authentication.v1.TokenRequest",
+        name: "api.rbac.v1.RoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(44), repeated: false },
-            Field { number: 3, json: "status", ty: Message(45), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(49), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(50), repeated: false },
         ],
     },
     // 17
     Message {
-        name: "api.authentication.v1.TokenReview",
+        name: "api.rbac.v1.ClusterRole",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(46), repeated: false },
-            Field { number: 3, json: "status", ty: Message(47), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(48), repeated: true },
+            Field { number: 3, json: "aggregationRule", ty: Message(51), repeated: false },
         ],
     },
     // 18
     Message {
-        name: "api.authentication.v1.SelfSubjectReview",
+        name: "api.rbac.v1.ClusterRoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "status", ty: Message(48), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(49), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(50), repeated: false },
         ],
     },
     // 19
     Message {
-        name: "api.authorization.v1.SubjectAccessReview",
+        name: "api.authentication.v1.TokenRequest",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(49), repeated: false },
-            Field { number: 3, json: "status", ty: Message(50), repeated: false },
-        ],
-    },
-    // 20
-    Message {
-        name: "api.authorization.v1.SelfSubjectAccessReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(51), repeated: false },
-            Field { number: 3, json: "status", ty: Message(50), repeated: false },
-        ],
-    },
-    // 21
-    Message {
-        name: "api.authorization.v1.LocalSubjectAccessReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(49), repeated: false },
-            Field { number: 3, json: "status", ty: Message(50), repeated: false },
-        ],
-    },
-    // 22
-    Message {
-        name: "api.authorization.v1.SelfSubjectRulesReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
             Field { number: 2, json: "spec", ty: Message(52), repeated: false },
             Field { number: 3, json: "status", ty: Message(53), repeated: false },
         ],
     },
+    // 20
+    Message {
+        name: "api.authentication.v1.TokenReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
+            Field { number: 3, json: "status", ty: Message(55), repeated: false },
+        ],
+    },
+    // 21
+    Message {
+        name: "api.authentication.v1.SelfSubjectReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "status", ty: Message(56), repeated: false },
+        ],
+    },
+    // 22
+    Message {
+        name: "api.authorization.v1.SubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(57), repeated: false },
+            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+        ],
+    },
     // 23
+    Message {
+        name: "api.authorization.v1.SelfSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(59), repeated: false },
+            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+        ],
+    },
+    // 24
+    Message {
+        name: "api.authorization.v1.LocalSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(57), repeated: false },
+            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+        ],
+    },
+    // 25
+    Message {
+        name: "api.authorization.v1.SelfSubjectRulesReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(60), repeated: false },
+            Field { number: 3, json: "status", ty: Message(61), repeated: false },
+        ],
+    },
+    // 26
     Message {
         name: "apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             Field { number: 1, json: "gracePeriodSeconds", ty: Int64, repeated: false },
-            Field { number: 2, json: "preconditions", ty: Message(54), repeated: false },
+            Field { number: 2, json: "preconditions", ty: Message(62), repeated: false },
             Field { number: 3, json: "orphanDependents", ty: Bool, repeated: false },
             Field { number: 4, json: "propagationPolicy", ty: String, repeated: false },
             Field { number: 5, json: "dryRun", ty: String, repeated: true },
             Field { number: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Bool, repeated: false },
         ],
     },
-    // 24
+    // 27
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ObjectMeta",
         fields: &[
@@ -270,17 +297,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 10, json: "deletionGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 11, json: "labels", ty: Map(&String), repeated: false },
             Field { number: 12, json: "annotations", ty: Map(&String), repeated: false },
-            Field { number: 13, json: "ownerReferences", ty: Message(55), repeated: true },
+            Field { number: 13, json: "ownerReferences", ty: Message(63), repeated: true },
             Field { number: 14, json: "finalizers", ty: String, repeated: true },
-            Field { number: 17, json: "managedFields", ty: Message(56), repeated: true },
+            Field { number: 17, json: "managedFields", ty: Message(64), repeated: true },
         ],
     },
-    // 25
+    // 28
     Message {
         name: "api.core.v1.PodSpec",
         fields: &[
-            Field { number: 1, json: "volumes", ty: Message(57), repeated: true },
-            Field { number: 2, json: "containers", ty: Message(58), repeated: true },
+            Field { number: 1, json: "volumes", ty: Message(65), repeated: true },
+            Field { number: 2, json: "containers", ty: Message(66), repeated: true },
             Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
             Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
@@ -292,61 +319,61 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
             Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
             Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
-            Field { number: 14, json: "securityContext", ty: Message(59), repeated: false },
-            Field { number: 15, json: "imagePullSecrets", ty: Message(34), repeated: true },
+            Field { number: 14, json: "securityContext", ty: Message(67), repeated: false },
+            Field { number: 15, json: "imagePullSecrets", ty: Message(37), repeated: true },
             Field { number: 16, json: "hostname", ty: String, repeated: false },
             Field { number: 17, json: "subdomain", ty: String, repeated: false },
-            Field { number: 18, json: "affinity", ty: Message(60), repeated: false },
+            Field { number: 18, json: "affinity", ty: Message(68), repeated: false },
             Field { number: 19, json: "schedulerName", ty: String, repeated: false },
-            Field { number: 20, json: "initContainers", ty: Message(58), repeated: true },
+            Field { number: 20, json: "initContainers", ty: Message(66), repeated: true },
             Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-            Field { number: 22, json: "tolerations", ty: Message(61), repeated: true },
-            Field { number: 23, json: "hostAliases", ty: Message(62), repeated: true },
+            Field { number: 22, json: "tolerations", ty: Message(69), repeated: true },
+            Field { number: 23, json: "hostAliases", ty: Message(70), repeated: true },
             Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
             Field { number: 25, json: "priority", ty: Int32, repeated: false },
-            Field { number: 26, json: "dnsConfig", ty: Message(63), repeated: false },
+            Field { number: 26, json: "dnsConfig", ty: Message(71), repeated: false },
             Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
-            Field { number: 28, json: "readinessGates", ty: Message(64), repeated: true },
+            Field { number: 28, json: "readinessGates", ty: Message(72), repeated: true },
             Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
             Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
             Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
             Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
-            Field { number: 33, json: "topologySpreadConstraints", ty: Message(65), repeated: true },
-            Field { number: 34, json: "ephemeralContainers", ty: Message(66), repeated: true },
+            Field { number: 33, json: "topologySpreadConstraints", ty: Message(73), repeated: true },
+            Field { number: 34, json: "ephemeralContainers", ty: Message(74), repeated: true },
             Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
-            Field { number: 36, json: "os", ty: Message(67), repeated: false },
+            Field { number: 36, json: "os", ty: Message(75), repeated: false },
             Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
-            Field { number: 38, json: "schedulingGates", ty: Message(68), repeated: true },
-            Field { number: 39, json: "resourceClaims", ty: Message(69), repeated: true },
-            Field { number: 40, json: "resources", ty: Message(70), repeated: false },
+            Field { number: 38, json: "schedulingGates", ty: Message(76), repeated: true },
+            Field { number: 39, json: "resourceClaims", ty: Message(77), repeated: true },
+            Field { number: 40, json: "resources", ty: Message(78), repeated: false },
             Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
         ],
     },
-    // 26
+    // 29
     Message {
         name: "api.core.v1.PodStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(71), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(79), repeated: true },
             Field { number: 3, json: "message", ty: String, repeated: false },
             Field { number: 4, json: "reason", ty: String, repeated: false },
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
             Field { number: 6, json: "podIP", ty: String, repeated: false },
             Field { number: 7, json: "startTime", ty: Time, repeated: false },
-            Field { number: 8, json: "containerStatuses", ty: Message(72), repeated: true },
+            Field { number: 8, json: "containerStatuses", ty: Message(80), repeated: true },
             Field { number: 9, json: "qosClass", ty: String, repeated: false },
-            Field { number: 10, json: "initContainerStatuses", ty: Message(72), repeated: true },
+            Field { number: 10, json: "initContainerStatuses", ty: Message(80), repeated: true },
             Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
-            Field { number: 12, json: "podIPs", ty: Message(73), repeated: true },
-            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(72), repeated: true },
+            Field { number: 12, json: "podIPs", ty: Message(81), repeated: true },
+            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(80), repeated: true },
             Field { number: 14, json: "resize", ty: String, repeated: false },
-            Field { number: 15, json: "resourceClaimStatuses", ty: Message(74), repeated: true },
-            Field { number: 16, json: "hostIPs", ty: Message(75), repeated: true },
+            Field { number: 15, json: "resourceClaimStatuses", ty: Message(82), repeated: true },
+            Field { number: 16, json: "hostIPs", ty: Message(83), repeated: true },
             Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
-            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(76), repeated: false },
+            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(84), repeated: false },
         ],
     },
-    // 27
+    // 30
     Message {
         name: "api.core.v1.NodeSpec",
         fields: &[
@@ -354,31 +381,31 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "externalID", ty: String, repeated: false },
             Field { number: 3, json: "providerID", ty: String, repeated: false },
             Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
-            Field { number: 5, json: "taints", ty: Message(77), repeated: true },
-            Field { number: 6, json: "configSource", ty: Message(78), repeated: false },
+            Field { number: 5, json: "taints", ty: Message(85), repeated: true },
+            Field { number: 6, json: "configSource", ty: Message(86), repeated: false },
             Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
         ],
     },
-    // 28
+    // 31
     Message {
         name: "api.core.v1.NodeStatus",
         fields: &[
             Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
             Field { number: 3, json: "phase", ty: String, repeated: false },
-            Field { number: 4, json: "conditions", ty: Message(79), repeated: true },
-            Field { number: 5, json: "addresses", ty: Message(80), repeated: true },
-            Field { number: 6, json: "daemonEndpoints", ty: Message(81), repeated: false },
-            Field { number: 7, json: "nodeInfo", ty: Message(82), repeated: false },
-            Field { number: 8, json: "images", ty: Message(83), repeated: true },
+            Field { number: 4, json: "conditions", ty: Message(87), repeated: true },
+            Field { number: 5, json: "addresses", ty: Message(88), repeated: true },
+            Field { number: 6, json: "daemonEndpoints", ty: Message(89), repeated: false },
+            Field { number: 7, json: "nodeInfo", ty: Message(90), repeated: false },
+            Field { number: 8, json: "images", ty: Message(91), repeated: true },
             Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
-            Field { number: 10, json: "volumesAttached", ty: Message(84), repeated: true },
-            Field { number: 11, json: "config", ty: Message(85), repeated: false },
-            Field { number: 12, json: "runtimeHandlers", ty: Message(86), repeated: true },
-            Field { number: 13, json: "features", ty: Message(87), repeated: false },
+            Field { number: 10, json: "volumesAttached", ty: Message(92), repeated: true },
+            Field { number: 11, json: "config", ty: Message(93), repeated: false },
+            Field { number: 12, json: "runtimeHandlers", ty: Message(94), repeated: true },
+            Field { number: 13, json: "features", ty: Message(95), repeated: false },
         ],
     },
-    // 29
+    // 32
     Message {
         name: "api.core.v1.ObjectReference",
         fields: &[
@@ -391,7 +418,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 30
+    // 33
     Message {
         name: "api.core.v1.EventSource",
         fields: &[
@@ -399,7 +426,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 31
+    // 34
     Message {
         name: "api.core.v1.EventSeries",
         fields: &[
@@ -407,34 +434,34 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 32
+    // 35
     Message {
         name: "api.core.v1.NamespaceSpec",
         fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
     },
-    // 33
+    // 36
     Message {
         name: "api.core.v1.NamespaceStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(88), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(96), repeated: true },
         ],
     },
-    // 34
+    // 37
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 35
+    // 38
     Message {
         name: "api.core.v1.ResourceQuotaSpec",
         fields: &[
             Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "scopes", ty: String, repeated: true },
-            Field { number: 3, json: "scopeSelector", ty: Message(89), repeated: false },
+            Field { number: 3, json: "scopeSelector", ty: Message(97), repeated: false },
         ],
     },
-    // 36
+    // 39
     Message {
         name: "api.core.v1.ResourceQuotaStatus",
         fields: &[
@@ -442,12 +469,79 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 37
+    // 40
     Message {
         name: "api.core.v1.LimitRangeSpec",
-        fields: &[Field { number: 1, json: "limits", ty: Message(90), repeated: true }],
+        fields: &[Field { number: 1, json: "limits", ty: Message(98), repeated: true }],
     },
-    // 38
+    // 41
+    Message {
+        name: "api.core.v1.ServiceSpec",
+        fields: &[
+            Field { number: 1, json: "ports", ty: Message(99), repeated: true },
+            Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
+            Field { number: 3, json: "clusterIP", ty: String, repeated: false },
+            Field { number: 4, json: "type", ty: String, repeated: false },
+            Field { number: 5, json: "externalIPs", ty: String, repeated: true },
+            Field { number: 7, json: "sessionAffinity", ty: String, repeated: false },
+            Field { number: 8, json: "loadBalancerIP", ty: String, repeated: false },
+            Field { number: 9, json: "loadBalancerSourceRanges", ty: String, repeated: true },
+            Field { number: 10, json: "externalName", ty: String, repeated: false },
+            Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
+            Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
+            Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
+            Field { number: 14, json: "sessionAffinityConfig", ty: Message(100), repeated: false },
+            Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
+            Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
+            Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
+            Field { number: 20, json: "allocateLoadBalancerNodePorts", ty: Bool, repeated: false },
+            Field { number: 21, json: "loadBalancerClass", ty: String, repeated: false },
+            Field { number: 22, json: "internalTrafficPolicy", ty: String, repeated: false },
+            Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
+        ],
+    },
+    // 42
+    Message {
+        name: "api.core.v1.ServiceStatus",
+        fields: &[
+            Field { number: 1, json: "loadBalancer", ty: Message(101), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(102), repeated: true },
+        ],
+    },
+    // 43
+    Message {
+        name: "api.core.v1.EndpointSubset",
+        fields: &[
+            Field { number: 1, json: "addresses", ty: Message(103), repeated: true },
+            Field { number: 2, json: "notReadyAddresses", ty: Message(103), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(104), repeated: true },
+        ],
+    },
+    // 44
+    Message {
+        name: "api.discovery.v1.Endpoint",
+        fields: &[
+            Field { number: 1, json: "addresses", ty: String, repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(105), repeated: false },
+            Field { number: 3, json: "hostname", ty: String, repeated: false },
+            Field { number: 4, json: "targetRef", ty: Message(32), repeated: false },
+            Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
+            Field { number: 6, json: "nodeName", ty: String, repeated: false },
+            Field { number: 7, json: "zone", ty: String, repeated: false },
+            Field { number: 8, json: "hints", ty: Message(106), repeated: false },
+        ],
+    },
+    // 45
+    Message {
+        name: "api.discovery.v1.EndpointPort",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "protocol", ty: String, repeated: false },
+            Field { number: 3, json: "port", ty: Int32, repeated: false },
+            Field { number: 4, json: "appProtocol", ty: String, repeated: false },
+        ],
+    },
+    // 46
     Message {
         name: "api.events.v1.EventSeries",
         fields: &[
@@ -455,7 +549,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 39
+    // 47
     Message {
         name: "api.coordination.v1.LeaseSpec",
         fields: &[
@@ -468,7 +562,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "preferredHolder", ty: String, repeated: false },
         ],
     },
-    // 40
+    // 48
     Message {
         name: "api.rbac.v1.PolicyRule",
         fields: &[
@@ -479,7 +573,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 41
+    // 49
     Message {
         name: "api.rbac.v1.Subject",
         fields: &[
@@ -489,7 +583,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-    // 42
+    // 50
     Message {
         name: "api.rbac.v1.RoleRef",
         fields: &[
@@ -498,21 +592,21 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 43
+    // 51
     Message {
         name: "api.rbac.v1.AggregationRule",
-        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(91), repeated: true }],
+        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(107), repeated: true }],
     },
-    // 44
+    // 52
     Message {
         name: "api.authentication.v1.TokenRequestSpec",
         fields: &[
             Field { number: 1, json: "audiences", ty: String, repeated: true },
-            Field { number: 3, json: "boundObjectRef", ty: Message(92), repeated: false },
+            Field { number: 3, json: "boundObjectRef", ty: Message(108), repeated: false },
             Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 45
+    // 53
     Message {
         name: "api.authentication.v1.TokenRequestStatus",
         fields: &[
@@ -520,7 +614,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
         ],
     },
-    // 46
+    // 54
     Message {
         name: "api.authentication.v1.TokenReviewSpec",
         fields: &[
@@ -528,34 +622,34 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 47
+    // 55
     Message {
         name: "api.authentication.v1.TokenReviewStatus",
         fields: &[
             Field { number: 1, json: "authenticated", ty: Bool, repeated: false },
-            Field { number: 2, json: "user", ty: Message(93), repeated: false },
+            Field { number: 2, json: "user", ty: Message(109), repeated: false },
             Field { number: 3, json: "error", ty: String, repeated: false },
             Field { number: 4, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 48
+    // 56
     Message {
         name: "api.authentication.v1.SelfSubjectReviewStatus",
-        fields: &[Field { number: 1, json: "userInfo", ty: Message(93), repeated: false }],
+        fields: &[Field { number: 1, json: "userInfo", ty: Message(109), repeated: false }],
     },
-    // 49
+    // 57
     Message {
         name: "api.authorization.v1.SubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(94), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(95), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(110), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(111), repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "groups", ty: String, repeated: true },
             Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
             Field { number: 6, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 50
+    // 58
     Message {
         name: "api.authorization.v1.SubjectAccessReviewStatus",
         fields: &[
@@ -565,30 +659,30 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "denied", ty: Bool, repeated: false },
         ],
     },
-    // 51
+    // 59
     Message {
         name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(94), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(95), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(110), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(111), repeated: false },
         ],
     },
-    // 52
+    // 60
     Message {
         name: "api.authorization.v1.SelfSubjectRulesReviewSpec",
         fields: &[Field { number: 1, json: "namespace", ty: String, repeated: false }],
     },
-    // 53
+    // 61
     Message {
         name: "api.authorization.v1.SubjectRulesReviewStatus",
         fields: &[
-            Field { number: 1, json: "resourceRules", ty: Message(96), repeated: true },
-            Field { number: 2, json: "nonResourceRules", ty: Message(97), repeated: true },
+            Field { number: 1, json: "resourceRules", ty: Message(112), repeated: true },
+            Field { number: 2, json: "nonResourceRules", ty: Message(113), repeated: true },
             Field { number: 3, json: "incomplete", ty: Bool, repeated: false },
             Field { number: 4, json: "evaluationError", ty: String, repeated: false },
         ],
     },
-    // 54
+    // 62
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Preconditions",
         fields: &[
@@ -596,7 +690,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "resourceVersion", ty: String, repeated: false },
         ],
     },
-    // 55
+    // 63
     Message {
         name: "apimachinery.pkg.apis.meta.v1.OwnerReference",
         fields: &[
@@ -608,7 +702,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "blockOwnerDeletion", ty: Bool, repeated: false },
         ],
     },
-    // 56
+    // 64
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         fields: &[
@@ -621,15 +715,15 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 8, json: "subresource", ty: String, repeated: false },
         ],
     },
-    // 57
+    // 65
     Message {
         name: "api.core.v1.Volume",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "", ty: Inline(98), repeated: false },
+            Field { number: 2, json: "", ty: Inline(114), repeated: false },
         ],
     },
-    // 58
+    // 66
     Message {
         name: "api.core.v1.Container",
         fields: &[
@@ -638,57 +732,57 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(99), repeated: true },
-            Field { number: 7, json: "env", ty: Message(100), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(70), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(101), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(102), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(102), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(103), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(115), repeated: true },
+            Field { number: 7, json: "env", ty: Message(116), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(78), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(117), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(118), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(118), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(119), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(104), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(120), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(105), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(121), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(106), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(102), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(107), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(122), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(118), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(123), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(108), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(124), repeated: true },
         ],
     },
-    // 59
+    // 67
     Message {
         name: "api.core.v1.PodSecurityContext",
         fields: &[
-            Field { number: 1, json: "seLinuxOptions", ty: Message(109), repeated: false },
+            Field { number: 1, json: "seLinuxOptions", ty: Message(125), repeated: false },
             Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
             Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
             Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
-            Field { number: 7, json: "sysctls", ty: Message(110), repeated: true },
-            Field { number: 8, json: "windowsOptions", ty: Message(111), repeated: false },
+            Field { number: 7, json: "sysctls", ty: Message(126), repeated: true },
+            Field { number: 8, json: "windowsOptions", ty: Message(127), repeated: false },
             Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
-            Field { number: 10, json: "seccompProfile", ty: Message(112), repeated: false },
-            Field { number: 11, json: "appArmorProfile", ty: Message(113), repeated: false },
+            Field { number: 10, json: "seccompProfile", ty: Message(128), repeated: false },
+            Field { number: 11, json: "appArmorProfile", ty: Message(129), repeated: false },
             Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
             Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
         ],
     },
-    // 60
+    // 68
     Message {
         name: "api.core.v1.Affinity",
         fields: &[
-            Field { number: 1, json: "nodeAffinity", ty: Message(114), repeated: false },
-            Field { number: 2, json: "podAffinity", ty: Message(115), repeated: false },
-            Field { number: 3, json: "podAntiAffinity", ty: Message(116), repeated: false },
+            Field { number: 1, json: "nodeAffinity", ty: Message(130), repeated: false },
+            Field { number: 2, json: "podAffinity", ty: Message(131), repeated: false },
+            Field { number: 3, json: "podAntiAffinity", ty: Message(132), repeated: false },
         ],
     },
-    // 61
+    // 69
     Message {
         name: "api.core.v1.Toleration",
         fields: &[
@@ -699,7 +793,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 62
+    // 70
     Message {
         name: "api.core.v1.HostAlias",
         fields: &[
@@ -707,50 +801,50 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "hostnames", ty: String, repeated: true },
         ],
     },
-    // 63
+    // 71
     Message {
         name: "api.core.v1.PodDnsConfig",
         fields: &[
             Field { number: 1, json: "nameservers", ty: String, repeated: true },
             Field { number: 2, json: "searches", ty: String, repeated: true },
-            Field { number: 3, json: "options", ty: Message(117), repeated: true },
+            Field { number: 3, json: "options", ty: Message(133), repeated: true },
         ],
     },
-    // 64
+    // 72
     Message {
         name: "api.core.v1.PodReadinessGate",
         fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
     },
-    // 65
+    // 73
     Message {
         name: "api.core.v1.TopologySpreadConstraint",
         fields: &[
             Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
             Field { number: 2, json: "topologyKey", ty: String, repeated: false },
             Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
-            Field { number: 4, json: "labelSelector", ty: Message(91), repeated: false },
+            Field { number: 4, json: "labelSelector", ty: Message(107), repeated: false },
             Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
             Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
             Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
             Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 66
+    // 74
     Message {
         name: "api.core.v1.EphemeralContainer",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(118), repeated: false },
+            Field { number: 1, json: "", ty: Inline(134), repeated: false },
             Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
         ],
     },
-    // 67
+    // 75
     Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
-    // 68
+    // 76
     Message {
         name: "api.core.v1.PodSchedulingGate",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 69
+    // 77
     Message {
         name: "api.core.v1.PodResourceClaim",
         fields: &[
@@ -759,16 +853,16 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
         ],
     },
-    // 70
+    // 78
     Message {
         name: "api.core.v1.ResourceRequirements",
         fields: &[
             Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "claims", ty: Message(119), repeated: true },
+            Field { number: 3, json: "claims", ty: Message(135), repeated: true },
         ],
     },
-    // 71
+    // 79
     Message {
         name: "api.core.v1.PodCondition",
         fields: &[
@@ -781,13 +875,13 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
-    // 72
+    // 80
     Message {
         name: "api.core.v1.ContainerStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "state", ty: Message(120), repeated: false },
-            Field { number: 3, json: "lastState", ty: Message(120), repeated: false },
+            Field { number: 2, json: "state", ty: Message(136), repeated: false },
+            Field { number: 3, json: "lastState", ty: Message(136), repeated: false },
             Field { number: 4, json: "ready", ty: Bool, repeated: false },
             Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
             Field { number: 6, json: "image", ty: String, repeated: false },
@@ -795,16 +889,16 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 8, json: "containerID", ty: String, repeated: false },
             Field { number: 9, json: "started", ty: Bool, repeated: false },
             Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
-            Field { number: 11, json: "resources", ty: Message(70), repeated: false },
-            Field { number: 12, json: "volumeMounts", ty: Message(121), repeated: true },
-            Field { number: 13, json: "user", ty: Message(122), repeated: false },
-            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(123), repeated: true },
+            Field { number: 11, json: "resources", ty: Message(78), repeated: false },
+            Field { number: 12, json: "volumeMounts", ty: Message(137), repeated: true },
+            Field { number: 13, json: "user", ty: Message(138), repeated: false },
+            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(139), repeated: true },
             Field { number: 15, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 73
+    // 81
     Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 74
+    // 82
     Message {
         name: "api.core.v1.PodResourceClaimStatus",
         fields: &[
@@ -812,17 +906,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 75
+    // 83
     Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 76
+    // 84
     Message {
         name: "api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            Field { number: 1, json: "requestMappings", ty: Message(124), repeated: true },
+            Field { number: 1, json: "requestMappings", ty: Message(140), repeated: true },
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 77
+    // 85
     Message {
         name: "api.core.v1.Taint",
         fields: &[
@@ -832,12 +926,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "timeAdded", ty: Time, repeated: false },
         ],
     },
-    // 78
+    // 86
     Message {
         name: "api.core.v1.NodeConfigSource",
-        fields: &[Field { number: 2, json: "configMap", ty: Message(125), repeated: false }],
+        fields: &[Field { number: 2, json: "configMap", ty: Message(141), repeated: false }],
     },
-    // 79
+    // 87
     Message {
         name: "api.core.v1.NodeCondition",
         fields: &[
@@ -849,7 +943,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 80
+    // 88
     Message {
         name: "api.core.v1.NodeAddress",
         fields: &[
@@ -857,12 +951,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "address", ty: String, repeated: false },
         ],
     },
-    // 81
+    // 89
     Message {
         name: "api.core.v1.NodeDaemonEndpoints",
-        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(126), repeated: false }],
+        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(142), repeated: false }],
     },
-    // 82
+    // 90
     Message {
         name: "api.core.v1.NodeSystemInfo",
         fields: &[
@@ -876,10 +970,10 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 8, json: "kubeProxyVersion", ty: String, repeated: false },
             Field { number: 9, json: "operatingSystem", ty: String, repeated: false },
             Field { number: 10, json: "architecture", ty: String, repeated: false },
-            Field { number: 11, json: "swap", ty: Message(127), repeated: false },
+            Field { number: 11, json: "swap", ty: Message(143), repeated: false },
         ],
     },
-    // 83
+    // 91
     Message {
         name: "api.core.v1.ContainerImage",
         fields: &[
@@ -887,7 +981,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "sizeBytes", ty: Int64, repeated: false },
         ],
     },
-    // 84
+    // 92
     Message {
         name: "api.core.v1.AttachedVolume",
         fields: &[
@@ -895,30 +989,30 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 85
+    // 93
     Message {
         name: "api.core.v1.NodeConfigStatus",
         fields: &[
-            Field { number: 1, json: "assigned", ty: Message(78), repeated: false },
-            Field { number: 2, json: "active", ty: Message(78), repeated: false },
-            Field { number: 3, json: "lastKnownGood", ty: Message(78), repeated: false },
+            Field { number: 1, json: "assigned", ty: Message(86), repeated: false },
+            Field { number: 2, json: "active", ty: Message(86), repeated: false },
+            Field { number: 3, json: "lastKnownGood", ty: Message(86), repeated: false },
             Field { number: 4, json: "error", ty: String, repeated: false },
         ],
     },
-    // 86
+    // 94
     Message {
         name: "api.core.v1.NodeRuntimeHandler",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "features", ty: Message(128), repeated: false },
+            Field { number: 2, json: "features", ty: Message(144), repeated: false },
         ],
     },
-    // 87
+    // 95
     Message {
         name: "api.core.v1.NodeFeatures",
         fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Bool, repeated: false }],
     },
-    // 88
+    // 96
     Message {
         name: "api.core.v1.NamespaceCondition",
         fields: &[
@@ -929,12 +1023,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 89
+    // 97
     Message {
         name: "api.core.v1.ScopeSelector",
-        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(129), repeated: true }],
+        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(145), repeated: true }],
     },
-    // 90
+    // 98
     Message {
         name: "api.core.v1.LimitRangeItem",
         fields: &[
@@ -946,15 +1040,86 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 91
+    // 99
+    Message {
+        name: "api.core.v1.ServicePort",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "protocol", ty: String, repeated: false },
+            Field { number: 3, json: "port", ty: Int32, repeated: false },
+            Field { number: 4, json: "targetPort", ty: IntOrString, repeated: false },
+            Field { number: 5, json: "nodePort", ty: Int32, repeated: false },
+            Field { number: 6, json: "appProtocol", ty: String, repeated: false },
+        ],
+    },
+    // 100
+    Message {
+        name: "api.core.v1.SessionAffinityConfig",
+        fields: &[Field { number: 1, json: "clientIP", ty: Message(146), repeated: false }],
+    },
+    // 101
+    Message {
+        name: "api.core.v1.LoadBalancerStatus",
+        fields: &[Field { number: 1, json: "ingress", ty: Message(147), repeated: true }],
+    },
+    // 102
+    Message {
+        name: "apimachinery.pkg.apis.meta.v1.Condition",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "status", ty: String, repeated: false },
+            Field { number: 3, json: "observedGeneration", ty: Int64, repeated: false },
+            Field { number: 4, json: "lastTransitionTime", ty: Time, repeated: false },
+            Field { number: 5, json: "reason", ty: String, repeated: false },
+            Field { number: 6, json: "message", ty: String, repeated: false },
+        ],
+    },
+    // 103
+    Message {
+        name: "api.core.v1.EndpointAddress",
+        fields: &[
+            Field { number: 1, json: "ip", ty: String, repeated: false },
+            Field { number: 2, json: "targetRef", ty: Message(32), repeated: false },
+            Field { number: 3, json: "hostname", ty: String, repeated: false },
+            Field { number: 4, json: "nodeName", ty: String, repeated: false },
+        ],
+    },
+    // 104
+    Message {
+        name: "api.core.v1.EndpointPort",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "port", ty: Int32, repeated: false },
+            Field { number: 3, json: "protocol", ty: String, repeated: false },
+            Field { number: 4, json: "appProtocol", ty: String, repeated: false },
+        ],
+    },
+    // 105
+    Message {
+        name: "api.discovery.v1.EndpointConditions",
+        fields: &[
+            Field { number: 1, json: "ready", ty: Bool, repeated: false },
+            Field { number: 2, json: "serving", ty: Bool, repeated: false },
+            Field { number: 3, json: "terminating", ty: Bool, repeated: false },
+        ],
+    },
+    // 106
+    Message {
+        name: "api.discovery.v1.EndpointHints",
+        fields: &[
+            Field { number: 1, json: "forZones", ty: Message(148), repeated: true },
+            Field { number: 2, json: "forNodes", ty: Message(149), repeated: true },
+        ],
+    },
+    // 107
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
         fields: &[
             Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
-            Field { number: 2, json: "matchExpressions", ty: Message(130), repeated: true },
+            Field { number: 2, json: "matchExpressions", ty: Message(150), repeated: true },
         ],
     },
-    // 92
+    // 108
     Message {
         name: "api.authentication.v1.BoundObjectReference",
         fields: &[
@@ -964,7 +1129,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 93
+    // 109
     Message {
         name: "api.authentication.v1.UserInfo",
         fields: &[
@@ -974,7 +1139,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
         ],
     },
-    // 94
+    // 110
     Message {
         name: "api.authorization.v1.ResourceAttributes",
         fields: &[
@@ -985,11 +1150,11 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "resource", ty: String, repeated: false },
             Field { number: 6, json: "subresource", ty: String, repeated: false },
             Field { number: 7, json: "name", ty: String, repeated: false },
-            Field { number: 8, json: "fieldSelector", ty: Message(131), repeated: false },
-            Field { number: 9, json: "labelSelector", ty: Message(132), repeated: false },
+            Field { number: 8, json: "fieldSelector", ty: Message(151), repeated: false },
+            Field { number: 9, json: "labelSelector", ty: Message(152), repeated: false },
         ],
     },
-    // 95
+    // 111
     Message {
         name: "api.authorization.v1.NonResourceAttributes",
         fields: &[
@@ -997,7 +1162,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "verb", ty: String, repeated: false },
         ],
     },
-    // 96
+    // 112
     Message {
         name: "api.authorization.v1.ResourceRule",
         fields: &[
@@ -1007,7 +1172,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "resourceNames", ty: String, repeated: true },
         ],
     },
-    // 97
+    // 113
     Message {
         name: "api.authorization.v1.NonResourceRule",
         fields: &[
@@ -1015,43 +1180,43 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 98
+    // 114
     Message {
         name: "api.core.v1.VolumeSource",
         fields: &[
-            Field { number: 1, json: "hostPath", ty: Message(133), repeated: false },
-            Field { number: 2, json: "emptyDir", ty: Message(134), repeated: false },
-            Field { number: 3, json: "gcePersistentDisk", ty: Message(135), repeated: false },
-            Field { number: 4, json: "awsElasticBlockStore", ty: Message(136), repeated: false },
-            Field { number: 5, json: "gitRepo", ty: Message(137), repeated: false },
-            Field { number: 6, json: "secret", ty: Message(138), repeated: false },
-            Field { number: 7, json: "nfs", ty: Message(139), repeated: false },
-            Field { number: 8, json: "iscsi", ty: Message(140), repeated: false },
-            Field { number: 9, json: "glusterfs", ty: Message(141), repeated: false },
-            Field { number: 10, json: "persistentVolumeClaim", ty: Message(142), repeated: false },
-            Field { number: 11, json: "rbd", ty: Message(143), repeated: false },
-            Field { number: 12, json: "flexVolume", ty: Message(144), repeated: false },
-            Field { number: 13, json: "cinder", ty: Message(145), repeated: false },
-            Field { number: 14, json: "cephfs", ty: Message(146), repeated: false },
-            Field { number: 15, json: "flocker", ty: Message(147), repeated: false },
-            Field { number: 16, json: "downwardAPI", ty: Message(148), repeated: false },
-            Field { number: 17, json: "fc", ty: Message(149), repeated: false },
-            Field { number: 18, json: "azureFile", ty: Message(150), repeated: false },
-            Field { number: 19, json: "configMap", ty: Message(151), repeated: false },
-            Field { number: 20, json: "vsphereVolume", ty: Message(152), repeated: false },
-            Field { number: 21, json: "quobyte", ty: Message(153), repeated: false },
-            Field { number: 22, json: "azureDisk", ty: Message(154), repeated: false },
-            Field { number: 23, json: "photonPersistentDisk", ty: Message(155), repeated: false },
-            Field { number: 24, json: "portworxVolume", ty: Message(156), repeated: false },
-            Field { number: 25, json: "scaleIO", ty: Message(157), repeated: false },
-            Field { number: 26, json: "projected", ty: Message(158), repeated: false },
-            Field { number: 27, json: "storageos", ty: Message(159), repeated: false },
-            Field { number: 28, json: "csi", ty: Message(160), repeated: false },
-            Field { number: 29, json: "ephemeral", ty: Message(161), repeated: false },
-            Field { number: 30, json: "image", ty: Message(162), repeated: false },
+            Field { number: 1, json: "hostPath", ty: Message(153), repeated: false },
+            Field { number: 2, json: "emptyDir", ty: Message(154), repeated: false },
+            Field { number: 3, json: "gcePersistentDisk", ty: Message(155), repeated: false },
+            Field { number: 4, json: "awsElasticBlockStore", ty: Message(156), repeated: false },
+            Field { number: 5, json: "gitRepo", ty: Message(157), repeated: false },
+            Field { number: 6, json: "secret", ty: Message(158), repeated: false },
+            Field { number: 7, json: "nfs", ty: Message(159), repeated: false },
+            Field { number: 8, json: "iscsi", ty: Message(160), repeated: false },
+            Field { number: 9, json: "glusterfs", ty: Message(161), repeated: false },
+            Field { number: 10, json: "persistentVolumeClaim", ty: Message(162), repeated: false },
+            Field { number: 11, json: "rbd", ty: Message(163), repeated: false },
+            Field { number: 12, json: "flexVolume", ty: Message(164), repeated: false },
+            Field { number: 13, json: "cinder", ty: Message(165), repeated: false },
+            Field { number: 14, json: "cephfs", ty: Message(166), repeated: false },
+            Field { number: 15, json: "flocker", ty: Message(167), repeated: false },
+            Field { number: 16, json: "downwardAPI", ty: Message(168), repeated: false },
+            Field { number: 17, json: "fc", ty: Message(169), repeated: false },
+            Field { number: 18, json: "azureFile", ty: Message(170), repeated: false },
+            Field { number: 19, json: "configMap", ty: Message(171), repeated: false },
+            Field { number: 20, json: "vsphereVolume", ty: Message(172), repeated: false },
+            Field { number: 21, json: "quobyte", ty: Message(173), repeated: false },
+            Field { number: 22, json: "azureDisk", ty: Message(174), repeated: false },
+            Field { number: 23, json: "photonPersistentDisk", ty: Message(175), repeated: false },
+            Field { number: 24, json: "portworxVolume", ty: Message(176), repeated: false },
+            Field { number: 25, json: "scaleIO", ty: Message(177), repeated: false },
+            Field { number: 26, json: "projected", ty: Message(178), repeated: false },
+            Field { number: 27, json: "storageos", ty: Message(179), repeated: false },
+            Field { number: 28, json: "csi", ty: Message(180), repeated: false },
+            Field { number: 29, json: "ephemeral", ty: Message(181), repeated: false },
+            Field { number: 30, json: "image", ty: Message(182), repeated: false },
         ],
     },
-    // 99
+    // 115
     Message {
         name: "api.core.v1.ContainerPort",
         fields: &[
@@ -1062,16 +1227,16 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
         ],
     },
-    // 100
+    // 116
     Message {
         name: "api.core.v1.EnvVar",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "value", ty: String, repeated: false },
-            Field { number: 3, json: "valueFrom", ty: Message(163), repeated: false },
+            Field { number: 3, json: "valueFrom", ty: Message(183), repeated: false },
         ],
     },
-    // 101
+    // 117
     Message {
         name: "api.core.v1.VolumeMount",
         fields: &[
@@ -1084,11 +1249,11 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 102
+    // 118
     Message {
         name: "api.core.v1.Probe",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(164), repeated: false },
+            Field { number: 1, json: "", ty: Inline(184), repeated: false },
             Field { number: 2, json: "initialDelaySeconds", ty: Int32, repeated: false },
             Field { number: 3, json: "timeoutSeconds", ty: Int32, repeated: false },
             Field { number: 4, json: "periodSeconds", ty: Int32, repeated: false },
@@ -1097,43 +1262,43 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 103
+    // 119
     Message {
         name: "api.core.v1.Lifecycle",
         fields: &[
-            Field { number: 1, json: "postStart", ty: Message(165), repeated: false },
-            Field { number: 2, json: "preStop", ty: Message(165), repeated: false },
+            Field { number: 1, json: "postStart", ty: Message(185), repeated: false },
+            Field { number: 2, json: "preStop", ty: Message(185), repeated: false },
             Field { number: 3, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 104
+    // 120
     Message {
         name: "api.core.v1.SecurityContext",
         fields: &[
-            Field { number: 1, json: "capabilities", ty: Message(166), repeated: false },
+            Field { number: 1, json: "capabilities", ty: Message(186), repeated: false },
             Field { number: 2, json: "privileged", ty: Bool, repeated: false },
-            Field { number: 3, json: "seLinuxOptions", ty: Message(109), repeated: false },
+            Field { number: 3, json: "seLinuxOptions", ty: Message(125), repeated: false },
             Field { number: 4, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 5, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 6, json: "readOnlyRootFilesystem", ty: Bool, repeated: false },
             Field { number: 7, json: "allowPrivilegeEscalation", ty: Bool, repeated: false },
             Field { number: 8, json: "runAsGroup", ty: Int64, repeated: false },
             Field { number: 9, json: "procMount", ty: String, repeated: false },
-            Field { number: 10, json: "windowsOptions", ty: Message(111), repeated: false },
-            Field { number: 11, json: "seccompProfile", ty: Message(112), repeated: false },
-            Field { number: 12, json: "appArmorProfile", ty: Message(113), repeated: false },
+            Field { number: 10, json: "windowsOptions", ty: Message(127), repeated: false },
+            Field { number: 11, json: "seccompProfile", ty: Message(128), repeated: false },
+            Field { number: 12, json: "appArmorProfile", ty: Message(129), repeated: false },
         ],
     },
-    // 105
+    // 121
     Message {
         name: "api.core.v1.EnvFromSource",
         fields: &[
             Field { number: 1, json: "prefix", ty: String, repeated: false },
-            Field { number: 2, json: "configMapRef", ty: Message(167), repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(168), repeated: false },
+            Field { number: 2, json: "configMapRef", ty: Message(187), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(188), repeated: false },
         ],
     },
-    // 106
+    // 122
     Message {
         name: "api.core.v1.VolumeDevice",
         fields: &[
@@ -1141,7 +1306,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 107
+    // 123
     Message {
         name: "api.core.v1.ContainerResizePolicy",
         fields: &[
@@ -1149,15 +1314,15 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "restartPolicy", ty: String, repeated: false },
         ],
     },
-    // 108
+    // 124
     Message {
         name: "api.core.v1.ContainerRestartRule",
         fields: &[
             Field { number: 1, json: "action", ty: String, repeated: false },
-            Field { number: 2, json: "exitCodes", ty: Message(169), repeated: false },
+            Field { number: 2, json: "exitCodes", ty: Message(189), repeated: false },
         ],
     },
-    // 109
+    // 125
     Message {
         name: "api.core.v1.SeLinuxOptions",
         fields: &[
@@ -1167,7 +1332,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "level", ty: String, repeated: false },
         ],
     },
-    // 110
+    // 126
     Message {
         name: "api.core.v1.Sysctl",
         fields: &[
@@ -1175,7 +1340,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 111
+    // 127
     Message {
         name: "api.core.v1.WindowsSecurityContextOptions",
         fields: &[
@@ -1185,7 +1350,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "hostProcess", ty: Bool, repeated: false },
         ],
     },
-    // 112
+    // 128
     Message {
         name: "api.core.v1.SeccompProfile",
         fields: &[
@@ -1193,7 +1358,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 113
+    // 129
     Message {
         name: "api.core.v1.AppArmorProfile",
         fields: &[
@@ -1201,61 +1366,61 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 114
+    // 130
     Message {
         name: "api.core.v1.NodeAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(170),
+                ty: Message(190),
                 repeated: false,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(171),
+                ty: Message(191),
                 repeated: true,
             },
         ],
     },
-    // 115
+    // 131
     Message {
         name: "api.core.v1.PodAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(172),
+                ty: Message(192),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(173),
+                ty: Message(193),
                 repeated: true,
             },
         ],
     },
-    // 116
+    // 132
     Message {
         name: "api.core.v1.PodAntiAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(172),
+                ty: Message(192),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(173),
+                ty: Message(193),
                 repeated: true,
             },
         ],
     },
-    // 117
+    // 133
     Message {
         name: "api.core.v1.PodDnsConfigOption",
         fields: &[
@@ -1263,7 +1428,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 118
+    // 134
     Message {
         name: "api.core.v1.EphemeralContainerCommon",
         fields: &[
@@ -1272,29 +1437,29 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(99), repeated: true },
-            Field { number: 7, json: "env", ty: Message(100), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(70), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(101), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(102), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(102), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(103), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(115), repeated: true },
+            Field { number: 7, json: "env", ty: Message(116), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(78), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(117), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(118), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(118), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(119), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(104), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(120), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(105), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(121), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(106), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(102), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(107), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(122), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(118), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(123), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(108), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(124), repeated: true },
         ],
     },
-    // 119
+    // 135
     Message {
         name: "api.core.v1.ResourceClaim",
         fields: &[
@@ -1302,16 +1467,16 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "request", ty: String, repeated: false },
         ],
     },
-    // 120
+    // 136
     Message {
         name: "api.core.v1.ContainerState",
         fields: &[
-            Field { number: 1, json: "waiting", ty: Message(174), repeated: false },
-            Field { number: 2, json: "running", ty: Message(175), repeated: false },
-            Field { number: 3, json: "terminated", ty: Message(176), repeated: false },
+            Field { number: 1, json: "waiting", ty: Message(194), repeated: false },
+            Field { number: 2, json: "running", ty: Message(195), repeated: false },
+            Field { number: 3, json: "terminated", ty: Message(196), repeated: false },
         ],
     },
-    // 121
+    // 137
     Message {
         name: "api.core.v1.VolumeMountStatus",
         fields: &[
@@ -1321,20 +1486,20 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 122
+    // 138
     Message {
         name: "api.core.v1.ContainerUser",
-        fields: &[Field { number: 1, json: "linux", ty: Message(177), repeated: false }],
+        fields: &[Field { number: 1, json: "linux", ty: Message(197), repeated: false }],
     },
-    // 123
+    // 139
     Message {
         name: "api.core.v1.ResourceStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "resources", ty: Message(178), repeated: true },
+            Field { number: 2, json: "resources", ty: Message(198), repeated: true },
         ],
     },
-    // 124
+    // 140
     Message {
         name: "api.core.v1.ContainerExtendedResourceRequest",
         fields: &[
@@ -1343,7 +1508,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "requestName", ty: String, repeated: false },
         ],
     },
-    // 125
+    // 141
     Message {
         name: "api.core.v1.ConfigMapNodeConfigSource",
         fields: &[
@@ -1354,17 +1519,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
         ],
     },
-    // 126
+    // 142
     Message {
         name: "api.core.v1.DaemonEndpoint",
         fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
     },
-    // 127
+    // 143
     Message {
         name: "api.core.v1.NodeSwapStatus",
         fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
     },
-    // 128
+    // 144
     Message {
         name: "api.core.v1.NodeRuntimeHandlerFeatures",
         fields: &[
@@ -1372,7 +1537,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
         ],
     },
-    // 129
+    // 145
     Message {
         name: "api.core.v1.ScopedResourceSelectorRequirement",
         fields: &[
@@ -1381,7 +1546,32 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 130
+    // 146
+    Message {
+        name: "api.core.v1.ClientIpConfig",
+        fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
+    },
+    // 147
+    Message {
+        name: "api.core.v1.LoadBalancerIngress",
+        fields: &[
+            Field { number: 1, json: "ip", ty: String, repeated: false },
+            Field { number: 2, json: "hostname", ty: String, repeated: false },
+            Field { number: 3, json: "ipMode", ty: String, repeated: false },
+            Field { number: 4, json: "ports", ty: Message(199), repeated: true },
+        ],
+    },
+    // 148
+    Message {
+        name: "api.discovery.v1.ForZone",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
+    },
+    // 149
+    Message {
+        name: "api.discovery.v1.ForNode",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
+    },
+    // 150
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         fields: &[
@@ -1390,23 +1580,23 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 131
+    // 151
     Message {
         name: "api.authorization.v1.FieldSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(179), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(200), repeated: true },
         ],
     },
-    // 132
+    // 152
     Message {
         name: "api.authorization.v1.LabelSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(130), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(150), repeated: true },
         ],
     },
-    // 133
+    // 153
     Message {
         name: "api.core.v1.HostPathVolumeSource",
         fields: &[
@@ -1414,7 +1604,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "type", ty: String, repeated: false },
         ],
     },
-    // 134
+    // 154
     Message {
         name: "api.core.v1.EmptyDirVolumeSource",
         fields: &[
@@ -1422,7 +1612,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "sizeLimit", ty: Quantity, repeated: false },
         ],
     },
-    // 135
+    // 155
     Message {
         name: "api.core.v1.GcePersistentDiskVolumeSource",
         fields: &[
@@ -1432,7 +1622,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 136
+    // 156
     Message {
         name: "api.core.v1.AwsElasticBlockStoreVolumeSource",
         fields: &[
@@ -1442,7 +1632,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 137
+    // 157
     Message {
         name: "api.core.v1.GitRepoVolumeSource",
         fields: &[
@@ -1451,17 +1641,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "directory", ty: String, repeated: false },
         ],
     },
-    // 138
+    // 158
     Message {
         name: "api.core.v1.SecretVolumeSource",
         fields: &[
             Field { number: 1, json: "secretName", ty: String, repeated: false },
-            Field { number: 2, json: "items", ty: Message(180), repeated: true },
+            Field { number: 2, json: "items", ty: Message(201), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 139
+    // 159
     Message {
         name: "api.core.v1.NfsVolumeSource",
         fields: &[
@@ -1470,7 +1660,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 140
+    // 160
     Message {
         name: "api.core.v1.IscsiVolumeSource",
         fields: &[
@@ -1482,12 +1672,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 7, json: "portals", ty: String, repeated: true },
             Field { number: 8, json: "chapAuthDiscovery", ty: Bool, repeated: false },
-            Field { number: 10, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 10, json: "secretRef", ty: Message(37), repeated: false },
             Field { number: 11, json: "chapAuthSession", ty: Bool, repeated: false },
             Field { number: 12, json: "initiatorName", ty: String, repeated: false },
         ],
     },
-    // 141
+    // 161
     Message {
         name: "api.core.v1.GlusterfsVolumeSource",
         fields: &[
@@ -1496,7 +1686,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 142
+    // 162
     Message {
         name: "api.core.v1.PersistentVolumeClaimVolumeSource",
         fields: &[
@@ -1504,7 +1694,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 143
+    // 163
     Message {
         name: "api.core.v1.RbdVolumeSource",
         fields: &[
@@ -1514,32 +1704,32 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "pool", ty: String, repeated: false },
             Field { number: 5, json: "user", ty: String, repeated: false },
             Field { number: 6, json: "keyring", ty: String, repeated: false },
-            Field { number: 7, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 7, json: "secretRef", ty: Message(37), repeated: false },
             Field { number: 8, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 144
+    // 164
     Message {
         name: "api.core.v1.FlexVolumeSource",
         fields: &[
             Field { number: 1, json: "driver", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(37), repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 5, json: "options", ty: Map(&String), repeated: false },
         ],
     },
-    // 145
+    // 165
     Message {
         name: "api.core.v1.CinderVolumeSource",
         fields: &[
             Field { number: 1, json: "volumeID", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 4, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 4, json: "secretRef", ty: Message(37), repeated: false },
         ],
     },
-    // 146
+    // 166
     Message {
         name: "api.core.v1.CephFsVolumeSource",
         fields: &[
@@ -1547,11 +1737,11 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "path", ty: String, repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "secretFile", ty: String, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(37), repeated: false },
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 147
+    // 167
     Message {
         name: "api.core.v1.FlockerVolumeSource",
         fields: &[
@@ -1559,15 +1749,15 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "datasetUUID", ty: String, repeated: false },
         ],
     },
-    // 148
+    // 168
     Message {
         name: "api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            Field { number: 1, json: "items", ty: Message(181), repeated: true },
+            Field { number: 1, json: "items", ty: Message(202), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 149
+    // 169
     Message {
         name: "api.core.v1.FcVolumeSource",
         fields: &[
@@ -1578,7 +1768,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 5, json: "wwids", ty: String, repeated: true },
         ],
     },
-    // 150
+    // 170
     Message {
         name: "api.core.v1.AzureFileVolumeSource",
         fields: &[
@@ -1587,17 +1777,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 151
+    // 171
     Message {
         name: "api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(182), repeated: false },
-            Field { number: 2, json: "items", ty: Message(180), repeated: true },
+            Field { number: 1, json: "", ty: Inline(203), repeated: false },
+            Field { number: 2, json: "items", ty: Message(201), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 152
+    // 172
     Message {
         name: "api.core.v1.VsphereVirtualDiskVolumeSource",
         fields: &[
@@ -1607,7 +1797,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "storagePolicyID", ty: String, repeated: false },
         ],
     },
-    // 153
+    // 173
     Message {
         name: "api.core.v1.QuobyteVolumeSource",
         fields: &[
@@ -1619,7 +1809,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "tenant", ty: String, repeated: false },
         ],
     },
-    // 154
+    // 174
     Message {
         name: "api.core.v1.AzureDiskVolumeSource",
         fields: &[
@@ -1631,7 +1821,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "kind", ty: String, repeated: false },
         ],
     },
-    // 155
+    // 175
     Message {
         name: "api.core.v1.PhotonPersistentDiskVolumeSource",
         fields: &[
@@ -1639,7 +1829,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "fsType", ty: String, repeated: false },
         ],
     },
-    // 156
+    // 176
     Message {
         name: "api.core.v1.PortworxVolumeSource",
         fields: &[
@@ -1648,13 +1838,13 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 157
+    // 177
     Message {
         name: "api.core.v1.ScaleIoVolumeSource",
         fields: &[
             Field { number: 1, json: "gateway", ty: String, repeated: false },
             Field { number: 2, json: "system", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(37), repeated: false },
             Field { number: 4, json: "sslEnabled", ty: Bool, repeated: false },
             Field { number: 5, json: "protectionDomain", ty: String, repeated: false },
             Field { number: 6, json: "storagePool", ty: String, repeated: false },
@@ -1664,15 +1854,15 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 10, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 158
+    // 178
     Message {
         name: "api.core.v1.ProjectedVolumeSource",
         fields: &[
-            Field { number: 1, json: "sources", ty: Message(183), repeated: true },
+            Field { number: 1, json: "sources", ty: Message(204), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 159
+    // 179
     Message {
         name: "api.core.v1.StorageOsVolumeSource",
         fields: &[
@@ -1680,10 +1870,10 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "volumeNamespace", ty: String, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(34), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(37), repeated: false },
         ],
     },
-    // 160
+    // 180
     Message {
         name: "api.core.v1.CSIVolumeSource",
         fields: &[
@@ -1691,15 +1881,15 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "volumeAttributes", ty: Map(&String), repeated: false },
-            Field { number: 5, json: "nodePublishSecretRef", ty: Message(34), repeated: false },
+            Field { number: 5, json: "nodePublishSecretRef", ty: Message(37), repeated: false },
         ],
     },
-    // 161
+    // 181
     Message {
         name: "api.core.v1.EphemeralVolumeSource",
-        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(184), repeated: false }],
+        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(205), repeated: false }],
     },
-    // 162
+    // 182
     Message {
         name: "api.core.v1.ImageVolumeSource",
         fields: &[
@@ -1707,38 +1897,38 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "pullPolicy", ty: String, repeated: false },
         ],
     },
-    // 163
+    // 183
     Message {
         name: "api.core.v1.EnvVarSource",
         fields: &[
-            Field { number: 1, json: "fieldRef", ty: Message(185), repeated: false },
-            Field { number: 2, json: "resourceFieldRef", ty: Message(186), repeated: false },
-            Field { number: 3, json: "configMapKeyRef", ty: Message(187), repeated: false },
-            Field { number: 4, json: "secretKeyRef", ty: Message(188), repeated: false },
-            Field { number: 5, json: "fileKeyRef", ty: Message(189), repeated: false },
+            Field { number: 1, json: "fieldRef", ty: Message(206), repeated: false },
+            Field { number: 2, json: "resourceFieldRef", ty: Message(207), repeated: false },
+            Field { number: 3, json: "configMapKeyRef", ty: Message(208), repeated: false },
+            Field { number: 4, json: "secretKeyRef", ty: Message(209), repeated: false },
+            Field { number: 5, json: "fileKeyRef", ty: Message(210), repeated: false },
         ],
     },
-    // 164
+    // 184
     Message {
         name: "api.core.v1.ProbeHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(190), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(191), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(192), repeated: false },
-            Field { number: 4, json: "grpc", ty: Message(193), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(211), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(212), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(213), repeated: false },
+            Field { number: 4, json: "grpc", ty: Message(214), repeated: false },
         ],
     },
-    // 165
+    // 185
     Message {
         name: "api.core.v1.LifecycleHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(190), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(191), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(192), repeated: false },
-            Field { number: 4, json: "sleep", ty: Message(194), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(211), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(212), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(213), repeated: false },
+            Field { number: 4, json: "sleep", ty: Message(215), repeated: false },
         ],
     },
-    // 166
+    // 186
     Message {
         name: "api.core.v1.Capabilities",
         fields: &[
@@ -1746,23 +1936,23 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "drop", ty: String, repeated: true },
         ],
     },
-    // 167
+    // 187
     Message {
         name: "api.core.v1.ConfigMapEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(195), repeated: false },
+            Field { number: 1, json: "", ty: Inline(216), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 168
+    // 188
     Message {
         name: "api.core.v1.SecretEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(196), repeated: false },
+            Field { number: 1, json: "", ty: Inline(217), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 169
+    // 189
     Message {
         name: "api.core.v1.ContainerRestartRuleOnExitCodes",
         fields: &[
@@ -1770,40 +1960,40 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "values", ty: Int32, repeated: true },
         ],
     },
-    // 170
+    // 190
     Message {
         name: "api.core.v1.NodeSelector",
-        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(197), repeated: true }],
+        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(218), repeated: true }],
     },
-    // 171
+    // 191
     Message {
         name: "api.core.v1.PreferredSchedulingTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "preference", ty: Message(197), repeated: false },
+            Field { number: 2, json: "preference", ty: Message(218), repeated: false },
         ],
     },
-    // 172
+    // 192
     Message {
         name: "api.core.v1.PodAffinityTerm",
         fields: &[
-            Field { number: 1, json: "labelSelector", ty: Message(91), repeated: false },
+            Field { number: 1, json: "labelSelector", ty: Message(107), repeated: false },
             Field { number: 2, json: "namespaces", ty: String, repeated: true },
             Field { number: 3, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 4, json: "namespaceSelector", ty: Message(91), repeated: false },
+            Field { number: 4, json: "namespaceSelector", ty: Message(107), repeated: false },
             Field { number: 5, json: "matchLabelKeys", ty: String, repeated: true },
             Field { number: 6, json: "mismatchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 173
+    // 193
     Message {
         name: "api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "podAffinityTerm", ty: Message(172), repeated: false },
+            Field { number: 2, json: "podAffinityTerm", ty: Message(192), repeated: false },
         ],
     },
-    // 174
+    // 194
     Message {
         name: "api.core.v1.ContainerStateWaiting",
         fields: &[
@@ -1811,12 +2001,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "message", ty: String, repeated: false },
         ],
     },
-    // 175
+    // 195
     Message {
         name: "api.core.v1.ContainerStateRunning",
         fields: &[Field { number: 1, json: "startedAt", ty: Time, repeated: false }],
     },
-    // 176
+    // 196
     Message {
         name: "api.core.v1.ContainerStateTerminated",
         fields: &[
@@ -1829,7 +2019,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 7, json: "containerID", ty: String, repeated: false },
         ],
     },
-    // 177
+    // 197
     Message {
         name: "api.core.v1.LinuxContainerUser",
         fields: &[
@@ -1838,7 +2028,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "supplementalGroups", ty: Int64, repeated: true },
         ],
     },
-    // 178
+    // 198
     Message {
         name: "api.core.v1.ResourceHealth",
         fields: &[
@@ -1846,7 +2036,16 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "health", ty: String, repeated: false },
         ],
     },
-    // 179
+    // 199
+    Message {
+        name: "api.core.v1.PortStatus",
+        fields: &[
+            Field { number: 1, json: "port", ty: Int32, repeated: false },
+            Field { number: 2, json: "protocol", ty: String, repeated: false },
+            Field { number: 3, json: "error", ty: String, repeated: false },
+        ],
+    },
+    // 200
     Message {
         name: "apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         fields: &[
@@ -1855,7 +2054,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 180
+    // 201
     Message {
         name: "api.core.v1.KeyToPath",
         fields: &[
@@ -1864,42 +2063,42 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 181
+    // 202
     Message {
         name: "api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             Field { number: 1, json: "path", ty: String, repeated: false },
-            Field { number: 2, json: "fieldRef", ty: Message(185), repeated: false },
-            Field { number: 3, json: "resourceFieldRef", ty: Message(186), repeated: false },
+            Field { number: 2, json: "fieldRef", ty: Message(206), repeated: false },
+            Field { number: 3, json: "resourceFieldRef", ty: Message(207), repeated: false },
             Field { number: 4, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 182
+    // 203
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 183
+    // 204
     Message {
         name: "api.core.v1.VolumeProjection",
         fields: &[
-            Field { number: 1, json: "secret", ty: Message(198), repeated: false },
-            Field { number: 2, json: "downwardAPI", ty: Message(199), repeated: false },
-            Field { number: 3, json: "configMap", ty: Message(200), repeated: false },
-            Field { number: 4, json: "serviceAccountToken", ty: Message(201), repeated: false },
-            Field { number: 5, json: "clusterTrustBundle", ty: Message(202), repeated: false },
-            Field { number: 6, json: "podCertificate", ty: Message(203), repeated: false },
+            Field { number: 1, json: "secret", ty: Message(219), repeated: false },
+            Field { number: 2, json: "downwardAPI", ty: Message(220), repeated: false },
+            Field { number: 3, json: "configMap", ty: Message(221), repeated: false },
+            Field { number: 4, json: "serviceAccountToken", ty: Message(222), repeated: false },
+            Field { number: 5, json: "clusterTrustBundle", ty: Message(223), repeated: false },
+            Field { number: 6, json: "podCertificate", ty: Message(224), repeated: false },
         ],
     },
-    // 184
+    // 205
     Message {
         name: "api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(24), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(204), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(225), repeated: false },
         ],
     },
-    // 185
+    // 206
     Message {
         name: "api.core.v1.ObjectFieldSelector",
         fields: &[
@@ -1907,7 +2106,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 186
+    // 207
     Message {
         name: "api.core.v1.ResourceFieldSelector",
         fields: &[
@@ -1916,25 +2115,25 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "divisor", ty: Quantity, repeated: false },
         ],
     },
-    // 187
+    // 208
     Message {
         name: "api.core.v1.ConfigMapKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(205), repeated: false },
+            Field { number: 1, json: "", ty: Inline(226), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 188
+    // 209
     Message {
         name: "api.core.v1.SecretKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(206), repeated: false },
+            Field { number: 1, json: "", ty: Inline(227), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 189
+    // 210
     Message {
         name: "api.core.v1.FileKeySelector",
         fields: &[
@@ -1944,12 +2143,12 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 190
+    // 211
     Message {
         name: "api.core.v1.ExecAction",
         fields: &[Field { number: 1, json: "command", ty: String, repeated: true }],
     },
-    // 191
+    // 212
     Message {
         name: "api.core.v1.HttpGetAction",
         fields: &[
@@ -1957,10 +2156,10 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "port", ty: IntOrString, repeated: false },
             Field { number: 3, json: "host", ty: String, repeated: false },
             Field { number: 4, json: "scheme", ty: String, repeated: false },
-            Field { number: 5, json: "httpHeaders", ty: Message(207), repeated: true },
+            Field { number: 5, json: "httpHeaders", ty: Message(228), repeated: true },
         ],
     },
-    // 192
+    // 213
     Message {
         name: "api.core.v1.TcpSocketAction",
         fields: &[
@@ -1968,7 +2167,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 193
+    // 214
     Message {
         name: "api.core.v1.GrpcAction",
         fields: &[
@@ -1976,53 +2175,53 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "service", ty: String, repeated: false },
         ],
     },
-    // 194
+    // 215
     Message {
         name: "api.core.v1.SleepAction",
         fields: &[Field { number: 1, json: "seconds", ty: Int64, repeated: false }],
     },
-    // 195
+    // 216
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 196
+    // 217
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 197
+    // 218
     Message {
         name: "api.core.v1.NodeSelectorTerm",
         fields: &[
-            Field { number: 1, json: "matchExpressions", ty: Message(208), repeated: true },
-            Field { number: 2, json: "matchFields", ty: Message(208), repeated: true },
+            Field { number: 1, json: "matchExpressions", ty: Message(229), repeated: true },
+            Field { number: 2, json: "matchFields", ty: Message(229), repeated: true },
         ],
     },
-    // 198
+    // 219
     Message {
         name: "api.core.v1.SecretProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(209), repeated: false },
-            Field { number: 2, json: "items", ty: Message(180), repeated: true },
+            Field { number: 1, json: "", ty: Inline(230), repeated: false },
+            Field { number: 2, json: "items", ty: Message(201), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 199
+    // 220
     Message {
         name: "api.core.v1.DownwardAPIProjection",
-        fields: &[Field { number: 1, json: "items", ty: Message(181), repeated: true }],
+        fields: &[Field { number: 1, json: "items", ty: Message(202), repeated: true }],
     },
-    // 200
+    // 221
     Message {
         name: "api.core.v1.ConfigMapProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(210), repeated: false },
-            Field { number: 2, json: "items", ty: Message(180), repeated: true },
+            Field { number: 1, json: "", ty: Inline(231), repeated: false },
+            Field { number: 2, json: "items", ty: Message(201), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 201
+    // 222
     Message {
         name: "api.core.v1.ServiceAccountTokenProjection",
         fields: &[
@@ -2031,18 +2230,18 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "path", ty: String, repeated: false },
         ],
     },
-    // 202
+    // 223
     Message {
         name: "api.core.v1.ClusterTrustBundleProjection",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "signerName", ty: String, repeated: false },
-            Field { number: 3, json: "labelSelector", ty: Message(91), repeated: false },
+            Field { number: 3, json: "labelSelector", ty: Message(107), repeated: false },
             Field { number: 4, json: "path", ty: String, repeated: false },
             Field { number: 5, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 203
+    // 224
     Message {
         name: "api.core.v1.PodCertificateProjection",
         fields: &[
@@ -2054,32 +2253,32 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 6, json: "certificateChainPath", ty: String, repeated: false },
         ],
     },
-    // 204
+    // 225
     Message {
         name: "api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             Field { number: 1, json: "accessModes", ty: String, repeated: true },
-            Field { number: 2, json: "resources", ty: Message(211), repeated: false },
+            Field { number: 2, json: "resources", ty: Message(232), repeated: false },
             Field { number: 3, json: "volumeName", ty: String, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(91), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(107), repeated: false },
             Field { number: 5, json: "storageClassName", ty: String, repeated: false },
             Field { number: 6, json: "volumeMode", ty: String, repeated: false },
-            Field { number: 7, json: "dataSource", ty: Message(212), repeated: false },
-            Field { number: 8, json: "dataSourceRef", ty: Message(213), repeated: false },
+            Field { number: 7, json: "dataSource", ty: Message(233), repeated: false },
+            Field { number: 8, json: "dataSourceRef", ty: Message(234), repeated: false },
             Field { number: 9, json: "volumeAttributesClassName", ty: String, repeated: false },
         ],
     },
-    // 205
+    // 226
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 206
+    // 227
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 207
+    // 228
     Message {
         name: "api.core.v1.HttpHeader",
         fields: &[
@@ -2087,7 +2286,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 208
+    // 229
     Message {
         name: "api.core.v1.NodeSelectorRequirement",
         fields: &[
@@ -2096,17 +2295,17 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 209
+    // 230
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 210
+    // 231
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 211
+    // 232
     Message {
         name: "api.core.v1.VolumeResourceRequirements",
         fields: &[
@@ -2114,7 +2313,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 212
+    // 233
     Message {
         name: "api.core.v1.TypedLocalObjectReference",
         fields: &[
@@ -2123,7 +2322,7 @@ pub(super) static MESSAGES: [Message; 214] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 213
+    // 234
     Message {
         name: "api.core.v1.TypedObjectReference",
         fields: &[
@@ -2137,7 +2336,7 @@ pub(super) static MESSAGES: [Message; 214] = [
 
 /// (apiVersion, kind, message): the kinds a request body may carry. An empty apiVersion
 /// matches any (DeleteOptions is registered in every group version).
-pub(super) static ROOTS: [(&str, &str, u16); 24] = [
+pub(super) static ROOTS: [(&str, &str, u16); 27] = [
     ("v1", "Pod", 0),
     ("v1", "Node", 1),
     ("v1", "Event", 2),
@@ -2148,18 +2347,21 @@ pub(super) static ROOTS: [(&str, &str, u16); 24] = [
     ("v1", "ServiceAccount", 7),
     ("v1", "ResourceQuota", 8),
     ("v1", "LimitRange", 9),
-    ("events.k8s.io/v1", "Event", 10),
-    ("coordination.k8s.io/v1", "Lease", 11),
-    ("rbac.authorization.k8s.io/v1", "Role", 12),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", 13),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", 14),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", 15),
-    ("authentication.k8s.io/v1", "TokenRequest", 16),
-    ("authentication.k8s.io/v1", "TokenReview", 17),
-    ("authentication.k8s.io/v1", "SelfSubjectReview", 18),
-    ("authorization.k8s.io/v1", "SubjectAccessReview", 19),
-    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", 20),
-    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", 21),
-    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", 22),
-    ("", "DeleteOptions", 23),
+    ("v1", "Service", 10),
+    ("v1", "Endpoints", 11),
+    ("discovery.k8s.io/v1", "EndpointSlice", 12),
+    ("events.k8s.io/v1", "Event", 13),
+    ("coordination.k8s.io/v1", "Lease", 14),
+    ("rbac.authorization.k8s.io/v1", "Role", 15),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", 16),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", 17),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", 18),
+    ("authentication.k8s.io/v1", "TokenRequest", 19),
+    ("authentication.k8s.io/v1", "TokenReview", 20),
+    ("authentication.k8s.io/v1", "SelfSubjectReview", 21),
+    ("authorization.k8s.io/v1", "SubjectAccessReview", 22),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", 23),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", 24),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", 25),
+    ("", "DeleteOptions", 26),
 ];

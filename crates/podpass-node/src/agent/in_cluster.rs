@@ -1,0 +1,245 @@
+//! In-cluster access to the API server, as `rest.InClusterConfig()` expects it: every
+//! container gets the `kubernetes` Service's environment (kubelet `getServiceEnvVarMap`:
+//! `KUBERNETES_SERVICE_HOST`/`_PORT`/`_PORT_HTTPS` and the docker-link `KUBERNETES_PORT*`
+//! variables), and the Service's address answers inside each pod's own network namespace.
+//!
+//! podpass has no kube-proxy and pods have loopback only, so the node does what kube-proxy
+//! would for this one Service: it puts the cluster IP on the pod namespace's `lo` and listens
+//! there on the Service's port, and every connection is relayed, byte for byte, to the API
+//! server as the node reaches it. TLS runs end to end between the client and the API
+//! server (whose certificate names the cluster IP and `kubernetes.default.svc`), so no
+//! credential crosses the relay in clear and the relay can read nothing. The relay's
+//! listener is bound before any container starts, so no container can take the address.
+//!
+//! A `hostNetwork` pod is in the node's namespace: its variables name the API server's own
+//! address instead. A relay ends when its namespace is gone (the sandbox stopped).
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::runtime::KeyValue;
+
+/// Connections one pod may have relayed at once; more are closed at once.
+pub(crate) const MAX_CONNECTIONS_PER_POD: usize = 64;
+/// How often a relay checks that its namespace still exists.
+const NETNS_CHECK: Duration = Duration::from_secs(5);
+/// How long connecting to the API server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The Service's name and namespace.
+const SERVICE: (&str, &str) = ("default", "kubernetes");
+
+/// Where clients reach the API server: the Service's address inside pods, the API server's
+/// own for `hostNetwork` pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServiceAddress {
+    /// `spec.clusterIP`.
+    pub ip: Ipv4Addr,
+    /// The port named `https` (else the first).
+    pub port: u16,
+}
+
+/// The node's in-cluster access: the Service (read once it exists) and one relay per
+/// sandbox.
+pub(crate) struct InCluster {
+    client: kube::Client,
+    /// The API server as the node reaches it.
+    upstream: SocketAddr,
+    service: tokio::sync::Mutex<Option<ServiceAddress>>,
+    relays: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for InCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InCluster").field("upstream", &self.upstream).finish_non_exhaustive()
+    }
+}
+
+/// The variables kubelet's `FromServices` makes of one Service named `kubernetes`.
+pub(crate) fn service_env(host: &str, port: u16) -> Vec<KeyValue> {
+    let url = format!("tcp://{host}:{port}");
+    let prefix = format!("KUBERNETES_PORT_{port}_TCP");
+    [
+        ("KUBERNETES_SERVICE_HOST".to_owned(), host.to_owned()),
+        ("KUBERNETES_SERVICE_PORT".to_owned(), port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.to_string()),
+        ("KUBERNETES_PORT".to_owned(), url.clone()),
+        (prefix.clone(), url),
+        (format!("{prefix}_PROTO"), "tcp".to_owned()),
+        (format!("{prefix}_PORT"), port.to_string()),
+        (format!("{prefix}_ADDR"), host.to_owned()),
+    ]
+    .into_iter()
+    .map(|(key, value)| KeyValue { key, value })
+    .collect()
+}
+
+impl InCluster {
+    /// In-cluster access relaying to `upstream`, reading the Service through `client`.
+    pub(crate) fn new(client: kube::Client, upstream: SocketAddr) -> Arc<Self> {
+        Arc::new(Self { client, upstream, service: tokio::sync::Mutex::default(), relays: Mutex::default() })
+    }
+
+    /// The `kubernetes` Service's address, read once it exists (its cluster IP is fixed once
+    /// set); `None` while it does not — pods then get no variables, as the kubelet's.
+    pub(crate) async fn service(&self) -> Option<ServiceAddress> {
+        let mut known = self.service.lock().await;
+        if known.is_none() {
+            let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+                kube::Api::namespaced(self.client.clone(), SERVICE.0);
+            match api.get_opt(SERVICE.1).await {
+                Ok(Some(svc)) => *known = address_of(&svc),
+                Ok(None) => tracing::warn!(
+                    "the default/kubernetes Service does not exist yet: pods get no KUBERNETES_SERVICE_HOST"
+                ),
+                Err(e) => tracing::warn!(error = %e, "reading the default/kubernetes Service"),
+            }
+        }
+        *known
+    }
+
+    /// The variables of a container of a pod (`host_network`: the node's namespace).
+    pub(crate) async fn env(&self, host_network: bool) -> Vec<KeyValue> {
+        match (self.service().await, host_network) {
+            (None, _) => Vec::new(),
+            (Some(_), true) => service_env(&self.upstream.ip().to_string(), self.upstream.port()),
+            (Some(s), false) => service_env(&s.ip.to_string(), s.port),
+        }
+    }
+
+    /// Makes the Service's address answer inside sandbox `sandbox`'s namespace at `netns`,
+    /// once: a relay already running for it is kept.
+    pub(crate) async fn ensure_relay(self: &Arc<Self>, sandbox: &str, netns: PathBuf) -> Result<(), String> {
+        let Some(service) = self.service().await else { return Ok(()) };
+        {
+            let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
+            if relays.get(sandbox).is_some_and(|r| !r.is_finished()) {
+                return Ok(());
+            }
+        }
+        let path = netns.clone();
+        let listener = tokio::task::spawn_blocking(move || listen_in(&path, service))
+            .await
+            .map_err(|e| format!("listening in the pod's network namespace: {e}"))??;
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| format!("listening in the pod's network namespace: {e}"))?;
+        let this = Arc::clone(self);
+        let id = sandbox.to_owned();
+        let span = tracing::info_span!("in_cluster_relay", sandbox = %id);
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                this.relay(listener, &netns).await;
+                let mut relays = this.relays.lock().unwrap_or_else(PoisonError::into_inner);
+                if relays.get(&id).is_some_and(tokio::task::JoinHandle::is_finished) {
+                    relays.remove(&id);
+                }
+            },
+            span,
+        ));
+        self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(sandbox.to_owned(), task);
+        Ok(())
+    }
+
+    /// Accepts until the namespace is gone, relaying each connection to the API server.
+    async fn relay(&self, listener: tokio::net::TcpListener, netns: &Path) {
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_POD));
+        let mut check = tokio::time::interval(NETNS_CHECK);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((mut inside, _)) = accepted else { continue };
+                    // Past the bound the connection is closed at once: one pod cannot hold
+                    // the node's file descriptors.
+                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else { continue };
+                    let upstream = self.upstream;
+                    tokio::spawn(async move {
+                        let _slot = slot;
+                        let connected = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(upstream)).await;
+                        if let Ok(Ok(mut outside)) = connected {
+                            let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+                        }
+                    });
+                }
+                _ = check.tick() => if !netns.exists() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The Service's address of a Service object.
+fn address_of(svc: &k8s_openapi::api::core::v1::Service) -> Option<ServiceAddress> {
+    let spec = svc.spec.as_ref()?;
+    let ip: Ipv4Addr = spec.cluster_ip.as_deref()?.parse().ok()?;
+    let ports = spec.ports.as_deref().unwrap_or_default();
+    let port = ports.iter().find(|p| p.name.as_deref() == Some("https")).or_else(|| ports.first())?;
+    Some(ServiceAddress { ip, port: u16::try_from(port.port).ok()? })
+}
+
+/// On a thread of its own (a namespace is entered per thread): enters the namespace at
+/// `netns`, puts the Service's address on its `lo` and listens there. The socket stays in
+/// that namespace after the thread ends.
+fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListener, String> {
+    let netns = netns.to_owned();
+    std::thread::spawn(move || {
+        let ns = std::fs::File::open(&netns).map_err(|e| format!("opening {}: {e}", netns.display()))?;
+        rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+            .map_err(|e| format!("entering {}: {e}", netns.display()))?;
+        // This thread is in the pod's namespace, so the child `ip` is too.
+        let out = std::process::Command::new("ip")
+            .args(["address", "add", &format!("{}/32", service.ip), "dev", "lo"])
+            .output()
+            .map_err(|e| format!("running ip address add: {e}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && !stderr.contains("File exists") {
+            return Err(format!("ip address add {}/32 dev lo: {}", service.ip, stderr.trim()));
+        }
+        let listener = std::net::TcpListener::bind((service.ip, service.port))
+            .map_err(|e| format!("listening on {}:{}: {e}", service.ip, service.port))?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(listener)
+    })
+    .join()
+    .map_err(|_| "the namespace thread panicked".to_owned())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variables_are_the_kubelets_for_the_kubernetes_service() {
+        let env: Vec<(String, String)> =
+            service_env("10.96.0.1", 443).into_iter().map(|kv| (kv.key, kv.value)).collect();
+        let expected = [
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.96.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
+        ];
+        assert_eq!(env, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    }
+
+    #[test]
+    fn the_https_port_of_the_service_is_the_one_used() {
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "metrics", "port": 8080}, {"name": "https", "port": 443}]}
+        }))
+        .unwrap_or_default();
+        assert_eq!(address_of(&svc), Some(ServiceAddress { ip: Ipv4Addr::new(10, 96, 0, 1), port: 443 }));
+        let headless: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(serde_json::json!({"spec": {"clusterIP": "None", "ports": [{"port": 443}]}}))
+                .unwrap_or_default();
+        assert_eq!(address_of(&headless), None);
+    }
+}

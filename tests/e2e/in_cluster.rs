@@ -1,0 +1,145 @@
+//! End-to-end: pods reach the API server in-cluster, as `rest.InClusterConfig()` expects
+//! (upstream `test/e2e/auth/service_accounts.go`: "should mount an API token into pods" used
+//! by a client, and "ServiceAccountIssuerDiscovery should support OIDC discovery of service
+//! account issuer" from a pod). A real kubectl (a static client-go build, in-cluster mode:
+//! no kubeconfig, only `KUBERNETES_SERVICE_HOST`/`_PORT`, the token and `ca.crt`) runs in a
+//! containerd pod whose network namespace has loopback only, and talks to the API server
+//! through the `kubernetes` Service's address, verifying its certificate with the mounted
+//! CA. A `hostNetwork` pod is given the API server's own address.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use podpass_node::runtime::archive::{self, Entry};
+use podpass_node::runtime::containerd::{self as library, SANDBOX_IMAGE};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+mod containerd;
+mod registry;
+mod support;
+use registry::free_port;
+use support::*;
+
+const CLIENT_IMAGE: &str = "podpass.local/in-cluster-client:1";
+
+/// A statically linked kubectl: the client-go build the pod runs. Google Cloud SDK's
+/// `kubectl` is a dispatcher beside versioned builds; a versioned one is taken when there.
+fn static_kubectl() -> PathBuf {
+    let found = std::process::Command::new("sh").args(["-c", "command -v kubectl"]).output().unwrap();
+    let path = std::fs::canonicalize(String::from_utf8_lossy(&found.stdout).trim()).expect("kubectl on PATH");
+    let dir = path.parent().unwrap().to_owned();
+    ["kubectl.1.33", "kubectl.1.32"].iter().map(|n| dir.join(n)).find(|p| p.exists()).unwrap_or(path)
+}
+
+fn start_runtime(dir: &Path) -> containerd::Containerd {
+    let ctd = containerd::Containerd::start(dir);
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+    let kubectl = std::fs::read(static_kubectl()).unwrap();
+    let extra = vec![Entry::File { name: "bin/kubectl".into(), mode: 0o755, content: kubectl }];
+    let layer = archive::busybox_layer(&busybox, &["sh", "echo", "env", "grep", "sort", "cat"], extra).unwrap();
+    ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
+    ctd.import(CLIENT_IMAGE, archive::oci_image(CLIENT_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
+    ctd
+}
+
+fn client_pod(name: &str, script: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "client", "image": CLIENT_IMAGE, "imagePullPolicy": "Never",
+                "env": [{"name": "HOME", "value": "/tmp"}],
+                "command": ["/bin/sh", "-c", script]}]}})
+}
+
+/// The log lines of a finished pod's container (without the CRI prefix).
+fn log_lines(root: &Path, pod: &Value) -> Vec<String> {
+    let (name, uid) = (pod["metadata"]["name"].as_str().unwrap(), pod["metadata"]["uid"].as_str().unwrap());
+    let log = std::fs::read_to_string(root.join(format!("logs/pods/default_{name}_{uid}/client/0.log"))).unwrap();
+    log.lines().map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_owned()).collect()
+}
+
+fn finished(s: &Server, name: &str) -> Value {
+    wait_for(&format!("pod {name} finished"), Duration::from_secs(120), || {
+        let (_, p) = admin_get(s, &format!("/api/v1/namespaces/default/pods/{name}"));
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(p)
+    })
+}
+
+#[test]
+fn a_pod_without_host_network_reaches_the_api_server_as_in_cluster_config_expects() {
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix("ic").tempdir_in("/tmp").unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let s = start(&d.join("api"), &[]);
+    let api_port: u16 = s.url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
+    let runtime = start_runtime(&d.join("c"));
+    let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
+    let port = free_port().to_string();
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &d.join("root"),
+        Some(&d.join("agent.log")),
+        &["--container-runtime-endpoint", &runtime.endpoint, "--port", &port],
+    );
+    wait_for("node n1 registered", Duration::from_secs(30), || {
+        let (code, node) = admin_get(&s, "/api/v1/nodes/n1");
+        (code == 200).then_some(node)
+    });
+    wait_for("the kubernetes Service", Duration::from_secs(30), || {
+        let (code, svc) = admin_get(&s, "/api/v1/namespaces/default/services/kubernetes");
+        (code == 200).then_some(svc)
+    });
+
+    // In-cluster: the Service's variables, and kubectl with no kubeconfig at all — it reads
+    // them, the automounted token and ca.crt, and verifies the server's certificate.
+    let script = "env | grep ^KUBERNETES_ | sort; \
+        kubectl auth whoami -o jsonpath='{.status.userInfo.username}{\"\\n\"}'; \
+        kubectl get --raw /.well-known/openid-configuration; echo; \
+        kubectl get --raw /openid/v1/jwks; echo";
+    let created =
+        admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(client_pod("inside", script)));
+    assert_eq!(created.0, 201, "{}", created.1);
+    let inside = finished(&s, "inside");
+    let lines = log_lines(&d.join("root"), &inside);
+    assert_eq!(inside["status"]["phase"], "Succeeded", "{lines:#?}\n{inside}");
+    let expected_env = [
+        "KUBERNETES_PORT=tcp://10.96.0.1:443",
+        "KUBERNETES_PORT_443_TCP=tcp://10.96.0.1:443",
+        "KUBERNETES_PORT_443_TCP_ADDR=10.96.0.1",
+        "KUBERNETES_PORT_443_TCP_PORT=443",
+        "KUBERNETES_PORT_443_TCP_PROTO=tcp",
+        "KUBERNETES_SERVICE_HOST=10.96.0.1",
+        "KUBERNETES_SERVICE_PORT=443",
+        "KUBERNETES_SERVICE_PORT_HTTPS=443",
+    ];
+    assert_eq!(lines[..8], expected_env, "{lines:#?}");
+    assert_eq!(lines[8], "system:serviceaccount:default:default", "{lines:#?}");
+    // OIDC discovery from the pod, as upstream's agnhost does it: the issuer's document and
+    // the keys that verify the pod's own token.
+    let discovery: Value = serde_json::from_str(&lines[9]).unwrap_or_else(|e| panic!("{e}: {lines:#?}"));
+    assert_eq!(discovery["issuer"], s.url.trim_end_matches('/'), "{discovery}");
+    let jwks: Value = serde_json::from_str(&lines[10]).unwrap_or_else(|e| panic!("{e}: {lines:#?}"));
+    assert!(!jwks["keys"].as_array().unwrap().is_empty(), "{jwks}");
+
+    // hostNetwork: the node's namespace, so the API server's own address.
+    let mut host = client_pod(
+        "host",
+        "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT; kubectl auth whoami -o jsonpath='{.status.userInfo.username}'",
+    );
+    host["spec"]["hostNetwork"] = json!(true);
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(host)).0, 201);
+    let host = finished(&s, "host");
+    let lines = log_lines(&d.join("root"), &host);
+    assert_eq!(host["status"]["phase"], "Succeeded", "{lines:#?}");
+    assert_eq!(lines, [format!("127.0.0.1:{api_port}"), "system:serviceaccount:default:default".to_owned()]);
+
+    // A pod's own variable of the same name wins, as the kubelet's.
+    let mut own = client_pod("own", "echo $KUBERNETES_SERVICE_HOST");
+    own["spec"]["containers"][0]["env"] = json!([{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}]);
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(own)).0, 201);
+    let own = finished(&s, "own");
+    assert_eq!(log_lines(&d.join("root"), &own), ["mine"]);
+}
