@@ -15,6 +15,18 @@ use podpass_node::runtime::{CriRuntime, archive};
 
 /// The busybox application image [`Containerd::start_with_app`] loads.
 pub const APP_IMAGE: &str = "podpass.local/app:1";
+/// The in-cluster client image [`Containerd::start_with_client`] loads: busybox and a
+/// static kubectl (a client-go build; with no kubeconfig it runs `rest.InClusterConfig()`).
+pub const CLIENT_IMAGE: &str = "podpass.local/in-cluster-client:1";
+
+/// A statically linked kubectl. Google Cloud SDK's `kubectl` is a dispatcher beside
+/// versioned builds; a versioned one is taken when there.
+fn static_kubectl() -> std::path::PathBuf {
+    let found = Command::new("sh").args(["-c", "command -v kubectl"]).output().unwrap();
+    let path = std::fs::canonicalize(String::from_utf8_lossy(&found.stdout).trim()).expect("kubectl on PATH");
+    let dir = path.parent().unwrap().to_owned();
+    ["kubectl.1.33", "kubectl.1.32"].iter().map(|n| dir.join(n)).find(|p| p.exists()).unwrap_or(path)
+}
 
 /// A containerd process, its sandboxes removed and itself killed on drop.
 pub struct Containerd {
@@ -79,6 +91,19 @@ impl Containerd {
         let layer = archive::busybox_layer(&busybox, applets, vec![]).unwrap();
         ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
         ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
+        ctd
+    }
+
+    /// [`Containerd::start`] with podpass's sandbox image and [`CLIENT_IMAGE`] loaded:
+    /// busybox with `applets` and `/bin/kubectl`, `/bin/sh` its entrypoint.
+    pub fn start_with_client(dir: &Path, applets: &[&str]) -> Containerd {
+        let ctd = Containerd::start(dir);
+        let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+        let kubectl = std::fs::read(static_kubectl()).unwrap();
+        let extra = vec![archive::Entry::File { name: "bin/kubectl".into(), mode: 0o755, content: kubectl }];
+        let layer = archive::busybox_layer(&busybox, applets, extra).unwrap();
+        ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
+        ctd.import(CLIENT_IMAGE, archive::oci_image(CLIENT_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
         ctd
     }
 

@@ -61,7 +61,12 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
         labels: labels.clone(),
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption { network: NAMESPACE_POD, pid: 1, ipc: NAMESPACE_POD }),
+                namespace_options: Some(NamespaceOption {
+                    network: NAMESPACE_POD,
+                    pid: 1,
+                    ipc: NAMESPACE_POD,
+                    target_id: String::new(),
+                }),
                 ..Default::default()
             }),
             ..Default::default()

@@ -9,40 +9,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use podpass_node::runtime::archive::{self, Entry};
-use podpass_node::runtime::containerd::{self as library, SANDBOX_IMAGE};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 mod containerd;
 mod registry;
 mod support;
+use containerd::CLIENT_IMAGE;
 use registry::free_port;
 use support::*;
 
-const CLIENT_IMAGE: &str = "podpass.local/in-cluster-client:1";
-
-/// A statically linked kubectl: the client-go build the pod runs. Google Cloud SDK's
-/// `kubectl` is a dispatcher beside versioned builds; a versioned one is taken when there.
-fn static_kubectl() -> PathBuf {
-    let found = std::process::Command::new("sh").args(["-c", "command -v kubectl"]).output().unwrap();
-    let path = std::fs::canonicalize(String::from_utf8_lossy(&found.stdout).trim()).expect("kubectl on PATH");
-    let dir = path.parent().unwrap().to_owned();
-    ["kubectl.1.33", "kubectl.1.32"].iter().map(|n| dir.join(n)).find(|p| p.exists()).unwrap_or(path)
-}
-
 fn start_runtime(dir: &Path) -> containerd::Containerd {
-    let ctd = containerd::Containerd::start(dir);
-    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
-    let kubectl = std::fs::read(static_kubectl()).unwrap();
-    let extra = vec![Entry::File { name: "bin/kubectl".into(), mode: 0o755, content: kubectl }];
-    let layer = archive::busybox_layer(&busybox, &["sh", "echo", "env", "grep", "sort", "cat"], extra).unwrap();
-    ctd.import(SANDBOX_IMAGE, library::sandbox_image(&busybox).unwrap());
-    ctd.import(CLIENT_IMAGE, archive::oci_image(CLIENT_IMAGE, &layer, &[], &["/bin/sh"]).unwrap().0);
-    ctd
+    containerd::Containerd::start_with_client(dir, &["sh", "echo", "env", "grep", "sort", "cat"])
 }
 
 fn client_pod(name: &str, script: &str) -> Value {

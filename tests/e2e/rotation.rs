@@ -7,7 +7,11 @@
 //!
 //! The rotation test is also upstream's "should support InClusterConfig with token
 //! rotation" (`service_accounts.go`): the pod's container runs on a real containerd and
-//! reads its token every few seconds; it sees the new token through its mount.
+//! reads its token every few seconds; it sees the new token through its mount, and an
+//! in-cluster client in it (a static kubectl with no kubeconfig: `rest.InClusterConfig()`
+//! through the `kubernetes` Service's address, its token a 600 s projected one at the
+//! service-account path) keeps calling the API server across the rotation, authenticated
+//! first by the old token's `jti` and then by the new one's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,7 +37,7 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
     let d = dir.path();
     std::fs::create_dir(d.join("api")).unwrap();
     let s = start(&d.join("api"), &[]);
-    let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cut", "sleep"]);
+    let runtime = containerd::Containerd::start_with_client(&d.join("c"), &["sh", "cut", "sleep", "echo"]);
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
     let root = d.join("root");
     let port = registry::free_port().to_string();
@@ -57,11 +61,19 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
         "/api/v1/namespaces/team/pods",
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
             "spec": {"nodeName": "n1", "automountServiceAccountToken": false,
-                     "containers": [{"name": "c", "image": containerd::APP_IMAGE, "imagePullPolicy": "Never",
-                        "command": ["/bin/sh", "-c", "while true; do cut -d. -f2 /var/run/secrets/tokens/token; sleep 5; done"],
-                        "volumeMounts": [{"name": "t", "mountPath": "/var/run/secrets/tokens", "readOnly": true}]}],
+                     "containers": [{"name": "c", "image": containerd::CLIENT_IMAGE, "imagePullPolicy": "Never",
+                        "env": [{"name": "HOME", "value": "/tmp"}],
+                        "command": ["/bin/sh", "-c", "while true; do cut -d. -f2 /var/run/secrets/tokens/token; \
+                            echo \"api $(kubectl auth whoami -o jsonpath='{.status.userInfo.extra.authentication\\.kubernetes\\.io/credential-id[0]}')\"; \
+                            sleep 5; done"],
+                        "volumeMounts": [{"name": "t", "mountPath": "/var/run/secrets/tokens", "readOnly": true},
+                                         {"name": "api", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
                      "volumes": [{"name": "t", "projected": {"sources": [
-                         {"serviceAccountToken": {"audience": "registry.example", "expirationSeconds": 600, "path": "token"}}]}}]}}),
+                         {"serviceAccountToken": {"audience": "registry.example", "expirationSeconds": 600, "path": "token"}}]}},
+                                 {"name": "api", "projected": {"sources": [
+                         {"serviceAccountToken": {"expirationSeconds": 600, "path": "token"}},
+                         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]}}),
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap();
     let path = root.join("pods").join(uid).join("volumes/kubernetes.io~projected/t/token");
@@ -71,6 +83,14 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
             break t;
         }
         assert!(Instant::now() < deadline, "token not written");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let first_api = loop {
+        let api = root.join("pods").join(uid).join("volumes/kubernetes.io~projected/api/token");
+        if let Ok(t) = std::fs::read_to_string(&api) {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "API token not written");
         std::thread::sleep(Duration::from_millis(200));
     };
     let c1 = claims(&first);
@@ -95,17 +115,36 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
     assert_ne!(c2["jti"], c1["jti"]);
     assert!(std::fs::read_link(path.parent().unwrap().join("token")).unwrap().starts_with("..data"));
 
-    // The running container read the first token, then the rotated one, through its mount.
+    // The API token rotated too (same lifetime, written in the same sync or the next).
+    let api_path = root.join("pods").join(uid).join("volumes/kubernetes.io~projected/api/token");
+    let api_first = claims(&first_api);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let api_second = loop {
+        let t = claims(&std::fs::read_to_string(&api_path).unwrap());
+        if t["jti"] != api_first["jti"] {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the API token was not rotated");
+        std::thread::sleep(Duration::from_secs(2));
+    };
+
+    // The running container read the first token, then the rotated one, through its mount;
+    // its in-cluster client was authenticated by the old API token and then by the new one.
     let payload = |t: &str| t.trim().split('.').nth(1).unwrap().to_owned();
     let (first, second) = (payload(&first), payload(&second));
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let jti = |c: &Value| format!("api JTI={}", c["jti"].as_str().unwrap());
+    let (api_old, api_new) = (jti(&api_first), jti(&api_second));
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let logs = ok(admin_kubectl(&s.dir, &["logs", "-n", "team", "web"]), "kubectl logs");
         let seen: Vec<&str> = logs.lines().collect();
-        if seen.contains(&first.as_str()) && seen.contains(&second.as_str()) {
+        let read = seen.contains(&first.as_str()) && seen.contains(&second.as_str());
+        if read && seen.contains(&api_old.as_str()) && seen.contains(&api_new.as_str()) {
+            // Every call of the client succeeded: no line without a credential id.
+            assert!(!seen.contains(&"api "), "an in-cluster call failed: {logs}");
             break;
         }
-        assert!(Instant::now() < deadline, "the container never read the rotated token: {logs}");
+        assert!(Instant::now() < deadline, "the container never used the rotated tokens: {logs}");
         std::thread::sleep(Duration::from_secs(2));
     }
 }

@@ -17,6 +17,8 @@ pub enum FieldErrorKind {
     Unsupported(String),
     /// `Forbidden`.
     Forbidden,
+    /// `Not found: <value>`.
+    NotFound(String),
 }
 
 /// One field error: `<path>: <kind>[: <detail>]`.
@@ -67,6 +69,11 @@ impl FieldError {
         }
     }
 
+    /// `field.NotFound` of a string value.
+    pub fn not_found(path: &str, value: &str) -> Self {
+        Self { path: path.into(), kind: FieldErrorKind::NotFound(quote(value)), detail: String::new() }
+    }
+
     /// `field.Forbidden`.
     pub fn forbidden(path: &str, detail: impl Into<String>) -> Self {
         Self { path: path.into(), kind: FieldErrorKind::Forbidden, detail: detail.into() }
@@ -81,6 +88,7 @@ impl fmt::Display for FieldError {
             FieldErrorKind::Duplicate(v) => ("Duplicate value", Some(v)),
             FieldErrorKind::Unsupported(v) => ("Unsupported value", Some(v)),
             FieldErrorKind::Forbidden => ("Forbidden", None),
+            FieldErrorKind::NotFound(v) => ("Not found", Some(v)),
         };
         write!(f, "{}: {kind}", self.path)?;
         if let Some(v) = value {

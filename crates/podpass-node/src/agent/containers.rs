@@ -37,7 +37,7 @@ pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 use crate::runtime::NODE_LABEL;
 /// The first restart back-off.
-const BACKOFF_FIRST: Duration = Duration::from_secs(10);
+pub(super) const BACKOFF_FIRST: Duration = Duration::from_secs(10);
 /// The longest restart back-off.
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A container that ran this long without exiting starts its back-off afresh.
@@ -213,7 +213,12 @@ fn sandbox_config(rt: &PodRuntime, pod: &Pod, attempt: u32) -> PodSandboxConfig 
         annotations: m.annotations.clone().unwrap_or_default().into_iter().collect(),
         linux: Some(LinuxPodSandboxConfig {
             security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption { network, pid: NAMESPACE_CONTAINER, ipc: NAMESPACE_POD }),
+                namespace_options: Some(NamespaceOption {
+                    network,
+                    pid: NAMESPACE_CONTAINER,
+                    ipc: NAMESPACE_POD,
+                    target_id: String::new(),
+                }),
                 run_as_user: sc.run_as_user.map(|value| Int64Value { value }),
                 run_as_group: sc.run_as_group.map(|value| Int64Value { value }),
                 supplemental_groups: sc.supplemental_groups.clone().unwrap_or_default(),
@@ -554,6 +559,7 @@ async fn container_config(
                     network: if host_network(pod) { NAMESPACE_NODE } else { NAMESPACE_POD },
                     pid: NAMESPACE_CONTAINER,
                     ipc: NAMESPACE_POD,
+                    target_id: String::new(),
                 }),
                 run_as_user: sc.run_as_user.or(pod_sc.run_as_user).map(|value| Int64Value { value }),
                 run_as_group: sc.run_as_group.or(pod_sc.run_as_group).map(|value| Int64Value { value }),
@@ -628,7 +634,7 @@ fn seccomp(
     }
 }
 
-fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+pub(super) fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
     (ns > 0).then(|| {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or_default(),
@@ -710,13 +716,21 @@ pub(crate) async fn sync(
     if let Some(in_cluster) = &rt.in_cluster
         && !host_network(pod)
     {
-        match rt.cri.pod_sandbox_netns(&sandbox).await.map_err(err)? {
-            Some(netns) => in_cluster.ensure_relay(&sandbox, netns).await?,
-            None => tracing::warn!(sandbox, "the runtime names no network namespace: no in-cluster access"),
+        // Without it the pod still runs (as without kube-proxy); the next sync tries again.
+        let relayed = match rt.cri.pod_sandbox_netns(&sandbox).await.map_err(err)? {
+            Some(netns) => in_cluster.ensure_relay(&sandbox, netns).await,
+            None => Err("the runtime names no network namespace".to_owned()),
+        };
+        if let Err(e) = relayed {
+            tracing::warn!(sandbox, error = %e, "no in-cluster access to the API server for this pod");
+            out.events.push((String::new(), "Warning", "FailedInClusterAccess", e));
         }
     }
     out.pod_ip = pod_ip.clone();
     let existing = current(rt, &uid).await.map_err(err)?;
+    // Ephemeral containers first, as the kubelet: one can debug an init container.
+    let running = Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
+    super::ephemeral::sync(rt, pod, images, &running, &existing, &mut out, sources).await.map_err(err)?;
 
     let inits: Vec<(bool, Container)> =
         spec.init_containers.clone().unwrap_or_default().into_iter().map(|c| (true, c)).collect();
@@ -874,9 +888,7 @@ pub(crate) async fn sync(
                     continue;
                 }
             };
-            let running =
-                Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
-            match start(rt, pod, c, attempt, image_ref, &running, sources).await {
+            match start(rt, pod, c, (attempt, image_ref), &running, sources, None).await {
                 Ok(id) => {
                     run.id = format!("containerd://{id}");
                     run.restart_count = i32::try_from(attempt).unwrap_or(i32::MAX);
@@ -924,7 +936,7 @@ pub(crate) async fn sync(
 }
 
 /// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
-fn terminated(status: &crate::runtime::ContainerStatus, id: &str) -> Terminated {
+pub(super) fn terminated(status: &crate::runtime::ContainerStatus, id: &str) -> Terminated {
     let reason = match (status.reason.as_str(), status.exit_code) {
         ("", 0) => "Completed".to_owned(),
         ("", _) => "Error".to_owned(),
@@ -977,26 +989,35 @@ fn jiff_now_nanos() -> i64 {
 }
 
 /// The pod's running sandbox.
-struct Sandbox<'a> {
-    id: &'a str,
-    config: &'a PodSandboxConfig,
-    pod_ip: &'a str,
+pub(super) struct Sandbox<'a> {
+    pub(super) id: &'a str,
+    pub(super) config: &'a PodSandboxConfig,
+    pub(super) pod_ip: &'a str,
 }
 
 /// Creates and starts attempt `attempt` of `c`; the kubelet's waiting reason and message
-/// when it cannot.
-async fn start(
+/// when it cannot. `pid_target`: the container whose process namespace `c` joins (an
+/// ephemeral container's target).
+pub(super) async fn start(
     rt: &PodRuntime,
     pod: &Pod,
     c: &Container,
-    attempt: u32,
-    image_ref: &str,
+    (attempt, image_ref): (u32, &str),
     sandbox: &Sandbox<'_>,
     sources: &dyn crate::volumes::ProjectionSources,
+    pid_target: Option<&str>,
 ) -> Result<String, (&'static str, String)> {
-    let config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip, sources)
+    let mut config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip, sources)
         .await
         .map_err(|m| ("CreateContainerConfigError", m))?;
+    if let Some(target) = pid_target {
+        let options =
+            config.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut());
+        if let Some(options) = options {
+            options.pid = crate::runtime::NAMESPACE_TARGET;
+            options.target_id = target.to_owned();
+        }
+    }
     let dir = log_dir(&rt.logs, pod).join(&c.name);
     std::fs::create_dir_all(&dir).map_err(|e| ("CreateContainerError", format!("creating {}: {e}", dir.display())))?;
     let id = rt

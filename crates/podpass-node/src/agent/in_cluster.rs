@@ -191,17 +191,24 @@ fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListe
         let ns = std::fs::File::open(&netns).map_err(|e| format!("opening {}: {e}", netns.display()))?;
         rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
             .map_err(|e| format!("entering {}: {e}", netns.display()))?;
-        // This thread is in the pod's namespace, so the child `ip` is too.
-        let out = std::process::Command::new("ip")
+        // This thread is in the pod's namespace, so the child `ip` is too. An address
+        // already there (a relay of an earlier agent) is no failure: the bind says whether
+        // the address is usable, and only a failed bind reports why the add failed.
+        let added = std::process::Command::new("ip")
             .args(["address", "add", &format!("{}/32", service.ip), "dev", "lo"])
             .output()
-            .map_err(|e| format!("running ip address add: {e}"))?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && !stderr.contains("File exists") {
-            return Err(format!("ip address add {}/32 dev lo: {}", service.ip, stderr.trim()));
-        }
-        let listener = std::net::TcpListener::bind((service.ip, service.port))
-            .map_err(|e| format!("listening on {}:{}: {e}", service.ip, service.port))?;
+            .map_err(|e| format!("running ip: {e}"))
+            .and_then(|out| {
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+                }
+            });
+        let listener = std::net::TcpListener::bind((service.ip, service.port)).map_err(|e| match &added {
+            Ok(()) => format!("listening on {}:{}: {e}", service.ip, service.port),
+            Err(why) => format!("listening on {}:{}: {e} (ip address add: {why})", service.ip, service.port),
+        })?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
         Ok(listener)
     })

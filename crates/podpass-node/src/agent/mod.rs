@@ -11,6 +11,7 @@
 mod admission;
 mod container_gc;
 mod containers;
+mod ephemeral;
 mod events;
 mod heartbeat;
 mod in_cluster;

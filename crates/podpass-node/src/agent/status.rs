@@ -274,6 +274,13 @@ pub fn pod_status(
 ) -> PodStatus {
     let old = pod.status.clone().unwrap_or_default();
     let volumes_ok = volumes.is_ok();
+    // Ephemeral containers are reported on their own and count toward neither the phase
+    // nor readiness (kubelet `generateAPIPodStatus`).
+    let ephemeral_names: std::collections::HashSet<&str> =
+        pod.spec.iter().flat_map(|s| s.ephemeral_containers.iter().flatten()).map(|e| e.name.as_str()).collect();
+    let (ephemeral, regular): (Vec<ContainerReport>, Vec<ContainerReport>) =
+        containers.iter().cloned().partition(|c| !c.init && ephemeral_names.contains(c.name.as_str()));
+    let containers = regular.as_slice();
     let phase = if runtime.is_some() { phase(pod, containers) } else { "Pending" };
     let unready: Vec<&str> = containers.iter().filter(|c| !c.init && !running(c)).map(|c| c.name.as_str()).collect();
     let incomplete: Vec<&str> =
@@ -360,6 +367,8 @@ pub fn pod_status(
         conditions: Some(conditions),
         container_statuses: statuses(false),
         init_container_statuses: statuses(true),
+        ephemeral_container_statuses: (!ephemeral.is_empty())
+            .then(|| ephemeral.iter().map(|c| container_status(c, volumes_ok)).collect()),
         start_time: old.start_time.clone().or_else(|| Some(now.clone())),
         host_ip: Some(host_ip.to_owned()),
         host_ips: Some(vec![HostIP { ip: host_ip.to_owned() }]),

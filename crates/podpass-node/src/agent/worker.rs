@@ -357,7 +357,12 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
         .into_iter()
         .map(|c| (true, c))
         .chain(spec.containers.iter().cloned().map(|c| (false, c)))
+        // Ephemeral containers' images are checked as every container's (their names are
+        // unique among all of the pod's containers).
+        .chain(super::ephemeral::of(pod).into_iter().map(|(c, _)| (false, c)))
         .collect();
+    let ephemeral_names: std::collections::HashSet<String> =
+        spec.ephemeral_containers.iter().flatten().map(|e| e.name.clone()).collect();
     let mut reports = Vec::with_capacity(containers.len());
     let mut checked_now = std::collections::HashSet::new();
     let mut secrets: Option<Arc<Vec<PullSecret>>> = None;
@@ -412,7 +417,11 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             shared.node_config.clone(),
         );
         let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup).await;
-        let path = field_path(&c.name, *init);
+        let path = if ephemeral_names.contains(&c.name) {
+            super::ephemeral::field_path(&c.name)
+        } else {
+            field_path(&c.name, *init)
+        };
         for e in &decision.events {
             shared.events.record(pod, &path, e.event_type, e.reason, &e.message);
         }

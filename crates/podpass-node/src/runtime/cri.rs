@@ -14,6 +14,8 @@ pub const NAMESPACE_POD: i32 = 0;
 pub const NAMESPACE_CONTAINER: i32 = 1;
 /// `NamespaceMode` NODE.
 pub const NAMESPACE_NODE: i32 = 2;
+/// `NamespaceMode.TARGET`: the namespace of another container (`NamespaceOption.target_id`).
+pub const NAMESPACE_TARGET: i32 = 3;
 /// `ContainerState` CONTAINER_CREATED.
 pub const CONTAINER_CREATED: i32 = 0;
 /// `ContainerState` CONTAINER_RUNNING.
@@ -94,6 +96,10 @@ pub struct NamespaceOption {
     /// IPC namespace mode.
     #[prost(int32, tag = "3")]
     pub ipc: i32,
+    /// With a `TARGET` mode: the container whose namespace is shared (an ephemeral
+    /// container's `targetContainerName`).
+    #[prost(string, tag = "4")]
+    pub target_id: String,
 }
 
 /// `Int64Value`.

@@ -16,7 +16,7 @@ pub use cri::{
     CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Capability, Container, ContainerConfig, ContainerMetadata,
     ContainerStatus, CriRuntime, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
     LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
-    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PROFILE_LOCALHOST, PROFILE_RUNTIME_DEFAULT,
-    PROFILE_UNCONFINED, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, RuntimeError,
-    SANDBOX_READY, SecurityProfile, VersionResponse,
+    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NAMESPACE_TARGET, NamespaceOption, PROFILE_LOCALHOST,
+    PROFILE_RUNTIME_DEFAULT, PROFILE_UNCONFINED, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
+    RuntimeError, SANDBOX_READY, SecurityProfile, VersionResponse,
 };

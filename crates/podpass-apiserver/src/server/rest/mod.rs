@@ -288,14 +288,20 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
             let object = to_stored(object, Some(&name))?;
             (served_as(served, write::create(&target, object).await?).await?, warnings)
         }
-        (&Method::PUT, Some(name), sub @ (None | Some("status"))) if res.stored => {
+        (&Method::PUT, Some(name), sub)
+            if res.stored
+                && let Some(part) = write::Part::of(sub) =>
+        {
             let (object, warnings) = validated(res.group, res.kind, false)?;
             let object = to_stored(object, None)?;
-            (served_as(served, write::update(&target, name, sub.is_some(), object).await?).await?, warnings)
+            (served_as(served, write::update(&target, name, part, object).await?).await?, warnings)
         }
-        (&Method::PATCH, Some(name), sub @ (None | Some("status"))) if res.stored => {
+        (&Method::PATCH, Some(name), sub)
+            if res.stored
+                && let Some(part) = write::Part::of(sub) =>
+        {
             let (response, warnings) =
-                write::patch(&target, name, sub.is_some(), &Body { content_type, bytes: body, mode }).await?;
+                write::patch(&target, name, part, &Body { content_type, bytes: body, mode }).await?;
             (served_as(served, response).await?, warnings)
         }
         (&Method::GET, Some(name), Some("log")) => {
@@ -431,7 +437,7 @@ async fn reads(
     let include = table::IncludeObject::parse(query.get("includeObject").map(String::as_str))
         .map_err(StatusError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
-        (&Method::GET, Some(name), None | Some("status")) if res.stored => {
+        (&Method::GET, Some(name), None | Some("status" | "ephemeralcontainers")) if res.stored => {
             let res = t.served;
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
             if as_table {

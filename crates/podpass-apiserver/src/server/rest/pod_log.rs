@@ -32,8 +32,9 @@ fn names(pod: &Value, list: &str) -> Vec<String> {
 /// specified for pod web, choose one of: [a b]`, `container x is not valid for pod web`).
 fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, StatusError> {
     let (containers, inits) = (names(pod, "containers"), names(pod, "initContainers"));
+    let ephemeral = names(pod, "ephemeralContainers");
     match asked {
-        Some(c) if containers.iter().chain(&inits).any(|n| n == c) => Ok(c.to_owned()),
+        Some(c) if containers.iter().chain(&inits).chain(&ephemeral).any(|n| n == c) => Ok(c.to_owned()),
         Some(c) => Err(StatusError::bad_request(format!("container {c} is not valid for pod {name}"))),
         None if containers.len() == 1 => Ok(containers[0].clone()),
         None => {
@@ -41,6 +42,9 @@ fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, Sta
                 format!("a container name must be specified for pod {name}, choose one of: [{}]", containers.join(" "));
             if !inits.is_empty() {
                 message.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+            }
+            if !ephemeral.is_empty() {
+                message.push_str(&format!(" or one of the ephemeral containers: [{}]", ephemeral.join(" ")));
             }
             Err(StatusError::bad_request(message))
         }
@@ -135,5 +139,14 @@ mod tests {
         );
         assert_eq!(container(&two, "web", Some("i")).unwrap(), "i");
         assert_eq!(container(&two, "web", Some("x")).unwrap_err().message, "container x is not valid for pod web");
+        let debugged =
+            json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}], "ephemeralContainers": [{"name": "dbg"}]}});
+        assert_eq!(container(&debugged, "web", Some("dbg")).unwrap(), "dbg");
+        assert!(
+            container(&debugged, "web", None)
+                .unwrap_err()
+                .message
+                .ends_with(" or one of the ephemeral containers: [dbg]")
+        );
     }
 }

@@ -119,7 +119,7 @@ async fn create_tracked(t: &Target<'_>, mut object: Value) -> Result<Response, S
 async fn admit_replacement(
     t: &Target<'_>,
     name: &str,
-    status_only: bool,
+    part: Part,
     current: &Value,
     object: &mut Value,
 ) -> Result<(), StatusError> {
@@ -127,7 +127,7 @@ async fn admit_replacement(
     prepare_update(res, current, object, name)?;
     lifecycle::check_finalizer_update(res.kind, name, current, object)?;
     res.strategy.default(name, object)?;
-    if !status_only {
+    if part == Part::Main {
         admission::mutate_update(&t.attributes(name, Operation::Update), object);
     }
     res.strategy.validate_update(name, object, current)?;
@@ -140,12 +140,7 @@ async fn admit_replacement(
 }
 
 /// PUT of a whole object, or of its status through `/status`.
-pub(super) async fn update(
-    t: &Target<'_>,
-    name: &str,
-    status_only: bool,
-    mut object: Value,
-) -> Result<Response, StatusError> {
+pub(super) async fn update(t: &Target<'_>, name: &str, part: Part, mut object: Value) -> Result<Response, StatusError> {
     let (state, res) = (t.state, t.res);
     let k = key(res, t.ns, name);
     let current = state.store.get(&k).await?;
@@ -155,9 +150,9 @@ pub(super) async fn update(
         }
         None => None,
     };
-    apply::track_update(res, status_only, &current.object, &mut object, t.manager)?;
-    split_status(res, status_only, &current.object, &mut object);
-    admit_replacement(t, name, status_only, &current.object, &mut object).await?;
+    apply::track_update(res, part == Part::Status, &current.object, &mut object, t.manager)?;
+    split_status(res, part, &current.object, &mut object);
+    admit_replacement(t, name, part, &current.object, &mut object).await?;
     if t.write.is_dry_run() {
         return dry_run_update(res, name, object, expected.unwrap_or(current.revision), &current);
     }
@@ -185,17 +180,53 @@ fn dry_run_update(
     Ok(json_response(StatusCode::OK, object))
 }
 
+/// The part of an object a write addresses: the object (its main resource), or one of
+/// the subresources that write a part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// The main resource.
+    Main,
+    /// `/status`.
+    Status,
+    /// `pods/ephemeralcontainers`.
+    EphemeralContainers,
+}
+
+impl Part {
+    /// The part a subresource path addresses (`None`: not a part-writing subresource).
+    pub(super) fn of(subresource: Option<&str>) -> Option<Self> {
+        match subresource {
+            None => Some(Self::Main),
+            Some("status") => Some(Self::Status),
+            Some("ephemeralcontainers") => Some(Self::EphemeralContainers),
+            Some(_) => None,
+        }
+    }
+}
+
 /// What a write may change: through `/status` the status only (everything else is the
-/// current object's, upstream's status strategies); through the main resource what the
-/// kind's `PrepareForUpdate` leaves (kinds with a `/status` subresource keep the stored
-/// status).
-fn split_status(res: &Resource, status_only: bool, current: &Value, object: &mut Value) {
-    if status_only {
-        let status = object.get("status").cloned().unwrap_or(Value::Null);
-        *object = current.clone();
-        object["status"] = status;
-    } else {
-        res.strategy.prepare_for_update(object, current);
+/// current object's, upstream's status strategies), through `pods/ephemeralcontainers`
+/// `spec.ephemeralContainers` only (podEphemeralContainersStrategy); through the main
+/// resource what the kind's `PrepareForUpdate` leaves (kinds with a `/status` subresource
+/// keep the stored status).
+fn split_status(res: &Resource, part: Part, current: &Value, object: &mut Value) {
+    match part {
+        Part::Status => {
+            let status = object.get("status").cloned().unwrap_or(Value::Null);
+            *object = current.clone();
+            object["status"] = status;
+        }
+        Part::EphemeralContainers => {
+            let ephemeral = object.field("/spec/ephemeralContainers").cloned();
+            *object = current.clone();
+            if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                match ephemeral {
+                    Some(e) => spec.insert("ephemeralContainers".into(), e),
+                    None => spec.remove("ephemeralContainers"),
+                };
+            }
+        }
+        Part::Main => res.strategy.prepare_for_update(object, current),
     }
 }
 
@@ -219,7 +250,7 @@ const PATCH_RETRIES: usize = 5;
 pub(super) async fn patch(
     t: &Target<'_>,
     name: &str,
-    status_only: bool,
+    part: Part,
     body: &Body<'_>,
 ) -> Result<(Response, Vec<String>), StatusError> {
     let Body { content_type, bytes: body, mode } = *body;
@@ -229,7 +260,7 @@ pub(super) async fn patch(
         "application/merge-patch+json" => PatchKind::Merge,
         "application/strategic-merge-patch+json" => PatchKind::Strategic,
         "application/json-patch+json" => PatchKind::Json,
-        APPLY_PATCH => return apply_patch(t, name, status_only, body, mode).await,
+        APPLY_PATCH => return apply_patch(t, name, part, body, mode).await,
         other => return Err(StatusError::unsupported_media_type(other)),
     };
     let patch: Value =
@@ -276,8 +307,8 @@ pub(super) async fn patch(
             }
             None => current.revision,
         };
-        apply::track_update(res, status_only, &current.object, &mut object, t.manager)?;
-        split_status(res, status_only, &current.object, &mut object);
+        apply::track_update(res, part == Part::Status, &current.object, &mut object, t.manager)?;
+        split_status(res, part, &current.object, &mut object);
         let mut warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         if !duplicates.is_empty() {
             if mode == FieldValidation::Strict {
@@ -288,7 +319,7 @@ pub(super) async fn patch(
             }
         }
         check_depth(&object)?;
-        admit_replacement(t, name, status_only, &current.object, &mut object).await?;
+        admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((dry_run_update(res, name, object, expected, &current)?, warnings));
         }
@@ -312,7 +343,7 @@ pub(super) async fn patch(
 async fn apply_patch(
     t: &Target<'_>,
     name: &str,
-    status_only: bool,
+    part: Part,
     body: &[u8],
     mode: FieldValidation,
 ) -> Result<(Response, Vec<String>), StatusError> {
@@ -327,7 +358,7 @@ async fn apply_patch(
     if mode == FieldValidation::Strict && !duplicates.is_empty() {
         return Err(StatusError::bad_request(format!("error strict decoding YAML: {}", duplicates.join(", "))));
     }
-    let (answer, mut warnings) = apply_config(t, name, status_only, config, mode).await?;
+    let (answer, mut warnings) = apply_config(t, name, part, config, mode).await?;
     if mode == FieldValidation::Warn {
         warnings.extend(duplicates);
     }
@@ -338,7 +369,7 @@ async fn apply_patch(
 async fn apply_config(
     t: &Target<'_>,
     name: &str,
-    status_only: bool,
+    part: Part,
     mut config: Value,
     mode: FieldValidation,
 ) -> Result<(Response, Vec<String>), StatusError> {
@@ -368,7 +399,7 @@ async fn apply_config(
     loop {
         let current = match state.store.get(&k).await {
             Ok(current) => current,
-            Err(StoreError::NotFound { .. }) if !status_only => {
+            Err(StoreError::NotFound { .. }) if part == Part::Main => {
                 // A uid in the configuration is a precondition: it names an object that
                 // does not exist (any more).
                 if let Some(uid) = config.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
@@ -390,14 +421,15 @@ async fn apply_config(
             }
             Err(e) => return Err(e.into()),
         };
-        let mut object = match apply::apply(res, status_only, Some(&current.object), &config, t.manager, t.force)? {
-            Applied::Write(object) => object,
-            Applied::Unchanged => return Ok((json_response(StatusCode::OK, current.object), Vec::new())),
-        };
-        split_status(res, status_only, &current.object, &mut object);
+        let mut object =
+            match apply::apply(res, part == Part::Status, Some(&current.object), &config, t.manager, t.force)? {
+                Applied::Write(object) => object,
+                Applied::Unchanged => return Ok((json_response(StatusCode::OK, current.object), Vec::new())),
+            };
+        split_status(res, part, &current.object, &mut object);
         let warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         check_depth(&object)?;
-        admit_replacement(t, name, status_only, &current.object, &mut object).await?;
+        admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((dry_run_update(res, name, object, current.revision, &current)?, warnings));
         }

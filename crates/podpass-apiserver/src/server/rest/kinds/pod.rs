@@ -42,6 +42,14 @@ impl Strategy for Pod {
 
     fn prepare_for_update(&self, object: &mut Value, old: &Value) {
         super::namespace::keep_status(object, old);
+        // Ephemeral containers are added through `pods/ephemeralcontainers` only.
+        let kept = old.field("/spec/ephemeralContainers").cloned();
+        if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+            match kept {
+                Some(e) => spec.insert("ephemeralContainers".into(), e),
+                None => spec.remove("ephemeralContainers"),
+            };
+        }
     }
 
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
@@ -53,12 +61,14 @@ impl Strategy for Pod {
     }
 
     fn validate_update(&self, name: &str, object: &Value, old: &Value) -> Result<(), StatusError> {
+        invalid("Pod", name, super::pod_spec::ephemeral_update_errors(object, old))?;
         validate_pod_update(name, old, object)
     }
 
     fn subresources(&self) -> &'static [(&'static str, &'static str)] {
         &[
             ("status", "Pod"),
+            ("ephemeralcontainers", "Pod"),
             ("binding", "Binding"),
             ("log", "Pod"),
             ("exec", "PodExecOptions"),
@@ -306,6 +316,8 @@ fn validate_pod_update(name: &str, old: &Value, new: &Value) -> Result<(), Statu
         None => obj.remove(field),
     };
     copy_old("activeDeadlineSeconds");
+    // Checked on their own (`pods/ephemeralcontainers`).
+    copy_old("ephemeralContainers");
     // tolerations: additions only
     let old_tolerations = old_spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
     let new_tolerations = new_spec.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();

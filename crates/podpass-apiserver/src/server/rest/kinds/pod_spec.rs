@@ -5,7 +5,7 @@
 //! user and group IDs, `activeDeadlineSeconds`) and the DNS names (`hostname`, `subdomain`,
 //! `serviceAccountName`), each worded and pathed as upstream's `validation.go`.
 
-use podpass_api::validation::{FieldError, is_dns1123_subdomain};
+use podpass_api::validation::{FieldError, is_dns1123_subdomain, quote};
 use podpass_token::user::is_dns1123_label;
 use serde_json::Value;
 
@@ -104,6 +104,99 @@ pub(super) fn errors(pod: &Value) -> Vec<String> {
     let groups = spec.field("/securityContext/supplementalGroups").and_then(Value::as_array);
     for (i, group) in groups.into_iter().flatten().enumerate() {
         id(group, &format!("spec.securityContext.supplementalGroups[{i}]"), &mut errors);
+    }
+    errors.into_iter().map(|e| e.to_string()).collect()
+}
+
+/// Fields an ephemeral container may not set (`validateEphemeralContainers`).
+const NOT_FOR_EPHEMERAL: [&str; 8] = [
+    "lifecycle",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "ports",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+];
+/// What `validateEphemeralContainers` says of them.
+const EPHEMERAL_FORBIDDEN: &str = "cannot be set for an Ephemeral Container";
+
+/// `ValidatePodEphemeralContainersUpdate` (with `validateEphemeralContainers` on the new
+/// list), when the update changes `spec.ephemeralContainers`: existing ones stay as they
+/// are, new ones are containers with a unique name, an image, no ports, probes, lifecycle
+/// or resources, mounts of the pod's volumes without a subPath, and a target container
+/// that exists.
+pub(super) fn ephemeral_update_errors(new: &Value, old: &Value) -> Vec<String> {
+    let list =
+        |pod: &Value| pod.field("/spec/ephemeralContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (new_list, old_list) = (list(new), list(old));
+    if new_list == old_list {
+        return Vec::new();
+    }
+    let mut errors = Vec::new();
+    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    for old_c in &old_list {
+        let name = name_of(old_c);
+        match new_list.iter().position(|c| name_of(c) == name) {
+            None => errors.push(FieldError::forbidden(
+                "spec.ephemeralContainers",
+                format!("existing ephemeral containers {} may not be removed", quote(&name)),
+            )),
+            Some(i) if &new_list[i] != old_c => errors.push(FieldError::forbidden(
+                &format!("spec.ephemeralContainers[{i}]"),
+                format!("existing ephemeral containers {} may not be changed", quote(&name)),
+            )),
+            Some(_) => {}
+        }
+    }
+    let spec = new.get("spec").unwrap_or(&Value::Null);
+    let named = |list: &str| -> Vec<String> {
+        spec.get(list).and_then(Value::as_array).into_iter().flatten().map(name_of).collect()
+    };
+    let (apps, inits) = (named("containers"), named("initContainers"));
+    let volumes = named("volumes");
+    let mut seen: std::collections::HashSet<String> = apps.iter().chain(&inits).cloned().collect();
+    for (i, c) in new_list.iter().enumerate() {
+        let at = format!("spec.ephemeralContainers[{i}]");
+        let name = name_of(c);
+        if name.is_empty() {
+            errors.push(FieldError::required(&format!("{at}.name"), ""));
+        } else if !is_dns1123_label(&name) {
+            errors.push(FieldError::invalid(&format!("{at}.name"), &name, LABEL));
+        } else if !seen.insert(name.clone()) {
+            errors.push(FieldError::duplicate(&format!("{at}.name"), &name));
+        }
+        container(c, &at, &mut errors);
+        for field in NOT_FOR_EPHEMERAL {
+            // Go's zero value (kubectl sends `resources: {}`) is unset.
+            let set = match c.get(field) {
+                None | Some(Value::Null) => false,
+                Some(Value::Object(m)) => !m.is_empty(),
+                Some(Value::Array(a)) => !a.is_empty(),
+                Some(Value::String(s)) => !s.is_empty(),
+                Some(_) => true,
+            };
+            if set {
+                errors.push(FieldError::forbidden(&format!("{at}.{field}"), EPHEMERAL_FORBIDDEN));
+            }
+        }
+        for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let mount = m.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !volumes.iter().any(|v| v == mount) {
+                errors.push(FieldError::not_found(&format!("{at}.volumeMounts[{j}].name"), mount));
+            }
+            for field in ["subPath", "subPathExpr"] {
+                if m.get(field).and_then(Value::as_str).is_some_and(|p| !p.is_empty()) {
+                    errors.push(FieldError::forbidden(&format!("{at}.volumeMounts[{j}].{field}"), EPHEMERAL_FORBIDDEN));
+                }
+            }
+        }
+        if let Some(target) = c.get("targetContainerName").and_then(Value::as_str).filter(|t| !t.is_empty())
+            && !apps.iter().chain(&inits).any(|n| n == target)
+        {
+            errors.push(FieldError::not_found(&format!("{at}.targetContainerName"), target));
+        }
     }
     errors.into_iter().map(|e| e.to_string()).collect()
 }
@@ -230,6 +323,43 @@ mod tests {
             "restartPolicy": "Never", "dnsPolicy": "ClusterFirst", "activeDeadlineSeconds": 5,
             "hostname": "web-0", "subdomain": "svc", "serviceAccountName": "builder.v2",
             "securityContext": {"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3000]}}})
+    }
+
+    #[test]
+    fn ephemeral_containers_are_added_never_changed_and_limited_as_upstream() {
+        let pod = |ephemeral: Value| {
+            json!({"spec": {"containers": [{"name": "app", "image": "a"}], "volumes": [{"name": "data", "emptyDir": {}}],
+                "ephemeralContainers": ephemeral}})
+        };
+        let debugger = json!({"name": "debugger", "image": "busybox", "targetContainerName": "app",
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]});
+        let none = pod(json!([]));
+        let one = pod(json!([debugger]));
+        assert_eq!(ephemeral_update_errors(&one, &none), Vec::<String>::new());
+        assert_eq!(ephemeral_update_errors(&one, &one), Vec::<String>::new());
+        assert_eq!(
+            ephemeral_update_errors(&none, &one),
+            [r#"spec.ephemeralContainers: Forbidden: existing ephemeral containers "debugger" may not be removed"#]
+        );
+        let mut changed = debugger.clone();
+        changed["image"] = json!("other");
+        assert_eq!(
+            ephemeral_update_errors(&pod(json!([changed])), &one),
+            [r#"spec.ephemeralContainers[0]: Forbidden: existing ephemeral containers "debugger" may not be changed"#]
+        );
+        let bad = json!({"name": "app", "image": "", "ports": [{"containerPort": 80}], "targetContainerName": "nope", "resources": {},
+            "volumeMounts": [{"name": "data", "mountPath": "/d", "subPath": "x"}, {"name": "gone", "mountPath": "/g"}]});
+        assert_eq!(
+            ephemeral_update_errors(&pod(json!([bad])), &none),
+            [
+                r#"spec.ephemeralContainers[0].name: Duplicate value: "app""#,
+                "spec.ephemeralContainers[0].image: Required value",
+                "spec.ephemeralContainers[0].ports: Forbidden: cannot be set for an Ephemeral Container",
+                "spec.ephemeralContainers[0].volumeMounts[0].subPath: Forbidden: cannot be set for an Ephemeral Container",
+                r#"spec.ephemeralContainers[0].volumeMounts[1].name: Not found: "gone""#,
+                r#"spec.ephemeralContainers[0].targetContainerName: Not found: "nope""#,
+            ]
+        );
     }
 
     #[test]
