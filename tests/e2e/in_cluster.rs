@@ -123,4 +123,16 @@ fn a_pod_without_host_network_reaches_the_api_server_as_in_cluster_config_expect
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(own)).0, 201);
     let own = finished(&s, "own");
     assert_eq!(log_lines(&d.join("root"), &own), ["mine"]);
+
+    // Each line a background task logs says which task wrote it (the pod workers run in
+    // the `pods` task, each in its pod's span).
+    let log = std::fs::read_to_string(d.join("agent.log")).unwrap();
+    let tasks: std::collections::BTreeSet<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|l| l["spans"].as_array().cloned().unwrap_or_default())
+        .filter(|s| s["name"] == "task")
+        .filter_map(|s| s["task"].as_str().map(str::to_owned))
+        .collect();
+    assert!(tasks.contains("pods"), "no line names its task: {tasks:?}");
 }

@@ -509,8 +509,9 @@ impl Bound {
         let Bound { listener, tls, state, trusts, limits } = self;
         let scheme = if tls.is_some() { "https" } else { "http" };
         tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), scheme, "registry-auth listening");
-        let refreshers: Vec<_> = trusts.into_iter().map(|t| tokio::spawn(t.refresh_forever())).collect();
-        let server = tokio::spawn(accept_loop(listener, tls, router(state), limits));
+        let refreshers: Vec<_> =
+            trusts.into_iter().map(|t| podpass_serve::spawn_named("issuer-keys", t.refresh_forever())).collect();
+        let server = podpass_serve::spawn_named("accept", accept_loop(listener, tls, router(state), limits));
         shutdown.await;
         server.abort();
         for r in refreshers {

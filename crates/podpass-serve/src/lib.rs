@@ -15,6 +15,7 @@
 //!   daemon's own declarations ([`parse_flags`]).
 //! - [`FairShare`]: work in flight bounded per identity and in total, refused at once
 //!   past either (kube-apiserver's max-requests-inflight and fairness by user).
+//! - [`spawn_named`]: background tasks in a span naming them.
 //! - [`durable`]: atomic, durable file replacement and exclusive creation, and the
 //!   clean-up of temporary files a killed writer left behind.
 
@@ -24,10 +25,12 @@ pub mod config;
 mod connections;
 pub mod durable;
 mod inflight;
+mod task;
 mod tls;
 
 pub use accept::{Peer, ServeLimits, accept_loop};
 pub use audit::{AuditFlags, AuditTarget, AuditWriter, RotatingFile};
 pub use config::{ConfigErrors, ConfigProblem, EXIT_USAGE, Problems, parse_flags};
 pub use inflight::{FairShare, InFlightPermit, InFlightRefusal};
+pub use task::spawn_named;
 pub use tls::{TlsError, tls_acceptor};

@@ -46,7 +46,10 @@ impl<V: View> Informer<V> {
         let resources: Vec<&'static str> = self.applied.keys().copied().collect();
         for resource in resources {
             let revision = self.relist(store.as_ref(), resource).await?;
-            tokio::spawn(follow(Arc::downgrade(self), Arc::clone(&store), resource, revision));
+            podpass_serve::spawn_named(
+                "informer",
+                follow(Arc::downgrade(self), Arc::clone(&store), resource, revision),
+            );
         }
         Ok(())
     }

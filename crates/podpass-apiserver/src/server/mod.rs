@@ -20,7 +20,7 @@ mod root_ca_publisher;
 mod routing;
 /// The accept loop and its bounds, shared with every podpass server.
 mod serve {
-    pub use podpass_serve::{ServeLimits, accept_loop};
+    pub use podpass_serve::{ServeLimits, accept_loop, spawn_named};
 }
 mod scheduler;
 mod startup;

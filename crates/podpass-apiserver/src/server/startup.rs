@@ -46,25 +46,31 @@ impl Bound {
     /// completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
-        let reaper = tokio::spawn(super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
-        let tokens = tokio::spawn(super::tokens_controller::run(Arc::clone(&state)));
+        let reaper = serve::spawn_named("event-ttl", super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
+        let tokens = serve::spawn_named("tokens-controller", super::tokens_controller::run(Arc::clone(&state)));
         let elector = Arc::new(super::leader::Elector::new());
-        let election = tokio::spawn({
+        let election = serve::spawn_named("leader-election", {
             let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
             async move { elector.run(state).await }
         });
-        let root_ca = tokio::spawn(super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()));
+        let root_ca = serve::spawn_named(
+            "root-ca-publisher",
+            super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()),
+        );
         let kubernetes_service = {
             // The address clients reach: a wildcard bind is reached on loopback.
             let ip =
                 if local_addr.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { local_addr.ip() };
             let endpoint = SocketAddr::new(ip, local_addr.port());
-            tokio::spawn(super::kubernetes_service::run(Arc::clone(&state), service_ip, endpoint, elector.subscribe()))
+            serve::spawn_named(
+                "kubernetes-service",
+                super::kubernetes_service::run(Arc::clone(&state), service_ip, endpoint, elector.subscribe()),
+            )
         };
-        let quotas = tokio::spawn(super::rest::admission::quota::run(Arc::clone(&state)));
-        let pod_gc = tokio::spawn(super::rest::collect_orphans_forever(Arc::clone(&state)));
-        let scheduler = tokio::spawn(super::scheduler::run(Arc::clone(&state)));
-        let server = tokio::spawn(serve::accept_loop(listener, Some(tls), app, limits));
+        let quotas = serve::spawn_named("resource-quota", super::rest::admission::quota::run(Arc::clone(&state)));
+        let pod_gc = serve::spawn_named("pod-gc", super::rest::collect_orphans_forever(Arc::clone(&state)));
+        let scheduler = serve::spawn_named("scheduler", super::scheduler::run(Arc::clone(&state)));
+        let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();

@@ -418,7 +418,7 @@ pub(crate) fn serve_broadcast<C: Broadcast>(
     let (tx, rx) = mpsc::channel(256);
     let progress = WatchProgress::default();
     let producer = progress.clone();
-    tokio::spawn(async move {
+    podpass_serve::spawn_named("watch", async move {
         for event in backlog {
             if tx.send(Ok(event)).await.is_err() {
                 return;

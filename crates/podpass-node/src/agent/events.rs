@@ -79,7 +79,7 @@ impl EventRecorder {
     pub fn new(client: kube::Client, node: &str) -> Self {
         let (queue, rx) = mpsc::channel(MAX_QUEUED);
         let sink = Sink { client, node: node.to_owned(), seen: HashMap::new() };
-        tokio::spawn(sink.run(rx));
+        podpass_serve::spawn_named("events", sink.run(rx));
         Self { queue }
     }
 
@@ -89,7 +89,7 @@ impl EventRecorder {
         let queue = self.queue.clone();
         let uid = uid.to_owned();
         if let Err(mpsc::error::TrySendError::Full(m)) = self.queue.try_send(Message::Forget(uid)) {
-            tokio::spawn(async move { queue.send(m).await.ok() });
+            tokio::spawn(tracing::Instrument::in_current_span(async move { queue.send(m).await.ok() }));
         }
     }
 

@@ -157,13 +157,13 @@ impl InCluster {
                     // the node's file descriptors.
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else { continue };
                     let upstream = self.upstream;
-                    tokio::spawn(async move {
+                    tokio::spawn(tracing::Instrument::in_current_span(async move {
                         let _slot = slot;
                         let connected = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(upstream)).await;
                         if let Ok(Ok(mut outside)) = connected {
                             let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
                         }
-                    });
+                    }));
                 }
                 _ = check.tick() => if !netns.exists() {
                     return;
@@ -199,11 +199,7 @@ fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListe
             .output()
             .map_err(|e| format!("running ip: {e}"))
             .and_then(|out| {
-                if out.status.success() {
-                    Ok(())
-                } else {
-                    Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-                }
+                if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
             });
         let listener = std::net::TcpListener::bind((service.ip, service.port)).map_err(|e| match &added {
             Ok(()) => format!("listening on {}:{}: {e}", service.ip, service.port),

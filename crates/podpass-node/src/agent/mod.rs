@@ -431,26 +431,35 @@ impl Bound {
                 runtime: shared.runtime.clone(),
                 shared: shared.clone(),
             });
-            tokio::spawn(podpass_serve::accept_loop(
-                listener,
-                Some(tls),
-                server::router(node_server),
-                podpass_serve::ServeLimits::default(),
-            ));
+            podpass_serve::spawn_named(
+                "node-server",
+                podpass_serve::accept_loop(
+                    listener,
+                    Some(tls),
+                    server::router(node_server),
+                    podpass_serve::ServeLimits::default(),
+                ),
+            );
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         for (listener, metrics) in listeners {
             let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
             let mut stopped = stopped.clone();
-            tokio::spawn(ops::serve(listener, ops, metrics, async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }));
+            podpass_serve::spawn_named(
+                "ops-server",
+                ops::serve(listener, ops, metrics, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+            );
         }
         if let (Some(rt), Some(pleg)) = (shared.runtime.clone(), shared.pleg.clone()) {
             let mut stopped = stopped.clone();
-            tokio::spawn(pleg.run(rt, async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }));
+            podpass_serve::spawn_named(
+                "pleg",
+                pleg.run(rt, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+            );
         }
         if let Some(rt) = shared.runtime.clone() {
             let policy = log_rotation::RotatePolicy {
@@ -458,15 +467,21 @@ impl Bound {
                 max_files: this.kubelet.container_log_max_files,
             };
             let mut stopped = stopped.clone();
-            tokio::spawn(log_rotation::run(rt, policy, this.kubelet.container_log_monitor_interval, async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }));
+            podpass_serve::spawn_named(
+                "log-rotation",
+                log_rotation::run(rt, policy, this.kubelet.container_log_monitor_interval, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+            );
         }
         let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods);
-        let pod_task = tokio::spawn(pods.run(async move {
-            let mut stopped = stopped;
-            let _ = stopped.wait_for(|s| *s).await;
-        }));
+        let pod_task = podpass_serve::spawn_named(
+            "pods",
+            pods.run(async move {
+                let mut stopped = stopped;
+                let _ = stopped.wait_for(|s| *s).await;
+            }),
+        );
         let mut renew = tokio::time::interval(RENEW_INTERVAL);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut report = tokio::time::interval(STATUS_REPORT_INTERVAL);

@@ -119,7 +119,10 @@ impl<K: Watched> ObjectCache<K> {
             return None;
         }
         let tx = Arc::new(watch::channel(None).0);
-        let task = tokio::spawn(follow(self.client.clone(), key.0.clone(), key.1.clone(), tx.clone()));
+        let task = podpass_serve::spawn_named(
+            "object-watch",
+            follow(self.client.clone(), key.0.clone(), key.1.clone(), tx.clone()),
+        );
         let known = tx.subscribe();
         items.insert(key, Item { known: tx, task, last_read: Instant::now() });
         Some(known)

@@ -165,8 +165,8 @@ impl PodLoop {
                         // kubelet cleanupOrphanedPodDirs: directories of pods that went
                         // while no agent was watching (a restart) are removed too.
                         let known: HashSet<String> = seen.into_iter().chain(self.workers.keys().cloned()).collect();
-                        tokio::spawn(remove_runtime_orphans(self.shared.clone(), known.clone()));
-                        tokio::spawn(remove_orphans(self.shared.root.clone(), known, std::time::SystemTime::now()));
+                        podpass_serve::spawn_named("runtime-orphans", remove_runtime_orphans(self.shared.clone(), known.clone()));
+                        podpass_serve::spawn_named("orphaned-pod-dirs", remove_orphans(self.shared.root.clone(), known, std::time::SystemTime::now()));
                     }
                     Some(Ok(watcher::Event::Apply(pod))) => self.apply(pod),
                     Some(Ok(watcher::Event::Delete(pod))) => {
@@ -185,7 +185,7 @@ impl PodLoop {
                     // Records are pruned every fifth minute (the kubelet's image GC period).
                     ticks += 1;
                     // Off the loop: listing a runtime's images may take a while.
-                    tokio::spawn(super::worker::housekeeping(self.shared.clone(), ticks.is_multiple_of(5)));
+                    podpass_serve::spawn_named("housekeeping", super::worker::housekeeping(self.shared.clone(), ticks.is_multiple_of(5)));
                 }
             }
         }

@@ -186,7 +186,7 @@ async fn container_logs(
     let _ = tx.send(Ok(first)).await;
     let mut position = offset + u64::try_from(consumed).unwrap_or(0);
     let runtime = s.runtime.clone();
-    tokio::spawn(async move {
+    podpass_serve::spawn_named("log-follow", async move {
         let follow = LogOptions { tail_lines: None, ..options.clone() };
         loop {
             tokio::time::sleep(FOLLOW_POLL).await;

@@ -212,7 +212,7 @@ async fn delete_current(
 /// node to confirm once its containers are stopped — never removed while a node may still
 /// run it. Nothing is done if the pod was replaced (another uid) in between.
 pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
-    tokio::spawn(async move {
+    podpass_serve::spawn_named("graceful-removal", async move {
         tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
         // A lost compare-and-swap (the node posting the pod's status meanwhile) is retried
         // on the latest pod.

@@ -213,7 +213,7 @@ const CONTROLLER_RETRY: Duration = Duration::from_millis(500);
 
 /// Runs the namespace controller for one terminating namespace until it is gone.
 pub fn spawn_namespace_controller(state: Arc<AppState>, name: String) {
-    tokio::spawn(async move {
+    podpass_serve::spawn_named("namespace-controller", async move {
         loop {
             match namespace_pass(&state, &name).await {
                 Ok(true) => return,
