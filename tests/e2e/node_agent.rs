@@ -473,6 +473,10 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
         r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
         r#"kubelet_imagemanager_ondisk_pulledrecords 1"#,
         r#"kubelet_imagemanager_image_mustpull_checks_total{result="mustAuthenticate"}"#,
+        // One token manager, as the kubelet's: web's two volume tokens (registry-token and
+        // the automounted API token) and the token its credential provider was fed (the
+        // intruder's went with it).
+        r#"podpass_node_projected_service_account_tokens{state="fresh"} 3"#,
     ] {
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }

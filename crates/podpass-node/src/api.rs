@@ -322,13 +322,20 @@ impl TokenFetcher for KubeTokenFetcher {
 /// Service accounts and pod-bound tokens from the API, tokens through a [`TokenManager`].
 pub struct KubeServiceAccounts {
     client: kube::Client,
-    tokens: TokenManager<KubeTokenFetcher>,
+    tokens: Arc<TokenManager<KubeTokenFetcher>>,
 }
 
 impl KubeServiceAccounts {
-    /// Uses `client` for reads and TokenRequests.
+    /// Uses `client` for reads and TokenRequests, with a token manager of its own (a
+    /// one-shot command's).
     pub fn new(client: kube::Client) -> Arc<Self> {
-        let tokens = TokenManager::new(KubeTokenFetcher { client: client.clone() });
+        let tokens = Arc::new(TokenManager::new(KubeTokenFetcher { client: client.clone() }));
+        Self::with_tokens(client, tokens)
+    }
+
+    /// Uses `client` for reads, and `tokens` — shared with the projected volumes, so a node
+    /// holds one cache of tokens, one set of metrics, one clean-up.
+    pub fn with_tokens(client: kube::Client, tokens: Arc<TokenManager<KubeTokenFetcher>>) -> Arc<Self> {
         Arc::new(Self { client, tokens })
     }
 

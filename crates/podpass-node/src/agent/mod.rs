@@ -284,7 +284,10 @@ impl Prepared {
         for w in warnings {
             tracing::warn!(file = w.file_kind(), error = %w, "unreadable image record at start-up");
         }
-        let service_accounts = crate::api::KubeServiceAccounts::new(client.clone());
+        // One token manager for the node, as the kubelet's: projected volumes and
+        // credential providers ask it alike.
+        let tokens = Arc::new(crate::token::TokenManager::new(crate::api::KubeTokenFetcher::new(client.clone())));
+        let service_accounts = crate::api::KubeServiceAccounts::with_tokens(client.clone(), tokens.clone());
         let credential_metrics = CredentialMetrics::default();
         let providers =
             match (&self.config.image_credential_provider_config, &self.config.image_credential_provider_bin_dir) {
@@ -309,12 +312,11 @@ impl Prepared {
         Ok(Shared {
             client: client.clone(),
             root: root.clone(),
-            sources: ApiSources::new(client.clone()),
+            sources: ApiSources::new(client.clone(), tokens),
             images,
             pull_manager,
             credential_metrics,
             providers: Arc::new(providers),
-            service_accounts,
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),

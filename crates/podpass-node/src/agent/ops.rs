@@ -107,7 +107,7 @@ pub(crate) async fn render_metrics(shared: Arc<Shared>) -> axum::response::Respo
         }
         registry.register(
             "podpass_node_projected_service_account_tokens",
-            "Projected service-account tokens the node holds, by state: fresh, past_refresh (its refresh is failing; still valid) or expired (its refresh failed past expiry).",
+            "Service-account tokens the node holds (projected volumes and credential providers: one token manager), by state: fresh, past_refresh (its refresh is failing; still valid) or expired (its refresh failed past expiry).",
             tokens,
         );
         let mut text = String::new();

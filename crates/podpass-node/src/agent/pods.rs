@@ -27,16 +27,17 @@ use super::worker::{Shared, Work};
 /// Config maps, secrets and tokens for projected volumes, read from the API as the node:
 /// objects from per-object watches ([`ObjectCache`]), tokens through the token manager.
 pub struct ApiSources {
-    tokens: TokenManager<KubeTokenFetcher>,
+    tokens: Arc<TokenManager<KubeTokenFetcher>>,
     config_maps: ObjectCache<ConfigMap>,
     secrets: ObjectCache<Secret>,
 }
 
 impl ApiSources {
-    /// Reads through `client`; tokens through a token manager of its own.
-    pub fn new(client: kube::Client) -> Self {
+    /// Reads through `client`; tokens through `tokens`, the node's one token manager (the
+    /// credential providers' tokens come from it too, as the kubelet's).
+    pub fn new(client: kube::Client, tokens: Arc<TokenManager<KubeTokenFetcher>>) -> Self {
         Self {
-            tokens: TokenManager::new(KubeTokenFetcher::new(client.clone())),
+            tokens,
             config_maps: ObjectCache::new(client.clone(), |c: &ConfigMap| c.immutable == Some(true)),
             secrets: ObjectCache::new(client, |s: &Secret| s.immutable == Some(true)),
         }

@@ -21,7 +21,6 @@ use super::containers::{PodRuntime, RuntimeState};
 use super::events::{EventRecorder, field_path};
 use super::pods::ApiSources;
 use super::status::{ContainerOutcome, ContainerReport, PodRuntimeView, VolumesOutcome, pod_status};
-use crate::api::KubeServiceAccounts;
 use crate::credential::provider::BoxFuture;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
@@ -54,7 +53,6 @@ pub(crate) struct Shared {
     pub pull_manager: Option<Arc<crate::images::pull_manager::PullManager>>,
     pub credential_metrics: crate::credential::metrics::CredentialMetrics,
     pub providers: Arc<Vec<PluginProvider>>,
-    pub service_accounts: Arc<KubeServiceAccounts>,
     pub node_config: Arc<DockerConfig>,
     pub events: EventRecorder,
     /// Pods synced at once.
@@ -531,7 +529,6 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
     shared.sources.tokens().collect_garbage(now);
     let watched = shared.sources.recycle_idle_watches();
     tracing::debug!(objects = watched, "config map and secret watches");
-    shared.service_accounts.tokens().collect_garbage(now);
     let purged: usize = shared.providers.iter().map(PluginProvider::purge_expired_cache).sum();
     if purged > 0 {
         tracing::debug!(entries = purged, "expired credential provider cache entries purged");
@@ -572,8 +569,8 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), Stri
             .await
             .map_err(|e| format!("stopping the pod's containers: {e}"))?;
     }
+    // One manager holds the pod's volume and credential-provider tokens alike.
     shared.sources.tokens().delete_for_pod(&uid);
-    shared.service_accounts.tokens().delete_for_pod(&uid);
     shared.images.forget_pod(&uid);
     shared.events.forget_pod(&uid);
     remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing volumes: {e}"))?;
