@@ -85,7 +85,7 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
     std::fs::write(data.join("msg"), "from the host\n").unwrap();
     let config = ContainerConfig {
         metadata: Some(ContainerMetadata { name: "app".into(), attempt: 0 }),
-        image: Some(ImageSpec { image: APP_IMAGE.into() }),
+        image: Some(ImageSpec { image: APP_IMAGE.into(), ..Default::default() }),
         command: vec!["/bin/sh".into()],
         args: vec![
             "-c".into(),

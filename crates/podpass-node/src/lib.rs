@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod api;
 pub mod credential;
+mod cri;
 mod identity;
 pub mod images;
 pub mod kubelet_config;

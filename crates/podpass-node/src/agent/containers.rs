@@ -537,7 +537,7 @@ async fn container_config(
     let (command, args) = (expanded(&c.command)?, expanded(&c.args)?);
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata { name: c.name.clone(), attempt }),
-        image: Some(ImageSpec { image: image_ref.to_owned() }),
+        image: Some(ImageSpec { image: image_ref.to_owned(), annotations: HashMap::new() }),
         command,
         args,
         working_dir: c.working_dir.clone().unwrap_or_default(),

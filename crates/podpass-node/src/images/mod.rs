@@ -8,7 +8,7 @@
 pub mod assembly;
 pub(crate) mod backend;
 pub(crate) mod backoff;
-pub(crate) mod cri;
+mod cri;
 pub(crate) mod embedded;
 pub(crate) mod manager;
 pub(crate) mod manifest_fetch;
@@ -24,7 +24,6 @@ pub(crate) mod service;
 pub use backend::Backend;
 pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
-pub(crate) use cri::{CallError, cri_channel, cri_unary};
 pub use embedded::{EmbeddedImageStore, plain_http_allowed};
 pub use manager::{
     EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,

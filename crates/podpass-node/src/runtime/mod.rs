@@ -12,11 +12,12 @@ pub mod cni;
 pub mod containerd;
 mod cri;
 
-pub use cri::{
+pub use crate::cri::{
     CONTAINER_CREATED, CONTAINER_EXITED, CONTAINER_RUNNING, Capability, Container, ContainerConfig, ContainerMetadata,
-    ContainerStatus, CriRuntime, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
-    LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
-    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NAMESPACE_TARGET, NamespaceOption, PROFILE_LOCALHOST,
-    PROFILE_RUNTIME_DEFAULT, PROFILE_UNCONFINED, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus,
-    RuntimeError, SANDBOX_READY, SecurityProfile, VersionResponse,
+    ContainerStatus, DnsConfig, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig, LinuxContainerResources,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NAMESPACE_CONTAINER,
+    NAMESPACE_NODE, NAMESPACE_POD, NAMESPACE_TARGET, NamespaceOption, PROFILE_LOCALHOST, PROFILE_RUNTIME_DEFAULT,
+    PROFILE_UNCONFINED, PodSandbox, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatus, SANDBOX_READY,
+    SecurityProfile, VersionResponse,
 };
+pub use cri::{CriRuntime, RuntimeError};

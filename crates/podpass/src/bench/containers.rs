@@ -162,7 +162,7 @@ async fn raw_once(cri: &CriRuntime, dir: &Path, i: usize) -> Result<u64> {
     };
     let container = ContainerConfig {
         metadata: Some(ContainerMetadata { name: "c".into(), attempt: 0 }),
-        image: Some(ImageSpec { image: APP_IMAGE.into() }),
+        image: Some(ImageSpec { image: APP_IMAGE.into(), ..Default::default() }),
         command: vec!["sleep".into(), "1000".into()],
         labels,
         log_path: "c/0.log".into(),
