@@ -232,9 +232,9 @@ pub fn request_labels(verb: &str, path: Option<&crate::server::rest::resources::
     labels.version = res.version.to_owned();
     labels.resource = res.plural.to_owned();
     if let Some(sub) = &p.subresource
-        && let Some((known, _)) = res.subresource(sub)
+        && let Some(known) = res.subresource(sub)
     {
-        labels.subresource = (*known).to_owned();
+        labels.subresource = known.name.to_owned();
     }
     labels
 }

@@ -60,16 +60,14 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
         {
             last["categories"] = json!(r.categories);
         }
-        for (sub, kind) in r.subresources() {
-            let verbs: &[&str] = match *sub {
-                "token" | "binding" => &["create"],
-                "exec" | "attach" | "portforward" => &["create", "get"],
-                "log" => &["get"],
-                _ => &["get", "patch", "update"],
+        for sub in r.subresources() {
+            let verbs = sub.serves.verbs();
+            let group_kind = if sub.serves == kinds::Serves::Token {
+                json!({"group": "authentication.k8s.io", "version": "v1"})
+            } else {
+                json!(null)
             };
-            let group_kind =
-                if *sub == "token" { json!({"group": "authentication.k8s.io", "version": "v1"}) } else { json!(null) };
-            let mut entry = json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": verbs});
+            let mut entry = json!({"name": format!("{}/{}", r.plural, sub.name), "singularName": "", "namespaced": r.namespaced, "kind": sub.kind, "verbs": verbs});
             if !group_kind.is_null() {
                 entry["group"] = group_kind["group"].clone();
                 entry["version"] = group_kind["version"].clone();
@@ -290,7 +288,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         (&Method::PUT, Some(name), sub)
             if res.stored
-                && let Some(part) = write::Part::of(sub) =>
+                && let Some(part) = part_of(res, sub) =>
         {
             let (object, warnings) = validated(res.group, res.kind, false)?;
             let object = to_stored(object, None)?;
@@ -298,41 +296,49 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         (&Method::PATCH, Some(name), sub)
             if res.stored
-                && let Some(part) = write::Part::of(sub) =>
+                && let Some(part) = part_of(res, sub) =>
         {
             let (response, warnings) =
                 write::patch(&target, name, part, &Body { content_type, bytes: body, mode }).await?;
             (served_as(served, response).await?, warnings)
         }
-        (&Method::GET, Some(name), Some("log")) => {
-            return pod_log::get(state, ns.unwrap_or_default(), name, &query).await;
+        (method, Some(name), Some(sub)) if let Some(declared) = res.subresource(sub) => {
+            match (declared.serves, method) {
+                (kinds::Serves::Log, &Method::GET) => {
+                    return pod_log::get(state, ns.unwrap_or_default(), name, &query).await;
+                }
+                (kinds::Serves::Stream, _) => {
+                    return Err(StatusError::new(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "MethodNotAllowed",
+                        format!(
+                            "{}/{sub} is not supported by podpass: its nodes run containers but serve no exec, attach or port-forward streams",
+                            res.plural
+                        ),
+                    ));
+                }
+                (kinds::Serves::Binding, &Method::POST) => {
+                    let (object, warnings) = validated("", declared.kind, false)?;
+                    (binding::create(&target, name, object).await?, warnings)
+                }
+                (kinds::Serves::Token, &Method::POST) => {
+                    let (request, warnings) = create_only::<typed_body::TokenRequestKind>(content_type, body, mode)?;
+                    let dry = write.is_dry_run();
+                    (token::create_token(state, user, ns.unwrap_or_default(), name, request, dry).await?, warnings)
+                }
+                _ => return reads(&target, method, &path, &query, (content_type, body), accept).await,
+            }
         }
-        (_, Some(_), Some(sub @ ("exec" | "attach" | "portforward"))) => {
-            return Err(StatusError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                format!(
-                    "pods/{sub} is not supported by podpass: its nodes run containers but serve no exec, attach or port-forward streams"
-                ),
-            ));
-        }
-        (&Method::POST, Some(name), Some("binding")) => {
-            let (object, warnings) = validated("", "Binding", false)?;
-            (binding::create(&target, name, object).await?, warnings)
-        }
-        (&Method::POST, Some(name), Some("token")) => {
-            let (request, warnings) = create_only::<typed_body::TokenRequestKind>(content_type, body, mode)?;
-            let dry = write.is_dry_run();
-            (token::create_token(state, user, ns.unwrap_or_default(), name, request, dry).await?, warnings)
-        }
-        (&Method::POST, None, None) if !res.stored && res.plural == "tokenreviews" => {
-            let (review, warnings) = create_only::<typed_body::TokenReviewKind>(content_type, body, mode)?;
-            (token::review(state, review.spec).await?, warnings)
-        }
-        (&Method::POST, None, None) if !res.stored => {
-            let (object, warnings) = validated(res.group, res.kind, true)?;
-            (reviews::review(state, user, res, ns, object).await?, warnings)
-        }
+        (&Method::POST, None, None) if let Some(answers) = res.strategy.answers() => match answers {
+            kinds::Answers::TokenReview => {
+                let (review, warnings) = create_only::<typed_body::TokenReviewKind>(content_type, body, mode)?;
+                (token::review(state, review.spec).await?, warnings)
+            }
+            kinds::Answers::Review => {
+                let (object, warnings) = validated(res.group, res.kind, true)?;
+                (reviews::review(state, user, res, ns, object).await?, warnings)
+            }
+        },
         _ => return reads(&target, &method, &path, &query, (content_type, body), accept).await,
     };
     // What admission added: its warnings after the decoding's, its audit annotations on
@@ -346,6 +352,18 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     }
     let warnings: Vec<String> = warnings.into_iter().chain(admission_warnings).collect();
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
+}
+
+/// The part of the object a path writes: the main resource, or a subresource the kind
+/// declares as a part of it (`None` for any other subresource).
+fn part_of(res: &Resource, sub: Option<&str>) -> Option<kinds::Part> {
+    match sub {
+        None => Some(kinds::Part::Main),
+        Some(sub) => match res.subresource(sub)?.serves {
+            kinds::Serves::Part(part) => Some(part),
+            _ => None,
+        },
+    }
 }
 
 /// The body of a TokenRequest or TokenReview, validated under `mode`: JSON decoded straight
@@ -437,7 +455,7 @@ async fn reads(
     let include = table::IncludeObject::parse(query.get("includeObject").map(String::as_str))
         .map_err(StatusError::bad_request)?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
-        (&Method::GET, Some(name), None | Some("status" | "ephemeralcontainers")) if res.stored => {
+        (&Method::GET, Some(name), sub) if res.stored && part_of(res, sub).is_some() => {
             let res = t.served;
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
             if as_table {

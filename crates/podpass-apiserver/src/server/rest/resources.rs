@@ -60,13 +60,13 @@ impl Resource {
         if self.group.is_empty() { self.kind.to_owned() } else { format!("{}.{}", self.kind, self.group) }
     }
 
-    /// The subresource `name` of this resource, as (name, kind of its bodies).
-    pub fn subresource(&self, name: &str) -> Option<(&'static str, &'static str)> {
-        self.strategy.subresources().iter().find(|(sub, _)| *sub == name).copied()
+    /// The subresource `name` of this resource, as its kind declares it.
+    pub(crate) fn subresource(&self, name: &str) -> Option<kinds::Subresource> {
+        self.strategy.subresources().iter().find(|sub| sub.name == name).copied()
     }
 
-    /// Its subresources, as (name, kind of their bodies).
-    pub fn subresources(&self) -> &'static [(&'static str, &'static str)] {
+    /// Its subresources, as its kind declares them.
+    pub(crate) fn subresources(&self) -> &'static [kinds::Subresource] {
         self.strategy.subresources()
     }
 
@@ -155,7 +155,10 @@ pub const RESOURCES: &[Resource] = &[
         &[],
         &kinds::CLUSTER_ROLE_BINDING,
     ),
-    review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview"),
+    Resource {
+        strategy: &kinds::TOKEN_REVIEW,
+        ..review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview")
+    },
     review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview"),
     review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
     review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview"),

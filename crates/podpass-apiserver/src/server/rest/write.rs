@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::admission::{self, Attributes, Operation};
 use super::apply::{self, Applied};
 use super::field_validation::{self, FieldValidation};
+pub(super) use super::kinds::Part;
 use super::kinds::{AfterWrite, Written};
 use super::objects::{prepare_new, prepare_update};
 use super::resources::Resource;
@@ -178,30 +179,6 @@ fn dry_run_update(
         meta.insert("resourceVersion".into(), json!(current.revision.to_string()));
     }
     Ok(json_response(StatusCode::OK, object))
-}
-
-/// The part of an object a write addresses: the object (its main resource), or one of
-/// the subresources that write a part of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Part {
-    /// The main resource.
-    Main,
-    /// `/status`.
-    Status,
-    /// `pods/ephemeralcontainers`.
-    EphemeralContainers,
-}
-
-impl Part {
-    /// The part a subresource path addresses (`None`: not a part-writing subresource).
-    pub(super) fn of(subresource: Option<&str>) -> Option<Self> {
-        match subresource {
-            None => Some(Self::Main),
-            Some("status") => Some(Self::Status),
-            Some("ephemeralcontainers") => Some(Self::EphemeralContainers),
-            Some(_) => None,
-        }
-    }
 }
 
 /// What a write may change: through `/status` the status only (everything else is the

@@ -47,6 +47,61 @@ pub(crate) use secret::SECRET;
 pub(crate) use service::{ENDPOINT_SLICE, ENDPOINTS, SERVICE};
 pub(crate) use service_account::SERVICE_ACCOUNT;
 
+/// The part of an object a write addresses: the object (its main resource), or one of
+/// the subresources that write a part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The main resource.
+    Main,
+    /// `/status`.
+    Status,
+    /// `pods/ephemeralcontainers`.
+    EphemeralContainers,
+}
+
+/// What serves a subresource (upstream: the REST storage its path is registered with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Serves {
+    /// A part of the object, read and written through it: get, update, patch.
+    Part(Part),
+    /// `pods/log`: get, proxied to the pod's node.
+    Log,
+    /// A stream (exec, attach, portforward): listed as upstream lists it, refused 405 here.
+    Stream,
+    /// `pods/binding`: create.
+    Binding,
+    /// `serviceaccounts/token` (TokenRequest): create.
+    Token,
+}
+
+impl Serves {
+    /// The verbs discovery lists for it.
+    pub(crate) fn verbs(self) -> &'static [&'static str] {
+        match self {
+            Self::Part(_) => &["get", "patch", "update"],
+            Self::Log => &["get"],
+            Self::Stream => &["create", "get"],
+            Self::Binding | Self::Token => &["create"],
+        }
+    }
+}
+
+/// One subresource of a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Subresource {
+    /// Its path segment (`status`).
+    pub name: &'static str,
+    /// The kind of its bodies.
+    pub kind: &'static str,
+    /// What serves it.
+    pub serves: Serves,
+}
+
+/// The `status` subresource of `kind`.
+pub(crate) const fn status(kind: &'static str) -> Subresource {
+    Subresource { name: "status", kind, serves: Serves::Part(Part::Status) }
+}
+
 /// A kind's table: its columns and how a row is made.
 pub(crate) type Printer = (Vec<Value>, Cells);
 
@@ -103,10 +158,17 @@ pub(crate) trait Strategy: Send + Sync {
         self.validate(name, object)
     }
 
-    /// The kind's subresources as (name, kind of their bodies): `status` for kinds whose
-    /// status only its own subresource writes (their `prepare_for_update` keeps it).
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
+    /// The kind's subresources, each with the kind of its bodies and what serves it:
+    /// `status` for kinds whose status only its own subresource writes (their
+    /// `prepare_for_update` keeps it). Requests are routed, and discovery lists verbs, from
+    /// this declaration alone.
+    fn subresources(&self) -> &'static [Subresource] {
         &[]
+    }
+
+    /// For a create-only kind (a review), what answers it; `None` for a stored kind.
+    fn answers(&self) -> Option<Answers> {
+        None
     }
 
     /// Field-selector paths besides `metadata.name` and `metadata.namespace`
@@ -170,13 +232,28 @@ pub(crate) trait Conversion: Send + Sync {
     }
 }
 
-/// Create-only reviews and the token subresource: nothing is stored, so nothing to add.
-pub(crate) struct Unstored;
+/// What answers a create-only kind (a review: answered, never stored).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answers {
+    /// TokenReview: the token authenticators.
+    TokenReview,
+    /// The access and rules reviews (and SelfSubjectReview): the authorizers.
+    Review,
+}
 
-impl Strategy for Unstored {}
+/// Create-only reviews: nothing is stored, so nothing to add but what answers them.
+pub(crate) struct Unstored(Answers);
 
-/// The strategy of a kind with no behaviour of its own.
-pub(crate) static UNSTORED: Unstored = Unstored;
+impl Strategy for Unstored {
+    fn answers(&self) -> Option<Answers> {
+        Some(self.0)
+    }
+}
+
+/// The strategy of the reviews the authorizers answer.
+pub(crate) static UNSTORED: Unstored = Unstored(Answers::Review);
+/// The strategy of TokenReview.
+pub(crate) static TOKEN_REVIEW: Unstored = Unstored(Answers::TokenReview);
 
 /// Joins field errors into upstream's `Kind "name" is invalid: …` (a list when several),
 /// with `details.causes` as `errors.NewInvalid` writes them (kubectl prints one line a cause).
@@ -256,5 +333,42 @@ mod tests {
             ]})
         );
         assert_eq!(invalid("Pod", "p", vec![]), Ok(()));
+    }
+}
+
+#[cfg(test)]
+mod declared_subresources {
+    use super::*;
+    use crate::server::rest::resources::find;
+
+    /// Discovery and routing read one declaration: each subresource's verbs follow from
+    /// what serves it, as upstream registers them.
+    #[test]
+    fn subresources_are_routed_and_listed_from_their_kinds_declaration() {
+        let listed = |group: &str, plural: &str| -> Vec<(String, Vec<&str>)> {
+            let res = find(group, plural).unwrap_or_else(|| panic!("{plural}"));
+            res.subresources().iter().map(|s| (s.name.to_owned(), s.serves.verbs().to_vec())).collect()
+        };
+        let pods = listed("", "pods");
+        let expect = [
+            ("status", vec!["get", "patch", "update"]),
+            ("ephemeralcontainers", vec!["get", "patch", "update"]),
+            ("binding", vec!["create"]),
+            ("log", vec!["get"]),
+            ("exec", vec!["create", "get"]),
+            ("attach", vec!["create", "get"]),
+            ("portforward", vec!["create", "get"]),
+        ];
+        assert_eq!(pods, expect.map(|(n, v)| (n.to_owned(), v)).to_vec());
+        assert_eq!(listed("", "serviceaccounts"), [("token".to_owned(), vec!["create"])]);
+        for plural in ["nodes", "namespaces", "resourcequotas"] {
+            assert_eq!(listed("", plural), [("status".to_owned(), vec!["get", "patch", "update"])], "{plural}");
+        }
+        assert!(listed("", "configmaps").is_empty());
+        let reviews = find("authentication.k8s.io", "tokenreviews").map(|r| r.strategy.answers());
+        assert_eq!(reviews, Some(Some(Answers::TokenReview)));
+        let access = find("authorization.k8s.io", "subjectaccessreviews").map(|r| r.strategy.answers());
+        assert_eq!(access, Some(Some(Answers::Review)));
+        assert_eq!(find("", "pods").map(|r| r.strategy.answers()), Some(None));
     }
 }

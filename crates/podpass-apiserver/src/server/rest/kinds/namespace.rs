@@ -35,8 +35,9 @@ impl Strategy for Namespace {
         keep_status(object, old);
     }
 
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("status", "Namespace")]
+    fn subresources(&self) -> &'static [super::Subresource] {
+        const SUBRESOURCES: [super::Subresource; 1] = [super::status("Namespace")];
+        &SUBRESOURCES
     }
 
     fn printer(&self) -> Option<Printer> {

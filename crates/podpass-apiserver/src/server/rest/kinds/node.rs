@@ -19,8 +19,9 @@ impl Strategy for Node {
         super::namespace::keep_status(object, old);
     }
 
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("status", "Node")]
+    fn subresources(&self) -> &'static [super::Subresource] {
+        const SUBRESOURCES: [super::Subresource; 1] = [super::status("Node")];
+        &SUBRESOURCES
     }
 
     fn printer(&self) -> Option<Printer> {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::super::table::{age, age_column, column, human_duration, name_column, or_none, text};
 use super::projection::validate_pod_volumes;
-use super::{Printer, Strategy, invalid};
+use super::{Part, Printer, Serves, Strategy, Subresource, invalid};
 use crate::field::Field;
 use crate::server::status::StatusError;
 use podpass_token::user::is_dns1123_label;
@@ -65,16 +65,20 @@ impl Strategy for Pod {
         validate_pod_update(name, old, object)
     }
 
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            ("status", "Pod"),
-            ("ephemeralcontainers", "Pod"),
-            ("binding", "Binding"),
-            ("log", "Pod"),
-            ("exec", "PodExecOptions"),
-            ("attach", "PodAttachOptions"),
-            ("portforward", "PodPortForwardOptions"),
-        ]
+    fn subresources(&self) -> &'static [Subresource] {
+        const fn sub(name: &'static str, kind: &'static str, serves: Serves) -> Subresource {
+            Subresource { name, kind, serves }
+        }
+        const SUBRESOURCES: [Subresource; 7] = [
+            super::status("Pod"),
+            sub("ephemeralcontainers", "Pod", Serves::Part(Part::EphemeralContainers)),
+            sub("binding", "Binding", Serves::Binding),
+            sub("log", "Pod", Serves::Log),
+            sub("exec", "PodExecOptions", Serves::Stream),
+            sub("attach", "PodAttachOptions", Serves::Stream),
+            sub("portforward", "PodPortForwardOptions", Serves::Stream),
+        ];
+        &SUBRESOURCES
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

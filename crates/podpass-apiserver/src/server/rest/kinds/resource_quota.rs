@@ -86,8 +86,9 @@ impl Strategy for ResourceQuotaStrategy {
         invalid("ResourceQuota", name, spec_errors(object))
     }
 
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("status", "ResourceQuota")]
+    fn subresources(&self) -> &'static [super::Subresource] {
+        const SUBRESOURCES: [super::Subresource; 1] = [super::status("ResourceQuota")];
+        &SUBRESOURCES
     }
 
     fn printer(&self) -> Option<Printer> {

@@ -13,8 +13,10 @@ pub(crate) struct ServiceAccount;
 pub(crate) static SERVICE_ACCOUNT: ServiceAccount = ServiceAccount;
 
 impl Strategy for ServiceAccount {
-    fn subresources(&self) -> &'static [(&'static str, &'static str)] {
-        &[("token", "TokenRequest")]
+    fn subresources(&self) -> &'static [super::Subresource] {
+        const SUBRESOURCES: [super::Subresource; 1] =
+            [super::Subresource { name: "token", kind: "TokenRequest", serves: super::Serves::Token }];
+        &SUBRESOURCES
     }
 
     fn printer(&self) -> Option<Printer> {
