@@ -15,9 +15,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use kube::Client;
 use thiserror::Error;
 
-use crate::credential::provider::BoxFuture;
 use crate::credential::{PodIdentity, ProviderServiceAccount, ServiceAccountSource};
 use crate::token::{RequestedToken, TokenFetcher, TokenKey, TokenManager};
+use futures::future::BoxFuture;
 
 /// The API could not be reached or refused.
 #[derive(Debug, Error)]
@@ -57,48 +57,6 @@ impl ApiClientError {
     }
 }
 
-/// A request to the API server failed.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum RequestError {
-    /// The server answered with a failure `Status`; its message is shown as the API gave it.
-    #[error("{message}")]
-    Status {
-        /// HTTP status code.
-        code: u16,
-        /// `reason` (`NotFound`, `Forbidden`, …).
-        reason: String,
-        /// `message`.
-        message: String,
-    },
-    /// No usable answer: connection, TLS, timeout, or an answer that does not decode.
-    #[error("{0}")]
-    Transport(String),
-}
-
-impl From<&kube::Error> for RequestError {
-    fn from(e: &kube::Error) -> Self {
-        match e {
-            kube::Error::Api(status) => {
-                Self::Status { code: status.code, reason: status.reason.clone(), message: status.message.clone() }
-            }
-            other => Self::Transport(other.to_string()),
-        }
-    }
-}
-
-impl From<kube::Error> for RequestError {
-    fn from(e: kube::Error) -> Self {
-        Self::from(&e)
-    }
-}
-
-impl From<&str> for RequestError {
-    /// A failure described in words (fakes in tests; answers missing a field).
-    fn from(s: &str) -> Self {
-        Self::Transport(s.to_owned())
-    }
-}
-
 /// A client for the cluster a kubeconfig names (its current context).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiClientError> {
     let err = |reason: String| ApiClientError::Kubeconfig { path: path.display().to_string(), reason };
@@ -124,6 +82,8 @@ pub async fn api_server_address(path: &Path) -> Result<std::net::SocketAddr, Api
     let mut found = tokio::net::lookup_host((host, port)).await.map_err(|e| err(format!("resolving {host}: {e}")))?;
     found.next().ok_or_else(|| err(format!("{host} resolves to no address")))
 }
+
+pub use crate::request_error::RequestError;
 
 /// The cluster CA of a kubeconfig (`certificate-authority-data` or `-authority`), as PEM:
 /// the CA the node trusts for client certificates on its own server.

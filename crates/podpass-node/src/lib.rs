@@ -22,6 +22,7 @@ mod cri;
 mod identity;
 pub mod images;
 pub mod kubelet_config;
+mod request_error;
 pub mod runtime;
 pub mod token;
 pub mod volumes;

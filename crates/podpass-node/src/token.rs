@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use thiserror::Error;
 
-use crate::credential::provider::BoxFuture;
+use futures::future::BoxFuture;
 
 /// Tokens older than this are refreshed whatever their lifetime.
 pub const MAX_TTL_SECONDS: i64 = 24 * 3600;
@@ -46,7 +46,10 @@ pub struct RequestedToken {
 /// Requests tokens (TokenRequest) from the API server.
 pub trait TokenFetcher: Send + Sync {
     /// Creates a token for `key`; the error is the API's message.
-    fn fetch<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::api::RequestError>>;
+    fn fetch<'a>(
+        &'a self,
+        key: &'a TokenKey,
+    ) -> BoxFuture<'a, Result<RequestedToken, crate::request_error::RequestError>>;
 }
 
 /// No token can be served (upstream messages).
@@ -54,14 +57,14 @@ pub trait TokenFetcher: Send + Sync {
 pub enum TokenError {
     /// Nothing cached and the request failed.
     #[error("failed to fetch token: {0}")]
-    Fetch(crate::api::RequestError),
+    Fetch(crate::request_error::RequestError),
     /// The cached token expired and its refresh failed.
     #[error("token {key} expired and refresh failed: {reason}")]
     ExpiredRefreshFailed {
         /// The key, printed.
         key: String,
         /// Why the refresh failed.
-        reason: crate::api::RequestError,
+        reason: crate::request_error::RequestError,
     },
 }
 
@@ -210,7 +213,10 @@ mod tests {
     }
 
     impl TokenFetcher for &Fake {
-        fn fetch<'a>(&'a self, _key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::api::RequestError>> {
+        fn fetch<'a>(
+            &'a self,
+            _key: &'a TokenKey,
+        ) -> BoxFuture<'a, Result<RequestedToken, crate::request_error::RequestError>> {
             Box::pin(async move {
                 let n = self.calls.fetch_add(1, Ordering::SeqCst);
                 if self.fail.load(Ordering::SeqCst) {

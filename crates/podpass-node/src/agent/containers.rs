@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
 use super::status::{RunPhase, RunState, Terminated};
+use super::sync_error::SyncError;
 use crate::runtime::{
     CONTAINER_EXITED, CONTAINER_RUNNING, ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, Int64Value,
     KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
@@ -91,12 +92,7 @@ pub(crate) enum ImageCheck {
         checked_now: bool,
     },
     /// It may not (yet): the container waits with the check's reason and message.
-    Refused {
-        /// `ErrImagePull`, `ImagePullBackOff`, …
-        reason: String,
-        /// Why.
-        message: String,
-    },
+    Refused(SyncError),
 }
 
 /// The hash of the container's spec the kubelet compares (`HashContainer`): the whole
@@ -674,12 +670,12 @@ pub(crate) async fn sync(
     images: &HashMap<(bool, String), ImageCheck>,
     state: &mut RuntimeState,
     sources: &dyn crate::volumes::ProjectionSources,
-) -> Result<RuntimeSync, String> {
+) -> Result<RuntimeSync, SyncError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
     let mut out = RuntimeSync::default();
-    let err = |e: RuntimeError| e.to_string();
+    let err = SyncError::Runtime;
 
     // The sandbox: the pod's ready one, or a new one once some image may run.
     let sandboxes =
@@ -699,9 +695,13 @@ pub(crate) async fn sync(
             return Ok(out);
         }
         None => {
-            std::fs::create_dir_all(log_dir(&rt.logs, pod)).map_err(|e| format!("creating the log directory: {e}"))?;
-            let id =
-                rt.cri.run_pod_sandbox(sandbox_config.clone()).await.map_err(|e| format!("CreatePodSandbox: {e}"))?;
+            std::fs::create_dir_all(log_dir(&rt.logs, pod))
+                .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
+            let id = rt
+                .cri
+                .run_pod_sandbox(sandbox_config.clone())
+                .await
+                .map_err(|e| SyncError::CreatePodSandbox(e.to_string()))?;
             out.events.push((String::new(), "Normal", "SandboxCreated", "Pod sandbox created".into()));
             id
         }
@@ -822,14 +822,12 @@ pub(crate) async fn sync(
                                 pod.metadata.name.as_deref().unwrap_or_default(),
                                 pod.metadata.namespace.as_deref().unwrap_or_default()
                             );
-                            run.phase = RunPhase::Waiting {
-                                reason: "CrashLoopBackOff".into(),
-                                message: Some(format!(
-                                    "back-off {}s restarting failed container={} pod={pod_ref}",
-                                    delay.as_secs(),
-                                    c.name
-                                )),
-                            };
+                            run.phase = SyncError::CrashLoopBackOff(format!(
+                                "back-off {}s restarting failed container={} pod={pod_ref}",
+                                delay.as_secs(),
+                                c.name
+                            ))
+                            .waiting();
                             run.last_terminated = Some(terminated);
                             out.next = Some(out.next.map_or(at, |n| n.min(at)));
                         }
@@ -846,8 +844,7 @@ pub(crate) async fn sync(
                 _ => {
                     // Created but not started (an agent stopped in between): start it.
                     if let Err(e) = rt.cri.start_container(&found.id).await {
-                        run.phase =
-                            RunPhase::Waiting { reason: "RunContainerError".into(), message: Some(e.to_string()) };
+                        run.phase = SyncError::RunContainer(e.to_string()).waiting();
                         out.next = Some(Instant::now() + START_RETRY);
                     }
                     if *init {
@@ -869,9 +866,7 @@ pub(crate) async fn sync(
                         // Allowed once, but not checked for this start: the worker checks
                         // it again in the next sync, at once.
                         ImageCheck::Allowed { .. } => out.next = Some(Instant::now()),
-                        ImageCheck::Refused { reason, message } => {
-                            run.phase = RunPhase::Waiting { reason: reason.clone(), message: Some(message.clone()) };
-                        }
+                        ImageCheck::Refused(error) => run.phase = error.waiting(),
                     }
                     out.states.insert(key, run);
                     if *init {
@@ -902,13 +897,13 @@ pub(crate) async fn sync(
                     out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
                     out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
                 }
-                Err((reason, message)) => {
+                Err(error) => {
                     if let Some(b) = next_backoff {
                         state.backoff.insert(c.name.clone(), b);
                     }
                     let path = super::events::field_path(&c.name, *init);
-                    out.events.push((path, "Warning", "Failed", format!("Error: {message}")));
-                    run.phase = RunPhase::Waiting { reason: reason.into(), message: Some(message) };
+                    out.events.push((path, "Warning", "Failed", format!("Error: {error}")));
+                    run.phase = error.waiting();
                     out.next = Some(Instant::now() + BACKOFF_FIRST);
                 }
             }
@@ -1006,10 +1001,10 @@ pub(super) async fn start(
     sandbox: &Sandbox<'_>,
     sources: &dyn crate::volumes::ProjectionSources,
     pid_target: Option<&str>,
-) -> Result<String, (&'static str, String)> {
+) -> Result<String, SyncError> {
     let mut config = container_config(rt, pod, c, attempt, image_ref, sandbox.pod_ip, sources)
         .await
-        .map_err(|m| ("CreateContainerConfigError", m))?;
+        .map_err(SyncError::CreateContainerConfig)?;
     if let Some(target) = pid_target {
         let options =
             config.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut());
@@ -1019,13 +1014,14 @@ pub(super) async fn start(
         }
     }
     let dir = log_dir(&rt.logs, pod).join(&c.name);
-    std::fs::create_dir_all(&dir).map_err(|e| ("CreateContainerError", format!("creating {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| SyncError::CreateContainer(format!("creating {}: {e}", dir.display())))?;
     let id = rt
         .cri
         .create_container(sandbox.id, config, sandbox.config.clone())
         .await
-        .map_err(|e| ("CreateContainerError", e.to_string()))?;
-    rt.cri.start_container(&id).await.map_err(|e| ("RunContainerError", e.to_string()))?;
+        .map_err(|e| SyncError::CreateContainer(e.to_string()))?;
+    rt.cri.start_container(&id).await.map_err(|e| SyncError::RunContainer(e.to_string()))?;
     Ok(id)
 }
 

@@ -67,7 +67,7 @@ pub(super) async fn sync(
                 // Created but not started (an agent stopped in between): start it, once.
                 _ => match rt.cri.start_container(&found.id).await {
                     Ok(()) => RunPhase::Running { started: None },
-                    Err(e) => RunPhase::Waiting { reason: "RunContainerError".into(), message: Some(e.to_string()) },
+                    Err(e) => super::sync_error::SyncError::RunContainer(e.to_string()).waiting(),
                 },
             };
             out.states.insert(key, run);
@@ -86,18 +86,16 @@ pub(super) async fn sync(
                         out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
                         out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
                     }
-                    Err((reason, message)) => {
-                        out.events.push((path, "Warning", "Failed", format!("Error: {message}")));
-                        run.phase = RunPhase::Waiting { reason: reason.into(), message: Some(message) };
+                    Err(error) => {
+                        out.events.push((path, "Warning", "Failed", format!("Error: {error}")));
+                        run.phase = error.waiting();
                         out.next = Some(Instant::now() + super::containers::BACKOFF_FIRST);
                     }
                 }
             }
             // Allowed once, not checked for this start: the worker checks it again at once.
             Some(ImageCheck::Allowed { .. }) => out.next = Some(Instant::now()),
-            Some(ImageCheck::Refused { reason, message }) => {
-                run.phase = RunPhase::Waiting { reason: reason.clone(), message: Some(message.clone()) };
-            }
+            Some(ImageCheck::Refused(error)) => run.phase = error.waiting(),
             None => {}
         }
         out.states.insert(key, run);

@@ -25,12 +25,15 @@ mod pleg;
 mod pods;
 mod pressure;
 mod server;
+mod sources;
 mod status;
+mod sync_error;
 mod worker;
 
 pub use events::{EventRecorder, field_path};
 pub use ops::{API_STALE_AFTER_SECONDS, ApiContact};
-pub use pods::{ApiSources, MAX_CONCURRENT_SYNCS};
+pub use pods::MAX_CONCURRENT_SYNCS;
+pub use sources::ApiSources;
 pub use status::{ContainerOutcome, ContainerReport, PREPARED_CONDITION, PREPARED_MESSAGE, pod_status};
 
 use std::future::Future;

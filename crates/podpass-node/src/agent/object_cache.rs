@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::RequestError;
-use crate::credential::provider::BoxFuture;
+use futures::future::BoxFuture;
 
 /// How long a read waits for a new watch's first listing before it GETs instead
 /// (upstream waits a second, then fails the read).

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -15,92 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::api::KubeTokenFetcher;
-use crate::credential::provider::BoxFuture;
-use crate::token::{RequestedToken, TokenKey, TokenManager, now_unix};
-use crate::volumes::ProjectionSources;
-
 use super::admission;
-use super::object_cache::ObjectCache;
 use super::worker::{Shared, Work};
-
-/// Config maps, secrets and tokens for projected volumes, read from the API as the node:
-/// objects from per-object watches ([`ObjectCache`]), tokens through the token manager.
-pub struct ApiSources {
-    tokens: Arc<TokenManager<KubeTokenFetcher>>,
-    config_maps: ObjectCache<ConfigMap>,
-    secrets: ObjectCache<Secret>,
-}
-
-impl ApiSources {
-    /// Reads through `client`; tokens through `tokens`, the node's one token manager (the
-    /// credential providers' tokens come from it too, as the kubelet's).
-    pub fn new(client: kube::Client, tokens: Arc<TokenManager<KubeTokenFetcher>>) -> Self {
-        Self {
-            tokens,
-            config_maps: ObjectCache::new(client.clone(), |c: &ConfigMap| c.immutable == Some(true)),
-            secrets: ObjectCache::new(client, |s: &Secret| s.immutable == Some(true)),
-        }
-    }
-
-    /// The token manager (garbage collection, pod deletion).
-    pub fn tokens(&self) -> &TokenManager<KubeTokenFetcher> {
-        &self.tokens
-    }
-
-    /// A future that completes when a config map or secret a volume of `pod` reads changes
-    /// (pending forever when its volumes read none); `None` when one of them cannot be
-    /// watched ([`super::object_cache::MAX_WATCHED`]), so the pod must resync on a timer.
-    /// Taken before a sync, it misses no change that sync did not see.
-    pub fn changes(&self, pod: &Pod) -> Option<BoxFuture<'static, ()>> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let mut waits = Vec::new();
-        for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            let Some((_, projected)) = crate::volumes::as_projection(volume) else { continue };
-            for source in projected.sources.iter().flatten() {
-                if let Some(c) = &source.config_map {
-                    waits.push(self.config_maps.changes(namespace, &c.name)?);
-                }
-                if let Some(s) = &source.secret {
-                    waits.push(self.secrets.changes(namespace, &s.name)?);
-                }
-            }
-        }
-        if waits.is_empty() {
-            return Some(Box::pin(std::future::pending()));
-        }
-        Some(Box::pin(async move {
-            futures::future::select_all(waits).await;
-        }))
-    }
-
-    /// Stops the object watches no pod read for a while; answers how many are left.
-    pub fn recycle_idle_watches(&self) -> usize {
-        self.config_maps.recycle_idle() + self.secrets.recycle_idle()
-    }
-}
-
-impl ProjectionSources for ApiSources {
-    fn config_map<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ConfigMap>, crate::api::RequestError>> {
-        Box::pin(self.config_maps.get(namespace, name))
-    }
-
-    fn secret<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Secret>, crate::api::RequestError>> {
-        Box::pin(self.secrets.get(namespace, name))
-    }
-
-    fn token<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<RequestedToken, crate::token::TokenError>> {
-        Box::pin(async move { self.tokens.get(key, now_unix()).await })
-    }
-}
 
 /// Pods synced at once (bounded concurrency; pulls are bounded again by the image manager).
 pub const MAX_CONCURRENT_SYNCS: usize = 16;

@@ -30,13 +30,8 @@ pub enum ContainerOutcome {
         /// The image ID the container would run.
         image_ref: String,
     },
-    /// The image may not be used (yet): the kubelet's waiting reason and message.
-    Failed {
-        /// `ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`, `InvalidImageName`, …
-        reason: String,
-        /// The message.
-        message: String,
-    },
+    /// The image may not be used (yet): the waiting reason and message are the error's.
+    Failed(super::sync_error::SyncError),
     /// In the runtime.
     Run(Box<RunState>),
 }
@@ -138,7 +133,7 @@ fn waiting(r: &ContainerReport, volumes_ok: bool) -> ContainerStateWaiting {
         ContainerOutcome::Initializing => ("PodInitializing", None),
         ContainerOutcome::ImageReady { .. } if volumes_ok => ("ContainerCreating", Some(PREPARED_MESSAGE.to_owned())),
         ContainerOutcome::ImageReady { .. } => ("ContainerCreating", None),
-        ContainerOutcome::Failed { reason, message } => (reason.as_str(), Some(message.clone())),
+        ContainerOutcome::Failed(error) => (error.reason(), Some(error.to_string())),
         // Handled by container_status before it asks.
         ContainerOutcome::Run(_) => ("ContainerCreating", None),
     };
@@ -322,7 +317,7 @@ pub fn pod_status(
     let failed: Vec<String> = containers
         .iter()
         .filter_map(|c| match &c.outcome {
-            ContainerOutcome::Failed { reason, .. } => Some(format!("{}: {reason}", c.name)),
+            ContainerOutcome::Failed(error) => Some(format!("{}: {}", c.name, error.reason())),
             _ => None,
         })
         .collect();
@@ -418,7 +413,10 @@ mod tests {
             report(
                 "app",
                 false,
-                ContainerOutcome::Failed { reason: "ErrImagePull".into(), message: "unauthorized".into() },
+                ContainerOutcome::Failed(super::super::sync_error::SyncError::Image {
+                    error: crate::images::EnsureError::ErrImagePull,
+                    message: "unauthorized".into(),
+                }),
             ),
             report("side", false, ContainerOutcome::Preparing),
         ];

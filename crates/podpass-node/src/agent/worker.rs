@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use super::containers::{PodRuntime, RuntimeState};
 use super::events::{EventRecorder, field_path};
-use super::pods::ApiSources;
+use super::sources::ApiSources;
 use super::status::{ContainerOutcome, ContainerReport, PodRuntimeView, VolumesOutcome, pod_status};
-use crate::credential::provider::BoxFuture;
+use super::sync_error::SyncError;
 use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret};
 use crate::images::assembly::pod_lookup;
 use crate::images::backend::Backend;
@@ -29,6 +29,7 @@ use crate::images::manager::{ImageManager, PullPolicy};
 use crate::images::service::ImageService;
 use crate::token::now_unix;
 use crate::volumes::{remove_pod_volumes, sync_pod_volumes};
+use futures::future::BoxFuture;
 
 /// What the worker is asked to do: keep the latest pod prepared, or tear it down.
 #[derive(Debug, Clone)]
@@ -430,10 +431,12 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
                 report.outcome = ContainerOutcome::ImageReady { image_ref: image_ref.clone() };
             }
             (error, _) => {
-                let reason = error.map_or("ErrImagePull", |e| e.reason()).to_owned();
-                let message = decision.message.clone().unwrap_or_default();
-                tracing::warn!(container = %c.name, image, reason, message, "image may not be used");
-                report.outcome = ContainerOutcome::Failed { reason, message };
+                let error = SyncError::Image {
+                    error: error.unwrap_or(crate::images::EnsureError::ErrImagePull),
+                    message: decision.message.clone().unwrap_or_default(),
+                };
+                tracing::warn!(container = %c.name, image, reason = error.reason(), message = %error, "image may not be used");
+                report.outcome = ContainerOutcome::Failed(error);
                 init_blocked |= *init;
                 due(retry_at());
             }
@@ -451,8 +454,8 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             .zip(&reports)
             .filter_map(|((init, c), report)| {
                 let key = (*init, c.name.clone());
-                if let ContainerOutcome::Failed { reason, message } = &report.outcome {
-                    return Some((key, ImageCheck::Refused { reason: reason.clone(), message: message.clone() }));
+                if let ContainerOutcome::Failed(error) = &report.outcome {
+                    return Some((key, ImageCheck::Refused(error.clone())));
                 }
                 let (image, image_ref) = state.ready.get(&key)?;
                 let allowed =
@@ -491,9 +494,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
                     Err(e) => tracing::warn!(error = %e, "collecting dead containers failed"),
                 }
             }
-            Err(message) => {
-                tracing::warn!(error = %message, "running the pod's containers failed; retrying");
-                shared.events.record(pod, "", "Warning", "FailedCreatePodSandBox", &message);
+            Err(error) => {
+                tracing::warn!(error = %error, reason = error.event_reason(), "running the pod's containers failed; retrying");
+                shared.events.record(pod, "", "Warning", error.event_reason(), &error.to_string());
                 due(retry_at());
                 view = Some(PodRuntimeView::default());
             }

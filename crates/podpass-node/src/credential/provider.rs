@@ -5,9 +5,7 @@
 //! matched but yielded nothing says why ([`ProviderReport::skip_reason`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,8 +22,8 @@ use super::docker_config::{DockerConfig, DockerConfigEntry};
 use super::exec::{ExecError, PLUGIN_TIMEOUT, exec_plugin};
 use super::metrics::{CredentialMetrics, PluginLabels};
 
-/// A boxed future (the source trait stays dyn-compatible).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future (the source trait stays dyn-compatible): futures' own.
+pub use futures::future::BoxFuture;
 
 /// The pod an image is pulled for.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -56,7 +54,7 @@ pub trait ServiceAccountSource: Send + Sync {
         &'a self,
         namespace: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<ProviderServiceAccount, crate::api::RequestError>>;
+    ) -> BoxFuture<'a, Result<ProviderServiceAccount, crate::request_error::RequestError>>;
 
     /// A token for the service account (guarded by its UID) with `audience`, bound to the
     /// pod; the server's default expiry.

@@ -285,8 +285,8 @@ mod tests {
             serde_json::from_value(serde_json::json!({"name": "e", "emptyDir": {}})).unwrap_or_default();
         assert!(as_projection(&empty).is_none());
     }
-    use crate::credential::provider::BoxFuture;
     use crate::token::{RequestedToken, TokenKey};
+    use futures::future::BoxFuture;
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     use serde_json::json;
 

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{
 use thiserror::Error;
 
 use super::atomic_writer::FileProjection;
-use crate::credential::provider::BoxFuture;
 use crate::token::{RequestedToken, TokenKey};
+use futures::future::BoxFuture;
 
 /// The API default of `serviceAccountToken.expirationSeconds`.
 pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
