@@ -716,8 +716,8 @@ fn config_maps_reach_volumes_through_one_watch_per_object_not_a_get_per_read() {
         .send()
         .unwrap();
     assert!(resp.status().is_success());
-    // (the watch event takes milliseconds; this leaves room for a loaded machine)
-    std::thread::sleep(Duration::from_secs(2));
+    // (waited for, not assumed: on a loaded machine the watch event may come after the
+    // pod's first sync, which then writes the new value when the event wakes it)
     read(&pod("d"), "two");
     // The pods already running are woken by the change itself: their files follow within
     // seconds, not at a resync (60-87 s after their first sync, which was under 30 s ago).

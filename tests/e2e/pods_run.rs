@@ -305,7 +305,12 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
         Some(&d.join("agent2.log")),
         &["--container-runtime-endpoint", &endpoint, "--port", &port],
     );
-    std::thread::sleep(Duration::from_secs(5));
+    // Once the new agent has synced the pod (its worker logged under the pod's span),
+    // nothing more was started.
+    wait_for("the new agent synced the running pod", Duration::from_secs(60), || {
+        let log = std::fs::read_to_string(d.join("agent2.log")).unwrap_or_default();
+        log.lines().any(|l| l.contains("\"pod\":\"server\"") && l.contains("image may be used")).then_some(Value::Null)
+    });
     let after = rt.block_on(cri.list_containers(by_uid.clone())).unwrap();
     assert_eq!(after.iter().map(|c| &c.id).collect::<Vec<_>>(), before.iter().map(|c| &c.id).collect::<Vec<_>>());
     assert_eq!(rt.block_on(cri.list_pod_sandboxes(by_uid.clone())).unwrap().len(), 1, "no second sandbox");
