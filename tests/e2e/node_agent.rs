@@ -480,6 +480,34 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
     ] {
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }
+
+    // The provider configuration changes while the node runs (beyond the kubelet, which
+    // exits on a bad one): a bad one is refused with a Warning on the Node naming the
+    // field, the node keeps running on the last good one; a good one replaces it.
+    let good = std::fs::read_to_string(&providers).unwrap();
+    std::fs::write(&providers, good.replace("defaultCacheDuration: 0s", "defaultCacheDuration: -5s")).unwrap();
+    let node_events = |reason: &str| -> Vec<Value> {
+        let (_, list) = get(&s, "/api/v1/namespaces/default/events");
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        items.into_iter().filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason).collect()
+    };
+    let refused = wait_for_logged("the bad provider configuration refused", &log, Duration::from_secs(30), || {
+        node_events("CredentialProviderConfigInvalid").pop()
+    });
+    assert_eq!(refused["involvedObject"]["name"], "n1");
+    assert!(refused["message"].as_str().unwrap().contains("defaultCacheDuration"), "{refused}");
+    assert_eq!(get(&s, "/api/v1/nodes/n1").0, 200);
+    std::fs::write(&providers, good).unwrap();
+    wait_for_logged("the good provider configuration reloaded", &log, Duration::from_secs(30), || {
+        node_events("CredentialProviderConfigReloaded").pop()
+    });
+    let metrics = scraper.get(&secure).send().unwrap().text().unwrap();
+    for line in [
+        r#"podpass_node_credential_provider_config_reloads_total{result="failure"} 1"#,
+        r#"podpass_node_credential_provider_config_reloads_total{result="success"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
 }
 
 /// Files a killed writer could leave behind: atomic-writer tmp links and dirs, record tmp

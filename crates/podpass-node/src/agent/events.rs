@@ -43,6 +43,8 @@ pub const MAX_QUEUED: usize = 1000;
 
 /// One event as recorded, waiting for the sink.
 struct Recorded {
+    /// `Pod`, or `Node` for an event about the node itself.
+    kind: &'static str,
     namespace: String,
     name: String,
     uid: String,
@@ -61,7 +63,9 @@ enum Message {
 }
 
 /// Records events for this node's pods. Recording never waits for the API server (as
-/// client-go's broadcaster): events queue, and one task posts them in order.
+/// client-go's broadcaster): events queue, and one task posts them in order. Clones share
+/// the queue.
+#[derive(Clone)]
 pub struct EventRecorder {
     queue: mpsc::Sender<Message>,
 }
@@ -103,6 +107,7 @@ impl EventRecorder {
             return;
         };
         let recorded = Recorded {
+            kind: "Pod",
             namespace: ns.to_owned(),
             name: name.to_owned(),
             uid: uid.to_owned(),
@@ -113,12 +118,34 @@ impl EventRecorder {
             message: truncate(message),
             at: Timestamp::now(),
         };
+        self.send(recorded);
+    }
+
+    /// Records an event about the node itself (namespace `default`, the Node as its
+    /// involved object with the node's name as UID, as the kubelet's node reference).
+    pub fn record_node(&self, node: &str, event_type: &'static str, reason: &str, message: &str) {
+        self.send(Recorded {
+            kind: "Node",
+            namespace: "default".into(),
+            name: node.to_owned(),
+            uid: node.to_owned(),
+            resource_version: None,
+            field_path: String::new(),
+            event_type,
+            reason: reason.to_owned(),
+            message: truncate(message),
+            at: Timestamp::now(),
+        });
+    }
+
+    fn send(&self, recorded: Recorded) {
+        let (name, reason) = (format!("{}/{}", recorded.namespace, recorded.name), recorded.reason.clone());
         if let Err(e) = self.queue.try_send(Message::Record(Box::new(recorded))) {
             let why = match e {
                 mpsc::error::TrySendError::Full(_) => "the event queue is full",
                 mpsc::error::TrySendError::Closed(_) => "the event sink has stopped",
             };
-            tracing::warn!(pod = %format!("{ns}/{name}"), reason, "dropping an event: {why}");
+            tracing::warn!(object = %name, reason, "dropping an event: {why}");
         }
     }
 }
@@ -174,9 +201,9 @@ impl Sink {
                 ..Default::default()
             },
             involved_object: ObjectReference {
-                kind: Some("Pod".into()),
+                kind: Some(r.kind.into()),
                 api_version: Some("v1".into()),
-                namespace: Some(r.namespace.clone()),
+                namespace: (r.kind == "Pod").then(|| r.namespace.clone()),
                 name: Some(r.name.clone()),
                 uid: Some(r.uid.clone()),
                 resource_version: r.resource_version.clone(),

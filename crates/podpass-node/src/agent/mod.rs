@@ -24,6 +24,7 @@ mod ops;
 mod pleg;
 mod pods;
 mod pressure;
+mod provider_config;
 mod server;
 mod sources;
 mod status;
@@ -292,18 +293,20 @@ impl Prepared {
         let tokens = Arc::new(crate::token::TokenManager::new(crate::api::KubeTokenFetcher::new(client.clone())));
         let service_accounts = crate::api::KubeServiceAccounts::with_tokens(client.clone(), tokens.clone());
         let credential_metrics = CredentialMetrics::default();
-        let providers =
+        let source =
             match (&self.config.image_credential_provider_config, &self.config.image_credential_provider_bin_dir) {
-                (Some(config), Some(bin_dir)) => register_providers(
-                    config,
-                    bin_dir,
-                    self.gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders),
-                    Some(service_accounts.clone() as Arc<dyn crate::credential::ServiceAccountSource>),
-                    // The same families /metrics serves (their clones share one store).
-                    &credential_metrics,
-                )?,
-                _ => Vec::new(),
+                (Some(config), Some(bin_dir)) => Some(provider_config::ProviderSource {
+                    config: config.clone(),
+                    bin_dir: bin_dir.clone(),
+                    service_account_tokens: self
+                        .gates
+                        .enabled(Feature::KubeletServiceAccountTokenForCredentialProviders),
+                    accounts: service_accounts.clone() as Arc<dyn crate::credential::ServiceAccountSource>,
+                }),
+                _ => None,
             };
+        // The same families /metrics serves (their clones share one store).
+        let providers = provider_config::Providers::load(source, &credential_metrics)?;
         let node_config = crate::credential::docker_config::read_node_config(root)?;
         let in_cluster = match crate::api::api_server_address(&self.config.kubeconfig).await {
             Ok(upstream) => Some(in_cluster::InCluster::new(client.clone(), upstream)),
@@ -478,6 +481,14 @@ impl Bound {
                     let _ = stopped.wait_for(|s| *s).await;
                 }),
             );
+        }
+        {
+            // The credential-provider configuration is kept current while the node runs.
+            let mut stopped = stopped.clone();
+            let watch = shared.providers.clone().watch(shared.events.clone(), id.name.clone(), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            });
+            podpass_serve::spawn_named("provider-config", watch);
         }
         let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods);
         let pod_task = podpass_serve::spawn_named(

@@ -100,6 +100,7 @@ pub(crate) async fn render_metrics(shared: Arc<Shared>) -> axum::response::Respo
             pm.register_metrics(&mut registry);
         }
         shared.credential_metrics.register(&mut registry);
+        shared.providers.register_metrics(&mut registry);
         let tokens = prometheus_client::metrics::family::Family::<Vec<(String, String)>, Gauge>::default();
         let (fresh, past_refresh, expired) = shared.sources.tokens().freshness(crate::token::now_unix());
         for (state, count) in [("fresh", fresh), ("past_refresh", past_refresh), ("expired", expired)] {

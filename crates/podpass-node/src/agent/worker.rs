@@ -53,7 +53,7 @@ pub(crate) struct Shared {
     pub images: ImageManager<Backend>,
     pub pull_manager: Option<Arc<crate::images::pull_manager::PullManager>>,
     pub credential_metrics: crate::credential::metrics::CredentialMetrics,
-    pub providers: Arc<Vec<PluginProvider>>,
+    pub providers: Arc<super::provider_config::Providers>,
     pub node_config: Arc<DockerConfig>,
     pub events: EventRecorder,
     /// Pods synced at once.
@@ -412,7 +412,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             image.clone(),
             Some(identity),
             pod_secrets,
-            shared.providers.clone(),
+            shared.providers.current(),
             shared.node_config.clone(),
         );
         let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup).await;
@@ -532,7 +532,7 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>, prune: bool) {
     shared.sources.tokens().collect_garbage(now);
     let watched = shared.sources.recycle_idle_watches();
     tracing::debug!(objects = watched, "config map and secret watches");
-    let purged: usize = shared.providers.iter().map(PluginProvider::purge_expired_cache).sum();
+    let purged: usize = shared.providers.current().iter().map(PluginProvider::purge_expired_cache).sum();
     if purged > 0 {
         tracing::debug!(entries = purged, "expired credential provider cache entries purged");
     }

@@ -64,12 +64,13 @@ pub fn register_providers(
     if !errors.is_empty() {
         return Err(RegisterError::Invalid(errors));
     }
-    metrics.set_config_hash(&hash);
     let mut providers = Vec::new();
     for p in config.providers {
         inspect(&bin_dir.join(&p.name), "binary executable", RegisterError::BinaryMissing)?;
         providers.push(PluginProvider::new(p, bin_dir.to_owned(), sa_token_feature, source.clone(), metrics.clone()));
     }
+    // Only a configuration that registered whole is the one in use.
+    metrics.set_config_hash(&hash);
     Ok(providers)
 }
 
