@@ -205,8 +205,9 @@ fn token_review(s: &Server, token: &str, audience: &str) -> serde_json::Value {
 }
 
 /// Reviews until the token is refused. kube-apiserver remembers successful token
-/// authentications for 10 s (TokenSuccessCacheTTL), and so does podpass: a token whose bound
-/// object just went away passes for at most that long, then fails.
+/// authentications for 10 s (TokenSuccessCacheTTL), and so does podpass — but podpass drops
+/// the cached success of a deleted pod's, service account's or node's token as the deletion
+/// is watched, so such a token passes at most until then (and never past the TTL).
 fn review_until_refused(s: &Server, token: &str, audience: &str) -> serde_json::Value {
     let started = std::time::Instant::now();
     loop {
@@ -740,4 +741,51 @@ fn events_expire_after_the_event_ttl_from_their_last_write() {
 fn format_time(secs: u64) -> String {
     let out = Command::new("date").args(["-u", "-d", &format!("@{secs}"), "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn deleting_a_pod_revokes_its_cached_tokens_at_once_not_after_the_cache_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let admin = admin_token(d);
+    let c = client(d);
+    // An unscheduled pod: deleted at once, no node to confirm.
+    let pod = serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let resp =
+        c.post(format!("{}/api/v1/namespaces/default/pods", s.url)).bearer_auth(&admin).json(&pod).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let uid = resp.json::<serde_json::Value>().unwrap()["metadata"]["uid"].as_str().unwrap().to_owned();
+    let req =
+        serde_json::json!({"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid}}});
+    let body: serde_json::Value = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(&admin)
+        .json(&req)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let token = body["status"]["token"].as_str().unwrap().to_owned();
+    let whoami = |token: &str| {
+        c.post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    // Used twice: the second use is served from the 10 s success cache.
+    assert_eq!(whoami(&token), 201);
+    assert_eq!(token_review(&s, &token, &s.url)["status"]["authenticated"], true);
+    assert_eq!(whoami(&token), 201);
+    let resp = c.delete(format!("{}/api/v1/namespaces/default/pods/p", s.url)).bearer_auth(&admin).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // Refused well within the cache's 10 s: the deletion itself dropped the cached success
+    // (upstream keeps passing it until the TTL).
+    wait_for("the deleted pod's token refused", Duration::from_secs(5), || {
+        (whoami(&token) == 401).then_some(serde_json::Value::Null)
+    });
+    assert_eq!(token_review(&s, &token, &s.url)["status"]["authenticated"], false);
 }

@@ -27,6 +27,7 @@ mod startup;
 mod status;
 mod token_authn;
 mod token_cache;
+mod token_revocation;
 mod tokens_controller;
 
 use std::sync::Arc;

@@ -48,6 +48,7 @@ impl Bound {
         let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
         let reaper = serve::spawn_named("event-ttl", super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let tokens = serve::spawn_named("tokens-controller", super::tokens_controller::run(Arc::clone(&state)));
+        let revocation = serve::spawn_named("token-revocation", super::token_revocation::run(Arc::clone(&state)));
         let elector = Arc::new(super::leader::Elector::new());
         let election = serve::spawn_named("leader-election", {
             let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
@@ -75,6 +76,7 @@ impl Bound {
         server.abort();
         reaper.abort();
         tokens.abort();
+        revocation.abort();
         root_ca.abort();
         kubernetes_service.abort();
         election.abort();

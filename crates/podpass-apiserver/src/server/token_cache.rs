@@ -4,9 +4,11 @@
 //!
 //! It serves both bearer-token authentication of requests and TokenReview, as upstream's
 //! does: a token that passed is not re-verified (signature, bound-object lookups) for up to
-//! the TTL. The consequence users see is upstream's too: a token bound to a pod that was
-//! just deleted can keep passing for up to 10 s. Failures are never cached, so a token that
-//! becomes valid (a pod created late) passes at once.
+//! the TTL. Upstream lets a token bound to a pod that was just deleted keep passing for up
+//! to those 10 s; here the deletion of a pod, service account or node drops every entry
+//! bound to it as the deletion is watched ([`TokenCache::forget_bound`],
+//! `token_revocation`), so the next use is verified afresh and refused. Failures are never
+//! cached, so a token that becomes valid (a pod created late) passes at once.
 //!
 //! Entries are keyed by an HMAC-SHA256 of the requested audiences and the token under a
 //! per-process random key, so the cache holds no bearer tokens. An entry never outlives the
@@ -108,10 +110,49 @@ impl TokenCache {
     }
 }
 
+impl TokenCache {
+    /// Drops every remembered success of a token bound to, or speaking for, the object with
+    /// `uid` (a pod, a service account or a node): the object is gone, so its tokens are
+    /// verified afresh at their next use. Answers how many entries went.
+    pub fn forget_bound(&self, uid: &str) -> usize {
+        if uid.is_empty() {
+            return 0;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let before = entries.len();
+        entries.retain(|_, e| {
+            let info = &e.result.info;
+            info.uid != uid && info.pod_uid != uid && info.node_uid != uid
+        });
+        before - entries.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use podpass_token::{Freshness, ServiceAccountInfo, UserInfo};
+
+    #[test]
+    fn a_deleted_objects_tokens_are_forgotten_and_no_others() {
+        let cache = TokenCache::new(DEFAULT_SUCCESS_TTL).unwrap();
+        let bound = |sa: &str, pod: &str, node: &str| {
+            let mut r = result(None);
+            r.info.uid = sa.into();
+            r.info.pod_uid = pod.into();
+            r.info.node_uid = node.into();
+            r
+        };
+        cache.insert("a", None, bound("sa-1", "pod-1", "node-1"), 0);
+        cache.insert("b", None, bound("sa-1", "pod-2", "node-1"), 0);
+        cache.insert("c", None, bound("sa-2", "", "node-2"), 0);
+        assert_eq!(cache.forget_bound("pod-1"), 1);
+        assert!(cache.get("a", None).is_none() && cache.get("b", None).is_some());
+        assert_eq!(cache.forget_bound("node-2"), 1);
+        assert_eq!(cache.forget_bound("sa-1"), 1);
+        assert_eq!(cache.forget_bound(""), 0, "an object without a uid names nothing");
+        assert!(cache.get("b", None).is_none());
+    }
 
     fn result(expires_at: Option<i64>) -> Authenticated {
         let info =
