@@ -56,27 +56,17 @@ fn kubectl_debug_runs_an_ephemeral_container_through_the_image_check_and_pod_sec
         (p["status"]["phase"] == "Running").then_some(p)
     });
 
+    // `kubectl debug -n team web --image IMAGE --image-pull-policy Never -c NAME EXTRA…`.
+    let debug = |image: &str, name: &str, extra: &[&str]| {
+        let mut args = vec!["debug", "-n", "team", "web", "--image", image, "--image-pull-policy", "Never", "-c", name];
+        args.extend_from_slice(extra);
+        admin_kubectl(&api, &args)
+    };
     // kubectl debug: an ephemeral container in the app's process namespace.
-    let out = admin_kubectl(
-        &api,
-        &[
-            "debug",
-            "-n",
-            "team",
-            "web",
-            "--image",
-            APP_IMAGE,
-            "--image-pull-policy",
-            "Never",
-            "-c",
-            "dbg",
-            "--target",
-            "app",
-            "--",
-            "/bin/sh",
-            "-c",
-            "tr '\\0' ' ' < /proc/1/cmdline; echo; echo debugged",
-        ],
+    let out = debug(
+        APP_IMAGE,
+        "dbg",
+        &["--target", "app", "--", "/bin/sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline; echo; echo debugged"],
     );
     assert!(out.status.success(), "kubectl debug: {}", String::from_utf8_lossy(&out.stderr));
     let finished = wait_for("the ephemeral container finished", Duration::from_secs(60), || {
@@ -97,25 +87,7 @@ fn kubectl_debug_runs_an_ephemeral_container_through_the_image_check_and_pod_sec
 
     // Pod Security judges an ephemeral container as any container: a privileged one is
     // refused (kubectl debug's sysadmin profile), and nothing is stored.
-    let out = admin_kubectl(
-        &api,
-        &[
-            "debug",
-            "-n",
-            "team",
-            "web",
-            "--image",
-            APP_IMAGE,
-            "--image-pull-policy",
-            "Never",
-            "-c",
-            "root",
-            "--profile",
-            "sysadmin",
-            "--",
-            "true",
-        ],
-    );
+    let out = debug(APP_IMAGE, "root", &["--profile", "sysadmin", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("violates PodSecurity \"baseline:latest\""), "{stderr}");
     let (_, p) = admin_get(&s, &format!("{pods}/web"));
@@ -123,23 +95,7 @@ fn kubectl_debug_runs_an_ephemeral_container_through_the_image_check_and_pod_sec
 
     // An image this pod may not use (never pulled, pull policy Never) is the image check's
     // refusal: the container waits with the kubelet's reason and never starts.
-    let out = admin_kubectl(
-        &api,
-        &[
-            "debug",
-            "-n",
-            "team",
-            "web",
-            "--image",
-            "podpass.local/absent:1",
-            "--image-pull-policy",
-            "Never",
-            "-c",
-            "absent",
-            "--",
-            "true",
-        ],
-    );
+    let out = debug("podpass.local/absent:1", "absent", &["--", "true"]);
     assert!(out.status.success(), "kubectl debug: {}", String::from_utf8_lossy(&out.stderr));
     let waiting = wait_for("the refused ephemeral container reported", Duration::from_secs(60), || {
         let (_, p) = admin_get(&s, &format!("{pods}/web"));

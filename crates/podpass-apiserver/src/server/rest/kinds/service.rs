@@ -7,7 +7,7 @@
 use podpass_api::validation::FieldError;
 use serde_json::{Value, json};
 
-use super::super::table::{column, name_middle_age, or_none, text};
+use super::super::table::{age_column, column, name_column, name_middle_age, or_none, text};
 use super::{Printer, Strategy, invalid};
 use crate::field::Field;
 use crate::server::status::StatusError;
@@ -111,7 +111,7 @@ impl Strategy for Service {
     fn printer(&self) -> Option<Printer> {
         Some((
             vec![
-                column("Name", "string", "name", "Name must be unique within a namespace.", 0),
+                name_column(),
                 column("Type", "string", "", "type determines how the Service is exposed.", 0),
                 column("Cluster-IP", "string", "", "clusterIP is the IP address of the service.", 0),
                 column(
@@ -122,13 +122,7 @@ impl Strategy for Service {
                     0,
                 ),
                 column("Port(s)", "string", "", "The list of ports that are exposed by this service.", 0),
-                column(
-                    "Age",
-                    "string",
-                    "",
-                    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                    0,
-                ),
+                age_column(),
                 column(
                     "Selector",
                     "string",
@@ -237,17 +231,7 @@ impl Strategy for Endpoints {
 
     fn printer(&self) -> Option<Printer> {
         Some((
-            vec![
-                column("Name", "string", "name", "Name must be unique within a namespace.", 0),
-                column("Endpoints", "string", "", "Endpoints of the service", 0),
-                column(
-                    "Age",
-                    "string",
-                    "",
-                    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                    0,
-                ),
-            ],
+            vec![name_column(), column("Endpoints", "string", "", "Endpoints of the service", 0), age_column()],
             |o, now| {
                 let mut shown = Vec::new();
                 for subset in o.get("subsets").and_then(Value::as_array).into_iter().flatten() {
@@ -304,17 +288,11 @@ impl Strategy for EndpointSlice {
     fn printer(&self) -> Option<Printer> {
         Some((
             vec![
-                column("Name", "string", "name", "Name must be unique within a namespace.", 0),
+                name_column(),
                 column("AddressType", "string", "", "The IP protocol family for this EndpointSlice", 0),
                 column("Ports", "string", "", "The ports that this EndpointSlice covers", 0),
                 column("Endpoints", "string", "", "Endpoints in this EndpointSlice", 0),
-                column(
-                    "Age",
-                    "string",
-                    "",
-                    "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                    0,
-                ),
+                age_column(),
             ],
             |o, now| {
                 let ports: Vec<String> = o
