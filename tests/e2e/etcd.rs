@@ -359,17 +359,18 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
     // the server's own informers hold one per RBAC resource and one for pods (the Node
     // authorizer's graph), the tokens controller one for token Secrets and one for
-    // service accounts, the scheduler one each for pods, nodes and node leases, and — once
-    // elected (a sole replica is) — the root CA publisher one for namespaces and one for
-    // kube-root-ca.crt ConfigMaps.
+    // service accounts, the scheduler one each for pods, nodes and node leases, the root
+    // CA publisher one for namespaces and one for kube-root-ca.crt ConfigMaps (these three
+    // once elected: a sole replica is), and token revocation one each for pods, service
+    // accounts and nodes.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 12;
+    let baseline = none + 15;
     wait_for(
         &|n| n == baseline,
-        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two",
+        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's three",
     );
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");

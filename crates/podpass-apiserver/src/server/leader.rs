@@ -23,6 +23,25 @@ use super::rest::resources::find;
 use crate::field::Field;
 use crate::store::{ObjectKey, StoreError};
 
+/// Runs `controller` while this replica leads, stopping it (dropping its future) when it
+/// stops leading and starting it afresh when it leads again — kube-controller-manager's
+/// controllers behind `--leader-elect`. Returns when the election ends.
+pub(crate) async fn while_leading<F, Fut>(mut leading: watch::Receiver<bool>, controller: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            () = controller() => {}
+            _ = leading.wait_for(|l| !*l) => {}
+        }
+    }
+}
+
 /// The lease's namespace and name (kube-controller-manager's).
 pub const LEASE_NAMESPACE: &str = "kube-system";
 /// The lease's name.

@@ -41,19 +41,21 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// Serves, keeps Events within `--event-ttl` and runs the tokens controller, the root
-    /// CA publisher, the quota controller, pod GC and the scheduler, until `shutdown`
-    /// completes.
+    /// Serves, keeps Events within `--event-ttl`, revokes deleted objects' cached tokens,
+    /// and — while this replica holds the controller lease — runs the tokens controller, the
+    /// root CA publisher, the `kubernetes` Service, the quota controller, pod GC and the
+    /// scheduler, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
         let reaper = serve::spawn_named("event-ttl", super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
-        let tokens = serve::spawn_named("tokens-controller", super::tokens_controller::run(Arc::clone(&state)));
         let revocation = serve::spawn_named("token-revocation", super::token_revocation::run(Arc::clone(&state)));
         let elector = Arc::new(super::leader::Elector::new());
         let election = serve::spawn_named("leader-election", {
             let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
             async move { elector.run(state).await }
         });
+        // kube-controller-manager's and kube-scheduler's work: one replica at a time.
+        let tokens = elected("tokens-controller", &elector, &state, super::tokens_controller::run);
         let root_ca = serve::spawn_named(
             "root-ca-publisher",
             super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()),
@@ -68,9 +70,9 @@ impl Bound {
                 super::kubernetes_service::run(Arc::clone(&state), service_ip, endpoint, elector.subscribe()),
             )
         };
-        let quotas = serve::spawn_named("resource-quota", super::rest::admission::quota::run(Arc::clone(&state)));
-        let pod_gc = serve::spawn_named("pod-gc", super::rest::collect_orphans_forever(Arc::clone(&state)));
-        let scheduler = serve::spawn_named("scheduler", super::scheduler::run(Arc::clone(&state)));
+        let quotas = elected("resource-quota", &elector, &state, super::rest::admission::quota::run);
+        let pod_gc = elected("pod-gc", &elector, &state, super::rest::collect_orphans_forever);
+        let scheduler = elected("scheduler", &elector, &state, super::scheduler::run);
         let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
@@ -85,6 +87,20 @@ impl Bound {
         pod_gc.abort();
         scheduler.abort();
     }
+}
+
+/// Spawns controller `run` (named `name`) to run while this replica leads.
+fn elected<Fut>(
+    name: &'static str,
+    elector: &super::leader::Elector,
+    state: &Arc<AppState>,
+    run: fn(Arc<AppState>) -> Fut,
+) -> tokio::task::JoinHandle<()>
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let state = Arc::clone(state);
+    serve::spawn_named(name, super::leader::while_leading(elector.subscribe(), move || run(Arc::clone(&state))))
 }
 
 /// A kubeconfig for `user` with `token`, trusting `ca_pem`.
