@@ -60,9 +60,14 @@ impl Containerd {
     /// Starts containerd with its files under `dir` (short: the socket lives there) and
     /// waits for its socket.
     pub fn start(dir: &Path) -> Containerd {
+        Containerd::start_with_registries(dir, &[])
+    }
+
+    /// [`Containerd::start`] reaching `registries` as their `hosts.toml` say.
+    pub fn start_with_registries(dir: &Path, registries: &[library::RegistryHost]) -> Containerd {
         let mut layout = Layout::new(dir);
         layout.snapshotter = "native".into();
-        layout.write(Path::new(env!("CARGO_BIN_EXE_podpass")), &[]).unwrap();
+        layout.write(Path::new(env!("CARGO_BIN_EXE_podpass")), registries).unwrap();
         let child = Command::new("containerd")
             .arg("--config")
             .arg(layout.config())

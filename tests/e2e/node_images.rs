@@ -873,3 +873,67 @@ fn image_pulls_show_per_layer_progress_and_totals() {
     assert!(last.contains(&format!("pulled {image}: 3 layers, ")), "{last:?}");
     assert!(tty.contains(&id), "{tty:?}");
 }
+
+/// A mirror in front of the registry that serves every image without asking for credentials
+/// (a pull-through cache, a P2P mirror): containerd pulls through it, so a pull proves
+/// nothing. The node verifies each pull at the image's own registry (HEAD of the manifest by
+/// digest, with the pod's credentials), and only that answer lets the pod use the image;
+/// the layers still come from the mirror. `--trust-runtime-pulls` is the kubelet's
+/// behaviour, and lets anyone through.
+#[test]
+fn a_mirror_that_asks_no_credentials_proves_nothing_access_is_verified_at_the_images_registry() {
+    use podpass_node::runtime::containerd::RegistryHost;
+    let s = setup();
+    let mirror = Registry::mirror_of(&s.dir.join("mirror"), &s.registry);
+    let ctd = containerd::Containerd::start_with_registries(
+        &s.dir.join("ctd"),
+        &[RegistryHost::Mirrored {
+            host: s.registry.host.clone(),
+            mirror: format!("http://{}", mirror.host),
+            origin: format!("http://{}", s.registry.host),
+        }],
+    );
+    let av = kubelet_config(&s.dir, "AlwaysVerify");
+    let run = |secret: Option<&Path>, policy: &str, extra: &[&str]| {
+        let mut args = vec!["--container-runtime-endpoint", &ctd.endpoint, "--pull-policy", policy];
+        args.extend(["--config", av.to_str().unwrap()]);
+        if let Some(secret) = secret {
+            args.extend(["--pull-secret", secret.to_str().unwrap()]);
+        }
+        args.extend(extra);
+        ensure(&s.root, &args, &s.image)
+    };
+    let blob_gets = || {
+        std::fs::read_to_string(mirror.dir.join("registry.log")).unwrap().matches("/v2/team/app/blobs/sha256:").count()
+    };
+
+    // team-a (alice) pulls: the layers come from the mirror, the registry confirms alice.
+    let a = run(Some(&s.alice), "IfNotPresent", &[]);
+    assert_eq!(a.code, 0, "{}\n{}", a.stderr, a.json);
+    assert_eq!(a.json["imageRef"], s.id.as_str());
+    assert_eq!(a.json["verifiedAt"]["registry"], s.registry.host.as_str(), "{}", a.json);
+    assert_eq!(a.json["verifiedAt"]["auth"], "basic");
+    assert!(a.json["verifiedAt"]["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(blob_gets() > 0, "containerd took the layers from the mirror");
+
+    // Nobody else proves access through the mirror: no credentials, or a wrong password,
+    // pull through it and are refused by the registry; the image stays alice's.
+    for (who, secret) in [("anonymous", None), ("a wrong password", Some(s.mallory.as_path()))] {
+        let r = run(secret, "IfNotPresent", &[]);
+        assert_eq!(r.code, 1, "{who}: {}", r.json);
+        assert_eq!(r.json["error"], "ErrImagePull", "{who}");
+        assert_eq!(r.json["mustPull"], true, "{who}");
+        let m = r.json["message"].as_str().unwrap();
+        assert!(m.contains("verifying at the image's registry") && m.contains(&s.registry.host), "{who}: {m}");
+        assert!(r.json.get("imageRef").is_none(), "{who}: {}", r.json);
+        let never = run(secret, "Never", &[]);
+        assert_eq!(never.json["error"], "ErrImageNeverPull", "{who} is not on record");
+    }
+    let again = run(Some(&s.alice), "Never", &[]);
+    assert_eq!(again.code, 0, "alice is on record: {}", again.json);
+
+    // The kubelet's behaviour, named by the flag: the mirror's answer is taken as proof.
+    let trusted = run(Some(&s.mallory), "IfNotPresent", &["--trust-runtime-pulls"]);
+    assert_eq!(trusted.code, 0, "the runtime's pull through the mirror lets a wrong password through");
+    assert!(trusted.json.get("verifiedAt").is_none());
+}

@@ -79,6 +79,24 @@ impl Registry {
         Registry { child, host, dir: dir.to_path_buf() }
     }
 
+    /// A registry that asks no credentials, serving the storage of `origin` (what a pull-through
+    /// mirror or a P2P cache holding the origin's images serves), logging each request.
+    pub fn mirror_of(dir: &Path, origin: &Registry) -> Registry {
+        std::fs::create_dir_all(dir).unwrap();
+        let host = format!("127.0.0.1:{}", free_port());
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\n",
+            data = origin.dir.join("data").display(),
+        );
+        let child = serve(dir, &config);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !reqwest::blocking::get(format!("http://{host}/v2/")).is_ok_and(|r| r.status() == 200) {
+            assert!(Instant::now() < deadline, "mirror not up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry { child, host, dir: dir.to_path_buf() }
+    }
+
     pub fn signal(&self, sig: &str) {
         assert!(Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success());
     }

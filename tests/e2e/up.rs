@@ -350,6 +350,14 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         let found = out[at..].find(step).unwrap_or_else(|| panic!("{step:?} (in order) in:\n{out}"));
         at += found + step.len();
     }
+    // containerd's pull was proven at the registry itself (registry-auth's token, the
+    // node's certificate), not taken on the runtime's word.
+    let node_log = std::fs::read_to_string(data.join("logs/node-1.log")).unwrap();
+    let verified = node_log
+        .lines()
+        .find(|l| l.contains("pull verified at the image's registry") && l.contains("team-a/app"))
+        .unwrap_or_else(|| panic!("no verification at the registry in the node's log:\n{node_log}"));
+    assert!(verified.contains(r#""auth":"bearer""#), "{verified}");
     // Nothing of the cluster is readable by other local users (0700 dirs, 0600 store).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     // containerd's root (a private image's blobs) is inside the 0700 containerd dir.
@@ -492,6 +500,11 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert_eq!(c["credentials"][0]["source"]["type"], "serviceAccount");
     assert_eq!(c["credentials"][0]["password"], "<redacted>");
     assert_eq!(c["record"]["kind"], "ImagePulledRecord");
+    // Where a pull's proof comes from: the registry itself, not containerd's pull.
+    assert_eq!(c["proof"]["at"], "origin", "{c}");
+    assert!(text.contains("  ├─ proof of access by a pull: 127.0.0.1:"), "{text}");
+    let trusting: Value = serde_json::from_str(&explain(&["-o", "json", "--trust-runtime-pulls"])).unwrap();
+    assert_eq!(trusting["containers"][0]["proof"]["at"], "runtime");
     // --no-exec runs no plugin
     let json: Value = serde_json::from_str(&explain(&["-o", "json", "--no-exec"])).unwrap();
     assert_eq!(json["containers"][0]["providers"][0]["ran"], false);

@@ -2,6 +2,7 @@
 //! configured origin only (redirects to another origin are refused), bounded in size and
 //! time, trusting the given CA bundle or else the platform's roots.
 
+use podpass_serve::error_chain;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -116,16 +117,4 @@ impl DocumentFetcher {
         }
         Ok(body)
     }
-}
-
-/// An error with its sources, which reqwest keeps apart (`error sending request: …`).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

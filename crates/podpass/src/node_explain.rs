@@ -49,6 +49,9 @@ pub struct ExplainArgs {
     /// Do not run credential plugins: matching providers are listed as not run.
     #[arg(long)]
     no_exec: bool,
+    /// As the node's flag: the container runtime's pull is taken as proof of access.
+    #[arg(long)]
+    trust_runtime_pulls: bool,
 }
 
 /// Runs `node explain`: Ok(true) once the explanation is printed.
@@ -146,6 +149,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             "providers": provider_reports,
             "credentials": found.credentials.iter().map(|c| json!({"username": c.username, "password": "<redacted>", "source": c.source, "from": source(&c.source)})).collect::<Vec<_>>(),
             "decision": decision,
+            "proof": proof(&image, backend.pulls_through_runtime(), a.trust_runtime_pulls),
             "usable": usable,
             "status": c.state.as_ref().map(|(reason, message)| json!({"reason": reason, "message": message})),
         }));
@@ -160,6 +164,25 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
         print_text(&pod, &reports);
     }
     Ok(true)
+}
+
+/// Where a pull's proof of access comes from on this node.
+fn proof(image: &str, through_runtime: bool, trust_runtime_pulls: bool) -> Value {
+    let registry = podpass_node::images::reference::parse(image).map(|r| r.domain).unwrap_or_default();
+    let (at, says) = match (through_runtime, trust_runtime_pulls) {
+        (false, _) => ("store", format!("the node's own pull from {registry} with the pod's credentials")),
+        (true, false) => (
+            "origin",
+            format!(
+                "{registry} itself, asked for the manifest by digest with the credential after the container runtime pulled (never the runtime's pull, which a mirror may serve)"
+            ),
+        ),
+        (true, true) => (
+            "runtime",
+            "the container runtime's pull (--trust-runtime-pulls): a mirror that asks no credentials proves access for anyone".to_owned(),
+        ),
+    };
+    json!({"at": at, "registry": registry, "says": says})
 }
 
 /// A provider's report when plugins are not run.
@@ -258,6 +281,7 @@ fn print_text(pod: &Value, reports: &[Value]) {
             outln!("  status now: {}: {}", s(&r["status"]["reason"]), s(&r["status"]["message"]));
         }
         outln!("  ├─ pull policy: {} ({})", s(&r["pullPolicy"]["value"]), s(&r["pullPolicy"]["from"]));
+        outln!("  ├─ proof of access by a pull: {}", s(&r["proof"]["says"]));
         if r["present"] == true {
             outln!("  ├─ present: yes, {}", s(&r["imageRef"]));
         } else {

@@ -68,6 +68,10 @@ pub struct EnsureImageArgs {
     /// KubeletConfiguration file (policy, allowlist, pull parallelism, feature gates).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// How a container runtime's pull is proven (at the image's own registry unless
+    /// `--trust-runtime-pulls`).
+    #[command(flatten)]
+    origin: podpass_node::images::OriginFlags,
     /// Feature gates on top of the config file's.
     #[arg(long, default_value = "")]
     feature_gates: String,
@@ -265,9 +269,21 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let gates = assembly::feature_gates(&config, &a.feature_gates)?;
     let sa =
         a.service_account.as_deref().map(str::parse::<ServiceAccountRef>).transpose().context("--service-account")?;
-    let backend = Arc::new(a.runtime.backend_with_progress(a.progress).await?);
+    let backend = a.runtime.backend_with_progress(a.progress).await?;
+    let identity = a.origin.client_identity().map_err(|errors| {
+        let text: Vec<String> = errors.into_iter().map(|(flag, m)| format!("{flag}: {m}")).collect();
+        anyhow::anyhow!("{}", text.join("; "))
+    })?;
+    let settings = podpass_node::images::OriginSettings {
+        registry_ca: None,
+        client_identity: identity,
+        insecure_registries: a.runtime.insecure_registries.clone(),
+    };
+    let origin = assembly::origin_check(&backend, &a.origin, &settings)?;
     let (manager, pull_manager, warnings) =
-        assembly::image_manager(&a.runtime.root_dir, backend, &config, &gates, assembly::WarmUp::Foreground).await?;
+        assembly::image_manager(&a.runtime.root_dir, Arc::new(backend), &config, &gates, assembly::WarmUp::Foreground)
+            .await?;
+    let manager = manager.with_origin_check(origin);
     for e in warnings {
         eprintln!("warning: unreadable {}: {e}", e.file_kind());
     }

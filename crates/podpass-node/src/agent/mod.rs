@@ -90,6 +90,10 @@ pub struct AgentConfig {
     /// then reached over HTTPS too); containerd trusts what its `hosts.toml` names.
     #[arg(long)]
     pub registry_ca_file: Option<PathBuf>,
+    /// How a container runtime's pull is proven (at the image's own registry unless
+    /// `--trust-runtime-pulls`).
+    #[command(flatten)]
+    pub origin: crate::images::OriginFlags,
     /// Prepare pods (tokens, volumes, images) but start no containers, even with a
     /// container runtime (the node podpass was before it ran containers).
     #[arg(long)]
@@ -130,6 +134,8 @@ pub struct Prepared {
     gates: FeatureGates,
     /// `--registry-ca-file`'s PEM, read and checked.
     registry_ca: Option<Vec<u8>>,
+    /// `--registry-client-cert-file` and its key, read and checked.
+    registry_identity: Option<Vec<u8>>,
 }
 
 impl AgentConfig {
@@ -212,6 +218,12 @@ impl AgentConfig {
                 None
             }
         });
+        let registry_identity = self.origin.client_identity().unwrap_or_else(|errors| {
+            for (flag, message) in errors {
+                problems.push(flag, message);
+            }
+            None
+        });
         problems.finish()?;
         let identity = NodeIdentity {
             name: self.node_name.clone(),
@@ -221,7 +233,7 @@ impl AgentConfig {
             address: self.address,
             port: 0,
         };
-        Ok(Prepared { config: self, identity, kubelet, gates, registry_ca })
+        Ok(Prepared { config: self, identity, kubelet, gates, registry_ca, registry_identity })
     }
 }
 
@@ -272,19 +284,24 @@ impl Prepared {
         machine: &machine::Machine,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
-        let backend = Arc::new(
-            Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new())
-                .await?
-                .with_registry_ca(self.registry_ca.clone()),
-        );
+        let backend = Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new())
+            .await?
+            .with_registry_ca(self.registry_ca.clone());
+        let settings = crate::images::OriginSettings {
+            registry_ca: self.registry_ca.clone(),
+            client_identity: self.registry_identity.clone(),
+            insecure_registries: Vec::new(),
+        };
+        let origin = crate::images::assembly::origin_check(&backend, &self.config.origin, &settings)?;
         let (images, pull_manager, warnings) = crate::images::assembly::image_manager(
             root,
-            backend,
+            Arc::new(backend),
             &self.kubelet,
             &self.gates,
             crate::images::assembly::WarmUp::Background,
         )
         .await?;
+        let images = images.with_origin_check(origin);
         for w in warnings {
             tracing::warn!(file = w.file_kind(), error = %w, "unreadable image record at start-up");
         }

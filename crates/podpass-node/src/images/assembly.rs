@@ -8,7 +8,9 @@ use std::sync::Arc;
 use podpass_api::{Feature, FeatureGateError, FeatureGates};
 use thiserror::Error;
 
+use super::backend::Backend;
 use super::manager::{ImageManager, LazyLookup, LookupFuture};
+use super::origin::{OriginCheck, OriginFlags, OriginSettings};
 use super::policy::PolicyEnforcer;
 use super::pull_manager::PullManager;
 use super::records::{RecordError, RecordStore};
@@ -31,6 +33,23 @@ pub enum AssemblyError {
     /// The runtime could not list its images for start-up housekeeping.
     #[error("listing images for start-up housekeeping: {0}")]
     ListImages(#[from] ImageError),
+    /// The client that verifies pulls at the image's registry could not be built.
+    #[error("verifying pulls at the image's registry: {0}")]
+    Origin(String),
+}
+
+/// The origin check `backend`'s pulls need: none for the embedded store (its own pull from
+/// the image's registry, with the pod's credentials, is the proof) or when the flags say to
+/// trust the runtime's pulls; otherwise every runtime pull is proven at the image's registry.
+pub fn origin_check(
+    backend: &Backend,
+    flags: &OriginFlags,
+    settings: &OriginSettings,
+) -> Result<Option<OriginCheck>, AssemblyError> {
+    if !backend.pulls_through_runtime() || flags.trust_runtime_pulls {
+        return Ok(None);
+    }
+    OriginCheck::new(settings).map(Some).map_err(AssemblyError::Origin)
 }
 
 /// Feature gates: the KubeletConfiguration's `featureGates`, then `flag` on top. Gates this

@@ -50,6 +50,12 @@ impl Backend {
         }
     }
 
+    /// Whether pulls go through a container runtime, which may take them from a mirror (its
+    /// configuration, not the node's), rather than the node's own client.
+    pub fn pulls_through_runtime(&self) -> bool {
+        matches!(self, Self::Cri(_))
+    }
+
     /// Whether pulls report per-blob progress (the embedded store) or only their result
     /// (CRI).
     pub fn reports_progress(&self) -> bool {

@@ -15,6 +15,7 @@ use serde::Serialize;
 use tokio::sync::{OnceCell, Semaphore};
 
 use super::backoff::Backoff;
+use super::origin::{OriginCheck, OriginProof, manifest_digest};
 use super::pull_manager::{PodCredentials, PullManager, PullVerdict};
 use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
 use super::reference::apply_default_tag;
@@ -134,6 +135,10 @@ pub struct EnsureOutcome {
     /// The image reference (ID) the container would run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_ref: Option<String>,
+    /// Where the pull's proof of access came from when the image's own registry was asked
+    /// (beyond upstream: a runtime's pull may have come from a mirror).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<OriginProof>,
     /// Error kind when the pod may not use the image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<EnsureError>,
@@ -293,6 +298,7 @@ pub struct ImageManager<S> {
     pulls: Arc<Semaphore>,
     requests: Family<EnsureLabels, Counter>,
     backoff: Mutex<Backoff>,
+    origin: Option<Arc<OriginCheck>>,
 }
 
 impl<S> std::fmt::Debug for ImageManager<S> {
@@ -337,7 +343,21 @@ impl<S: ImageService + 'static> ImageManager<S> {
             pulls: Arc::new(Semaphore::new(permits)),
             requests: Family::default(),
             backoff: Mutex::new(Backoff::default()),
+            origin: None,
         }
+    }
+
+    /// Every pull is then proven at the image's own registry before it may write a pull
+    /// record or let a container start (for runtimes that may pull through a mirror).
+    #[must_use]
+    pub fn with_origin_check(mut self, check: Option<OriginCheck>) -> Self {
+        self.origin = check.map(Arc::new);
+        self
+    }
+
+    /// Whether pulls are proven at the image's own registry.
+    pub fn verifies_at_origin(&self) -> bool {
+        self.origin.is_some()
     }
 
     /// `kubelet_image_manager_ensure_image_requests_total`, to register.
@@ -553,8 +573,13 @@ impl<S: ImageService + 'static> ImageManager<S> {
         let result = pull_with_credentials(self.service.as_ref(), &image, &lookup.credentials).await;
         let pull_time = pull_started.elapsed();
         drop(permit);
+        let result = match result {
+            Ok((image_ref, used)) => self.prove_at_origin(&image, image_ref, used, &lookup.credentials).await,
+            Err(e) => Err(PullFailure::Pull(e)),
+        };
         match result {
-            Ok((image_ref, used)) => {
+            Ok((image_ref, used, proof)) => {
+                d.verified_at = proof;
                 if let Some(pm) = &self.pull_manager {
                     let creds = credentials_to_record(used.as_ref());
                     let (pm, img, r) = (pm.clone(), image.clone(), image_ref.clone());
@@ -588,8 +613,20 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 ));
                 d
             }
-            Err(e) => {
-                self.pull_failed(&image).await;
+            Err(failure) => {
+                let e = match failure {
+                    PullFailure::Pull(e) => {
+                        self.pull_failed(&image).await;
+                        e
+                    }
+                    PullFailure::Origin { image_ref, message } => {
+                        // The image is on the node now, unproven: recorded as pulled by the
+                        // node with no credentials on record, so nobody uses it unverified
+                        // (and it never counts as preloaded).
+                        self.record_unproven(&image, &image_ref).await;
+                        message
+                    }
+                };
                 if let Some(key) = &backoff_key {
                     self.lock_backoff().next(key, tokio::time::Instant::now(), format!("ErrImagePull: {e}"));
                 }
@@ -603,7 +640,83 @@ impl<S: ImageService + 'static> ImageManager<S> {
     }
 }
 
+/// Why a pull did not give the pod the image.
+enum PullFailure {
+    /// The runtime's pull failed.
+    Pull(String),
+    /// The runtime pulled `image_ref`, but the image's registry did not confirm access.
+    Origin { image_ref: String, message: String },
+}
+
+impl<S: ImageService> ImageManager<S> {
+    /// Proves a runtime's pull at the image's own registry: the manifest digest the runtime
+    /// recorded, asked for with the credential that pulled, then each other credential in
+    /// order (anonymously when the pod has none). The one the registry accepts is what the
+    /// record names. Without an origin check the runtime's pull is the proof.
+    async fn prove_at_origin(
+        &self,
+        image: &str,
+        image_ref: String,
+        used: Option<TrackedAuth>,
+        credentials: &[TrackedAuth],
+    ) -> Result<(String, Option<TrackedAuth>, Option<OriginProof>), PullFailure> {
+        let Some(origin) = &self.origin else {
+            return Ok((image_ref, used, None));
+        };
+        let fail = |image_ref: &str, why: String| PullFailure::Origin {
+            image_ref: image_ref.to_owned(),
+            message: format!("verifying at the image's registry (the runtime may have pulled from a mirror): {why}"),
+        };
+        let repo_digests = match self.service.image_status(&image_ref).await {
+            Ok(Some(i)) => i.repo_digests,
+            Ok(None) => Vec::new(),
+            Err(e) => return Err(fail(&image_ref, format!("image status of {image_ref}: {e}"))),
+        };
+        let Some(digest) = manifest_digest(image, &repo_digests) else {
+            return Err(fail(&image_ref, format!("the runtime reported no manifest digest for {image}")));
+        };
+        let mut order: Vec<Option<&TrackedAuth>> = Vec::new();
+        if credentials.is_empty() {
+            order.push(None);
+        } else {
+            order.extend(used.as_ref().map(Some));
+            order.extend(credentials.iter().filter(|c| Some(*c) != used.as_ref()).map(Some));
+        }
+        let mut errors = Vec::new();
+        for c in order {
+            let auth = c.map(|c| PullAuth { username: c.username.clone(), password: c.password.clone() });
+            match origin.verify(image, &digest, auth.as_ref()).await {
+                Ok(proof) => {
+                    tracing::info!(
+                        image,
+                        registry = %proof.registry,
+                        digest = %proof.digest,
+                        auth = proof.auth,
+                        "pull verified at the image's registry"
+                    );
+                    return Ok((image_ref, c.cloned(), Some(proof)));
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        let why = if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) };
+        Err(fail(&image_ref, why))
+    }
+}
+
 impl<S> ImageManager<S> {
+    /// A pull the image's registry did not confirm: recorded with no credentials.
+    async fn record_unproven(&self, image: &str, image_ref: &str) {
+        if let Some(pm) = &self.pull_manager {
+            let (pm, img, r) = (pm.clone(), image.to_owned(), image_ref.to_owned());
+            let written = tokio::task::spawn_blocking(move || pm.record_image_pulled(&img, &r, None)).await;
+            if !matches!(written, Ok(Ok(()))) {
+                // The dangling intent keeps the image "pulled by the node" (verify).
+                tracing::warn!(image, "failed to record an unproven pull");
+            }
+        }
+    }
+
     /// RecordImagePullFailed, when records are kept.
     async fn pull_failed(&self, image: &str) {
         if let Some(pm) = &self.pull_manager {

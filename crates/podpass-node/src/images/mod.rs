@@ -14,6 +14,7 @@ pub(crate) mod manager;
 pub(crate) mod manifest_fetch;
 pub(crate) mod mapping;
 pub(crate) mod mem_records;
+pub(crate) mod origin;
 pub(crate) mod policy;
 pub(crate) mod progress;
 pub(crate) mod pull_manager;
@@ -32,6 +33,7 @@ pub use manager::{
 pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 pub use mapping::CredentialMapping;
 pub use mem_records::{MAX_INTENTS, MAX_PULLED};
+pub use origin::{OriginCheck, OriginError, OriginFlags, OriginProof, OriginSettings};
 pub use policy::{AllowlistError, PolicyEnforcer, VerificationPolicy};
 pub use progress::{BlobInfo, BlobKind, PullObserver, PullProgress};
 pub use pull_manager::{

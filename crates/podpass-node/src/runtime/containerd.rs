@@ -138,6 +138,13 @@ impl Layout {
                     }
                     (host, text)
                 }
+                // containerd tries each [host] in order, then `server`.
+                RegistryHost::Mirrored { host, mirror, origin } => (
+                    host,
+                    format!(
+                        "server = \"{origin}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"{origin}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+                    ),
+                ),
             };
             write(d.join("certs.d").join(host).join("hosts.toml"), text)?;
         }
@@ -159,6 +166,17 @@ pub enum RegistryHost {
         /// A client certificate and key shown when asked: the node's, which registry-auth
         /// takes as the node's proof when containerd fetches its token.
         client: Option<(PathBuf, PathBuf)>,
+    },
+    /// `host:port` pulled through a mirror first (`mirror`, a URL such as
+    /// `http://127.0.0.1:5002`), then from `origin` (the registry's own URL) — a pull-through
+    /// cache or P2P mirror in front of a registry.
+    Mirrored {
+        /// `host:port`, as images name it.
+        host: String,
+        /// The mirror's URL.
+        mirror: String,
+        /// The registry's own URL.
+        origin: String,
     },
 }
 

@@ -555,6 +555,10 @@ async fn start(
     a.extend(["--port".into(), args.node_port.to_string(), "--config".into(), path_str(&kubelet_config)]);
     if !external_registry {
         a.extend(["--registry-ca-file".into(), path_str(&pki.ca)]);
+        // The node proves containerd's pulls at the registry itself, showing its
+        // certificate to registry-auth as containerd does.
+        a.extend(["--registry-client-cert-file".into(), path_str(&pki.node_client.0)]);
+        a.extend(["--registry-client-key-file".into(), path_str(&pki.node_client.1)]);
     }
     if let Some(layout) = &runtime {
         a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
