@@ -767,15 +767,7 @@ fn deleting_a_pod_revokes_its_cached_tokens_at_once_not_after_the_cache_ttl() {
         .json()
         .unwrap();
     let token = body["status"]["token"].as_str().unwrap().to_owned();
-    let whoami = |token: &str| {
-        c.post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
-            .bearer_auth(token)
-            .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
-            .send()
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    let whoami = |token: &str| whoami(&s, token);
     // Used twice: the second use is served from the 10 s success cache.
     assert_eq!(whoami(&token), 201);
     assert_eq!(token_review(&s, &token, &s.url)["status"]["authenticated"], true);
@@ -788,4 +780,117 @@ fn deleting_a_pod_revokes_its_cached_tokens_at_once_not_after_the_cache_ttl() {
         (whoami(&token) == 401).then_some(serde_json::Value::Null)
     });
     assert_eq!(token_review(&s, &token, &s.url)["status"]["authenticated"], false);
+}
+
+/// The status of a SelfSubjectReview made with `token` (201: it authenticates).
+fn whoami(s: &Server, token: &str) -> u16 {
+    client(&s.dir)
+        .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// The unverified claims of a JWT (to read its `jti` and `exp`, as an operator reads them
+/// from the audit log).
+fn jwt_claims(token: &str) -> serde_json::Value {
+    let payload = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
+}
+
+#[test]
+fn a_token_revoked_by_its_jti_is_refused_at_once_until_its_expiry_and_the_revocation_is_then_collected() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let log = d.join("audit.log");
+    let s = start(d, &["--audit-log-path", log.to_str().unwrap()]);
+    let c = client(d);
+    let issue = || {
+        let body: serde_json::Value = c
+            .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+            .bearer_auth(admin_token(d))
+            .json(&serde_json::json!({"spec": {"expirationSeconds": 600}}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        body["status"]["token"].as_str().unwrap().to_owned()
+    };
+    let (leaked, other) = (issue(), issue());
+    let whoami = |token: &str| whoami(&s, token);
+    // Used twice: the second use comes from the success cache.
+    assert_eq!(whoami(&leaked), 201);
+    assert_eq!(whoami(&leaked), 201);
+    let claims = jwt_claims(&leaked);
+    let jti = claims["jti"].as_str().unwrap().to_owned();
+    let exp = format_time(claims["exp"].as_u64().unwrap());
+    let revocation = |name: &str, until: &str| {
+        serde_json::json!({"apiVersion": "revocation.podpass.dev/v1", "kind": "RevokedToken",
+            "metadata": {"name": name}, "spec": {"expirationTimestamp": until, "reason": "leaked in a CI log"}})
+    };
+    let path = "/apis/revocation.podpass.dev/v1/revokedtokens";
+    // A tenant (the token's own service account) may not revoke; a revocation must say until when.
+    let (code, _) = {
+        let r = c.post(format!("{}{path}", s.url)).bearer_auth(&other).json(&revocation(&jti, &exp)).send().unwrap();
+        (r.status().as_u16(), ())
+    };
+    assert_eq!(code, 403, "RBAC-gated");
+    let (code, body) = admin_request(
+        &s,
+        reqwest::Method::POST,
+        path,
+        Some(
+            serde_json::json!({"apiVersion": "revocation.podpass.dev/v1", "kind": "RevokedToken", "metadata": {"name": jti}, "spec": {}}),
+        ),
+    );
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], "spec.expirationTimestamp", "{body}");
+
+    let (code, body) = admin_request(&s, reqwest::Method::POST, path, Some(revocation(&jti, &exp)));
+    assert_eq!(code, 201, "{body}");
+    // Refused at its next use, cached success or not; a TokenReview says why. Another token
+    // of the same service account is untouched: revocation is by jti.
+    wait_for("the revoked token refused", Duration::from_secs(5), || {
+        (whoami(&leaked) == 401).then_some(serde_json::Value::Null)
+    });
+    let review = token_review(&s, &leaked, &s.url);
+    assert_eq!(review["status"]["authenticated"], false);
+    let error = review["status"]["error"].as_str().unwrap();
+    assert!(error.contains(&format!("revoked (credential id JTI={jti})")), "{error}");
+    assert_eq!(whoami(&other), 201);
+    let (_, metrics) = {
+        let r = c.get(format!("{}/metrics", s.url)).bearer_auth(admin_token(d)).send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    assert!(metrics.contains("podpass_serviceaccount_revoked_token_uses_total 2"), "{metrics}");
+    // The revocation is audited with who made it.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let audited = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| {
+            e["objectRef"]["resource"] == "revokedtokens" && e["verb"] == "create" && e["responseStatus"]["code"] == 201
+        })
+        .expect("the revocation in the audit log");
+    assert_eq!(audited["user"]["username"], "admin");
+    assert_eq!(audited["objectRef"]["apiGroup"], "revocation.podpass.dev");
+
+    // A revocation whose token has expired is collected by the elected replica.
+    let past = format_time(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - 600);
+    let (code, _) = admin_request(&s, reqwest::Method::POST, path, Some(revocation("expired-jti", &past)));
+    assert_eq!(code, 201);
+    wait_for("the expired revocation collected", Duration::from_secs(60), || {
+        (admin_get(&s, &format!("{path}/expired-jti")).0 == 404).then_some(serde_json::Value::Null)
+    });
+    let (_, list) = admin_get(&s, path);
+    let names: Vec<&str> =
+        list["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, [jti.as_str()], "the live revocation is kept");
+    // The real kubectl finds the kind through discovery and prints its columns.
+    let table = ok(admin_kubectl(d, &["get", "revokedtokens"]), "kubectl get revokedtokens");
+    assert!(table.starts_with("NAME") && table.contains("EXPIRES") && table.contains("REASON"), "{table}");
+    assert!(table.contains(&jti) && table.contains("leaked in a CI log"), "{table}");
 }

@@ -361,16 +361,16 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     // authorizer's graph), the tokens controller one for token Secrets and one for
     // service accounts, the scheduler one each for pods, nodes and node leases, the root
     // CA publisher one for namespaces and one for kube-root-ca.crt ConfigMaps (these three
-    // once elected: a sole replica is), and token revocation one each for pods, service
-    // accounts and nodes.
+    // once elected: a sole replica is), token revocation one each for pods, service
+    // accounts and nodes, and the revoked tokens' one.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 15;
+    let baseline = none + 16;
     wait_for(
         &|n| n == baseline,
-        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's three",
+        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's three, revoked tokens' one",
     );
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");

@@ -126,6 +126,12 @@ pub enum AuthError {
         "token is bound to a Node object but the ServiceAccountTokenNodeBindingValidation feature gate is disabled"
     )]
     NodeBindingValidationDisabled,
+    /// The token's `jti` was revoked (beyond upstream: a `RevokedToken` names it).
+    #[error("service account token has been revoked (credential id JTI={jti})")]
+    Revoked {
+        /// The revoked `jti`.
+        jti: String,
+    },
     /// A legacy (Secret-based) token was refused (see [`crate::legacy`]).
     #[error("{0}")]
     Legacy(Box<crate::legacy::LegacyError>),

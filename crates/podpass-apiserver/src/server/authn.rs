@@ -5,7 +5,6 @@
 use super::AppState;
 use super::status::StatusError;
 use crate::token_file::StaticUser;
-use podpass_token::now_unix;
 
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
@@ -42,12 +41,8 @@ pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>
     if let Some(user) = state.token_file.lookup(token) {
         return Ok(user.into());
     }
-    if let Some(a) = state.token_cache.get(token, None) {
-        return Ok(User::from_token(&a));
-    }
-    let now = now_unix();
-    match state.authenticate_token(token, None, now).await {
-        Ok(a) => Ok(User::from_token(&state.token_cache.insert(token, None, a, now))),
+    match state.authenticate_cached(token, None).await {
+        Ok(a) => Ok(User::from_token(&a)),
         Err(_) => Err(StatusError::unauthorized()),
     }
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::AppState;
 use crate::field::Field;
-use crate::store::{ListOptions, ObjectKey, StoreError};
+use crate::store::{ListOptions, StoreError};
 
 /// kube-apiserver's `--event-ttl` default.
 pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
@@ -64,22 +64,7 @@ pub async fn reap_forever(state: Arc<AppState>, ttl: Duration) {
 /// next pass). Returns how many were removed.
 pub async fn reap(state: &AppState, ttl: Duration, now: i64) -> Result<usize, StoreError> {
     let listed = state.store.list("events", None, &ListOptions::default()).await?;
-    let mut removed = 0;
-    for event in listed.items.iter().filter(|e| expired(e, ttl, now)) {
-        let (Some(ns), Some(name)) = (
-            event.field("/metadata/namespace").and_then(Value::as_str),
-            event.field("/metadata/name").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        let revision = crate::store::resource_version_of(event);
-        match state.store.delete(&ObjectKey::namespaced("events", ns, name), revision).await {
-            Ok(_) => removed += 1,
-            Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(removed)
+    crate::store::delete_listed(state.store.as_ref(), "events", &listed.items, |e| expired(e, ttl, now)).await
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub struct ApiServerMetrics {
     pub tokens_issued_with_identifier: Counter,
     /// Authentications of pod-bound tokens whose node reference was taken (KEP-4193).
     pub pod_node_ref_verified: Counter,
+    /// Uses of a token whose `jti` is revoked, refused (beyond upstream).
+    pub revoked_token_uses: Counter,
     /// Authentications that verified a bound object, by its kind (KEP-4193).
     pub bound_object_verified: Family<BoundObjectLabels, Counter>,
     /// Requests by verb, resource and code.
@@ -117,6 +119,7 @@ impl Default for ApiServerMetrics {
             pod_with_node_tokens_issued: Counter::default(),
             tokens_issued_with_identifier: Counter::default(),
             pod_node_ref_verified: Counter::default(),
+            revoked_token_uses: Counter::default(),
             bound_object_verified: Family::default(),
             requests: Family::default(),
             durations: Family::new_with_constructor(latency_histogram),
@@ -169,6 +172,11 @@ impl Default for ApiServerMetrics {
             "serviceaccount_bound_tokens_issued_with_identifier",
             "Cumulative service account tokens issued with a credential identifier (jti)",
             m.tokens_issued_with_identifier.clone(),
+        );
+        registry.register(
+            "podpass_serviceaccount_revoked_token_uses",
+            "Cumulative uses of service account tokens refused because their jti is revoked",
+            m.revoked_token_uses.clone(),
         );
         registry.register(
             "serviceaccount_authentication_pod_node_ref_verified",

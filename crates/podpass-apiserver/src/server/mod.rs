@@ -22,6 +22,7 @@ mod routing;
 mod serve {
     pub use podpass_serve::{ServeLimits, accept_loop, spawn_named};
 }
+mod revoked_tokens;
 mod scheduler;
 mod startup;
 mod status;
@@ -88,6 +89,8 @@ pub(crate) struct AppState {
     audit: Option<audit::AuditLog>,
     metrics: metrics::ApiServerMetrics,
     token_cache: token_cache::TokenCache,
+    /// The revoked `jti`s, kept by a watch.
+    revoked: revoked_tokens::Revocations,
     watches: rest::watch::WatchLimiter,
     /// Lists kept for their continue tokens.
     list_snapshots: rest::pagination::Snapshots,

@@ -42,13 +42,14 @@ impl std::fmt::Debug for Bound {
 
 impl Bound {
     /// Serves, keeps Events within `--event-ttl`, revokes deleted objects' cached tokens,
-    /// and — while this replica holds the controller lease — runs the tokens controller, the
-    /// root CA publisher, the `kubernetes` Service, the quota controller, pod GC and the
-    /// scheduler, until `shutdown` completes.
+    /// follows revoked `jti`s, and — while this replica holds the controller lease — runs the tokens controller, the
+    /// root CA publisher, the `kubernetes` Service, the quota controller, pod GC, the
+    /// scheduler and the collection of expired revocations, until `shutdown` completes.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
         let reaper = serve::spawn_named("event-ttl", super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
         let revocation = serve::spawn_named("token-revocation", super::token_revocation::run(Arc::clone(&state)));
+        let revoked = serve::spawn_named("revoked-tokens", super::revoked_tokens::run(Arc::clone(&state)));
         let elector = Arc::new(super::leader::Elector::new());
         let election = serve::spawn_named("leader-election", {
             let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
@@ -73,12 +74,15 @@ impl Bound {
         let quotas = elected("resource-quota", &elector, &state, super::rest::admission::quota::run);
         let pod_gc = elected("pod-gc", &elector, &state, super::rest::collect_orphans_forever);
         let scheduler = elected("scheduler", &elector, &state, super::scheduler::run);
+        let revoked_gc = elected("revoked-token-gc", &elector, &state, super::revoked_tokens::collect);
         let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
         tokens.abort();
         revocation.abort();
+        revoked.abort();
+        revoked_gc.abort();
         root_ca.abort();
         kubernetes_service.abort();
         election.abort();
@@ -213,6 +217,7 @@ impl Prepared {
             min_request_timeout: settings.min_request_timeout,
             token_cache: token_cache::TokenCache::new(self.config.token_success_cache_ttl)
                 .map_err(|_| StartError::Reconcile { step: "token cache", message: "random source failed".into() })?,
+            revoked: Default::default(),
             generator: TokenGenerator::new(issuers[0].clone(), self.signing_key),
             token_file: self.token_file,
             oidc_config,

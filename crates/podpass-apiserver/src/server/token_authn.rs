@@ -3,6 +3,8 @@
 //! Secret-based validator, with legacy token tracking (the Secret's
 //! `kubernetes.io/legacy-token-last-used` label, at most one write a day).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{AppState, StoreLookup};
@@ -11,6 +13,31 @@ use crate::store::{ObjectKey, StoreError};
 use podpass_token::{AuthError, Authenticated, LAST_USED_LABEL, LEGACY_ISSUER, NotMine};
 
 impl AppState {
+    /// Authenticates a service-account token for `requested` audiences through the success
+    /// cache, as requests and TokenReview both do, and refuses it when its `jti` is revoked
+    /// — cached or not, so a revocation holds from the moment this replica knows it.
+    pub(crate) async fn authenticate_cached(
+        &self,
+        token: &str,
+        requested: Option<&[String]>,
+    ) -> Result<Arc<Authenticated>, AuthError> {
+        let a = match self.token_cache.get(token, requested) {
+            Some(a) => a,
+            None => {
+                let now = podpass_token::now_unix();
+                let fresh = self.authenticate_token(token, requested, now).await?;
+                self.token_cache.insert(token, requested, fresh, now)
+            }
+        };
+        if let Some(jti) = a.info.credential_id.strip_prefix("JTI=")
+            && self.revoked.contains(jti)
+        {
+            self.metrics.revoked_token_uses.inc();
+            return Err(AuthError::Revoked { jti: jti.to_owned() });
+        }
+        Ok(a)
+    }
+
     /// Authenticates a service-account token for `requested` audiences (`None`: the API
     /// audiences) at `now`, counting its use.
     pub(crate) async fn authenticate_token(

@@ -493,6 +493,33 @@ pub(crate) fn strip_resource_version(mut object: Value) -> Result<Value, StoreEr
     Ok(object)
 }
 
+/// Deletes each of `listed` (objects of `resource`, as a list returned them) that `doomed`
+/// selects, only at the revision listed: one changed or gone since is left alone (a
+/// collector's next pass sees it again). Returns how many were deleted.
+pub(crate) async fn delete_listed(
+    store: &dyn Store,
+    resource: &str,
+    listed: &[Value],
+    doomed: impl Fn(&Value) -> bool,
+) -> Result<usize, StoreError> {
+    let mut removed = 0;
+    for object in listed.iter().filter(|o| doomed(o)) {
+        let Some(name) = crate::field::Field::field(object, "/metadata/name").and_then(Value::as_str) else {
+            continue;
+        };
+        let key = match crate::field::Field::field(object, "/metadata/namespace").and_then(Value::as_str) {
+            Some(ns) => ObjectKey::namespaced(resource, ns, name),
+            None => ObjectKey::cluster(resource, name),
+        };
+        match store.delete(&key, resource_version_of(object)).await {
+            Ok(_) => removed += 1,
+            Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
+
 /// The revision an object carries as its `metadata.resourceVersion` (`None`: none, or not a
 /// number).
 pub(crate) fn resource_version_of(object: &Value) -> Option<u64> {

@@ -495,3 +495,4 @@ fn freshness(query: &HashMap<String, String>) -> Result<ReadConsistency, StatusE
 
 pub(crate) use delete::{collect_orphans_forever, resume_pending_deletions};
 pub(crate) use kinds::ensure_system_namespaces;
+pub(crate) use kinds::revoked_token::expires_at as revocation_end;

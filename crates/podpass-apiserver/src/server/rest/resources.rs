@@ -143,6 +143,15 @@ pub const RESOURCES: &[Resource] = &[
         ..stored("events.k8s.io", "Event", "events", "event", true, &["ev"], &kinds::EVENT)
     },
     stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[], &kinds::LEASE),
+    stored(
+        kinds::revoked_token::GROUP,
+        "RevokedToken",
+        "revokedtokens",
+        "revokedtoken",
+        false,
+        &[],
+        &kinds::REVOKED_TOKEN,
+    ),
     stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[], &kinds::ROLE),
     stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[], &kinds::ROLE_BINDING),
     stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[], &kinds::CLUSTER_ROLE),

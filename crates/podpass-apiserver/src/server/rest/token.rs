@@ -366,16 +366,7 @@ pub async fn review(
         json!({"authenticated": true, "user": {"username": user.name, "uid": user.uid, "groups": user.groups},
                "audiences": static_audiences})
     } else {
-        let cached = state.token_cache.get(&token, requested.as_deref());
-        let now = now_unix();
-        let result = match cached {
-            Some(a) => Ok(a),
-            None => state
-                .authenticate_token(&token, requested.as_deref(), now)
-                .await
-                .map(|a| state.token_cache.insert(&token, requested.as_deref(), a, now)),
-        };
-        match result {
+        match state.authenticate_cached(&token, requested.as_deref()).await {
             Ok(a) => {
                 // The authenticated group is added to every user, as upstream's group adder does.
                 let mut user = a.user.clone();

@@ -21,6 +21,7 @@ mod pod_spec;
 pub(crate) mod projection;
 mod rbac;
 mod resource_quota;
+pub(crate) mod revoked_token;
 mod secret;
 mod service;
 mod service_account;
@@ -43,6 +44,7 @@ pub(crate) use node::NODE;
 pub(crate) use pod::POD;
 pub(crate) use rbac::{CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING};
 pub(crate) use resource_quota::RESOURCE_QUOTA;
+pub(crate) use revoked_token::REVOKED_TOKEN;
 pub(crate) use secret::SECRET;
 pub(crate) use service::{ENDPOINT_SLICE, ENDPOINTS, SERVICE};
 pub(crate) use service_account::SERVICE_ACCOUNT;
@@ -303,6 +305,7 @@ fn group_of(kind: &str) -> Option<&'static str> {
     match kind {
         "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => Some("rbac.authorization.k8s.io"),
         "Lease" => Some("coordination.k8s.io"),
+        "RevokedToken" => Some(revoked_token::GROUP),
         _ => None,
     }
 }

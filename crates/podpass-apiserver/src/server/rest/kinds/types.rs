@@ -35,6 +35,7 @@ pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -
         ("discovery.k8s.io", "EndpointSlice") => visitor.visit::<discovery::v1::EndpointSlice>(),
         ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
         ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
+        (super::revoked_token::GROUP, "RevokedToken") => visitor.visit::<super::revoked_token::RevokedToken>(),
         ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),
         ("rbac.authorization.k8s.io", "RoleBinding") => visitor.visit::<rbac::v1::RoleBinding>(),
         ("rbac.authorization.k8s.io", "ClusterRole") => visitor.visit::<rbac::v1::ClusterRole>(),

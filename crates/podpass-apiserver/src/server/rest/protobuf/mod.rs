@@ -599,7 +599,10 @@ mod tests {
                 }
             }
         }
-        for res in crate::server::rest::resources::RESOURCES.iter() {
+        // podpass's own kinds have no protobuf schema, as upstream serves custom resources
+        // in JSON only.
+        let own = crate::server::rest::kinds::revoked_token::GROUP;
+        for res in crate::server::rest::resources::RESOURCES.iter().filter(|r| r.group != own) {
             let api_version = res.api_version();
             assert!(
                 messages::ROOTS.iter().any(|(v, k, _)| *k == res.kind && *v == api_version),
