@@ -794,13 +794,6 @@ fn whoami(s: &Server, token: &str) -> u16 {
         .as_u16()
 }
 
-/// The unverified claims of a JWT (to read its `jti` and `exp`, as an operator reads them
-/// from the audit log).
-fn jwt_claims(token: &str) -> serde_json::Value {
-    let payload = token.split('.').nth(1).unwrap();
-    serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
-}
-
 #[test]
 fn a_token_revoked_by_its_jti_is_refused_at_once_until_its_expiry_and_the_revocation_is_then_collected() {
     let dir = tempfile::tempdir().unwrap();

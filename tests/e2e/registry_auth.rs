@@ -1029,12 +1029,19 @@ fn bench_registry_auth_runs_and_reports_the_audit_cost() {
     // A smoke run: the bench must keep working (a renamed request kind once broke it
     // unnoticed); its figures are read by people, not asserted.
     let out = std::process::Command::new(PODPASS)
-        .args(["bench", "registry-auth", "--clients", "2", "--seconds", "0.3"])
+        .args(["bench", "registry-auth", "--clients", "2", "--seconds", "0.3", "--revocations", "3"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for line in ["raw ES256 verify+sign pair", "token exchange (GET)", "the audit costs"] {
+    for line in [
+        "raw ES256 verify+sign pair",
+        "token exchange (GET)",
+        "the audit costs",
+        "revocation by jti, 3 tokens",
+        "API server (TokenReview) p50",
+        "registry-auth (exchange) p50",
+    ] {
         assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
     }
 }
@@ -1197,4 +1204,72 @@ fn one_service_account_holding_its_share_of_exchanges_in_flight_is_refused_and_n
     let throttled = audit_lines(d).into_iter().filter(|l| l["decision"] == "throttled").collect::<Vec<_>>();
     assert_eq!(throttled.len(), 1, "{throttled:?}");
     assert_eq!(throttled[0]["reason"], "in_flight_identity");
+}
+
+#[test]
+fn a_revoked_jti_is_refused_by_registry_auth_at_once_with_every_exchange_token_made_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    // registry-auth's reviewer may follow the cluster's revocations (and check the
+    // service accounts and pods of exchange tokens).
+    post(
+        &c.s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "revocation-reader"},
+               "rules": [{"apiGroups": ["revocation.podpass.dev"], "resources": ["revokedtokens"], "verbs": ["list", "watch"]},
+                         {"apiGroups": [""], "resources": ["serviceaccounts", "pods"], "verbs": ["get"]}]}),
+    );
+    bind_cluster_role(&c.s, "registry-auth-revocations", "revocation-reader", "User", "registry-auth");
+    let reviewed_dir = d.join("reviewed");
+    let (_reviewed, url) = reviewed_registry_auth(&c, d, &reviewed_dir);
+    let scope = "repository:team-a/app:pull";
+
+    let leaked = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
+    let other = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
+    // Granted (then from the review cache), and an exchange token made from it.
+    assert_eq!(get_token(&url, &leaked, scope).status(), 200);
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
+        .basic_auth("anyone", Some(&leaked))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let exchange = resp.json::<Value>().unwrap()["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(get_token(&url, &exchange, scope).status(), 200);
+
+    let jti = jwt_claims(&leaked)["jti"].as_str().unwrap().to_owned();
+    let exp = jwt_claims(&leaked)["exp"].as_i64().unwrap();
+    let until = String::from_utf8(
+        Command::new("date").args(["-u", "-d", &format!("@{exp}"), "+%Y-%m-%dT%H:%M:%SZ"]).output().unwrap().stdout,
+    )
+    .unwrap();
+    post(
+        &c.s,
+        "/apis/revocation.podpass.dev/v1/revokedtokens",
+        json!({"apiVersion": "revocation.podpass.dev/v1", "kind": "RevokedToken", "metadata": {"name": jti},
+               "spec": {"expirationTimestamp": until.trim(), "reason": "leaked"}}),
+    );
+    // The token and the exchange token made from it are refused as soon as the watch says
+    // so, whatever the review cache holds; another token of the same pod still works.
+    wait_for("the revoked token refused by registry-auth", Duration::from_secs(5), || {
+        (get_token(&url, &leaked, scope).status() == 401).then_some(Value::Null)
+    });
+    let resp = get_token(&url, &exchange, scope);
+    assert_eq!(resp.status(), 401);
+    assert!(resp.text().unwrap().contains(&format!("revoked (credential id JTI={jti})")));
+    let last = audit_lines(&reviewed_dir).pop().unwrap();
+    assert_eq!(last["reason"], "revoked", "{last}");
+    assert_eq!(get_token(&url, &other, scope).status(), 200, "revocation is by jti");
+    // Deleting the revocation lifts it.
+    let resp = client(&c.s.dir)
+        .delete(format!("{}/apis/revocation.podpass.dev/v1/revokedtokens/{jti}", c.s.url))
+        .bearer_auth(admin_token(&c.s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    wait_for("the lifted revocation", Duration::from_secs(5), || {
+        (get_token(&url, &exchange, scope).status() == 200).then_some(Value::Null)
+    });
 }

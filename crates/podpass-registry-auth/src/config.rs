@@ -470,6 +470,7 @@ pub struct Bound {
     state: Arc<AppState>,
     trusts: Vec<Arc<IssuerTrust>>,
     limits: ServeLimits,
+    reviewers: Vec<Arc<TokenReviewer>>,
 }
 
 impl std::fmt::Debug for Bound {
@@ -487,9 +488,10 @@ impl RegistryAuth {
             parts.reviewers.push(Arc::new(TokenReviewer::from_kubeconfig(issuer, &audience, path).await?));
         }
         let metrics_reviewer = metrics_delegated.then(|| parts.reviewers.first().cloned()).flatten();
+        let reviewers = parts.reviewers.clone();
         let listener = TcpListener::bind(listen).await.map_err(|source| RunError::Bind { addr: listen, source })?;
         let state = Arc::new(AppState { service: Arc::new(TokenService::new(parts)), jwks, metrics_reviewer });
-        Ok(Bound { listener, tls, state, trusts, limits })
+        Ok(Bound { listener, tls, state, trusts, limits, reviewers })
     }
 }
 
@@ -504,9 +506,14 @@ impl Bound {
         &self.state.service
     }
 
-    /// Fetches every issuer's keys in the background and serves until `shutdown`.
+    /// Fetches every issuer's keys and follows the revocations of every reviewed issuer in
+    /// the background, and serves until `shutdown`.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
-        let Bound { listener, tls, state, trusts, limits } = self;
+        let Bound { listener, tls, state, trusts, limits, reviewers } = self;
+        let followers: Vec<_> = reviewers
+            .into_iter()
+            .map(|r| podpass_serve::spawn_named("revoked-tokens", r.follow_revocations()))
+            .collect();
         let scheme = if tls.is_some() { "https" } else { "http" };
         tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), scheme, "registry-auth listening");
         let refreshers: Vec<_> =
@@ -514,7 +521,7 @@ impl Bound {
         let server = podpass_serve::spawn_named("accept", accept_loop(listener, tls, router(state), limits));
         shutdown.await;
         server.abort();
-        for r in refreshers {
+        for r in refreshers.into_iter().chain(followers) {
             r.abort();
         }
     }

@@ -24,6 +24,7 @@ mod node_binding;
 mod policy;
 mod registry_token;
 mod review;
+mod revocations;
 mod scope;
 mod service;
 mod trust;

@@ -78,6 +78,7 @@ pub struct TokenReviewer {
     client: kube::Client,
     cache: Mutex<HashMap<[u8; 32], Slot>>,
     in_flight: Semaphore,
+    revoked: crate::revocations::Revocations,
 }
 
 impl std::fmt::Debug for TokenReviewer {
@@ -127,12 +128,24 @@ impl TokenReviewer {
             client,
             cache: Mutex::new(HashMap::new()),
             in_flight: Semaphore::new(MAX_IN_FLIGHT),
+            revoked: Default::default(),
         })
     }
 
     /// The issuer whose tokens this reviews.
     pub fn issuer(&self) -> &str {
         &self.issuer
+    }
+
+    /// Whether the issuing cluster revoked `jti` (as far as its watch has told).
+    pub fn is_revoked(&self, jti: &str) -> bool {
+        self.revoked.contains(jti)
+    }
+
+    /// Follows the issuing cluster's revocations until the task is dropped. The
+    /// kubeconfig's user needs `list` and `watch` on `revokedtokens.revocation.podpass.dev`.
+    pub async fn follow_revocations(self: std::sync::Arc<Self>) {
+        self.revoked.follow(self.client.clone(), &self.issuer).await;
     }
 
     /// Whether the cluster authenticates `token` as `username` with `uid` for this

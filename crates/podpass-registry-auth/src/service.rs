@@ -355,6 +355,13 @@ impl TokenService {
         let span = tracing::Span::current();
         span.record("issuer", identity.issuer.as_str());
         span.record("service_account", format!("{}/{}", identity.namespace, identity.service_account.name).as_str());
+        // A revoked jti ends the token and every exchange token made from it, whatever a
+        // review would say or its cache remembers.
+        if let Some(jti) = identity.jti.as_deref()
+            && self.reviewers.iter().any(|r| r.issuer() == identity.issuer && r.is_revoked(jti))
+        {
+            return Err(Refusal::unauthorized("revoked", format!("token has been revoked (credential id JTI={jti})")));
+        }
         let proof = request.peer_node.clone().map_or(NodeProof::None, NodeProof::Certificate);
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;

@@ -24,6 +24,10 @@ pub struct RegistryAuthBench {
     /// Seconds the measured phase runs.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
+    /// Tokens revoked one after another to measure how long a revocation takes to reach the
+    /// API server and registry-auth (0: skip).
+    #[arg(long, default_value_t = 50)]
+    revocations: usize,
 }
 
 const AUDIENCE: &str = "registry-auth";
@@ -40,7 +44,9 @@ pub fn run(args: RegistryAuthBench) -> Result<()> {
     let dir = tempfile::tempdir().context("temporary directory")?;
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
-    runtime.block_on(drive(dir.path(), args.clients, Duration::from_secs_f64(args.seconds), cores))
+    runtime.block_on(async {
+        drive(dir.path(), args.clients, Duration::from_secs_f64(args.seconds), cores, args.revocations).await
+    })
 }
 
 /// The pair's rate from the two raw rates: one verify and one sign per exchange.
@@ -48,7 +54,7 @@ fn pair_rate(verify: f64, sign: f64) -> f64 {
     1.0 / (1.0 / verify + 1.0 / sign)
 }
 
-async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: usize) -> Result<()> {
+async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: usize, revocations: usize) -> Result<()> {
     outln!("podpass bench registry-auth: {clients} clients, {:.1} s, {cores} cores", phase.as_secs_f64());
     outln!(
         "(control plane, registry-auth and load generator share the cores; the audit goes to a file, off the terminal)"
@@ -91,7 +97,7 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
     )
     .context("writing the policy")?;
     let audit_log = dir.join("audit.log");
-    let audited = registry_auth(dir, &data, &issuer, &audit_log).await?;
+    let audited = registry_auth(dir, &data, &issuer, &audit_log, &[]).await?;
     let auth = Api { connector: api.connector.clone(), addr: audited, host: audited.to_string(), token: String::new() };
     let requests: Vec<Vec<u8>> = tokens
         .iter()
@@ -139,6 +145,108 @@ async fn drive(dir: &std::path::Path, clients: usize, phase: Duration, cores: us
         ),
         _ => outln!("audit: cost not measured (no /proc/self/stat, or no audit line written)"),
     }
+    if revocations > 0 {
+        propagation(dir, &data, &issuer, &api, &pod_uids, revocations).await?;
+    }
+    Ok(())
+}
+
+/// Revocation propagation: `count` times, a fresh pod-bound token is used once at each hop
+/// (a TokenReview, an exchange at a registry-auth that follows the cluster's revocations),
+/// then its `jti` is revoked, and each hop is asked again until it refuses. Prints the time
+/// from the revocation's 201 to each hop's first refusal, p50/p99, beside one round trip
+/// of the same question (the finest any poller can see).
+async fn propagation(
+    dir: &std::path::Path,
+    data: &std::path::Path,
+    issuer: &str,
+    api: &Api,
+    pod_uids: &[String],
+    count: usize,
+) -> Result<()> {
+    // A second registry-auth, reviewing through the admin's kubeconfig (which may list and
+    // watch revokedtokens), so the exchange phase above measured the plain path.
+    let review = format!("--token-review-kubeconfig={issuer}={}", data.join("admin.kubeconfig").display());
+    let reviewed = registry_auth(dir, data, issuer, &dir.join("audit-revocation.log"), &[review]).await?;
+    let auth =
+        Api { connector: api.connector.clone(), addr: reviewed, host: reviewed.to_string(), token: String::new() };
+    let (mut api_conn, mut auth_conn) = (api.connect().await?, auth.connect().await?);
+    let (mut at_api, mut at_auth, mut round_trips) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..count {
+        let slot = i % pod_uids.len();
+        let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{slot}"), "uid": pod_uids[slot]}}});
+        let answer = api.post(&mut api_conn, super::TOKEN_PATH, &body.to_string()).await?;
+        let token = answer.pointer("/status/token").and_then(Value::as_str).context("no token")?.to_owned();
+        let payload = token.split('.').nth(1).context("a token without a payload")?;
+        let claims: Value = serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes())?)?;
+        let jti = claims["jti"].as_str().context("a token without a jti")?.to_owned();
+        let until = jiff::Timestamp::from_second(claims["exp"].as_i64().context("a token without exp")?)?.to_string();
+        let review = http::post(
+            &api.host,
+            super::REVIEW_PATH,
+            &api.token,
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {"token": token, "audiences": [AUDIENCE]}})
+            .to_string(),
+        );
+        let basic = data_encoding::BASE64.encode(format!("bench:{token}").as_bytes());
+        let exchange = format!(
+            "GET /token?service={SERVICE}&scope=repository:bench/app:pull HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {basic}\r\n\r\n",
+            auth.host
+        )
+        .into_bytes();
+        // Used once at each hop: both now hold it as a cached success.
+        let started = Instant::now();
+        let reviewed = api_conn.round_trip(&review).await?;
+        round_trips.push(started.elapsed());
+        if !String::from_utf8_lossy(&reviewed.body).contains("\"authenticated\":true") {
+            bail!("the fresh token did not authenticate");
+        }
+        if auth_conn.round_trip(&exchange).await?.status != 200 {
+            bail!("the fresh token was not exchanged");
+        }
+        let revocation = json!({"apiVersion": "revocation.podpass.dev/v1", "kind": "RevokedToken",
+            "metadata": {"name": jti}, "spec": {"expirationTimestamp": until, "reason": "bench"}});
+        api.post(&mut api_conn, "/apis/revocation.podpass.dev/v1/revokedtokens", &revocation.to_string()).await?;
+        let revoked = Instant::now();
+        let (mut api_done, mut auth_done) = (None, None);
+        while api_done.is_none() || auth_done.is_none() {
+            if revoked.elapsed() > Duration::from_secs(10) {
+                bail!(
+                    "revocation {i} not enforced within 10 s (API server: {api_done:?}, registry-auth: {auth_done:?})"
+                );
+            }
+            if api_done.is_none() {
+                let answer = api_conn.round_trip(&review).await?;
+                if String::from_utf8_lossy(&answer.body).contains("\"authenticated\":false") {
+                    api_done = Some(revoked.elapsed());
+                }
+            }
+            if auth_done.is_none() && auth_conn.round_trip(&exchange).await?.status == 401 {
+                auth_done = Some(revoked.elapsed());
+            }
+        }
+        at_api.extend(api_done);
+        at_auth.extend(auth_done);
+    }
+    let ms = |d: &[Duration], p: f64| {
+        let mut us: Vec<u64> = d.iter().map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)).collect();
+        us.sort_unstable();
+        super::percentile_ms(&us, p)
+    };
+    outln!(
+        "revocation by jti, {count} tokens, revocation stored -> refused (goal < 1000 ms), a poll is one round trip (p50 {:.2} ms):",
+        ms(&round_trips, 0.50)
+    );
+    outln!("  {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms", "API server (TokenReview)", ms(&at_api, 0.50), ms(&at_api, 0.99));
+    outln!(
+        "  {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms",
+        "registry-auth (exchange)",
+        ms(&at_auth, 0.50),
+        ms(&at_auth, 0.99)
+    );
     Ok(())
 }
 
@@ -150,9 +258,10 @@ async fn registry_auth(
     data: &std::path::Path,
     issuer: &str,
     audit_log: &std::path::Path,
+    extra: &[String],
 ) -> Result<std::net::SocketAddr> {
     let path = |p: &std::path::Path| p.display().to_string();
-    let config: Config = podpass_serve::parse_flags([
+    let config: Config = podpass_serve::parse_flags(extra.iter().cloned().chain([
         "--listen=127.0.0.1:0".to_owned(),
         format!("--issuer={issuer}"),
         format!("--audience={AUDIENCE}"),
@@ -164,7 +273,7 @@ async fn registry_auth(
         format!("--tls-private-key-file={}", path(&data.join("pki/apiserver.key"))),
         // The audit costs what it costs in production, but off the terminal.
         format!("--audit-log-path={}", path(audit_log)),
-    ])
+    ]))
     .context("registry-auth's flags")?;
     let prepared = config.prepare().map_err(|e| anyhow::anyhow!("registry-auth: {e}"))?;
     let bound = prepared.bind().await.context("binding registry-auth")?;

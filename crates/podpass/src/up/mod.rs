@@ -697,17 +697,21 @@ async fn bootstrap(api: &Api) -> Result<()> {
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": REVIEWER}]})
     };
     api.ensure(crb, &user_binding("podpass:registry-auth-token-review", "system:auth-delegator")).await?;
+    // …and follows the revoked tokens, to refuse them (and exchange tokens made from them).
+    let reviewer_rules = json!([
+        {"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]},
+        {"verbs": ["list", "watch"], "apiGroups": ["revocation.podpass.dev"], "resources": ["revokedtokens"]}]);
     api.ensure(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                 "metadata": {"name": "podpass:registry-auth-service-accounts"},
-                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]}]}),
+                "rules": reviewer_rules}),
     )
     .await?;
-    // A cluster from an earlier run: the role gains `pods`.
+    // A cluster from an earlier run: the role gains `pods` and the revocations.
     api.merge_patch(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles/podpass:registry-auth-service-accounts",
-        &json!({"rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]}]}),
+        &json!({"rules": reviewer_rules}),
     )
     .await?;
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
