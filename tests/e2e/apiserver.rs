@@ -887,3 +887,60 @@ fn a_token_revoked_by_its_jti_is_refused_at_once_until_its_expiry_and_the_revoca
     assert!(table.starts_with("NAME") && table.contains("EXPIRES") && table.contains("REASON"), "{table}");
     assert!(table.contains(&jti) && table.contains("leaked in a CI log"), "{table}");
 }
+
+#[test]
+fn deleting_a_secret_revokes_the_cached_tokens_bound_to_it_and_held_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let c = client(d);
+    let (code, secret) = admin_request(
+        &s,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/secrets",
+        Some(serde_json::json!({"metadata": {"name": "bound"}, "type": "Opaque"})),
+    );
+    assert_eq!(code, 201, "{secret}");
+    let uid = secret["metadata"]["uid"].as_str().unwrap();
+    let req = serde_json::json!({"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": "bound", "uid": uid}}});
+    let body: serde_json::Value = c
+        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
+        .bearer_auth(admin_token(d))
+        .json(&req)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let bound = body["status"]["token"].as_str().unwrap().to_owned();
+    // A legacy token, held in a Secret the tokens controller fills.
+    let (code, _) = admin_request(
+        &s,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/secrets",
+        Some(
+            serde_json::json!({"metadata": {"name": "legacy", "annotations": {"kubernetes.io/service-account.name": "default"}},
+                                "type": "kubernetes.io/service-account-token"}),
+        ),
+    );
+    assert_eq!(code, 201);
+    let legacy = wait_for("the legacy token filled in", Duration::from_secs(15), || {
+        admin_get(&s, "/api/v1/namespaces/default/secrets/legacy").1["data"]["token"].as_str().map(|t| {
+            serde_json::Value::String(String::from_utf8(data_encoding::BASE64.decode(t.as_bytes()).unwrap()).unwrap())
+        })
+    });
+    let legacy = legacy.as_str().unwrap().to_owned();
+    for token in [&bound, &legacy] {
+        // Twice: the second use is served from the 10 s success cache.
+        assert_eq!(whoami(&s, token), 201);
+        assert_eq!(whoami(&s, token), 201);
+    }
+    for (name, token) in [("bound", &bound), ("legacy", &legacy)] {
+        let (code, _) =
+            admin_request(&s, reqwest::Method::DELETE, &format!("/api/v1/namespaces/default/secrets/{name}"), None);
+        assert_eq!(code, 200);
+        // Refused well within the cache's 10 s (upstream passes it until the TTL).
+        wait_for(&format!("the {name} secret's token refused"), Duration::from_secs(5), || {
+            (whoami(&s, token) == 401).then_some(serde_json::Value::Null)
+        });
+    }
+}

@@ -362,15 +362,15 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     // service accounts, the scheduler one each for pods, nodes and node leases, the root
     // CA publisher one for namespaces and one for kube-root-ca.crt ConfigMaps (these three
     // once elected: a sole replica is), token revocation one each for pods, service
-    // accounts and nodes, and the revoked tokens' one.
+    // accounts, nodes and secrets, and the revoked tokens' one.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 16;
+    let baseline = none + 17;
     wait_for(
         &|n| n == baseline,
-        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's three, revoked tokens' one",
+        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's four, revoked tokens' one",
     );
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");

@@ -289,6 +289,10 @@ pub struct Authenticated {
     /// A pod-bound token whose node reference was taken into the user info, for
     /// `serviceaccount_authentication_pod_node_ref_verified_total`.
     pub pod_node_ref: bool,
+    /// The UID of the Secret the token is bound to (a secret-bound token), or that holds it
+    /// (a legacy token); empty for others. A cache of results forgets the token when that
+    /// Secret goes.
+    pub secret_uid: String,
 }
 
 /// Verifies service-account tokens of a set of issuers against a set of keys.
@@ -503,10 +507,12 @@ impl Authenticator {
             return Err(AuthError::ServiceAccountDeleted { namespace: ns.into(), name: info.name.clone() });
         }
 
+        let mut secret_uid = String::new();
         if let Some(secret_ref) = &secret {
             let secret = lookup.secret(ns, &secret_ref.name).await.map_err(|_| AuthError::Invalidated)?;
             check_bound(BoundKind::Secret, &secret, &secret_ref.uid, deleted(&secret))?;
             verified_bound = Some(BoundKind::Secret);
+            secret_uid = secret.uid;
         }
 
         if let Some(pod_ref) = &pod {
@@ -549,6 +555,7 @@ impl Authenticator {
             expires_at,
             verified_bound,
             pod_node_ref,
+            secret_uid,
         })
     }
 }

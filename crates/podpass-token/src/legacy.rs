@@ -159,6 +159,8 @@ pub struct LegacySecret {
     pub deleting: bool,
     /// [`INVALID_SINCE_LABEL`], when set.
     pub invalid_since: Option<String>,
+    /// Its UID (empty when unknown).
+    pub uid: String,
 }
 
 /// What the legacy validator needs of the service account.
@@ -327,6 +329,7 @@ impl LegacyAuthenticator {
             expires_at: None,
             verified_bound: None,
             pod_node_ref: false,
+            secret_uid: secret.uid,
         };
         Ok(LegacyAuthenticated { authenticated, secret_name, auto_generated })
     }

@@ -68,6 +68,7 @@ impl LegacyTokenLookup for StoreLookup<'_> {
             .unwrap_or_default();
         Ok(LegacySecret {
             token,
+            uid: secret.field("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_owned(),
             deleting: secret.field("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
             invalid_since: secret
                 .field("/metadata/labels")

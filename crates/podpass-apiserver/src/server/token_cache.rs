@@ -112,7 +112,7 @@ impl TokenCache {
 
 impl TokenCache {
     /// Drops every remembered success of a token bound to, or speaking for, the object with
-    /// `uid` (a pod, a service account or a node): the object is gone, so its tokens are
+    /// `uid` (a pod, a service account, a node, or the Secret it is bound to or held in): the object is gone, so its tokens are
     /// verified afresh at their next use. Answers how many entries went.
     pub fn forget_bound(&self, uid: &str) -> usize {
         if uid.is_empty() {
@@ -122,7 +122,7 @@ impl TokenCache {
         let before = entries.len();
         entries.retain(|_, e| {
             let info = &e.result.info;
-            info.uid != uid && info.pod_uid != uid && info.node_uid != uid
+            info.uid != uid && info.pod_uid != uid && info.node_uid != uid && e.result.secret_uid != uid
         });
         before - entries.len()
     }
@@ -146,6 +146,10 @@ mod tests {
         cache.insert("a", None, bound("sa-1", "pod-1", "node-1"), 0);
         cache.insert("b", None, bound("sa-1", "pod-2", "node-1"), 0);
         cache.insert("c", None, bound("sa-2", "", "node-2"), 0);
+        let mut in_secret = bound("sa-3", "", "");
+        in_secret.secret_uid = "secret-1".into();
+        cache.insert("d", None, in_secret, 0);
+        assert_eq!(cache.forget_bound("secret-1"), 1);
         assert_eq!(cache.forget_bound("pod-1"), 1);
         assert!(cache.get("a", None).is_none() && cache.get("b", None).is_some());
         assert_eq!(cache.forget_bound("node-2"), 1);
@@ -167,6 +171,7 @@ mod tests {
             expires_at,
             verified_bound: None,
             pod_node_ref: false,
+            secret_uid: String::new(),
         }
     }
 
