@@ -1273,3 +1273,60 @@ fn a_revoked_jti_is_refused_by_registry_auth_at_once_with_every_exchange_token_m
         (get_token(&url, &exchange, scope).status() == 200).then_some(Value::Null)
     });
 }
+
+#[test]
+fn a_deleted_pods_token_and_its_exchange_tokens_are_refused_at_once_not_when_the_review_cache_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    // registry-auth's reviewer may watch deletions (metadata) and check exchange tokens.
+    post(
+        &c.s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "deletion-watcher"},
+               "rules": [{"apiGroups": [""], "resources": ["pods", "serviceaccounts", "nodes"], "verbs": ["get", "list", "watch"]}]}),
+    );
+    bind_cluster_role(&c.s, "registry-auth-deletions", "deletion-watcher", "User", "registry-auth");
+    let reviewed_dir = d.join("reviewed");
+    let (_reviewed, url) = reviewed_registry_auth(&c, d, &reviewed_dir);
+    let scope = "repository:team-a/app:pull";
+    let pod = post(
+        &c.s,
+        "/api/v1/namespaces/team-a/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "short-lived"},
+               "spec": {"serviceAccountName": "builder", "nodeName": "n1", "containers": [{"name": "app", "image": "example/app:1"}]}}),
+    );
+    let token = token(
+        &c.s,
+        "team-a",
+        "builder",
+        AUDIENCE,
+        Some(("Pod", "short-lived", pod["metadata"]["uid"].as_str().unwrap())),
+    );
+    // Reviewed and granted (the answer is now cached for 10 s), and an exchange token made
+    // from it (its pod checked, and cached, too).
+    assert_eq!(get_token(&url, &token, scope).status(), 200);
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
+        .basic_auth("anyone", Some(&token))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let exchange = resp.json::<Value>().unwrap()["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(get_token(&url, &exchange, scope).status(), 200);
+    let resp = client(&c.s.dir)
+        .delete(format!("{}/api/v1/namespaces/team-a/pods/short-lived?gracePeriodSeconds=0", c.s.url))
+        .bearer_auth(admin_token(&c.s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    // Refused well before the 10 s review cache expires: the deletion is pushed by watch.
+    for (what, credential) in [("pod token", &token), ("exchange token", &exchange)] {
+        wait_for(&format!("the deleted pod's {what} refused"), Duration::from_secs(5), || {
+            (get_token(&url, credential, scope).status() == 401).then_some(Value::Null)
+        });
+    }
+    let last = audit_lines(&reviewed_dir).pop().unwrap();
+    assert_eq!(last["reason"], "token_review", "{last}");
+}

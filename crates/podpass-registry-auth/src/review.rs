@@ -28,6 +28,9 @@ const DELETION_LEEWAY_SECONDS: i64 = 60;
 
 /// How long an answer (authenticated or not) is reused.
 pub const REVIEW_CACHE_TTL: Duration = Duration::from_secs(10);
+/// How long past the review cache a deletion is remembered: an answer asked just before
+/// the deletion may be cached a little after it.
+const DELETION_MARGIN: Duration = Duration::from_secs(REVIEW_TIMEOUT.as_secs() + 1);
 /// Cached answers, at most (the cache is emptied when full of fresh answers).
 const MAX_CACHED: usize = 4096;
 /// Reviews in flight to one cluster, at most.
@@ -79,6 +82,7 @@ pub struct TokenReviewer {
     cache: Mutex<HashMap<[u8; 32], Slot>>,
     in_flight: Semaphore,
     revoked: crate::revocations::Revocations,
+    deleted: crate::revocations::Deletions,
 }
 
 impl std::fmt::Debug for TokenReviewer {
@@ -129,6 +133,7 @@ impl TokenReviewer {
             cache: Mutex::new(HashMap::new()),
             in_flight: Semaphore::new(MAX_IN_FLIGHT),
             revoked: Default::default(),
+            deleted: Default::default(),
         })
     }
 
@@ -142,10 +147,21 @@ impl TokenReviewer {
         self.revoked.contains(jti)
     }
 
-    /// Follows the issuing cluster's revocations until the task is dropped. The
-    /// kubeconfig's user needs `list` and `watch` on `revokedtokens.revocation.podpass.dev`.
+    /// Whether any of `uids` (a credential's pod, service account, node) was deleted while
+    /// a review of it could still be cached.
+    pub fn names_deleted<'a>(&self, uids: impl IntoIterator<Item = &'a str>) -> bool {
+        self.deleted.any_deleted(uids, REVIEW_CACHE_TTL + DELETION_MARGIN)
+    }
+
+    /// Follows the issuing cluster's revocations and deletions until the task is dropped.
+    /// The kubeconfig's user needs `list` and `watch` on `revokedtokens.revocation.podpass.dev`,
+    /// and on pods, service accounts and nodes for deletions to be pushed.
     pub async fn follow_revocations(self: std::sync::Arc<Self>) {
-        self.revoked.follow(self.client.clone(), &self.issuer).await;
+        let window = REVIEW_CACHE_TTL + DELETION_MARGIN;
+        tokio::join!(
+            self.revoked.follow(self.client.clone(), &self.issuer),
+            self.deleted.follow(self.client.clone(), &self.issuer, window)
+        );
     }
 
     /// Whether the cluster authenticates `token` as `username` with `uid` for this

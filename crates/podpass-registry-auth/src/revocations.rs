@@ -8,14 +8,22 @@
 //! A cluster that does not serve the kind (a real kube-apiserver), or does not let the
 //! kubeconfig's user list and watch it, revokes nothing here: the failure is logged and
 //! the watch retried with back-off; revocations known before a failure stay enforced.
+//!
+//! Deletions are pushed the same way ([`Deletions`]): where the kubeconfig's user may list
+//! and watch pods, service accounts and nodes (metadata only is asked for), a deleted
+//! object's UID is remembered for as long as a cached review could still vouch for it, and a
+//! credential naming it — a pod's token, an exchange token made from it — is refused at
+//! once instead of when the review cache expires.
 
-use std::collections::HashSet;
-use std::sync::RwLock;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kube::{Resource, core::PartialObjectMeta};
 
 /// The revoked `jti`s of one issuer.
 #[derive(Debug, Default)]
@@ -86,5 +94,115 @@ impl Revocations {
                 }
             }
         }
+    }
+}
+
+/// UIDs of pods, service accounts and nodes deleted recently (for as long as a review
+/// answered before the deletion may still be cached), at most [`MAX_DELETED`].
+#[derive(Debug, Default)]
+pub struct Deletions {
+    inner: Mutex<DeletedUids>,
+}
+
+/// The deleted UIDs, and the order they came in (oldest first), so the expired and, past
+/// the bound, the oldest go first at constant cost.
+#[derive(Debug, Default)]
+struct DeletedUids {
+    at: HashMap<String, Instant>,
+    order: VecDeque<(String, Instant)>,
+}
+
+/// Deleted UIDs remembered at most (a flood of deletions forgets the oldest first; a
+/// forgotten one is still refused once the review cache expires).
+const MAX_DELETED: usize = 65_536;
+
+impl Deletions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DeletedUids> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether any of `uids` names an object deleted within `window`.
+    pub fn any_deleted<'a>(&self, uids: impl IntoIterator<Item = &'a str>, window: Duration) -> bool {
+        let inner = self.lock();
+        uids.into_iter().filter(|u| !u.is_empty()).any(|u| inner.at.get(u).is_some_and(|at| at.elapsed() < window))
+    }
+
+    fn record(&self, uid: String, window: Duration) {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        while inner.order.front().is_some_and(|(_, at)| at.elapsed() >= window) || inner.order.len() >= MAX_DELETED {
+            let Some((old, at)) = inner.order.pop_front() else { break };
+            // Only if it was not deleted again since (a later entry owns it then).
+            if inner.at.get(&old) == Some(&at) {
+                inner.at.remove(&old);
+            }
+        }
+        inner.at.insert(uid.clone(), now);
+        inner.order.push_back((uid, now));
+    }
+
+    /// Follows deletions of pods, service accounts and nodes in `client`'s cluster until
+    /// the task is dropped, remembering each for `window`.
+    pub async fn follow(&self, client: kube::Client, issuer: &str, window: Duration) {
+        use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+        let config = watcher::Config::default;
+        // Metadata only: registry-auth reads nothing of the objects but their UIDs.
+        let pods = watcher::watcher(Api::<PartialObjectMeta<Pod>>::all(client.clone()), config()).default_backoff();
+        let accounts =
+            watcher::watcher(Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()), config()).default_backoff();
+        let nodes = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), config()).default_backoff();
+        let mut events = std::pin::pin!(futures::stream::select(
+            futures::stream::select(pods.map(|e| e.map(uid_of_deleted)), accounts.map(|e| e.map(uid_of_deleted))),
+            nodes.map(|e| e.map(uid_of_deleted)),
+        ));
+        let mut failing = false;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(deleted) => {
+                    failing = false;
+                    if let Some(uid) = deleted {
+                        self.record(uid, window);
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(issuer, error = %e, "deletions: cannot watch pods, service accounts or nodes; deleted objects' tokens pass until the review cache expires");
+                        failing = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The UID of a deleted object, from a metadata watch event.
+fn uid_of_deleted<K: Resource>(event: Event<PartialObjectMeta<K>>) -> Option<String> {
+    match event {
+        Event::Delete(o) => o.metadata.uid,
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deletion_is_remembered_for_its_window_and_a_flood_forgets_the_oldest() {
+        let d = Deletions::default();
+        let window = Duration::from_secs(60);
+        d.record("pod-1".into(), window);
+        assert!(d.any_deleted(["sa-1", "pod-1"], window));
+        assert!(!d.any_deleted(["sa-1", ""], window), "an empty UID names nothing");
+        assert!(!d.any_deleted(["pod-1"], Duration::ZERO), "past its window");
+        for i in 0..MAX_DELETED {
+            d.record(format!("uid-{i}"), window);
+        }
+        assert!(!d.any_deleted(["pod-1"], window), "the oldest went first");
+        assert!(d.any_deleted([format!("uid-{}", MAX_DELETED - 1).as_str()], window));
+        assert_eq!(d.lock().at.len(), MAX_DELETED);
+        // Expired entries go as new ones come.
+        d.record("late".into(), Duration::ZERO);
+        assert_eq!(d.lock().order.len(), 1);
     }
 }

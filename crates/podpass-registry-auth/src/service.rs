@@ -362,6 +362,19 @@ impl TokenService {
         {
             return Err(Refusal::unauthorized("revoked", format!("token has been revoked (credential id JTI={jti})")));
         }
+        // So does the deletion of what it speaks for, pushed by watch: a cached review
+        // answered before it says nothing.
+        let bound = [Some(&identity.service_account), identity.pod.as_ref(), identity.node.as_ref()];
+        if self
+            .reviewers
+            .iter()
+            .any(|r| r.issuer() == identity.issuer && r.names_deleted(bound.iter().flatten().map(|o| o.uid.as_str())))
+        {
+            return Err(Refusal::unauthorized(
+                "token_review",
+                "TokenReview: the token's pod, service account or node has been deleted".to_owned(),
+            ));
+        }
         let proof = request.peer_node.clone().map_or(NodeProof::None, NodeProof::Certificate);
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;

@@ -697,9 +697,11 @@ async fn bootstrap(api: &Api) -> Result<()> {
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": REVIEWER}]})
     };
     api.ensure(crb, &user_binding("podpass:registry-auth-token-review", "system:auth-delegator")).await?;
-    // …and follows the revoked tokens, to refuse them (and exchange tokens made from them).
+    // …and follows the revoked tokens and the deletions (metadata), to refuse those tokens
+    // (and exchange tokens made from them) at once.
     let reviewer_rules = json!([
         {"verbs": ["get"], "apiGroups": [""], "resources": ["serviceaccounts", "pods"]},
+        {"verbs": ["list", "watch"], "apiGroups": [""], "resources": ["serviceaccounts", "pods", "nodes"]},
         {"verbs": ["list", "watch"], "apiGroups": ["revocation.podpass.dev"], "resources": ["revokedtokens"]}]);
     api.ensure(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles",
