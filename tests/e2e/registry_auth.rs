@@ -1206,6 +1206,34 @@ fn one_service_account_holding_its_share_of_exchanges_in_flight_is_refused_and_n
     assert_eq!(throttled[0]["reason"], "in_flight_identity");
 }
 
+/// A registry-auth reviewing `c`'s tokens through a user granted `rules` (beside
+/// `system:auth-delegator`); the process, its URL and its directory.
+fn watching_registry_auth(c: &Cluster, d: &Path, rules: Value) -> (Proc, String, PathBuf) {
+    post(
+        &c.s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "registry-auth-watches"},
+               "rules": rules}),
+    );
+    bind_cluster_role(&c.s, "registry-auth-watches", "registry-auth-watches", "User", "registry-auth");
+    let reviewed_dir = d.join("reviewed");
+    let (reviewed, url) = reviewed_registry_auth(c, d, &reviewed_dir);
+    (reviewed, url, reviewed_dir)
+}
+
+/// An exchange token made from `token` (granted `scope`), checked to be granted in turn.
+fn exchange_token(url: &str, token: &str, scope: &str) -> String {
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
+        .basic_auth("anyone", Some(token))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let exchange = resp.json::<Value>().unwrap()["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(get_token(url, &exchange, scope).status(), 200);
+    exchange
+}
+
 #[test]
 fn a_revoked_jti_is_refused_by_registry_auth_at_once_with_every_exchange_token_made_from_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -1214,30 +1242,16 @@ fn a_revoked_jti_is_refused_by_registry_auth_at_once_with_every_exchange_token_m
     signing_key(d, "signer");
     // registry-auth's reviewer may follow the cluster's revocations (and check the
     // service accounts and pods of exchange tokens).
-    post(
-        &c.s,
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "revocation-reader"},
-               "rules": [{"apiGroups": ["revocation.podpass.dev"], "resources": ["revokedtokens"], "verbs": ["list", "watch"]},
-                         {"apiGroups": [""], "resources": ["serviceaccounts", "pods"], "verbs": ["get"]}]}),
-    );
-    bind_cluster_role(&c.s, "registry-auth-revocations", "revocation-reader", "User", "registry-auth");
-    let reviewed_dir = d.join("reviewed");
-    let (_reviewed, url) = reviewed_registry_auth(&c, d, &reviewed_dir);
+    let rules = json!([{"apiGroups": ["revocation.podpass.dev"], "resources": ["revokedtokens"], "verbs": ["list", "watch"]},
+                       {"apiGroups": [""], "resources": ["serviceaccounts", "pods"], "verbs": ["get"]}]);
+    let (_reviewed, url, reviewed_dir) = watching_registry_auth(&c, d, rules);
     let scope = "repository:team-a/app:pull";
 
     let leaked = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
     let other = token(&c.s, "team-a", "builder", AUDIENCE, Some(("Pod", "web", &c.uids["web"])));
     // Granted (then from the review cache), and an exchange token made from it.
     assert_eq!(get_token(&url, &leaked, scope).status(), 200);
-    let resp = reqwest::blocking::Client::new()
-        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
-        .basic_auth("anyone", Some(&leaked))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let exchange = resp.json::<Value>().unwrap()["refresh_token"].as_str().unwrap().to_owned();
-    assert_eq!(get_token(&url, &exchange, scope).status(), 200);
+    let exchange = exchange_token(&url, &leaked, scope);
 
     let jti = jwt_claims(&leaked)["jti"].as_str().unwrap().to_owned();
     let exp = jwt_claims(&leaked)["exp"].as_i64().unwrap();
@@ -1281,15 +1295,8 @@ fn a_deleted_pods_token_and_its_exchange_tokens_are_refused_at_once_not_when_the
     let c = cluster(d);
     signing_key(d, "signer");
     // registry-auth's reviewer may watch deletions (metadata) and check exchange tokens.
-    post(
-        &c.s,
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "deletion-watcher"},
-               "rules": [{"apiGroups": [""], "resources": ["pods", "serviceaccounts", "nodes"], "verbs": ["get", "list", "watch"]}]}),
-    );
-    bind_cluster_role(&c.s, "registry-auth-deletions", "deletion-watcher", "User", "registry-auth");
-    let reviewed_dir = d.join("reviewed");
-    let (_reviewed, url) = reviewed_registry_auth(&c, d, &reviewed_dir);
+    let rules = json!([{"apiGroups": [""], "resources": ["pods", "serviceaccounts", "nodes"], "verbs": ["get", "list", "watch"]}]);
+    let (_reviewed, url, reviewed_dir) = watching_registry_auth(&c, d, rules);
     let scope = "repository:team-a/app:pull";
     let pod = post(
         &c.s,
@@ -1307,14 +1314,7 @@ fn a_deleted_pods_token_and_its_exchange_tokens_are_refused_at_once_not_when_the
     // Reviewed and granted (the answer is now cached for 10 s), and an exchange token made
     // from it (its pod checked, and cached, too).
     assert_eq!(get_token(&url, &token, scope).status(), 200);
-    let resp = reqwest::blocking::Client::new()
-        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
-        .basic_auth("anyone", Some(&token))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let exchange = resp.json::<Value>().unwrap()["refresh_token"].as_str().unwrap().to_owned();
-    assert_eq!(get_token(&url, &exchange, scope).status(), 200);
+    let exchange = exchange_token(&url, &token, scope);
     let resp = client(&c.s.dir)
         .delete(format!("{}/api/v1/namespaces/team-a/pods/short-lived?gracePeriodSeconds=0", c.s.url))
         .bearer_auth(admin_token(&c.s.dir))
