@@ -192,12 +192,15 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
     );
     assert_eq!(report["serviceAccount"], "team/builder");
     assert_eq!(report["cacheKeyType"], "Registry");
+    // The credential id of the token the plugin was given, as the API server's audit names it.
+    assert!(report["credentialId"].as_str().is_some_and(|c| c.starts_with("JTI=")), "{report}");
     let cred = &first["credentials"][0];
     assert_eq!(cred["username"], "sa-user");
     assert_eq!(cred["password"], "<redacted>");
     assert_eq!(
         cred["source"],
-        json!({"type": "serviceAccount", "namespace": "team", "name": "builder", "uid": sa["metadata"]["uid"]})
+        json!({"type": "serviceAccount", "namespace": "team", "name": "builder", "uid": sa["metadata"]["uid"],
+               "credentialId": report["credentialId"]})
     );
     // second image of the same registry: served from the Registry-keyed cache
     assert_eq!(lookups[1]["providers"][0]["cacheHit"], true);

@@ -358,6 +358,47 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         .find(|l| l.contains("pull verified at the image's registry") && l.contains("team-a/app"))
         .unwrap_or_else(|| panic!("no verification at the registry in the node's log:\n{node_log}"));
     assert!(verified.contains(r#""auth":"bearer""#), "{verified}");
+    // One record of who pulled what: the node's decisions joined with registry-auth's
+    // grants on the credential id, pod UID and digest.
+    let audit = |query: &[&str]| {
+        let logs = data.join("logs");
+        let out = Command::new(PODPASS)
+            .args(["audit", "images", "-o", "json", "--node-log"])
+            .arg(logs.join("node-1-audit.log"))
+            .arg("--registry-auth-log")
+            .arg(logs.join("registry-auth-audit.log"))
+            .args(query)
+            .output()
+            .unwrap();
+        let rows: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (out.status.code(), rows)
+    };
+    let (code, rows) = audit(&["--pod", "team-a/app"]);
+    assert_eq!(code, Some(0), "{rows:?}");
+    let pulled = rows.iter().find(|r| r["decision"] == "verified_at_origin").unwrap_or_else(|| panic!("{rows:?}"));
+    let (digest, credential) = (pulled["digest"].as_str().unwrap(), pulled["credential_id"].as_str().unwrap());
+    assert!(digest.starts_with("sha256:") && credential.starts_with("JTI="), "{pulled}");
+    assert!(
+        !pulled["pod_uid"].as_str().unwrap().is_empty() && !pulled["service_account_uid"].as_str().unwrap().is_empty()
+    );
+    // ...and registry-auth's grants to that very credential, for team-a's repository.
+    let grants: Vec<&Value> = rows.iter().filter(|r| r.get("scope").is_some()).collect();
+    assert!(!grants.is_empty(), "{rows:?}");
+    for g in &grants {
+        assert_eq!(g["credential_id"], credential, "{g}");
+        assert_eq!(g["pod_uid"], pulled["pod_uid"], "{g}");
+        assert_eq!(g["service_account_uid"], pulled["service_account_uid"], "{g}");
+    }
+    // The plugin's exchange (no scope) and containerd's pull of team-a's repository.
+    assert!(grants.iter().any(|g| g["scope"].as_str().unwrap().contains("repository:team-a/app:pull")), "{grants:?}");
+    // Which pods ran that digest: team-a's, not team-b's (refused).
+    let (_, ran) = audit(&["--digest", digest]);
+    assert!(!ran.is_empty() && ran.iter().all(|r| r["pod"] == "team-a/app"), "{ran:?}");
+    let (_, team_b) = audit(&["--pod", "team-b/app"]);
+    assert!(team_b.iter().any(|r| r["decision"] == "refused"), "{team_b:?}");
+    let (code, _) = audit(&["--digest", "sha256:0000"]);
+    assert_eq!(code, Some(1), "nothing matched");
     // Nothing of the cluster is readable by other local users (0700 dirs, 0600 store).
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     // containerd's root (a private image's blobs) is inside the 0700 containerd dir.

@@ -293,6 +293,7 @@ impl TokenService {
                     "service_account": format!("{}/{}", identity.namespace, identity.service_account.name),
                     "service_account_uid": identity.service_account.uid,
                     "pod": identity.pod.as_ref().map(|p| format!("{}/{}", identity.namespace, p.name)).unwrap_or_default(),
+                    "pod_uid": identity.pod.as_ref().map(|p| p.uid.clone()).unwrap_or_default(),
                     "node": identity.node.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
                     "node_check": node.as_str(),
                     "node_proof": proof.audit_label(),

@@ -17,6 +17,7 @@ macro_rules! outln {
 }
 
 mod apiserver;
+mod audit_images;
 mod bench;
 mod node;
 mod node_explain;
@@ -85,6 +86,9 @@ enum Command {
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Audit trails joined: who pulled which image, on whose credential.
+    #[command(subcommand)]
+    Audit(audit_images::AuditCommand),
 }
 
 /// The multi-threaded runtime a command runs on; failing to start one is reported and is
@@ -174,6 +178,14 @@ fn main() -> ExitCode {
         Command::Token(cmd) => token::run(cmd),
         Command::Node(cmd) => node::run(cmd),
         Command::RegistryAuth(args) => registry_auth::run(args),
+        Command::Audit(cmd) => match audit_images::run(cmd) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
         Command::Bench(cmd) => match bench::run(cmd) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -250,6 +250,7 @@ fn make_lookup(
                             namespace: sa.namespace.clone(),
                             name: sa.name.clone(),
                             uid: sa.uid.clone(),
+                            credential_id: String::new(),
                         };
                     }
                 }

@@ -14,6 +14,7 @@ mod containers;
 mod ephemeral;
 mod events;
 mod heartbeat;
+mod image_audit;
 mod in_cluster;
 mod known_pods;
 mod log_rotation;
@@ -94,6 +95,10 @@ pub struct AgentConfig {
     /// `--trust-runtime-pulls`).
     #[command(flatten)]
     pub origin: crate::images::OriginFlags,
+    /// Where the node's image decisions are audited, one JSON line each (beyond upstream):
+    /// the keys registry-auth's grants carry, for `podpass audit images`.
+    #[command(flatten)]
+    pub audit: podpass_serve::AuditFlags,
     /// Prepare pods (tokens, volumes, images) but start no containers, even with a
     /// container runtime (the node podpass was before it ran containers).
     #[arg(long)]
@@ -269,6 +274,9 @@ pub enum AgentError {
         /// Why.
         source: std::io::Error,
     },
+    /// The image decisions' audit file cannot be opened.
+    #[error("--audit-log-path: {0}")]
+    Audit(std::io::Error),
     /// The node-wide docker config is unreadable.
     #[error("node-wide credentials: {0}")]
     NodeConfig(#[from] crate::credential::docker_config::DockerConfigError),
@@ -349,6 +357,8 @@ impl Prepared {
             pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
             pods: Arc::default(),
             host_ip: self.identity.internal_ip(),
+            node: self.identity.name.clone(),
+            audit: self.config.audit.open().map_err(AgentError::Audit)?,
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
                     cri,

@@ -69,6 +69,10 @@ pub(crate) struct Shared {
     pub pods: Arc<super::known_pods::KnownPods>,
     /// The node's InternalIP, every pod's `hostIP`.
     pub host_ip: String,
+    /// The node's name.
+    pub node: String,
+    /// Where image decisions are audited (`--audit-log-path`).
+    pub audit: Option<podpass_serve::AuditWriter>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -415,7 +419,11 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             shared.providers.current(),
             shared.node_config.clone(),
         );
-        let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup).await;
+        let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup.clone()).await;
+        if let Some(audit) = &shared.audit {
+            let found = if lookup.ran() { Some(lookup.get().await) } else { None };
+            audit.record(&super::image_audit::event(&shared.node, pod, &c.name, &decision, found));
+        }
         let path = if ephemeral_names.contains(&c.name) {
             super::ephemeral::field_path(&c.name)
         } else {

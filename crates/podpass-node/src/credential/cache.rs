@@ -92,6 +92,8 @@ pub struct CachedCredentials {
     pub config: DockerConfig,
     /// The service account it was obtained with.
     pub service_account: Option<crate::ServiceAccountRef>,
+    /// The credential id (`JTI=…`) of the service-account token it was obtained with.
+    pub credential_id: Option<String>,
     expires_at: Instant,
 }
 
@@ -133,11 +135,12 @@ impl CredentialCache {
         key: Vec<u8>,
         config: DockerConfig,
         service_account: Option<crate::ServiceAccountRef>,
+        credential_id: Option<String>,
         now: Instant,
         ttl: Duration,
     ) {
         let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        guard.0.insert(key, CachedCredentials { config, service_account, expires_at: now + ttl });
+        guard.0.insert(key, CachedCredentials { config, service_account, credential_id, expires_at: now + ttl });
     }
 
     /// Removes every expired entry now (the kubelet's cache purges on a 15-minute timer;
@@ -185,12 +188,12 @@ mod tests {
     fn expires_strictly_after_the_deadline_and_sweeps() {
         let cache = CredentialCache::default();
         let t0 = Instant::now();
-        cache.insert(b"k".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(10));
+        cache.insert(b"k".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(10));
         assert!(cache.get(b"k", t0 + Duration::from_secs(10)).is_some(), "at the deadline still valid");
         assert!(cache.get(b"k", t0 + Duration::from_secs(11)).is_none());
         assert!(cache.is_empty(), "removed lazily");
-        cache.insert(b"a".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(1));
-        cache.insert(b"b".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(3600));
+        cache.insert(b"a".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(1));
+        cache.insert(b"b".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(3600));
         assert!(cache.get(b"zzz", t0 + Duration::from_secs(16 * 60)).is_none());
         assert_eq!(cache.len(), 1, "the sweep removed the expired entry");
     }
@@ -199,8 +202,8 @@ mod tests {
     fn housekeeping_purges_only_expired_entries() {
         let cache = CredentialCache::default();
         let t0 = Instant::now();
-        cache.insert(b"a".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(1));
-        cache.insert(b"b".to_vec(), DockerConfig::new(), None, t0, Duration::from_secs(3600));
+        cache.insert(b"a".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(1));
+        cache.insert(b"b".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(3600));
         assert_eq!(cache.purge_expired(t0), 0);
         assert_eq!(cache.purge_expired(t0 + Duration::from_secs(2)), 1);
         assert!(cache.get(b"b", t0 + Duration::from_secs(2)).is_some());

@@ -32,6 +32,9 @@ pub enum CredentialSource {
         name: String,
         /// UID.
         uid: String,
+        /// The credential id (`JTI=…`) of the token the plugin was given (none: unknown).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        credential_id: String,
     },
     /// Node-wide: `<root-dir>/config.json` or a plugin run without a service account.
     NodeWide,

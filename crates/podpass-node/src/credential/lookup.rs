@@ -35,10 +35,12 @@ pub async fn lookup(
     let mut provided = Keyring::new();
     for provider in providers {
         let p = provider.provide(image, pod).await;
+        let credential_id = p.credential_id.unwrap_or_default();
         let source = p.service_account.map_or(CredentialSource::NodeWide, |sa| CredentialSource::ServiceAccount {
             namespace: sa.namespace,
             name: sa.name,
             uid: sa.uid,
+            credential_id,
         });
         provided.add(&p.config, &source);
         out.providers.push(p.report);

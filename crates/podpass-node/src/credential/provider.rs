@@ -87,6 +87,10 @@ pub struct ProviderReport {
     /// `namespace/name` of the service account whose token was sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account: Option<String>,
+    /// The credential id (`JTI=…`) of the token the answer was obtained with (for a cache
+    /// hit, the token of the run that filled the cache): what registry-auth's audit names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential_id: Option<String>,
     /// Patterns credentials were returned for.
     pub auth: Vec<String>,
 }
@@ -98,6 +102,8 @@ pub struct Provided {
     pub config: DockerConfig,
     /// The service account, when one was used.
     pub service_account: Option<crate::ServiceAccountRef>,
+    /// The credential id of the token the credentials were obtained with.
+    pub credential_id: Option<String>,
     /// What happened.
     pub report: ProviderReport,
 }
@@ -269,7 +275,13 @@ impl PluginProvider {
             if let Some(hit) = self.cache.get(&key, now) {
                 report.cache_hit = true;
                 report.auth = hit.config.keys().cloned().collect();
-                return Provided { config: hit.config, service_account: hit.service_account.or(coordinates), report };
+                report.credential_id.clone_from(&hit.credential_id);
+                return Provided {
+                    config: hit.config,
+                    service_account: hit.service_account.or(coordinates),
+                    credential_id: hit.credential_id,
+                    report,
+                };
             }
         }
 
@@ -306,6 +318,8 @@ impl PluginProvider {
             );
         }
         report.cache_key_type = response.cache_key_type.clone();
+        let credential_id = credential_id_of(&token);
+        report.credential_id.clone_from(&credential_id);
         let base = match response.cache_key_type() {
             Some(CacheKeyType::Image) => image,
             Some(CacheKeyType::Registry) => registry_of(image),
@@ -343,9 +357,9 @@ impl PluginProvider {
         if !ttl.is_zero()
             && let Ok(key) = cache_key(base, &sa_key)
         {
-            self.cache.insert(key, config.clone(), coordinates.clone(), now, ttl);
+            self.cache.insert(key, config.clone(), coordinates.clone(), credential_id.clone(), now, ttl);
         }
-        Provided { config, service_account: coordinates, report }
+        Provided { config, service_account: coordinates, credential_id, report }
     }
 
     /// Runs the plugin, or waits for the identical run already in flight; returns the
@@ -384,4 +398,15 @@ impl PluginProvider {
         }
         (result, ran)
     }
+}
+
+/// The credential id (`JTI=<jti>`, as the API server's audit names it) of a service-account
+/// token the node holds: read from its payload unverified — the node asked for it, and the
+/// id only labels the node's own audit.
+pub fn credential_id_of(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let bytes = data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let jti = claims.get("jti")?.as_str().filter(|j| !j.is_empty() && j.len() <= 256)?;
+    Some(format!("JTI={jti}"))
 }

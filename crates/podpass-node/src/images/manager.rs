@@ -19,7 +19,7 @@ use super::origin::{OriginCheck, OriginProof, manifest_digest};
 use super::pull_manager::{PodCredentials, PullManager, PullVerdict};
 use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
 use super::reference::apply_default_tag;
-use super::service::{ImageError, ImageService, PullAuth};
+use super::service::{ImageError, ImageService, PresentImage, PullAuth};
 use crate::credential::{CredentialSource, Lookup, TrackedAuth};
 
 /// A container's `imagePullPolicy`.
@@ -139,6 +139,14 @@ pub struct EnsureOutcome {
     /// (beyond upstream: a runtime's pull may have come from a mirror).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verified_at: Option<OriginProof>,
+    /// Why a present image was allowed without a pull: `record` (this pod's credentials, or
+    /// every pod, are on its pull record), `policy` (the verification policy exempts it:
+    /// preloaded or allowlisted), `unchecked` (no pull records are kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_by: Option<&'static str>,
+    /// The manifest digest the image resolved to, as the runtime recorded it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     /// Error kind when the pod may not use the image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<EnsureError>,
@@ -178,10 +186,10 @@ struct Observed {
 /// Whether a pod may use an image that is on the node.
 #[derive(Debug)]
 enum PresentImageUse {
-    /// Yes: with no records kept (`checked` false), or the records allow this pod.
+    /// Yes: with no records kept (`unchecked`), or the records or the policy allow this pod.
     Use {
-        /// Whether the pull records were consulted.
-        checked: bool,
+        /// `record`, `policy` or `unchecked` ([`EnsureOutcome::allowed_by`]).
+        by: &'static str,
     },
     /// No: it must pull to prove access.
     ProveAccess,
@@ -251,7 +259,7 @@ pub fn pod_credentials(lookup: &Lookup) -> PodCredentials {
                 name: name.clone(),
                 credential_hash: c.auth_config_hash.clone(),
             }),
-            CredentialSource::ServiceAccount { namespace, name, uid } if out.service_account.is_none() => {
+            CredentialSource::ServiceAccount { namespace, name, uid, .. } if out.service_account.is_none() => {
                 out.service_account = Some(ImagePullServiceAccount {
                     uid: uid.clone(),
                     namespace: namespace.clone(),
@@ -276,7 +284,7 @@ pub fn credentials_to_record(used: Option<&TrackedAuth>) -> ImagePullCredentials
             }],
             ..Default::default()
         },
-        Some(CredentialSource::ServiceAccount { namespace, name, uid }) => ImagePullCredentials {
+        Some(CredentialSource::ServiceAccount { namespace, name, uid, .. }) => ImagePullCredentials {
             kubernetes_service_accounts: vec![ImagePullServiceAccount {
                 uid: uid.clone(),
                 namespace: namespace.clone(),
@@ -449,13 +457,14 @@ impl<S: ImageService + 'static> ImageManager<S> {
             }
         };
         d.image = image.clone();
-        let image_ref = match self.present_image_ref(&image, policy).await {
-            Ok(r) => r,
+        let present = match self.present_image(&image, policy).await {
+            Ok(p) => p,
             Err(e) => {
                 let msg = format!("Failed to inspect image {requested:?}: {e}");
                 return (fail(d, "InspectFailed", EnsureError::ImageInspectError, msg), seen);
             }
         };
+        let image_ref = present.as_ref().map(|p| p.id.clone()).unwrap_or_default();
         d.present = !image_ref.is_empty();
         if policy != PullPolicy::Always {
             seen.present_locally = Some(d.present);
@@ -467,10 +476,12 @@ impl<S: ImageService + 'static> ImageManager<S> {
         };
         let must_pull = if !wants_pull && d.present {
             match self.use_present(&image, &image_ref, &credentials).await {
-                PresentImageUse::Use { checked } => {
+                PresentImageUse::Use { by } => {
                     seen.pull_required = Some(false);
                     d.image_ref = Some(image_ref);
-                    let accessible = if checked { " and can be accessed by the pod" } else { "" };
+                    d.allowed_by = Some(by);
+                    d.digest = present.and_then(|p| manifest_digest(&image, &p.repo_digests));
+                    let accessible = if by == "unchecked" { "" } else { " and can be accessed by the pod" };
                     let message = format!("Container image {requested:?} already present on machine{accessible}");
                     d.events.push(normal("Pulled", message));
                     return (d, seen);
@@ -497,25 +508,29 @@ impl<S: ImageService + 'static> ImageManager<S> {
         (self.pull(d, backoff_key, requested, image, credentials).await, seen)
     }
 
-    /// The image ID on the node (empty: absent; never looked up for `Always`).
-    async fn present_image_ref(&self, image: &str, policy: PullPolicy) -> Result<String, ImageError> {
+    /// The image on the node (`None`: absent; never looked up for `Always`).
+    async fn present_image(&self, image: &str, policy: PullPolicy) -> Result<Option<PresentImage>, ImageError> {
         if policy == PullPolicy::Always {
-            return Ok(String::new());
+            return Ok(None);
         }
-        Ok(self.service.image_status(image).await?.map(|i| i.id).unwrap_or_default())
+        Ok(self.service.image_status(image).await?.filter(|i| !i.id.is_empty()))
     }
 
     /// Whether this pod may use the present image without pulling (MustAttemptImagePull,
     /// when pull records are kept).
     async fn use_present(&self, image: &str, image_ref: &str, credentials: &Arc<LazyLookup>) -> PresentImageUse {
         let Some(pm) = self.pull_manager.clone() else {
-            return PresentImageUse::Use { checked: false };
+            return PresentImageUse::Use { by: "unchecked" };
         };
         let verdict = must_attempt(pm, image, image_ref, credentials.clone()).await;
         if let Some(e) = verdict.error() {
             return PresentImageUse::CheckFailed(e.to_owned());
         }
-        if verdict.must_pull() { PresentImageUse::ProveAccess } else { PresentImageUse::Use { checked: true } }
+        match verdict {
+            PullVerdict::PolicyAllowed => PresentImageUse::Use { by: "policy" },
+            PullVerdict::RecordFound => PresentImageUse::Use { by: "record" },
+            _ => PresentImageUse::ProveAccess,
+        }
     }
 
     /// The pull: intent recorded, the pod's back-off honoured, each credential tried in
@@ -579,7 +594,6 @@ impl<S: ImageService + 'static> ImageManager<S> {
         };
         match result {
             Ok((image_ref, used, proof)) => {
-                d.verified_at = proof;
                 if let Some(pm) = &self.pull_manager {
                     let creds = credentials_to_record(used.as_ref());
                     let (pm, img, r) = (pm.clone(), image.clone(), image_ref.clone());
@@ -592,12 +606,14 @@ impl<S: ImageService + 'static> ImageManager<S> {
                         tracing::warn!(image, error = %e, "failed to record the pulled image");
                     }
                 }
-                let size = match self.service.image_status(&image_ref).await {
-                    Ok(Some(i)) => i.size,
-                    _ => 0,
+                let (size, digest) = match self.service.image_status(&image_ref).await {
+                    Ok(Some(i)) => (i.size, manifest_digest(&image, &i.repo_digests)),
+                    _ => (0, None),
                 };
+                d.digest = proof.as_ref().map(|p| p.digest.clone()).or(digest);
                 self.lock_backoff().collect_garbage(tokio::time::Instant::now());
                 d.pulled = true;
+                d.verified_at = proof;
                 d.credential_used = Some(match &used {
                     Some(c) => serde_json::to_value(&c.source).unwrap_or_default(),
                     None => serde_json::json!({"type": "none"}),

@@ -39,7 +39,12 @@ fn tracked(source: CredentialSource) -> TrackedAuth {
 #[test]
 fn what_is_recorded_for_each_source() {
     let secret = CredentialSource::Secret { namespace: "ns".into(), name: "s".into(), uid: "1".into() };
-    let sa = CredentialSource::ServiceAccount { namespace: "ns".into(), name: "sa".into(), uid: "2".into() };
+    let sa = CredentialSource::ServiceAccount {
+        namespace: "ns".into(),
+        name: "sa".into(),
+        uid: "2".into(),
+        credential_id: String::new(),
+    };
     let r = credentials_to_record(Some(&tracked(secret.clone())));
     assert_eq!(r.kubernetes_secrets[0].credential_hash, "h");
     assert!(!r.node_pods_accessible);
@@ -53,7 +58,12 @@ fn what_is_recorded_for_each_source() {
             tracked(CredentialSource::NodeWide),
             tracked(secret),
             tracked(sa),
-            tracked(CredentialSource::ServiceAccount { namespace: "ns".into(), name: "x".into(), uid: "3".into() }),
+            tracked(CredentialSource::ServiceAccount {
+                namespace: "ns".into(),
+                name: "x".into(),
+                uid: "3".into(),
+                credential_id: String::new(),
+            }),
         ],
         providers: vec![],
     };

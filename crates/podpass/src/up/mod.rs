@@ -553,6 +553,8 @@ async fn start(
     a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
     a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
     a.extend(["--port".into(), args.node_port.to_string(), "--config".into(), path_str(&kubelet_config)]);
+    // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
+    a.extend(["--audit-log-path".into(), path_str(&l.logs.join(format!("{NODE}-audit.log")))]);
     if !external_registry {
         a.extend(["--registry-ca-file".into(), path_str(&pki.ca)]);
         // The node proves containerd's pulls at the registry itself, showing its
