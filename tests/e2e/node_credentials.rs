@@ -253,6 +253,67 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
     let reason = got["lookups"][0]["providers"][0]["skipReason"].as_str().unwrap();
     assert!(reason.contains("returned the service account token as the password"), "{reason}");
     assert!(got["lookups"][0]["credentials"].as_array().unwrap().is_empty());
+
+    // A service account that has not opted in (plain lacks example.com/role), under each
+    // --credential-provider-fallback, with node-wide credentials for the registry.
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(
+        root.join("config.json"),
+        r#"{"auths":{"a.registry.example":{"username":"node-user","password":"n"}}}"#,
+    )
+    .unwrap();
+    let fallback = |mode: &str| {
+        let out = Command::new(PODPASS)
+            .args(["node", "credentials", "--image-credential-provider-config", cfg.to_str().unwrap()])
+            .args(["--image-credential-provider-bin-dir", bin.to_str().unwrap()])
+            .args(["--kubeconfig", kubeconfig.to_str().unwrap(), "--root-dir", root.to_str().unwrap()])
+            .args(["--credential-provider-fallback", &format!("sa-plugin={mode}")])
+            .args(["--pod", "team/plain-pod", "a.registry.example/app:1"])
+            .output()
+            .unwrap();
+        let got: Value = serde_json::from_str(&ok(out, "node credentials")).unwrap();
+        got["lookups"][0].clone()
+    };
+    let users = |l: &Value| -> Vec<(String, String)> {
+        l["credentials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["username"].as_str().unwrap().to_owned(), c["source"]["type"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    // skip (the kubelet's): the node's own credentials stand in, silently.
+    let skip = fallback("skip");
+    assert_eq!(users(&skip), [("node-user".to_owned(), "nodeWide".to_owned())]);
+    assert!(skip["providers"][0].get("fallback").is_none());
+    // anonymous: nothing of the node's.
+    let anonymous = fallback("anonymous");
+    assert_eq!(anonymous["providers"][0]["fallback"], "anonymous");
+    assert!(users(&anonymous).is_empty(), "{anonymous}");
+    // node: the plugin runs as for the node, with no token, its answer node-wide.
+    let node = fallback("node");
+    assert_eq!((&node["providers"][0]["fallback"], &node["providers"][0]["ran"]), (&json!("node"), &json!(true)));
+    assert_eq!(users(&node)[0], ("sa-user".to_owned(), "nodeWide".to_owned()));
+    let log = std::fs::read_to_string(dir.path().join("runs.log")).unwrap();
+    let last: Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert!(last.get("serviceAccountToken").is_none_or(|t| t == ""), "{last}");
+    // fail: the pull is refused, saying why.
+    let fail = fallback("fail");
+    assert_eq!(
+        fail["refusal"],
+        "credential provider sa-plugin: required annotation example.com/role not found (its fallback is fail)"
+    );
+    // A fallback for a provider the config does not have is an error naming the flag.
+    let out = Command::new(PODPASS)
+        .args(["node", "credentials", "--image-credential-provider-config", cfg.to_str().unwrap()])
+        .args(["--image-credential-provider-bin-dir", bin.to_str().unwrap()])
+        .args(["--credential-provider-fallback", "ecr=fail", "a.registry.example/app:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--credential-provider-fallback names no provider of the config: ecr"), "{err}");
 }
 
 #[test]

@@ -47,6 +47,10 @@ pub enum NodeCommand {
 /// Flags of `podpass node credentials`.
 #[derive(Debug, Args)]
 pub struct CredentialsArgs {
+    /// What provider NAME does when a pod's service account has not opted in to it:
+    /// `NAME=skip|node|anonymous|fail`, as `podpass node run`'s flag. Repeatable.
+    #[arg(long = "credential-provider-fallback")]
+    credential_provider_fallbacks: Vec<String>,
     /// CredentialProviderConfig file or directory.
     #[arg(long)]
     image_credential_provider_config: PathBuf,
@@ -174,12 +178,16 @@ pub(crate) fn register(
     bin_dir: &std::path::Path,
     sa_token_feature: bool,
     source: Option<std::sync::Arc<dyn ServiceAccountSource>>,
+    fallbacks: &[String],
 ) -> Result<Vec<PluginProvider>> {
+    let fallbacks = podpass_node::credential::Fallbacks::parse(fallbacks)
+        .map_err(|errors| anyhow::anyhow!("--credential-provider-fallback {}", errors.join("; ")))?;
     Ok(podpass_node::credential::register_providers(
         config_path,
         bin_dir,
         sa_token_feature,
         source,
+        &fallbacks,
         &CredentialMetrics::default(),
     )?)
 }
@@ -218,8 +226,13 @@ async fn credentials(a: CredentialsArgs) -> Result<()> {
     let source: Option<std::sync::Arc<dyn ServiceAccountSource>> = client
         .clone()
         .map(|c| podpass_node::api::KubeServiceAccounts::new(c) as std::sync::Arc<dyn ServiceAccountSource>);
-    let providers =
-        register(&a.image_credential_provider_config, &a.image_credential_provider_bin_dir, sa_token_feature, source)?;
+    let providers = register(
+        &a.image_credential_provider_config,
+        &a.image_credential_provider_bin_dir,
+        sa_token_feature,
+        source,
+        &a.credential_provider_fallbacks,
+    )?;
     let node_config = match &a.root_dir {
         Some(dir) => read_node_config(dir).context("node-wide credentials")?,
         None => Default::default(),
@@ -263,6 +276,7 @@ async fn credentials(a: CredentialsArgs) -> Result<()> {
                 "image": image,
                 "providers": found.providers,
                 "credentials": credentials,
+                "refusal": found.refusal,
             }));
         }
     }

@@ -40,6 +40,10 @@ pub struct ExplainArgs {
     /// Directory holding the provider binaries.
     #[arg(long, requires = "image_credential_provider_config")]
     image_credential_provider_bin_dir: Option<PathBuf>,
+    /// What provider NAME does when a pod's service account has not opted in to it:
+    /// `NAME=skip|node|anonymous|fail`, as `podpass node run`'s flag. Repeatable.
+    #[arg(long = "credential-provider-fallback")]
+    credential_provider_fallbacks: Vec<String>,
     /// The pod, `NAMESPACE/NAME`.
     #[arg(long)]
     pod: String,
@@ -72,7 +76,9 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
     let accounts = podpass_node::api::KubeServiceAccounts::new(client.clone()) as Arc<dyn ServiceAccountSource>;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
-        (Some(c), Some(b)) => crate::node::register(c, b, sa_feature, Some(accounts))?,
+        (Some(c), Some(b)) => {
+            crate::node::register(c, b, sa_feature, Some(accounts), &a.credential_provider_fallbacks)?
+        }
         _ => Vec::new(),
     };
     let node_config = podpass_node::credential::read_node_config(&a.root_dir).context("node-wide credentials")?;
@@ -124,7 +130,11 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             }
             _ => None,
         };
-        let (usable, decision) = decide(policy, present.is_some(), check.as_ref().map(PullVerdict::must_pull), &found);
+        let (mut usable, mut decision) =
+            decide(policy, present.is_some(), check.as_ref().map(PullVerdict::must_pull), &found);
+        if let Some(refusal) = found.refusal.as_ref().filter(|_| !usable && decision.starts_with("pull")) {
+            (usable, decision) = (false, format!("ErrImagePull: {refusal}"));
+        }
         reports.push(json!({
             "container": c.name,
             "init": c.init,
@@ -306,8 +316,18 @@ fn print_text(pod: &Value, reports: &[Value]) {
         let creds = r["credentials"].as_array().cloned().unwrap_or_default();
         let providers = r["providers"].as_array().cloned().unwrap_or_default();
         for p in &providers {
+            let fallback = p["fallback"].as_str().map(|f| {
+                let meaning = match f {
+                    "node" => "the plugin ran as for the node, no token",
+                    "anonymous" => "no node-wide credentials either",
+                    _ => "the pull is refused",
+                };
+                format!("; the service account has not opted in, fallback {f}: {meaning}")
+            });
             let what = if p["matched"] != true {
                 "does not match this image".to_owned()
+            } else if let Some(f) = &fallback {
+                format!("matched{}{f}", p["skipReason"].as_str().map(|w| format!(", {w}")).unwrap_or_default())
             } else if let Some(why) = p["skipReason"].as_str() {
                 format!("matched, skipped: {why}")
             } else if p["cacheHit"] == true {

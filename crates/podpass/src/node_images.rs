@@ -81,6 +81,10 @@ pub struct EnsureImageArgs {
     /// Directory holding the provider binaries.
     #[arg(long, requires = "image_credential_provider_config")]
     image_credential_provider_bin_dir: Option<PathBuf>,
+    /// What provider NAME does when a pod's service account has not opted in to it:
+    /// `NAME=skip|node|anonymous|fail`, as `podpass node run`'s flag. Repeatable.
+    #[arg(long = "credential-provider-fallback")]
+    credential_provider_fallbacks: Vec<String>,
     /// Kubeconfig for reading the pod, its pull secrets and service account, and tokens.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -291,7 +295,9 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let ctx = pod_context(&a).await?;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
-        (Some(c), Some(b)) => crate::node::register(c, b, sa_feature, ctx.source.clone())?,
+        (Some(c), Some(b)) => {
+            crate::node::register(c, b, sa_feature, ctx.source.clone(), &a.credential_provider_fallbacks)?
+        }
         _ => Vec::new(),
     };
     let node_config = read_node_config(&a.runtime.root_dir).context("node-wide credentials")?;

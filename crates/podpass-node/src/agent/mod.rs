@@ -83,6 +83,13 @@ pub struct AgentConfig {
     /// Directory holding the provider binaries.
     #[arg(long)]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// What provider NAME does when a pod's service account has not opted in to it (no
+    /// service account where one is required, a required annotation missing):
+    /// `NAME=skip` (the kubelet's: the rest of the keyring, node-wide credentials
+    /// included), `NAME=node` (the plugin runs as for the node), `NAME=anonymous` (no
+    /// node-wide credentials either) or `NAME=fail` (the pull is refused). Repeatable.
+    #[arg(long = "credential-provider-fallback")]
+    pub credential_provider_fallbacks: Vec<String>,
     /// containerd's CRI socket (`unix:///run/containerd/containerd.sock`); none: the
     /// embedded image store.
     #[arg(long)]
@@ -141,6 +148,8 @@ pub struct Prepared {
     registry_ca: Option<Vec<u8>>,
     /// `--registry-client-cert-file` and its key, read and checked.
     registry_identity: Option<Vec<u8>>,
+    /// `--credential-provider-fallback`, parsed.
+    fallbacks: crate::credential::Fallbacks,
 }
 
 impl AgentConfig {
@@ -174,6 +183,13 @@ impl AgentConfig {
                 Err(e) => problems.push_value("--config", path.display(), e),
             }
         }
+        let fallbacks =
+            crate::credential::Fallbacks::parse(&self.credential_provider_fallbacks).unwrap_or_else(|errors| {
+                for e in errors {
+                    problems.push("--credential-provider-fallback", e);
+                }
+                Default::default()
+            });
         let gates = match crate::images::assembly::feature_gates(&kubelet, "") {
             Ok(g) => g,
             Err(e) => {
@@ -190,8 +206,12 @@ impl AgentConfig {
             (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir)
         {
             let sa = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
-            if let Err(e) = register_providers(config, bin_dir, sa, None, &CredentialMetrics::default()) {
-                problems.push_value("--image-credential-provider-config", config.display(), e);
+            match register_providers(config, bin_dir, sa, None, &fallbacks, &CredentialMetrics::default()) {
+                Err(e @ crate::credential::RegisterError::UnknownFallback(_)) => {
+                    problems.push("--credential-provider-fallback", e)
+                }
+                Err(e) => problems.push_value("--image-credential-provider-config", config.display(), e),
+                Ok(_) => {}
             }
         }
         match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
@@ -238,7 +258,7 @@ impl AgentConfig {
             address: self.address,
             port: 0,
         };
-        Ok(Prepared { config: self, identity, kubelet, gates, registry_ca, registry_identity })
+        Ok(Prepared { config: self, identity, kubelet, gates, registry_ca, registry_identity, fallbacks })
     }
 }
 
@@ -327,6 +347,7 @@ impl Prepared {
                         .gates
                         .enabled(Feature::KubeletServiceAccountTokenForCredentialProviders),
                     accounts: service_accounts.clone() as Arc<dyn crate::credential::ServiceAccountSource>,
+                    fallbacks: self.fallbacks.clone(),
                 }),
                 _ => None,
             };

@@ -33,6 +33,8 @@ pub(crate) struct ProviderSource {
     pub service_account_tokens: bool,
     /// Where service accounts and their tokens come from.
     pub accounts: Arc<dyn ServiceAccountSource>,
+    /// `--credential-provider-fallback`.
+    pub fallbacks: crate::credential::Fallbacks,
 }
 
 /// The node's credential providers, replaced whole when their configuration changes.
@@ -76,6 +78,7 @@ impl Providers {
                     &s.bin_dir,
                     s.service_account_tokens,
                     Some(s.accounts.clone()),
+                    &s.fallbacks,
                     metrics,
                 )?;
                 (providers, config_state(&s.config))
@@ -121,6 +124,7 @@ impl Providers {
             &source.bin_dir,
             source.service_account_tokens,
             Some(source.accounts.clone()),
+            &source.fallbacks,
             &self.metrics,
         );
         *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = state;
@@ -239,6 +243,7 @@ mod tests {
             bin_dir: bin.clone(),
             service_account_tokens: true,
             accounts: Arc::new(NoAccounts),
+            fallbacks: Default::default(),
         };
         let providers = Providers::load(Some(source), &metrics).unwrap();
         let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();

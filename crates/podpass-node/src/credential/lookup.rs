@@ -2,6 +2,7 @@
 //! pull-secret credentials first, then every provider's answer in config order, then the
 //! node-wide docker config; each credential tracked with its source.
 
+use super::Fallback;
 use super::docker_config::{DockerConfig, PullSecret};
 use super::keyring::{CredentialSource, Keyring, TrackedAuth};
 use super::provider::{PluginProvider, PodIdentity, ProviderReport};
@@ -13,6 +14,9 @@ pub struct Lookup {
     pub credentials: Vec<TrackedAuth>,
     /// What each provider did.
     pub providers: Vec<ProviderReport>,
+    /// A provider whose fallback is `fail` did not get the service account's consent: the
+    /// pull is refused with this message.
+    pub refusal: Option<String>,
 }
 
 /// Credentials for `image` pulled for `pod`.
@@ -33,8 +37,20 @@ pub async fn lookup(
     out.credentials.extend(secrets.lookup(image));
 
     let mut provided = Keyring::new();
+    let mut node_wide = true;
     for provider in providers {
         let p = provider.provide(image, pod).await;
+        match p.fallback {
+            Some(Fallback::Fail) if out.refusal.is_none() => {
+                out.refusal = Some(format!(
+                    "credential provider {}: {} (its fallback is fail)",
+                    p.report.name,
+                    p.report.skip_reason.as_deref().unwrap_or_default()
+                ));
+            }
+            Some(Fallback::Anonymous) => node_wide = false,
+            _ => {}
+        }
         let credential_id = p.credential_id.unwrap_or_default();
         let source = p.service_account.map_or(CredentialSource::NodeWide, |sa| CredentialSource::ServiceAccount {
             namespace: sa.namespace,
@@ -47,8 +63,11 @@ pub async fn lookup(
     }
     out.credentials.extend(provided.lookup(image));
 
-    let mut node = Keyring::new();
-    node.add(node_config, &CredentialSource::NodeWide);
-    out.credentials.extend(node.lookup(image));
+    // A provider falling back to anonymous keeps the node's own credentials out.
+    if node_wide {
+        let mut node = Keyring::new();
+        node.add(node_config, &CredentialSource::NodeWide);
+        out.credentials.extend(node.lookup(image));
+    }
     out
 }

@@ -5,6 +5,7 @@
 pub(crate) mod cache;
 pub(crate) mod docker_config;
 pub(crate) mod exec;
+mod fallback;
 pub(crate) mod keyring;
 pub(crate) mod lookup;
 pub(crate) mod metrics;
@@ -17,6 +18,7 @@ pub use docker_config::{
     parse_pull_secret, read_node_config,
 };
 pub use exec::{ExecError, MAX_STDERR_BYTES, MAX_STDOUT_BYTES, PLUGIN_TIMEOUT, decode_response};
+pub use fallback::{Fallback, Fallbacks};
 pub use keyring::{CredentialSource, Keyring, TrackedAuth, auth_config_hash, is_default_registry_match};
 pub use lookup::{Lookup, lookup};
 pub use metrics::{ConfigLabels, CredentialMetrics, PluginLabels};

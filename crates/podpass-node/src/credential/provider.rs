@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use podpass_api::credential_provider::{
     CacheKeyType, CredentialProvider, CredentialProviderRequest, CredentialProviderResponse,
+    ServiceAccountTokenAttributes as TokenAttributes,
 };
 use podpass_api::image_url::urls_match_str;
 use serde::Serialize;
@@ -93,6 +94,10 @@ pub struct ProviderReport {
     pub credential_id: Option<String>,
     /// Patterns credentials were returned for.
     pub auth: Vec<String>,
+    /// The fallback applied because the pod's service account had not opted in (`node`,
+    /// `anonymous` or `fail`; the kubelet's `skip` is not named).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<&'static str>,
 }
 
 /// Credentials a provider returned, with the service account they were obtained for.
@@ -106,6 +111,8 @@ pub struct Provided {
     pub credential_id: Option<String>,
     /// What happened.
     pub report: ProviderReport,
+    /// `anonymous` or `fail` applied: what the rest of the lookup must do.
+    pub fallback: Option<super::Fallback>,
 }
 
 type Flight = Arc<OnceCell<Arc<Result<CredentialProviderResponse, ExecError>>>>;
@@ -117,6 +124,7 @@ pub struct PluginProvider {
     sa_token_feature: bool,
     source: Option<Arc<dyn ServiceAccountSource>>,
     cache: CredentialCache,
+    fallback: super::Fallback,
     inflight: Mutex<HashMap<Vec<u8>, Flight>>,
     metrics: CredentialMetrics,
     timeout: Duration,
@@ -158,11 +166,44 @@ impl PluginProvider {
             sa_token_feature,
             source,
             cache: CredentialCache::default(),
+            fallback: super::Fallback::default(),
             inflight: Mutex::new(HashMap::new()),
             metrics,
             timeout: PLUGIN_TIMEOUT,
             execs: AtomicU64::new(0),
         }
+    }
+
+    /// What it does when a pod's service account has not opted in (default: the kubelet's
+    /// skip).
+    #[must_use]
+    pub fn with_fallback(mut self, fallback: super::Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Its fallback.
+    pub fn fallback(&self) -> super::Fallback {
+        self.fallback
+    }
+
+    /// Why `pod`'s service account has not opted in to this provider's tokens (`None`: it
+    /// has, or the provider asks for none). A lookup that fails here is left to the
+    /// request itself, which reports it.
+    async fn not_opted_in(&self, attributes: &TokenAttributes, pod: Option<&PodIdentity>) -> Option<String> {
+        let sa_name = pod.map_or("", |p| p.service_account.as_str());
+        if sa_name.is_empty() {
+            return attributes.require_service_account.unwrap_or(true).then(|| {
+                "the pod has no service account and the provider requires one (requireServiceAccount)".into()
+            });
+        }
+        let (pod, source) = (pod?, self.source.as_ref()?);
+        let sa = source.service_account(&pod.namespace, sa_name).await.ok()?;
+        attributes
+            .required_service_account_annotation_keys
+            .iter()
+            .find(|k| !sa.annotations.contains_key(*k))
+            .map(|k| format!("required annotation {k} not found"))
     }
 
     /// Overrides the one-minute exec timeout (tests).
@@ -204,11 +245,30 @@ impl PluginProvider {
             Provided { report, ..Default::default() }
         };
 
-        let attributes = self
+        let mut attributes = self
             .config
             .token_attributes
             .as_ref()
             .filter(|t| self.sa_token_feature && !t.service_account_token_audience.is_empty());
+        if let Some(a) = attributes
+            && let Some(reason) = self.not_opted_in(a, pod).await
+        {
+            match self.fallback {
+                super::Fallback::Skip => return skip(report, reason),
+                // As a node-level pull: no token, no annotations, counted node-wide.
+                super::Fallback::Node => {
+                    report.fallback = Some("node");
+                    attributes = None;
+                }
+                other @ (super::Fallback::Anonymous | super::Fallback::Fail) => {
+                    report.fallback = Some(other.name());
+                    let mut provided = skip(report, reason);
+                    provided.fallback = Some(other);
+                    return provided;
+                }
+            }
+        }
+        let pod = if attributes.is_none() && report.fallback.is_some() { None } else { pod };
         let mut request = CredentialProviderRequest::new(&self.config.api_version, image);
         let mut sa_key = Vec::new();
         let mut coordinates = None;
@@ -281,6 +341,7 @@ impl PluginProvider {
                     service_account: hit.service_account.or(coordinates),
                     credential_id: hit.credential_id,
                     report,
+                    fallback: None,
                 };
             }
         }
@@ -359,7 +420,7 @@ impl PluginProvider {
         {
             self.cache.insert(key, config.clone(), coordinates.clone(), credential_id.clone(), now, ttl);
         }
-        Provided { config, service_account: coordinates, credential_id, report }
+        Provided { config, service_account: coordinates, credential_id, report, fallback: None }
     }
 
     /// Runs the plugin, or waits for the identical run already in flight; returns the

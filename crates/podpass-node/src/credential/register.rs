@@ -37,6 +37,9 @@ pub enum RegisterError {
     /// The config does not validate.
     #[error("failed to validate credential provider config: {0}")]
     Invalid(podpass_api::validation::FieldErrors),
+    /// `--credential-provider-fallback` names providers the config does not have.
+    #[error("--credential-provider-fallback names no provider of the config: {}", .0.join(", "))]
+    UnknownFallback(Vec<String>),
 }
 
 fn inspect(path: &Path, what: &'static str, missing: fn(PathBuf) -> RegisterError) -> Result<(), RegisterError> {
@@ -56,6 +59,7 @@ pub fn register_providers(
     bin_dir: &Path,
     sa_token_feature: bool,
     source: Option<Arc<dyn ServiceAccountSource>>,
+    fallbacks: &super::Fallbacks,
     metrics: &CredentialMetrics,
 ) -> Result<Vec<PluginProvider>, RegisterError> {
     inspect(bin_dir, "binary directory", RegisterError::BinDirMissing)?;
@@ -64,10 +68,19 @@ pub fn register_providers(
     if !errors.is_empty() {
         return Err(RegisterError::Invalid(errors));
     }
+    let names: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
+    let unknown: Vec<String> = fallbacks.unknown(&names).map(str::to_owned).collect();
+    if !unknown.is_empty() {
+        return Err(RegisterError::UnknownFallback(unknown));
+    }
     let mut providers = Vec::new();
     for p in config.providers {
         inspect(&bin_dir.join(&p.name), "binary executable", RegisterError::BinaryMissing)?;
-        providers.push(PluginProvider::new(p, bin_dir.to_owned(), sa_token_feature, source.clone(), metrics.clone()));
+        let fallback = fallbacks.of(&p.name);
+        providers.push(
+            PluginProvider::new(p, bin_dir.to_owned(), sa_token_feature, source.clone(), metrics.clone())
+                .with_fallback(fallback),
+        );
     }
     // Only a configuration that registered whole is the one in use.
     metrics.set_config_hash(&hash);
@@ -86,15 +99,15 @@ mod tests {
         let (cfg, bin) = (dir.path().join("config.yaml"), dir.path().join("bin"));
         std::fs::write(&cfg, CONFIG).unwrap_or_else(|e| panic!("{e}"));
         let m = CredentialMetrics::default();
-        let err = register_providers(&cfg, &bin, true, None, &m).unwrap_err();
+        let err = register_providers(&cfg, &bin, true, None, &Default::default(), &m).unwrap_err();
         assert_eq!(err.to_string(), format!("plugin binary directory {} did not exist", bin.display()));
         std::fs::create_dir(&bin).unwrap_or_else(|e| panic!("{e}"));
-        let err = register_providers(&cfg, &bin, true, None, &m).unwrap_err();
+        let err = register_providers(&cfg, &bin, true, None, &Default::default(), &m).unwrap_err();
         assert_eq!(err.to_string(), format!("plugin binary executable {} did not exist", bin.join("helper").display()));
         std::fs::write(bin.join("helper"), "#!/bin/sh\n").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(register_providers(&cfg, &bin, true, None, &m).map(|p| p.len()).ok(), Some(1));
+        assert_eq!(register_providers(&cfg, &bin, true, None, &Default::default(), &m).map(|p| p.len()).ok(), Some(1));
         std::fs::write(&cfg, CONFIG.replace("  defaultCacheDuration: 1m\n", "")).unwrap_or_else(|e| panic!("{e}"));
-        let err = register_providers(&cfg, &bin, true, None, &m).unwrap_err();
+        let err = register_providers(&cfg, &bin, true, None, &Default::default(), &m).unwrap_err();
         assert!(err.to_string().starts_with("failed to validate credential provider config: "), "{err}");
     }
 }

@@ -583,6 +583,11 @@ impl<S: ImageService + 'static> ImageManager<S> {
         d.events.push(normal("Pulling", format!("Pulling image {requested:?}")));
         let started = Instant::now();
         let lookup = credentials.get().await;
+        if let Some(refusal) = &lookup.refusal {
+            self.pull_failed(&image).await;
+            let msg = format!("Failed to pull image {requested:?}: {refusal}");
+            return fail(d, "Failed", EnsureError::ErrImagePull, msg);
+        }
         let permit = self.pulls.clone().acquire_owned().await;
         let pull_started = Instant::now();
         let result = pull_with_credentials(self.service.as_ref(), &image, &lookup.credentials).await;

@@ -66,6 +66,7 @@ fn what_is_recorded_for_each_source() {
             }),
         ],
         providers: vec![],
+        ..Default::default()
     };
     let p = pod_credentials(&lookup);
     assert_eq!(p.secrets.len(), 1);
@@ -142,7 +143,7 @@ fn secret_cred(name: &str, password: &str) -> TrackedAuth {
 
 fn creds(list: Vec<TrackedAuth>) -> Arc<LazyLookup> {
     LazyLookup::new(move || -> LookupFuture {
-        Box::pin(async move { Lookup { credentials: list, providers: vec![] } })
+        Box::pin(async move { Lookup { credentials: list, ..Default::default() } })
     })
 }
 
@@ -337,4 +338,24 @@ async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
     assert!(d.allowed(), "{d:?}");
     m.forget_pod("uid-2");
     assert!(m.backoff_until("uid-2", "a.io/app:1").is_none());
+}
+
+/// A provider falling back to `fail` refuses the pull before the runtime is asked.
+#[tokio::test]
+async fn a_lookup_refused_by_a_provider_fallback_pulls_nothing() {
+    let runtime = FakeRuntime { password: "good".into(), ..Default::default() };
+    let (_dir, m) = with_manager(runtime, super::super::policy::VerificationPolicy::AlwaysVerify, true);
+    let refused = LazyLookup::new(|| -> LookupFuture {
+        Box::pin(async {
+            Lookup {
+                credentials: vec![secret_cred("s", "good")],
+                refusal: Some("credential provider p: required annotation a not found (its fallback is fail)".into()),
+                ..Default::default()
+            }
+        })
+    });
+    let d = m.ensure_image_exists("r.example/app:1", PullPolicy::IfNotPresent, refused).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull));
+    assert!(d.message.as_deref().unwrap_or_default().ends_with("(its fallback is fail)"), "{d:?}");
+    assert!(m.service().pulls.lock().unwrap().is_empty(), "the runtime was never asked");
 }
