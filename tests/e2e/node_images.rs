@@ -888,9 +888,8 @@ fn a_mirror_that_asks_no_credentials_proves_nothing_access_is_verified_at_the_im
     let ctd = containerd::Containerd::start_with_registries(
         &s.dir.join("ctd"),
         &[RegistryHost::Mirrored {
-            host: s.registry.host.clone(),
             mirror: format!("http://{}", mirror.host),
-            origin: format!("http://{}", s.registry.host),
+            origin: Box::new(RegistryHost::PlainHttp(s.registry.host.clone())),
         }],
     );
     let av = kubelet_config(&s.dir, "AlwaysVerify");

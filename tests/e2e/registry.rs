@@ -82,11 +82,17 @@ impl Registry {
     /// A registry that asks no credentials, serving the storage of `origin` (what a pull-through
     /// mirror or a P2P cache holding the origin's images serves), logging each request.
     pub fn mirror_of(dir: &Path, origin: &Registry) -> Registry {
+        Registry::anonymous_over(dir, &origin.dir.join("data"))
+    }
+
+    /// A registry that asks no credentials over the storage at `storage` (which may not
+    /// exist yet), logging each request.
+    pub fn anonymous_over(dir: &Path, storage: &Path) -> Registry {
         std::fs::create_dir_all(dir).unwrap();
         let host = format!("127.0.0.1:{}", free_port());
         let config = format!(
             "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\n",
-            data = origin.dir.join("data").display(),
+            data = storage.display(),
         );
         let child = serve(dir, &config);
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -645,3 +645,45 @@ fn a_port_in_use_a_missing_registry_or_containerd_is_one_line_saying_what_to_do_
     assert!(err.starts_with("error: another `podpass up` is running on"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// A pull-through mirror in front of the cluster's registry that serves every image without
+/// asking for credentials: containerd pulls through it, so its pulls prove nothing. The
+/// demo's story still holds — team-a's pod runs with its layers from the mirror, team-b's is
+/// refused — because the node verifies each pull at the registry itself.
+#[test]
+fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for d in [&data, &data.join("registry"), &data.join("registry/storage")] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mirror = registry::Registry::anonymous_over(&dir.path().join("mirror"), &data.join("registry/storage"));
+    let log = dir.path().join("demo.out");
+    let child = up(&data, &["--demo", "--registry-mirror", &format!("http://{}", mirror.host)])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::from(std::fs::File::create(dir.path().join("demo.err")).unwrap()))
+        .spawn()
+        .unwrap();
+    let (code, out) = wait_output(child, Duration::from_secs(300), &log);
+    let err = std::fs::read_to_string(dir.path().join("demo.err")).unwrap_or_default();
+    assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    for step in [
+        "2. pod team-a/app (service account team-a/app, no pull secret) pulled",
+        "3. pod team-b/app on the same image: refused — ErrImagePull",
+        "its container never started",
+        "demo: every step held.",
+    ] {
+        assert!(out.contains(step), "{step:?} in:\n{out}");
+    }
+    // containerd took the layers from the mirror (which the registry never asked about)...
+    let mirror_log = std::fs::read_to_string(mirror.dir.join("registry.log")).unwrap();
+    assert!(mirror_log.contains("/v2/team-a/app/blobs/sha256:"), "{mirror_log}");
+    // ...and the node asked the registry itself: team-a proved access, team-b did not.
+    let node_log = std::fs::read_to_string(data.join("logs/node-1.log")).unwrap();
+    assert!(node_log.contains("pull verified at the image's registry"), "{node_log}");
+    assert!(
+        node_log.contains("verifying at the image's registry (the runtime may have pulled from a mirror)"),
+        "{node_log}"
+    );
+}

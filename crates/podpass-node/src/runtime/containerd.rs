@@ -115,40 +115,45 @@ impl Layout {
                 .map_err(|source| ContainerdError::Write { path: link, source })?;
         }
         for registry in registries {
-            let (host, text) = match registry {
-                RegistryHost::PlainHttp(host) => (
-                    host,
-                    format!(
-                        "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-                    ),
-                ),
-                // The CA also verifies the token realm containerd asks for this host's
-                // credentials (its authorizer uses the host's client).
-                RegistryHost::Tls { host, ca, client } => {
-                    let mut text = format!(
-                        "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = {:?}\n",
-                        ca.display().to_string()
-                    );
-                    if let Some((cert, key)) = client {
-                        text.push_str(&format!(
-                            "  client = [[{:?}, {:?}]]\n",
-                            cert.display().to_string(),
-                            key.display().to_string()
-                        ));
-                    }
-                    (host, text)
-                }
-                // containerd tries each [host] in order, then `server`.
-                RegistryHost::Mirrored { host, mirror, origin } => (
-                    host,
-                    format!(
-                        "server = \"{origin}\"\n\n[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"{origin}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-                    ),
-                ),
-            };
+            let (host, text) = hosts_toml(registry);
             write(d.join("certs.d").join(host).join("hosts.toml"), text)?;
         }
         Ok(())
+    }
+}
+
+/// The `hosts.toml` of `registry`, and the host it is for.
+fn hosts_toml(registry: &RegistryHost) -> (&str, String) {
+    match registry {
+        RegistryHost::PlainHttp(host) => (
+            host,
+            format!(
+                "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        ),
+        // The CA also verifies the token realm containerd asks for this host's credentials
+        // (its authorizer uses the host's client).
+        RegistryHost::Tls { host, ca, client } => {
+            let mut text = format!(
+                "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = {:?}\n",
+                ca.display().to_string()
+            );
+            if let Some((cert, key)) = client {
+                text.push_str(&format!(
+                    "  client = [[{:?}, {:?}]]\n",
+                    cert.display().to_string(),
+                    key.display().to_string()
+                ));
+            }
+            (host, text)
+        }
+        // containerd tries each [host] in order, then `server`: the mirror first.
+        RegistryHost::Mirrored { mirror, origin } => {
+            let (host, origin_text) = hosts_toml(origin);
+            let (server, hosts) = origin_text.split_once("\n\n").unwrap_or((origin_text.as_str(), ""));
+            let mirror_section = format!("[host.\"{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n");
+            (host, format!("{server}\n\n{mirror_section}\n{hosts}"))
+        }
     }
 }
 
@@ -167,16 +172,14 @@ pub enum RegistryHost {
         /// takes as the node's proof when containerd fetches its token.
         client: Option<(PathBuf, PathBuf)>,
     },
-    /// `host:port` pulled through a mirror first (`mirror`, a URL such as
-    /// `http://127.0.0.1:5002`), then from `origin` (the registry's own URL) — a pull-through
-    /// cache or P2P mirror in front of a registry.
+    /// A registry pulled through a mirror first (`mirror`, a URL such as
+    /// `http://127.0.0.1:5002`), then as `origin` says: a pull-through cache or P2P mirror in
+    /// front of a registry.
     Mirrored {
-        /// `host:port`, as images name it.
-        host: String,
         /// The mirror's URL.
         mirror: String,
-        /// The registry's own URL.
-        origin: String,
+        /// How the registry itself is reached.
+        origin: Box<RegistryHost>,
     },
 }
 
@@ -280,6 +283,15 @@ mod tests {
             dir.path().join("n.key").display()
         );
         assert!(tls.contains(&client), "{tls}");
+        // A mirror in front: tried first, the registry's own host after it.
+        let mirrored =
+            RegistryHost::Mirrored { mirror: "http://127.0.0.1:5002".into(), origin: Box::new(registries[1].clone()) };
+        layout.write(Path::new("/usr/bin/podpass"), &[mirrored]).unwrap_or_else(|e| panic!("{e}"));
+        let text = std::fs::read_to_string(dir.path().join("certs.d/127.0.0.1:5443/hosts.toml")).unwrap_or_default();
+        let (mirror_at, origin_at) =
+            (text.find("[host.\"http://127.0.0.1:5002\"]"), text.find("[host.\"https://127.0.0.1:5443\"]"));
+        assert!(text.starts_with("server = \"https://127.0.0.1:5443\"\n\n"), "{text}");
+        assert!(mirror_at.is_some() && mirror_at < origin_at && text.contains(&client), "{text}");
         let long = Layout::new(&Path::new("/tmp").join("x".repeat(100)));
         assert!(matches!(long.write(Path::new("/x"), &[]), Err(ContainerdError::SocketPathTooLong(_))));
     }

@@ -71,6 +71,11 @@ pub struct UpArgs {
     /// containerd, no root needed.
     #[arg(long)]
     prepare_only: bool,
+    /// A pull-through mirror or P2P cache (`http://HOST:PORT`) containerd tries before the
+    /// cluster's registry. It proves nothing: the node still verifies every pull at the
+    /// registry itself.
+    #[arg(long, value_name = "URL", conflicts_with = "prepare_only")]
+    registry_mirror: Option<String>,
 }
 
 /// Runs `podpass up`: exit 0 on a clean stop (or a demo whose every step held), 1 when a
@@ -160,6 +165,11 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         None => (format!("https://127.0.0.1:{}", args.registry_port), false),
     };
     let registry_host = registry_host(&registry_url)?;
+    if let Some(m) = &args.registry_mirror
+        && !(m.starts_with("http://") || m.starts_with("https://"))
+    {
+        bail!("--registry-mirror {m:?}: must be http://HOST:PORT or https://HOST:PORT");
+    }
     let tools = preflight(&args, external_registry)?;
     let mut warnings: Vec<String> = loose.into_iter().collect();
     for d in [&l.logs, &l.auth, &l.registry, &l.node, &l.containerd] {
@@ -534,7 +544,16 @@ async fn start(
     // containers.
     let runtime = match &tools.containers {
         Some(c) => {
-            let registries = containerd_registries(l, registry_url, registry_host, external_registry);
+            let mut registries = containerd_registries(l, registry_url, registry_host, external_registry);
+            if let Some(mirror) = &args.registry_mirror {
+                use podpass_node::runtime::containerd::RegistryHost;
+                let origin =
+                    registries.pop().context("--registry-mirror: the registry is not containerd's to configure")?;
+                registries.push(RegistryHost::Mirrored {
+                    mirror: mirror.trim_end_matches('/').to_owned(),
+                    origin: Box::new(origin),
+                });
+            }
             Some(start_containerd(c, l, tools, &registries, parts, out).await?)
         }
         None => None,
