@@ -45,6 +45,21 @@ fn up(data: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+/// Runs `podpass up` with `args` (a `--demo`) on `data` to its end, its output in `dir`;
+/// asserts it exited 0 and answers what it printed.
+fn demo(dir: &Path, data: &Path, args: &[&str]) -> String {
+    let log = dir.join("demo.out");
+    let child = up(data, args)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::from(std::fs::File::create(dir.join("demo.err")).unwrap()))
+        .spawn()
+        .unwrap();
+    let (code, out) = wait_output(child, Duration::from_secs(300), &log);
+    let err = std::fs::read_to_string(dir.join("demo.err")).unwrap_or_default();
+    assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    out
+}
+
 /// A running `podpass up`, interrupted (then killed) if the test ends before it stops.
 struct Running(Option<Child>);
 
@@ -293,7 +308,6 @@ impl Drop for Capture {
 fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let log = dir.path().join("demo.out");
     // Everything the cluster's parts say to each other on loopback while a tenant pulls
     // (the API server, registry-auth, the registry): what a process with the node's
     // network and CAP_NET_RAW would see.
@@ -301,14 +315,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
     let ports: Vec<&str> = ports.split_whitespace().take(3).collect();
     let capture = Capture::start(dir.path(), &ports);
-    let child = up(&data, &["--demo"])
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::from(std::fs::File::create(dir.path().join("demo.err")).unwrap()))
-        .spawn()
-        .unwrap();
-    let (code, out) = wait_output(child, Duration::from_secs(300), &log);
-    let err = std::fs::read_to_string(dir.path().join("demo.err")).unwrap_or_default();
-    assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    let out = demo(dir.path(), &data, &["--demo"]);
     // No token, exchange token or registry token in clear on loopback: every JWT starts
     // `eyJhbGci` ({"alg"…), and basic or bearer credentials would name their scheme.
     let captured = capture.finish();
@@ -659,15 +666,7 @@ fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
     let mirror = registry::Registry::anonymous_over(&dir.path().join("mirror"), &data.join("registry/storage"));
-    let log = dir.path().join("demo.out");
-    let child = up(&data, &["--demo", "--registry-mirror", &format!("http://{}", mirror.host)])
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::from(std::fs::File::create(dir.path().join("demo.err")).unwrap()))
-        .spawn()
-        .unwrap();
-    let (code, out) = wait_output(child, Duration::from_secs(300), &log);
-    let err = std::fs::read_to_string(dir.path().join("demo.err")).unwrap_or_default();
-    assert_eq!(code, 0, "demo failed:\n{out}\n{err}");
+    let out = demo(dir.path(), &data, &["--demo", "--registry-mirror", &format!("http://{}", mirror.host)]);
     for step in [
         "2. pod team-a/app (service account team-a/app, no pull secret) pulled",
         "3. pod team-b/app on the same image: refused — ErrImagePull",
