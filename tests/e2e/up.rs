@@ -512,11 +512,12 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         ),
         "apply",
     );
-    let explain = |extra: &[&str]| {
+    let explain_for = |pod: &[&str], extra: &[&str]| {
         let node = data.join("node-1");
         let out = Command::new(PODPASS)
             .args(["node", "explain", "--kubeconfig", node.join("kubeconfig").to_str().unwrap()])
-            .args(["--root-dir", node.join("root").to_str().unwrap(), "--pod", "team-b/app"])
+            .args(["--root-dir", node.join("root").to_str().unwrap()])
+            .args(pod)
             .args(["--container-runtime-endpoint", &format!("unix://{}", sock.display())])
             .args(["--image-credential-provider-config", node.join("credential-provider.yaml").to_str().unwrap()])
             .args(["--image-credential-provider-bin-dir", Path::new(PODPASS).parent().unwrap().to_str().unwrap()])
@@ -525,6 +526,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
             .unwrap();
         ok(out, "node explain")
     };
+    let explain = |extra: &[&str]| explain_for(&["--pod", "team-b/app"], extra);
     let text = explain(&[]);
     let first: Vec<&str> = text.lines().take(4).collect();
     assert!(first[0].starts_with("pod team-b/app (service account team-b/app, node node-1)"), "{text}");
@@ -553,6 +555,16 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert!(text.contains("  ├─ proof of access by a pull: 127.0.0.1:"), "{text}");
     let trusting: Value = serde_json::from_str(&explain(&["-o", "json", "--trust-runtime-pulls"])).unwrap();
     assert_eq!(trusting["containers"][0]["proof"]["at"], "runtime");
+    // One image: for the pod, as its container's; for no pod, a node-level pull, where the
+    // provider (it requires a service account) is skipped and says so.
+    let image = c["image"].as_str().unwrap();
+    let one: Value = serde_json::from_str(&explain(&["-o", "json", "--image", image])).unwrap();
+    assert_eq!(one["containers"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["containers"][0]["verification"]["result"], "mustAuthenticate");
+    let node_level: Value = serde_json::from_str(&explain_for(&[], &["-o", "json", "--image", image])).unwrap();
+    assert!(node_level["pod"].is_null(), "{node_level}");
+    let skipped = node_level["containers"][0]["providers"][0]["skipReason"].as_str().unwrap_or_default();
+    assert!(skipped.contains("has no service account"), "{node_level}");
     // --no-exec runs no plugin
     let json: Value = serde_json::from_str(&explain(&["-o", "json", "--no-exec"])).unwrap();
     assert_eq!(json["containers"][0]["providers"][0]["ran"], false);

@@ -44,9 +44,13 @@ pub struct ExplainArgs {
     /// `NAME=skip|node|anonymous|fail`, as `podpass node run`'s flag. Repeatable.
     #[arg(long = "credential-provider-fallback")]
     credential_provider_fallbacks: Vec<String>,
-    /// The pod, `NAMESPACE/NAME`.
+    /// The pod, `NAMESPACE/NAME` (its containers' images, or `--image` for it).
+    #[arg(long, required_unless_present = "image")]
+    pod: Option<String>,
+    /// One image to explain: for `--pod` (with its pull secrets and service account), or
+    /// for a pull with no pod (what a node-level pull would use).
     #[arg(long)]
-    pod: String,
+    image: Option<String>,
     /// `text` (a tree per container) or `json`.
     #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
     output: String,
@@ -60,9 +64,11 @@ pub struct ExplainArgs {
 
 /// Runs `node explain`: Ok(true) once the explanation is printed.
 pub async fn explain(a: ExplainArgs) -> Result<bool> {
-    let Some((namespace, name)) = a.pod.split_once('/') else {
-        bail!("--pod {:?}: must be NAMESPACE/NAME", a.pod);
-    };
+    let pod_name = a.pod.clone().unwrap_or_default();
+    if a.pod.is_some() && !pod_name.contains('/') {
+        bail!("--pod {pod_name:?}: must be NAMESPACE/NAME");
+    }
+    let (namespace, name) = pod_name.split_once('/').unwrap_or_default();
     let config = match &a.config {
         None => Default::default(),
         Some(p) => podpass_node::kubelet_config::read(p)
@@ -71,8 +77,26 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
     };
     let gates = assembly::feature_gates(&config, "")?;
     let client = podpass_node::api::client_from_kubeconfig(&a.kubeconfig).await?;
-    let (identity, secrets) = crate::node::read_pod(&client, &a.pod).await?;
-    let (node_name, containers) = podpass_node::api::get_pod_containers(&client, namespace, name).await?;
+    let (identity, secrets, node_name, mut containers) = match &a.pod {
+        Some(pod) => {
+            let (identity, secrets) = crate::node::read_pod(&client, pod).await?;
+            let (node_name, containers) = podpass_node::api::get_pod_containers(&client, namespace, name).await?;
+            (Some(identity), secrets, node_name, containers)
+        }
+        None => (None, Vec::new(), None, Vec::new()),
+    };
+    if let Some(image) = &a.image {
+        // The image as a container of the pod would name it (its pull policy the API's
+        // default), or the pod's own container of that image when it has one.
+        let own = containers.iter().find(|c| &c.image == image).cloned();
+        containers = vec![own.unwrap_or_else(|| podpass_node::api::PodContainer {
+            name: "(--image)".into(),
+            image: image.clone(),
+            image_pull_policy: None,
+            init: false,
+            state: None,
+        })];
+    }
     let accounts = podpass_node::api::KubeServiceAccounts::new(client.clone()) as Arc<dyn ServiceAccountSource>;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
@@ -107,9 +131,9 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
         let present = backend.image_status(&image).await.context("image status")?;
         let image_ref = present.as_ref().map(|p| p.id.clone()).unwrap_or_default();
         let found = if a.no_exec {
-            lookup(&image, Some(&identity), &secrets, &[], &node_config).await
+            lookup(&image, identity.as_ref(), &secrets, &[], &node_config).await
         } else {
-            lookup(&image, Some(&identity), &secrets, &providers, &node_config).await
+            lookup(&image, identity.as_ref(), &secrets, &providers, &node_config).await
         };
         let mut provider_reports = found.providers.clone();
         if a.no_exec {
@@ -164,9 +188,11 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             "status": c.state.as_ref().map(|(reason, message)| json!({"reason": reason, "message": message})),
         }));
     }
-    let pod = json!({
-        "namespace": identity.namespace, "name": identity.name, "uid": identity.uid,
-        "serviceAccount": identity.service_account, "node": node_name,
+    let pod = identity.as_ref().map(|identity| {
+        json!({
+            "namespace": identity.namespace, "name": identity.name, "uid": identity.uid,
+            "serviceAccount": identity.service_account, "node": node_name,
+        })
     });
     if a.output == "json" {
         outln!("{}", serde_json::to_string_pretty(&json!({"pod": pod, "containers": reports, "noExec": a.no_exec}))?);
@@ -266,14 +292,19 @@ fn source(s: &CredentialSource) -> String {
     }
 }
 
-fn print_text(pod: &Value, reports: &[Value]) {
-    let ns = pod["namespace"].as_str().unwrap_or_default();
-    outln!(
-        "pod {ns}/{} (service account {ns}/{}, node {})",
-        pod["name"].as_str().unwrap_or_default(),
-        pod["serviceAccount"].as_str().unwrap_or_default(),
-        pod["node"].as_str().unwrap_or("none"),
-    );
+fn print_text(pod: &Option<Value>, reports: &[Value]) {
+    match pod {
+        Some(pod) => {
+            let ns = pod["namespace"].as_str().unwrap_or_default();
+            outln!(
+                "pod {ns}/{} (service account {ns}/{}, node {})",
+                pod["name"].as_str().unwrap_or_default(),
+                pod["serviceAccount"].as_str().unwrap_or_default(),
+                pod["node"].as_str().unwrap_or("none"),
+            );
+        }
+        None => outln!("no pod: a node-level pull (no pull secrets, no service account)"),
+    }
     for r in reports {
         let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
         let headline = if r["usable"] == true { "usable" } else { "NOT usable without a pull" };
