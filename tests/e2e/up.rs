@@ -252,6 +252,21 @@ fn revoked_credentials_are_refused(data: &Path) {
     assert_eq!(get(&exchange), 200);
     admin(data, Method::DELETE, "/api/v1/namespaces/team-a/serviceaccounts/temp", None);
     refused_within(|| get(&exchange));
+    // A leaked token revoked by its jti: refused, with every exchange token made from it.
+    let leaked = registry_auth_token(data, "app", None);
+    let leaked_exchange = exchange_of(&leaked);
+    assert_eq!(get(&leaked), 200);
+    let claims = jwt_claims(&leaked);
+    let until = jiff::Timestamp::from_second(claims["exp"].as_i64().unwrap()).unwrap().to_string();
+    admin(
+        data,
+        Method::POST,
+        "/apis/revocation.podpass.dev/v1/revokedtokens",
+        Some(serde_json::json!({"apiVersion": "revocation.podpass.dev/v1", "kind": "RevokedToken",
+            "metadata": {"name": claims["jti"]}, "spec": {"expirationTimestamp": until, "reason": "leaked"}})),
+    );
+    refused_within(|| get(&leaked));
+    refused_within(|| get(&leaked_exchange));
 }
 
 /// tcpdump on `lo` for the given ports (Debian `tcpdump`), written as it captures; stopped
@@ -488,6 +503,30 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // registry-auth asks the control plane's TokenReview: a deleted pod's token, and an
     // exchange token of a deleted service account, are refused within the caches' 10 s.
     revoked_credentials_are_refused(&data);
+
+    // node-1's provider configuration changes while the cluster runs: a bad one is refused
+    // with a Warning on the Node naming the field, the node keeps the last good one; the
+    // good one comes back.
+    let providers = data.join("node-1/credential-provider.yaml");
+    let good = std::fs::read_to_string(&providers).unwrap();
+    std::fs::write(&providers, good.replace("defaultCacheDuration: 10m", "defaultCacheDuration: -5s")).unwrap();
+    let node_event = |reason: &str| -> Option<Value> {
+        let list = admin(&data, reqwest::Method::GET, "/api/v1/namespaces/default/events", None);
+        list["items"]
+            .as_array()?
+            .iter()
+            .rev()
+            .find(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == reason)
+            .cloned()
+    };
+    let refused = wait_for("the bad provider configuration refused", Duration::from_secs(30), || {
+        node_event("CredentialProviderConfigInvalid")
+    });
+    assert!(refused["message"].as_str().unwrap().contains("defaultCacheDuration"), "{refused}");
+    std::fs::write(&providers, good).unwrap();
+    wait_for("the good provider configuration back", Duration::from_secs(30), || {
+        node_event("CredentialProviderConfigReloaded")
+    });
 
     // `podpass node explain` on a pod the pull records do not let use the image: the
     // reason comes first; the JSON carries the credentials and providers reports' facts.
