@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = podpass_node::kubelet_config::parse(data);
+    let _ = podpass_node::parse_kubelet_config(data);
 });

@@ -193,9 +193,9 @@ fn a_pods_projected_volumes_are_written_and_removed_with_the_pod() {
     assert!(std::fs::read_link(api.join("token")).unwrap().starts_with("..data"), "published through ..data");
     // As the kubelet's: the tokens are in memory, one tmpfs per volume, where the agent
     // may mount (it runs as this test does).
-    let probe = podpass_node::volumes::set_up_tmpfs(&dir.path().join("probe"), None).unwrap();
-    let may_mount = !matches!(probe, podpass_node::volumes::TmpfsSetUp::NotPermitted(_));
-    let _ = podpass_node::volumes::unmount_all_under(&dir.path().join("probe"));
+    let probe = podpass_node::set_up_tmpfs(&dir.path().join("probe"), None).unwrap();
+    let may_mount = !matches!(probe, podpass_node::TmpfsSetUp::NotPermitted(_));
+    let _ = podpass_node::unmount_all_under(&dir.path().join("probe"));
     assert_eq!(tmpfs_mounted(&volumes.join("registry-token")), may_mount);
     assert_eq!(tmpfs_mounted(&api), may_mount);
 

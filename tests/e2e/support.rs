@@ -160,7 +160,7 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-        let _ = podpass_node::volumes::unmount_all_under(&self.1);
+        let _ = podpass_node::unmount_all_under(&self.1);
     }
 }
 

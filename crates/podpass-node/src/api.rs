@@ -279,7 +279,7 @@ impl TokenFetcher for KubeTokenFetcher {
     }
 }
 
-/// Service accounts and pod-bound tokens from the API, tokens through a [`TokenManager`].
+/// Service accounts and pod-bound tokens from the API, tokens through the node's token manager.
 pub struct KubeServiceAccounts {
     client: kube::Client,
     tokens: Arc<TokenManager<KubeTokenFetcher>>,

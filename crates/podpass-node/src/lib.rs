@@ -1,10 +1,10 @@
 //! The podpass node agent, the kubelet's image and token subsystems:
 //!
-//! - [`agent`]: the daemon (`podpass node run`): node registration and heartbeat, a worker
+//! - `agent`: the daemon (`podpass node run`): node registration and heartbeat, a worker
 //!   per pod bound to the node, Events and pod status.
-//! - [`volumes`]: projected volumes (service-account tokens, config maps, secrets, downward
+//! - `volumes`: projected volumes (service-account tokens, config maps, secrets, downward
 //!   API) written with the kubelet's AtomicWriter.
-//! - [`token`]: the token manager (TokenRequest per pod and audience, refreshed at 80% of
+//! - `token`: the token manager (TokenRequest per pod and audience, refreshed at 80% of
 //!   its life or after 24 h).
 //! - [`credential`]: image credentials for a pod — exec credential provider plugins fed
 //!   with its service-account token (KEP-4412 `tokenAttributes`), pull secrets and
@@ -15,17 +15,23 @@
 //! - [`runtime`]: containers through containerd's CRI runtime service, containerd's own
 //!   configuration, and the runnable images (sandbox, demo) podpass makes locally.
 
-pub mod agent;
-pub mod api;
+mod agent;
+mod api;
 pub mod credential;
 mod cri;
 mod identity;
 pub mod images;
-pub mod kubelet_config;
+mod kubelet_config;
 mod request_error;
 pub mod runtime;
-pub mod token;
-pub mod volumes;
+mod token;
+mod volumes;
 
-pub use api::RequestError;
+pub use agent::{AgentConfig, AgentError, DEFAULT_HEALTHZ_PORT, DEFAULT_PORT, PREPARED_CONDITION};
+pub use api::{
+    Client, KubeServiceAccounts, PodContainer, RequestError, client_from_kubeconfig, get_pod, get_pod_containers,
+    pull_secrets,
+};
 pub use identity::{BoundObjectRef, PodRef, ServiceAccountRef, ServiceAccountRefError};
+pub use kubelet_config::{KubeletConfig, parse as parse_kubelet_config, read as read_kubelet_config};
+pub use volumes::{AtomicWriter, FileProjection, TmpfsSetUp, UnmountOnDrop, set_up_tmpfs, unmount_all_under};

@@ -41,7 +41,7 @@ pub enum NodeCommand {
     /// each pod bound to the node writes its projected volumes (rotating tokens), ensures its
     /// images with its own credentials, and posts Events and pod status. SIGTERM or Ctrl-C
     /// stops it.
-    Run(podpass_node::agent::AgentConfig),
+    Run(podpass_node::AgentConfig),
 }
 
 /// Flags of `podpass node credentials`.
@@ -111,7 +111,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
 
 /// `podpass node run`: exit 64 with every configuration problem before connecting, 0 after
 /// a clean stop, 1 when the agent fails.
-fn run_agent(mut config: podpass_node::agent::AgentConfig) -> ExitCode {
+fn run_agent(mut config: podpass_node::AgentConfig) -> ExitCode {
     config.version = format!("v1.{}.0-podpass.{}", podpass_apiserver::KUBE_MINOR, env!("CARGO_PKG_VERSION"));
     let prepared = match config.prepare() {
         Ok(p) => p,
@@ -205,12 +205,12 @@ pub(crate) fn read_pull_secrets(paths: &[PathBuf]) -> Result<Vec<PullSecret>> {
 
 /// The pod `NAMESPACE/NAME` from the API server: its identity and its image pull secrets.
 /// As the kubelet, a pull secret that cannot be read is skipped with a warning.
-pub(crate) async fn read_pod(client: &podpass_node::api::Client, pod: &str) -> Result<(PodIdentity, Vec<PullSecret>)> {
+pub(crate) async fn read_pod(client: &podpass_node::Client, pod: &str) -> Result<(PodIdentity, Vec<PullSecret>)> {
     let Some((namespace, name)) = pod.split_once('/') else {
         bail!("--pod {pod:?}: must be NAMESPACE/NAME");
     };
-    let info = podpass_node::api::get_pod(client, namespace, name).await?;
-    let (secrets, skipped) = podpass_node::api::pull_secrets(client, namespace, &info.pull_secrets).await;
+    let info = podpass_node::get_pod(client, namespace, name).await?;
+    let (secrets, skipped) = podpass_node::pull_secrets(client, namespace, &info.pull_secrets).await;
     for (secret, e) in skipped {
         eprintln!("warning: pod {pod}: image pull secret {secret}: {e}");
     }
@@ -220,12 +220,11 @@ pub(crate) async fn read_pod(client: &podpass_node::api::Client, pod: &str) -> R
 async fn credentials(a: CredentialsArgs) -> Result<()> {
     let sa_token_feature = a.feature_gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let client = match &a.kubeconfig {
-        Some(path) => Some(podpass_node::api::client_from_kubeconfig(path).await?),
+        Some(path) => Some(podpass_node::client_from_kubeconfig(path).await?),
         None => None,
     };
-    let source: Option<std::sync::Arc<dyn ServiceAccountSource>> = client
-        .clone()
-        .map(|c| podpass_node::api::KubeServiceAccounts::new(c) as std::sync::Arc<dyn ServiceAccountSource>);
+    let source: Option<std::sync::Arc<dyn ServiceAccountSource>> =
+        client.clone().map(|c| podpass_node::KubeServiceAccounts::new(c) as std::sync::Arc<dyn ServiceAccountSource>);
     let providers = register(
         &a.image_credential_provider_config,
         &a.image_credential_provider_bin_dir,

@@ -14,7 +14,8 @@ use podpass_node::credential::{
     CredentialSource, Lookup, PluginProvider, ProviderReport, ServiceAccountSource, lookup,
 };
 use podpass_node::images::{
-    Backend, ImageService, PolicyEnforcer, PullManager, PullPolicy, PullVerdict, RecordStore, assembly, pod_credentials,
+    Backend, ImageService, PolicyEnforcer, PullManager, PullPolicy, PullVerdict, RecordStore, feature_gates,
+    pod_credentials,
 };
 use serde_json::{Value, json};
 
@@ -71,16 +72,16 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
     let (namespace, name) = pod_name.split_once('/').unwrap_or_default();
     let config = match &a.config {
         None => Default::default(),
-        Some(p) => podpass_node::kubelet_config::read(p)
+        Some(p) => podpass_node::read_kubelet_config(p)
             .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
             .with_context(|| format!("--config {}", p.display()))?,
     };
-    let gates = assembly::feature_gates(&config, "")?;
-    let client = podpass_node::api::client_from_kubeconfig(&a.kubeconfig).await?;
+    let gates = feature_gates(&config, "")?;
+    let client = podpass_node::client_from_kubeconfig(&a.kubeconfig).await?;
     let (identity, secrets, node_name, mut containers) = match &a.pod {
         Some(pod) => {
             let (identity, secrets) = crate::node::read_pod(&client, pod).await?;
-            let (node_name, containers) = podpass_node::api::get_pod_containers(&client, namespace, name).await?;
+            let (node_name, containers) = podpass_node::get_pod_containers(&client, namespace, name).await?;
             (Some(identity), secrets, node_name, containers)
         }
         None => (None, Vec::new(), None, Vec::new()),
@@ -89,7 +90,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
         // The image as a container of the pod would name it (its pull policy the API's
         // default), or the pod's own container of that image when it has one.
         let own = containers.iter().find(|c| &c.image == image).cloned();
-        containers = vec![own.unwrap_or_else(|| podpass_node::api::PodContainer {
+        containers = vec![own.unwrap_or_else(|| podpass_node::PodContainer {
             name: "(--image)".into(),
             image: image.clone(),
             image_pull_policy: None,
@@ -97,7 +98,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             state: None,
         })];
     }
-    let accounts = podpass_node::api::KubeServiceAccounts::new(client.clone()) as Arc<dyn ServiceAccountSource>;
+    let accounts = podpass_node::KubeServiceAccounts::new(client.clone()) as Arc<dyn ServiceAccountSource>;
     let sa_feature = gates.enabled(Feature::KubeletServiceAccountTokenForCredentialProviders);
     let providers = match (&a.image_credential_provider_config, &a.image_credential_provider_bin_dir) {
         (Some(c), Some(b)) => {
@@ -123,7 +124,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
 
     let mut reports = Vec::new();
     for c in &containers {
-        let image = podpass_node::images::reference::apply_default_tag(&c.image).unwrap_or_else(|_| c.image.clone());
+        let image = podpass_node::images::apply_default_tag(&c.image).unwrap_or_else(|_| c.image.clone());
         let (policy, policy_from) = match c.image_pull_policy.as_deref().map(str::parse::<PullPolicy>) {
             Some(Ok(p)) => (p, "set on the container"),
             _ => (PullPolicy::default_for(&c.image), "the API's default for this tag"),
@@ -204,7 +205,7 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
 
 /// Where a pull's proof of access comes from on this node.
 fn proof(image: &str, through_runtime: bool, trust_runtime_pulls: bool) -> Value {
-    let registry = podpass_node::images::reference::parse(image).map(|r| r.domain).unwrap_or_default();
+    let registry = podpass_node::images::parse_reference(image).map(|r| r.domain).unwrap_or_default();
     let (at, says) = match (through_runtime, trust_runtime_pulls) {
         (false, _) => ("store", format!("the node's own pull from {registry} with the pod's credentials")),
         (true, false) => (

@@ -12,14 +12,14 @@ use podpass_node::credential::read_node_config;
 use podpass_node::credential::{
     CredentialSource, Keyring, Lookup, PluginProvider, PodIdentity, PullSecret, ServiceAccountSource, lookup,
 };
+use podpass_node::images;
 use podpass_node::images::Backend;
 use podpass_node::images::ImageService;
 use podpass_node::images::PolicyEnforcer;
 use podpass_node::images::PullManager;
-use podpass_node::images::assembly;
 use podpass_node::images::{ImagePulledRecord, RecordStore};
 use podpass_node::images::{LazyLookup, LookupFuture, PullPolicy, pull_with_credentials};
-use podpass_node::kubelet_config::{self, KubeletConfig};
+use podpass_node::{KubeletConfig, read_kubelet_config};
 use prometheus_client::registry::Registry;
 
 use crate::pull_progress::{Printer, ProgressMode};
@@ -194,7 +194,7 @@ fn open_records(root_dir: &Path) -> Result<RecordStore> {
 fn kubelet_config(path: Option<&Path>) -> Result<KubeletConfig> {
     match path {
         None => Ok(KubeletConfig::default()),
-        Some(p) => kubelet_config::read(p)
+        Some(p) => read_kubelet_config(p)
             .map_err(|errors| anyhow::anyhow!("invalid configuration: {}", errors.join(", ")))
             .with_context(|| format!("--config {}", p.display())),
     }
@@ -210,11 +210,10 @@ struct PodContext {
 async fn pod_context(a: &EnsureImageArgs) -> Result<PodContext> {
     let mut secrets = crate::node::read_pull_secrets(&a.pull_secrets)?;
     let client = match &a.kubeconfig {
-        Some(path) => Some(podpass_node::api::client_from_kubeconfig(path).await?),
+        Some(path) => Some(podpass_node::client_from_kubeconfig(path).await?),
         None => None,
     };
-    let source =
-        client.clone().map(|c| podpass_node::api::KubeServiceAccounts::new(c) as Arc<dyn ServiceAccountSource>);
+    let source = client.clone().map(|c| podpass_node::KubeServiceAccounts::new(c) as Arc<dyn ServiceAccountSource>);
     let mut identity = None;
     if let Some(pod) = &a.pod {
         let client = client.as_ref().context("--pod needs --kubeconfig")?;
@@ -271,7 +270,7 @@ fn make_lookup(
 /// Runs `ensure-image`; the exit code says whether the pod may use the image.
 pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
     let config = kubelet_config(a.config.as_deref())?;
-    let gates = assembly::feature_gates(&config, &a.feature_gates)?;
+    let gates = images::feature_gates(&config, &a.feature_gates)?;
     let sa =
         a.service_account.as_deref().map(str::parse::<ServiceAccountRef>).transpose().context("--service-account")?;
     let backend = a.runtime.backend_with_progress(a.progress).await?;
@@ -284,9 +283,9 @@ pub async fn ensure_image(a: EnsureImageArgs) -> Result<bool> {
         client_identity: identity,
         insecure_registries: a.runtime.insecure_registries.clone(),
     };
-    let origin = assembly::origin_check(&backend, &a.origin, &settings)?;
+    let origin = images::origin_check(&backend, &a.origin, &settings)?;
     let (manager, pull_manager, warnings) =
-        assembly::image_manager(&a.runtime.root_dir, Arc::new(backend), &config, &gates, assembly::WarmUp::Foreground)
+        images::image_manager(&a.runtime.root_dir, Arc::new(backend), &config, &gates, images::WarmUp::Foreground)
             .await?;
     let manager = manager.with_origin_check(origin);
     for e in warnings {
@@ -330,7 +329,7 @@ pub async fn load(a: LoadArgs) -> Result<()> {
     let backend = a.runtime.backend_with_progress(a.progress).await?;
     let secrets = crate::node::read_pull_secrets(&a.pull_secrets)?;
     let found = lookup(&a.image, None, &secrets, &[], &Default::default()).await;
-    let image = podpass_node::images::reference::apply_default_tag(&a.image)?;
+    let image = podpass_node::images::apply_default_tag(&a.image)?;
     // CRI's PullImage reports nothing until it is done: say so, then the totals.
     let cri_totals = a.progress.resolve().is_some() && !backend.reports_progress();
     if cri_totals {

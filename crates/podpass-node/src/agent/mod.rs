@@ -32,11 +32,11 @@ mod status;
 mod sync_error;
 mod worker;
 
-pub use events::{EventRecorder, field_path};
-pub use ops::{API_STALE_AFTER_SECONDS, ApiContact};
+pub use events::EventRecorder;
+pub use ops::ApiContact;
 pub use pods::MAX_CONCURRENT_SYNCS;
 pub use sources::ApiSources;
-pub use status::{ContainerOutcome, ContainerReport, PREPARED_CONDITION, PREPARED_MESSAGE, pod_status};
+pub use status::PREPARED_CONDITION;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -54,11 +54,7 @@ use crate::kubelet_config::KubeletConfig;
 use pods::PodLoop;
 use worker::Shared;
 
-pub use heartbeat::{
-    HeartbeatError, LEASE_DURATION_SECONDS, NODE_LEASE_NAMESPACE, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL,
-    conditions, initial_node, lease, node_status,
-};
-pub use pressure::Pressure;
+pub use heartbeat::{HeartbeatError, LEASE_DURATION_SECONDS, NodeIdentity, RENEW_INTERVAL, STATUS_REPORT_INTERVAL};
 
 /// Flags of `podpass node run`, named as the kubelet's: declared once here, parsed by the
 /// CLI (clap) or [`podpass_serve::parse_flags`], checked whole by [`AgentConfig::prepare`].

@@ -2,10 +2,9 @@
 //! the credential verification policy, the pull records on disk, the image stores (embedded
 //! OCI store or a CRI runtime), and the image manager that ties them together.
 //!
-//! The modules are private; what callers need is re-exported here. `reference`
-//! stays a namespace of free functions, `assembly` is the one wiring.
+//! The modules are private; what callers need is re-exported here.
 
-pub mod assembly;
+pub(crate) mod assembly;
 pub(crate) mod backend;
 pub(crate) mod backoff;
 mod cri;
@@ -19,9 +18,10 @@ pub(crate) mod policy;
 pub(crate) mod progress;
 pub(crate) mod pull_manager;
 pub(crate) mod records;
-pub mod reference;
+pub(crate) mod reference;
 pub(crate) mod service;
 
+pub use assembly::{AssemblyError, WarmUp, feature_gates, image_manager, origin_check};
 pub use backend::Backend;
 pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
@@ -44,4 +44,5 @@ pub use records::{
     API_VERSION, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord,
     RecordError, RecordStore, decode_intent, decode_pulled, encode, file_name,
 };
+pub use reference::{ImageReference, ReferenceError, apply_default_tag, normalized_name, parse as parse_reference};
 pub use service::{ImageError, ImageService, PresentImage, PullAuth};

@@ -40,7 +40,8 @@ pub enum VolumeMedium {
         /// The node's allocatable memory in bytes.
         node_allocatable_memory: u64,
     },
-    /// Plain directories on the root dir's file system.
+    /// Plain directories on the root dir's file system (tests that may not mount).
+    #[cfg(test)]
     Disk,
 }
 

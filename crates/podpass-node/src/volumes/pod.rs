@@ -131,11 +131,6 @@ pub fn pod_dir(root: &Path, pod_uid: &str) -> PathBuf {
     root.join("pods").join(pod_uid)
 }
 
-/// `<root>/pods/<uid>/volumes/kubernetes.io~projected/<volume>`.
-pub fn projected_dir(root: &Path, pod_uid: &str, volume: &str) -> PathBuf {
-    volume_dir(root, pod_uid, PROJECTED_PLUGIN_DIR, volume)
-}
-
 /// `<root>/pods/<uid>/volumes/<plugin>/<volume>`.
 pub fn volume_dir(root: &Path, pod_uid: &str, plugin: &str, volume: &str) -> PathBuf {
     pod_dir(root, pod_uid).join("volumes").join(plugin).join(volume)

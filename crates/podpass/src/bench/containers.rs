@@ -116,7 +116,7 @@ async fn run_both(
 
     let root: PathBuf = dir.join("node-containers");
     // Declared before the agent: its volume mounts are detached after it is killed.
-    let _mounts = podpass_node::volumes::UnmountOnDrop(root.clone());
+    let _mounts = podpass_node::UnmountOnDrop(root.clone());
     let exe = std::env::current_exe().context("own executable")?;
     let _agent = Killed(
         Command::new(exe)

@@ -431,7 +431,7 @@ async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
         .iter()
         .filter(|p| {
             p["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter().any(|c| c["type"] == podpass_node::agent::PREPARED_CONDITION && c["status"] == "True")
+                cs.iter().any(|c| c["type"] == podpass_node::PREPARED_CONDITION && c["status"] == "True")
             })
         })
         .count();
@@ -444,7 +444,7 @@ async fn all_prepared(api: &Api, expected: usize) -> Result<bool> {
 /// mounted for it where this process may mount, as the agent does, else the agent's own
 /// file system), from a blocking thread as the agent does, `n` times one at a time.
 async fn volume_writes(root: &Path, n: usize) -> Result<(Phase, &'static str)> {
-    use podpass_node::volumes::{AtomicWriter, FileProjection};
+    use podpass_node::{AtomicWriter, FileProjection};
     let file = |size: usize, mode: u32| FileProjection { data: vec![b'x'; size], mode, owner: None, group: None };
     let payload: std::collections::BTreeMap<String, FileProjection> = [
         ("ca.crt".to_owned(), file(558, 0o644)),
@@ -460,9 +460,9 @@ async fn volume_writes(root: &Path, n: usize) -> Result<(Phase, &'static str)> {
         let payload = payload.clone();
         let started = Instant::now();
         let on_disk = tokio::task::spawn_blocking(move || -> Result<bool> {
-            let set_up = podpass_node::volumes::set_up_tmpfs(&dir, None)?;
+            let set_up = podpass_node::set_up_tmpfs(&dir, None)?;
             AtomicWriter::new(&dir)?.write(&payload)?;
-            Ok(matches!(set_up, podpass_node::volumes::TmpfsSetUp::NotPermitted(_)))
+            Ok(matches!(set_up, podpass_node::TmpfsSetUp::NotPermitted(_)))
         })
         .await
         .context("writer task")?
@@ -495,7 +495,7 @@ fn node_identity(dir: &Path, api: &Api, node: &str, file: &str) -> Result<PathBu
 async fn drive(dir: &Path, args: &NodeBench) -> Result<()> {
     // The agents' volume mounts (and the floor's) are detached before the caller removes
     // `dir`, after the agents are gone.
-    let _mounts = podpass_node::volumes::UnmountOnDrop(dir.to_owned());
+    let _mounts = podpass_node::UnmountOnDrop(dir.to_owned());
     let image = registry().await?;
     // Baseline pods live on another node: the agent starts with none.
     let (api, baseline_uids) = super::start_with(

@@ -300,7 +300,7 @@ fn prepared(pod: &Value) -> Option<&str> {
     pod["status"]["conditions"]
         .as_array()?
         .iter()
-        .find(|c| c["type"] == podpass_node::agent::PREPARED_CONDITION)
+        .find(|c| c["type"] == podpass_node::PREPARED_CONDITION)
         .and_then(|c| c["status"].as_str())
 }
 

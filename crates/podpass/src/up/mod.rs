@@ -62,10 +62,10 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 5000)]
     registry_port: u16,
     /// The node agent's /healthz and /metrics port.
-    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_HEALTHZ_PORT)]
+    #[arg(long, default_value_t = podpass_node::DEFAULT_HEALTHZ_PORT)]
     node_healthz_port: u16,
     /// The node agent's HTTPS port (container logs for `kubectl logs`).
-    #[arg(long, default_value_t = podpass_node::agent::DEFAULT_PORT)]
+    #[arg(long, default_value_t = podpass_node::DEFAULT_PORT)]
     node_port: u16,
     /// A node that prepares pods (tokens, volumes, images) but runs no containers: no
     /// containerd, no root needed.
@@ -195,7 +195,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         Err(e) => {
             out.fail();
             parts.stop().await;
-            let _ = podpass_node::volumes::unmount_all_under(&l.node.join("root"));
+            let _ = podpass_node::unmount_all_under(&l.node.join("root"));
             return Err(e);
         }
     };
@@ -274,7 +274,7 @@ async fn stop(
     // The pods' secret and projected volumes are tmpfs mounts: gone with the node, so the
     // data dir holds no mount (and can be removed); a later `up` mounts and writes them
     // again, with fresh tokens.
-    if let Err(e) = podpass_node::volumes::unmount_all_under(node_root) {
+    if let Err(e) = podpass_node::unmount_all_under(node_root) {
         eprintln!("warning: unmounting the pods' volumes: {e}");
     }
     if killed.is_empty() {
