@@ -45,6 +45,13 @@ fn up(data: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+/// One whole cluster at a time: two demos at once on a loaded two-core machine test the
+/// machine, not podpass.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs `podpass up` with `args` (a `--demo`) on `data` to its end, its output in `dir`;
 /// asserts it exited 0 and answers what it printed.
 fn demo(dir: &Path, data: &Path, args: &[&str]) -> String {
@@ -321,6 +328,7 @@ impl Drop for Capture {
 
 #[test]
 fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_leaves_nothing() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     // Everything the cluster's parts say to each other on loopback while a tenant pulls
@@ -710,6 +718,7 @@ fn a_port_in_use_a_missing_registry_or_containerd_is_one_line_saying_what_to_do_
 /// refused — because the node verifies each pull at the registry itself.
 #[test]
 fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     for d in [&data, &data.join("registry"), &data.join("registry/storage")] {
