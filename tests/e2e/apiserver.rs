@@ -276,7 +276,7 @@ fn kubectl_creates_objects_and_pod_bound_tokens_that_review_until_the_pod_goes()
     let admin = admin_token(d);
     std::fs::write(&jwks, serde_json::to_vec(&get(&s, "/openid/v1/jwks", Some(&admin)).1).unwrap()).unwrap();
     let out = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/pyjwt_verify.py"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("pyjwt_verify.py"))
         .args([jwks.to_str().unwrap(), &s.url, "registry", token.trim()])
         .output()
         .unwrap();

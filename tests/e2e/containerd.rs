@@ -67,7 +67,7 @@ impl Containerd {
     pub fn start_with_registries(dir: &Path, registries: &[library::RegistryHost]) -> Containerd {
         let mut layout = Layout::new(dir);
         layout.snapshotter = "native".into();
-        layout.write(Path::new(env!("CARGO_BIN_EXE_podpass")), registries).unwrap();
+        layout.write(Path::new(env!("PODPASS_BIN")), registries).unwrap();
         let child = Command::new("containerd")
             .arg("--config")
             .arg(layout.config())

@@ -576,7 +576,7 @@ impl Drop for HostileRegistry {
 fn hostile_registry(dir: &std::path::Path) -> HostileRegistry {
     let port_file = dir.join("registry-port");
     let child = Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/hostile_registry.py"))
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hostile_registry.py"))
         .arg(&port_file)
         .spawn()
         .unwrap();

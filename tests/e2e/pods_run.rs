@@ -263,7 +263,7 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     // `podpass node explain` shows the running container's state beside its image decision;
     // the finished one's, terminated with its reason and code.
     let explain = |pod: &str| -> Value {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podpass"))
+        let out = std::process::Command::new(env!("PODPASS_BIN"))
             .args(["node", "explain", "--kubeconfig", kubeconfig.to_str().unwrap()])
             .args(["--root-dir", d.join("root").to_str().unwrap(), "--pod", pod, "-o", "json"])
             .args(["--container-runtime-endpoint", &endpoint])

@@ -55,7 +55,7 @@ fn logs(api: &Path, name: &str) -> String {
 /// An image with podpass itself (and the shared libraries it links, as `ldd` lists them)
 /// beside busybox: what verifies a token from inside a pod.
 fn verifier_image() -> Vec<u8> {
-    let bin = env!("CARGO_BIN_EXE_podpass");
+    let bin = env!("PODPASS_BIN");
     let mut extra = vec![Entry::File { name: "bin/podpass".into(), mode: 0o755, content: std::fs::read(bin).unwrap() }];
     let ldd = std::process::Command::new("ldd").arg(bin).output().unwrap();
     let mut dirs = std::collections::BTreeSet::new();

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const PODPASS: &str = env!("CARGO_BIN_EXE_podpass");
+pub const PODPASS: &str = env!("PODPASS_BIN");
 
 /// A server process, killed on drop.
 pub struct Server {
@@ -208,7 +208,7 @@ impl Flood {
     /// With `token`: each connection a POST of that identity whose body never comes.
     pub fn start_as(addr: &str, count: usize, tls: bool, token: Option<&str>) -> Flood {
         let (host, port) = addr.rsplit_once(':').unwrap();
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/tls_flood.py");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tls_flood.py");
         let mut child = Command::new("python3")
             .arg(script)
             .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])

@@ -34,7 +34,7 @@ const TENANT_IMAGE_2: &str = "podpass.local/tenant:2";
 
 /// Builds `swap_exchange.c` static (gcc and glibc's `libc.a`: install-test-deps).
 fn build_swapper(dir: &Path) -> Vec<u8> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e/swap_exchange.c");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("swap_exchange.c");
     let out = dir.join("swap_exchange");
     let status = Command::new("cc").args(["-static", "-O2", "-o"]).arg(&out).arg(&source).status().expect("cc (gcc)");
     assert!(status.success(), "building the swapping helper static");

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const PODPASS: &str = env!("CARGO_BIN_EXE_podpass");
+const PODPASS: &str = env!("PODPASS_BIN");
 const ISSUER: &str = "https://issuer.e2e.test";
 const AUD: &str = "registry.e2e.test";
 
 fn e2e_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/e2e")
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
 fn podpass(args: &[&str]) -> Output {
