@@ -1330,3 +1330,51 @@ fn a_deleted_pods_token_and_its_exchange_tokens_are_refused_at_once_not_when_the
     let last = audit_lines(&reviewed_dir).pop().unwrap();
     assert_eq!(last["reason"], "token_review", "{last}");
 }
+
+#[test]
+fn a_secret_bound_token_is_reviewed_every_time_so_it_ends_with_its_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let c = cluster(d);
+    signing_key(d, "signer");
+    let reviewed_dir = d.join("reviewed");
+    let (_reviewed, url) = reviewed_registry_auth(&c, d, &reviewed_dir);
+    let scope = "repository:team-a/app:pull";
+    let secret = post(
+        &c.s,
+        "/api/v1/namespaces/team-a/secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bound"}, "type": "Opaque"}),
+    );
+    let token = token(
+        &c.s,
+        "team-a",
+        "builder",
+        AUDIENCE,
+        Some(("Secret", "bound", secret["metadata"]["uid"].as_str().unwrap())),
+    );
+    for _ in 0..2 {
+        assert_eq!(get_token(&url, &token, scope).status(), 200);
+    }
+    // Asked each time: registry-auth does not see Secrets, the API server does.
+    let reviews: Vec<String> =
+        audit_lines(&reviewed_dir).iter().map(|l| l["token_review"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(reviews, ["reviewed", "reviewed"]);
+    // No exchange token from it: it could not end with the Secret.
+    let resp = reqwest::blocking::Client::new()
+        .get(format!("{url}/token?service=registry.local&scope={scope}&offline_token=true"))
+        .basic_auth("anyone", Some(&token))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(resp.text().unwrap().contains("bound to a Secret"));
+    let resp = client(&c.s.dir)
+        .delete(format!("{}/api/v1/namespaces/team-a/secrets/bound", c.s.url))
+        .bearer_auth(admin_token(&c.s.dir))
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success());
+    // The API server drops its cached success as it watches the deletion; the next review says no.
+    wait_for("the deleted secret's token refused", Duration::from_secs(5), || {
+        (get_token(&url, &token, scope).status() == 401).then_some(Value::Null)
+    });
+}

@@ -123,6 +123,7 @@ mod tests {
             node: Some(ObjectRef::new("n1", "node-uid")),
             annotations: [("podpass.dev/team".to_owned(), "blue".to_owned())].into(),
             jti: Some("j".into()),
+            secret: None,
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Identity {
     /// The service-account token's `jti`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jti: Option<String>,
+    /// The Secret the token was bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<ObjectRef>,
 }
 
 impl Identity {

@@ -165,8 +165,15 @@ impl TokenReviewer {
     }
 
     /// Whether the cluster authenticates `token` as `username` with `uid` for this
-    /// reviewer's audience. `Ok(true)` when the answer came from the cache.
-    pub async fn review(&self, token: &str, username: &str, uid: &str) -> Result<bool, ReviewError> {
+    /// reviewer's audience. `Ok(true)` when the answer came from the cache; with `cached`
+    /// false the cluster is always asked (and the answer not kept).
+    pub async fn review(&self, token: &str, username: &str, uid: &str, cached: bool) -> Result<bool, ReviewError> {
+        if !cached {
+            let answer = tokio::time::timeout(REVIEW_TIMEOUT, self.ask(token))
+                .await
+                .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))??;
+            return self.compare(&answer, username, uid).map(|()| false);
+        }
         self.decide(token.as_bytes(), || self.ask(token), username, uid).await
     }
 
@@ -208,6 +215,11 @@ impl TokenReviewer {
         let answer = tokio::time::timeout(REVIEW_TIMEOUT, slot.get_or_try_init(ask))
             .await
             .map_err(|_| ReviewError::Unavailable(format!("no answer within {REVIEW_TIMEOUT:?}")))??;
+        self.compare(answer, username, uid).map(|()| cached)
+    }
+
+    /// The cluster's answer compared with the identity expected.
+    fn compare(&self, answer: &Cached, username: &str, uid: &str) -> Result<(), ReviewError> {
         match &answer.answer {
             Answer::NotAuthenticated(why) => Err(ReviewError::Rejected(why.clone())),
             Answer::Authenticated { username: u, uid: i, audiences } => {
@@ -222,7 +234,7 @@ impl TokenReviewer {
                         self.audience
                     )));
                 }
-                Ok(cached)
+                Ok(())
             }
         }
     }

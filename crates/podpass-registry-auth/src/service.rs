@@ -402,6 +402,12 @@ impl TokenService {
             .registry
             .sign(&identity.username(), &granted, now, not_after)
             .map_err(|e| Refusal::unavailable("signing", e.to_string()))?;
+        if request.offline && identity.secret.is_some() {
+            // An exchange token could not end with the Secret: registry-auth does not see it.
+            return Err(Refusal::Invalid(
+                "no exchange token (offline) from a token bound to a Secret: it could not end when the Secret is deleted; ask without offline".into(),
+            ));
+        }
         let refresh_token = if request.offline {
             let expires_at = not_after.min(now + self.exchange_ttl_seconds);
             let t = exchange_token::sign(&self.exchange_signer, self.registry.issuer(), &identity, now, expires_at)
@@ -446,6 +452,7 @@ impl TokenService {
         let Some(exp) = verified.expires_at else {
             return Err(Refusal::unauthorized("malformed", "tokens without an expiry are not accepted"));
         };
+        let secret = verified.secret.clone();
         let info = verified.info;
         // The names are substituted into repository patterns and matched by globs: only
         // what Kubernetes itself would name (a namespace is a DNS label, a service account
@@ -468,6 +475,7 @@ impl TokenService {
             namespace: info.namespace,
             annotations: BTreeMap::new(),
             jti: info.credential_id.strip_prefix("JTI=").map(str::to_owned),
+            secret,
         };
         Ok((identity, Credential::ServiceAccountToken, exp))
     }
@@ -475,7 +483,10 @@ impl TokenService {
     /// The issuing cluster's TokenReview of a service-account token, when configured.
     async fn review(&self, token: &str, identity: &Identity) -> Result<&'static str, Refusal> {
         let Some(reviewer) = self.reviewers.iter().find(|r| r.issuer() == identity.issuer) else { return Ok("off") };
-        review_outcome(reviewer.review(token, &identity.username(), &identity.service_account.uid).await)
+        // A Secret's deletion is not watched here (registry-auth may not read Secrets): a
+        // token bound to one is reviewed every time, so it ends when the API server says so.
+        let cached = identity.secret.is_none();
+        review_outcome(reviewer.review(token, &identity.username(), &identity.service_account.uid, cached).await)
     }
 
     /// An exchange token's service account, checked against the issuing cluster when a

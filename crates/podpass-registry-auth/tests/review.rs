@@ -93,22 +93,27 @@ async fn reviewer(c: &Cluster) -> TokenReviewer {
 async fn an_authenticated_token_is_granted_once_then_from_the_cache() {
     let c = cluster().await;
     let r = reviewer(&c).await;
-    assert_eq!(r.review("alive-1", USER, UID).await, Ok(false));
-    assert_eq!(r.review("alive-1", USER, UID).await, Ok(true));
+    assert_eq!(r.review("alive-1", USER, UID, true).await, Ok(false));
+    assert_eq!(r.review("alive-1", USER, UID, true).await, Ok(true));
     assert_eq!(c.calls.load(Ordering::SeqCst), 1);
+    // Uncached (a token bound to a Secret, whose deletion registry-auth does not see): the
+    // cluster is asked every time, and nothing is kept.
+    assert_eq!(r.review("alive-x", USER, UID, false).await, Ok(false));
+    assert_eq!(r.review("alive-x", USER, UID, false).await, Ok(false));
+    assert_eq!(c.calls.load(Ordering::SeqCst), 3);
 
     // Sixteen concurrent reviews of a new token: one round trip.
     let r = Arc::new(r);
     let tasks: Vec<_> = (0..16)
         .map(|_| {
             let r = Arc::clone(&r);
-            tokio::spawn(async move { r.review("alive-2", USER, UID).await })
+            tokio::spawn(async move { r.review("alive-2", USER, UID, true).await })
         })
         .collect();
     for t in tasks {
         assert!(t.await.unwrap().is_ok());
     }
-    assert_eq!(c.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(c.calls.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test]
@@ -118,7 +123,7 @@ async fn what_the_cluster_does_not_vouch_for_is_rejected_with_its_reason() {
     let rejected = |token: &'static str, expected: &'static str| {
         let r = &r;
         async move {
-            match r.review(token, USER, UID).await {
+            match r.review(token, USER, UID, true).await {
                 Err(ReviewError::Rejected(m)) => assert!(m.contains(expected), "{token}: {m}"),
                 other => panic!("{token}: {other:?}"),
             }
@@ -139,20 +144,20 @@ async fn no_answer_fails_closed_and_is_not_cached() {
     let c = cluster().await;
     let r = reviewer(&c).await;
     for _ in 0..2 {
-        match r.review("forbidden", USER, UID).await {
+        match r.review("forbidden", USER, UID, true).await {
             Err(ReviewError::Unavailable(m)) => assert!(m.contains("403") && m.contains("auth-delegator"), "{m}"),
             other => panic!("{other:?}"),
         }
     }
     assert_eq!(c.calls.load(Ordering::SeqCst), 2, "failures are asked again");
-    assert!(matches!(r.review("server-error", USER, UID).await, Err(ReviewError::Unavailable(_))));
+    assert!(matches!(r.review("server-error", USER, UID, true).await, Err(ReviewError::Unavailable(_))));
 
     // Nobody listening.
     let dir = tempfile::tempdir().unwrap();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let path = kubeconfig(dir.path(), &format!("http://{closed}"));
     let r = TokenReviewer::from_kubeconfig("https://issuer.example", AUDIENCE, &path).await.unwrap();
-    assert!(matches!(r.review("alive-3", USER, UID).await, Err(ReviewError::Unavailable(_))));
+    assert!(matches!(r.review("alive-3", USER, UID, true).await, Err(ReviewError::Unavailable(_))));
 }
 
 #[tokio::test]
