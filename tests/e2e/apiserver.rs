@@ -513,14 +513,7 @@ fn audit_log_links_issued_tokens_to_their_use() {
     let d = dir.path();
     let log = d.join("audit.log");
     let s = start(d, &["--audit-log-path", log.to_str().unwrap()]);
-    let admin = admin_token(d);
-    let resp = client(d)
-        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
-        .bearer_auth(&admin)
-        .json(&serde_json::json!({"spec": {}}))
-        .send()
-        .unwrap();
-    let token = resp.json::<serde_json::Value>().unwrap()["status"]["token"].as_str().unwrap().to_owned();
+    let token = default_token(&s, serde_json::json!({}));
     let (code, _) = get(&s, "/api/v1/namespaces/default/pods", Some(&token));
     assert_eq!(code, 403, "authenticated as the service account, not authorized");
 
@@ -560,16 +553,10 @@ fn node_bound_token_fails_after_the_node_is_deleted() {
         .unwrap()
         .json()
         .unwrap();
-    let req = serde_json::json!({"spec": {"audiences": ["a"], "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node["metadata"]["uid"]}}});
-    let resp: serde_json::Value = c
-        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
-        .bearer_auth(&admin)
-        .json(&req)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let token = resp["status"]["token"].as_str().unwrap().to_owned();
+    let token = default_token(
+        &s,
+        serde_json::json!({"audiences": ["a"], "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node["metadata"]["uid"]}}),
+    );
     let ok_review = token_review(&s, &token, "a");
     assert_eq!(ok_review["status"]["user"]["extra"]["authentication.kubernetes.io/node-name"][0], "n1");
     let metrics = c.get(format!("{}/metrics", s.url)).bearer_auth(&admin).send().unwrap().text().unwrap();
@@ -756,17 +743,10 @@ fn deleting_a_pod_revokes_its_cached_tokens_at_once_not_after_the_cache_ttl() {
         c.post(format!("{}/api/v1/namespaces/default/pods", s.url)).bearer_auth(&admin).json(&pod).send().unwrap();
     assert_eq!(resp.status().as_u16(), 201);
     let uid = resp.json::<serde_json::Value>().unwrap()["metadata"]["uid"].as_str().unwrap().to_owned();
-    let req =
-        serde_json::json!({"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid}}});
-    let body: serde_json::Value = c
-        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
-        .bearer_auth(&admin)
-        .json(&req)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let token = body["status"]["token"].as_str().unwrap().to_owned();
+    let token = default_token(
+        &s,
+        serde_json::json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": uid}}),
+    );
     let whoami = |token: &str| whoami(&s, token);
     // Used twice: the second use is served from the 10 s success cache.
     assert_eq!(whoami(&token), 201);
@@ -780,6 +760,14 @@ fn deleting_a_pod_revokes_its_cached_tokens_at_once_not_after_the_cache_ttl() {
         (whoami(&token) == 401).then_some(serde_json::Value::Null)
     });
     assert_eq!(token_review(&s, &token, &s.url)["status"]["authenticated"], false);
+}
+
+/// A token of `default/default` issued to the admin for TokenRequest `spec`.
+fn default_token(s: &Server, spec: serde_json::Value) -> String {
+    let path = "/api/v1/namespaces/default/serviceaccounts/default/token";
+    let (code, body) = admin_request(s, reqwest::Method::POST, path, Some(serde_json::json!({"spec": spec})));
+    assert_eq!(code, 201, "{body}");
+    body["status"]["token"].as_str().unwrap().to_owned()
 }
 
 /// The status of a SelfSubjectReview made with `token` (201: it authenticates).
@@ -801,17 +789,7 @@ fn a_token_revoked_by_its_jti_is_refused_at_once_until_its_expiry_and_the_revoca
     let log = d.join("audit.log");
     let s = start(d, &["--audit-log-path", log.to_str().unwrap()]);
     let c = client(d);
-    let issue = || {
-        let body: serde_json::Value = c
-            .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
-            .bearer_auth(admin_token(d))
-            .json(&serde_json::json!({"spec": {"expirationSeconds": 600}}))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        body["status"]["token"].as_str().unwrap().to_owned()
-    };
+    let issue = || default_token(&s, serde_json::json!({"expirationSeconds": 600}));
     let (leaked, other) = (issue(), issue());
     let whoami = |token: &str| whoami(&s, token);
     // Used twice: the second use comes from the success cache.
@@ -893,7 +871,6 @@ fn deleting_a_secret_revokes_the_cached_tokens_bound_to_it_and_held_in_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let s = start(d, &[]);
-    let c = client(d);
     let (code, secret) = admin_request(
         &s,
         reqwest::Method::POST,
@@ -902,16 +879,10 @@ fn deleting_a_secret_revokes_the_cached_tokens_bound_to_it_and_held_in_it() {
     );
     assert_eq!(code, 201, "{secret}");
     let uid = secret["metadata"]["uid"].as_str().unwrap();
-    let req = serde_json::json!({"spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": "bound", "uid": uid}}});
-    let body: serde_json::Value = c
-        .post(format!("{}/api/v1/namespaces/default/serviceaccounts/default/token", s.url))
-        .bearer_auth(admin_token(d))
-        .json(&req)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let bound = body["status"]["token"].as_str().unwrap().to_owned();
+    let bound = default_token(
+        &s,
+        serde_json::json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": "bound", "uid": uid}}),
+    );
     // A legacy token, held in a Secret the tokens controller fills.
     let (code, _) = admin_request(
         &s,
