@@ -11,6 +11,24 @@ use tokio::sync::watch;
 
 use crate::store::{EventType, ListOptions, Store, StoreError};
 
+/// Pause before watching again after a watch failed or ended.
+const REWATCH: Duration = Duration::from_secs(1);
+
+/// Runs `watch` (a controller's list-and-watch) until the task is dropped: one that fails
+/// is logged as `what`'s, and one that fails or ends is started again after a second.
+pub(crate) async fn rewatch_forever<F, Fut>(what: &str, mut watch: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
+{
+    loop {
+        if let Err(e) = watch().await {
+            tracing::warn!(error = %e, "{what}: watch failed; starting again");
+        }
+        tokio::time::sleep(REWATCH).await;
+    }
+}
+
 /// How long a write through this server waits for a view to apply it.
 const APPLY_WAIT: Duration = Duration::from_secs(1);
 

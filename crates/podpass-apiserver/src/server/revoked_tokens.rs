@@ -18,8 +18,6 @@ use crate::store::{EventType, ListOptions, StoreError};
 
 /// The resource.
 const RESOURCE: &str = "revokedtokens";
-/// Pause before listing again after a watch failed or ended.
-const RETRY: Duration = Duration::from_secs(1);
 /// How often expired revocations are collected.
 const COLLECT_EVERY: Duration = Duration::from_secs(10);
 /// How long past its token's `exp` a revocation is kept: the authenticator's leeway for
@@ -58,12 +56,7 @@ fn entry(object: &Value) -> Option<(String, i64)> {
 
 /// Keeps `state`'s revocations current until the task is dropped.
 pub async fn run(state: Arc<AppState>) {
-    loop {
-        if let Err(e) = follow(&state).await {
-            tracing::warn!(error = %e, "revoked tokens: watch failed; listing again");
-        }
-        tokio::time::sleep(RETRY).await;
-    }
+    super::informer::rewatch_forever("revoked tokens", || follow(&state)).await;
 }
 
 /// A list (the set replaced whole, so nothing revoked is ever forgotten in between), then

@@ -6,7 +6,6 @@
 //! its success cache. Every replica runs this for its own cache.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -16,17 +15,10 @@ use crate::store::{EventType, ListOptions, StoreError};
 
 /// What tokens can be bound to, speak for or be held in, as stored.
 const WATCHED: [&str; 4] = ["pods", "serviceaccounts", "nodes", "secrets"];
-/// Pause before watching again after a watch failed or ended.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// Runs until the task is dropped.
 pub async fn run(state: Arc<AppState>) {
-    loop {
-        if let Err(e) = watch(&state).await {
-            tracing::warn!(error = %e, "token revocation: watch failed; starting again");
-        }
-        tokio::time::sleep(RETRY).await;
-    }
+    super::informer::rewatch_forever("token revocation", || watch(&state)).await;
 }
 
 async fn watch(state: &AppState) -> Result<(), StoreError> {

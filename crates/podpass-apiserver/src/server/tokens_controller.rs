@@ -11,7 +11,6 @@
 //! accepts them (see `podpass_token::legacy`): registry-auth refuses them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -28,19 +27,12 @@ pub const SERVICE_ACCOUNT_NAME_ANNOTATION: &str = "kubernetes.io/service-account
 /// The annotation holding the service account's UID.
 pub const SERVICE_ACCOUNT_UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 
-/// Pause before watching again after a watch failed or ended.
-const RETRY: Duration = Duration::from_secs(1);
 /// Lost compare-and-swaps a fill retries on the latest Secret.
 const FILL_RETRIES: usize = 5;
 
 /// Runs the controller until the task is dropped.
 pub async fn run(state: Arc<AppState>) {
-    loop {
-        if let Err(e) = watch_and_sync(&state).await {
-            tracing::warn!(error = %e, "tokens controller: watch failed; starting again");
-        }
-        tokio::time::sleep(RETRY).await;
-    }
+    super::informer::rewatch_forever("tokens controller", || watch_and_sync(&state)).await;
 }
 
 /// Every token Secret (the watch's initial ADDED events), then every change; every

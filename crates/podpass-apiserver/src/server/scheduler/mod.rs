@@ -32,19 +32,12 @@ const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const NODE_MONITOR_GRACE_SECONDS: i64 = 50;
 /// Unschedulable pods are tried again this often even when nothing is seen to change.
 const RETRY_UNSCHEDULABLE: Duration = Duration::from_secs(5);
-/// Pause before watching again after a watch failed or ended.
-const RETRY_WATCH: Duration = Duration::from_secs(1);
 /// Lost compare-and-swaps a status write retries on the latest pod.
 const STATUS_RETRIES: usize = 5;
 
 /// Runs the scheduler until the task is dropped.
 pub async fn run(state: Arc<AppState>) {
-    loop {
-        if let Err(e) = watch_and_schedule(&state).await {
-            tracing::warn!(error = %e, "scheduler: watch failed; starting again");
-        }
-        tokio::time::sleep(RETRY_WATCH).await;
-    }
+    super::informer::rewatch_forever("scheduler", || watch_and_schedule(&state)).await;
 }
 
 /// A pod's place: its node and its requests there.
