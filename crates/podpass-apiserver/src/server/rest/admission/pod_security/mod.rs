@@ -296,4 +296,27 @@ mod tests {
             ]
         );
     }
+
+    /// Upstream's check_seLinuxOptions lists `user may not be set` and `role may not be set`
+    /// only beside a forbidden type: a user or role alone leaves the detail empty after the
+    /// colon (pod-security-admission policy/check_seLinuxOptions.go, to this day). Pinned so
+    /// the messages stay upstream's byte for byte, quirk included.
+    #[test]
+    fn selinux_user_or_role_alone_gives_upstreams_empty_detail() {
+        let cluster = PodSecurityConfig::multi_tenant();
+        let refusal = |options: Value| {
+            let pod = json!({"metadata": {"name": "p"}, "spec": {
+                "containers": [{"name": "app", "image": "busybox", "securityContext": {"seLinuxOptions": options}}]}});
+            let (a, s) = view_of(&pod);
+            decide(&Notes::default(), &cluster.defaults, &checks::PodView::new(&a, &s)).unwrap_err()
+        };
+        assert_eq!(
+            refusal(json!({"user": "system_u"})),
+            "violates PodSecurity \"baseline:latest\": seLinuxOptions (container \"app\" set forbidden securityContext.seLinuxOptions: )"
+        );
+        assert_eq!(
+            refusal(json!({"type": "spc_t", "user": "system_u", "role": "r"})),
+            "violates PodSecurity \"baseline:latest\": seLinuxOptions (container \"app\" set forbidden securityContext.seLinuxOptions: type \"spc_t\"; user may not be set; role may not be set)"
+        );
+    }
 }
