@@ -37,6 +37,11 @@ const MAX_CACHED: usize = 4096;
 const MAX_IN_FLIGHT: usize = 64;
 /// One review, waiting for a slot included, takes at most this long.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// A watch that says nothing for this long is dead. It must be longer than the API
+/// server's bookmark interval (upstream's cacher: about a minute, which kube's watcher asks
+/// for), or every idle watch would be cut and re-watched on a back-off, with what it missed
+/// meanwhile — a revocation — passing until it came back.
+pub const WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(150);
 
 /// A review that did not grant.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -79,6 +84,9 @@ pub struct TokenReviewer {
     issuer: String,
     audience: String,
     client: kube::Client,
+    /// The client of the revocation and deletion watches: no 5 s read timeout (an idle
+    /// watch is quiet for a bookmark interval), [`WATCH_IDLE_TIMEOUT`] instead.
+    watch_client: kube::Client,
     cache: Mutex<HashMap<[u8; 32], Slot>>,
     in_flight: Semaphore,
     revoked: crate::revocations::Revocations,
@@ -123,13 +131,17 @@ impl TokenReviewer {
             .await
             .map_err(|e| err(e.to_string()))?;
         config.connect_timeout = Some(REVIEW_TIMEOUT);
-        config.read_timeout = Some(REVIEW_TIMEOUT);
         config.write_timeout = Some(REVIEW_TIMEOUT);
+        let mut watch_config = config.clone();
+        watch_config.read_timeout = Some(WATCH_IDLE_TIMEOUT);
+        config.read_timeout = Some(REVIEW_TIMEOUT);
         let client = kube::Client::try_from(config).map_err(|e| err(e.to_string()))?;
+        let watch_client = kube::Client::try_from(watch_config).map_err(|e| err(e.to_string()))?;
         Ok(Self {
             issuer: issuer.into(),
             audience: audience.into(),
             client,
+            watch_client,
             cache: Mutex::new(HashMap::new()),
             in_flight: Semaphore::new(MAX_IN_FLIGHT),
             revoked: Default::default(),
@@ -159,8 +171,8 @@ impl TokenReviewer {
     pub async fn follow_revocations(self: std::sync::Arc<Self>) {
         let window = REVIEW_CACHE_TTL + DELETION_MARGIN;
         tokio::join!(
-            self.revoked.follow(self.client.clone(), &self.issuer),
-            self.deleted.follow(self.client.clone(), &self.issuer, window)
+            self.revoked.follow(self.watch_client.clone(), &self.issuer),
+            self.deleted.follow(self.watch_client.clone(), &self.issuer, window)
         );
     }
 
