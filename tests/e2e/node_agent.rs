@@ -107,11 +107,19 @@ fn every_configuration_problem_is_reported_before_connecting() {
         .args(["node", "run", "--kubeconfig", dir.path().join("missing").to_str().unwrap()])
         .args(["--node-name", "Bad_Name", "--root-dir", dir.path().join("root").to_str().unwrap()])
         .args(["--image-credential-provider-config", "/nonexistent", "--container-runtime-endpoint", "tcp://x"])
+        .args(["--image-pull-timeout", "2s"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for needle in ["--node-name \"Bad_Name\"", "--kubeconfig", "--image-credential-provider-bin-dir", "unix://"] {
+    for needle in [
+        "--node-name \"Bad_Name\"",
+        "--kubeconfig",
+        "--image-credential-provider-bin-dir",
+        "unix://",
+        "--image-pull-timeout",
+        "must be between 10s and 1h",
+    ] {
         assert!(stderr.contains(needle), "{needle}: {stderr}");
     }
 }

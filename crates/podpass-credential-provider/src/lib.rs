@@ -10,9 +10,12 @@
 //! - `passthrough`: the token itself is the password (registry-auth verifies it per pull);
 //!   the kubelet's `cacheType` must be `Token`, since the credential is the token.
 //! - `exchange`: the token is traded at registry-auth for an exchange token bound to the
-//!   service account (UID included), answered with a `cacheDuration` below its lifetime;
-//!   with `cacheType: ServiceAccount` a node calls registry-auth once per service account,
-//!   not per pull.
+//!   service account (UID included) and to the pod and node of the token it came from,
+//!   answered with a `cacheDuration` below its lifetime. The kubelet's `cacheType` should be
+//!   `Token`: an answer then serves the pod whose token made it (each pod's token is its
+//!   own key), as upstream's cache semantics call for credentials bound to the token; one
+//!   exchange per pod and token rotation, not per pull. Under `ServiceAccount` another pod
+//!   would reuse an exchange token that ends with its pod.
 //!
 //! Errors never carry a token.
 

@@ -14,7 +14,8 @@ use podpass_credential_provider::{self as plugin, ClientIdentity, ExchangeConfig
 enum ModeFlag {
     /// The service-account token is the password (kubelet cacheType Token).
     Passthrough,
-    /// Trade the token at registry-auth for an exchange token (kubelet cacheType ServiceAccount).
+    /// Trade the token at registry-auth for an exchange token bound to the token's pod (kubelet
+    /// cacheType Token).
     Exchange,
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use podpass_api::GoDuration;
 use podpass_api::credential_provider::{CredentialProvider, ExecEnvVar, wire::V1};
 use podpass_node::credential::CredentialMetrics;
-use podpass_node::credential::{PluginProvider, lookup};
+use podpass_node::credential::{PluginProvider, lookup, lookup_again};
 
 /// The echo plugin: answers for `*.registry.example` with user `$PLUGIN_USER` and the
 /// image as password, cache key type and duration from its args, and logs each run.
@@ -105,6 +105,30 @@ async fn registry_cache_serves_other_images_of_the_registry() {
     assert_eq!(bin.runs(), 2);
     let unmatched = p.provide("quay.io/app", None).await;
     assert!(!unmatched.report.matched && !unmatched.report.ran);
+}
+
+/// A cached answer the registry refused is dropped and the plugin asked again; the lookup
+/// that served it from the cache names it, one that ran the plugin names nothing.
+#[tokio::test]
+async fn a_refused_cached_answer_is_dropped_and_the_plugin_asked_again() {
+    let bin = Bin::new();
+    let log = bin.log();
+    let p = [bin.plugin(provider("echo", &["Registry"], &[("RUN_LOG", &log)], 300))];
+    let none = podpass_node::credential::DockerConfig::new();
+    let first = lookup("a.registry.example/app:1", None, &[], &p, &none).await;
+    assert!(first.cached.is_empty(), "the plugin ran: nothing cached was used");
+    let hit = lookup("a.registry.example/app:2", None, &[], &p, &none).await;
+    assert_eq!(hit.cached.len(), 1, "served from the cache");
+    assert_eq!(hit.credentials[0].password, "a.registry.example/app:1", "the cached answer");
+    let again = lookup_again(&hit, "a.registry.example/app:2", None, &[], &p, &none).await;
+    assert!(again.providers[0].ran && again.cached.is_empty(), "{:?}", again.providers);
+    assert_eq!(again.credentials[0].password, "a.registry.example/app:2", "a fresh answer");
+    assert_eq!(bin.runs(), 2);
+    // A second refusal of the same stale answer drops nothing: its replacement stays.
+    let stale_again = lookup_again(&hit, "a.registry.example/app:3", None, &[], &p, &none).await;
+    assert!(stale_again.providers[0].cache_hit, "{:?}", stale_again.providers);
+    assert_eq!(stale_again.credentials[0].password, "a.registry.example/app:2");
+    assert_eq!(bin.runs(), 2);
 }
 
 #[tokio::test]

@@ -235,8 +235,13 @@ fn make_lookup(
     node_config: podpass_node::credential::DockerConfig,
     sa: Option<ServiceAccountRef>,
 ) -> Arc<LazyLookup> {
-    LazyLookup::new(move || -> LookupFuture {
+    // One lookup per process: its providers' caches start empty, so nothing cached can be
+    // refused and the lookup is never asked again.
+    let once = std::sync::Mutex::new(Some((image, ctx, providers, node_config, sa)));
+    LazyLookup::new(move |_again| -> LookupFuture {
+        let taken = once.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         Box::pin(async move {
+            let Some((image, ctx, providers, node_config, sa)) = taken else { return Lookup::default() };
             let mut found: Lookup =
                 lookup(&image, ctx.identity.as_ref(), &ctx.secrets, &providers, &Default::default()).await;
             for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {

@@ -102,6 +102,12 @@ pub struct AgentConfig {
     /// the keys registry-auth's grants carry, for `podpass audit images`.
     #[command(flatten)]
     pub audit: podpass_serve::AuditFlags,
+    /// A pull still unfinished after this long is cancelled and fails with `ErrImagePull`
+    /// saying so (Go duration, 10s to 1h; beyond upstream, whose CRI pulls have no
+    /// deadline: a registry that accepts and never answers would hold its pull slot for
+    /// ever).
+    #[arg(long, default_value = "5m")]
+    pub image_pull_timeout: podpass_api::GoDuration,
     /// Prepare pods (tokens, volumes, images) but start no containers, even with a
     /// container runtime (the node podpass was before it ran containers).
     #[arg(long)]
@@ -178,6 +184,13 @@ impl AgentConfig {
                 },
                 Err(e) => problems.push_value("--config", path.display(), e),
             }
+        }
+        let pull_timeout = self
+            .image_pull_timeout
+            .to_std()
+            .filter(|d| (std::time::Duration::from_secs(10)..=std::time::Duration::from_secs(3600)).contains(d));
+        if pull_timeout.is_none() {
+            problems.push_value("--image-pull-timeout", self.image_pull_timeout, "must be between 10s and 1h");
         }
         let fallbacks =
             crate::credential::Fallbacks::parse(&self.credential_provider_fallbacks).unwrap_or_else(|errors| {
@@ -325,7 +338,9 @@ impl Prepared {
             crate::images::assembly::WarmUp::Background,
         )
         .await?;
-        let images = images.with_origin_check(origin);
+        let images = images
+            .with_origin_check(origin)
+            .with_pull_timeout(self.config.image_pull_timeout.to_std().unwrap_or(crate::images::DEFAULT_PULL_TIMEOUT));
         for w in warnings {
             tracing::warn!(file = w.file_kind(), error = %w, "unreadable image record at start-up");
         }

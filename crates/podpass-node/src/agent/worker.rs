@@ -406,8 +406,9 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
                 s
             }
         };
+        let identity_ns = pod.metadata.namespace.clone().unwrap_or_default();
         let identity = PodIdentity {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            namespace: identity_ns.clone(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: uid.clone(),
             service_account: spec.service_account_name.clone().unwrap_or_default(),
@@ -419,7 +420,8 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             shared.providers.current(),
             shared.node_config.clone(),
         );
-        let decision = shared.images.ensure_image_for_pod(&uid, &image, pull_policy(c), lookup.clone()).await;
+        let decision =
+            shared.images.ensure_image_for_pod(&identity_ns, &uid, &image, pull_policy(c), lookup.clone()).await;
         if let Some(audit) = &shared.audit {
             let found = if lookup.ran() { Some(lookup.get().await) } else { None };
             audit.record(&super::image_audit::event(&shared.node, pod, &c.name, &decision, found));

@@ -1,6 +1,7 @@
 //! The per-provider credential cache (plugin.go): binary keys encoded as cryptobyte does,
 //! entries expiring strictly after their deadline, removed lazily on lookup and swept every
-//! 15 minutes.
+//! 15 minutes. Unlike upstream's it is bounded ([`MAX_ENTRIES`]), and an entry the registry
+//! refused can be forgotten without touching the answer that replaced it (generations).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -10,6 +11,12 @@ use super::docker_config::DockerConfig;
 
 /// How often a lookup also sweeps every expired entry.
 const PURGE_INTERVAL: Duration = Duration::from_secs(15 * 60);
+
+/// Entries one provider holds at most. Upstream's cache is unbounded; with `cacheType:
+/// Token` it holds an entry per pod token, so pods churning faster than `cacheDuration`
+/// would grow it without end. Past the bound, expired entries go first, then the one
+/// closest to its deadline.
+pub const MAX_ENTRIES: usize = 8192;
 
 /// A key part longer than a 2-byte length can describe; upstream fails the lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -94,39 +101,73 @@ pub struct CachedCredentials {
     pub service_account: Option<crate::ServiceAccountRef>,
     /// The credential id (`JTI=…`) of the service-account token it was obtained with.
     pub credential_id: Option<String>,
+    /// Which insertion this is: [`CredentialCache::forget`] removes only this one.
+    pub generation: u64,
     expires_at: Instant,
+}
+
+#[derive(Debug)]
+struct Entries {
+    map: HashMap<Vec<u8>, CachedCredentials>,
+    last_purge: Instant,
+    next_generation: u64,
 }
 
 /// Cached answers of one provider.
 #[derive(Debug)]
 pub struct CredentialCache {
-    entries: Mutex<(HashMap<Vec<u8>, CachedCredentials>, Instant)>,
+    entries: Mutex<Entries>,
+    max_entries: usize,
 }
 
 impl Default for CredentialCache {
     fn default() -> Self {
-        Self { entries: Mutex::new((HashMap::new(), Instant::now())) }
+        Self::with_capacity(MAX_ENTRIES)
     }
 }
 
 impl CredentialCache {
+    /// An empty cache holding at most `max_entries` (at least one).
+    pub fn with_capacity(max_entries: usize) -> Self {
+        Self {
+            entries: Mutex::new(Entries { map: HashMap::new(), last_purge: Instant::now(), next_generation: 0 }),
+            max_entries: max_entries.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The entry under `key` if it has not expired (an expired one is removed); sweeps
     /// all expired entries when the last sweep is older than 15 minutes.
     pub fn get(&self, key: &[u8], now: Instant) -> Option<CachedCredentials> {
-        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (entries, last_purge) = &mut *guard;
-        if now > *last_purge + PURGE_INTERVAL {
-            entries.retain(|_, e| now <= e.expires_at);
-            *last_purge = now;
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        if now > entries.last_purge + PURGE_INTERVAL {
+            entries.map.retain(|_, e| now <= e.expires_at);
+            entries.last_purge = now;
         }
-        match entries.get(key) {
+        match entries.map.get(key) {
             Some(e) if now > e.expires_at => {
-                entries.remove(key);
+                entries.map.remove(key);
                 None
             }
             Some(e) => Some(e.clone()),
             None => None,
         }
+    }
+
+    /// Removes the entry under `key` if it is still insertion `generation`: an answer the
+    /// registry refused goes, one a concurrent lookup has put in its place stays. Returns
+    /// whether it was removed.
+    pub fn forget(&self, key: &[u8], generation: u64) -> bool {
+        let mut guard = self.lock();
+        if guard.map.get(key).is_some_and(|e| e.generation == generation) {
+            guard.map.remove(key);
+            return true;
+        }
+        false
     }
 
     /// Stores an answer until `now + ttl`.
@@ -139,24 +180,39 @@ impl CredentialCache {
         now: Instant,
         ttl: Duration,
     ) {
-        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        guard.0.insert(key, CachedCredentials { config, service_account, credential_id, expires_at: now + ttl });
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        if entries.map.len() >= self.max_entries && !entries.map.contains_key(&key) {
+            entries.map.retain(|_, e| now <= e.expires_at);
+            entries.last_purge = now;
+            if entries.map.len() >= self.max_entries
+                && let Some(soonest) = entries.map.iter().min_by_key(|(_, e)| e.expires_at).map(|(k, _)| k.clone())
+            {
+                entries.map.remove(&soonest);
+            }
+        }
+        let generation = entries.next_generation;
+        entries.next_generation += 1;
+        entries.map.insert(
+            key,
+            CachedCredentials { config, service_account, credential_id, generation, expires_at: now + ttl },
+        );
     }
 
     /// Removes every expired entry now (the kubelet's cache purges on a 15-minute timer;
     /// the agent calls this from its housekeeping).
     pub fn purge_expired(&self, now: Instant) -> usize {
-        let mut guard = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (entries, last_purge) = &mut *guard;
-        let before = entries.len();
-        entries.retain(|_, e| now <= e.expires_at);
-        *last_purge = now;
-        before - entries.len()
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        let before = entries.map.len();
+        entries.map.retain(|_, e| now <= e.expires_at);
+        entries.last_purge = now;
+        before - entries.map.len()
     }
 
     /// Entries held (expired ones included until swept).
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).0.len()
+        self.lock().map.len()
     }
 
     /// No entries.
@@ -196,6 +252,46 @@ mod tests {
         cache.insert(b"b".to_vec(), DockerConfig::new(), None, None, t0, Duration::from_secs(3600));
         assert!(cache.get(b"zzz", t0 + Duration::from_secs(16 * 60)).is_none());
         assert_eq!(cache.len(), 1, "the sweep removed the expired entry");
+    }
+
+    #[test]
+    fn forgetting_a_refused_answer_keeps_the_one_that_replaced_it() {
+        let cache = CredentialCache::default();
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(60);
+        cache.insert(b"k".to_vec(), DockerConfig::new(), None, Some("JTI=old".into()), t0, ttl);
+        let stale = cache.get(b"k", t0).unwrap();
+        cache.insert(b"k".to_vec(), DockerConfig::new(), None, Some("JTI=new".into()), t0, ttl);
+        assert!(!cache.forget(b"k", stale.generation), "a newer answer is not the refused one");
+        let fresh = cache.get(b"k", t0).unwrap();
+        assert_eq!(fresh.credential_id.as_deref(), Some("JTI=new"));
+        assert!(cache.forget(b"k", fresh.generation));
+        assert!(cache.get(b"k", t0).is_none());
+        assert!(!cache.forget(b"k", fresh.generation), "already gone");
+    }
+
+    #[test]
+    fn past_its_bound_the_expired_then_the_soonest_to_expire_go() {
+        let cache = CredentialCache::with_capacity(3);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        cache.insert(b"expired".to_vec(), DockerConfig::new(), None, None, t0, s(1));
+        cache.insert(b"soon".to_vec(), DockerConfig::new(), None, None, t0, s(100));
+        cache.insert(b"late".to_vec(), DockerConfig::new(), None, None, t0, s(1000));
+        let t1 = t0 + s(10);
+        cache.insert(b"new1".to_vec(), DockerConfig::new(), None, None, t1, s(500));
+        assert_eq!(cache.len(), 3);
+        assert!(cache.get(b"soon", t1).is_some(), "the expired entry went first");
+        cache.insert(b"new2".to_vec(), DockerConfig::new(), None, None, t1, s(500));
+        assert_eq!(cache.len(), 3);
+        assert!(cache.get(b"soon", t1).is_none(), "then the one closest to its deadline");
+        assert!(
+            cache.get(b"late", t1).is_some() && cache.get(b"new1", t1).is_some() && cache.get(b"new2", t1).is_some()
+        );
+        // Replacing a key at the bound evicts nothing.
+        cache.insert(b"late".to_vec(), DockerConfig::new(), None, None, t1, s(5));
+        assert_eq!(cache.len(), 3);
+        assert!(cache.get(b"new1", t1).is_some() && cache.get(b"new2", t1).is_some());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::Fallback;
 use super::docker_config::{DockerConfig, PullSecret};
 use super::keyring::{CredentialSource, Keyring, TrackedAuth};
-use super::provider::{PluginProvider, PodIdentity, ProviderReport};
+use super::provider::{CachedAnswer, PluginProvider, PodIdentity, ProviderReport};
 
 /// Everything found for one image.
 #[derive(Debug, Clone, Default)]
@@ -17,6 +17,27 @@ pub struct Lookup {
     /// A provider whose fallback is `fail` did not get the service account's consent: the
     /// pull is refused with this message.
     pub refusal: Option<String>,
+    /// The cached answers (provider index, answer) among the credentials: what to drop
+    /// when the registry refuses them.
+    pub cached: Vec<(usize, CachedAnswer)>,
+}
+
+/// Drops the cached answers `previous` used (the registry refused them), then looks up
+/// again: those providers run their plugins afresh, with the pod's current token.
+pub async fn lookup_again(
+    previous: &Lookup,
+    image: &str,
+    pod: Option<&PodIdentity>,
+    pull_secrets: &[PullSecret],
+    providers: &[PluginProvider],
+    node_config: &DockerConfig,
+) -> Lookup {
+    for (index, answer) in &previous.cached {
+        if let Some(p) = providers.get(*index) {
+            p.forget(answer);
+        }
+    }
+    lookup(image, pod, pull_secrets, providers, node_config).await
 }
 
 /// Credentials for `image` pulled for `pod`.
@@ -38,8 +59,11 @@ pub async fn lookup(
 
     let mut provided = Keyring::new();
     let mut node_wide = true;
-    for provider in providers {
+    for (index, provider) in providers.iter().enumerate() {
         let p = provider.provide(image, pod).await;
+        if let Some(answer) = p.cached.clone().filter(|_| !p.config.is_empty()) {
+            out.cached.push((index, answer));
+        }
         match p.fallback {
             Some(Fallback::Fail) if out.refusal.is_none() => {
                 out.refusal = Some(format!(

@@ -20,9 +20,10 @@ pub use docker_config::{
 pub use exec::{ExecError, MAX_STDERR_BYTES, MAX_STDOUT_BYTES, PLUGIN_TIMEOUT, decode_response};
 pub use fallback::{Fallback, Fallbacks};
 pub use keyring::{CredentialSource, Keyring, TrackedAuth, auth_config_hash, is_default_registry_match};
-pub use lookup::{Lookup, lookup};
+pub use lookup::{Lookup, lookup, lookup_again};
 pub use metrics::{ConfigLabels, CredentialMetrics, PluginLabels};
 pub use provider::{
-    BoxFuture, PluginProvider, PodIdentity, Provided, ProviderReport, ProviderServiceAccount, ServiceAccountSource,
+    BoxFuture, CachedAnswer, PluginProvider, PodIdentity, Provided, ProviderReport, ProviderServiceAccount,
+    ServiceAccountSource,
 };
 pub use register::{RegisterError, register_providers};

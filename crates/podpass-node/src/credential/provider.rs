@@ -113,6 +113,24 @@ pub struct Provided {
     pub report: ProviderReport,
     /// `anonymous` or `fail` applied: what the rest of the lookup must do.
     pub fallback: Option<super::Fallback>,
+    /// The cached answer these credentials came from (a cache hit).
+    pub cached: Option<CachedAnswer>,
+}
+
+/// A cached answer a lookup used: what [`PluginProvider::forget`] drops when the registry
+/// refuses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedAnswer {
+    key: Vec<u8>,
+    generation: u64,
+}
+
+#[cfg(test)]
+impl CachedAnswer {
+    /// An answer no cache holds (tests of code that only passes answers on).
+    pub(crate) fn for_tests() -> Self {
+        Self { key: b"test".to_vec(), generation: u64::MAX }
+    }
 }
 
 type Flight = Arc<OnceCell<Arc<Result<CredentialProviderResponse, ExecError>>>>;
@@ -232,6 +250,21 @@ impl PluginProvider {
         self.cache.purge_expired(Instant::now())
     }
 
+    /// Drops a cached answer the registry refused, unless another lookup has already
+    /// replaced it; returns whether it went. The next lookup runs the plugin again.
+    pub fn forget(&self, answer: &CachedAnswer) -> bool {
+        let gone = self.cache.forget(&answer.key, answer.generation);
+        if gone {
+            tracing::info!(provider = %self.config.name, "cached credentials the registry refused were dropped");
+        }
+        gone
+    }
+
+    /// Cached answers held (expired ones included until swept).
+    pub fn cached_answers(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Credentials for `image` pulled for `pod` (None: no pod, e.g. a node-level pull).
     pub async fn provide(&self, image: &str, pod: Option<&PodIdentity>) -> Provided {
         let mut report = ProviderReport { name: self.config.name.clone(), ..Default::default() };
@@ -342,6 +375,7 @@ impl PluginProvider {
                     credential_id: hit.credential_id,
                     report,
                     fallback: None,
+                    cached: Some(CachedAnswer { key, generation: hit.generation }),
                 };
             }
         }
@@ -420,7 +454,7 @@ impl PluginProvider {
         {
             self.cache.insert(key, config.clone(), coordinates.clone(), credential_id.clone(), now, ttl);
         }
-        Provided { config, service_account: coordinates, credential_id, report, fallback: None }
+        Provided { config, service_account: coordinates, credential_id, report, fallback: None, cached: None }
     }
 
     /// Runs the plugin, or waits for the identical run already in flight; returns the

@@ -15,7 +15,7 @@ use super::policy::PolicyEnforcer;
 use super::pull_manager::PullManager;
 use super::records::{RecordError, RecordStore};
 use super::service::{ImageError, ImageService};
-use crate::credential::{DockerConfig, PluginProvider, PodIdentity, PullSecret, lookup};
+use crate::credential::{DockerConfig, Lookup, PluginProvider, PodIdentity, PullSecret, lookup, lookup_again};
 use crate::kubelet_config::KubeletConfig;
 
 /// The image side could not be assembled.
@@ -124,7 +124,8 @@ pub async fn image_manager<S: ImageService + 'static>(
 
 /// The keyring lookup for one container image of a pod: its pull secrets first, then each
 /// provider (with the pod's service-account token where configured), then the node-wide
-/// docker config — run at most once, and only when the image manager needs it.
+/// docker config — run at most once, and only when the image manager needs it; run once
+/// more, without the cached answers the registry refused, when the pull fails on them.
 pub fn pod_lookup(
     image: String,
     pod: Option<PodIdentity>,
@@ -132,9 +133,16 @@ pub fn pod_lookup(
     providers: Arc<Vec<PluginProvider>>,
     node_config: Arc<DockerConfig>,
 ) -> Arc<LazyLookup> {
-    LazyLookup::new(move || -> LookupFuture {
+    LazyLookup::new(move |previous: Option<Lookup>| -> LookupFuture {
+        let (image, pod) = (image.clone(), pod.clone());
+        let (pull_secrets, providers, node_config) = (pull_secrets.clone(), providers.clone(), node_config.clone());
         Box::pin(async move {
-            let found = lookup(&image, pod.as_ref(), &pull_secrets, &providers, &node_config).await;
+            let found = match &previous {
+                None => lookup(&image, pod.as_ref(), &pull_secrets, &providers, &node_config).await,
+                Some(previous) => {
+                    lookup_again(previous, &image, pod.as_ref(), &pull_secrets, &providers, &node_config).await
+                }
+            };
             for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {
                 tracing::info!(
                     provider = %p.name,

@@ -17,6 +17,7 @@ use tokio::sync::{OnceCell, Semaphore};
 use super::backoff::Backoff;
 use super::origin::{OriginCheck, OriginProof, manifest_digest};
 use super::pull_manager::{PodCredentials, PullManager, PullVerdict};
+use super::pull_slots::PullSlots;
 use super::records::{ImagePullCredentials, ImagePullSecret, ImagePullServiceAccount};
 use super::reference::apply_default_tag;
 use super::service::{ImageError, ImageService, PresentImage, PullAuth};
@@ -208,42 +209,63 @@ fn tri(v: Option<bool>) -> &'static str {
 /// A boxed credential lookup, run at most once per call and only when needed.
 pub type LookupFuture = Pin<Box<dyn Future<Output = Lookup> + Send>>;
 
-/// The pod's credentials, looked up on first use.
+/// Makes the lookup: `None` the first time, then `Some(previous)` to look up again after
+/// the registry refused `previous`'s cached answers (drop them, ask the plugins afresh).
+pub type MakeLookup = Box<dyn Fn(Option<Lookup>) -> LookupFuture + Send + Sync>;
+
+/// The pod's credentials, looked up on first use, and at most once more when the registry
+/// refuses cached ones.
 pub struct LazyLookup {
-    cell: OnceCell<Lookup>,
-    make: Mutex<Option<Box<dyn FnOnce() -> LookupFuture + Send>>>,
+    first: OnceCell<Lookup>,
+    again: OnceCell<Lookup>,
+    make: MakeLookup,
 }
 
 impl std::fmt::Debug for LazyLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LazyLookup").field("done", &self.cell.initialized()).finish()
+        f.debug_struct("LazyLookup")
+            .field("done", &self.first.initialized())
+            .field("again", &self.again.initialized())
+            .finish()
     }
 }
 
 impl LazyLookup {
-    /// A lookup that runs `make()` the first time it is needed.
-    pub fn new(make: impl FnOnce() -> LookupFuture + Send + 'static) -> Arc<Self> {
-        Arc::new(Self { cell: OnceCell::new(), make: Mutex::new(Some(Box::new(make))) })
+    /// A lookup that runs `make(None)` the first time it is needed.
+    pub fn new(make: impl Fn(Option<Lookup>) -> LookupFuture + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self { first: OnceCell::new(), again: OnceCell::new(), make: Box::new(make) })
+    }
+
+    /// A lookup whose answer is `lookup`, with no second chance (one-shot commands, tests).
+    pub fn ready(lookup: Lookup) -> Arc<Self> {
+        Self::new(move |_| {
+            let lookup = lookup.clone();
+            Box::pin(async move { lookup })
+        })
     }
 
     /// Whether the lookup ran.
     pub fn ran(&self) -> bool {
-        self.cell.initialized()
+        self.first.initialized()
     }
 
-    /// The lookup's result.
+    /// The lookup's result: the second one once [`LazyLookup::again`] has run.
     pub async fn get(&self) -> &Lookup {
-        self.cell
-            .get_or_init(|| {
-                let make = self.make.lock().unwrap_or_else(|p| p.into_inner()).take();
-                async move {
-                    match make {
-                        Some(f) => f().await,
-                        None => Lookup::default(),
-                    }
-                }
-            })
-            .await
+        if let Some(again) = self.again.get() {
+            return again;
+        }
+        self.first.get_or_init(|| (self.make)(None)).await
+    }
+
+    /// Looks up again, once, when the first lookup's credentials came from providers'
+    /// caches: those answers are dropped and the plugins asked afresh. `None` when nothing
+    /// was cached (asking again would give the same credentials).
+    pub async fn again(&self) -> Option<&Lookup> {
+        let first = self.first.get()?;
+        if first.cached.is_empty() {
+            return None;
+        }
+        Some(self.again.get_or_init(|| (self.make)(Some(first.clone()))).await)
     }
 }
 
@@ -298,12 +320,19 @@ pub fn credentials_to_record(used: Option<&TrackedAuth>) -> ImagePullCredentials
     }
 }
 
+/// How long one pull may take before it is cancelled. The kubelet gives CRI `PullImage` no
+/// deadline and leaves stalls to the runtime (containerd ≥ 1.7: `image_pull_progress_timeout`,
+/// 5 min without data); containerd 1.6 has none, and a CRI pull reports no progress, so the
+/// whole pull is bounded, by the same 5 minutes.
+pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 /// The image manager: image service, pull manager (`None` when the
 /// KubeletEnsureSecretPulledImages gate is off) and the puller's concurrency.
 pub struct ImageManager<S> {
     service: Arc<S>,
     pull_manager: Option<Arc<PullManager>>,
-    pulls: Arc<Semaphore>,
+    slots: PullSlots,
+    pull_timeout: Duration,
     requests: Family<EnsureLabels, Counter>,
     backoff: Mutex<Backoff>,
     origin: Option<Arc<OriginCheck>>,
@@ -348,11 +377,26 @@ impl<S: ImageService + 'static> ImageManager<S> {
         Self {
             service,
             pull_manager,
-            pulls: Arc::new(Semaphore::new(permits)),
+            slots: PullSlots::new(permits),
+            pull_timeout: DEFAULT_PULL_TIMEOUT,
             requests: Family::default(),
             backoff: Mutex::new(Backoff::default()),
             origin: None,
         }
+    }
+
+    /// Bounds each pull by `timeout` (default [`DEFAULT_PULL_TIMEOUT`]): a pull still
+    /// unanswered then is cancelled and fails with `ErrImagePull` saying so.
+    #[must_use]
+    pub fn with_pull_timeout(mut self, timeout: Duration) -> Self {
+        self.pull_timeout = timeout;
+        self
+    }
+
+    /// The node's pull slots held right now (tests).
+    #[cfg(test)]
+    fn slots_in_use(&self) -> usize {
+        self.slots.in_use()
     }
 
     /// Every pull is then proven at the image's own registry before it may write a pull
@@ -394,14 +438,17 @@ impl<S: ImageService + 'static> ImageManager<S> {
     /// back-off keyed `<podUID>_<image>`: after a failed pull, a pull due within the
     /// back-off is not attempted (`ImagePullBackOff`, a `BackOff` event, and the previous
     /// error repeated in the message).
+    /// Its pull counts against `namespace`'s share of the node's parallel pulls.
     pub async fn ensure_image_for_pod(
         &self,
+        namespace: &str,
         pod_uid: &str,
         image: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
     ) -> EnsureOutcome {
-        self.ensure_counted(Some(format!("{pod_uid}_{image}")), image, policy, credentials).await
+        let pod = PodPull { backoff_key: format!("{pod_uid}_{image}"), namespace: namespace.to_owned() };
+        self.ensure_counted(Some(pod), image, policy, credentials).await
     }
 
     /// When the pull back-off of a pod's image ends (`None`: not backing off).
@@ -420,12 +467,12 @@ impl<S: ImageService + 'static> ImageManager<S> {
 
     async fn ensure_counted(
         &self,
-        backoff_key: Option<String>,
+        pod: Option<PodPull>,
         image: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
     ) -> EnsureOutcome {
-        let (outcome, seen) = self.ensure(backoff_key, image, policy, credentials).await;
+        let (outcome, seen) = self.ensure(pod, image, policy, credentials).await;
         self.requests
             .get_or_create(&EnsureLabels {
                 pull_policy: policy.label(),
@@ -440,7 +487,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
     /// node, whether this pod may use it as it is, and otherwise the pull.
     async fn ensure(
         &self,
-        backoff_key: Option<String>,
+        pod: Option<PodPull>,
         requested: &str,
         policy: PullPolicy,
         credentials: Arc<LazyLookup>,
@@ -505,7 +552,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
             let never_msg = format!("Container image {requested:?} is not present with pull policy of Never");
             return (fail_with(d, "Warning", "ErrImageNeverPull", EnsureError::ErrImageNeverPull, never_msg), seen);
         }
-        (self.pull(d, backoff_key, requested, image, credentials).await, seen)
+        (self.pull(d, pod, requested, image, credentials).await, seen)
     }
 
     /// The image on the node (`None`: absent; never looked up for `Always`).
@@ -538,7 +585,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
     async fn pull(
         &self,
         mut d: EnsureOutcome,
-        backoff_key: Option<String>,
+        pod: Option<PodPull>,
         requested: &str,
         image: String,
         credentials: Arc<LazyLookup>,
@@ -554,7 +601,9 @@ impl<S: ImageService + 'static> ImageManager<S> {
                 return fail(d, "Failed", EnsureError::ErrImagePull, msg);
             }
         }
-        if let Some(key) = &backoff_key {
+        let backoff_key = pod.as_ref().map(|p| p.backoff_key.as_str());
+        let namespace = pod.as_ref().map(|p| p.namespace.as_str());
+        if let Some(key) = backoff_key {
             // kubelet pullImage: the intent is recorded before the back-off check, and a
             // pull skipped for back-off counts as a failed one.
             let backing_off = {
@@ -588,15 +637,21 @@ impl<S: ImageService + 'static> ImageManager<S> {
             let msg = format!("Failed to pull image {requested:?}: {refusal}");
             return fail(d, "Failed", EnsureError::ErrImagePull, msg);
         }
-        let permit = self.pulls.clone().acquire_owned().await;
-        let pull_started = Instant::now();
-        let result = pull_with_credentials(self.service.as_ref(), &image, &lookup.credentials).await;
-        let pull_time = pull_started.elapsed();
-        drop(permit);
-        let result = match result {
-            Ok((image_ref, used)) => self.prove_at_origin(&image, image_ref, used, &lookup.credentials).await,
-            Err(e) => Err(PullFailure::Pull(e)),
-        };
+        let (mut result, mut pull_time) = self.attempt(&image, namespace, &lookup.credentials).await;
+        // A provider's cached answer may have outlived what it was bound to (an exchange
+        // token bound to a pod since deleted): drop it and ask the plugin again with this
+        // pod's token, once per pull, before the pull counts as failed.
+        if result.is_err()
+            && let Some(again) = credentials.again().await
+        {
+            tracing::info!(image, "the registry refused cached provider credentials; pulling with fresh ones");
+            if let Some(refusal) = &again.refusal {
+                self.pull_failed(&image).await;
+                let msg = format!("Failed to pull image {requested:?}: {refusal}");
+                return fail(d, "Failed", EnsureError::ErrImagePull, msg);
+            }
+            (result, pull_time) = self.attempt(&image, namespace, &again.credentials).await;
+        }
         match result {
             Ok((image_ref, used, proof)) => {
                 if let Some(pm) = &self.pull_manager {
@@ -648,7 +703,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
                         message
                     }
                 };
-                if let Some(key) = &backoff_key {
+                if let Some(key) = backoff_key {
                     self.lock_backoff().next(key, tokio::time::Instant::now(), format!("ErrImagePull: {e}"));
                 }
                 let msg = format!("Failed to pull image {requested:?}: {e}");
@@ -659,6 +714,50 @@ impl<S: ImageService + 'static> ImageManager<S> {
             }
         }
     }
+}
+
+impl<S: ImageService> ImageManager<S> {
+    /// One pull with `credentials` in a slot of the node's parallel pulls (the image's
+    /// registry's and `namespace`'s shares), bounded by the pull timeout, then its proof at
+    /// the image's registry; answers how long the runtime's pull took.
+    async fn attempt(
+        &self,
+        image: &str,
+        namespace: Option<&str>,
+        credentials: &[TrackedAuth],
+    ) -> (Result<(String, Option<TrackedAuth>, Option<OriginProof>), PullFailure>, Duration) {
+        let registry = super::reference::parse(image).map(|r| r.domain).unwrap_or_default();
+        let slot = self.slots.acquire(&registry, namespace).await;
+        let pull_started = Instant::now();
+        // Dropping the pull cancels the runtime's call (containerd then cancels its pull).
+        let result = match tokio::time::timeout(
+            self.pull_timeout,
+            pull_with_credentials(self.service.as_ref(), image, credentials),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the pull from {registry} did not finish within {}: cancelled (a registry that answers too slowly, or never)",
+                format_duration(self.pull_timeout)
+            )),
+        };
+        let pull_time = pull_started.elapsed();
+        drop(slot);
+        let result = match result {
+            Ok((image_ref, used)) => self.prove_at_origin(image, image_ref, used, credentials).await,
+            Err(e) => Err(PullFailure::Pull(e)),
+        };
+        (result, pull_time)
+    }
+}
+
+/// A pod's pull: its back-off key (`<podUID>_<image>`) and the namespace whose share of
+/// the node's pulls it counts against.
+#[derive(Debug, Clone)]
+struct PodPull {
+    backoff_key: String,
+    namespace: String,
 }
 
 /// Why a pull did not give the pod the image.

@@ -81,6 +81,8 @@ struct FakeRuntime {
     password: String,
     inspect_fails: bool,
     pulls: Mutex<Vec<Option<String>>>,
+    /// Images on these registries (prefixes) never answer.
+    hang: Vec<&'static str>,
     active: std::sync::atomic::AtomicUsize,
     peak: std::sync::atomic::AtomicUsize,
 }
@@ -107,6 +109,9 @@ impl ImageService for FakeRuntime {
         auth: Option<&PullAuth>,
     ) -> Result<String, super::super::service::ImageError> {
         use std::sync::atomic::Ordering::SeqCst;
+        if self.hang.iter().any(|h| image.starts_with(h)) {
+            std::future::pending::<()>().await;
+        }
         let now = self.active.fetch_add(1, SeqCst) + 1;
         self.peak.fetch_max(now, SeqCst);
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -142,9 +147,7 @@ fn secret_cred(name: &str, password: &str) -> TrackedAuth {
 }
 
 fn creds(list: Vec<TrackedAuth>) -> Arc<LazyLookup> {
-    LazyLookup::new(move || -> LookupFuture {
-        Box::pin(async move { Lookup { credentials: list, ..Default::default() } })
-    })
+    LazyLookup::ready(Lookup { credentials: list, ..Default::default() })
 }
 
 fn with_manager(
@@ -276,7 +279,8 @@ async fn a_preloaded_image_needs_no_lookup_and_the_gate_off_trusts_presence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulls_are_serialised_or_bounded_as_configured() {
-    for (serialize, max, expected) in [(true, None, 1), (false, Some(2), 2)] {
+    // Four images on four registries, then on one (which may hold half the slots).
+    for (serialize, max, registries, expected) in [(true, None, 4, 1), (false, Some(2), 4, 2), (false, Some(4), 1, 2)] {
         let runtime = Arc::new(FakeRuntime { password: "good".into(), ..Default::default() });
         let m = Arc::new(ImageManager::new(runtime.clone(), None, serialize, max));
         let mut tasks = Vec::new();
@@ -284,7 +288,7 @@ async fn pulls_are_serialised_or_bounded_as_configured() {
             let m = m.clone();
             tasks.push(tokio::spawn(async move {
                 m.ensure_image_exists(
-                    &format!("a.io/app{i}:1"),
+                    &format!("r{}.io/app{i}:1", i % registries),
                     PullPolicy::Always,
                     creds(vec![secret_cred("s", "good")]),
                 )
@@ -297,7 +301,7 @@ async fn pulls_are_serialised_or_bounded_as_configured() {
         assert_eq!(
             runtime.peak.load(std::sync::atomic::Ordering::SeqCst),
             expected,
-            "serialize={serialize} max={max:?}"
+            "serialize={serialize} max={max:?} registries={registries}"
         );
     }
 }
@@ -307,14 +311,14 @@ async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
     use super::super::policy::VerificationPolicy::NeverVerifyPreloadedImages;
     let runtime = FakeRuntime { password: "good".into(), ..Default::default() };
     let (_d, m) = with_manager(runtime, NeverVerifyPreloadedImages, true);
-    let d = m.ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    let d = m.ensure_image_for_pod("ns", "uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
     assert_eq!(d.error, Some(EnsureError::ErrImagePull));
     assert_eq!(d.error.map(EnsureError::reason), Some("ErrImagePull"));
     let pulls = m.service().pulls.lock().unwrap().len();
 
     // Within the 10 s back-off: no pull, BackOff event, the previous error repeated.
     tokio::time::advance(Duration::from_secs(5)).await;
-    let d = m.ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    let d = m.ensure_image_for_pod("ns", "uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
     assert_eq!(d.error, Some(EnsureError::ImagePullBackOff));
     assert_eq!(d.error.map(EnsureError::reason), Some("ImagePullBackOff"));
     assert_eq!(
@@ -325,7 +329,7 @@ async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
     assert_eq!(d.events[0].message, "Back-off pulling image \"a.io/app:1\"");
     assert_eq!(m.service().pulls.lock().unwrap().len(), pulls, "no pull during back-off");
     // Another pod is not held back by this one's failures; the one-shot path never is.
-    let d = m.ensure_image_for_pod("uid-2", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
+    let d = m.ensure_image_for_pod("ns", "uid-2", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![])).await;
     assert_eq!(d.error, Some(EnsureError::ErrImagePull));
     assert!(m.backoff_until("uid-1", "a.io/app:1").is_some());
 
@@ -333,7 +337,13 @@ async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
     tokio::time::advance(Duration::from_secs(6)).await;
     assert!(m.backoff_until("uid-1", "a.io/app:1").is_none());
     let d = m
-        .ensure_image_for_pod("uid-1", "a.io/app:1", PullPolicy::IfNotPresent, creds(vec![secret_cred("s", "good")]))
+        .ensure_image_for_pod(
+            "ns",
+            "uid-1",
+            "a.io/app:1",
+            PullPolicy::IfNotPresent,
+            creds(vec![secret_cred("s", "good")]),
+        )
         .await;
     assert!(d.allowed(), "{d:?}");
     m.forget_pod("uid-2");
@@ -345,17 +355,115 @@ async fn a_failed_pull_backs_off_per_pod_and_repeats_its_error() {
 async fn a_lookup_refused_by_a_provider_fallback_pulls_nothing() {
     let runtime = FakeRuntime { password: "good".into(), ..Default::default() };
     let (_dir, m) = with_manager(runtime, super::super::policy::VerificationPolicy::AlwaysVerify, true);
-    let refused = LazyLookup::new(|| -> LookupFuture {
-        Box::pin(async {
-            Lookup {
-                credentials: vec![secret_cred("s", "good")],
-                refusal: Some("credential provider p: required annotation a not found (its fallback is fail)".into()),
-                ..Default::default()
-            }
-        })
+    let refused = LazyLookup::ready(Lookup {
+        credentials: vec![secret_cred("s", "good")],
+        refusal: Some("credential provider p: required annotation a not found (its fallback is fail)".into()),
+        ..Default::default()
     });
     let d = m.ensure_image_exists("r.example/app:1", PullPolicy::IfNotPresent, refused).await;
     assert_eq!(d.error, Some(EnsureError::ErrImagePull));
     assert!(d.message.as_deref().unwrap_or_default().ends_with("(its fallback is fail)"), "{d:?}");
     assert!(m.service().pulls.lock().unwrap().is_empty(), "the runtime was never asked");
+}
+
+/// A pull that fails on a provider's cached answer asks again once, without the cache, and
+/// pulls with the fresh answer; one whose credentials came from no cache fails at once.
+#[tokio::test]
+async fn a_pull_refused_on_cached_credentials_looks_up_again_once() {
+    let runtime = FakeRuntime { password: "good".into(), ..Default::default() };
+    let (_dir, m) = with_manager(runtime, super::super::policy::VerificationPolicy::AlwaysVerify, true);
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let asked2 = asked.clone();
+    let lookup = LazyLookup::new(move |previous: Option<Lookup>| -> LookupFuture {
+        asked2.lock().unwrap().push(previous.is_some());
+        let fresh = previous.is_some();
+        Box::pin(async move {
+            let (password, cached) = if fresh {
+                ("good", vec![])
+            } else {
+                ("stale", vec![(0, crate::credential::CachedAnswer::for_tests())])
+            };
+            Lookup { credentials: vec![secret_cred("s", password)], cached, ..Default::default() }
+        })
+    });
+    let d = m.ensure_image_for_pod("ns", "uid-1", "r.example/app:1", PullPolicy::Always, lookup).await;
+    assert!(d.allowed(), "{d:?}");
+    assert_eq!(*asked.lock().unwrap(), [false, true], "looked up again once");
+    assert_eq!(*m.service().pulls.lock().unwrap(), [Some("stale".to_owned()), Some("good".to_owned())]);
+
+    // Nothing cached: the refusal stands, the lookup is not asked again.
+    let uncached = LazyLookup::ready(Lookup { credentials: vec![secret_cred("s", "wrong")], ..Default::default() });
+    let d = m.ensure_image_for_pod("ns", "uid-2", "r.example/app:2", PullPolicy::Always, uncached.clone()).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull), "{d:?}");
+    assert!(uncached.again().await.is_none());
+    assert_eq!(m.service().pulls.lock().unwrap().len(), 3, "one pull for the uncached credentials");
+
+    // Still refused after the fresh lookup: one retry, then the failure.
+    let refused = LazyLookup::new(|_| -> LookupFuture {
+        Box::pin(async {
+            Lookup {
+                credentials: vec![secret_cred("s", "revoked")],
+                cached: vec![(0, crate::credential::CachedAnswer::for_tests())],
+                ..Default::default()
+            }
+        })
+    });
+    let d = m.ensure_image_for_pod("ns", "uid-3", "r.example/app:3", PullPolicy::Always, refused).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull), "{d:?}");
+    assert_eq!(m.service().pulls.lock().unwrap().len(), 5, "the first pull and one retry");
+}
+
+/// Pulls from a registry that never answers hold at most half the node's slots: another
+/// tenant's pull from another registry goes through while they hang.
+#[tokio::test]
+async fn a_hanging_registry_holds_only_its_share_of_the_pulls() {
+    let runtime = FakeRuntime { password: "good".into(), hang: vec!["hang.example/"], ..Default::default() };
+    let m = Arc::new(ImageManager::new(Arc::new(runtime), None, false, Some(4)));
+    let mut hung = Vec::new();
+    for i in 0..6 {
+        let m = m.clone();
+        hung.push(tokio::spawn(async move {
+            let image = format!("hang.example/app:{i}");
+            m.ensure_image_for_pod("team-b", &format!("b-{i}"), &image, PullPolicy::Always, creds(vec![])).await
+        }));
+    }
+    // Wait until the hanging registry holds what it may.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while m.slots_in_use() < 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the hanging pulls took their share");
+    let other = tokio::time::timeout(
+        Duration::from_secs(30),
+        m.ensure_image_for_pod(
+            "team-a",
+            "a-1",
+            "r.example/app:1",
+            PullPolicy::Always,
+            creds(vec![secret_cred("s", "good")]),
+        ),
+    )
+    .await
+    .expect("team-a's pull was held by team-b's hanging registry");
+    assert!(other.allowed(), "{other:?}");
+    assert_eq!(m.slots_in_use(), 2, "the hanging registry never held more than half of the 4 slots");
+    for h in hung {
+        h.abort();
+    }
+}
+
+/// A pull that never finishes is cancelled at the pull timeout, failing with ErrImagePull
+/// that says so.
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_never_finishes_is_cancelled_at_the_timeout() {
+    let runtime = FakeRuntime { hang: vec!["hang.example/"], ..Default::default() };
+    let m = ImageManager::new(Arc::new(runtime), None, true, None).with_pull_timeout(Duration::from_secs(120));
+    let d = m.ensure_image_for_pod("team-b", "b-1", "hang.example/app:1", PullPolicy::Always, creds(vec![])).await;
+    assert_eq!(d.error, Some(EnsureError::ErrImagePull), "{d:?}");
+    let message = d.message.unwrap_or_default();
+    assert!(message.contains("did not finish within 2m0s: cancelled"), "{message}");
+    // Its slot is free again: the next pull is not held.
+    assert_eq!(m.slots_in_use(), 0);
 }

@@ -17,6 +17,7 @@ pub(crate) mod origin;
 pub(crate) mod policy;
 pub(crate) mod progress;
 pub(crate) mod pull_manager;
+mod pull_slots;
 pub(crate) mod records;
 pub(crate) mod reference;
 pub(crate) mod service;
@@ -27,8 +28,8 @@ pub use backoff::{Backoff, INITIAL_BACKOFF, MAX_BACKOFF};
 pub use cri::CriImageService;
 pub use embedded::{EmbeddedImageStore, plain_http_allowed};
 pub use manager::{
-    EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture, PullPolicy,
-    credentials_to_record, pod_credentials, pull_with_credentials,
+    DEFAULT_PULL_TIMEOUT, EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture,
+    MakeLookup, PullPolicy, credentials_to_record, pod_credentials, pull_with_credentials,
 };
 pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 pub use mapping::CredentialMapping;
