@@ -207,10 +207,25 @@ impl Flood {
 
     /// With `token`: each connection a POST of that identity whose body never comes.
     pub fn start_as(addr: &str, count: usize, tls: bool, token: Option<&str>) -> Flood {
+        Flood::start_impersonating(addr, count, tls, token, "default", &[])
+    }
+
+    /// As [`Flood::start_as`], posting to `namespace`, the connections impersonating
+    /// `users` in turn.
+    pub fn start_impersonating(
+        addr: &str,
+        count: usize,
+        tls: bool,
+        token: Option<&str>,
+        namespace: &str,
+        users: &[String],
+    ) -> Flood {
         let (host, port) = addr.rsplit_once(':').unwrap();
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tls_flood.py");
         let mut child = Command::new("python3")
             .arg(script)
+            .env("FLOOD_NAMESPACE", namespace)
+            .env("FLOOD_IMPERSONATE", users.join(","))
             .args([host, port, &count.to_string(), if tls { "tls" } else { "plain" }])
             .args(token)
             .stdin(Stdio::piped())

@@ -357,6 +357,72 @@ fn a_registry_that_never_answers_holds_no_other_tenants_pull(data: &Path, image:
     }
 }
 
+/// A tenant that impersonates many service accounts still has one flow (issue 51 item 4):
+/// team-b's `edit` account holds 700 requests whose bodies never come, each impersonating
+/// one of 7 service accounts it made; team-a is still served. Before, each impersonated
+/// account was a flow of its own, 7 × 100 filled the API server's 600, and every team-a
+/// request got 429.
+fn a_tenant_impersonating_many_accounts_denies_no_other_tenant(data: &Path) {
+    use reqwest::Method;
+    let post = |path: &str, body: Value| admin(data, Method::POST, path, Some(body));
+    let sa = |ns: &str, name: &str| {
+        post(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        )
+    };
+    let bind = |ns: &str, role: &str, account: &str| {
+        post(
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings"),
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": format!("{account}-{role}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
+        )
+    };
+    let token_of = |ns: &str, name: &str| {
+        let answer = post(
+            &format!("/api/v1/namespaces/{ns}/serviceaccounts/{name}/token"),
+            serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600}}),
+        );
+        answer["status"]["token"].as_str().unwrap().to_owned()
+    };
+    sa("team-b", "flooder");
+    bind("team-b", "edit", "flooder");
+    // Accounts that may create config maps (what team-b's `edit` may grant), so the
+    // flood's requests pass authorization and wait for their bodies.
+    let accounts: Vec<String> = (0..7)
+        .map(|i| {
+            sa("team-b", &format!("made-{i}"));
+            bind("team-b", "edit", &format!("made-{i}"));
+            format!("system:serviceaccount:team-b:made-{i}")
+        })
+        .collect();
+    sa("team-a", "reader");
+    bind("team-a", "view", "reader");
+    let (attacker, victim) = (token_of("team-b", "flooder"), token_of("team-a", "reader"));
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let addr = url.trim_start_matches("https://").trim_end_matches('/').to_owned();
+    let flood = Flood::start_impersonating(&addr, 700, true, Some(&attacker), "team-b", &accounts);
+    assert!(flood.1 >= 690, "only {} requests held", flood.1);
+    let http = client(data);
+    let status_as = |token: &str, ns: &str| {
+        http.get(format!("{url}/api/v1/namespaces/{ns}/configmaps")).bearer_auth(token).send().unwrap().status()
+    };
+    // The flood is in flight once team-b's own next request is refused.
+    wait_for("team-b's requests in flight", Duration::from_secs(60), || {
+        (status_as(&attacker, "team-b") == 429).then_some(Value::Null)
+    });
+    for _ in 0..20 {
+        assert_eq!(status_as(&victim, "team-a"), 200, "team-a refused while team-b holds its flood");
+    }
+    drop(flood);
+    wait_for("team-b served again", Duration::from_secs(60), || {
+        (status_as(&attacker, "team-b") == 200).then_some(Value::Null)
+    });
+}
+
 /// A deleted pod's credentials do not break its service account's later pulls on the node
 /// (issue 51 item 6): team-a pod `first` pulls `image` (`Always`) and runs; once it is
 /// deleted and registry-auth refuses its tokens, team-a pod `second` must still pull and
@@ -689,6 +755,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let revocations_quiet_since = Instant::now();
     a_new_pod_pulls_after_its_accounts_previous_pod_is_gone(&data, &image_in(&out));
     a_registry_that_never_answers_holds_no_other_tenants_pull(&data, &image_in(&out));
+    a_tenant_impersonating_many_accounts_denies_no_other_tenant(&data);
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused
     // with a Warning on the Node naming the field, the node keeps the last good one; the

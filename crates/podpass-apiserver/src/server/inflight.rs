@@ -1,11 +1,18 @@
-//! Requests in flight, bounded per identity (kube-apiserver's `--max-requests-inflight` and
+//! Requests in flight, bounded per flow (kube-apiserver's `--max-requests-inflight` and
 //! API Priority and Fairness, in their simplest form): work in flight is the unit of
-//! fairness, not connections. Each authenticated user (or anonymous) holds at most
-//! [`PER_USER`] requests at once, and all of them together at most [`TOTAL`]; past either,
-//! a request is answered 429 with `Retry-After: 1` at once, as upstream. The cluster's own
-//! identities (`system:masters`, `system:nodes`: the admin, the nodes and the control
-//! plane's clients) are exempt — a tenant or an anonymous flood never starves them — and
-//! long-running requests (watches, followed logs) are not counted, as upstream.
+//! fairness, not connections. Each flow holds at most [`PER_USER`] requests at once, and
+//! all of them together at most [`TOTAL`]; past either, a request is answered 429 with
+//! `Retry-After: 1` at once, as upstream. [`RESERVE`] of the total is kept for flows
+//! holding fewer than [`FLOOR`]: however many flows fill the rest, another still gets in.
+//!
+//! A flow is who is really asking (beyond upstream, whose APF keys the impersonated user):
+//! the authenticated user behind any `Impersonate-User`, and for a service account its
+//! namespace — a tenant that may create service accounts, and impersonate them as the
+//! `edit` role may, still has one flow, not one per account it made.
+//!
+//! The cluster's own identities (`system:masters`, `system:nodes`: the admin, the nodes and
+//! the control plane's clients) are exempt — a tenant or an anonymous flood never starves
+//! them — and long-running requests (watches, followed logs) are not counted, as upstream.
 
 use podpass_serve::{FairShare, InFlightPermit};
 
@@ -17,6 +24,11 @@ pub(crate) const PER_USER: usize = 100;
 /// Requests all non-exempt identities may have in flight at once (upstream's
 /// `--max-requests-inflight` 400 plus `--max-mutating-requests-inflight` 200).
 pub(crate) const TOTAL: usize = 600;
+/// Of the total, what only flows holding fewer than [`FLOOR`] may take.
+pub(crate) const RESERVE: usize = 100;
+/// Requests in flight every flow is guaranteed while the reserve lasts (for 20 flows at
+/// once).
+pub(crate) const FLOOR: usize = 5;
 
 /// Groups whose requests are never bounded here.
 const EXEMPT_GROUPS: [&str; 2] = ["system:masters", "system:nodes"];
@@ -27,7 +39,16 @@ pub(crate) struct InFlight(FairShare);
 
 impl Default for InFlight {
     fn default() -> Self {
-        Self::new(TOTAL, PER_USER)
+        Self(FairShare::new(TOTAL, PER_USER).with_reserve(RESERVE, FLOOR))
+    }
+}
+
+/// The flow `requester`'s work counts in: `serviceaccounts:<namespace>` for a service
+/// account, its name otherwise.
+pub(crate) fn flow_of(requester: &User) -> String {
+    match requester.name.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':')) {
+        Some((namespace, _)) => format!("serviceaccounts:{namespace}"),
+        None => format!("user:{}", requester.name),
     }
 }
 
@@ -42,17 +63,20 @@ fn too_many() -> StatusError {
 }
 
 impl InFlight {
+    /// Bounds without a reserve (tests).
+    #[cfg(test)]
     pub(crate) fn new(total: usize, per_user: usize) -> Self {
         Self(FairShare::new(total, per_user))
     }
 
-    /// Counts a request of `user` in flight, or refuses it (429) when its identity or all
-    /// identities are at their bound. Exempt users and long-running requests pass uncounted.
-    pub(crate) fn admit(&self, user: &User, long_running: bool) -> Result<InFlightPermit, StatusError> {
-        if long_running || user.groups.iter().any(|g| EXEMPT_GROUPS.contains(&g.as_str())) {
+    /// Counts a request in flight in the flow of `requester` (who authenticated, whoever it
+    /// impersonates), or refuses it (429) when its flow or all flows are at their bound.
+    /// Exempt requesters and long-running requests pass uncounted.
+    pub(crate) fn admit(&self, requester: &User, long_running: bool) -> Result<InFlightPermit, StatusError> {
+        if long_running || requester.groups.iter().any(|g| EXEMPT_GROUPS.contains(&g.as_str())) {
             return Ok(InFlightPermit::uncounted());
         }
-        self.0.admit(&user.name, true).map_err(|_| too_many())
+        self.0.admit(&flow_of(requester), true).map_err(|_| too_many())
     }
 }
 
@@ -67,6 +91,35 @@ mod tests {
             groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             extra: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_service_account_is_counted_in_its_namespaces_flow() {
+        let sa = |ns: &str, name: &str| user(&format!("system:serviceaccount:{ns}:{name}"), &[]);
+        assert_eq!(flow_of(&sa("team-b", "a1")), flow_of(&sa("team-b", "a7")));
+        assert_ne!(flow_of(&sa("team-b", "a1")), flow_of(&sa("team-a", "a1")));
+        assert_eq!(flow_of(&user("bob", &[])), "user:bob");
+        // A user named like a flow is not that flow.
+        assert_ne!(flow_of(&user("serviceaccounts:team-b", &[])), flow_of(&sa("team-b", "x")));
+        // Seven accounts of one namespace share one flow's bound.
+        let bounds = InFlight::new(10, 2);
+        let held =
+            [bounds.admit(&sa("team-b", "a1"), false).unwrap(), bounds.admit(&sa("team-b", "a2"), false).unwrap()];
+        assert_eq!(bounds.admit(&sa("team-b", "a3"), false).unwrap_err().code.as_u16(), 429);
+        assert!(bounds.admit(&sa("team-a", "app"), false).is_ok());
+        drop(held);
+    }
+
+    #[test]
+    fn the_reserve_serves_a_light_flow_when_heavy_ones_fill_the_total() {
+        let bounds = InFlight::default();
+        let sa = |ns: String| user(&format!("system:serviceaccount:{ns}:x"), &[]);
+        let heavy: Vec<_> =
+            (0..(TOTAL - RESERVE)).map(|i| bounds.admit(&sa(format!("heavy-{}", i % 5)), false).unwrap()).collect();
+        assert_eq!(bounds.admit(&sa("heavy-0".into()), false).unwrap_err().code.as_u16(), 429);
+        let light: Vec<_> = (0..FLOOR).map(|_| bounds.admit(&sa("team-a".into()), false).unwrap()).collect();
+        assert_eq!(bounds.admit(&sa("team-a".into()), false).unwrap_err().code.as_u16(), 429, "past its floor");
+        drop((heavy, light));
     }
 
     #[test]

@@ -125,13 +125,14 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     // head; a watch's stream is not bounded by it.
     let request_timeout = state.request_timeout;
     let handled = async {
-        let user = identify(&state, &parts.headers).await?;
+        let (user, requester) = identify(&state, &parts.headers).await?;
         tracing::Span::current().record("user", user.name.as_str());
         audit_user = Some(user.clone());
-        // Work in flight, bounded per identity (a watch or a followed log is long-running).
+        // Work in flight, bounded per flow: who really asks, whoever it impersonates (a
+        // watch or a followed log is long-running).
         let follow = query.get("follow").is_some_and(|f| f == "true" || f == "1");
         let long_running = verb == "watch" || (follow && path.ends_with("/log"));
-        let _in_flight = state.inflight.admit(&user, long_running)?;
+        let _in_flight = state.inflight.admit(&requester, long_running)?;
         authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
             StatusError::new(
@@ -172,8 +173,9 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
 }
 
 /// Who the request is from: its bearer token, then `Impersonate-*` headers if the
-/// authenticated user may impersonate.
-async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<User, StatusError> {
+/// authenticated user may impersonate; with who authenticated (the same user when nobody
+/// is impersonated).
+async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<(User, User), StatusError> {
     // A header that is not visible ASCII cannot hold a token: refused, never anonymous.
     let auth = headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("Bearer \u{0}").to_owned());
     let requester = authenticate(state, auth).await?;
@@ -189,7 +191,10 @@ async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<U
         header("impersonate-uid").as_deref(),
     )
     .await?;
-    Ok(impersonated.unwrap_or(requester))
+    Ok(match impersonated {
+        Some(user) => (user, requester),
+        None => (requester.clone(), requester),
+    })
 }
 
 /// The non-resource paths behind authorization: API discovery roots, the OIDC documents

@@ -118,10 +118,10 @@ pub struct AgentConfig {
     /// Port of the node's HTTPS server (the kubelet's 10250; 0 disables it).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Address of the `/healthz` and `/metrics` listener.
+    /// Address of the `/healthz` listener (plain HTTP; `/metrics` is on `--port`).
     #[arg(long, default_value = "127.0.0.1")]
     pub healthz_bind_address: std::net::IpAddr,
-    /// Port of the `/healthz` and `/metrics` listener (0 disables it).
+    /// Port of the `/healthz` listener (0 disables it).
     #[arg(long, default_value_t = DEFAULT_HEALTHZ_PORT)]
     pub healthz_port: u16,
     /// A further `/metrics` (and `/healthz`) listener, `HOST:PORT`: plain and anonymous, for

@@ -61,10 +61,11 @@ pub struct UpArgs {
     /// The registry's port (when podpass up starts it).
     #[arg(long, default_value_t = 5000)]
     registry_port: u16,
-    /// The node agent's /healthz and /metrics port.
+    /// The node agent's /healthz port (its /metrics is on --node-port, to identities allowed
+    /// `get nodes/metrics`).
     #[arg(long, default_value_t = podpass_node::DEFAULT_HEALTHZ_PORT)]
     node_healthz_port: u16,
-    /// The node agent's HTTPS port (container logs for `kubectl logs`).
+    /// The node agent's HTTPS port (container logs for `kubectl logs`, and /metrics).
     #[arg(long, default_value_t = podpass_node::DEFAULT_PORT)]
     node_port: u16,
     /// A node that prepares pods (tokens, volumes, images) but runs no containers: no
