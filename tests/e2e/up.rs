@@ -357,6 +357,74 @@ fn a_registry_that_never_answers_holds_no_other_tenants_pull(data: &Path, image:
     }
 }
 
+/// A container with no memory limit of its own is bounded by its pod's (issue 51 item 1):
+/// in a team-a pod limited to 64Mi, an ephemeral container building a 256 MB string is
+/// OOM-killed. The pod's cgroup holds its containers' sums (and `podPidsLimit`), its QoS
+/// class is reported. Before, containers sat in flat `k8s.io/<id>` cgroups and the
+/// ephemeral container ran to its end.
+fn an_ephemeral_container_is_bounded_by_its_pods_memory_limit(data: &Path, image: &str) {
+    use reqwest::Method;
+    let pods = "/api/v1/namespaces/team-a/pods";
+    admin(
+        data,
+        Method::POST,
+        pods,
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bounded"},
+            "spec": {"nodeName": "node-1", "serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", "exec sleep 3600"],
+                                "resources": {"limits": {"memory": "64Mi"}},
+                                "securityContext": {"allowPrivilegeEscalation": false,
+                                                    "capabilities": {"drop": ["ALL"]}}}]}})),
+    );
+    let pod = wait_running(data, "team-a", "bounded");
+    assert_eq!(pod["status"]["qosClass"], "Burstable", "{}", pod["status"]);
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    // The pod's cgroup, v1 or v2 as the machine mounts them.
+    let cgroup = Path::new("/sys/fs/cgroup");
+    let (memory, pids) = if cgroup.join("cgroup.controllers").exists() {
+        let dir = cgroup.join(format!("kubepods/burstable/pod{uid}"));
+        (dir.join("memory.max"), dir.join("pids.max"))
+    } else {
+        let rel = format!("kubepods/burstable/pod{uid}");
+        (
+            cgroup.join("memory").join(&rel).join("memory.limit_in_bytes"),
+            cgroup.join("pids").join(&rel).join("pids.max"),
+        )
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert_eq!(read(&memory).trim(), (64u64 << 20).to_string());
+    assert_eq!(read(&pids).trim(), "1024");
+    // An ephemeral container (no resources: the API allows none) doubles a string 28 times.
+    // As `kubectl debug` adds it: a strategic merge patch of the subresource.
+    let patch = serde_json::json!({"spec": {"ephemeralContainers": [{"name": "hog", "image": image,
+        "command": ["/bin/sh", "-c", "a=x; i=0; while [ $i -lt 28 ]; do a=\"$a$a\"; i=$((i+1)); done; echo ${#a}"],
+        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}});
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let patched = client(data)
+        .patch(format!("{url}{pods}/bounded/ephemeralcontainers"))
+        .bearer_auth(admin_token(data))
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body(patch.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(patched.status(), 200, "{}", patched.text().unwrap());
+    let ended = wait_for("the ephemeral container ended", Duration::from_secs(120), || {
+        let p = admin(data, Method::GET, &format!("{pods}/bounded"), None);
+        let s = p["status"]["ephemeralContainerStatuses"].as_array()?.iter().find(|c| c["name"] == "hog")?.clone();
+        s["state"]["terminated"].is_object().then_some(s)
+    });
+    let terminated = &ended["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "killed by the kernel for its pod's limit: {ended}");
+    // The pod's own container runs on.
+    let pod = admin(data, Method::GET, &format!("{pods}/bounded"), None);
+    assert!(pod["status"]["containerStatuses"][0]["state"]["running"].is_object(), "{}", pod["status"]);
+    admin(data, Method::DELETE, &format!("{pods}/bounded"), None);
+    // Its cgroup goes with it.
+    wait_for("the pod's cgroup removed", Duration::from_secs(60), || (!memory.exists()).then_some(Value::Null));
+}
+
 /// A tenant that impersonates many service accounts still has one flow (issue 51 item 4):
 /// team-b's `edit` account holds 700 requests whose bodies never come, each impersonating
 /// one of 7 service accounts it made; team-a is still served. Before, each impersonated
@@ -756,6 +824,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     a_new_pod_pulls_after_its_accounts_previous_pod_is_gone(&data, &image_in(&out));
     a_registry_that_never_answers_holds_no_other_tenants_pull(&data, &image_in(&out));
     a_tenant_impersonating_many_accounts_denies_no_other_tenant(&data);
+    an_ephemeral_container_is_bounded_by_its_pods_memory_limit(&data, &image_in(&out));
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused
     // with a Warning on the Node naming the field, the node keeps the last good one; the

@@ -1,5 +1,6 @@
 //! The subset of `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) a podpass node
-//! reads: the image settings, container log rotation, `maxPods` and `seccompDefault`. Fields podpass does not
+//! reads: the image settings, container log rotation, `maxPods`, `seccompDefault` and the
+//! cgroup settings (`cgroupsPerQOS`, `podPidsLimit`, `kubeReserved`, `systemReserved`). Fields podpass does not
 //! use are ignored, as a kubelet ignores nothing but a podpass node never uses them; the
 //! fields it uses are validated with upstream's rules and defaults.
 
@@ -36,6 +37,23 @@ pub struct KubeletConfig {
     /// `seccompDefault` (default false, as upstream): a container whose pod and container
     /// name no seccomp profile runs under the runtime's default profile, not unconfined.
     pub seccomp_default: bool,
+    /// `cgroupsPerQOS` (default true): the `kubepods` cgroup sized to allocatable, a cgroup
+    /// per QoS class and one per pod, every container under its pod's.
+    pub cgroups_per_qos: bool,
+    /// `podPidsLimit` (default -1; zero or negative: unbounded): processes one pod may hold.
+    pub pod_pids_limit: i64,
+    /// `kubeReserved` plus `systemReserved`, per resource (`cpu` in millicores, `memory` in
+    /// bytes): what the `kubepods` cgroup and `status.allocatable` leave to the node.
+    pub reserved: Reserved,
+}
+
+/// Resources kept from pods (`kubeReserved` + `systemReserved`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// Millicores.
+    pub cpu_milli: u64,
+    /// Bytes.
+    pub memory_bytes: u64,
 }
 
 /// The kubelet's default `containerLogMaxSize` (10Mi).
@@ -60,6 +78,9 @@ impl Default for KubeletConfig {
             container_log_monitor_interval: DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
             max_pods: DEFAULT_MAX_PODS,
             seccomp_default: false,
+            cgroups_per_qos: true,
+            pod_pids_limit: -1,
+            reserved: Reserved::default(),
         }
     }
 }
@@ -91,6 +112,44 @@ struct Raw {
     max_pods: Option<i64>,
     #[serde(default)]
     seccomp_default: Option<bool>,
+    #[serde(default, rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    #[serde(default)]
+    pod_pids_limit: Option<i64>,
+    #[serde(default)]
+    kube_reserved: BTreeMap<String, String>,
+    #[serde(default)]
+    system_reserved: BTreeMap<String, String>,
+}
+
+/// `kubeReserved` and `systemReserved` summed (kubelet: `parseResourceList`): cpu and
+/// memory are used, `pid` and `ephemeral-storage` accepted, anything else refused; a
+/// negative or unparsable quantity names its field.
+fn reserved(raw: &Raw, errors: &mut Vec<String>) -> Reserved {
+    let mut out = Reserved::default();
+    for (field, list) in [("kubeReserved", &raw.kube_reserved), ("systemReserved", &raw.system_reserved)] {
+        for (name, quantity) in list {
+            let milli = match podpass_api::quantity::parse_milli(quantity) {
+                Ok(m) if m >= 0 => m,
+                Ok(_) => {
+                    errors.push(format!("{field}: resource quantity for {name:?} cannot be negative: {quantity}"));
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(format!("{field}[{name}]: {quantity:?}: {e}"));
+                    continue;
+                }
+            };
+            let whole = u64::try_from(milli.div_euclid(1000)).unwrap_or(u64::MAX);
+            match name.as_str() {
+                "cpu" => out.cpu_milli = out.cpu_milli.saturating_add(u64::try_from(milli).unwrap_or(u64::MAX)),
+                "memory" => out.memory_bytes = out.memory_bytes.saturating_add(whole),
+                "pid" | "ephemeral-storage" => {}
+                other => errors.push(format!("{field}: cannot reserve {other:?} resource")),
+            }
+        }
+    }
+    out
 }
 
 /// Parses a KubeletConfiguration (YAML or JSON); every problem is reported.
@@ -162,6 +221,9 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
             DEFAULT_MAX_PODS
         }),
     };
+    let reserved = reserved(&raw, &mut errors);
+    // As the kubelet: only a positive limit is applied.
+    let pod_pids_limit = raw.pod_pids_limit.unwrap_or(-1);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -176,6 +238,9 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         container_log_monitor_interval: interval,
         max_pods,
         seccomp_default: raw.seccomp_default.unwrap_or(false),
+        cgroups_per_qos: raw.cgroups_per_qos.unwrap_or(true),
+        pod_pids_limit,
+        reserved,
     })
 }
 
@@ -199,6 +264,22 @@ mod tests {
         assert!(c.feature_gates["KubeletEnsureSecretPulledImages"]);
         let minimal = parse(b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n").unwrap();
         assert_eq!(minimal, KubeletConfig::default());
+    }
+
+    #[test]
+    fn cgroup_settings_and_reservations_sum_and_name_their_field() {
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let c = parse(format!("{head}podPidsLimit: 1024\ncgroupsPerQOS: false\nkubeReserved: {{cpu: 100m, memory: 100Mi, pid: \"100\"}}\nsystemReserved: {{cpu: \"1\", memory: 1Gi}}\n").as_bytes()).unwrap();
+        assert_eq!((c.pod_pids_limit, c.cgroups_per_qos), (1024, false));
+        assert_eq!(c.reserved, Reserved { cpu_milli: 1100, memory_bytes: (100 << 20) + (1 << 30) });
+        let errors = parse(
+            format!("{head}kubeReserved: {{memory: -1Mi, gpu: \"1\"}}\nsystemReserved: {{cpu: lots}}\n").as_bytes(),
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors.iter().any(|e| e.starts_with("kubeReserved: cannot reserve \"gpu\"")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.contains("cannot be negative")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.starts_with("systemReserved[cpu]")), "{errors:?}");
     }
 
     #[test]

@@ -70,6 +70,38 @@ pub(crate) struct PodRuntime {
     pub log_max_files: usize,
     /// The `kubernetes` Service's variables and relays (none: no in-cluster access).
     pub in_cluster: Option<std::sync::Arc<super::in_cluster::InCluster>>,
+    /// The pods' cgroups (`cgroupsPerQOS`; none: containers sit where the runtime puts
+    /// them).
+    pub cgroups: Option<PodCgroups>,
+}
+
+/// The node's pod cgroups and the limit every pod gets.
+#[derive(Debug, Clone)]
+pub(crate) struct PodCgroups {
+    /// Where they are written.
+    pub cgroups: super::cgroups::Cgroups,
+    /// `podPidsLimit`.
+    pub pod_pids_limit: i64,
+}
+
+impl PodRuntime {
+    /// The pod's cgroup, made (or its limits written again) before its sandbox runs: the
+    /// CRI `cgroup_parent` of the sandbox and every container. `None` without pod cgroups.
+    async fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<Option<String>, String> {
+        let Some(pc) = self.cgroups.clone() else { return Ok(None) };
+        let spec = pod.spec.clone().unwrap_or_default();
+        let name = super::cgroups::pod_cgroup(
+            super::cgroups::qos_class(&spec),
+            pod.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        let limits = super::cgroups::pod_limits(&spec, pc.pod_pids_limit);
+        let owned = name.clone();
+        tokio::task::spawn_blocking(move || pc.cgroups.ensure(&owned, &limits))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the pod's cgroup {name}: {e}"))?;
+        Ok(Some(name))
+    }
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -186,6 +218,12 @@ fn host_network(pod: &Pod) -> bool {
 
 /// The pod's sandbox config (kubelet `generatePodSandboxConfig`).
 fn sandbox_config(rt: &PodRuntime, pod: &Pod, attempt: u32) -> PodSandboxConfig {
+    let cgroup_parent = if rt.cgroups.is_some() {
+        let spec = pod.spec.clone().unwrap_or_default();
+        super::cgroups::pod_cgroup(super::cgroups::qos_class(&spec), pod.metadata.uid.as_deref().unwrap_or_default())
+    } else {
+        String::new()
+    };
     let m = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
     let network = if host_network(pod) { NAMESPACE_NODE } else { NAMESPACE_POD };
@@ -208,6 +246,7 @@ fn sandbox_config(rt: &PodRuntime, pod: &Pod, attempt: u32) -> PodSandboxConfig 
         labels: labels(rt, pod),
         annotations: m.annotations.clone().unwrap_or_default().into_iter().collect(),
         linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent,
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(NamespaceOption {
                     network,
@@ -697,6 +736,7 @@ pub(crate) async fn sync(
         None => {
             std::fs::create_dir_all(log_dir(&rt.logs, pod))
                 .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
+            rt.ensure_pod_cgroup(pod).await.map_err(SyncError::CreatePodSandbox)?;
             let id = rt
                 .cri
                 .run_pod_sandbox(sandbox_config.clone())
@@ -1029,7 +1069,18 @@ pub(super) async fn start(
 /// then removes them all. Every step is tried; what is already gone (or going) is fine;
 /// the first other failure is returned after.
 pub(crate) async fn tear_down(rt: &PodRuntime, uid: &str, grace_seconds: i64) -> Result<(), RuntimeError> {
-    rt.cri.remove_pods(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]), grace_seconds).await.map(|_| ())
+    rt.cri.remove_pods(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())]), grace_seconds).await?;
+    // Its containers are gone: its cgroup goes too (kubelet: the pod container manager's
+    // Destroy). One the kernel still finds busy stays until the pod is torn down again.
+    if let Some(pc) = rt.cgroups.clone() {
+        let owned = uid.to_owned();
+        match tokio::task::spawn_blocking(move || pc.cgroups.remove_pod(&owned)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(pod_uid = uid, error = %e, "the pod's cgroup was not removed"),
+            Err(e) => tracing::warn!(pod_uid = uid, error = %e, "the pod's cgroup was not removed"),
+        }
+    }
+    Ok(())
 }
 
 /// The pod UIDs the runtime holds sandboxes of for this node (for removing those of pods

@@ -36,6 +36,8 @@ pub struct Machine {
     pub boot_id: String,
     /// `maxPods` of the kubelet configuration: the `pods` capacity.
     pub max_pods: u32,
+    /// `kubeReserved` + `systemReserved`: left out of allocatable.
+    pub reserved: crate::kubelet_config::Reserved,
 }
 
 fn read_small(path: &str) -> String {
@@ -87,6 +89,7 @@ impl Machine {
             system_uuid: read_small("/sys/class/dmi/id/product_uuid"),
             boot_id: read_small("/proc/sys/kernel/random/boot_id"),
             max_pods: crate::kubelet_config::DEFAULT_MAX_PODS,
+            reserved: Default::default(),
         }
     }
 
@@ -95,18 +98,25 @@ impl Machine {
         resources(self.cpus, self.memory_bytes, self.ephemeral_bytes, self.max_pods)
     }
 
-    /// Allocatable memory in bytes: capacity less `memory.available<100Mi` (0: unknown).
+    /// Allocatable memory in bytes: capacity less what is reserved and
+    /// `memory.available<100Mi` (0: unknown).
     pub fn allocatable_memory(&self) -> u64 {
-        self.memory_bytes.saturating_sub(EVICTION_MEMORY_BYTES)
+        self.memory_bytes.saturating_sub(self.reserved.memory_bytes).saturating_sub(EVICTION_MEMORY_BYTES)
     }
 
-    /// `status.allocatable`: capacity less `memory.available<100Mi` and
-    /// `nodefs.available<10%`.
+    /// `status.allocatable`: capacity less `kubeReserved`, `systemReserved`,
+    /// `memory.available<100Mi` and `nodefs.available<10%`.
     pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
         let memory = self.allocatable_memory();
         let held = u128::from(self.ephemeral_bytes) * u128::from(EVICTION_NODEFS_PERCENT) / 100;
         let ephemeral = self.ephemeral_bytes - u64::try_from(held).unwrap_or(self.ephemeral_bytes);
-        resources(self.cpus, memory, ephemeral, self.max_pods)
+        let mut out = resources(self.cpus, memory, ephemeral, self.max_pods);
+        if self.reserved.cpu_milli > 0 {
+            let milli = self.cpus.saturating_mul(1000).saturating_sub(self.reserved.cpu_milli);
+            let cpu = if milli.is_multiple_of(1000) { (milli / 1000).to_string() } else { format!("{milli}m") };
+            out.insert("cpu".into(), Quantity(cpu));
+        }
+        out
     }
 }
 
@@ -161,6 +171,14 @@ mod tests {
         let allocatable = m.allocatable();
         assert_eq!(allocatable["memory"].0, "3996Mi", "100Mi held back");
         assert_eq!(allocatable["ephemeral-storage"].0, "900Mi", "10% held back");
+        // kubeReserved + systemReserved come off allocatable too.
+        let reserved = Machine {
+            reserved: crate::kubelet_config::Reserved { cpu_milli: 500, memory_bytes: 1 << 30 },
+            ..m.clone()
+        };
+        let allocatable = reserved.allocatable();
+        assert_eq!((allocatable["cpu"].0.as_str(), allocatable["memory"].0.as_str()), ("1500m", "2972Mi"));
+        assert_eq!(reserved.capacity(), m.capacity(), "capacity is the machine's");
     }
 
     #[test]

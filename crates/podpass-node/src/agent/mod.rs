@@ -9,6 +9,7 @@
 //! an honest pod status, and tears it all down when the pod goes.
 
 mod admission;
+mod cgroups;
 mod container_gc;
 mod containers;
 mod ephemeral;
@@ -309,6 +310,40 @@ pub enum AgentError {
     /// The node-wide docker config is unreadable.
     #[error("node-wide credentials: {0}")]
     NodeConfig(#[from] crate::credential::docker_config::DockerConfigError),
+    /// The pods' cgroups cannot be made (`cgroupsPerQOS: false` runs without them).
+    #[error("the pods' cgroups (cgroupsPerQOS): {0}")]
+    Cgroups(String),
+}
+
+/// Where the machine mounts cgroups.
+const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
+/// The node's pod cgroups (kubelet: the container manager's node-allocatable and QoS
+/// cgroups), made before any pod runs: `kubepods` sized to allocatable. Without them a
+/// container with no limit of its own (an ephemeral one) would be bounded by nothing, so a
+/// node that cannot make them does not start.
+async fn cgroups_for(
+    machine: &machine::Machine,
+    kubelet: &KubeletConfig,
+) -> Result<containers::PodCgroups, AgentError> {
+    let limits = cgroups::node_limits(machine.cpus, machine.memory_bytes, kubelet.reserved);
+    let pod_pids_limit = kubelet.pod_pids_limit;
+    tokio::task::spawn_blocking(move || {
+        let mount = std::path::Path::new(CGROUP_MOUNT);
+        let cg = cgroups::Cgroups::detect(mount).ok_or_else(|| {
+            AgentError::Cgroups(format!("no cgroup v1 memory controller or cgroup v2 hierarchy at {CGROUP_MOUNT}"))
+        })?;
+        cg.ensure_node(&limits).map_err(|e| AgentError::Cgroups(e.to_string()))?;
+        tracing::info!(
+            version = cg.version(),
+            memory_bytes = limits.memory_bytes.unwrap_or(-1),
+            pod_pids_limit,
+            "pod cgroups under /kubepods"
+        );
+        Ok(containers::PodCgroups { cgroups: cg, pod_pids_limit })
+    })
+    .await
+    .map_err(|e| AgentError::Cgroups(e.to_string()))?
 }
 
 impl Prepared {
@@ -318,6 +353,7 @@ impl Prepared {
         &self,
         client: kube::Client,
         cri: Option<crate::runtime::CriRuntime>,
+        cgroups: Option<containers::PodCgroups>,
         machine: &machine::Machine,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
@@ -402,6 +438,7 @@ impl Prepared {
                     log_max_size: self.kubelet.container_log_max_size,
                     log_max_files: self.kubelet.container_log_max_files,
                     in_cluster: in_cluster.clone(),
+                    cgroups,
                 })
             }),
         })
@@ -462,6 +499,7 @@ impl Bound {
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
         identity.machine.max_pods = this.kubelet.max_pods;
+        identity.machine.reserved = this.kubelet.reserved;
         // One connection to the runtime: its version for the Node, then the pods'.
         let cri = match (&this.config.container_runtime_endpoint, this.config.prepare_only) {
             (Some(endpoint), false) => {
@@ -481,7 +519,11 @@ impl Bound {
         let node_uid = heartbeat::register_node(&client, id, &this.config.root_dir).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
-        let shared = Arc::new(this.assemble(client.clone(), cri, &identity.machine).await?);
+        let cgroups = match &cri {
+            Some(_) if this.kubelet.cgroups_per_qos => Some(cgroups_for(&identity.machine, &this.kubelet).await?),
+            _ => None,
+        };
+        let shared = Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine).await?);
         if let Some(listener) = server {
             let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
             let mut names = vec![id.name.clone(), "localhost".to_owned()];

@@ -369,7 +369,12 @@ pub fn pod_status(
         host_ips: Some(vec![HostIP { ip: host_ip.to_owned() }]),
         pod_ips: pod_ip.clone().map(|ip| vec![PodIP { ip }]),
         pod_ip,
-        qos_class: old.qos_class.clone(),
+        // kubelet generateAPIPodStatus: GetPodQOS of the pod (its class never changes).
+        qos_class: pod
+            .spec
+            .as_ref()
+            .map(|s| super::cgroups::qos_class(s).api_name().to_owned())
+            .or_else(|| old.qos_class.clone()),
         ..Default::default()
     }
 }

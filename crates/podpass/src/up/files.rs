@@ -106,9 +106,10 @@ pub fn write_provider_config(
 /// names no seccomp profile runs under the runtime's default one, never unconfined; pulls
 /// in parallel (`serializeImagePulls: false`, `maxParallelImagePulls: 4`), so one tenant's
 /// pull from a registry that never answers holds at most its share (half) of the node's
-/// pulls, not every pod's.
+/// pulls, not every pod's; and bounds every pod to 1024 processes (`podPidsLimit`, beyond
+/// upstream's unbounded default), so no tenant's fork bomb takes the node's.
 pub fn write_kubelet_config(path: &Path) -> Result<()> {
-    let config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\n";
+    let config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\npodPidsLimit: 1024\n";
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
 }
