@@ -14,7 +14,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use registry::free_port;
 use serde_json::Value;
 use support::*;
 
@@ -25,7 +24,12 @@ fn up(data: &Path, extra: &[&str]) -> Command {
     let ports: Vec<String> = match std::fs::read_to_string(&ports_file) {
         Ok(text) => text.split_whitespace().map(str::to_owned).collect(),
         Err(_) => {
-            let ports: Vec<String> = (0..5).map(|_| free_port().to_string()).collect();
+            // Held together while chosen: one at a time, the kernel may hand out the same
+            // free port twice.
+            let held: Vec<std::net::TcpListener> =
+                (0..5).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+            let ports: Vec<String> = held.iter().map(|l| l.local_addr().unwrap().port().to_string()).collect();
+            drop(held);
             std::fs::write(&ports_file, ports.join(" ")).unwrap();
             ports
         }
@@ -355,6 +359,92 @@ fn a_registry_that_never_answers_holds_no_other_tenants_pull(data: &Path, image:
     for (ns, name) in [("team-b", "stuck"), ("team-a", "beside-stuck")] {
         admin(data, reqwest::Method::DELETE, &format!("/api/v1/namespaces/{ns}/pods/{name}"), None);
     }
+}
+
+/// The node's authenticated port takes a bearer token as the kubelet's webhook
+/// authentication does (issue 51): a service account allowed `get nodes/metrics` scrapes
+/// `/metrics`, one that is not gets 403, a token nobody issued 401. Before, only client
+/// certificates were read and every token got 401.
+fn the_nodes_port_takes_a_service_account_token(data: &Path) {
+    use reqwest::Method;
+    let post = |path: &str, body: Value| admin(data, Method::POST, path, Some(body));
+    post(
+        "/api/v1/namespaces/team-a/serviceaccounts",
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper"}}),
+    );
+    post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "node-metrics-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}]}),
+    );
+    post(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "scraper-node-metrics"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "scraper", "namespace": "team-a"}]}),
+    );
+    let token_of = |name: &str| {
+        let answer = post(
+            &format!("/api/v1/namespaces/team-a/serviceaccounts/{name}/token"),
+            serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        );
+        answer["status"]["token"].as_str().unwrap().to_owned()
+    };
+    let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
+    let node_port = ports.split_whitespace().nth(4).unwrap().to_owned();
+    // The node serves its own certificate; the token is what is under test.
+    let http = reqwest::blocking::Client::builder().danger_accept_invalid_certs(true).build().unwrap();
+    let scrape = |token: &str| {
+        let r = http.get(format!("https://127.0.0.1:{node_port}/metrics")).bearer_auth(token).send().unwrap();
+        let code = r.status().as_u16();
+        (code, r.text().unwrap_or_default())
+    };
+    let (code, body) = scrape(&token_of("scraper"));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("# TYPE"), "Prometheus text: {body}");
+    let (code, body) = scrape(&token_of("app"));
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=metrics"), "{body}");
+    assert_eq!(scrape("not-a-token").0, 401);
+}
+
+/// `kubectl set image` to an image the pod may not use (issue 51 item 7): the old
+/// container is killed (`Killing`, "definition changed", as upstream's computePodActions),
+/// the new one never starts, and the status says why.
+fn a_changed_image_the_pod_may_not_use_stops_the_old_container(dir: &Path, data: &Path, image: &str) {
+    create_pod(data, "team-a", "changer", image);
+    let first = wait_running(data, "team-a", "changer");
+    let first_id = first["status"]["containerStatuses"][0]["containerID"].as_str().unwrap().to_owned();
+    // Another tenant's repository on the same registry: team-a's credentials get nothing.
+    let (host, _) = image.split_once("/team-a/").unwrap();
+    let other = format!("{host}/team-b/app:v1");
+    let kubeconfig = data.join("admin.kubeconfig");
+    ok(
+        kubectl_with(
+            &kubeconfig,
+            &dir.join("cache"),
+            &["-n", "team-a", "set", "image", "pod/changer", &format!("app={other}")],
+        ),
+        "kubectl set image",
+    );
+    let waiting = wait_for("the changed container refused its image", Duration::from_secs(120), || {
+        let p = admin(data, reqwest::Method::GET, "/api/v1/namespaces/team-a/pods/changer", None);
+        let s = p["status"]["containerStatuses"][0].clone();
+        let reason = s["state"]["waiting"]["reason"].as_str().unwrap_or_default().to_owned();
+        (reason == "ErrImagePull" || reason == "ImagePullBackOff").then_some(s)
+    });
+    assert!(waiting["state"]["running"].is_null(), "{waiting}");
+    let reasons = pod_event_reasons(data, "team-a", "changer");
+    assert!(reasons.iter().any(|r| r == "Killing"), "the old container was not killed: {reasons:?}");
+    // Nothing of the pod runs in containerd any more.
+    let sock = data.join("containerd/run/containerd.sock");
+    let tasks = Command::new("ctr").arg("--address").arg(&sock).args(["-n", "k8s.io", "tasks", "ls"]).output().unwrap();
+    let tasks = String::from_utf8_lossy(&tasks.stdout);
+    let old = first_id.trim_start_matches("containerd://");
+    assert!(!tasks.lines().any(|l| l.starts_with(old) && l.contains("RUNNING")), "the old container runs on: {tasks}");
+    admin(data, reqwest::Method::DELETE, "/api/v1/namespaces/team-a/pods/changer", None);
 }
 
 /// A container with no memory limit of its own is bounded by its pod's (issue 51 item 1):
@@ -825,6 +915,8 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     a_registry_that_never_answers_holds_no_other_tenants_pull(&data, &image_in(&out));
     a_tenant_impersonating_many_accounts_denies_no_other_tenant(&data);
     an_ephemeral_container_is_bounded_by_its_pods_memory_limit(&data, &image_in(&out));
+    a_changed_image_the_pod_may_not_use_stops_the_old_container(dir.path(), &data, &image_in(&out));
+    the_nodes_port_takes_a_service_account_token(&data);
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused
     // with a Warning on the Node naming the field, the node keeps the last good one; the
@@ -963,9 +1055,33 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
 
     // The pods' secret and projected volumes are tmpfs mounts while it runs (as root).
     assert!(!mounts_under(&data.join("node-1/root")).is_empty(), "the pods' volumes are in memory");
+    // A pod whose container keeps failing: its restarts are its own history (issue 51
+    // item 9), kept across the stop below, which removes its containers.
+    let crasher = admin(
+        &data,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/team-a/pods",
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crasher"},
+            "spec": {"nodeName": "node-1", "serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "app", "image": image_in(&out), "command": ["/bin/sh", "-c", "exit 1"],
+                                "securityContext": {"allowPrivilegeEscalation": false,
+                                                    "capabilities": {"drop": ["ALL"]}}}]}})),
+    );
+    let crasher_path = format!("/api/v1/namespaces/team-a/pods/{}", crasher["metadata"]["name"].as_str().unwrap());
+    wait_for("the crasher restarted twice", Duration::from_secs(120), || {
+        let p = admin(&data, reqwest::Method::GET, &crasher_path, None);
+        let s = p["status"]["containerStatuses"][0].clone();
+        (s["restartCount"].as_i64().unwrap_or(0) >= 2).then_some(s)
+    });
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());
     assert_eq!(parts.len(), 5, "five parts: {parts:?}");
+    let restarts_before =
+        admin(&data, reqwest::Method::GET, &crasher_path, None)["status"]["containerStatuses"][0]["restartCount"]
+            .as_i64()
+            .unwrap();
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let (code, text) = wait_output(guard.0.take().unwrap(), Duration::from_secs(60), &log2);
     assert_eq!(code, 0, "{text}");
@@ -975,6 +1091,45 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     }
     // ...and no mount: the pods' tmpfs volumes are detached, so the data dir can be removed.
     assert_eq!(mounts_under(&data.join("node-1/root")), Vec::<String>::new(), "mounts left under the node's root");
+
+    // A third `podpass up`: the crasher's containers were removed with the stop, its logs
+    // were not; its restart count goes on from them (kubelet calcRestartCountByLogDir), not
+    // from 0.
+    let log3 = dir.path().join("up3.out");
+    let third_began = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut third = Running(Some(
+        up(&data, &[])
+            .stdout(std::fs::File::create(&log3).unwrap())
+            .stderr(Stdio::from(std::fs::File::create(dir.path().join("up3.err")).unwrap()))
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log3).unwrap().contains("Ctrl-C stops every part") {
+        assert!(third.0.as_mut().unwrap().try_wait().unwrap().is_none(), "up exited");
+        assert!(Instant::now() < deadline, "not up: {}", std::fs::read_to_string(&log3).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The first status of a container this run started (its own start, or the last one's
+    // while it waits to restart).
+    let again = wait_for("the crasher started again", Duration::from_secs(120), || {
+        let p = admin(&data, reqwest::Method::GET, &crasher_path, None);
+        let s = p["status"]["containerStatuses"][0].clone();
+        let started = [&s["state"]["running"], &s["state"]["terminated"], &s["lastState"]["terminated"]]
+            .into_iter()
+            .find_map(|t| t["startedAt"].as_str().map(str::to_owned))?;
+        // Strictly later: a status the last run posted in the same second is not this run's
+        // (this run's first start comes seconds after it began).
+        (started > third_began).then_some(s)
+    });
+    assert!(
+        again["restartCount"].as_i64().unwrap() > restarts_before,
+        "restarts {restarts_before} before the stop, then {again}"
+    );
+    let child = third.0.take().unwrap();
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let (code, text) = wait_output(child, Duration::from_secs(60), &log3);
+    assert_eq!(code, 0, "{text}");
 }
 
 /// The mount points at or under `dir`.

@@ -893,7 +893,12 @@ pub(crate) async fn sync(
                 }
             }
         } else {
-            start_attempt = Some(0);
+            // kubelet startContainer: a runtime that lost the container (podpass up removes
+            // its pods' containers when it stops) still leaves its logs; the restart count
+            // goes on from the newest `<n>.log` (calcRestartCountByLogDir).
+            let dir = log_dir(&rt.logs, pod).join(&c.name);
+            let next = tokio::task::spawn_blocking(move || restart_count_by_log_dir(&dir)).await.unwrap_or(0);
+            start_attempt = Some(next);
             if *init {
                 inits_done = false;
             }
@@ -968,6 +973,24 @@ pub(crate) async fn sync(
         out.next = None;
     }
     Ok(out)
+}
+
+/// kubelet `calcRestartCountByLogDir`: one more than the largest `<n>` of the container's
+/// log files (`<n>.log`, rotated ones `<n>.log.<suffix>` included), 0 when there are none.
+/// Blocking.
+pub(crate) fn restart_count_by_log_dir(dir: &Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let (n, rest) = name.split_once(".log")?;
+            (rest.is_empty() || rest.starts_with('.')).then_some(())?;
+            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse::<u32>().ok())?
+        })
+        .max()
+        .map_or(0, |n| n.saturating_add(1))
 }
 
 /// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
@@ -1104,6 +1127,17 @@ pub(crate) async fn pod_uids(rt: &PodRuntime) -> Result<Vec<String>, RuntimeErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_containers_restart_count_goes_on_from_its_logs() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(restart_count_by_log_dir(&dir.path().join("missing")), 0);
+        assert_eq!(restart_count_by_log_dir(dir.path()), 0);
+        for f in ["0.log", "3.log.20261201-120000", "2.log", "notes.txt", "x.log", "9.logs", ".log"] {
+            std::fs::write(dir.path().join(f), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(restart_count_by_log_dir(dir.path()), 4, "after 3.log (rotated)");
+    }
 
     #[test]
     fn only_the_logs_of_pods_the_node_no_longer_knows_are_collected() {

@@ -535,6 +535,7 @@ impl Bound {
                 .map_err(|e| AgentError::Tls(e.to_string()))?;
             let node_server = Arc::new(server::NodeServer {
                 client: client.clone(),
+                reviewed: Default::default(),
                 node: id.name.clone(),
                 pods: shared.pods.clone(),
                 runtime: shared.runtime.clone(),

@@ -1,8 +1,10 @@
 //! The node's own HTTPS server, as the kubelet's on port 10250, serving container logs to
 //! the API server (`kubectl logs` is proxied here). Clients authenticate with a certificate
-//! from the cluster's CA (the API server's kubelet client certificate); each request is
-//! authorized as the kubelet's webhook mode does, by a SubjectAccessReview of the
-//! certificate's user and groups for `get nodes/proxy` on this node.
+//! from the cluster's CA (the API server's kubelet client certificate) or, as the kubelet's
+//! webhook authentication, a bearer token the API server's TokenReview authenticates (a
+//! Prometheus with a service-account token); each request is authorized as the kubelet's
+//! webhook mode does, by a SubjectAccessReview of the user and groups for `get nodes/proxy`
+//! (or `nodes/metrics`) on this node.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,9 +27,23 @@ const MAX_READ: u64 = 32 << 20;
 /// How often a followed log is read again.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
 
+/// How long a TokenReview's answer is reused. The kubelet's `authentication.webhook.cacheTTL`
+/// is 2 minutes; podpass keeps it as short as registry-auth's review cache, so a revoked or
+/// deleted account's token stops working here within seconds too.
+const TOKEN_REVIEW_TTL: Duration = Duration::from_secs(10);
+/// Reviewed tokens remembered at most (the cache is emptied when full).
+const MAX_REVIEWED: usize = 1024;
+/// A bearer token longer than this is refused unread (a JWT of the cluster is far shorter).
+const MAX_TOKEN_BYTES: usize = 16 << 10;
+
+/// Who a token was, by its SHA-256 (`None`: it did not authenticate), and when asked.
+type Reviewed = std::sync::Mutex<HashMap<[u8; 32], (std::time::Instant, Option<(String, Vec<String>)>)>>;
+
 /// What the server needs.
 pub(crate) struct NodeServer {
     pub client: kube::Client,
+    /// Bearer tokens reviewed lately.
+    pub reviewed: Reviewed,
     pub node: String,
     /// The pods this node knows now.
     pub pods: Arc<super::known_pods::KnownPods>,
@@ -92,11 +108,76 @@ fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<(String, u6
     Ok((text, start))
 }
 
-/// The verified client certificate's user, authorized for `get nodes/<sub>` on this node;
-/// otherwise the kubelet's 401/403 answer.
-async fn authorize(s: &NodeServer, peer: &podpass_serve::Peer, sub: &str) -> Result<(), Response> {
-    let Some((user, groups)) = peer.client_certificates.first().and_then(|c| identity(c)) else {
-        return Err(status(StatusCode::UNAUTHORIZED, "Unauthorized"));
+/// The user and groups `token` authenticates as, by the API server's TokenReview (its
+/// default audiences, as the kubelet's webhook authenticator), reused for
+/// [`TOKEN_REVIEW_TTL`].
+async fn review_token(s: &NodeServer, token: &str) -> Result<Option<(String, Vec<String>)>, String> {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let key: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
+        .as_ref()
+        .try_into()
+        .map_err(|_| "digest".to_owned())?;
+    let now = std::time::Instant::now();
+    {
+        let cache = s.reviewed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, who)) = cache.get(&key)
+            && now.duration_since(*at) < TOKEN_REVIEW_TTL
+        {
+            return Ok(who.clone());
+        }
+    }
+    let review = TokenReview {
+        spec: TokenReviewSpec { token: Some(token.to_owned()), ..Default::default() },
+        ..Default::default()
+    };
+    let answer = Api::<TokenReview>::all(s.client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(|e| e.to_string())?;
+    let who = answer.status.filter(|st| st.authenticated == Some(true)).and_then(|st| st.user).and_then(|u| {
+        let name = u.username.filter(|n| !n.is_empty())?;
+        Some((name, u.groups.unwrap_or_default()))
+    });
+    let mut cache = s.reviewed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if cache.len() >= MAX_REVIEWED {
+        cache.clear();
+    }
+    cache.insert(key, (now, who.clone()));
+    Ok(who)
+}
+
+/// Who is asking: the verified client certificate's user, else the bearer token's, as the
+/// TokenReview says; `None`: nobody (401).
+async fn requester(
+    s: &NodeServer,
+    peer: &podpass_serve::Peer,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<(String, Vec<String>)>, String> {
+    if let Some(who) = peer.client_certificates.first().and_then(|c| identity(c)) {
+        return Ok(Some(who));
+    }
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else { return Ok(None) };
+    let Some(token) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim) else {
+        return Ok(None);
+    };
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
+        return Ok(None);
+    }
+    review_token(s, token).await
+}
+
+/// The requester (certificate or bearer token), authorized for `get nodes/<sub>` on this
+/// node; otherwise the kubelet's 401/403 answer.
+async fn authorize(
+    s: &NodeServer,
+    peer: &podpass_serve::Peer,
+    headers: &axum::http::HeaderMap,
+    sub: &str,
+) -> Result<(), Response> {
+    let (user, groups) = match requester(s, peer, headers).await {
+        Ok(Some(who)) => who,
+        Ok(None) => return Err(status(StatusCode::UNAUTHORIZED, "Unauthorized")),
+        Err(e) => return Err(status(StatusCode::INTERNAL_SERVER_ERROR, format!("authenticating the request: {e}"))),
     };
     match authorized(s, user.clone(), groups, sub).await {
         Ok(true) => Ok(()),
@@ -113,8 +194,9 @@ async fn authorize(s: &NodeServer, peer: &podpass_serve::Peer, sub: &str) -> Res
 async fn node_metrics(
     State(s): State<Arc<NodeServer>>,
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&s, &peer, "metrics").await {
+    if let Err(refused) = authorize(&s, &peer, &headers, "metrics").await {
         return refused;
     }
     super::ops::render_metrics(s.shared.clone()).await
@@ -126,8 +208,9 @@ async fn container_logs(
     UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
     RawQuery(query): RawQuery,
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&s, &peer, "proxy").await {
+    if let Err(refused) = authorize(&s, &peer, &headers, "proxy").await {
         return refused;
     }
     // Names are DNS labels and subdomains: nothing that could step outside the logs.
