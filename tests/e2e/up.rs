@@ -361,6 +361,71 @@ fn a_registry_that_never_answers_holds_no_other_tenants_pull(data: &Path, image:
     }
 }
 
+/// Local ephemeral storage limits are enforced by eviction (issue 51 item 2), with
+/// upstream's reason and messages: a pod writing past its emptyDir's `sizeLimit`, and one
+/// whose container's logs grow past its `ephemeral-storage` limit, are evicted (Failed,
+/// `Evicted`, a `DisruptionTarget` condition, an `Evicted` event) and their containers
+/// killed. Before, both ran on.
+fn pods_over_their_storage_limits_are_evicted(data: &Path, image: &str) {
+    use reqwest::Method;
+    let pods = "/api/v1/namespaces/team-a/pods";
+    let restricted = serde_json::json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    // 64 KiB built by doubling, then written 320 times: 20 MiB.
+    let fill = |to: &str| {
+        format!(
+            "a=x; i=0; while [ $i -lt 16 ]; do a=\"$a$a\"; i=$((i+1)); done; i=0; while [ $i -lt 320 ]; do echo \"$a\"{to}; i=$((i+1)); done; exec sleep 3600"
+        )
+    };
+    let pod = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["nodeName"] = serde_json::json!("node-1");
+        spec["serviceAccountName"] = serde_json::json!("app");
+        spec["terminationGracePeriodSeconds"] = serde_json::json!(1);
+        spec["securityContext"] = serde_json::json!({"runAsNonRoot": true, "runAsUser": 65534,
+            "seccompProfile": {"type": "RuntimeDefault"}});
+        admin(
+            data,
+            Method::POST,
+            pods,
+            Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})),
+        );
+    };
+    pod(
+        "fills-dir",
+        serde_json::json!({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "10Mi"}}],
+            "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", fill(" >> /scratch/f")],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}], "securityContext": restricted}]}),
+    );
+    pod(
+        "fills-log",
+        serde_json::json!({"containers": [
+            {"name": "app", "image": image, "command": ["/bin/sh", "-c", fill("")],
+             "resources": {"limits": {"ephemeral-storage": "10Mi"}}, "securityContext": restricted},
+            {"name": "idle", "image": image, "command": ["/bin/sh", "-c", "exec sleep 3600"],
+             "resources": {"limits": {"ephemeral-storage": "100Mi"}}, "securityContext": restricted}]}),
+    );
+    for (name, message) in [
+        ("fills-dir", "Usage of EmptyDir volume \"scratch\" exceeds the limit \"10Mi\". "),
+        ("fills-log", "Container app exceeded its local ephemeral storage limit \"10Mi\". "),
+    ] {
+        let evicted = wait_for(&format!("team-a/{name} evicted"), Duration::from_secs(120), || {
+            let p = admin(data, Method::GET, &format!("{pods}/{name}"), None);
+            (p["status"]["reason"] == "Evicted").then_some(p)
+        });
+        let status = &evicted["status"];
+        assert_eq!(status["phase"], "Failed", "{status}");
+        assert_eq!(status["message"], message, "{status}");
+        let disruption = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "DisruptionTarget");
+        assert_eq!(disruption.map(|c| c["reason"].clone()), Some(Value::from("TerminationByKubelet")), "{status}");
+        assert!(
+            status["containerStatuses"].as_array().unwrap().iter().all(|c| c["state"]["running"].is_null()),
+            "killed: {status}"
+        );
+        assert!(pod_event_reasons(data, "team-a", name).iter().any(|r| r == "Evicted"));
+        admin(data, Method::DELETE, &format!("{pods}/{name}"), None);
+    }
+}
+
 /// The node's authenticated port takes a bearer token as the kubelet's webhook
 /// authentication does (issue 51): a service account allowed `get nodes/metrics` scrapes
 /// `/metrics`, one that is not gets 403, a token nobody issued 401. Before, only client
@@ -917,6 +982,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     an_ephemeral_container_is_bounded_by_its_pods_memory_limit(&data, &image_in(&out));
     a_changed_image_the_pod_may_not_use_stops_the_old_container(dir.path(), &data, &image_in(&out));
     the_nodes_port_takes_a_service_account_token(&data);
+    pods_over_their_storage_limits_are_evicted(&data, &image_in(&out));
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused
     // with a Warning on the Node naming the field, the node keeps the last good one; the

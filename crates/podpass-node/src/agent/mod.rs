@@ -14,6 +14,7 @@ mod container_gc;
 mod containers;
 mod ephemeral;
 mod events;
+mod eviction;
 mod heartbeat;
 mod image_audit;
 mod in_cluster;

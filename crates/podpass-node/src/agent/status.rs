@@ -88,6 +88,11 @@ pub struct Terminated {
 }
 
 impl Terminated {
+    /// As the API writes it.
+    pub(crate) fn to_api(&self) -> ContainerStateTerminated {
+        self.state()
+    }
+
     fn state(&self) -> ContainerStateTerminated {
         ContainerStateTerminated {
             exit_code: self.exit_code,

@@ -156,6 +156,8 @@ struct State {
     runtime: RuntimeState,
     /// The current token refresh back-off (zero: the last refresh worked).
     token_retry: Duration,
+    /// Why the pod was evicted (its containers killed, never run again).
+    evicted: Option<String>,
 }
 
 /// Runs until torn down or until the sender goes (agent shutdown).
@@ -311,8 +313,17 @@ impl Synced {
 async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> Synced {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     tracing::debug!("sync started");
+    // An evicted pod is not run again: its status stays Failed.
+    if let Some(rt) = &shared.runtime
+        && let Some(synced) = evict_if_over_storage(shared, rt, pod, state).await
+    {
+        return synced;
+    }
     let mut next: Option<Instant> = None;
     let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+    if shared.runtime.is_some() && pod.spec.as_ref().is_some_and(super::eviction::has_storage_limits) {
+        due(Instant::now() + super::eviction::CHECK_EVERY);
+    }
 
     let volumes: VolumesOutcome =
         match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter(), shared.volume_medium)
@@ -522,6 +533,39 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), &shared.host_ip, view.as_ref());
     let status = (base.status.as_ref() != Some(&status)).then_some(status);
     Synced { next, status }
+}
+
+/// The eviction manager's local-storage check for this pod (kubelet `localStorageEviction`):
+/// a pod over a storage limit is evicted now; an evicted one stays so. `Some`: the sync ends
+/// here with the Failed status; `None`: the pod runs on.
+async fn evict_if_over_storage(shared: &Shared, rt: &PodRuntime, pod: &Pod, state: &mut State) -> Option<Synced> {
+    use super::eviction;
+    if state.evicted.is_none() {
+        let spec = pod.spec.as_ref().filter(|s| eviction::has_storage_limits(s))?;
+        let usage = match eviction::measure(rt, pod).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, "measuring the pod's local storage failed");
+                return None;
+            }
+        };
+        let message = eviction::local_storage_violation(spec, &usage)?;
+        tracing::warn!(message = %message, "evicting the pod");
+        shared.events.record(pod, "", "Warning", "Evicted", &message);
+        let ended = eviction::kill(rt, pod).await;
+        let base = state.posted.clone().or_else(|| pod.status.clone()).unwrap_or_default();
+        state.evicted = Some(message.clone());
+        let status = eviction::evicted_status(&base, &message, &ended, &Time(Timestamp::now()));
+        return Some(Synced { next: None, status: Some(status) });
+    }
+    // Posted already, unless the post failed: then again.
+    let posted_failed = state.posted.as_ref().is_some_and(|p| p.reason.as_deref() == Some("Evicted"));
+    let status = (!posted_failed).then(|| {
+        let base = state.posted.clone().or_else(|| pod.status.clone()).unwrap_or_default();
+        let message = state.evicted.clone().unwrap_or_default();
+        eviction::evicted_status(&base, &message, &HashMap::new(), &Time(Timestamp::now()))
+    });
+    Some(Synced { next: None, status })
 }
 
 pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {

@@ -664,3 +664,49 @@ pub struct ContainerStatusResponse {
     #[prost(message, optional, tag = "1")]
     pub status: Option<ContainerStatus>,
 }
+
+/// `ContainerStatsRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerStatsRequest {
+    /// The container.
+    #[prost(string, tag = "1")]
+    pub container_id: String,
+}
+
+/// `ContainerStatsResponse` (only what the node reads).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerStatsResponse {
+    /// The stats.
+    #[prost(message, optional, tag = "1")]
+    pub stats: Option<ContainerStats>,
+}
+
+/// `ContainerStats` (the writable layer only: the eviction manager's rootfs usage).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerStats {
+    /// Usage of the container's writable layer.
+    #[prost(message, optional, tag = "4")]
+    pub writable_layer: Option<FilesystemUsage>,
+}
+
+/// `FilesystemUsage`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FilesystemUsage {
+    /// When it was measured (ns).
+    #[prost(int64, tag = "1")]
+    pub timestamp: i64,
+    /// Bytes used.
+    #[prost(message, optional, tag = "3")]
+    pub used_bytes: Option<UInt64Value>,
+    /// Inodes used.
+    #[prost(message, optional, tag = "4")]
+    pub inodes_used: Option<UInt64Value>,
+}
+
+/// `UInt64Value`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UInt64Value {
+    /// The value.
+    #[prost(uint64, tag = "1")]
+    pub value: u64,
+}

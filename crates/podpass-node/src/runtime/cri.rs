@@ -236,6 +236,15 @@ impl CriRuntime {
             self.call("/runtime.v1.RuntimeService/ContainerStatus", req, REQUEST_TIMEOUT).await?;
         Ok(r.status)
     }
+
+    /// Bytes the container's writable layer uses (`ContainerStats`), `None` when the runtime
+    /// does not say.
+    pub async fn writable_layer_bytes(&self, id: &str) -> Result<Option<u64>, RuntimeError> {
+        let req = ContainerStatsRequest { container_id: id.to_owned() };
+        let r: ContainerStatsResponse =
+            self.call("/runtime.v1.RuntimeService/ContainerStats", req, REQUEST_TIMEOUT).await?;
+        Ok(r.stats.and_then(|s| s.writable_layer).and_then(|w| w.used_bytes).map(|u| u.value))
+    }
 }
 
 /// The network namespace a containerd verbose sandbox `info` document names.
