@@ -917,12 +917,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
             .unwrap(),
     ));
     let child = guard.0.as_mut().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log2).unwrap().contains("Ctrl-C stops every part") {
-        assert!(child.try_wait().unwrap().is_none(), "up exited: {}", std::fs::read_to_string(&log2).unwrap());
-        assert!(Instant::now() < deadline, "not up: {}", std::fs::read_to_string(&log2).unwrap());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_up(child, &log2);
     let text = std::fs::read_to_string(&log2).unwrap();
     assert!(text.starts_with("podpass up: resuming the cluster in"), "{text}");
     let err = std::fs::read_to_string(dir.path().join("up.err")).unwrap();
@@ -1170,12 +1165,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
             .spawn()
             .unwrap(),
     ));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log3).unwrap().contains("Ctrl-C stops every part") {
-        assert!(third.0.as_mut().unwrap().try_wait().unwrap().is_none(), "up exited");
-        assert!(Instant::now() < deadline, "not up: {}", std::fs::read_to_string(&log3).unwrap());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until_up(third.0.as_mut().unwrap(), &log3);
     // The first status of a container this run started (its own start, or the last one's
     // while it waits to restart).
     let again = wait_for("the crasher started again", Duration::from_secs(120), || {
@@ -1196,6 +1186,16 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let (code, text) = wait_output(child, Duration::from_secs(60), &log3);
     assert_eq!(code, 0, "{text}");
+}
+
+/// Waits (two minutes at most) until the `podpass up` writing `log` says every part is up.
+fn wait_until_up(child: &mut Child, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(log).unwrap().contains("Ctrl-C stops every part") {
+        assert!(child.try_wait().unwrap().is_none(), "up exited: {}", std::fs::read_to_string(log).unwrap());
+        assert!(Instant::now() < deadline, "not up: {}", std::fs::read_to_string(log).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The mount points at or under `dir`.

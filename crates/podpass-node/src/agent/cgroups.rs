@@ -290,6 +290,31 @@ impl Cgroups {
     }
 }
 
+/// The node's pod cgroups and the limit every pod gets.
+#[derive(Debug, Clone)]
+pub(crate) struct PodCgroups {
+    /// Where they are written.
+    pub cgroups: Cgroups,
+    /// `podPidsLimit`.
+    pub pod_pids_limit: i64,
+}
+
+impl PodCgroups {
+    /// The pod's cgroup, made (or its limits written again) before its sandbox runs: the
+    /// CRI `cgroup_parent` of the sandbox and every container.
+    pub(crate) async fn ensure_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<String, String> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let name = pod_cgroup(qos_class(&spec), pod.metadata.uid.as_deref().unwrap_or_default());
+        let limits = pod_limits(&spec, self.pod_pids_limit);
+        let (cgroups, owned) = (self.cgroups.clone(), name.clone());
+        tokio::task::spawn_blocking(move || cgroups.ensure(&owned, &limits))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the pod's cgroup {name}: {e}"))?;
+        Ok(name)
+    }
+}
+
 /// Removes a cgroup and the empty cgroups below it (a runtime may leave its container's
 /// directory behind), deepest first; cgroup directories are removed with `rmdir`.
 fn remove_tree(dir: &Path) -> io::Result<()> {

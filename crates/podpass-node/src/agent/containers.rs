@@ -72,36 +72,7 @@ pub(crate) struct PodRuntime {
     pub in_cluster: Option<std::sync::Arc<super::in_cluster::InCluster>>,
     /// The pods' cgroups (`cgroupsPerQOS`; none: containers sit where the runtime puts
     /// them).
-    pub cgroups: Option<PodCgroups>,
-}
-
-/// The node's pod cgroups and the limit every pod gets.
-#[derive(Debug, Clone)]
-pub(crate) struct PodCgroups {
-    /// Where they are written.
-    pub cgroups: super::cgroups::Cgroups,
-    /// `podPidsLimit`.
-    pub pod_pids_limit: i64,
-}
-
-impl PodRuntime {
-    /// The pod's cgroup, made (or its limits written again) before its sandbox runs: the
-    /// CRI `cgroup_parent` of the sandbox and every container. `None` without pod cgroups.
-    async fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<Option<String>, String> {
-        let Some(pc) = self.cgroups.clone() else { return Ok(None) };
-        let spec = pod.spec.clone().unwrap_or_default();
-        let name = super::cgroups::pod_cgroup(
-            super::cgroups::qos_class(&spec),
-            pod.metadata.uid.as_deref().unwrap_or_default(),
-        );
-        let limits = super::cgroups::pod_limits(&spec, pc.pod_pids_limit);
-        let owned = name.clone();
-        tokio::task::spawn_blocking(move || pc.cgroups.ensure(&owned, &limits))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("the pod's cgroup {name}: {e}"))?;
-        Ok(Some(name))
-    }
+    pub cgroups: Option<super::cgroups::PodCgroups>,
 }
 
 /// What the runtime side of a pod worker remembers between syncs.
@@ -736,7 +707,9 @@ pub(crate) async fn sync(
         None => {
             std::fs::create_dir_all(log_dir(&rt.logs, pod))
                 .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
-            rt.ensure_pod_cgroup(pod).await.map_err(SyncError::CreatePodSandbox)?;
+            if let Some(pc) = &rt.cgroups {
+                pc.ensure_pod(pod).await.map_err(SyncError::CreatePodSandbox)?;
+            }
             let id = rt
                 .cri
                 .run_pod_sandbox(sandbox_config.clone())
@@ -897,7 +870,8 @@ pub(crate) async fn sync(
             // its pods' containers when it stops) still leaves its logs; the restart count
             // goes on from the newest `<n>.log` (calcRestartCountByLogDir).
             let dir = log_dir(&rt.logs, pod).join(&c.name);
-            let next = tokio::task::spawn_blocking(move || restart_count_by_log_dir(&dir)).await.unwrap_or(0);
+            let next =
+                tokio::task::spawn_blocking(move || super::logs::restart_count_by_log_dir(&dir)).await.unwrap_or(0);
             start_attempt = Some(next);
             if *init {
                 inits_done = false;
@@ -973,24 +947,6 @@ pub(crate) async fn sync(
         out.next = None;
     }
     Ok(out)
-}
-
-/// kubelet `calcRestartCountByLogDir`: one more than the largest `<n>` of the container's
-/// log files (`<n>.log`, rotated ones `<n>.log.<suffix>` included), 0 when there are none.
-/// Blocking.
-pub(crate) fn restart_count_by_log_dir(dir: &Path) -> u32 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
-            let name = name.to_str()?;
-            let (n, rest) = name.split_once(".log")?;
-            (rest.is_empty() || rest.starts_with('.')).then_some(())?;
-            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse::<u32>().ok())?
-        })
-        .max()
-        .map_or(0, |n| n.saturating_add(1))
 }
 
 /// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
@@ -1127,17 +1083,6 @@ pub(crate) async fn pod_uids(rt: &PodRuntime) -> Result<Vec<String>, RuntimeErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_lost_containers_restart_count_goes_on_from_its_logs() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(restart_count_by_log_dir(&dir.path().join("missing")), 0);
-        assert_eq!(restart_count_by_log_dir(dir.path()), 0);
-        for f in ["0.log", "3.log.20261201-120000", "2.log", "notes.txt", "x.log", "9.logs", ".log"] {
-            std::fs::write(dir.path().join(f), "").unwrap_or_else(|e| panic!("{e}"));
-        }
-        assert_eq!(restart_count_by_log_dir(dir.path()), 4, "after 3.log (rotated)");
-    }
 
     #[test]
     fn only_the_logs_of_pods_the_node_no_longer_knows_are_collected() {

@@ -117,9 +117,38 @@ pub fn render(text: &str, o: &LogOptions) -> (Vec<u8>, usize) {
     (out, consumed)
 }
 
+/// kubelet `calcRestartCountByLogDir`: one more than the largest `<n>` of the container's
+/// log files (`<n>.log`, rotated ones `<n>.log.<suffix>` included), 0 when there are none.
+/// Blocking.
+pub(crate) fn restart_count_by_log_dir(dir: &std::path::Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let (n, rest) = name.split_once(".log")?;
+            (rest.is_empty() || rest.starts_with('.')).then_some(())?;
+            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse::<u32>().ok())?
+        })
+        .max()
+        .map_or(0, |n| n.saturating_add(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_containers_restart_count_goes_on_from_its_logs() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(restart_count_by_log_dir(&dir.path().join("missing")), 0);
+        assert_eq!(restart_count_by_log_dir(dir.path()), 0);
+        for f in ["0.log", "3.log.20261201-120000", "2.log", "notes.txt", "x.log", "9.logs", ".log"] {
+            std::fs::write(dir.path().join(f), "").unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(restart_count_by_log_dir(dir.path()), 4, "after 3.log (rotated)");
+    }
 
     const LOG: &str = "2026-11-25T10:00:00.000000001Z stdout F hello\n\
         2026-11-25T10:00:01.000000000Z stderr P par\n\

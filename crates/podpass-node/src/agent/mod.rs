@@ -323,10 +323,7 @@ const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 /// cgroups), made before any pod runs: `kubepods` sized to allocatable. Without them a
 /// container with no limit of its own (an ephemeral one) would be bounded by nothing, so a
 /// node that cannot make them does not start.
-async fn cgroups_for(
-    machine: &machine::Machine,
-    kubelet: &KubeletConfig,
-) -> Result<containers::PodCgroups, AgentError> {
+async fn cgroups_for(machine: &machine::Machine, kubelet: &KubeletConfig) -> Result<cgroups::PodCgroups, AgentError> {
     let limits = cgroups::node_limits(machine.cpus, machine.memory_bytes, kubelet.reserved);
     let pod_pids_limit = kubelet.pod_pids_limit;
     tokio::task::spawn_blocking(move || {
@@ -341,7 +338,7 @@ async fn cgroups_for(
             pod_pids_limit,
             "pod cgroups under /kubepods"
         );
-        Ok(containers::PodCgroups { cgroups: cg, pod_pids_limit })
+        Ok(cgroups::PodCgroups { cgroups: cg, pod_pids_limit })
     })
     .await
     .map_err(|e| AgentError::Cgroups(e.to_string()))?
@@ -354,7 +351,7 @@ impl Prepared {
         &self,
         client: kube::Client,
         cri: Option<crate::runtime::CriRuntime>,
-        cgroups: Option<containers::PodCgroups>,
+        cgroups: Option<cgroups::PodCgroups>,
         machine: &machine::Machine,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
