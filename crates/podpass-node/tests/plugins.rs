@@ -10,7 +10,7 @@ use std::time::Duration;
 use podpass_api::GoDuration;
 use podpass_api::credential_provider::{CredentialProvider, ExecEnvVar, wire::V1};
 use podpass_node::credential::CredentialMetrics;
-use podpass_node::credential::{PluginProvider, lookup, lookup_again};
+use podpass_node::credential::{PluginProvider, lookup};
 
 /// The echo plugin: answers for `*.registry.example` with user `$PLUGIN_USER` and the
 /// image as password, cache key type and duration from its args, and logs each run.
@@ -120,12 +120,14 @@ async fn a_refused_cached_answer_is_dropped_and_the_plugin_asked_again() {
     let hit = lookup("a.registry.example/app:2", None, &[], &p, &none).await;
     assert_eq!(hit.cached.len(), 1, "served from the cache");
     assert_eq!(hit.credentials[0].password, "a.registry.example/app:1", "the cached answer");
-    let again = lookup_again(&hit, "a.registry.example/app:2", None, &[], &p, &none).await;
+    hit.forget_cached(&p);
+    let again = lookup("a.registry.example/app:2", None, &[], &p, &none).await;
     assert!(again.providers[0].ran && again.cached.is_empty(), "{:?}", again.providers);
     assert_eq!(again.credentials[0].password, "a.registry.example/app:2", "a fresh answer");
     assert_eq!(bin.runs(), 2);
     // A second refusal of the same stale answer drops nothing: its replacement stays.
-    let stale_again = lookup_again(&hit, "a.registry.example/app:3", None, &[], &p, &none).await;
+    hit.forget_cached(&p);
+    let stale_again = lookup("a.registry.example/app:3", None, &[], &p, &none).await;
     assert!(stale_again.providers[0].cache_hit, "{:?}", stale_again.providers);
     assert_eq!(stale_again.credentials[0].password, "a.registry.example/app:2");
     assert_eq!(bin.runs(), 2);

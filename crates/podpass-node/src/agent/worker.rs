@@ -158,6 +158,8 @@ struct State {
     token_retry: Duration,
     /// Why the pod was evicted (its containers killed, never run again).
     evicted: Option<String>,
+    /// When its local storage was last measured.
+    storage_measured: Option<Instant>,
 }
 
 /// Runs until torn down or until the sender goes (agent shutdown).
@@ -542,6 +544,12 @@ async fn evict_if_over_storage(shared: &Shared, rt: &PodRuntime, pod: &Pod, stat
     use super::eviction;
     if state.evicted.is_none() {
         let spec = pod.spec.as_ref().filter(|s| eviction::has_storage_limits(s))?;
+        // Measured on the eviction manager's period, not at every sync (a pod's container
+        // changes wake its worker far more often, and a measure walks its directories).
+        if state.storage_measured.is_some_and(|at| at.elapsed() < eviction::CHECK_EVERY / 2) {
+            return None;
+        }
+        state.storage_measured = Some(Instant::now());
         let usage = match eviction::measure(rt, pod).await {
             Ok(u) => u,
             Err(e) => {

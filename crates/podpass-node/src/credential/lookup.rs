@@ -22,22 +22,17 @@ pub struct Lookup {
     pub cached: Vec<(usize, CachedAnswer)>,
 }
 
-/// Drops the cached answers `previous` used (the registry refused them), then looks up
-/// again: those providers run their plugins afresh, with the pod's current token.
-pub async fn lookup_again(
-    previous: &Lookup,
-    image: &str,
-    pod: Option<&PodIdentity>,
-    pull_secrets: &[PullSecret],
-    providers: &[PluginProvider],
-    node_config: &DockerConfig,
-) -> Lookup {
-    for (index, answer) in &previous.cached {
-        if let Some(p) = providers.get(*index) {
-            p.forget(answer);
+impl Lookup {
+    /// Drops from `providers`' caches the answers this lookup used (the registry refused
+    /// them), so the next lookup runs those plugins afresh, with the pod's current token.
+    /// `providers` must be the list this lookup was made with.
+    pub fn forget_cached(&self, providers: &[PluginProvider]) {
+        for (index, answer) in &self.cached {
+            if let Some(p) = providers.get(*index) {
+                p.forget(answer);
+            }
         }
     }
-    lookup(image, pod, pull_secrets, providers, node_config).await
 }
 
 /// Credentials for `image` pulled for `pod`.

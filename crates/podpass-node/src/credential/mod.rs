@@ -20,7 +20,7 @@ pub use docker_config::{
 pub use exec::{ExecError, MAX_STDERR_BYTES, MAX_STDOUT_BYTES, PLUGIN_TIMEOUT, decode_response};
 pub use fallback::{Fallback, Fallbacks};
 pub use keyring::{CredentialSource, Keyring, TrackedAuth, auth_config_hash, is_default_registry_match};
-pub use lookup::{Lookup, lookup, lookup_again};
+pub use lookup::{Lookup, lookup};
 pub use metrics::{ConfigLabels, CredentialMetrics, PluginLabels};
 pub use provider::{
     BoxFuture, CachedAnswer, PluginProvider, PodIdentity, Provided, ProviderReport, ProviderServiceAccount,

@@ -15,7 +15,7 @@ use super::policy::PolicyEnforcer;
 use super::pull_manager::PullManager;
 use super::records::{RecordError, RecordStore};
 use super::service::{ImageError, ImageService};
-use crate::credential::{DockerConfig, Lookup, PluginProvider, PodIdentity, PullSecret, lookup, lookup_again};
+use crate::credential::{DockerConfig, Lookup, PluginProvider, PodIdentity, PullSecret, lookup};
 use crate::kubelet_config::KubeletConfig;
 
 /// The image side could not be assembled.
@@ -137,12 +137,10 @@ pub fn pod_lookup(
         let (image, pod) = (image.clone(), pod.clone());
         let (pull_secrets, providers, node_config) = (pull_secrets.clone(), providers.clone(), node_config.clone());
         Box::pin(async move {
-            let found = match &previous {
-                None => lookup(&image, pod.as_ref(), &pull_secrets, &providers, &node_config).await,
-                Some(previous) => {
-                    lookup_again(previous, &image, pod.as_ref(), &pull_secrets, &providers, &node_config).await
-                }
-            };
+            if let Some(previous) = &previous {
+                previous.forget_cached(&providers);
+            }
+            let found = lookup(&image, pod.as_ref(), &pull_secrets, &providers, &node_config).await;
             for p in found.providers.iter().filter(|p| p.skip_reason.is_some()) {
                 tracing::info!(
                     provider = %p.name,

@@ -633,9 +633,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         let started = Instant::now();
         let lookup = credentials.get().await;
         if let Some(refusal) = &lookup.refusal {
-            self.pull_failed(&image).await;
-            let msg = format!("Failed to pull image {requested:?}: {refusal}");
-            return fail(d, "Failed", EnsureError::ErrImagePull, msg);
+            return self.refused(d, requested, &image, refusal).await;
         }
         let (mut result, mut pull_time) = self.attempt(&image, namespace, &lookup.credentials).await;
         // A provider's cached answer may have outlived what it was bound to (an exchange
@@ -646,9 +644,7 @@ impl<S: ImageService + 'static> ImageManager<S> {
         {
             tracing::info!(image, "the registry refused cached provider credentials; pulling with fresh ones");
             if let Some(refusal) = &again.refusal {
-                self.pull_failed(&image).await;
-                let msg = format!("Failed to pull image {requested:?}: {refusal}");
-                return fail(d, "Failed", EnsureError::ErrImagePull, msg);
+                return self.refused(d, requested, &image, refusal).await;
             }
             (result, pull_time) = self.attempt(&image, namespace, &again.credentials).await;
         }
@@ -835,6 +831,14 @@ impl<S> ImageManager<S> {
                 tracing::warn!(image, "failed to record an unproven pull");
             }
         }
+    }
+
+    /// A pull a provider's fallback refused before the runtime was asked: failed, as the
+    /// pull records count it, with the provider's reason.
+    async fn refused(&self, d: EnsureOutcome, requested: &str, image: &str, refusal: &str) -> EnsureOutcome {
+        self.pull_failed(image).await;
+        let msg = format!("Failed to pull image {requested:?}: {refusal}");
+        fail(d, "Failed", EnsureError::ErrImagePull, msg)
     }
 
     /// RecordImagePullFailed, when records are kept.
