@@ -270,6 +270,10 @@ impl Cgroups {
     /// removed its containers first). What is already gone is fine; one still busy is an
     /// error (housekeeping tries again). Blocking.
     pub(crate) fn remove_pod(&self, uid: &str) -> io::Result<()> {
+        // Nothing outside /kubepods is ever removed.
+        if !crate::volumes::safe_segment(uid, true) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("pod UID {uid:?} names no cgroup")));
+        }
         let mut first = None;
         for qos in [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort] {
             let relative = pod_cgroup(qos, uid);
@@ -304,7 +308,12 @@ impl PodCgroups {
     /// CRI `cgroup_parent` of the sandbox and every container.
     pub(crate) async fn ensure_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<String, String> {
         let spec = pod.spec.clone().unwrap_or_default();
-        let name = pod_cgroup(qos_class(&spec), pod.metadata.uid.as_deref().unwrap_or_default());
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        // One directory name, whatever the API server sent: nothing is made outside /kubepods.
+        if !crate::volumes::safe_segment(uid, true) {
+            return Err(format!("the pod's UID {uid:?} cannot name a cgroup"));
+        }
+        let name = pod_cgroup(qos_class(&spec), uid);
         let limits = pod_limits(&spec, self.pod_pids_limit);
         let (cgroups, owned) = (self.cgroups.clone(), name.clone());
         tokio::task::spawn_blocking(move || cgroups.ensure(&owned, &limits))
@@ -532,6 +541,7 @@ mod tests {
                 }
             }
         }
+        assert!(cg.remove_pod("../../memory").is_err(), "a UID that is not one directory name");
         cg.remove_pod("u1").unwrap_or_else(|e| panic!("{e}"));
         assert!(!v1.join("memory/kubepods/burstable/podu1").exists());
         assert!(v1.join("memory/kubepods/burstable").exists(), "the QoS cgroup stays");

@@ -124,10 +124,15 @@ pub(crate) fn dir_usage(dir: &Path) -> u64 {
 /// Blocking.
 pub(crate) fn empty_dir_usage(root: &Path, pod: &Pod) -> HashMap<String, u64> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    // Only directories of this pod's own: a UID or volume name that is not one directory
+    // name is measured as nothing (the node never made such a volume).
+    if !crate::volumes::safe_segment(uid, true) {
+        return HashMap::new();
+    }
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter(|v| v.empty_dir.is_some())
+        .filter(|v| v.empty_dir.is_some() && crate::volumes::safe_segment(&v.name, false))
         .map(|v| {
             let dir = crate::volumes::pod_dir(root, uid).join("volumes/kubernetes.io~empty-dir").join(&v.name);
             (v.name.clone(), dir_usage(&dir))
@@ -336,6 +341,18 @@ mod tests {
         assert!((1 << 20..2 << 20).contains(&used), "{used}");
         assert_eq!(dir_usage(&dir.path().join("missing")), 0);
         assert_eq!(binary_si(30 << 20), "30Mi");
+        // Only the pod's own volume directories are measured.
+        let pod = |uid: &str, volume: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"uid": uid},
+                "spec": {"containers": [], "volumes": [{"name": volume, "emptyDir": {}}]}}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let vol = crate::volumes::pod_dir(dir.path(), "u1").join("volumes/kubernetes.io~empty-dir/scratch");
+        std::fs::create_dir_all(&vol).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(vol.join("f"), vec![1u8; 1 << 20]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(empty_dir_usage(dir.path(), &pod("u1", "scratch"))["scratch"] >= 1 << 20);
+        assert!(empty_dir_usage(dir.path(), &pod("u1", "../../../vol")).is_empty());
+        assert!(empty_dir_usage(dir.path(), &pod("../u1", "scratch")).is_empty());
         assert_eq!(binary_si(1000), "1000");
     }
 }
