@@ -426,6 +426,90 @@ fn pods_over_their_storage_limits_are_evicted(data: &Path, image: &str) {
     }
 }
 
+/// The free inodes of the filesystem holding `dir` (statvfs `f_favail`, what the node reads).
+fn inodes_free(dir: &Path) -> u64 {
+    rustix::fs::statvfs(dir).unwrap().f_favail
+}
+
+/// Node-pressure eviction (issue 51 item 2): with `nodefs.inodesFree` a little below what
+/// is free, a pod creating files past it is evicted with upstream's message while its
+/// neighbour runs on; the node said `DiskPressure` (events `NodeHasDiskPressure`,
+/// `EvictionThresholdMet`), the evicted pod's volumes are gone from disk, the condition
+/// clears after the transition period and the node admits pods again. Before, the node
+/// only reported the condition — five minutes late — and nobody was evicted.
+fn a_pod_filling_the_nodes_inodes_is_evicted_and_its_neighbour_runs_on(data: &Path, image: &str, files: u64) {
+    use reqwest::Method;
+    let pods = "/api/v1/namespaces/team-a/pods";
+    let restricted = serde_json::json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    let pod = |name: &str, command: &str| {
+        admin(
+            data,
+            Method::POST,
+            pods,
+            Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": "node-1", "serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", command],
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}], "securityContext": restricted}]}})),
+        )
+    };
+    pod("neighbour", "exec sleep 3600");
+    wait_running(data, "team-a", "neighbour");
+    let hog =
+        pod("hog", &format!("i=0; while [ $i -lt {files} ]; do : > /scratch/f$i; i=$((i+1)); done; exec sleep 3600"));
+    let hog_uid = hog["metadata"]["uid"].as_str().unwrap().to_owned();
+    let evicted = wait_for("team-a/hog evicted under inode pressure", Duration::from_secs(180), || {
+        let p = admin(data, Method::GET, &format!("{pods}/hog"), None);
+        (p["status"]["reason"] == "Evicted").then_some(p)
+    });
+    let status = &evicted["status"];
+    assert_eq!(status["phase"], "Failed", "{status}");
+    let message = status["message"].as_str().unwrap();
+    eprintln!("node-pressure eviction: {message}");
+    assert!(message.starts_with("The node was low on resource: inodes. Threshold quantity: "), "{message}");
+    assert!(message.contains(", available: ") && message.ends_with(". "), "{message}");
+    let disruption = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "DisruptionTarget");
+    assert_eq!(disruption.map(|c| c["reason"].clone()), Some(Value::from("TerminationByKubelet")), "{status}");
+    // Its files went with it: the node has its inodes back.
+    let volumes = data.join("node-1/root/pods").join(&hog_uid).join("volumes");
+    wait_for("the evicted pod's volumes removed", Duration::from_secs(60), || {
+        (!volumes.exists()).then_some(Value::Null)
+    });
+    // The neighbour was not touched.
+    let n = admin(data, Method::GET, &format!("{pods}/neighbour"), None);
+    assert!(n["status"]["containerStatuses"][0]["state"]["running"].is_object(), "{}", n["status"]);
+    assert_eq!(n["status"]["containerStatuses"][0]["restartCount"], 0, "{}", n["status"]);
+    // The node said so, as a kubelet does.
+    let node_events: Vec<(String, String)> =
+        admin(data, Method::GET, "/api/v1/namespaces/default/events", None)["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["involvedObject"]["kind"] == "Node")
+            .map(|e| (e["reason"].as_str().unwrap_or("").to_owned(), e["message"].as_str().unwrap_or("").to_owned()))
+            .collect();
+    assert!(
+        node_events.contains(&("EvictionThresholdMet".into(), "Attempting to reclaim inodes".into())),
+        "{node_events:?}"
+    );
+    assert!(
+        node_events.contains(&("NodeHasDiskPressure".into(), "Node node-1 status is now: NodeHasDiskPressure".into())),
+        "{node_events:?}"
+    );
+    // The condition clears after the transition period, and the node admits pods again.
+    wait_for("DiskPressure False again", Duration::from_secs(120), || {
+        let node = admin(data, Method::GET, "/api/v1/nodes/node-1", None);
+        let conditions = node["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        conditions.iter().any(|c| c["type"] == "DiskPressure" && c["status"] == "False").then_some(Value::Null)
+    });
+    pod("after", "exec sleep 3600");
+    wait_running(data, "team-a", "after");
+    for name in ["hog", "neighbour", "after"] {
+        admin(data, Method::DELETE, &format!("{pods}/{name}"), None);
+    }
+}
+
 /// The node's authenticated port takes a bearer token as the kubelet's webhook
 /// authentication does (issue 51): a service account allowed `get nodes/metrics` scrapes
 /// `/metrics`, one that is not gets 403, a token nobody issued 401. Before, only client
@@ -1156,10 +1240,14 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // A third `podpass up`: the crasher's containers were removed with the stop, its logs
     // were not; its restart count goes on from them (kubelet calcRestartCountByLogDir), not
     // from 0.
+    // It runs with an inode threshold a little below what is free now, for the
+    // node-pressure step below.
     let log3 = dir.path().join("up3.out");
     let third_began = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let (margin, hog_files) = (20_000, 60_000);
+    let threshold = format!("nodefs.inodesFree<{}", inodes_free(&data).saturating_sub(margin));
     let mut third = Running(Some(
-        up(&data, &[])
+        up(&data, &["--eviction-hard", &threshold, "--eviction-pressure-transition-period", "5s"])
             .stdout(std::fs::File::create(&log3).unwrap())
             .stderr(Stdio::from(std::fs::File::create(dir.path().join("up3.err")).unwrap()))
             .spawn()
@@ -1182,6 +1270,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         again["restartCount"].as_i64().unwrap() > restarts_before,
         "restarts {restarts_before} before the stop, then {again}"
     );
+    a_pod_filling_the_nodes_inodes_is_evicted_and_its_neighbour_runs_on(&data, &image_in(&out), hog_files);
     let child = third.0.take().unwrap();
     assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
     let (code, text) = wait_output(child, Duration::from_secs(60), &log3);

@@ -1,6 +1,8 @@
 //! The subset of `KubeletConfiguration` (`kubelet.config.k8s.io/v1beta1`) a podpass node
 //! reads: the image settings, container log rotation, `maxPods`, `seccompDefault` and the
-//! cgroup settings (`cgroupsPerQOS`, `podPidsLimit`, `kubeReserved`, `systemReserved`). Fields podpass does not
+//! cgroup settings (`cgroupsPerQOS`, `podPidsLimit`, `kubeReserved`, `systemReserved`) and the
+//! eviction manager's (`evictionHard`, `evictionPressureTransitionPeriod`,
+//! `imageMinimumGCAge`). Fields podpass does not
 //! use are ignored, as a kubelet ignores nothing but a podpass node never uses them; the
 //! fields it uses are validated with upstream's rules and defaults.
 
@@ -45,6 +47,15 @@ pub struct KubeletConfig {
     /// `kubeReserved` plus `systemReserved`, per resource (`cpu` in millicores, `memory` in
     /// bytes): what the `kubepods` cgroup and `status.allocatable` leave to the node.
     pub reserved: Reserved,
+    /// `evictionHard` (default upstream's Linux defaults; a map given replaces them whole,
+    /// as upstream without `mergeDefaultEvictionSettings`).
+    pub eviction_hard: Vec<crate::eviction_thresholds::Threshold>,
+    /// `evictionPressureTransitionPeriod` (default 5m): how long a pressure condition stays
+    /// after its threshold was last met.
+    pub eviction_pressure_transition_period: Duration,
+    /// `imageMinimumGCAge` (default 2m): an unused image first seen more recently is not
+    /// removed to reclaim disk.
+    pub image_minimum_gc_age: Duration,
 }
 
 /// Resources kept from pods (`kubeReserved` + `systemReserved`).
@@ -64,6 +75,10 @@ pub const DEFAULT_CONTAINER_LOG_MAX_FILES: usize = 5;
 pub const DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(10);
 /// The kubelet's default `maxPods`.
 pub const DEFAULT_MAX_PODS: u32 = 110;
+/// The kubelet's default `evictionPressureTransitionPeriod`.
+pub const DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+/// The kubelet's default `imageMinimumGCAge`.
+pub const DEFAULT_IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
 
 impl Default for KubeletConfig {
     fn default() -> Self {
@@ -81,6 +96,9 @@ impl Default for KubeletConfig {
             cgroups_per_qos: true,
             pod_pids_limit: -1,
             reserved: Reserved::default(),
+            eviction_hard: crate::eviction_thresholds::default_eviction_hard(),
+            eviction_pressure_transition_period: DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD,
+            image_minimum_gc_age: DEFAULT_IMAGE_MINIMUM_GC_AGE,
         }
     }
 }
@@ -120,6 +138,23 @@ struct Raw {
     kube_reserved: BTreeMap<String, String>,
     #[serde(default)]
     system_reserved: BTreeMap<String, String>,
+    #[serde(default)]
+    eviction_hard: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    eviction_pressure_transition_period: Option<String>,
+    #[serde(default, rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+}
+
+/// A non-negative duration field (`5m`), its default when absent.
+fn duration_field(field: &str, value: Option<&str>, default: Duration, errors: &mut Vec<String>) -> Duration {
+    match value {
+        None | Some("") => default,
+        Some(d) => podpass_api::duration::GoDuration::parse(d).ok().and_then(|g| g.to_std()).unwrap_or_else(|| {
+            errors.push(format!("invalid configuration: {field} {d:?} must be a non-negative time duration"));
+            default
+        }),
+    }
 }
 
 /// `kubeReserved` and `systemReserved` summed (kubelet: `parseResourceList`): cpu and
@@ -224,6 +259,25 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
     let reserved = reserved(&raw, &mut errors);
     // As the kubelet: only a positive limit is applied.
     let pod_pids_limit = raw.pod_pids_limit.unwrap_or(-1);
+    let eviction_hard = match &raw.eviction_hard {
+        None => crate::eviction_thresholds::default_eviction_hard(),
+        Some(map) => crate::eviction_thresholds::parse_eviction_hard(map).unwrap_or_else(|e| {
+            errors.extend(e);
+            Vec::new()
+        }),
+    };
+    let transition = duration_field(
+        "evictionPressureTransitionPeriod",
+        raw.eviction_pressure_transition_period.as_deref(),
+        DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD,
+        &mut errors,
+    );
+    let image_age = duration_field(
+        "imageMinimumGCAge",
+        raw.image_minimum_gc_age.as_deref(),
+        DEFAULT_IMAGE_MINIMUM_GC_AGE,
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -241,6 +295,9 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         cgroups_per_qos: raw.cgroups_per_qos.unwrap_or(true),
         pod_pids_limit,
         reserved,
+        eviction_hard,
+        eviction_pressure_transition_period: transition,
+        image_minimum_gc_age: image_age,
     })
 }
 
@@ -280,6 +337,34 @@ mod tests {
         assert!(errors.iter().any(|e| e.starts_with("kubeReserved: cannot reserve \"gpu\"")), "{errors:?}");
         assert!(errors.iter().any(|e| e.contains("cannot be negative")), "{errors:?}");
         assert!(errors.iter().any(|e| e.starts_with("systemReserved[cpu]")), "{errors:?}");
+    }
+
+    #[test]
+    fn eviction_settings_default_as_upstream_and_a_given_map_replaces_the_defaults() {
+        use crate::eviction_thresholds::{Signal, Threshold, ThresholdValue};
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let c = parse(head.as_bytes()).unwrap();
+        assert_eq!(c.eviction_hard.len(), 5);
+        assert_eq!(
+            (c.eviction_pressure_transition_period, c.image_minimum_gc_age),
+            (Duration::from_secs(300), Duration::from_secs(120))
+        );
+        let c = parse(format!("{head}evictionHard: {{nodefs.inodesFree: \"1000\"}}\nevictionPressureTransitionPeriod: 5s\nimageMinimumGCAge: 0s\n").as_bytes()).unwrap();
+        assert_eq!(
+            c.eviction_hard,
+            vec![Threshold { signal: Signal::NodeFsInodesFree, value: ThresholdValue::Quantity(1000, false) }]
+        );
+        assert_eq!(
+            (c.eviction_pressure_transition_period, c.image_minimum_gc_age),
+            (Duration::from_secs(5), Duration::ZERO)
+        );
+        let errors = parse(
+            format!("{head}evictionHard: {{disk.free: 1Gi}}\nevictionPressureTransitionPeriod: soon\n").as_bytes(),
+        )
+        .unwrap_err();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("unsupported eviction signal disk.free"), "{errors:?}");
+        assert!(errors[1].contains("evictionPressureTransitionPeriod \"soon\""), "{errors:?}");
     }
 
     #[test]

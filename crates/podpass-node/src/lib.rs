@@ -19,6 +19,7 @@ mod agent;
 mod api;
 pub mod credential;
 mod cri;
+mod eviction_thresholds;
 mod identity;
 pub mod images;
 mod kubelet_config;
@@ -31,6 +32,10 @@ pub use agent::{AgentConfig, AgentError, DEFAULT_HEALTHZ_PORT, DEFAULT_PORT, PRE
 pub use api::{
     Client, KubeServiceAccounts, PodContainer, RequestError, client_from_kubeconfig, get_pod, get_pod_containers,
     pull_secrets,
+};
+pub use eviction_thresholds::{
+    Signal as EvictionSignal, Threshold as EvictionThreshold, ThresholdValue as EvictionThresholdValue,
+    parse_eviction_hard, parse_flag as parse_eviction_hard_flag,
 };
 pub use identity::{BoundObjectRef, PodRef, ServiceAccountRef, ServiceAccountRefError};
 pub use kubelet_config::{KubeletConfig, parse as parse_kubelet_config, read as read_kubelet_config};

@@ -1,6 +1,8 @@
-//! Pod admission on the node (kubelet: `lifecycle.predicateAdmitHandler`, the `pods`
-//! resource of GeneralPredicates, and `rejectPod`): a pod bound to a node that already runs
-//! `maxPods` active pods is not run. It is marked `Failed` with reason `OutOfpods` and the
+//! Pod admission on the node (kubelet: the eviction manager's `Admit`, then
+//! `lifecycle.predicateAdmitHandler`'s `pods` resource of GeneralPredicates, and
+//! `rejectPod`): under node pressure a pod is refused as upstream's eviction manager refuses
+//! it (reason `Evicted`, "The node had condition: [DiskPressure]. "), and a pod bound to a
+//! node that already runs `maxPods` active pods is not run. It is marked `Failed` with reason `OutOfpods` and the
 //! kubelet's message, and a Warning event says so; nothing of it is prepared or started.
 //! This bounds what one node does however many pods are bound to it (the scheduler counts
 //! the same capacity, but a pod may name its node itself).
@@ -8,6 +10,41 @@
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
 use super::worker::Shared;
+
+/// Admits a pod under the node's `pressure` (kubelet eviction manager `Admit`): nothing
+/// refused without pressure; critical pods always admitted; under memory pressure alone a
+/// pod that is not BestEffort, or a BestEffort one tolerating the memory-pressure taint;
+/// under any other pressure nothing else.
+pub(crate) fn admit_under_pressure(pod: &Pod, pressure: super::pressure::Pressure) -> Result<(), Rejection> {
+    let conditions = pressure.names();
+    if conditions.is_empty() || super::eviction_manager::is_critical(pod) {
+        return Ok(());
+    }
+    if conditions == ["MemoryPressure"] {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let best_effort = super::cgroups::qos_class(&spec) == super::cgroups::QosClass::BestEffort;
+        // TaintToleration's ToleratesTaint against {node.kubernetes.io/memory-pressure:NoSchedule}.
+        let tolerates = spec.tolerations.iter().flatten().any(|t| {
+            let key = t.key.as_deref().unwrap_or("");
+            let effect = t.effect.as_deref().unwrap_or("");
+            let value_matches = match t.operator.as_deref().unwrap_or("Equal") {
+                "Exists" => true,
+                "Equal" => t.value.as_deref().unwrap_or("").is_empty(),
+                _ => false,
+            };
+            (key.is_empty() || key == "node.kubernetes.io/memory-pressure")
+                && (effect.is_empty() || effect == "NoSchedule")
+                && value_matches
+        });
+        if !best_effort || tolerates {
+            return Ok(());
+        }
+    }
+    Err(Rejection { reason: EVICTED, message: format!("The node had condition: [{}]. ", conditions.join(" ")) })
+}
+
+/// kubelet: the eviction manager's `Reason`.
+pub(crate) const EVICTED: &str = "Evicted";
 
 /// kubelet: `lifecycle.OutOfPods`.
 pub(crate) const OUT_OF_PODS: &str = "OutOfpods";
@@ -67,6 +104,36 @@ mod tests {
         assert_eq!(r.reason, "OutOfpods");
         assert_eq!(r.message, "Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110");
         assert!(admit(0, 0).is_err(), "maxPods 0 admits nothing");
+    }
+
+    #[test]
+    fn under_pressure_pods_are_refused_as_the_kubelets_eviction_manager_refuses_them() {
+        use super::super::pressure::Pressure;
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let best_effort = pod(serde_json::json!({"containers": [{"name": "a"}]}));
+        let burstable =
+            pod(serde_json::json!({"containers": [{"name": "a", "resources": {"requests": {"memory": "1Mi"}}}]}));
+        let tolerant = pod(serde_json::json!({"containers": [{"name": "a"}],
+            "tolerations": [{"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}]}));
+        let critical = pod(serde_json::json!({"containers": [{"name": "a"}], "priority": 2_000_000_000}));
+        let memory = Pressure { memory: true, ..Pressure::default() };
+        let disk = Pressure { disk: true, ..Pressure::default() };
+        assert_eq!(admit_under_pressure(&best_effort, Pressure::default()), Ok(()));
+        assert_eq!(admit_under_pressure(&burstable, memory), Ok(()));
+        assert_eq!(admit_under_pressure(&tolerant, memory), Ok(()));
+        let r = admit_under_pressure(&best_effort, memory).unwrap_err();
+        assert_eq!((r.reason, r.message.as_str()), ("Evicted", "The node had condition: [MemoryPressure]. "));
+        let r = admit_under_pressure(&burstable, disk).unwrap_err();
+        assert_eq!(r.message, "The node had condition: [DiskPressure]. ");
+        let both = Pressure { memory: true, disk: true, pid: false };
+        assert_eq!(
+            admit_under_pressure(&tolerant, both).unwrap_err().message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+        assert_eq!(admit_under_pressure(&critical, both), Ok(()));
     }
 
     #[test]

@@ -146,6 +146,12 @@ fn effective(spec: &PodSpec, name: &str, limits: bool) -> Option<i128> {
     Some(apps.saturating_add(sidecars).max(init_peak).saturating_add(overhead))
 }
 
+/// The pod's effective request of `name` in whole units (bytes for memory and
+/// `ephemeral-storage`), as the eviction manager's `GetResourceRequestQuantity`: 0 when none.
+pub(crate) fn pod_request(spec: &PodSpec, name: &str) -> u64 {
+    effective(spec, name, false).map_or(0, |milli| u64::try_from(milli.div_euclid(1000)).unwrap_or(0))
+}
+
 /// kubelet `ResourceConfigForPod`: shares from the pod's cpu requests; a CFS quota and a
 /// memory limit only where every container declares one (a Guaranteed pod always does);
 /// BestEffort pods get the smallest shares and nothing else; `pids` when positive.
@@ -291,6 +297,37 @@ impl Cgroups {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+}
+
+impl Cgroups {
+    /// The pod's memory working set (kubelet: cadvisor's `workingSet`, what memory-pressure
+    /// eviction ranks by): usage less the inactive file cache, from the pod's cgroup under
+    /// its QoS class. `None`: no such cgroup or it cannot be read. Blocking.
+    pub(crate) fn pod_working_set(&self, qos: QosClass, uid: &str) -> Option<u64> {
+        if !crate::volumes::safe_segment(uid, true) {
+            return None;
+        }
+        let relative = pod_cgroup(qos, uid);
+        let relative = relative.trim_start_matches('/');
+        let read = |p: PathBuf| std::fs::read_to_string(p).ok();
+        let (usage, stat, inactive) = match self.layout {
+            Layout::V1 => {
+                let dir = self.mount.join("memory").join(relative);
+                (read(dir.join("memory.usage_in_bytes"))?, read(dir.join("memory.stat"))?, "total_inactive_file")
+            }
+            Layout::V2 => {
+                let dir = self.mount.join(relative);
+                (read(dir.join("memory.current"))?, read(dir.join("memory.stat"))?, "inactive_file")
+            }
+        };
+        let usage: u64 = usage.trim().parse().ok()?;
+        let inactive: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix(inactive).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        Some(usage.saturating_sub(inactive))
     }
 }
 
@@ -508,6 +545,30 @@ mod tests {
 
     /// Against a directory laid out as cgroup v1 or v2 (plain files: the kernel's checks
     /// are the e2e tests').
+    #[test]
+    fn a_pods_working_set_is_its_usage_less_inactive_file_in_either_layout() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let v1 = dir.path().join("v1");
+        let pod = v1.join("memory/kubepods/burstable/podu1");
+        std::fs::create_dir_all(&pod).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(v1.join("memory/memory.limit_in_bytes"), "1").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(pod.join("memory.usage_in_bytes"), "1000\n").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(pod.join("memory.stat"), "inactive_file 1\ntotal_inactive_file 300\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let cg = Cgroups::detect(&v1).unwrap_or_else(|| panic!("v1"));
+        assert_eq!(cg.pod_working_set(QosClass::Burstable, "u1"), Some(700));
+        assert_eq!(cg.pod_working_set(QosClass::BestEffort, "u1"), None, "another class's cgroup");
+        assert_eq!(cg.pod_working_set(QosClass::Burstable, "../u1"), None);
+        let v2 = dir.path().join("v2");
+        let pod = v2.join("kubepods/podu2");
+        std::fs::create_dir_all(&pod).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(v2.join("cgroup.controllers"), "memory").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(pod.join("memory.current"), "5000").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(pod.join("memory.stat"), "anon 10\ninactive_file 1000\n").unwrap_or_else(|e| panic!("{e}"));
+        let cg = Cgroups::detect(&v2).unwrap_or_else(|| panic!("v2"));
+        assert_eq!(cg.pod_working_set(QosClass::Guaranteed, "u2"), Some(4000));
+    }
+
     #[test]
     fn limits_are_written_for_either_layout_and_the_pod_removed() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

@@ -30,6 +30,20 @@ pub(crate) struct StorageUsage {
     pub volumes: HashMap<String, u64>,
     /// Container name → bytes of its writable layer and logs.
     pub containers: HashMap<String, u64>,
+    /// emptyDir volumes on the node's disk (not `medium: Memory`) → bytes: what the pod
+    /// takes of the node's filesystem through its volumes.
+    pub disk_volumes: u64,
+    /// Inodes of its writable layers, logs and disk emptyDirs.
+    pub inodes: u64,
+}
+
+impl StorageUsage {
+    /// Bytes the pod takes of the node's filesystem: its containers' writable layers and
+    /// logs, and its emptyDirs on disk (kubelet `podDiskUsage` on a node whose images and
+    /// pods share a filesystem).
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        self.containers.values().sum::<u64>().saturating_add(self.disk_volumes)
+    }
 }
 
 /// Bytes of `name` (`ephemeral-storage`) in a quantity, whole.
@@ -50,15 +64,7 @@ pub(crate) fn has_storage_limits(spec: &PodSpec) -> bool {
         || spec.containers.iter().any(|c| container_limit(c).is_some())
 }
 
-/// A byte count as `resource.Quantity` prints a BinarySI value.
-fn binary_si(n: u64) -> String {
-    for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if n != 0 && n.is_multiple_of(1u64 << shift) {
-            return format!("{}{suffix}", n >> shift);
-        }
-    }
-    n.to_string()
-}
+use crate::eviction_thresholds::binary_si;
 
 /// Why the pod must be evicted, in upstream's words (`None`: it keeps within its limits).
 pub(crate) fn local_storage_violation(spec: &PodSpec, usage: &StorageUsage) -> Option<String> {
@@ -93,11 +99,11 @@ pub(crate) fn local_storage_violation(spec: &PodSpec, usage: &StorageUsage) -> O
     None
 }
 
-/// Bytes and entries under `dir`, links not followed, other file systems' mounts not
-/// entered; a missing dir is empty. Blocking.
-pub(crate) fn dir_usage(dir: &Path) -> u64 {
+/// Bytes and entries (inodes) under `dir`, links not followed, other file systems' mounts
+/// not entered; a missing dir is empty. Blocking.
+pub(crate) fn dir_use(dir: &Path) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
+    let Ok(top) = std::fs::symlink_metadata(dir) else { return (0, 0) };
     let device = top.dev();
     let mut total = 0u64;
     let mut seen = 0usize;
@@ -107,7 +113,7 @@ pub(crate) fn dir_usage(dir: &Path) -> u64 {
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_WALK_ENTRIES {
-                return total;
+                return (total, seen as u64);
             }
             let Ok(meta) = entry.metadata() else { continue };
             // Blocks in use, as du: a sparse file costs what it holds.
@@ -117,12 +123,12 @@ pub(crate) fn dir_usage(dir: &Path) -> u64 {
             }
         }
     }
-    total
+    (total, seen as u64)
 }
 
-/// The pod's emptyDir volumes (disk ones and memory ones alike, as upstream) measured.
-/// Blocking.
-pub(crate) fn empty_dir_usage(root: &Path, pod: &Pod) -> HashMap<String, u64> {
+/// The pod's emptyDir volumes (disk ones and memory ones alike, as upstream) measured:
+/// name → (bytes, inodes). Blocking.
+pub(crate) fn empty_dir_usage(root: &Path, pod: &Pod) -> HashMap<String, (u64, u64)> {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     // Only directories of this pod's own: a UID or volume name that is not one directory
     // name is measured as nothing (the node never made such a volume).
@@ -135,7 +141,7 @@ pub(crate) fn empty_dir_usage(root: &Path, pod: &Pod) -> HashMap<String, u64> {
         .filter(|v| v.empty_dir.is_some() && crate::volumes::safe_segment(&v.name, false))
         .map(|v| {
             let dir = crate::volumes::pod_dir(root, uid).join("volumes/kubernetes.io~empty-dir").join(&v.name);
-            (v.name.clone(), dir_usage(&dir))
+            (v.name.clone(), dir_use(&dir))
         })
         .collect()
 }
@@ -198,29 +204,48 @@ pub(crate) async fn measure(
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let listed = rt.cri.list_containers(HashMap::from([(super::containers::POD_UID_LABEL.to_owned(), uid)])).await?;
     let mut layers: HashMap<String, u64> = HashMap::new();
+    let mut layer_inodes = 0u64;
     for c in listed {
         let name = c.labels.get(super::containers::CONTAINER_NAME_LABEL).cloned().unwrap_or_default();
         // A runtime that cannot say counts nothing: the logs and emptyDirs still count.
-        let used = rt.cri.writable_layer_bytes(&c.id).await.ok().flatten().unwrap_or(0);
+        let (used, inodes) = rt.cri.writable_layer(&c.id).await.ok().flatten().unwrap_or((0, 0));
         *layers.entry(name).or_default() += used;
+        layer_inodes = layer_inodes.saturating_add(inodes);
     }
     let (root, logs, owned) = (rt.root.clone(), super::containers::log_dir(&rt.logs, pod), pod.clone());
-    let (volumes, containers) = tokio::task::spawn_blocking(move || {
-        let volumes = empty_dir_usage(&root, &owned);
+    let memory_volumes: std::collections::HashSet<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.empty_dir.as_ref().is_some_and(|e| e.medium.as_deref() == Some("Memory")))
+        .map(|v| v.name.clone())
+        .collect();
+    let measured = tokio::task::spawn_blocking(move || {
+        let measured = empty_dir_usage(&root, &owned);
+        let mut inodes = layer_inodes;
+        let mut disk_volumes = 0u64;
+        for (name, (bytes, entries)) in &measured {
+            if !memory_volumes.contains(name) {
+                disk_volumes = disk_volumes.saturating_add(*bytes);
+                inodes = inodes.saturating_add(*entries);
+            }
+        }
+        let volumes: HashMap<String, u64> = measured.into_iter().map(|(n, (bytes, _))| (n, bytes)).collect();
         let containers: HashMap<String, u64> = owned
             .spec
             .iter()
             .flat_map(|s| s.containers.iter())
             .map(|c| {
-                let used = layers.get(&c.name).copied().unwrap_or(0).saturating_add(dir_usage(&logs.join(&c.name)));
-                (c.name.clone(), used)
+                let (log_bytes, log_inodes) = dir_use(&logs.join(&c.name));
+                inodes = inodes.saturating_add(log_inodes);
+                (c.name.clone(), layers.get(&c.name).copied().unwrap_or(0).saturating_add(log_bytes))
             })
             .collect();
-        (volumes, containers)
+        StorageUsage { volumes, containers, disk_volumes, inodes }
     })
     .await
     .unwrap_or_default();
-    Ok(StorageUsage { volumes, containers })
+    Ok(measured)
 }
 
 /// Kills the pod's containers (one second's grace) and stops its sandboxes, keeping them
@@ -273,6 +298,7 @@ mod tests {
         let usage = |scratch: u64, app: u64, side: u64| StorageUsage {
             volumes: [("scratch".to_owned(), scratch), ("free".to_owned(), 0)].into(),
             containers: [("app".to_owned(), app), ("side".to_owned(), side)].into(),
+            ..Default::default()
         };
         let mi = 1 << 20;
         assert_eq!(local_storage_violation(&s, &usage(10 * mi, 20 * mi, 0)), None, "at the limits is within");
@@ -337,9 +363,9 @@ mod tests {
         let outside = dir.path().join("outside");
         std::fs::write(&outside, vec![1u8; 4 << 20]).unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink(&outside, d.join("link")).unwrap_or_else(|e| panic!("{e}"));
-        let used = dir_usage(&d);
+        let (used, _) = dir_use(&d);
         assert!((1 << 20..2 << 20).contains(&used), "{used}");
-        assert_eq!(dir_usage(&dir.path().join("missing")), 0);
+        assert_eq!(dir_use(&dir.path().join("missing")), (0, 0));
         assert_eq!(binary_si(30 << 20), "30Mi");
         // Only the pod's own volume directories are measured.
         let pod = |uid: &str, volume: &str| -> Pod {
@@ -350,7 +376,8 @@ mod tests {
         let vol = crate::volumes::pod_dir(dir.path(), "u1").join("volumes/kubernetes.io~empty-dir/scratch");
         std::fs::create_dir_all(&vol).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(vol.join("f"), vec![1u8; 1 << 20]).unwrap_or_else(|e| panic!("{e}"));
-        assert!(empty_dir_usage(dir.path(), &pod("u1", "scratch"))["scratch"] >= 1 << 20);
+        let (bytes, inodes) = empty_dir_usage(dir.path(), &pod("u1", "scratch"))["scratch"];
+        assert!(bytes >= 1 << 20 && inodes == 1, "{bytes} {inodes}");
         assert!(empty_dir_usage(dir.path(), &pod("u1", "../../../vol")).is_empty());
         assert!(empty_dir_usage(dir.path(), &pod("../u1", "scratch")).is_empty());
         assert_eq!(binary_si(1000), "1000");

@@ -3,7 +3,6 @@
 //! `kube-node-lease/<node>` every 10 s with a 40 s duration.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -203,12 +202,9 @@ fn failed<'a>(action: &'static str, object: &'a str) -> impl FnOnce(kube::Error)
     move |e| HeartbeatError { action, object: object.to_owned(), source: RequestError::from(e) }
 }
 
-/// Creates the Node if it does not exist and posts its status; returns the Node's UID.
-pub async fn register_node(
-    client: &kube::Client,
-    id: &NodeIdentity,
-    root_dir: &Path,
-) -> Result<String, HeartbeatError> {
+/// Creates the Node if it does not exist and posts its status (no pressure yet: the
+/// eviction manager's first observation follows at once); returns the Node's UID.
+pub async fn register_node(client: &kube::Client, id: &NodeIdentity) -> Result<String, HeartbeatError> {
     let nodes = Api::<Node>::all(client.clone());
     let node = match nodes.get(&id.name).await {
         Ok(n) => n,
@@ -218,18 +214,17 @@ pub async fn register_node(
             .map_err(failed("registering node", &id.name))?,
         Err(e) => return Err(failed("reading node", &id.name)(e)),
     };
-    post_status(client, id, root_dir).await?;
+    post_status(client, id, Pressure::default()).await?;
     Ok(node.metadata.uid.unwrap_or_default())
 }
 
-/// Posts the node's status (merge patch of `nodes/<name>/status`), with the pressure
-/// measured now on the filesystem of `root_dir` and the transition times of the conditions
-/// the Node holds.
-pub async fn post_status(client: &kube::Client, id: &NodeIdentity, root_dir: &Path) -> Result<(), HeartbeatError> {
+/// Posts the node's status (merge patch of `nodes/<name>/status`), with the pressure the
+/// eviction manager reports and the transition times of the conditions the Node holds.
+pub async fn post_status(client: &kube::Client, id: &NodeIdentity, pressure: Pressure) -> Result<(), HeartbeatError> {
     let nodes = Api::<Node>::all(client.clone());
     let current = nodes.get(&id.name).await.map_err(failed("reading node", &id.name))?;
     let previous = current.status.and_then(|s| s.conditions).unwrap_or_default();
-    let status = node_status(id, Timestamp::now(), Pressure::read(root_dir).await, &previous);
+    let status = node_status(id, Timestamp::now(), pressure, &previous);
     let patch = serde_json::json!({"status": status});
     Api::<Node>::all(client.clone())
         .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -40,6 +40,11 @@ impl KnownPods {
         let pods = self.pods.read().unwrap_or_else(PoisonError::into_inner);
         pods.get(&(namespace.to_owned(), name.to_owned())).cloned()
     }
+
+    /// Every pod the node knows now.
+    pub(crate) fn all(&self) -> Vec<Arc<Pod>> {
+        self.pods.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect()
+    }
 }
 
 /// The container whose log a request reads, as the kubelet's `validateContainerLogStatus`

@@ -15,6 +15,7 @@ mod containers;
 mod ephemeral;
 mod events;
 mod eviction;
+mod eviction_manager;
 mod heartbeat;
 mod image_audit;
 mod in_cluster;
@@ -353,6 +354,7 @@ impl Prepared {
         cri: Option<crate::runtime::CriRuntime>,
         cgroups: Option<cgroups::PodCgroups>,
         machine: &machine::Machine,
+        pressure: tokio::sync::watch::Receiver<pressure::Pressure>,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
         let backend = Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new())
@@ -425,6 +427,8 @@ impl Prepared {
             host_ip: self.identity.internal_ip(),
             node: self.identity.name.clone(),
             audit: self.config.audit.open().map_err(AgentError::Audit)?,
+            evictions: Default::default(),
+            pressure,
             runtime: cri.map(|cri| {
                 Arc::new(containers::PodRuntime {
                     cri,
@@ -514,14 +518,25 @@ impl Bound {
         }
         identity.address = this.config.address;
         let id = &identity;
-        let node_uid = heartbeat::register_node(&client, id, &this.config.root_dir).await?;
+        let node_uid = heartbeat::register_node(&client, id).await?;
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let cgroups = match &cri {
             Some(_) if this.kubelet.cgroups_per_qos => Some(cgroups_for(&identity.machine, &this.kubelet).await?),
             _ => None,
         };
-        let shared = Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine).await?);
+        // The runtime's image filesystem, observed for imagefs.* (the node's own when the
+        // runtime does not say).
+        let image_fs = match &cri {
+            Some(cri) => cri.image_fs_mountpoint().await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "the runtime did not say where its images live; imagefs is the node's filesystem");
+                None
+            }),
+            None => None,
+        };
+        let (pressure_tx, mut pressure_rx) = tokio::sync::watch::channel(pressure::Pressure::default());
+        let shared =
+            Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine, pressure_rx.clone()).await?);
         if let Some(listener) = server {
             let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
             let mut names = vec![id.name.clone(), "localhost".to_owned()];
@@ -590,7 +605,23 @@ impl Bound {
             });
             podpass_serve::spawn_named("provider-config", watch);
         }
-        let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods);
+        let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+        {
+            let settings = eviction_manager::Settings {
+                thresholds: this.kubelet.eviction_hard.clone(),
+                transition_period: this.kubelet.eviction_pressure_transition_period,
+                image_minimum_gc_age: this.kubelet.image_minimum_gc_age,
+                filesystems: pressure::Filesystems { node: this.config.root_dir.clone(), image: image_fs },
+            };
+            let mut stopped = stopped.clone();
+            podpass_serve::spawn_named(
+                "eviction-manager",
+                eviction_manager::run(shared.clone(), settings, pressure_tx, wake_tx, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+            );
+        }
+        let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods, wake_rx);
         let pod_task = podpass_serve::spawn_named(
             "pods",
             pods.run(async move {
@@ -603,6 +634,7 @@ impl Bound {
         let mut report = tokio::time::interval(STATUS_REPORT_INTERVAL);
         report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         report.tick().await;
+        let mut pressure_open = true;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -618,8 +650,22 @@ impl Bound {
                         Err(e) => tracing::warn!(node = %id.name, error = %e, "lease renewal failed; retrying"),
                     }
                 }
+                // At least every report interval, and at once when a pressure condition
+                // changes (kubelet: a changed status is posted at its next sync).
+                changed = pressure_rx.changed(), if pressure_open => {
+                    // The manager gone (it stops with the agent): only the report remains.
+                    if changed.is_err() {
+                        pressure_open = false;
+                        continue;
+                    }
+                    let pressure = *pressure_rx.borrow_and_update();
+                    if let Err(e) = heartbeat::post_status(&client, id, pressure).await {
+                        tracing::warn!(node = %id.name, error = %e, "posting node status failed; retrying");
+                    }
+                }
                 _ = report.tick() => {
-                    if let Err(e) = heartbeat::post_status(&client, id, &this.config.root_dir).await {
+                    let pressure = *pressure_rx.borrow();
+                    if let Err(e) = heartbeat::post_status(&client, id, pressure).await {
                         tracing::warn!(node = %id.name, error = %e, "posting node status failed; retrying");
                     }
                 }

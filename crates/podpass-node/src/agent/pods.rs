@@ -33,10 +33,17 @@ pub(crate) struct PodLoop {
     max_pods: u32,
     /// Pods refused admission (their status posted), until they go.
     rejected: HashSet<String>,
+    /// Pods whose worker must act now (the eviction manager chose them).
+    wake: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl PodLoop {
-    pub(crate) fn new(shared: Arc<Shared>, node: &str, max_pods: u32) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        node: &str,
+        max_pods: u32,
+        wake: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Self {
         Self {
             shared,
             node: node.to_owned(),
@@ -44,6 +51,7 @@ impl PodLoop {
             tasks: JoinSet::new(),
             max_pods,
             rejected: HashSet::new(),
+            wake,
         }
     }
 
@@ -61,6 +69,12 @@ impl PodLoop {
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                Some(uid) = self.wake.recv() => {
+                    // The worker sees its work again and looks at its pending eviction.
+                    if let Some(tx) = self.workers.get(&uid) {
+                        tx.send_modify(|_| {});
+                    }
+                }
                 event = events.next() => match event {
                     Some(Ok(watcher::Event::Init)) => listed = Some(Vec::new()),
                     Some(Ok(watcher::Event::InitApply(pod))) => match listed.as_mut() {
@@ -153,7 +167,10 @@ impl PodLoop {
             if admission::is_terminal(&pod) || self.rejected.contains(&uid) {
                 return;
             }
-            if let Err(rejection) = admission::admit(self.active(), self.max_pods) {
+            let pressure = *self.shared.pressure.borrow();
+            let admitted = admission::admit_under_pressure(&pod, pressure)
+                .and_then(|()| admission::admit(self.active(), self.max_pods));
+            if let Err(rejection) = admitted {
                 tracing::info!(pod = %crate::PodRef::of(&pod), reason = rejection.reason, message = %rejection.message, "pod rejected");
                 self.rejected.insert(uid);
                 let shared = self.shared.clone();

@@ -73,6 +73,10 @@ pub(crate) struct Shared {
     pub node: String,
     /// Where image decisions are audited (`--audit-log-path`).
     pub audit: Option<podpass_serve::AuditWriter>,
+    /// Pods the eviction manager chose to evict under node pressure.
+    pub evictions: super::eviction_manager::Evictions,
+    /// The node's pressure conditions (admission reads them).
+    pub pressure: tokio::sync::watch::Receiver<super::pressure::Pressure>,
 }
 
 /// A failed sync is retried after this long plus up to half again (kubelet: the pod
@@ -205,7 +209,10 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                     runtime_changed = Some((uid.to_owned(), pleg.subscribe(uid)));
                 }
                 let fp = fingerprint(&pod);
-                let due = next.is_none_or(|n| n <= Instant::now());
+                // A pending eviction is acted on at once.
+                let evicting = state.evicted.is_none()
+                    && shared.evictions.pending(pod.metadata.uid.as_deref().unwrap_or("")).is_some();
+                let due = next.is_none_or(|n| n <= Instant::now()) || evicting;
                 if synced.as_deref() != Some(fp.as_str()) || due {
                     let permit = shared.syncs.acquire().await;
                     // Subscribed before the reads, so a change during the sync wakes it.
@@ -317,7 +324,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     tracing::debug!("sync started");
     // An evicted pod is not run again: its status stays Failed.
     if let Some(rt) = &shared.runtime
-        && let Some(synced) = evict_if_over_storage(shared, rt, pod, state).await
+        && let Some(synced) = evict_if_due(shared, rt, pod, state).await
     {
         return synced;
     }
@@ -537,33 +544,31 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     Synced { next, status }
 }
 
-/// The eviction manager's local-storage check for this pod (kubelet `localStorageEviction`):
-/// a pod over a storage limit is evicted now; an evicted one stays so. `Some`: the sync ends
-/// here with the Failed status; `None`: the pod runs on.
-async fn evict_if_over_storage(shared: &Shared, rt: &PodRuntime, pod: &Pod, state: &mut State) -> Option<Synced> {
+/// The eviction manager's word on this pod: the node-pressure eviction it chose the pod
+/// for, else its local-storage check (kubelet `localStorageEviction`). A pod to evict is
+/// evicted now; an evicted one stays so. `Some`: the sync ends here with the Failed
+/// status; `None`: the pod runs on.
+async fn evict_if_due(shared: &Shared, rt: &PodRuntime, pod: &Pod, state: &mut State) -> Option<Synced> {
     use super::eviction;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
     if state.evicted.is_none() {
-        let spec = pod.spec.as_ref().filter(|s| eviction::has_storage_limits(s))?;
-        // Measured on the eviction manager's period, not at every sync (a pod's container
-        // changes wake its worker far more often, and a measure walks its directories).
-        if state.storage_measured.is_some_and(|at| at.elapsed() < eviction::CHECK_EVERY / 2) {
-            return None;
-        }
-        state.storage_measured = Some(Instant::now());
-        let usage = match eviction::measure(rt, pod).await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(error = %e, "measuring the pod's local storage failed");
-                return None;
-            }
+        let message = match shared.evictions.pending(&uid) {
+            Some(message) => message,
+            None => local_storage_violation(rt, pod, state).await?,
         };
-        let message = eviction::local_storage_violation(spec, &usage)?;
         tracing::warn!(message = %message, "evicting the pod");
         shared.events.record(pod, "", "Warning", "Evicted", &message);
         let ended = eviction::kill(rt, pod).await;
         let base = state.posted.clone().or_else(|| pod.status.clone()).unwrap_or_default();
         state.evicted = Some(message.clone());
         let status = eviction::evicted_status(&base, &message, &ended, &Time(Timestamp::now()));
+        // What the pod held goes now, not when it is deleted (kubelet: an evicted pod's
+        // content is removed — its containers by the container GC, its volumes by the
+        // volume manager), so the eviction gives the node its disk back.
+        if let Err(e) = remove_evicted_content(shared, rt, pod).await {
+            tracing::warn!(error = %e, "removing the evicted pod's containers and volumes failed");
+        }
+        shared.evictions.done(&uid);
         return Some(Synced { next: None, status: Some(status) });
     }
     // Posted already, unless the post failed: then again.
@@ -574,6 +579,39 @@ async fn evict_if_over_storage(shared: &Shared, rt: &PodRuntime, pod: &Pod, stat
         eviction::evicted_status(&base, &message, &HashMap::new(), &Time(Timestamp::now()))
     });
     Some(Synced { next: None, status })
+}
+
+/// The pod's storage limits checked on the eviction period (not at every sync: its
+/// container changes wake its worker far more often, and a measure walks its directories).
+/// `Some`: why it must be evicted.
+async fn local_storage_violation(rt: &PodRuntime, pod: &Pod, state: &mut State) -> Option<String> {
+    use super::eviction;
+    let spec = pod.spec.as_ref().filter(|s| eviction::has_storage_limits(s))?;
+    if state.storage_measured.is_some_and(|at| at.elapsed() < eviction::CHECK_EVERY / 2) {
+        return None;
+    }
+    state.storage_measured = Some(Instant::now());
+    let usage = match eviction::measure(rt, pod).await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::warn!(error = %e, "measuring the pod's local storage failed");
+            return None;
+        }
+    };
+    eviction::local_storage_violation(spec, &usage)
+}
+
+/// An evicted pod's containers, sandboxes, volumes and logs removed (its status already
+/// says how each container ended).
+async fn remove_evicted_content(shared: &Shared, rt: &PodRuntime, pod: &Pod) -> Result<(), String> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    super::containers::tear_down(rt, &uid, 0).await.map_err(|e| format!("removing its containers: {e}"))?;
+    remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing its volumes: {e}"))?;
+    let (logs, owned) = (rt.logs.clone(), pod.clone());
+    tokio::task::spawn_blocking(move || super::containers::remove_log_dir(&logs, &owned))
+        .await
+        .map_err(|e| format!("removing its logs: {e}"))?
+        .map_err(|e| format!("removing its logs: {e}"))
 }
 
 pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
@@ -638,6 +676,7 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), Stri
     shared.sources.tokens().delete_for_pod(&uid);
     shared.images.forget_pod(&uid);
     shared.events.forget_pod(&uid);
+    shared.evictions.done(&uid);
     remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing volumes: {e}"))?;
     if let Some(rt) = &shared.runtime {
         let (logs, owned) = (rt.logs.clone(), pod.clone());

@@ -125,3 +125,31 @@ pub struct RemoveImageRequest {
 /// CRI `RemoveImageResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RemoveImageResponse {}
+
+/// CRI `ImageFsInfoRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ImageFsInfoRequest {}
+
+/// CRI `FilesystemIdentifier`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FilesystemIdentifier {
+    /// Where the filesystem is mounted.
+    #[prost(string, tag = "1")]
+    pub mountpoint: String,
+}
+
+/// CRI `FilesystemUsage` as `ImageFsInfo` answers it (only the filesystem).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ImageFsUsage {
+    /// The filesystem.
+    #[prost(message, optional, tag = "2")]
+    pub fs_id: Option<FilesystemIdentifier>,
+}
+
+/// CRI `ImageFsInfoResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ImageFsInfoResponse {
+    /// The filesystems holding images.
+    #[prost(message, repeated, tag = "1")]
+    pub image_filesystems: Vec<ImageFsUsage>,
+}

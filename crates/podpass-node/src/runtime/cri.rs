@@ -237,13 +237,27 @@ impl CriRuntime {
         Ok(r.status)
     }
 
-    /// Bytes the container's writable layer uses (`ContainerStats`), `None` when the runtime
+    /// Where the runtime's images live (`ImageFsInfo`'s first filesystem), `None` when it
     /// does not say.
-    pub async fn writable_layer_bytes(&self, id: &str) -> Result<Option<u64>, RuntimeError> {
+    pub async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>, RuntimeError> {
+        let r: ImageFsInfoResponse =
+            self.call("/runtime.v1.ImageService/ImageFsInfo", ImageFsInfoRequest {}, REQUEST_TIMEOUT).await?;
+        Ok(r.image_filesystems
+            .into_iter()
+            .find_map(|f| f.fs_id.map(|id| id.mountpoint).filter(|m| !m.is_empty()))
+            .map(std::path::PathBuf::from))
+    }
+
+    /// Bytes and inodes the container's writable layer uses (`ContainerStats`), `None` when
+    /// the runtime does not say.
+    pub async fn writable_layer(&self, id: &str) -> Result<Option<(u64, u64)>, RuntimeError> {
         let req = ContainerStatsRequest { container_id: id.to_owned() };
         let r: ContainerStatsResponse =
             self.call("/runtime.v1.RuntimeService/ContainerStats", req, REQUEST_TIMEOUT).await?;
-        Ok(r.stats.and_then(|s| s.writable_layer).and_then(|w| w.used_bytes).map(|u| u.value))
+        Ok(r.stats.and_then(|s| s.writable_layer).and_then(|w| {
+            let bytes = w.used_bytes?.value;
+            Some((bytes, w.inodes_used.map_or(0, |i| i.value)))
+        }))
     }
 }
 

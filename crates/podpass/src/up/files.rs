@@ -107,11 +107,35 @@ pub fn write_provider_config(
 /// in parallel (`serializeImagePulls: false`, `maxParallelImagePulls: 4`), so one tenant's
 /// pull from a registry that never answers holds at most its share (half) of the node's
 /// pulls, not every pod's; and bounds every pod to 1024 processes (`podPidsLimit`, beyond
-/// upstream's unbounded default), so no tenant's fork bomb takes the node's.
-pub fn write_kubelet_config(path: &Path) -> Result<()> {
-    let config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\npodPidsLimit: 1024\n";
+/// upstream's unbounded default), so no tenant's fork bomb takes the node's; with the
+/// eviction settings `podpass up` was given (none: upstream's defaults).
+pub fn write_kubelet_config(path: &Path, eviction: &EvictionSettings) -> Result<()> {
+    let mut config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\npodPidsLimit: 1024\n".to_owned();
+    if let Some(hard) = &eviction.hard {
+        config.push_str("evictionHard:\n");
+        for (signal, value) in hard {
+            // JSON strings are YAML strings: whatever the flag held stays one scalar.
+            config.push_str(&format!(
+                "  {}: {}\n",
+                serde_json::Value::from(signal.as_str()),
+                serde_json::Value::from(value.as_str())
+            ));
+        }
+    }
+    if let Some(period) = &eviction.transition_period {
+        config.push_str(&format!("evictionPressureTransitionPeriod: {}\n", serde_json::Value::from(period.as_str())));
+    }
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
+}
+
+/// The node's eviction settings from `podpass up`'s flags.
+#[derive(Debug, Clone, Default)]
+pub struct EvictionSettings {
+    /// `--eviction-hard`, as a map.
+    pub hard: Option<std::collections::BTreeMap<String, String>>,
+    /// `--eviction-pressure-transition-period`.
+    pub transition_period: Option<String>,
 }
 
 /// The control plane's AdmissionConfiguration: Pod Security for a cluster that runs
@@ -120,4 +144,26 @@ pub fn write_admission_config(path: &Path) -> Result<()> {
     let config = "# written by podpass up at every start\napiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n- name: PodSecurity\n  configuration:\n    apiVersion: pod-security.admission.config.k8s.io/v1\n    kind: PodSecurityConfiguration\n    defaults:\n      enforce: baseline\n      enforce-version: latest\n      audit: restricted\n      audit-version: latest\n      warn: restricted\n      warn-version: latest\n    exemptions:\n      namespaces: [kube-system]\n";
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kubelet_config_carries_the_eviction_flags_the_node_reads_back() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("kubelet.yaml");
+        write_kubelet_config(&path, &EvictionSettings::default()).unwrap_or_else(|e| panic!("{e}"));
+        let defaults = podpass_node::read_kubelet_config(&path).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(defaults.eviction_hard.len(), 5, "upstream's defaults");
+        let hard = podpass_node::parse_eviction_hard_flag("nodefs.inodesFree<12345,memory.available<1Gi")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let settings = EvictionSettings { hard: Some(hard), transition_period: Some("5s".into()) };
+        write_kubelet_config(&path, &settings).unwrap_or_else(|e| panic!("{e}"));
+        let c = podpass_node::read_kubelet_config(&path).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.eviction_hard.len(), 2, "{c:?}");
+        assert_eq!(c.eviction_pressure_transition_period, std::time::Duration::from_secs(5));
+        assert!(c.seccomp_default && c.pod_pids_limit == 1024);
+    }
 }

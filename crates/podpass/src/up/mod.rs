@@ -77,6 +77,31 @@ pub struct UpArgs {
     /// registry itself.
     #[arg(long, value_name = "URL", conflicts_with = "prepare_only")]
     registry_mirror: Option<String>,
+    /// The node's hard eviction thresholds, as the kubelet's `--eviction-hard`
+    /// (`memory.available<100Mi,nodefs.available<10%`); they replace upstream's defaults
+    /// (memory 100Mi, nodefs 10%, nodefs inodes 5%, imagefs 15%, imagefs inodes 5%).
+    #[arg(long, value_name = "SIGNAL<QUANTITY,...", value_parser = eviction_hard)]
+    eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// How long a pressure condition stays after its threshold was last met, as the
+    /// kubelet's `--eviction-pressure-transition-period` (default 5m).
+    #[arg(long, value_name = "DURATION", value_parser = go_duration)]
+    eviction_pressure_transition_period: Option<String>,
+}
+
+/// `--eviction-hard`, checked as the node will check it.
+fn eviction_hard(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let map = podpass_node::parse_eviction_hard_flag(text)?;
+    podpass_node::parse_eviction_hard(&map).map_err(|e| e.join("; "))?;
+    Ok(map)
+}
+
+/// A Go duration (`5m`, `30s`).
+fn go_duration(text: &str) -> Result<String, String> {
+    podpass_api::duration::GoDuration::parse(text)
+        .ok()
+        .and_then(|d| d.to_std())
+        .map(|_| text.to_owned())
+        .ok_or_else(|| format!("{text:?} is not a non-negative duration (5m, 30s)"))
 }
 
 /// Runs `podpass up`: exit 0 on a clean stop (or a demo whose every step held), 1 when a
@@ -566,7 +591,11 @@ async fn start(
     let providers = l.node.join("credential-provider.yaml");
     files::write_provider_config(&providers, registry_host, &auth_url, &pki)?;
     let kubelet_config = l.node.join("kubelet-config.yaml");
-    files::write_kubelet_config(&kubelet_config)?;
+    let eviction = files::EvictionSettings {
+        hard: args.eviction_hard.clone(),
+        transition_period: args.eviction_pressure_transition_period.clone(),
+    };
+    files::write_kubelet_config(&kubelet_config, &eviction)?;
     let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
     a.extend([path_str(&kubeconfig), "--node-name".into(), NODE.into(), "--root-dir".into()]);
     a.extend([path_str(&l.node.join("root")), "--image-credential-provider-config".into(), path_str(&providers)]);

@@ -84,8 +84,16 @@ fn tolerated(pod: &Value, key: &str, value: &str, effect: &str) -> bool {
     tolerations.into_iter().flatten().any(|t| tolerates(t, key, value, effect))
 }
 
+/// The node lifecycle controller's NoSchedule taints for the node's conditions
+/// (`TaintNodesByCondition`: a condition `True` → its taint).
+const CONDITION_TAINTS: [(&str, &str); 3] = [
+    ("MemoryPressure", "node.kubernetes.io/memory-pressure"),
+    ("DiskPressure", "node.kubernetes.io/disk-pressure"),
+    ("PIDPressure", "node.kubernetes.io/pid-pressure"),
+];
+
 /// The taints that keep pods off `node`: its own NoSchedule and NoExecute ones, and the
-/// lifecycle controller's for a node not Ready or not reachable.
+/// lifecycle controller's for a node not Ready or not reachable, or under pressure.
 fn taints(node: &Value, state: NodeState) -> Vec<(String, String, String)> {
     let mut out: Vec<(String, String, String)> = Vec::new();
     for taint in node.field("/spec/taints").and_then(Value::as_array).into_iter().flatten() {
@@ -103,10 +111,17 @@ fn taints(node: &Value, state: NodeState) -> Vec<(String, String, String)> {
     } else {
         None
     };
-    if let Some(key) = lifecycle
-        && !out.iter().any(|(k, _, _)| k == key)
-    {
-        out.push((key.to_owned(), String::new(), "NoSchedule".to_owned()));
+    let pressured = CONDITION_TAINTS.iter().filter_map(|(condition, taint)| {
+        conditions
+            .into_iter()
+            .flatten()
+            .any(|c| text(c, "/type") == *condition && text(c, "/status") == "True")
+            .then_some(*taint)
+    });
+    for key in lifecycle.into_iter().chain(pressured) {
+        if !out.iter().any(|(k, _, _)| k == key) {
+            out.push((key.to_owned(), String::new(), "NoSchedule".to_owned()));
+        }
     }
     out
 }
@@ -288,6 +303,24 @@ mod tests {
         assert_eq!(unfit(&everything, &not_ready, UP), None);
         let cordoned = node(json!({"spec": {"unschedulable": true}}));
         assert_eq!(unfit(&pod, &cordoned, UP).as_deref(), Some("node(s) were unschedulable"));
+    }
+
+    #[test]
+    fn a_node_under_pressure_takes_only_pods_tolerating_its_condition_taint() {
+        let pressured = node(json!({"status": {"allocatable": {"pods": "110"}, "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "True"},
+            {"type": "MemoryPressure", "status": "False"}]}}));
+        let pod = json!({"spec": {}});
+        assert_eq!(
+            unfit(&pod, &pressured, UP).as_deref(),
+            Some("node(s) had untolerated taint {node.kubernetes.io/disk-pressure: }")
+        );
+        let tolerant = json!({"spec": {"tolerations": [
+            {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"}]}});
+        assert_eq!(unfit(&tolerant, &pressured, UP), None);
+        let relieved = node(json!({"status": {"allocatable": {"pods": "110"}, "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "False"}]}}));
+        assert_eq!(unfit(&pod, &relieved, UP), None);
     }
 
     #[test]
