@@ -98,6 +98,28 @@ fn a_quota_refuses_past_its_hard_limit_as_upstream_even_under_racing_creates() {
     assert_eq!(code, 201);
     let (_, q) = admin_get(&s, "/api/v1/namespaces/team/resourcequotas/compute");
     assert_eq!(q["status"]["used"]["requests.cpu"], "600m", "{q}");
+
+    // Local ephemeral storage is quota'd as cpu is (issue 51: a tenant's disk is bounded
+    // before the node has to evict).
+    ok(
+        admin_kubectl(d, &["-n", "team", "create", "quota", "storage", "--hard=requests.ephemeral-storage=1Gi"]),
+        "create quota",
+    );
+    let disk =
+        |name: &str, storage: &str| pod(name, json!({"requests": {"cpu": "100m", "ephemeral-storage": storage}}));
+    let (code, answer) = admin_request(&s, Method::POST, pods, Some(disk("disk-hog", "2Gi")));
+    assert_eq!(code, 403, "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains(
+            "exceeded quota: storage, requested: requests.ephemeral-storage=2Gi, used: requests.ephemeral-storage=0, limited: requests.ephemeral-storage=1Gi"
+        ),
+        "{answer}"
+    );
+    assert_eq!(admin_request(&s, Method::POST, pods, Some(disk("disk-fits", "512Mi"))).0, 201);
+    wait_for("the storage quota's usage counted", Duration::from_secs(30), || {
+        let (_, q) = admin_get(&s, "/api/v1/namespaces/team/resourcequotas/storage");
+        (q["status"]["used"]["requests.ephemeral-storage"] == "512Mi").then_some(q)
+    });
 }
 
 #[test]
@@ -108,8 +130,9 @@ fn a_limit_range_defaults_and_bounds_a_tenants_containers() {
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
     let lr = json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds"},
         "spec": {"limits": [{"type": "Container",
-            "default": {"cpu": "500m", "memory": "128Mi"}, "defaultRequest": {"cpu": "100m", "memory": "64Mi"},
-            "max": {"cpu": "1", "memory": "256Mi"}, "min": {"cpu": "50m"}}]}});
+            "default": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "1Gi"},
+            "defaultRequest": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "512Mi"},
+            "max": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "2Gi"}, "min": {"cpu": "50m"}}]}});
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/limitranges", Some(lr)).0, 201);
     let described = ok(admin_kubectl(d, &["-n", "team", "describe", "limitrange", "bounds"]), "describe limitrange");
     assert!(described.contains("Container") && described.contains("cpu") && described.contains("500m"), "{described}");
@@ -119,14 +142,21 @@ fn a_limit_range_defaults_and_bounds_a_tenants_containers() {
     let (code, created) = admin_request(&s, Method::POST, pods, Some(pod("plain", json!({}))));
     assert_eq!(code, 201, "{created}");
     let resources = &created["spec"]["containers"][0]["resources"];
-    assert_eq!(resources["limits"], json!({"cpu": "500m", "memory": "128Mi"}), "{created}");
-    assert_eq!(resources["requests"], json!({"cpu": "100m", "memory": "64Mi"}), "{created}");
+    assert_eq!(resources["limits"], json!({"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "1Gi"}), "{created}");
+    assert_eq!(
+        resources["requests"],
+        json!({"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "512Mi"}),
+        "{created}"
+    );
     assert_eq!(
         created["metadata"]["annotations"]["kubernetes.io/limit-ranger"],
-        "LimitRanger plugin set: cpu, memory request for container app; cpu, memory limit for container app"
+        "LimitRanger plugin set: cpu, ephemeral-storage, memory request for container app; cpu, ephemeral-storage, memory limit for container app"
     );
     // Past max, under min: refused with upstream's words, every violation named.
-    let greedy = pod("greedy", json!({"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "10m"}}));
+    let greedy = pod(
+        "greedy",
+        json!({"limits": {"cpu": "2", "memory": "1Gi", "ephemeral-storage": "4Gi"}, "requests": {"cpu": "10m"}}),
+    );
     let (code, answer) = admin_request(&s, Method::POST, pods, Some(greedy));
     assert_eq!(code, 403, "{answer}");
     let message = answer["message"].as_str().unwrap();
@@ -135,6 +165,7 @@ fn a_limit_range_defaults_and_bounds_a_tenants_containers() {
         "minimum cpu usage per Container is 50m, but request is 10m",
         "maximum cpu usage per Container is 1, but limit is 2",
         "maximum memory usage per Container is 256Mi, but limit is 1Gi",
+        "maximum ephemeral-storage usage per Container is 2Gi, but limit is 4Gi",
     ] {
         assert!(message.contains(part), "{part} in {message}");
     }

@@ -160,6 +160,24 @@ pub fn default_eviction_hard() -> Vec<Threshold> {
     ]
 }
 
+/// A node's hard thresholds, upstream's defaults unless configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HardThresholds(pub Vec<Threshold>);
+
+impl Default for HardThresholds {
+    fn default() -> Self {
+        Self(default_eviction_hard())
+    }
+}
+
+impl HardThresholds {
+    /// What the threshold of `signal` holds back of `capacity` (kubelet
+    /// `hardEvictionReservation`): none without one.
+    pub fn held(&self, signal: Signal, capacity: u64) -> u64 {
+        self.0.iter().find(|t| t.signal == signal).map_or(0, |t| t.quantity(capacity).min(capacity))
+    }
+}
+
 /// Parses an `evictionHard` map (signal → `100Mi` or `10%`) as the kubelet's
 /// `parseThresholdStatements`: an unknown signal, a negative or zero quantity, a percentage
 /// outside 0–100 are errors naming the signal; `0%` and `100%` set no threshold. Every

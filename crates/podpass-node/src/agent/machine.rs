@@ -1,17 +1,15 @@
 //! What the node reports about the machine (kubelet: cadvisor's `MachineInfo` and
 //! `kubelet_node_status.go` setters): capacity (cpu, memory, ephemeral-storage, pods),
-//! allocatable (capacity less the default hard eviction thresholds, as the kubelet's
-//! `GetNodeAllocatableAbsolute` with no reservations), and the identifiers of `nodeInfo`.
+//! allocatable (capacity less `kubeReserved`, `systemReserved` and the hard eviction
+//! thresholds of memory and nodefs, as the kubelet's `GetNodeAllocatableAbsolute`), and the
+//! identifiers of `nodeInfo`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-/// Default hard eviction threshold `memory.available<100Mi`.
-const EVICTION_MEMORY_BYTES: u64 = 100 << 20;
-/// Default hard eviction threshold `nodefs.available<10%`.
-const EVICTION_NODEFS_PERCENT: u64 = 10;
+use crate::eviction_thresholds::{HardThresholds, Signal};
 /// Longest identifier file read (machine-id, boot_id, os-release).
 const MAX_ID_FILE: u64 = 64 << 10;
 
@@ -38,6 +36,9 @@ pub struct Machine {
     pub max_pods: u32,
     /// `kubeReserved` + `systemReserved`: left out of allocatable.
     pub reserved: crate::kubelet_config::Reserved,
+    /// `evictionHard`: its `memory.available` and `nodefs.available` are left out of
+    /// allocatable too.
+    pub eviction_hard: HardThresholds,
 }
 
 fn read_small(path: &str) -> String {
@@ -90,6 +91,7 @@ impl Machine {
             boot_id: read_small("/proc/sys/kernel/random/boot_id"),
             max_pods: crate::kubelet_config::DEFAULT_MAX_PODS,
             reserved: Default::default(),
+            eviction_hard: HardThresholds::default(),
         }
     }
 
@@ -98,18 +100,19 @@ impl Machine {
         resources(self.cpus, self.memory_bytes, self.ephemeral_bytes, self.max_pods)
     }
 
-    /// Allocatable memory in bytes: capacity less what is reserved and
-    /// `memory.available<100Mi` (0: unknown).
+    /// Allocatable memory in bytes: capacity less what is reserved and the
+    /// `memory.available` threshold (default 100Mi; 0: unknown).
     pub fn allocatable_memory(&self) -> u64 {
-        self.memory_bytes.saturating_sub(self.reserved.memory_bytes).saturating_sub(EVICTION_MEMORY_BYTES)
+        let held = self.eviction_hard.held(Signal::MemoryAvailable, self.memory_bytes);
+        self.memory_bytes.saturating_sub(self.reserved.memory_bytes).saturating_sub(held)
     }
 
-    /// `status.allocatable`: capacity less `kubeReserved`, `systemReserved`,
-    /// `memory.available<100Mi` and `nodefs.available<10%`.
+    /// `status.allocatable`: capacity less `kubeReserved`, `systemReserved`, and the
+    /// `memory.available` and `nodefs.available` thresholds (default 100Mi and 10%).
     pub fn allocatable(&self) -> BTreeMap<String, Quantity> {
         let memory = self.allocatable_memory();
-        let held = u128::from(self.ephemeral_bytes) * u128::from(EVICTION_NODEFS_PERCENT) / 100;
-        let ephemeral = self.ephemeral_bytes - u64::try_from(held).unwrap_or(self.ephemeral_bytes);
+        let held = self.eviction_hard.held(Signal::NodeFsAvailable, self.ephemeral_bytes);
+        let ephemeral = self.ephemeral_bytes.saturating_sub(held);
         let mut out = resources(self.cpus, memory, ephemeral, self.max_pods);
         if self.reserved.cpu_milli > 0 {
             let milli = self.cpus.saturating_mul(1000).saturating_sub(self.reserved.cpu_milli);
@@ -179,6 +182,16 @@ mod tests {
         let allocatable = reserved.allocatable();
         assert_eq!((allocatable["cpu"].0.as_str(), allocatable["memory"].0.as_str()), ("1500m", "2972Mi"));
         assert_eq!(reserved.capacity(), m.capacity(), "capacity is the machine's");
+        // Configured thresholds replace the defaults here too.
+        let custom = Machine {
+            eviction_hard: HardThresholds(vec![crate::eviction_thresholds::Threshold {
+                signal: Signal::MemoryAvailable,
+                value: crate::eviction_thresholds::ThresholdValue::Quantity(1 << 30, true),
+            }]),
+            ..m.clone()
+        };
+        let allocatable = custom.allocatable();
+        assert_eq!((allocatable["memory"].0.as_str(), allocatable["ephemeral-storage"].0.as_str()), ("3Gi", "1000Mi"));
     }
 
     #[test]

@@ -502,6 +502,7 @@ impl Bound {
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
         identity.machine.max_pods = this.kubelet.max_pods;
         identity.machine.reserved = this.kubelet.reserved;
+        identity.machine.eviction_hard = crate::eviction_thresholds::HardThresholds(this.kubelet.eviction_hard.clone());
         // One connection to the runtime: its version for the Node, then the pods'.
         let cri = match (&this.config.container_runtime_endpoint, this.config.prepare_only) {
             (Some(endpoint), false) => {
