@@ -341,9 +341,15 @@ pub(crate) async fn run(
         let Some(threshold) = to_reclaim(&met) else { continue };
         let evicted = reclaim(&shared, &settings, threshold, &observations, &mut first_seen, &wake).await;
         if let Some(uid) = evicted {
-            // The next pod goes only once this one's resources are back (or 30 s passed).
+            // The next pod goes only once this one's resources are back (or 30 s passed:
+            // then the choice is dropped, and the next round chooses again).
             let deadline = Instant::now() + CLEANUP_TIMEOUT;
-            while shared.evictions.pending(&uid).is_some() && Instant::now() < deadline {
+            while shared.evictions.pending(&uid).is_some() {
+                if Instant::now() >= deadline {
+                    tracing::warn!(pod_uid = %uid, "timed out waiting for an evicted pod to be cleaned up");
+                    shared.evictions.done(&uid);
+                    break;
+                }
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -393,6 +399,12 @@ async fn reclaim(
     for (candidate, containers) in measured {
         per_container.insert(candidate.pod.metadata.uid.clone().unwrap_or_default(), containers);
         candidates.push(candidate);
+    }
+    // Nothing measured (a node without pod cgroups under memory pressure): no ranking
+    // would mean anything, and evicting the oldest pod would punish it for nothing.
+    if candidates.iter().all(|c| c.usage.is_none()) {
+        tracing::warn!(resource, "eviction thresholds met, but no pod could be measured; evicting none");
+        return None;
     }
     rank(threshold.signal, &mut candidates);
     for c in candidates {

@@ -35,6 +35,10 @@ pub(crate) struct PodLoop {
     rejected: HashSet<String>,
     /// Pods whose worker must act now (the eviction manager chose them).
     wake: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// The first listing is applied: pods arriving since are admitted under the node's
+    /// pressure too (those of the listing were admitted before the agent started, as a
+    /// restarted kubelet admits them before its eviction manager has observed anything).
+    listed_once: bool,
 }
 
 impl PodLoop {
@@ -52,6 +56,7 @@ impl PodLoop {
             max_pods,
             rejected: HashSet::new(),
             wake,
+            listed_once: false,
         }
     }
 
@@ -88,6 +93,7 @@ impl PodLoop {
                         for pod in list {
                             self.apply(pod);
                         }
+                        self.listed_once = true;
                         // Pods gone while the watch was down were deleted.
                         let gone: Vec<String> = self.workers.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
                         for uid in gone {
@@ -167,7 +173,8 @@ impl PodLoop {
             if admission::is_terminal(&pod) || self.rejected.contains(&uid) {
                 return;
             }
-            let pressure = *self.shared.pressure.borrow();
+            let pressure =
+                if self.listed_once { *self.shared.pressure.borrow() } else { super::pressure::Pressure::default() };
             let admitted = admission::admit_under_pressure(&pod, pressure)
                 .and_then(|()| admission::admit(self.active(), self.max_pods));
             if let Err(rejection) = admitted {
