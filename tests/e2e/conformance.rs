@@ -26,6 +26,17 @@ fn configmap(name: &str) -> Value {
 
 /// The lines of a watch until the server ends it; and how long that took.
 fn watch_lines(dir: &Path, url: &str, query: &str) -> (Vec<Value>, Duration) {
+    watch_lines_then(dir, url, query, None)
+}
+
+/// [`watch_lines`], saying on `established` once the watch's answer began (the server
+/// watches from then on).
+fn watch_lines_then(
+    dir: &Path,
+    url: &str,
+    query: &str,
+    established: Option<std::sync::mpsc::Sender<()>>,
+) -> (Vec<Value>, Duration) {
     let started = Instant::now();
     let resp = streaming_client(dir, Duration::from_secs(30))
         .get(format!("{url}/api/v1/namespaces/default/configmaps?watch=true&{query}"))
@@ -33,6 +44,9 @@ fn watch_lines(dir: &Path, url: &str, query: &str) -> (Vec<Value>, Duration) {
         .send()
         .unwrap();
     assert_eq!(resp.status(), 200);
+    if let Some(tx) = established {
+        let _ = tx.send(());
+    }
     let lines = BufReader::new(resp).lines().map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
     (lines, started.elapsed())
 }
@@ -94,11 +108,14 @@ fn bookmarks_carry_the_stores_progress_before_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(dir.path(), &[]);
     post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    let (established, watching) = std::sync::mpsc::channel();
     let watcher = {
         let (dir, url) = (s.dir.clone(), s.url.clone());
-        std::thread::spawn(move || watch_lines(&dir, &url, "allowWatchBookmarks=true&timeoutSeconds=5"))
+        std::thread::spawn(move || {
+            watch_lines_then(&dir, &url, "allowWatchBookmarks=true&timeoutSeconds=5", Some(established))
+        })
     };
-    std::thread::sleep(Duration::from_secs(1));
+    watching.recv_timeout(Duration::from_secs(30)).expect("the watch began");
     // A change elsewhere: not this watch's, yet its bookmark moves past it.
     let elsewhere = post(&s, "/api/v1/namespaces/other/configmaps", configmap("x"));
     let rv: u64 = elsewhere["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();

@@ -471,9 +471,11 @@ fn namespace_deletion_terminates_refuses_creates_and_honours_finalizers() {
         r#"configmaps "late" is forbidden: unable to create new content in namespace team because it is being terminated"#
     );
     // the finalized object is marked, not removed, and holds the namespace
-    std::thread::sleep(Duration::from_millis(700));
-    let (code, marked) = json_req(&s, Method::GET, "/api/v1/namespaces/team/configmaps/held", None);
-    assert_eq!(code, 200);
+    let marked = wait_for("the finalized config map marked for deletion", Duration::from_secs(30), || {
+        let (code, marked) = json_req(&s, Method::GET, "/api/v1/namespaces/team/configmaps/held", None);
+        assert_eq!(code, 200, "removed although finalized: {marked}");
+        marked["metadata"]["deletionTimestamp"].is_string().then_some(marked)
+    });
     assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
     assert_eq!(json_req(&s, Method::GET, "/api/v1/namespaces/team", None).0, 200, "held by its content");
     // adding a finalizer now is refused; removing the last one lets both go
@@ -507,25 +509,34 @@ fn creates_racing_a_namespace_deletion_never_survive_into_a_new_namespace() {
     for round in 0..3 {
         assert_eq!(json_req(&s, Method::POST, "/api/v1/namespaces", Some(ns.clone())).0, 201, "round {round}");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Creates answered so far: the deletion races writers already at work.
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let writers: Vec<_> = (0..4)
             .map(|w| {
-                let (stop, url, dir) = (stop.clone(), s.url.clone(), s.dir.clone());
+                let (stop, answered, url, dir) = (stop.clone(), answered.clone(), s.url.clone(), s.dir.clone());
                 std::thread::spawn(move || {
                     let c = client(&dir);
                     let mut i = 0;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 400 {
                         let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("r{round}-w{w}-{i}")}});
-                        let _ = c
+                        let sent = c
                             .post(format!("{url}/api/v1/namespaces/race/configmaps"))
                             .bearer_auth(admin_token(&dir))
                             .json(&cm)
                             .send();
+                        if sent.is_ok() {
+                            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         i += 1;
                     }
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(150));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answered.load(std::sync::atomic::Ordering::Relaxed) < 4 {
+            assert!(Instant::now() < deadline, "the writers got no answer");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(json_req(&s, Method::DELETE, "/api/v1/namespaces/race", None).0, 200);
         wait_gone(&s, "/api/v1/namespaces/race");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

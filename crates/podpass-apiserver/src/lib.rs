@@ -29,11 +29,19 @@ pub use server::{
 pub use time::parse_rfc3339;
 
 /// Decodes an API request body as the REST layer does before anything else sees it
-/// (content type, JSON or kubectl's protobuf, nesting limit); for fuzzing and tools.
+/// (content type, JSON or kubectl's protobuf, nesting limit). For the fuzz targets only
+/// (feature `fuzzing`): not part of the crate's interface.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub use server::rest::parse_body as decode_request_body;
 
+/// A server-side apply of a configuration onto an object. For the fuzz targets only.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub use server::rest::apply::apply_configuration;
 
-/// Continue tokens of paged lists, as the REST layer reads and writes them; for fuzzing
-/// and tools.
+/// Continue tokens of paged lists, as the REST layer reads and writes them. For the fuzz
+/// targets only.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub use server::rest::{decode_continue_token, encode_continue_token};

@@ -272,7 +272,7 @@ async fn service_account_mode_without_a_pod_follows_require_service_account() {
     let log = bin.log();
     let attributes = |require: bool| podpass_api::credential_provider::ServiceAccountTokenAttributes {
         service_account_token_audience: "registry.example".into(),
-        cache_type: "ServiceAccount".into(),
+        cache_type: podpass_api::credential_provider::TokenCacheType::ServiceAccount,
         require_service_account: Some(require),
         ..Default::default()
     };

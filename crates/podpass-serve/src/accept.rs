@@ -261,6 +261,8 @@ mod tests {
         connector: tokio_rustls::TlsConnector,
         _dir: tempfile::TempDir,
         task: tokio::task::JoinHandle<()>,
+        /// `/slow` requests that reached their handler.
+        entered: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Drop for Fixture {
@@ -282,6 +284,7 @@ mod tests {
         let tls = crate::tls_acceptor(chain.as_bytes(), key.as_bytes(), None).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let app = Router::new()
             .route(
                 "/",
@@ -291,12 +294,17 @@ mod tests {
                 }),
             )
             .route("/upload", axum::routing::post(|body: Bytes| async move { format!("got {}", body.len()) }))
-            // Busy for a while: a request in flight.
+            // Busy for a while: a request in flight, counted once it reached the handler
+            // (the server counts its connection busy before that).
             .route(
                 "/slow",
-                axum::routing::get(|| async {
-                    tokio::time::sleep(Duration::from_secs(3)).await;
-                    "slow"
+                axum::routing::get({
+                    let entered = entered.clone();
+                    move || async move {
+                        entered.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                        "slow"
+                    }
                 }),
             );
         let task = tokio::spawn(accept_loop(listener, Some(tls), app, limits));
@@ -307,7 +315,7 @@ mod tests {
             roots.add(cert.unwrap()).unwrap();
         }
         let config = ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
-        Fixture { addr, connector: tokio_rustls::TlsConnector::from(Arc::new(config)), _dir: dir, task }
+        Fixture { addr, connector: tokio_rustls::TlsConnector::from(Arc::new(config)), _dir: dir, task, entered }
     }
 
     /// Waits (bounded) for the server to close `stream`; returns how long it took.
@@ -393,9 +401,16 @@ mod tests {
     }
 
     /// Sends a request that keeps the connection busy (`/slow`), without reading the answer.
+    /// A connection busy with a `/slow` request, once the request reached its handler.
     async fn busy(f: &Fixture, from: &str) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let before = f.entered.load(Ordering::SeqCst);
         let mut tls = tls_connect(f, from).await;
         tls.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while f.entered.load(Ordering::SeqCst) <= before {
+            assert!(Instant::now() < deadline, "the /slow request never reached its handler");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         tls
     }
 
@@ -413,8 +428,6 @@ mod tests {
         drop(_b);
         // Every connection busy with a request: the client gets no more ...
         let _busy = (busy(&f, "127.0.0.1").await, busy(&f, "127.0.0.1").await);
-        // (the server counts both busy once their requests arrived)
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let tcp = socket.connect(f.addr).await.unwrap();
@@ -456,7 +469,6 @@ mod tests {
         drop(hold);
         // Both places busy with requests: a new connection waits for one to end.
         let _busy = (busy(&f, "127.0.0.1").await, busy(&f, "127.0.0.2").await);
-        tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(tokio::time::timeout(Duration::from_millis(500), get(&f)).await.is_err(), "served past the cap");
         // Once a request ends its connection is idle (kept alive, still open here): the
         // waiting connection takes its place.

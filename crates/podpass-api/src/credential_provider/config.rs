@@ -70,7 +70,7 @@ pub struct ServiceAccountTokenAttributes {
     pub service_account_token_audience: String,
     /// `Token` or `ServiceAccount`: whether cached credentials are per token or per SA.
     #[serde(default)]
-    pub cache_type: String,
+    pub cache_type: TokenCacheType,
     /// Whether pods without a service account are skipped (required).
     #[serde(default)]
     pub require_service_account: Option<bool>,
@@ -80,6 +80,56 @@ pub struct ServiceAccountTokenAttributes {
     /// Service-account annotations sent when present.
     #[serde(default)]
     pub optional_service_account_annotation_keys: Vec<String>,
+}
+
+/// `tokenAttributes.cacheType`: what a credential the plugin answered is cached for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TokenCacheType {
+    /// Not set (validation requires it).
+    #[default]
+    Unset,
+    /// `ServiceAccount`: one answer serves every pod of the service account.
+    ServiceAccount,
+    /// `Token`: an answer serves the token it was made from (its pod) only.
+    Token,
+    /// Any other value, kept as written for validation to name.
+    Unsupported(String),
+}
+
+impl TokenCacheType {
+    /// The value as written in the file.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Unset => "",
+            Self::ServiceAccount => "ServiceAccount",
+            Self::Token => "Token",
+            Self::Unsupported(s) => s,
+        }
+    }
+}
+
+impl From<&str> for TokenCacheType {
+    fn from(s: &str) -> Self {
+        match s {
+            "" => Self::Unset,
+            "ServiceAccount" => Self::ServiceAccount,
+            "Token" => Self::Token,
+            other => Self::Unsupported(other.to_owned()),
+        }
+    }
+}
+
+impl Serialize for TokenCacheType {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for TokenCacheType {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        Ok(Self::from(s.as_str()))
+    }
 }
 
 /// A configuration that cannot be read (messages as the kubelet's).
@@ -286,7 +336,7 @@ providers:
         assert_eq!(p.env, [ExecEnvVar { name: "AWS_PROFILE".into(), value: "node".into() }]);
         let t = p.token_attributes.as_ref().unwrap();
         assert_eq!(t.require_service_account, Some(true));
-        assert_eq!(t.cache_type, "ServiceAccount");
+        assert_eq!(t.cache_type, TokenCacheType::ServiceAccount);
     }
 
     #[test]

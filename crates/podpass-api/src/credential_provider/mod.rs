@@ -7,7 +7,7 @@ pub mod wire;
 
 pub use config::{
     ConfigReadError, CredentialProvider, CredentialProviderConfig, ExecEnvVar, ServiceAccountTokenAttributes,
-    read_config,
+    TokenCacheType, read_config,
 };
 pub use validate::validate;
 pub use wire::{AuthConfig, CacheKeyType, CredentialProviderRequest, CredentialProviderResponse};

@@ -104,16 +104,18 @@ pub fn validate(config: &CredentialProviderConfig, sa_token_feature: bool) -> Fi
                 "annotation keys cannot be both required and optional",
             ));
         }
-        if t.cache_type.is_empty() {
-            errs.push(FieldError::required(
+        match &t.cache_type {
+            super::TokenCacheType::Unset => errs.push(FieldError::required(
                 "providers.tokenAttributes.cacheType",
                 format!(
                     "cacheType is required to be set when tokenAttributes is specified. Supported values are: {}",
                     CACHE_TYPES.join(", ")
                 ),
-            ));
-        } else if !CACHE_TYPES.contains(&t.cache_type.as_str()) {
-            errs.push(FieldError::not_supported("providers.tokenAttributes.cacheType", &t.cache_type, &CACHE_TYPES));
+            )),
+            super::TokenCacheType::Unsupported(other) => {
+                errs.push(FieldError::not_supported("providers.tokenAttributes.cacheType", other, &CACHE_TYPES))
+            }
+            super::TokenCacheType::ServiceAccount | super::TokenCacheType::Token => {}
         }
     }
     FieldErrors(errs)

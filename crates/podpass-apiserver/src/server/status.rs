@@ -30,16 +30,6 @@ impl StatusError {
         Self { code: StatusCode::FORBIDDEN, reason: "Forbidden", message, details: None }
     }
 
-    /// 403 for a non-resource path, with upstream's message.
-    pub fn forbidden_path(user: &str, verb: &str, path: &str) -> Self {
-        Self {
-            code: StatusCode::FORBIDDEN,
-            reason: "Forbidden",
-            message: format!("forbidden: User {user:?} cannot {verb} path {path:?}"),
-            details: None,
-        }
-    }
-
     /// 404 for an unknown path, with upstream's message.
     pub fn not_found_path() -> Self {
         Self {

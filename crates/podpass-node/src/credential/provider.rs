@@ -343,7 +343,8 @@ impl PluginProvider {
                     name: sa_name,
                     uid: &sa.uid,
                     annotations: &request.service_account_annotations,
-                    token_hash: (attributes.cache_type == "Token").then_some(hash.as_str()),
+                    token_hash: (attributes.cache_type == podpass_api::credential_provider::TokenCacheType::Token)
+                        .then_some(hash.as_str()),
                 };
                 sa_key = match service_account_key(&key) {
                     Ok(k) => k,
@@ -405,7 +406,8 @@ impl PluginProvider {
             }
         };
 
-        let token_cache = attributes.is_some_and(|a| a.cache_type == "Token");
+        let token_cache =
+            attributes.is_some_and(|a| a.cache_type == podpass_api::credential_provider::TokenCacheType::Token);
         if !token.is_empty() && !token_cache && response.auth.values().any(|a| a.password == token) {
             return skip(
                 report,

@@ -100,6 +100,7 @@ pub(super) async fn delete(
     let attrs = Attributes {
         user: t.user,
         res,
+        subresource: "",
         namespace: t.ns,
         name,
         operation: Operation::Delete,

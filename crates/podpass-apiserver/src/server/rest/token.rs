@@ -55,7 +55,21 @@ pub async fn create_token(
 ) -> Result<Response, StatusError> {
     let request = TokenRequest { metadata: body.metadata, spec: body.spec, status: None };
     // Admission runs before the handler, as upstream: nodes are restricted first.
-    super::admission::node_restriction::admit(state, user, ns, sa_name, &request).await?;
+    let res = super::resources::find("", "serviceaccounts")
+        .ok_or_else(|| StatusError::internal("serviceaccounts is not served"))?;
+    let notes = super::admission::Notes::default();
+    let attrs = super::admission::Attributes {
+        user,
+        res,
+        subresource: "token",
+        namespace: Some(ns),
+        name: sa_name,
+        operation: super::admission::Operation::Create,
+        notes: &notes,
+        dry_run,
+    };
+    let object = serde_json::to_value(&request).map_err(StatusError::internal)?;
+    super::admission::validate(state, &attrs, Some(&object), None).await?;
     check_target(&request, ns, sa_name)?;
     // Upstream reads the service account and the bound object with consistent reads; one
     // consistency point serves them all.

@@ -60,6 +60,7 @@ impl Target<'_> {
         Attributes {
             user: self.user,
             res: self.res,
+            subresource: "",
             namespace: self.ns,
             name,
             operation,

@@ -6,7 +6,7 @@
 
 mod default_toleration_seconds;
 pub(crate) mod limit_ranger;
-pub(crate) mod node_restriction;
+mod node_restriction;
 pub(crate) mod pod_security;
 pub(crate) mod quota;
 mod service_account;
@@ -39,6 +39,8 @@ pub(crate) struct Attributes<'a> {
     pub user: &'a User,
     /// The resource written.
     pub res: &'a Resource,
+    /// The subresource written (`token` of `serviceaccounts`; `""`: the object itself).
+    pub subresource: &'a str,
     /// Its namespace (namespaced kinds).
     pub namespace: Option<&'a str>,
     /// The object's name.
@@ -128,12 +130,31 @@ pub(crate) async fn validate(
     old: Option<&Value>,
 ) -> Result<(), StatusError> {
     let ns = attrs.namespace.unwrap_or_default();
+    if !attrs.subresource.is_empty() {
+        return validate_subresource(state, attrs, object, ns).await;
+    }
     validate_plugins(state, attrs, object, old, ns).await?;
     // ResourceQuota runs last, as upstream orders it: only what every other plugin admitted
     // is counted against a quota.
     match object {
         Some(object) => quota::admit(state, attrs, object).await,
         None => Ok(()),
+    }
+}
+
+/// The validating plugins of a subresource create: NodeRestriction for a TokenRequest
+/// (`serviceaccounts/token`); nothing of a subresource counts against a quota.
+async fn validate_subresource(
+    state: &AppState,
+    attrs: &Attributes<'_>,
+    object: Option<&Value>,
+    ns: &str,
+) -> Result<(), StatusError> {
+    match (attrs.res.group, attrs.res.plural, attrs.subresource, object) {
+        ("", "serviceaccounts", "token", Some(object)) => {
+            node_restriction::admit_token_request(state, attrs.user, ns, attrs.name, object).await
+        }
+        _ => Ok(()),
     }
 }
 

@@ -31,7 +31,20 @@ pub fn pod_names_audience(pod: &Value, audience: &str) -> bool {
 }
 
 /// Admits (or refuses) a TokenRequest for `namespace/sa_name` by `user`.
-pub async fn admit(
+pub(super) async fn admit_token_request(
+    state: &AppState,
+    user: &User,
+    namespace: &str,
+    sa_name: &str,
+    request: &serde_json::Value,
+) -> Result<(), StatusError> {
+    let Some(_) = authz::node::node_name(user) else { return Ok(()) };
+    // The request as the handler decoded it (it reached admission decoded).
+    let request: TokenRequest = serde_json::from_value(request.clone()).map_err(StatusError::internal)?;
+    admit(state, user, namespace, sa_name, &request).await
+}
+
+async fn admit(
     state: &AppState,
     user: &User,
     namespace: &str,

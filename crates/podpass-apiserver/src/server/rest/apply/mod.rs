@@ -70,6 +70,7 @@ pub(super) fn decode_apply_body(body: &[u8]) -> Result<Value, StatusError> {
 /// (`None`: created) as the resource `plural` of `group`, then recorded as an update by
 /// `updater` on the result. Answers the object that would be written; `None` for a
 /// resource the server does not serve.
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn apply_configuration(
     group: &str,
     plural: &str,
