@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use podpass_apiserver::store::{FieldSelector, LabelSelector};
+use podpass_store::{FieldSelector, LabelSelector};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -6,6 +6,7 @@
 pub mod credential_provider;
 pub mod duration;
 pub mod feature_gate;
+pub mod field;
 pub mod image_url;
 pub mod quantity;
 pub mod validation;

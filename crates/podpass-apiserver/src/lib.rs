@@ -8,15 +8,15 @@
 //!   and `jti`), TokenReview (with bound-object checks), SubjectAccessReview, OIDC discovery
 //!   and JWKS; authorization by RBAC (with escalation checks) and the Node authorizer,
 //!   NodeRestriction admission (with the audience restriction), an audit log.
-//! - [`store`]: the object store, embedded on `redb` or etcd v3 (with a watch cache).
+//! - Objects live in `podpass-store` (embedded on `redb` or etcd v3, with a watch cache).
 //!
 //! The modules are private; this list is the crate's interface.
 
-mod field;
+use podpass_api::field;
 mod files;
 mod pki;
 mod server;
-pub mod store;
+use podpass_store as store;
 mod time;
 mod token_file;
 

@@ -5,7 +5,7 @@
 // Test helpers panic on failure by design; the lint targets library code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use podpass_apiserver::store::{EmbeddedObjectStore, ObjectKey, Store};
+use podpass_store::{EmbeddedObjectStore, ObjectKey, Store};
 use serde_json::json;
 
 /// The process's threads, from `/proc/self/status`.

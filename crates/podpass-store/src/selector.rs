@@ -1,7 +1,7 @@
 //! Label and field selectors as the API server evaluates them
 //! (k8s.io/apimachinery `labels.Parse` and `fields.ParseSelector`).
 
-use crate::field::Field;
+use podpass_api::field::Field;
 use std::collections::BTreeSet;
 
 use serde_json::Value;

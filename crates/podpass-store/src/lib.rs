@@ -10,10 +10,12 @@ mod cache;
 mod embedded;
 mod etcd;
 mod selector;
+mod task;
 
 use std::future::Future;
 use std::pin::Pin;
 
+use podpass_api::field::Field;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
@@ -418,7 +420,7 @@ pub(crate) fn serve_broadcast<C: Broadcast>(
     let (tx, rx) = mpsc::channel(256);
     let progress = WatchProgress::default();
     let producer = progress.clone();
-    podpass_serve::spawn_named("watch", async move {
+    crate::task::spawn_named("watch", async move {
         for event in backlog {
             if tx.send(Ok(event)).await.is_err() {
                 return;
@@ -496,7 +498,7 @@ pub(crate) fn strip_resource_version(mut object: Value) -> Result<Value, StoreEr
 /// Deletes each of `listed` (objects of `resource`, as a list returned them) that `doomed`
 /// selects, only at the revision listed: one changed or gone since is left alone (a
 /// collector's next pass sees it again). Returns how many were deleted.
-pub(crate) async fn delete_listed(
+pub async fn delete_listed(
     store: &dyn Store,
     resource: &str,
     listed: &[Value],
@@ -504,10 +506,10 @@ pub(crate) async fn delete_listed(
 ) -> Result<usize, StoreError> {
     let mut removed = 0;
     for object in listed.iter().filter(|o| doomed(o)) {
-        let Some(name) = crate::field::Field::field(object, "/metadata/name").and_then(Value::as_str) else {
+        let Some(name) = object.field("/metadata/name").and_then(Value::as_str) else {
             continue;
         };
-        let key = match crate::field::Field::field(object, "/metadata/namespace").and_then(Value::as_str) {
+        let key = match object.field("/metadata/namespace").and_then(Value::as_str) {
             Some(ns) => ObjectKey::namespaced(resource, ns, name),
             None => ObjectKey::cluster(resource, name),
         };
@@ -522,8 +524,8 @@ pub(crate) async fn delete_listed(
 
 /// The revision an object carries as its `metadata.resourceVersion` (`None`: none, or not a
 /// number).
-pub(crate) fn resource_version_of(object: &Value) -> Option<u64> {
-    crate::field::Field::field(object, "/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse().ok())
+pub fn resource_version_of(object: &Value) -> Option<u64> {
+    object.field("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse().ok())
 }
 
 /// Sets `metadata.resourceVersion` to `revision`: what is read.

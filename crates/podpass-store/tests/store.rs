@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use podpass_apiserver::store::{
+use podpass_store::{
     EmbeddedObjectStore, EventType, FieldSelector, LabelSelector, ListOptions, ObjectKey, Store, StoreError,
     WatchStream,
 };

@@ -202,8 +202,8 @@ impl CachedStore {
         let (revisions, requests) = mpsc::channel(MAX_PENDING_FETCHES);
         let (filled_tx, filled_rx) = oneshot::channel();
         let tasks = vec![
-            podpass_serve::spawn_named("watch-cache", keep_current(client.clone(), Arc::clone(&shared), filled_tx)),
-            podpass_serve::spawn_named("watch-cache-revisions", fetch_revisions(client, requests)),
+            crate::task::spawn_named("watch-cache", keep_current(client.clone(), Arc::clone(&shared), filled_tx)),
+            crate::task::spawn_named("watch-cache-revisions", fetch_revisions(client, requests)),
         ];
         let store = Self { etcd, metrics: CacheMetrics::new(group_of), shared, revisions, tasks };
         match filled_rx.await {

@@ -252,7 +252,7 @@ impl Store for EtcdStore {
             let (tx, rx) = mpsc::channel(256);
             let progress = WatchProgress::default();
             let producer = progress.clone();
-            podpass_serve::spawn_named("watch", async move {
+            crate::task::spawn_named("watch", async move {
                 for event in backlog {
                     if tx.send(Ok(event)).await.is_err() {
                         return;
