@@ -202,6 +202,43 @@ fn scheduled_pods_run_read_their_own_token_exit_and_are_cleaned_up() {
     let t = &failed["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!((t["exitCode"].as_i64(), t["reason"].as_str()), (Some(3), Some("Error")), "{t}");
 
+    // Init containers run in order, each to completion before the next (the plan holds the
+    // rest until one succeeds), then the app; a failing init container under Never fails
+    // the pod and the app never starts.
+    let with_inits = |name: &str, second: &str| {
+        let mut p = pod(name, "Never", "cat /work/first /work/second");
+        let init = |n: &str, script: &str| {
+            json!({"name": n, "image": APP_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", script],
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}]})
+        };
+        p["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "work", "emptyDir": {}}));
+        p["spec"]["initContainers"] = json!([init("first", "sleep 1; echo one > /work/first"), init("second", second)]);
+        p["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "work", "mountPath": "/work"}));
+        p
+    };
+    let ordered = with_inits("ordered", "test -f /work/first && echo two > /work/second");
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(ordered)).0, 201);
+    let done = wait_pod_phase(&s, "ordered", "Succeeded");
+    let inits = done["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2, "{}", done["status"]);
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+    }
+    let blocked = with_inits("blocked", "exit 4");
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(blocked)).0, 201);
+    let failed = wait_pod_phase(&s, "blocked", "Failed");
+    let second = &failed["status"]["initContainerStatuses"][1]["state"]["terminated"];
+    assert_eq!(second["exitCode"], 4, "{}", failed["status"]);
+    assert!(
+        failed["status"]["containerStatuses"][0]["state"]["running"].is_null()
+            && failed["status"]["containerStatuses"][0]["state"]["terminated"].is_null(),
+        "the app never started: {}",
+        failed["status"]
+    );
+
     // Exit 1 under Always: no poll watches the container, the node's relist sees it exit
     // and the worker restarts it at once, then backs off (CrashLoopBackOff, 10 s first).
     assert_eq!(

@@ -15,13 +15,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::time::Instant;
 
+use super::pod_actions;
 use super::status::{RunPhase, RunState, Terminated};
 use super::sync_error::SyncError;
 use crate::runtime::{
-    CONTAINER_EXITED, CONTAINER_RUNNING, ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, Int64Value,
-    KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, Mount, NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption,
-    PodSandboxConfig, PodSandboxMetadata, RuntimeError, SANDBOX_READY,
+    ContainerConfig, ContainerMetadata, CriRuntime, ImageSpec, Int64Value, KeyValue, LinuxContainerConfig,
+    LinuxContainerResources, LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
+    NAMESPACE_CONTAINER, NAMESPACE_NODE, NAMESPACE_POD, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    RuntimeError, SANDBOX_READY,
 };
 use crate::volumes::{pod_dir, volume_dir};
 
@@ -36,13 +37,8 @@ pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 /// The kubelet's annotation of a container's spec hash: a container whose spec changed
 /// (its image) is killed and started again (kubelet: `containerChanged`).
 pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+pub(super) use super::pod_actions::BACKOFF_FIRST;
 use crate::runtime::NODE_LABEL;
-/// The first restart back-off.
-pub(super) const BACKOFF_FIRST: Duration = Duration::from_secs(10);
-/// The longest restart back-off.
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// A container that ran this long without exiting starts its back-off afresh.
-const BACKOFF_RESET: Duration = Duration::from_secs(600);
 /// A container created but not started (an agent stopped in between) whose start failed
 /// is tried again this soon. Running containers are not polled: the node's relist
 /// ([`super::pleg`]) wakes the pod when they change.
@@ -648,15 +644,6 @@ pub(super) fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::a
     })
 }
 
-/// Whether a container that exited with `code` is started again under `policy`.
-fn restarts(policy: &str, code: i32) -> bool {
-    match policy {
-        "Never" => false,
-        "OnFailure" => code != 0,
-        _ => true,
-    }
-}
-
 /// The runtime's containers of the pod, the newest attempt per name.
 async fn current(rt: &PodRuntime, uid: &str) -> Result<HashMap<String, crate::runtime::Container>, RuntimeError> {
     let all = rt.cri.list_containers(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())])).await?;
@@ -671,9 +658,48 @@ async fn current(rt: &PodRuntime, uid: &str) -> Result<HashMap<String, crate::ru
     Ok(newest)
 }
 
-/// One sync of the pod's containers. `images`: container (init, name) → the image
-/// EnsureImageExists allowed for this pod (no entry: not allowed yet, never started; one not
-/// checked in this sync asks for another sync before it starts anything).
+/// What the runtime holds of the pod's regular and init containers (each newest attempt
+/// with its status), and for those it does not hold the restart count their logs give.
+async fn observe(
+    rt: &PodRuntime,
+    pod: &Pod,
+    existing: &HashMap<String, crate::runtime::Container>,
+) -> Result<pod_actions::Observation, RuntimeError> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut out = pod_actions::Observation::default();
+    for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+        match existing.get(&c.name) {
+            Some(found) => {
+                let status = rt.cri.container_status(&found.id).await?.unwrap_or_default();
+                out.containers.insert(
+                    c.name.clone(),
+                    pod_actions::Observed {
+                        id: found.id.clone(),
+                        attempt: found.metadata.as_ref().map_or(0, |m| m.attempt),
+                        hash: found.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
+                        status,
+                    },
+                );
+            }
+            None => {
+                // kubelet startContainer: a runtime that lost the container (podpass up
+                // removes its pods' containers when it stops) still leaves its logs; the
+                // restart count goes on from the newest `<n>.log` (calcRestartCountByLogDir).
+                let dir = log_dir(&rt.logs, pod).join(&c.name);
+                let next =
+                    tokio::task::spawn_blocking(move || super::logs::restart_count_by_log_dir(&dir)).await.unwrap_or(0);
+                out.log_restarts.insert(c.name.clone(), next);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One sync of the pod's containers: what the runtime holds is observed, the plan made
+/// ([`pod_actions::compute_container_actions`]), then carried out. `images`: container
+/// (init, name) → the image EnsureImageExists allowed for this pod (no entry: not allowed
+/// yet, never started; one not checked in this sync asks for another sync before it
+/// starts anything).
 pub(crate) async fn sync(
     rt: &PodRuntime,
     pod: &Pod,
@@ -683,13 +709,14 @@ pub(crate) async fn sync(
 ) -> Result<RuntimeSync, SyncError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
     let mut out = RuntimeSync::default();
     let err = SyncError::Runtime;
-
-    // The sandbox: the pod's ready one, or a new one once some image may run.
     let sandboxes =
         rt.cri.list_pod_sandboxes(HashMap::from([(POD_UID_LABEL.to_owned(), uid.clone())])).await.map_err(err)?;
+    let existing = current(rt, &uid).await.map_err(err)?;
+    let observed = observe(rt, pod, &existing).await.map_err(err)?;
+
+    // The sandbox: the pod's ready one, or a new one once some image may run.
     let ready = sandboxes.iter().filter(|s| s.state == SANDBOX_READY).max_by_key(|s| s.created_at);
     let attempt = u32::try_from(sandboxes.len()).unwrap_or(u32::MAX);
     let sandbox_config =
@@ -698,255 +725,200 @@ pub(crate) async fn sync(
         Some(s) => s.id.clone(),
         None if !images.values().any(|i| matches!(i, ImageCheck::Allowed { .. })) => return Ok(out),
         // A pod that finished for good keeps its stopped sandbox: it is not run again.
-        None if !sandboxes.is_empty()
-            && let Some(states) = finished_states(rt, pod, &uid).await.map_err(err)? =>
-        {
-            out.states = states;
+        None if !sandboxes.is_empty() && pod_actions::finished_for_good(&spec, &observed) => {
+            out.states = finished_states(&spec, &observed);
             return Ok(out);
         }
-        None => {
-            std::fs::create_dir_all(log_dir(&rt.logs, pod))
-                .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
-            if let Some(pc) = &rt.cgroups {
-                pc.ensure_pod(pod).await.map_err(SyncError::CreatePodSandbox)?;
-            }
-            let id = rt
-                .cri
-                .run_pod_sandbox(sandbox_config.clone())
-                .await
-                .map_err(|e| SyncError::CreatePodSandbox(e.to_string()))?;
-            out.events.push((String::new(), "Normal", "SandboxCreated", "Pod sandbox created".into()));
-            id
-        }
+        None => create_sandbox(rt, pod, sandbox_config.clone(), &mut out).await?,
     };
     let pod_ip = if host_network(pod) {
         None
     } else {
         rt.cri.pod_sandbox_status(&sandbox).await.map_err(err)?.and_then(|s| s.network).map(|n| n.ip)
     };
-    // The API server's Service answers inside the pod's namespace before any container
-    // starts in it.
-    if let Some(in_cluster) = &rt.in_cluster
-        && !host_network(pod)
-    {
-        // Without it the pod still runs (as without kube-proxy); the next sync tries again.
-        let relayed = match rt.cri.pod_sandbox_netns(&sandbox).await.map_err(err)? {
-            Some(netns) => in_cluster.ensure_relay(&sandbox, netns).await,
-            None => Err("the runtime names no network namespace".to_owned()),
-        };
-        if let Err(e) = relayed {
-            tracing::warn!(sandbox, error = %e, "no in-cluster access to the API server for this pod");
-            out.events.push((String::new(), "Warning", "FailedInClusterAccess", e));
-        }
-    }
+    relay_in_cluster(rt, pod, &sandbox, &mut out).await.map_err(err)?;
     out.pod_ip = pod_ip.clone();
-    let existing = current(rt, &uid).await.map_err(err)?;
     // Ephemeral containers first, as the kubelet: one can debug an init container.
     let running = Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
     super::ephemeral::sync(rt, pod, images, &running, &existing, &mut out, sources).await.map_err(err)?;
 
-    let inits: Vec<(bool, Container)> =
-        spec.init_containers.clone().unwrap_or_default().into_iter().map(|c| (true, c)).collect();
-    let apps: Vec<(bool, Container)> = spec.containers.iter().cloned().map(|c| (false, c)).collect();
-    let mut inits_done = true;
-    for (init, c) in inits.iter().chain(apps.iter()) {
-        if !*init && !inits_done {
-            break;
-        }
-        let key = (*init, c.name.clone());
-        let found = existing.get(&c.name);
-        let restart_count = found.and_then(|f| f.metadata.as_ref()).map_or(0, |m| m.attempt);
-        let mut run = RunState {
-            id: String::new(),
-            image_id: String::new(),
-            restart_count: i32::try_from(restart_count).unwrap_or(i32::MAX),
-            phase: RunPhase::Waiting { reason: "ContainerCreating".into(), message: None },
-            last_terminated: None,
-        };
-        let mut start_attempt: Option<u32> = None;
-        let mut next_backoff: Option<(Instant, Duration)> = None;
-        if let Some(found) = found {
-            let mut status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
-            run.id = format!("containerd://{}", found.id);
-            run.image_id = status.image_ref.clone();
-            // kubelet computePodActions: a container whose spec changed (its image) is
-            // killed and started again, whatever the restart policy; a finished init
-            // container is not run again. A container made before hashes were recorded
-            // counts as unchanged.
-            let changed = found.annotations.get(CONTAINER_HASH_ANNOTATION).is_some_and(|h| *h != container_hash(c))
-                && !(*init && status.state == CONTAINER_EXITED && status.exit_code == 0);
-            if changed {
-                if status.state != CONTAINER_EXITED {
-                    let grace = spec.termination_grace_period_seconds.unwrap_or(30);
-                    rt.cri.stop_container(&found.id, grace).await.map_err(err)?;
-                    let path = super::events::field_path(&c.name, *init);
-                    let message = format!("Container {} definition changed, will be restarted", c.name);
-                    out.events.push((path, "Normal", "Killing", message));
-                    status = rt.cri.container_status(&found.id).await.map_err(err)?.unwrap_or_default();
-                }
-                state.backoff.remove(&c.name);
-                run.last_terminated = Some(terminated(&status, &run.id));
-                start_attempt = Some(restart_count + 1);
-                if *init {
-                    inits_done = false;
-                }
-            }
-            let terminated = terminated(&status, &run.id);
-            match status.state {
-                _ if changed => {}
-                CONTAINER_RUNNING => {
-                    run.phase = RunPhase::Running { started: nanos_to_time(status.started_at) };
-                    if *init {
-                        inits_done = false;
-                    }
-                    // A container that has run long enough starts its back-off afresh.
-                    let ran =
-                        Duration::from_nanos(u64::try_from((jiff_now_nanos() - status.started_at).max(0)).unwrap_or(0));
-                    if ran >= BACKOFF_RESET {
-                        state.backoff.remove(&c.name);
-                    }
-                }
-                CONTAINER_EXITED => {
-                    let succeeded = status.exit_code == 0;
-                    // It ran long enough: its back-off starts afresh (no sync need have
-                    // seen it running, since running containers are not polled).
-                    let ran = Duration::from_nanos(u64::try_from(status.finished_at - status.started_at).unwrap_or(0));
-                    if ran >= BACKOFF_RESET {
-                        state.backoff.remove(&c.name);
-                    }
-                    if *init && succeeded {
-                        run.phase = RunPhase::Terminated(terminated);
-                    } else if restarts(
-                        if *init && policy == "Always" { "OnFailure" } else { &policy },
-                        status.exit_code,
-                    ) {
-                        let now = Instant::now();
-                        let (at, delay) = state.backoff.get(&c.name).copied().unwrap_or((now, BACKOFF_FIRST / 2));
-                        if now >= at {
-                            start_attempt = Some(restart_count + 1);
-                            let delay = (delay * 2).min(BACKOFF_MAX);
-                            // Spent only when the container starts (an attempt put off for its
-                            // image check does not count).
-                            next_backoff = Some((now + delay, delay));
-                            run.last_terminated = Some(terminated);
-                        } else {
-                            let pod_ref = format!(
-                                "{}_{}({uid})",
-                                pod.metadata.name.as_deref().unwrap_or_default(),
-                                pod.metadata.namespace.as_deref().unwrap_or_default()
-                            );
-                            run.phase = SyncError::CrashLoopBackOff(format!(
-                                "back-off {}s restarting failed container={} pod={pod_ref}",
-                                delay.as_secs(),
-                                c.name
-                            ))
-                            .waiting();
-                            run.last_terminated = Some(terminated);
-                            out.next = Some(out.next.map_or(at, |n| n.min(at)));
-                        }
-                        if *init {
-                            inits_done = false;
-                        }
-                    } else {
-                        if *init {
-                            inits_done = false;
-                        }
-                        run.phase = RunPhase::Terminated(terminated);
-                    }
-                }
-                _ => {
-                    // Created but not started (an agent stopped in between): start it.
-                    if let Err(e) = rt.cri.start_container(&found.id).await {
-                        run.phase = SyncError::RunContainer(e.to_string()).waiting();
-                        out.next = Some(Instant::now() + START_RETRY);
-                    }
-                    if *init {
-                        inits_done = false;
-                    }
-                }
-            }
-        } else {
-            // kubelet startContainer: a runtime that lost the container (podpass up removes
-            // its pods' containers when it stops) still leaves its logs; the restart count
-            // goes on from the newest `<n>.log` (calcRestartCountByLogDir).
-            let dir = log_dir(&rt.logs, pod).join(&c.name);
-            let next =
-                tokio::task::spawn_blocking(move || super::logs::restart_count_by_log_dir(&dir)).await.unwrap_or(0);
-            start_attempt = Some(next);
-            if *init {
-                inits_done = false;
-            }
-        }
-        if let Some(attempt) = start_attempt {
-            let image_ref = match images.get(&key) {
-                Some(ImageCheck::Allowed { image_ref, checked_now: true }) => image_ref,
-                Some(check) => {
-                    match check {
-                        // Allowed once, but not checked for this start: the worker checks
-                        // it again in the next sync, at once.
-                        ImageCheck::Allowed { .. } => out.next = Some(Instant::now()),
-                        ImageCheck::Refused(error) => run.phase = error.waiting(),
-                    }
-                    out.states.insert(key, run);
-                    if *init {
-                        break;
-                    }
-                    continue;
-                }
-                None => {
-                    // EnsureImageExists has not allowed the image for this pod: never started.
-                    out.states.insert(key, run);
-                    if *init {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            match start(rt, pod, c, (attempt, image_ref), &running, sources, None).await {
-                Ok(id) => {
-                    run.id = format!("containerd://{id}");
-                    run.restart_count = i32::try_from(attempt).unwrap_or(i32::MAX);
-                    run.image_id = image_ref.clone();
-                    out.started.push(key.clone());
-                    if let Some(b) = next_backoff {
-                        state.backoff.insert(c.name.clone(), b);
-                    }
-                    run.phase = RunPhase::Running { started: nanos_to_time(jiff_now_nanos()) };
-                    let path = super::events::field_path(&c.name, *init);
-                    out.events.push((path.clone(), "Normal", "Created", format!("Created container {}", c.name)));
-                    out.events.push((path, "Normal", "Started", format!("Started container {}", c.name)));
-                }
-                Err(error) => {
-                    if let Some(b) = next_backoff {
-                        state.backoff.insert(c.name.clone(), b);
-                    }
-                    let path = super::events::field_path(&c.name, *init);
-                    out.events.push((path, "Warning", "Failed", format!("Error: {error}")));
-                    run.phase = error.waiting();
-                    out.next = Some(Instant::now() + BACKOFF_FIRST);
-                }
-            }
-            if *init {
-                inits_done = false;
-            }
-        }
-        out.states.insert(key, run);
-        if *init && !inits_done {
-            break;
-        }
+    let clock = pod_actions::Clock { now: Instant::now(), wall_nanos: jiff_now_nanos() };
+    let plan = pod_actions::compute_container_actions(&spec, &observed, images, &state.backoff, clock);
+    for action in plan {
+        let found = observed.containers.get(&action.name);
+        let run = act(rt, pod, &action, found, &running, state, sources, &mut out).await?;
+        out.states.insert((action.init, action.name.clone()), run);
     }
     // A pod whose containers have all finished for good holds no running sandbox (the
     // kubelet stops a terminal pod's sandbox): its processes and network go, its
     // containers and logs stay until the pod is deleted.
-    let finished = !apps.is_empty()
-        && apps.iter().all(|(init, c)| {
-            out.states.get(&(*init, c.name.clone())).is_some_and(|r| matches!(r.phase, RunPhase::Terminated(_)))
+    let finished = !spec.containers.is_empty()
+        && spec.containers.iter().all(|c| {
+            out.states.get(&(false, c.name.clone())).is_some_and(|r| matches!(r.phase, RunPhase::Terminated(_)))
         });
     if finished {
         rt.cri.stop_pod_sandbox(&sandbox).await.map_err(err)?;
         out.next = None;
     }
     Ok(out)
+}
+
+/// The pod's new sandbox: its log directory, its cgroup, then the runtime's sandbox.
+async fn create_sandbox(
+    rt: &PodRuntime,
+    pod: &Pod,
+    config: PodSandboxConfig,
+    out: &mut RuntimeSync,
+) -> Result<String, SyncError> {
+    std::fs::create_dir_all(log_dir(&rt.logs, pod))
+        .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
+    if let Some(pc) = &rt.cgroups {
+        pc.ensure_pod(pod).await.map_err(SyncError::CreatePodSandbox)?;
+    }
+    let id = rt.cri.run_pod_sandbox(config).await.map_err(|e| SyncError::CreatePodSandbox(e.to_string()))?;
+    out.events.push((String::new(), "Normal", "SandboxCreated", "Pod sandbox created".into()));
+    Ok(id)
+}
+
+/// The API server's Service answers inside the pod's namespace before any container
+/// starts in it; without it the pod still runs (as without kube-proxy) and the next sync
+/// tries again.
+async fn relay_in_cluster(
+    rt: &PodRuntime,
+    pod: &Pod,
+    sandbox: &str,
+    out: &mut RuntimeSync,
+) -> Result<(), RuntimeError> {
+    let Some(in_cluster) = &rt.in_cluster else { return Ok(()) };
+    if host_network(pod) {
+        return Ok(());
+    }
+    let relayed = match rt.cri.pod_sandbox_netns(sandbox).await? {
+        Some(netns) => in_cluster.ensure_relay(sandbox, netns).await,
+        None => Err("the runtime names no network namespace".to_owned()),
+    };
+    if let Err(e) = relayed {
+        tracing::warn!(sandbox, error = %e, "no in-cluster access to the API server for this pod");
+        out.events.push((String::new(), "Warning", "FailedInClusterAccess", e));
+    }
+    Ok(())
+}
+
+/// Carries out one container's part of the plan; answers the state to report.
+#[allow(clippy::too_many_arguments)]
+async fn act(
+    rt: &PodRuntime,
+    pod: &Pod,
+    action: &pod_actions::ContainerAction,
+    found: Option<&pod_actions::Observed>,
+    running: &Sandbox<'_>,
+    state: &mut RuntimeState,
+    sources: &dyn crate::volumes::ProjectionSources,
+    out: &mut RuntimeSync,
+) -> Result<RunState, SyncError> {
+    use pod_actions::{Gate, Step};
+    let err = SyncError::Runtime;
+    let (init, name) = (action.init, action.name.as_str());
+    let path = super::events::field_path(name, init);
+    let id = found.map(|f| format!("containerd://{}", f.id)).unwrap_or_default();
+    let mut run = RunState {
+        id: id.clone(),
+        image_id: found.map(|f| f.status.image_ref.clone()).unwrap_or_default(),
+        restart_count: i32::try_from(found.map_or(0, |f| f.attempt)).unwrap_or(i32::MAX),
+        phase: RunPhase::Waiting { reason: "ContainerCreating".into(), message: None },
+        last_terminated: None,
+    };
+    if action.reset_backoff {
+        state.backoff.remove(name);
+    }
+    let spec = pod.spec.clone().unwrap_or_default();
+    match &action.step {
+        Step::Keep => {
+            run.phase = RunPhase::Running { started: found.and_then(|f| nanos_to_time(f.status.started_at)) };
+        }
+        Step::Done => {
+            if let Some(f) = found {
+                run.phase = RunPhase::Terminated(terminated(&f.status, &id));
+            }
+        }
+        Step::BackOff { until, delay } => {
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            let pod_ref = format!(
+                "{}_{}({uid})",
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.namespace.as_deref().unwrap_or_default()
+            );
+            run.phase = SyncError::CrashLoopBackOff(format!(
+                "back-off {}s restarting failed container={name} pod={pod_ref}",
+                delay.as_secs()
+            ))
+            .waiting();
+            run.last_terminated = found.map(|f| terminated(&f.status, &id));
+            out.next = Some(out.next.map_or(*until, |n| n.min(*until)));
+        }
+        Step::StartCreated => {
+            if let Some(f) = found
+                && let Err(e) = rt.cri.start_container(&f.id).await
+            {
+                run.phase = SyncError::RunContainer(e.to_string()).waiting();
+                out.next = Some(Instant::now() + START_RETRY);
+            }
+        }
+        Step::Start { attempt, kill, report_last, backoff, gate } => {
+            let mut ended = found.map(|f| f.status.clone());
+            if let (true, Some(f)) = (*kill, found) {
+                let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+                rt.cri.stop_container(&f.id, grace).await.map_err(err)?;
+                let message = format!("Container {name} definition changed, will be restarted");
+                out.events.push((path.clone(), "Normal", "Killing", message));
+                ended = rt.cri.container_status(&f.id).await.map_err(err)?;
+            }
+            if *report_last {
+                run.last_terminated = ended.as_ref().map(|s| terminated(s, &id));
+            }
+            let image_ref = match gate {
+                Gate::Go(image_ref) => image_ref,
+                // Allowed once, but not checked for this start: the worker checks it again
+                // in the next sync, at once.
+                Gate::RecheckNow => {
+                    out.next = Some(Instant::now());
+                    return Ok(run);
+                }
+                Gate::Refused(error) => {
+                    run.phase = error.waiting();
+                    return Ok(run);
+                }
+                // EnsureImageExists has not allowed the image for this pod: never started.
+                Gate::NotAllowed => return Ok(run),
+            };
+            let Some(c) = spec.init_containers.iter().flatten().chain(&spec.containers).find(|c| c.name == name) else {
+                return Ok(run);
+            };
+            match start(rt, pod, c, (*attempt, image_ref), running, sources, None).await {
+                Ok(id) => {
+                    run.id = format!("containerd://{id}");
+                    run.restart_count = i32::try_from(*attempt).unwrap_or(i32::MAX);
+                    run.image_id = image_ref.clone();
+                    out.started.push((init, name.to_owned()));
+                    if let Some(b) = backoff {
+                        state.backoff.insert(name.to_owned(), *b);
+                    }
+                    run.phase = RunPhase::Running { started: nanos_to_time(jiff_now_nanos()) };
+                    out.events.push((path.clone(), "Normal", "Created", format!("Created container {name}")));
+                    out.events.push((path, "Normal", "Started", format!("Started container {name}")));
+                }
+                Err(error) => {
+                    if let Some(b) = backoff {
+                        state.backoff.insert(name.to_owned(), *b);
+                    }
+                    out.events.push((path, "Warning", "Failed", format!("Error: {error}")));
+                    run.phase = error.waiting();
+                    out.next = Some(Instant::now() + BACKOFF_FIRST);
+                }
+            }
+        }
+    }
+    Ok(run)
 }
 
 /// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
@@ -966,36 +938,26 @@ pub(super) fn terminated(status: &crate::runtime::ContainerStatus, id: &str) -> 
     }
 }
 
-/// The states of a pod whose containers all exited and are not to be restarted under its
-/// `restartPolicy` (`None` otherwise): what a stopped, terminal pod reports.
-async fn finished_states(
-    rt: &PodRuntime,
-    pod: &Pod,
-    uid: &str,
-) -> Result<Option<HashMap<(bool, String), RunState>>, RuntimeError> {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
-    let existing = current(rt, uid).await?;
-    let mut states = HashMap::new();
-    for c in &spec.containers {
-        let Some(found) = existing.get(&c.name) else { return Ok(None) };
-        let Some(status) = rt.cri.container_status(&found.id).await? else { return Ok(None) };
-        if status.state != CONTAINER_EXITED || restarts(&policy, status.exit_code) {
-            return Ok(None);
-        }
-        let id = format!("containerd://{}", found.id);
-        states.insert(
-            (false, c.name.clone()),
-            RunState {
+/// The states a pod that finished for good reports: each regular container's end.
+fn finished_states(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    observed: &pod_actions::Observation,
+) -> HashMap<(bool, String), RunState> {
+    spec.containers
+        .iter()
+        .filter_map(|c| {
+            let found = observed.containers.get(&c.name)?;
+            let id = format!("containerd://{}", found.id);
+            let run = RunState {
                 id: id.clone(),
-                image_id: status.image_ref.clone(),
-                restart_count: i32::try_from(found.metadata.as_ref().map_or(0, |m| m.attempt)).unwrap_or(i32::MAX),
-                phase: RunPhase::Terminated(terminated(&status, &id)),
+                image_id: found.status.image_ref.clone(),
+                restart_count: i32::try_from(found.attempt).unwrap_or(i32::MAX),
+                phase: RunPhase::Terminated(terminated(&found.status, &id)),
                 last_terminated: None,
-            },
-        );
-    }
-    Ok(Some(states))
+            };
+            Some(((false, c.name.clone()), run))
+        })
+        .collect()
 }
 
 fn jiff_now_nanos() -> i64 {
@@ -1196,12 +1158,5 @@ mod tests {
         };
         assert_eq!(container_hash(&c("a:1", "1")), container_hash(&c("a:1", "2")));
         assert_ne!(container_hash(&c("a:1", "1")), container_hash(&c("a:2", "1")));
-    }
-
-    #[test]
-    fn restart_policies_are_the_kubelets() {
-        assert!(restarts("Always", 0) && restarts("Always", 1));
-        assert!(!restarts("OnFailure", 0) && restarts("OnFailure", 2));
-        assert!(!restarts("Never", 1));
     }
 }

@@ -26,6 +26,7 @@ mod machine;
 mod object_cache;
 mod ops;
 mod pleg;
+mod pod_actions;
 mod pods;
 mod pressure;
 mod provider_config;

@@ -221,7 +221,8 @@ fn completed(c: &ContainerReport) -> bool {
 
 /// The kubelet's `getPhase` for a pod whose containers the node runs.
 fn phase(pod: &Pod, containers: &[ContainerReport]) -> &'static str {
-    let policy = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+    use super::pod_actions::RestartPolicy;
+    let policy = pod.spec.as_ref().map_or(RestartPolicy::Always, RestartPolicy::of);
     let inits: Vec<&ContainerReport> = containers.iter().filter(|c| c.init).collect();
     let init_failed = inits.iter().any(|c| {
         run_of(c).is_some_and(|r| match &r.phase {
@@ -229,7 +230,7 @@ fn phase(pod: &Pod, containers: &[ContainerReport]) -> &'static str {
             _ => r.last_terminated.as_ref().is_some_and(|t| t.exit_code != 0),
         })
     });
-    if init_failed && policy == "Never" {
+    if init_failed && policy == RestartPolicy::Never {
         return "Failed";
     }
     if !inits.iter().all(|c| completed(c)) {
@@ -253,7 +254,7 @@ fn phase(pod: &Pod, containers: &[ContainerReport]) -> &'static str {
         () if waiting > 0 => "Pending",
         () if running_n > 0 => "Running",
         () if stopped > 0 && stopped == succeeded => "Succeeded",
-        () if stopped > 0 && policy == "Never" => "Failed",
+        () if stopped > 0 && policy == RestartPolicy::Never => "Failed",
         () if stopped > 0 => "Running",
         () => "Pending",
     }
