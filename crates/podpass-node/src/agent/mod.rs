@@ -540,89 +540,10 @@ impl Bound {
         let shared =
             Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine, pressure_rx.clone()).await?);
         if let Some(listener) = server {
-            let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
-            let mut names = vec![id.name.clone(), "localhost".to_owned()];
-            if !this.config.address.is_unspecified() {
-                names.push(this.config.address.to_string());
-            }
-            let (cert, key) = server::self_signed(&names).map_err(|e| AgentError::Tls(e.to_string()))?;
-            let tls = podpass_serve::tls_acceptor(cert.as_bytes(), key.as_bytes(), Some(ca.as_bytes()))
-                .map_err(|e| AgentError::Tls(e.to_string()))?;
-            let node_server = Arc::new(server::NodeServer {
-                client: client.clone(),
-                reviewed: Default::default(),
-                node: id.name.clone(),
-                pods: shared.pods.clone(),
-                runtime: shared.runtime.clone(),
-                shared: shared.clone(),
-            });
-            podpass_serve::spawn_named(
-                "node-server",
-                podpass_serve::accept_loop(
-                    listener,
-                    Some(tls),
-                    server::router(node_server),
-                    podpass_serve::ServeLimits::default(),
-                ),
-            );
+            spawn_node_server(&this, &client, id, &shared, listener).await?;
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        for (listener, metrics) in listeners {
-            let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
-            let mut stopped = stopped.clone();
-            podpass_serve::spawn_named(
-                "ops-server",
-                ops::serve(listener, ops, metrics, async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                }),
-            );
-        }
-        if let (Some(rt), Some(pleg)) = (shared.runtime.clone(), shared.pleg.clone()) {
-            let mut stopped = stopped.clone();
-            podpass_serve::spawn_named(
-                "pleg",
-                pleg.run(rt, async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                }),
-            );
-        }
-        if let Some(rt) = shared.runtime.clone() {
-            let policy = log_rotation::RotatePolicy {
-                max_size: this.kubelet.container_log_max_size,
-                max_files: this.kubelet.container_log_max_files,
-            };
-            let mut stopped = stopped.clone();
-            podpass_serve::spawn_named(
-                "log-rotation",
-                log_rotation::run(rt, policy, this.kubelet.container_log_monitor_interval, async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                }),
-            );
-        }
-        {
-            // The credential-provider configuration is kept current while the node runs.
-            let mut stopped = stopped.clone();
-            let watch = shared.providers.clone().watch(shared.events.clone(), id.name.clone(), async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            });
-            podpass_serve::spawn_named("provider-config", watch);
-        }
-        let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
-        {
-            let settings = eviction_manager::Settings {
-                thresholds: this.kubelet.eviction_hard.clone(),
-                transition_period: this.kubelet.eviction_pressure_transition_period,
-                image_minimum_gc_age: this.kubelet.image_minimum_gc_age,
-                filesystems: pressure::Filesystems { node: this.config.root_dir.clone(), image: image_fs },
-            };
-            let mut stopped = stopped.clone();
-            podpass_serve::spawn_named(
-                "eviction-manager",
-                eviction_manager::run(shared.clone(), settings, pressure_tx, wake_tx, async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                }),
-            );
-        }
+        let wake_rx = spawn_background(&this, &shared, &api, listeners, image_fs, pressure_tx, &stopped);
         let pods = PodLoop::new(shared, &id.name, this.kubelet.max_pods, wake_rx);
         let pod_task = podpass_serve::spawn_named(
             "pods",
@@ -674,6 +595,93 @@ impl Bound {
             }
         }
     }
+}
+
+/// The node's authenticated HTTPS port (logs, `/metrics`): a serving certificate for its
+/// names, clients verified against the cluster's CA or by TokenReview.
+async fn spawn_node_server(
+    this: &Prepared,
+    client: &kube::Client,
+    id: &NodeIdentity,
+    shared: &Arc<Shared>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), AgentError> {
+    let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
+    let mut names = vec![id.name.clone(), "localhost".to_owned()];
+    if !this.config.address.is_unspecified() {
+        names.push(this.config.address.to_string());
+    }
+    let (cert, key) = server::self_signed(&names).map_err(|e| AgentError::Tls(e.to_string()))?;
+    let tls = podpass_serve::tls_acceptor(cert.as_bytes(), key.as_bytes(), Some(ca.as_bytes()))
+        .map_err(|e| AgentError::Tls(e.to_string()))?;
+    let node_server = Arc::new(server::NodeServer {
+        client: client.clone(),
+        reviewed: Default::default(),
+        node: id.name.clone(),
+        pods: shared.pods.clone(),
+        runtime: shared.runtime.clone(),
+        shared: shared.clone(),
+    });
+    podpass_serve::spawn_named(
+        "node-server",
+        podpass_serve::accept_loop(
+            listener,
+            Some(tls),
+            server::router(node_server),
+            podpass_serve::ServeLimits::default(),
+        ),
+    );
+    Ok(())
+}
+
+/// What runs beside the pod loop until `stopped`: the operations listeners, the runtime's
+/// relist, log rotation, the credential-provider configuration watch and the eviction
+/// manager. Answers the eviction manager's wake-ups for the pod loop.
+fn spawn_background(
+    this: &Prepared,
+    shared: &Arc<Shared>,
+    api: &Arc<ApiContact>,
+    listeners: Vec<(tokio::net::TcpListener, bool)>,
+    image_fs: Option<PathBuf>,
+    pressure_tx: tokio::sync::watch::Sender<pressure::Pressure>,
+    stopped: &tokio::sync::watch::Receiver<bool>,
+) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let until_stopped = || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    for (listener, metrics) in listeners {
+        let ops = Arc::new(ops::Ops { shared: shared.clone(), api: api.clone() });
+        podpass_serve::spawn_named("ops-server", ops::serve(listener, ops, metrics, until_stopped()));
+    }
+    if let (Some(rt), Some(pleg)) = (shared.runtime.clone(), shared.pleg.clone()) {
+        podpass_serve::spawn_named("pleg", pleg.run(rt, until_stopped()));
+    }
+    if let Some(rt) = shared.runtime.clone() {
+        let policy = log_rotation::RotatePolicy {
+            max_size: this.kubelet.container_log_max_size,
+            max_files: this.kubelet.container_log_max_files,
+        };
+        let interval = this.kubelet.container_log_monitor_interval;
+        podpass_serve::spawn_named("log-rotation", log_rotation::run(rt, policy, interval, until_stopped()));
+    }
+    // The credential-provider configuration is kept current while the node runs.
+    let watch = shared.providers.clone().watch(shared.events.clone(), this.identity.name.clone(), until_stopped());
+    podpass_serve::spawn_named("provider-config", watch);
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel();
+    let settings = eviction_manager::Settings {
+        thresholds: this.kubelet.eviction_hard.clone(),
+        transition_period: this.kubelet.eviction_pressure_transition_period,
+        image_minimum_gc_age: this.kubelet.image_minimum_gc_age,
+        filesystems: pressure::Filesystems { node: this.config.root_dir.clone(), image: image_fs },
+    };
+    podpass_serve::spawn_named(
+        "eviction-manager",
+        eviction_manager::run(shared.clone(), settings, pressure_tx, wake_tx, until_stopped()),
+    );
+    wake_rx
 }
 
 #[cfg(test)]

@@ -316,11 +316,21 @@ impl Synced {
     }
 }
 
-/// One sync up to the pod's new status, which it does not post (see [`Synced::post`]).
-/// `watched`: a change of the objects the pod's volumes read wakes the worker, so no resync
-/// is due for them.
+/// When the next sync is due: the earliest of what each step asks for.
+#[derive(Debug, Default)]
+struct Due(Option<Instant>);
+
+impl Due {
+    fn at(&mut self, at: Instant) {
+        self.0 = Some(self.0.map_or(at, |n| n.min(at)));
+    }
+}
+
+/// One sync up to the pod's new status, which it does not post (see [`Synced::post`]):
+/// its volumes, then its images with its own credentials, then its containers, each only
+/// on the image its check allowed. `watched`: a change of the objects the pod's volumes
+/// read wakes the worker, so no resync is due for them.
 async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> Synced {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
     tracing::debug!("sync started");
     // An evicted pod is not run again: its status stays Failed.
     if let Some(rt) = &shared.runtime
@@ -328,69 +338,105 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     {
         return synced;
     }
-    let mut next: Option<Instant> = None;
-    let mut due = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
+    let mut due = Due::default();
     if shared.runtime.is_some() && pod.spec.as_ref().is_some_and(super::eviction::has_storage_limits) {
-        due(Instant::now() + super::eviction::CHECK_EVERY);
+        due.at(Instant::now() + super::eviction::CHECK_EVERY);
     }
+    let volumes = volumes_step(shared, pod, state, watched, &mut due).await;
+    let containers = all_containers(pod);
+    let (mut reports, checked_now) = images_step(shared, pod, state, &containers, volumes.is_ok(), &mut due).await;
+    // Containers run once the pod's volumes are written, each only on the image
+    // EnsureImageExists allowed for this pod.
+    let view = match (&shared.runtime, &volumes) {
+        (Some(rt), Ok(())) => {
+            Some(containers_step(shared, rt, pod, state, &containers, &mut reports, &checked_now, &mut due).await)
+        }
+        (Some(_), Err(_)) => Some(PodRuntimeView::default()),
+        (None, _) => None,
+    };
+    let mut base = pod.clone();
+    if let Some(posted) = &state.posted {
+        base.status = Some(posted.clone());
+    }
+    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), &shared.host_ip, view.as_ref());
+    let status = (base.status.as_ref() != Some(&status)).then_some(status);
+    Synced { next: due.0, status }
+}
 
-    let volumes: VolumesOutcome =
-        match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter(), shared.volume_medium)
-            .await
-        {
-            Ok(report) => {
-                if !report.written.is_empty() {
-                    tracing::info!(volumes = ?report.written, "volumes written");
-                }
-                if let Some(at) = report.next_refresh {
-                    let now = now_unix();
-                    if at <= now {
-                        // Past due: the refresh failed (the API server is away) and the
-                        // cached token is still served. Try again with a short, growing,
-                        // capped back-off, so a returning API server sees the refresh
-                        // within seconds and an absent one no storm.
-                        due(token_retry_at(&mut state.token_retry));
-                    } else {
-                        state.token_retry = Duration::ZERO;
-                        due(Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
-                    }
-                }
-                if !watched && reads_objects(pod) {
-                    due(resync_at());
-                }
-                Ok(())
-            }
-            Err(errors) => {
-                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                let message = text.join("; ");
-                tracing::warn!(error = %message, "volume setup failed; retrying");
-                shared.events.record(pod, "", "Warning", "FailedMount", &message);
-                // A pod with service-account tokens retries on the token back-off: an
-                // expired token is replaced within seconds of the API server's return.
-                due(if has_token(pod) { token_retry_at(&mut state.token_retry) } else { retry_at() });
-                Err(message)
-            }
-        };
-
+/// The pod's containers in the order their images are checked: init containers, regular
+/// ones, then ephemeral ones (their names are unique among all of the pod's containers).
+fn all_containers(pod: &Pod) -> Vec<(bool, Container)> {
     let spec = pod.spec.clone().unwrap_or_default();
-    let containers: Vec<(bool, Container)> = spec
-        .init_containers
+    spec.init_containers
         .clone()
         .unwrap_or_default()
         .into_iter()
         .map(|c| (true, c))
         .chain(spec.containers.iter().cloned().map(|c| (false, c)))
-        // Ephemeral containers' images are checked as every container's (their names are
-        // unique among all of the pod's containers).
         .chain(super::ephemeral::of(pod).into_iter().map(|(c, _)| (false, c)))
-        .collect();
+        .collect()
+}
+
+/// The pod's volumes written (tokens rotated when due); a failure is a `FailedMount`
+/// event and a retry on the token back-off.
+async fn volumes_step(shared: &Shared, pod: &Pod, state: &mut State, watched: bool, due: &mut Due) -> VolumesOutcome {
+    match sync_pod_volumes(&shared.root, pod, &shared.sources, crate::token::random_jitter(), shared.volume_medium)
+        .await
+    {
+        Ok(report) => {
+            if !report.written.is_empty() {
+                tracing::info!(volumes = ?report.written, "volumes written");
+            }
+            if let Some(at) = report.next_refresh {
+                let now = now_unix();
+                if at <= now {
+                    // Past due: the refresh failed (the API server is away) and the
+                    // cached token is still served. Try again with a short, growing,
+                    // capped back-off, so a returning API server sees the refresh
+                    // within seconds and an absent one no storm.
+                    due.at(token_retry_at(&mut state.token_retry));
+                } else {
+                    state.token_retry = Duration::ZERO;
+                    due.at(Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
+                }
+            }
+            if !watched && reads_objects(pod) {
+                due.at(resync_at());
+            }
+            Ok(())
+        }
+        Err(errors) => {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            let message = text.join("; ");
+            tracing::warn!(error = %message, "volume setup failed; retrying");
+            shared.events.record(pod, "", "Warning", "FailedMount", &message);
+            // A pod with service-account tokens retries on the token back-off: an
+            // expired token is replaced within seconds of the API server's return.
+            due.at(if has_token(pod) { token_retry_at(&mut state.token_retry) } else { retry_at() });
+            Err(message)
+        }
+    }
+}
+
+/// EnsureImageExists for each container not running on its spec's image, with the pod's
+/// own credentials; answers each container's report and which were checked now.
+async fn images_step(
+    shared: &Shared,
+    pod: &Pod,
+    state: &mut State,
+    containers: &[(bool, Container)],
+    volumes_ok: bool,
+    due: &mut Due,
+) -> (Vec<ContainerReport>, std::collections::HashSet<(bool, String)>) {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ephemeral_names: std::collections::HashSet<String> =
         spec.ephemeral_containers.iter().flatten().map(|e| e.name.clone()).collect();
     let mut reports = Vec::with_capacity(containers.len());
     let mut checked_now = std::collections::HashSet::new();
     let mut secrets: Option<Arc<Vec<PullSecret>>> = None;
     let mut init_blocked = false;
-    for (init, c) in &containers {
+    for (init, c) in containers {
         let image = c.image.clone().unwrap_or_default();
         let mut report = ContainerReport {
             name: c.name.clone(),
@@ -409,7 +455,7 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
             continue;
         }
         checked_now.insert(key.clone());
-        if volumes.is_err() {
+        if !volumes_ok {
             reports.push(report);
             continue;
         }
@@ -468,80 +514,80 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
                 tracing::warn!(container = %c.name, image, reason = error.reason(), message = %error, "image may not be used");
                 report.outcome = ContainerOutcome::Failed(error);
                 init_blocked |= *init;
-                due(retry_at());
+                due.at(retry_at());
             }
         }
         reports.push(report);
     }
+    (reports, checked_now)
+}
 
-    // Containers run once the pod's volumes are written, each only on the image
-    // EnsureImageExists allowed for this pod.
-    let mut view = None;
-    if let (Some(rt), Ok(())) = (&shared.runtime, &volumes) {
-        use super::containers::ImageCheck;
-        let images: HashMap<(bool, String), ImageCheck> = containers
-            .iter()
-            .zip(&reports)
-            .filter_map(|((init, c), report)| {
-                let key = (*init, c.name.clone());
-                if let ContainerOutcome::Failed(error) = &report.outcome {
-                    return Some((key, ImageCheck::Refused(error.clone())));
-                }
-                let (image, image_ref) = state.ready.get(&key)?;
-                let allowed =
-                    ImageCheck::Allowed { image_ref: image_ref.clone(), checked_now: checked_now.contains(&key) };
-                (c.image.as_deref() == Some(image.as_str())).then_some((key, allowed))
-            })
-            .collect();
-        match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
-            Ok(run) => {
-                // What runs on its spec's image needs no check until it must start again.
-                state.running = run
-                    .states
-                    .iter()
-                    .filter(|(_, s)| matches!(s.phase, super::status::RunPhase::Running { .. }))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in &run.started {
-                    state.running.insert(key.clone());
-                }
-                for (path, kind, reason, message) in &run.events {
-                    shared.events.record(pod, path, kind, reason, message);
-                }
-                for report in &mut reports {
-                    if let Some(s) = run.states.get(&(report.init, report.name.clone())) {
-                        report.outcome = ContainerOutcome::Run(Box::new(s.clone()));
-                    }
-                }
-                if let Some(at) = run.next {
-                    due(at);
-                }
-                view = Some(PodRuntimeView { pod_ip: run.pod_ip });
-                // Dead instances beyond the one kept go, with their logs (kubelet container GC).
-                match super::container_gc::collect_pod(rt, &uid).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(removed = n, "dead containers collected"),
-                    Err(e) => tracing::warn!(error = %e, "collecting dead containers failed"),
+/// The pod's containers run through the runtime, each only on the image its check
+/// allowed; the reports take the states the runtime answers.
+#[allow(clippy::too_many_arguments)]
+async fn containers_step(
+    shared: &Shared,
+    rt: &PodRuntime,
+    pod: &Pod,
+    state: &mut State,
+    containers: &[(bool, Container)],
+    reports: &mut [ContainerReport],
+    checked_now: &std::collections::HashSet<(bool, String)>,
+    due: &mut Due,
+) -> PodRuntimeView {
+    use super::containers::ImageCheck;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let images: HashMap<(bool, String), ImageCheck> = containers
+        .iter()
+        .zip(reports.iter())
+        .filter_map(|((init, c), report)| {
+            let key = (*init, c.name.clone());
+            if let ContainerOutcome::Failed(error) = &report.outcome {
+                return Some((key, ImageCheck::Refused(error.clone())));
+            }
+            let (image, image_ref) = state.ready.get(&key)?;
+            let allowed = ImageCheck::Allowed { image_ref: image_ref.clone(), checked_now: checked_now.contains(&key) };
+            (c.image.as_deref() == Some(image.as_str())).then_some((key, allowed))
+        })
+        .collect();
+    match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
+        Ok(run) => {
+            // What runs on its spec's image needs no check until it must start again.
+            state.running = run
+                .states
+                .iter()
+                .filter(|(_, s)| matches!(s.phase, super::status::RunPhase::Running { .. }))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for key in &run.started {
+                state.running.insert(key.clone());
+            }
+            for (path, kind, reason, message) in &run.events {
+                shared.events.record(pod, path, kind, reason, message);
+            }
+            for report in reports.iter_mut() {
+                if let Some(s) = run.states.get(&(report.init, report.name.clone())) {
+                    report.outcome = ContainerOutcome::Run(Box::new(s.clone()));
                 }
             }
-            Err(error) => {
-                tracing::warn!(error = %error, reason = error.event_reason(), "running the pod's containers failed; retrying");
-                shared.events.record(pod, "", "Warning", error.event_reason(), &error.to_string());
-                due(retry_at());
-                view = Some(PodRuntimeView::default());
+            if let Some(at) = run.next {
+                due.at(at);
             }
+            // Dead instances beyond the one kept go, with their logs (kubelet container GC).
+            match super::container_gc::collect_pod(rt, &uid).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(removed = n, "dead containers collected"),
+                Err(e) => tracing::warn!(error = %e, "collecting dead containers failed"),
+            }
+            PodRuntimeView { pod_ip: run.pod_ip }
         }
-    } else if shared.runtime.is_some() {
-        view = Some(PodRuntimeView::default());
+        Err(error) => {
+            tracing::warn!(error = %error, reason = error.event_reason(), "running the pod's containers failed; retrying");
+            shared.events.record(pod, "", "Warning", error.event_reason(), &error.to_string());
+            due.at(retry_at());
+            PodRuntimeView::default()
+        }
     }
-
-    let mut base = pod.clone();
-    if let Some(posted) = &state.posted {
-        base.status = Some(posted.clone());
-    }
-    let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), &shared.host_ip, view.as_ref());
-    let status = (base.status.as_ref() != Some(&status)).then_some(status);
-    Synced { next, status }
 }
 
 /// The eviction manager's word on this pod: the node-pressure eviction it chose the pod
