@@ -164,6 +164,12 @@ impl Drop for Agent {
     }
 }
 
+/// The hard eviction thresholds of the tests' nodes unless a test sets its own: memory
+/// only, as kind's nodes run (disk thresholds at 0%), so a test's outcome never depends on
+/// how full the machine's disk happens to be. The disk thresholds' defaults are tested in
+/// the node's unit tests, their eviction by `podpass up`'s.
+pub const TEST_EVICTION_HARD: &str = "memory.available<100Mi";
+
 /// `podpass node run` as node n1 with its root in `root`, logging JSON to `log` (or
 /// nowhere); `/healthz` and the node's HTTPS server are off unless `extra` sets
 /// `--healthz-port` / `--port`.
@@ -180,6 +186,11 @@ pub fn spawn_agent_with(kubeconfig: &Path, root: &Path, log: Option<&Path>, extr
             .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
             .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
             .args(if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] })
+            .args(if extra.contains(&"--eviction-hard") {
+                &[][..]
+            } else {
+                &["--eviction-hard", TEST_EVICTION_HARD][..]
+            })
             .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)

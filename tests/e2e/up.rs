@@ -45,6 +45,9 @@ fn up(data: &Path, extra: &[&str]) -> Command {
             cmd.args([flag, port.as_str()]);
         }
     }
+    if !extra.contains(&"--eviction-hard") {
+        cmd.args(["--eviction-hard", TEST_EVICTION_HARD]);
+    }
     cmd.args(extra);
     cmd
 }

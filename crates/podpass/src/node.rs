@@ -41,7 +41,7 @@ pub enum NodeCommand {
     /// each pod bound to the node writes its projected volumes (rotating tokens), ensures its
     /// images with its own credentials, and posts Events and pod status. SIGTERM or Ctrl-C
     /// stops it.
-    Run(podpass_node::AgentConfig),
+    Run(Box<podpass_node::AgentConfig>),
 }
 
 /// Flags of `podpass node credentials`.
@@ -105,7 +105,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
         NodeCommand::Records(ni::RecordsCommand::Show(a)) => exit(ni::records_show(&a)),
         NodeCommand::Explain(a) => block_on(crate::node_explain::explain(*a)),
         NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),
-        NodeCommand::Run(a) => run_agent(a),
+        NodeCommand::Run(a) => run_agent(*a),
     }
 }
 

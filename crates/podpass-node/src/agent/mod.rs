@@ -77,6 +77,11 @@ pub struct AgentConfig {
     /// gates).
     #[arg(long = "config")]
     pub kubelet_config: Option<PathBuf>,
+    /// Hard eviction thresholds, as the kubelet's `--eviction-hard`
+    /// (`memory.available<100Mi,nodefs.available<10%`): they replace the configuration's
+    /// `evictionHard` (and upstream's defaults) when given.
+    #[arg(long, value_name = "SIGNAL<QUANTITY,...")]
+    pub eviction_hard: Option<String>,
     /// CredentialProviderConfig file or directory.
     #[arg(long)]
     pub image_credential_provider_config: Option<PathBuf>,
@@ -187,6 +192,19 @@ impl AgentConfig {
                     }
                 },
                 Err(e) => problems.push_value("--config", path.display(), e),
+            }
+        }
+        if let Some(flag) = &self.eviction_hard {
+            let parsed = crate::eviction_thresholds::parse_flag(flag)
+                .map_err(|e| vec![e])
+                .and_then(|map| crate::eviction_thresholds::parse_eviction_hard(&map));
+            match parsed {
+                Ok(thresholds) => kubelet.eviction_hard = thresholds,
+                Err(errors) => {
+                    for e in errors {
+                        problems.push_value("--eviction-hard", flag, e);
+                    }
+                }
             }
         }
         let pull_timeout = self
@@ -707,12 +725,14 @@ mod tests {
             d("providers.yaml"),
             "--container-runtime-endpoint=tcp://127.0.0.1:1".to_owned(),
             "--healthz-port=0".to_owned(),
+            "--eviction-hard=disk.free<1Gi".to_owned(),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         let err = config.prepare().unwrap_err();
         let text = err.to_string();
-        assert_eq!(err.0.len(), 6, "{text}");
+        assert_eq!(err.0.len(), 7, "{text}");
         for flag in [
+            "--eviction-hard",
             "--node-name",
             "--kubeconfig",
             "--config",

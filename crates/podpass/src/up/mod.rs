@@ -88,6 +88,24 @@ pub struct UpArgs {
     eviction_pressure_transition_period: Option<String>,
 }
 
+/// Said before anything starts when the data dir's filesystem is already past the node's
+/// default disk thresholds (imagefs 15% free, inodes 5%): the node would report
+/// `DiskPressure`, refuse new pods and evict, and the user should know why first.
+fn disk_pressure_warning(data: &Path, thresholds_given: bool) -> Option<String> {
+    if thresholds_given {
+        return None;
+    }
+    let s = rustix::fs::statvfs(data).ok()?;
+    let share = |free: u64, total: u64| if total == 0 { 100.0 } else { free as f64 * 100.0 / total as f64 };
+    let (bytes, inodes) = (share(s.f_bavail, s.f_blocks), share(s.f_favail, s.f_files));
+    (bytes < 15.0 || inodes < 5.0).then(|| {
+        format!(
+            "{}'s filesystem has {bytes:.1}% of its space and {inodes:.1}% of its inodes free: below the node's hard eviction thresholds (imagefs.available<15%, inodes<5%) it reports DiskPressure, refuses new pods and evicts running ones. Free some disk, or pass --eviction-hard (e.g. memory.available<100Mi,nodefs.available<5%)",
+            data.display()
+        )
+    })
+}
+
 /// `--eviction-hard`, checked as the node will check it.
 fn eviction_hard(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
     let map = podpass_node::parse_eviction_hard_flag(text)?;
@@ -204,6 +222,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         podpass_serve::durable::remove_stale_tmp(d);
     }
     podpass_serve::durable::remove_stale_tmp(&l.data);
+    warnings.extend(disk_pressure_warning(&l.data, args.eviction_hard.is_some()));
     for w in &warnings {
         eprintln!("warning: {w}");
     }
