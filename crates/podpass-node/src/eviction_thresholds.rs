@@ -226,13 +226,18 @@ pub fn parse_eviction_hard(map: &BTreeMap<String, String>) -> Result<Vec<Thresho
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
+/// A statement of `--eviction-hard` that is not `signal<value` (the message is cliflag's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed pair, expect string<string: {0:?}")]
+pub struct MalformedPair(pub String);
+
 /// Reads the kubelet's `--eviction-hard` flag form (`memory.available<100Mi,nodefs.available<10%`,
 /// its `LangleSeparatedMapStringString`) into the `evictionHard` map.
-pub fn parse_flag(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_flag(text: &str) -> Result<BTreeMap<String, String>, MalformedPair> {
     let mut map = BTreeMap::new();
     for statement in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((signal, value)) = statement.split_once('<') else {
-            return Err(format!("malformed pair, expect string<string: {statement:?}"));
+            return Err(MalformedPair(statement.to_owned()));
         };
         map.insert(signal.trim().to_owned(), value.trim().to_owned());
     }

@@ -331,6 +331,22 @@ impl Cgroups {
     }
 }
 
+/// A pod's cgroup could not be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PodCgroupError {
+    /// The pod's UID is not one directory name.
+    #[error("the pod's UID {0:?} cannot name a cgroup")]
+    UnsafeUid(String),
+    /// Writing it failed.
+    #[error("the pod's cgroup {name}: {source}")]
+    Write {
+        /// The cgroup (`/kubepods/…`).
+        name: String,
+        /// Why.
+        source: io::Error,
+    },
+}
+
 /// The node's pod cgroups and the limit every pod gets.
 #[derive(Debug, Clone)]
 pub(crate) struct PodCgroups {
@@ -343,20 +359,20 @@ pub(crate) struct PodCgroups {
 impl PodCgroups {
     /// The pod's cgroup, made (or its limits written again) before its sandbox runs: the
     /// CRI `cgroup_parent` of the sandbox and every container.
-    pub(crate) async fn ensure_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<String, String> {
+    pub(crate) async fn ensure_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Result<String, PodCgroupError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         // One directory name, whatever the API server sent: nothing is made outside /kubepods.
         if !crate::volumes::safe_segment(uid, true) {
-            return Err(format!("the pod's UID {uid:?} cannot name a cgroup"));
+            return Err(PodCgroupError::UnsafeUid(uid.to_owned()));
         }
         let name = pod_cgroup(qos_class(&spec), uid);
         let limits = pod_limits(&spec, self.pod_pids_limit);
         let (cgroups, owned) = (self.cgroups.clone(), name.clone());
-        tokio::task::spawn_blocking(move || cgroups.ensure(&owned, &limits))
+        let written = tokio::task::spawn_blocking(move || cgroups.ensure(&owned, &limits))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("the pod's cgroup {name}: {e}"))?;
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+        written.map_err(|source| PodCgroupError::Write { name: name.clone(), source })?;
         Ok(name)
     }
 }

@@ -773,7 +773,7 @@ async fn create_sandbox(
     std::fs::create_dir_all(log_dir(&rt.logs, pod))
         .map_err(|e| SyncError::CreatePodSandbox(format!("creating the log directory: {e}")))?;
     if let Some(pc) = &rt.cgroups {
-        pc.ensure_pod(pod).await.map_err(SyncError::CreatePodSandbox)?;
+        pc.ensure_pod(pod).await.map_err(|e| SyncError::CreatePodSandbox(e.to_string()))?;
     }
     let id = rt.cri.run_pod_sandbox(config).await.map_err(|e| SyncError::CreatePodSandbox(e.to_string()))?;
     out.events.push((String::new(), "Normal", "SandboxCreated", "Pod sandbox created".into()));

@@ -108,7 +108,18 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
-async fn rotate_one(rt: &PodRuntime, id: &str, log: PathBuf, policy: RotatePolicy) -> Result<(), String> {
+/// A log could not be rotated (tried again next round).
+#[derive(Debug, thiserror::Error)]
+enum RotateError {
+    /// The runtime did not reopen the container's log.
+    #[error("reopening the container log: {0}")]
+    Reopen(crate::runtime::RuntimeError),
+    /// Its file could not be read or renamed.
+    #[error("{0}")]
+    File(#[from] io::Error),
+}
+
+async fn rotate_one(rt: &PodRuntime, id: &str, log: PathBuf, policy: RotatePolicy) -> Result<(), RotateError> {
     let size = match blocking({
         let log = log.clone();
         move || std::fs::metadata(&log).map(|m| m.len())
@@ -118,10 +129,10 @@ async fn rotate_one(rt: &PodRuntime, id: &str, log: PathBuf, policy: RotatePolic
         Ok(size) => size,
         // A log file removed behind the runtime's back: have it make a new one.
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            rt.cri.reopen_container_log(id).await.map_err(|e| format!("reopening a missing log: {e}"))?;
+            rt.cri.reopen_container_log(id).await.map_err(RotateError::Reopen)?;
             return Ok(());
         }
-        Err(e) => return Err(format!("stat: {e}")),
+        Err(e) => return Err(RotateError::File(e)),
     };
     if i64::try_from(size).unwrap_or(i64::MAX) < policy.max_size {
         return Ok(());
@@ -133,15 +144,14 @@ async fn rotate_one(rt: &PodRuntime, id: &str, log: PathBuf, policy: RotatePolic
             rotate_latest(&log, jiff::Timestamp::now())
         }
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     let Some(rotated) = rotated else { return Ok(()) };
     if let Err(e) = rt.cri.reopen_container_log(id).await {
         // Back where it was, to be rotated next round (kubelet: rotateLatestLog).
         if let Err(back) = std::fs::rename(&rotated, &log) {
             tracing::error!(path = %log.display(), error = %back, "renaming a rotated log back failed");
         }
-        return Err(format!("reopening the container log: {e}"));
+        return Err(RotateError::Reopen(e));
     }
     tracing::debug!(container_id = %id, rotated = %rotated.display(), "container log rotated");
     Ok(())

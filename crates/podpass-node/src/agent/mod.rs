@@ -196,7 +196,7 @@ impl AgentConfig {
         }
         if let Some(flag) = &self.eviction_hard {
             let parsed = crate::eviction_thresholds::parse_flag(flag)
-                .map_err(|e| vec![e])
+                .map_err(|e| vec![e.to_string()])
                 .and_then(|map| crate::eviction_thresholds::parse_eviction_hard(&map));
             match parsed {
                 Ok(thresholds) => kubelet.eviction_hard = thresholds,

@@ -611,7 +611,7 @@ async fn evict_if_due(shared: &Shared, rt: &PodRuntime, pod: &Pod, state: &mut S
         // What the pod held goes now, not when it is deleted (kubelet: an evicted pod's
         // content is removed — its containers by the container GC, its volumes by the
         // volume manager), so the eviction gives the node its disk back.
-        if let Err(e) = remove_evicted_content(shared, rt, pod).await {
+        if let Err(e) = remove_pod_content(shared, pod, &uid, 0).await {
             tracing::warn!(error = %e, "removing the evicted pod's containers and volumes failed");
         }
         shared.evictions.done(&uid);
@@ -647,17 +647,37 @@ async fn local_storage_violation(rt: &PodRuntime, pod: &Pod, state: &mut State) 
     eviction::local_storage_violation(spec, &usage)
 }
 
-/// An evicted pod's containers, sandboxes, volumes and logs removed (its status already
-/// says how each container ended).
-async fn remove_evicted_content(shared: &Shared, rt: &PodRuntime, pod: &Pod) -> Result<(), String> {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    super::containers::tear_down(rt, &uid, 0).await.map_err(|e| format!("removing its containers: {e}"))?;
-    remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing its volumes: {e}"))?;
-    let (logs, owned) = (rt.logs.clone(), pod.clone());
-    tokio::task::spawn_blocking(move || super::containers::remove_log_dir(&logs, &owned))
-        .await
-        .map_err(|e| format!("removing its logs: {e}"))?
-        .map_err(|e| format!("removing its logs: {e}"))
+/// A step of removing what a pod holds on the node failed (each is tried again).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TearDownError {
+    /// Its containers and sandboxes.
+    #[error("stopping the pod's containers: {0}")]
+    Containers(#[from] crate::runtime::RuntimeError),
+    /// Its volumes.
+    #[error("removing volumes: {0}")]
+    Volumes(#[from] crate::volumes::PodVolumeError),
+    /// Its logs.
+    #[error("removing logs: {0}")]
+    Logs(std::io::Error),
+    /// Its deletion's confirmation.
+    #[error("confirming the deletion: {0}")]
+    Confirm(kube::Error),
+}
+
+/// The pod's containers and sandboxes (stopped with `grace`), volumes and logs removed.
+async fn remove_pod_content(shared: &Shared, pod: &Pod, uid: &str, grace: i64) -> Result<(), TearDownError> {
+    if let Some(rt) = &shared.runtime {
+        super::containers::tear_down(rt, uid, grace).await?;
+    }
+    remove_pod_volumes(&shared.root, uid).await?;
+    if let Some(rt) = &shared.runtime {
+        let (logs, owned) = (rt.logs.clone(), pod.clone());
+        tokio::task::spawn_blocking(move || super::containers::remove_log_dir(&logs, &owned))
+            .await
+            .map_err(|e| TearDownError::Logs(std::io::Error::other(e)))?
+            .map_err(TearDownError::Logs)?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn post_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), kube::Error> {
@@ -705,32 +725,20 @@ const TEARDOWN_RETRY_MAX: Duration = Duration::from_secs(30);
 /// event memory dropped, its volumes and logs removed, then (when asked) the deletion
 /// confirmed with grace 0 and a UID precondition, as a kubelet confirms once a pod is torn
 /// down. A failure is returned for the caller to try again; every step is idempotent.
-async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), String> {
+async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), TearDownError> {
     let Some(uid) = pod.metadata.uid.clone() else { return Ok(()) };
-    if let Some(rt) = &shared.runtime {
-        // The grace the deletion asked for, else the pod's own (30 s by default).
-        let grace = pod
-            .metadata
-            .deletion_grace_period_seconds
-            .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-            .unwrap_or(30);
-        super::containers::tear_down(rt, &uid, grace)
-            .await
-            .map_err(|e| format!("stopping the pod's containers: {e}"))?;
-    }
+    // The grace the deletion asked for, else the pod's own (30 s by default).
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30);
+    remove_pod_content(shared, pod, &uid, grace).await?;
     // One manager holds the pod's volume and credential-provider tokens alike.
     shared.sources.tokens().delete_for_pod(&uid);
     shared.images.forget_pod(&uid);
     shared.events.forget_pod(&uid);
     shared.evictions.done(&uid);
-    remove_pod_volumes(&shared.root, &uid).await.map_err(|e| format!("removing volumes: {e}"))?;
-    if let Some(rt) = &shared.runtime {
-        let (logs, owned) = (rt.logs.clone(), pod.clone());
-        tokio::task::spawn_blocking(move || super::containers::remove_log_dir(&logs, &owned))
-            .await
-            .map_err(|e| format!("removing logs: {e}"))?
-            .map_err(|e| format!("removing logs: {e}"))?;
-    }
     if !confirm {
         return Ok(());
     }
@@ -747,7 +755,7 @@ async fn tear_down(shared: &Shared, pod: &Pod, confirm: bool) -> Result<(), Stri
         // Gone already, a newer pod of the name (the UID precondition), or no longer bound
         // to this node as the Node authorizer sees it: nothing left to confirm.
         Err(kube::Error::Api(s)) if matches!(s.code, 403 | 404 | 409) => {}
-        Err(e) => return Err(format!("confirming the deletion: {e}")),
+        Err(e) => return Err(TearDownError::Confirm(e)),
     }
     Ok(())
 }

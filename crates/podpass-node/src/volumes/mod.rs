@@ -12,6 +12,6 @@ pub use medium::{
     TmpfsSetUp, UnmountOnDrop, VolumeMedium, set_up_memory_volume, set_up_tmpfs, tmpfs_size, unmount_all_under,
 };
 pub(crate) use pod::safe_segment;
-pub use pod::{as_projection, pod_dir, remove_pod_volumes, sync_pod_volumes, volume_dir};
+pub use pod::{PodVolumeError, as_projection, pod_dir, remove_pod_volumes, sync_pod_volumes, volume_dir};
 pub use projected::ProjectionSources;
 pub use subpath::{SubPath, prepare_sub_path};

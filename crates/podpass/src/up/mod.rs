@@ -108,7 +108,7 @@ fn disk_pressure_warning(data: &Path, thresholds_given: bool) -> Option<String> 
 
 /// `--eviction-hard`, checked as the node will check it.
 fn eviction_hard(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
-    let map = podpass_node::parse_eviction_hard_flag(text)?;
+    let map = podpass_node::parse_eviction_hard_flag(text).map_err(|e| e.to_string())?;
     podpass_node::parse_eviction_hard(&map).map_err(|e| e.join("; "))?;
     Ok(map)
 }
