@@ -11,6 +11,7 @@ mod checklist;
 mod demo;
 mod files;
 mod logs;
+mod node;
 mod push;
 mod supervisor;
 
@@ -605,61 +606,29 @@ async fn start(
     };
 
     // 5. node-1: its identity, its credential provider, the agent.
-    let began = Instant::now();
-    let kubeconfig = node_kubeconfig(&l.data, &l.node)?;
-    let providers = l.node.join("credential-provider.yaml");
-    files::write_provider_config(&providers, registry_host, &auth_url, &pki)?;
-    let kubelet_config = l.node.join("kubelet-config.yaml");
-    let eviction = files::EvictionSettings {
-        hard: args.eviction_hard.clone(),
-        transition_period: args.eviction_pressure_transition_period.clone(),
+    let node = node::NodePart {
+        name: NODE.to_owned(),
+        healthz_port: args.node_healthz_port,
+        port: args.node_port,
+        dir: l.node.clone(),
+        eviction: files::EvictionSettings {
+            hard: args.eviction_hard.clone(),
+            transition_period: args.eviction_pressure_transition_period.clone(),
+        },
     };
-    files::write_kubelet_config(&kubelet_config, &eviction)?;
-    let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
-    a.extend([path_str(&kubeconfig), "--node-name".into(), NODE.into(), "--root-dir".into()]);
-    a.extend([path_str(&l.node.join("root")), "--image-credential-provider-config".into(), path_str(&providers)]);
-    a.extend(["--image-credential-provider-bin-dir".into(), path_str(&tools.plugin_dir)]);
-    a.extend(["--healthz-port".into(), args.node_healthz_port.to_string()]);
-    a.extend(["--port".into(), args.node_port.to_string(), "--config".into(), path_str(&kubelet_config)]);
-    // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
-    a.extend(["--audit-log-path".into(), path_str(&l.logs.join(format!("{NODE}-audit.log")))]);
-    if !external_registry {
-        a.extend(["--registry-ca-file".into(), path_str(&pki.ca)]);
-        // The node proves containerd's pulls at the registry itself, showing its
-        // certificate to registry-auth as containerd does.
-        a.extend(["--registry-client-cert-file".into(), path_str(&pki.node_client.0)]);
-        a.extend(["--registry-client-key-file".into(), path_str(&pki.node_client.1)]);
-    }
-    if let Some(layout) = &runtime {
-        a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
-    }
-    parts.spawn(&format!("node {NODE}"), &tools.podpass, &a, l.logs.join(format!("{NODE}.log")))?;
-    out.waiting(&format!("node {NODE}"), "its /healthz and Ready condition");
-    let healthz = format!("http://127.0.0.1:{}/healthz", args.node_healthz_port);
-    wait(parts, "the node agent", || async {
-        // The Node may still say Ready from an earlier run: the agent's own health first.
-        let health = client.get(&healthz).send().await.ok()?;
-        if health.status() != 200 {
-            return None;
-        }
-        let (code, node) = api.get(&format!("/api/v1/nodes/{NODE}")).await.ok()?;
-        let conditions = node["status"]["conditions"].as_array()?;
-        let ready = conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
-        (code == 200 && ready).then_some(())
-    })
-    .await?;
-    out.done(
-        &format!("node {NODE}"),
-        &format!(
-            "Ready   {}; podpass-credential-provider (exchange mode) for {registry_host}",
-            if runtime.is_some() {
-                "runs containers on containerd"
-            } else {
-                "embedded image store, prepares pods only"
-            }
-        ),
-        began,
-    );
+    let ctx = node::Cluster {
+        data: &l.data,
+        logs: &l.logs,
+        tools,
+        pki: &pki,
+        registry_host,
+        auth_url: &auth_url,
+        external_registry,
+        runtime: runtime.as_ref(),
+        api: &api,
+        client: &client,
+    };
+    node::start(&node, &ctx, parts, out).await?;
     Ok(Running {
         api,
         registry_host: registry_host.to_owned(),
@@ -789,16 +758,6 @@ async fn bootstrap(api: &Api) -> Result<()> {
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
         .await?;
     Ok(())
-}
-
-/// node-1's kubeconfig (`system:node:node-1` in `system:nodes`).
-fn node_kubeconfig(data: &Path, node_dir: &Path) -> Result<PathBuf> {
-    identity_kubeconfig(
-        data,
-        &node_dir.join("kubeconfig"),
-        &format!("system:node:{NODE}"),
-        &["system:nodes".to_owned()],
-    )
 }
 
 /// How containerd reaches the cluster's registry: podpass's own (and registry-auth, its
