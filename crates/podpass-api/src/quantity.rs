@@ -63,9 +63,51 @@ pub fn parse_milli(s: &str) -> Result<i128, QuantityError> {
     Ok(if negative { -value } else { value })
 }
 
+/// A whole amount as `resource.Quantity` prints a BinarySI value: the largest binary
+/// suffix that leaves a whole number (`30Mi`), else the number (`1000`).
+pub fn format_binary_si(n: u64) -> String {
+    for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        if n != 0 && n.trailing_zeros() >= shift {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+/// A whole amount as `resource.Quantity` prints a DecimalSI value (`16k`, `1500`).
+pub fn format_decimal_si(n: u64) -> String {
+    const FACTORS: [(&str, u64); 6] = [
+        ("E", 1_000_000_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("G", 1_000_000_000),
+        ("M", 1_000_000),
+        ("k", 1_000),
+    ];
+    for (suffix, factor) in FACTORS {
+        if n != 0 && n.is_multiple_of(factor) {
+            return format!("{}{suffix}", n / factor);
+        }
+    }
+    n.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_amounts_print_as_resource_quantity_does() {
+        assert_eq!(
+            (format_binary_si(30 << 20), format_binary_si(1000), format_binary_si(0)),
+            ("30Mi".into(), "1000".into(), "0".into())
+        );
+        assert_eq!(format_binary_si(32_803_604 * 1024), "32803604Ki");
+        assert_eq!(
+            (format_decimal_si(16_000), format_decimal_si(1500), format_decimal_si(2_000_000)),
+            ("16k".into(), "1500".into(), "2M".into())
+        );
+    }
 
     #[test]
     fn quantities_read_as_apimachinery_reads_them() {

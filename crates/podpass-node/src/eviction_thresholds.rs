@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use podpass_api::quantity::{format_binary_si, format_decimal_si};
+
 /// An eviction signal the node observes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {
@@ -114,38 +116,10 @@ impl Threshold {
     /// its own format).
     pub fn printed(&self, capacity: u64) -> String {
         match self.value {
-            ThresholdValue::Quantity(q, false) => decimal_si(q),
-            _ => binary_si(self.quantity(capacity)),
+            ThresholdValue::Quantity(q, false) => format_decimal_si(q),
+            _ => format_binary_si(self.quantity(capacity)),
         }
     }
-}
-
-/// A whole amount as `resource.Quantity` prints a BinarySI value: the largest binary
-/// suffix that leaves a whole number, else the number.
-pub fn binary_si(n: u64) -> String {
-    for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
-        if n != 0 && n.is_multiple_of(1u64 << shift) {
-            return format!("{}{suffix}", n >> shift);
-        }
-    }
-    n.to_string()
-}
-
-/// A whole amount as `resource.Quantity` prints a DecimalSI value (`16k`, `1500`).
-pub fn decimal_si(n: u64) -> String {
-    for (suffix, factor) in [
-        ("E", 1_000_000_000_000_000_000u64),
-        ("P", 1_000_000_000_000_000),
-        ("T", 1_000_000_000_000),
-        ("G", 1_000_000_000),
-        ("M", 1_000_000),
-        ("k", 1_000),
-    ] {
-        if n != 0 && n.is_multiple_of(factor) {
-            return format!("{}{suffix}", n / factor);
-        }
-    }
-    n.to_string()
 }
 
 /// The kubelet's default `evictionHard` on Linux (`DefaultEvictionHard`).
@@ -292,12 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn quantities_print_as_resource_quantity_does() {
-        assert_eq!((binary_si(30 << 20), binary_si(1000), binary_si(0)), ("30Mi".into(), "1000".into(), "0".into()));
-        assert_eq!(
-            (decimal_si(16_000), decimal_si(1500), decimal_si(2_000_000)),
-            ("16k".into(), "1500".into(), "2M".into())
-        );
+    fn thresholds_print_as_their_resource_quantity_does() {
         let inodes = Threshold { signal: Signal::NodeFsInodesFree, value: ThresholdValue::Quantity(5000, false) };
         assert_eq!(inodes.printed(0), "5k");
         let share = Threshold { signal: Signal::NodeFsAvailable, value: ThresholdValue::Percentage(100_000) };

@@ -64,7 +64,7 @@ pub(crate) fn has_storage_limits(spec: &PodSpec) -> bool {
         || spec.containers.iter().any(|c| container_limit(c).is_some())
 }
 
-use crate::eviction_thresholds::binary_si;
+use podpass_api::quantity::format_binary_si as binary_si;
 
 /// Why the pod must be evicted, in upstream's words (`None`: it keeps within its limits).
 pub(crate) fn local_storage_violation(spec: &PodSpec, usage: &StorageUsage) -> Option<String> {

@@ -26,8 +26,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::pressure::{ConditionClock, Filesystems, Observation, Observations, Pressure};
 use super::worker::Shared;
-use crate::eviction_thresholds::{Signal, Threshold, binary_si, decimal_si};
+use crate::eviction_thresholds::{Signal, Threshold};
 use crate::images::service::ImageService as _;
+use podpass_api::quantity::{format_binary_si as binary_si, format_decimal_si as decimal_si};
 
 /// The eviction manager's monitoring interval (kubelet `evictionMonitoringPeriod`, 10 s).
 pub(crate) const MONITORING_INTERVAL: Duration = Duration::from_secs(10);

@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use podpass_api::quantity::format_binary_si as binary_si;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::eviction_thresholds::{HardThresholds, Signal};
@@ -50,14 +52,9 @@ fn read_small(path: &str) -> String {
     text.trim().to_owned()
 }
 
-/// `MemTotal` of /proc/meminfo, in bytes.
+/// `MemTotal` of /proc/meminfo, in bytes (0: unreadable).
 fn mem_total(meminfo: &str) -> u64 {
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse::<u64>().ok())
-        .map_or(0, |kib| kib.saturating_mul(1024))
+    super::pressure::meminfo_field(meminfo, "MemTotal:").unwrap_or(0)
 }
 
 /// `PRETTY_NAME` of an os-release file, unquoted.
@@ -133,21 +130,6 @@ fn resources(cpus: u64, memory: u64, ephemeral: u64, pods: u32) -> BTreeMap<Stri
     .into_iter()
     .map(|(k, v)| (k.to_owned(), Quantity(v)))
     .collect()
-}
-
-/// A byte count as `resource.Quantity` writes a BinarySI value: the largest binary suffix
-/// that divides it exactly, or the bare number.
-fn binary_si(bytes: u64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
-    if bytes == 0 {
-        return "0".into();
-    }
-    for (suffix, shift) in SUFFIXES {
-        if bytes.trailing_zeros() >= shift {
-            return format!("{}{suffix}", bytes >> shift);
-        }
-    }
-    bytes.to_string()
 }
 
 #[cfg(test)]

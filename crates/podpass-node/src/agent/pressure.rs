@@ -137,8 +137,8 @@ fn pid_observation(pid_max: &str, loadavg: &str) -> Option<Observation> {
     Some(Observation { available: capacity.saturating_sub(total), capacity })
 }
 
-/// A `/proc/meminfo` field, in bytes.
-fn meminfo_field(meminfo: &str, field: &str) -> Option<u64> {
+/// A `/proc/meminfo` field (`MemTotal:`), in bytes.
+pub(super) fn meminfo_field(meminfo: &str, field: &str) -> Option<u64> {
     meminfo
         .lines()
         .find_map(|l| l.strip_prefix(field))
