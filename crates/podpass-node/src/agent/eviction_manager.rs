@@ -110,34 +110,36 @@ pub(crate) fn is_critical(pod: &Pod) -> bool {
 /// The amount a signal ranks by, and the pod's request of it.
 fn used_and_requested(signal: Signal, c: &Candidate) -> Option<(u64, u64)> {
     let usage = c.usage?;
-    let spec = c.pod.spec.clone().unwrap_or_default();
+    let request = |name| c.pod.spec.as_ref().map_or(0, |spec| super::cgroups::pod_request(spec, name));
     Some(match signal.resource() {
-        "memory" => (usage.memory, super::cgroups::pod_request(&spec, "memory")),
-        "ephemeral-storage" => (usage.disk, super::cgroups::pod_request(&spec, "ephemeral-storage")),
+        "memory" => (usage.memory, request("memory")),
+        "ephemeral-storage" => (usage.disk, request("ephemeral-storage")),
         // Inodes have no request; pids rank by priority alone here.
         _ => (usage.inodes, 0),
     })
 }
 
+/// A candidate's place in the ranking, smallest first: measured or not, over its request
+/// or not, its priority, then its use beyond its request (larger first).
+fn rank_key(signal: Signal, c: &Candidate) -> (bool, bool, i32, std::cmp::Reverse<i128>) {
+    let Some((used, requested)) = used_and_requested(signal, c) else {
+        // The pod that could not be measured first; such pods keep their order.
+        return (false, false, 0, std::cmp::Reverse(0));
+    };
+    if signal == Signal::PidAvailable {
+        return (true, false, priority(&c.pod), std::cmp::Reverse(0));
+    }
+    let beyond = i128::from(used) - i128::from(requested);
+    (true, used <= requested, priority(&c.pod), std::cmp::Reverse(beyond))
+}
+
 /// Orders `candidates` for eviction under `signal`, first to go first (kubelet
 /// `rankMemoryPressure` / `rankDiskPressureFunc` / `rankPIDPressure`): a pod that could not
 /// be measured, then one using more than it requested, then lower priority, then the larger
-/// use beyond its request. Stable: pods that compare equal keep their order.
+/// use beyond its request. Stable: pods that compare equal keep their order. Each pod's
+/// key is computed once.
 pub(crate) fn rank(signal: Signal, candidates: &mut [Candidate]) {
-    candidates.sort_by(|a, b| {
-        let (ua, ub) = (used_and_requested(signal, a), used_and_requested(signal, b));
-        let (Some((used_a, req_a)), Some((used_b, req_b))) = (ua, ub) else {
-            // The pod that could not be measured first.
-            return ua.is_some().cmp(&ub.is_some());
-        };
-        if signal == Signal::PidAvailable {
-            return priority(&a.pod).cmp(&priority(&b.pod));
-        }
-        let exceeds = (used_b > req_b).cmp(&(used_a > req_a));
-        let beyond_a = i128::from(used_a) - i128::from(req_a);
-        let beyond_b = i128::from(used_b) - i128::from(req_b);
-        exceeds.then(priority(&a.pod).cmp(&priority(&b.pod))).then(beyond_b.cmp(&beyond_a))
-    });
+    candidates.sort_by_cached_key(|c| rank_key(signal, c));
 }
 
 /// How the kubelet prints an amount of a signal's resource (bytes BinarySI, counts
