@@ -122,3 +122,65 @@ fn the_parts_table_names_each_crates_podpass_dependencies() {
     }
     assert!(checked >= 9, "only {checked} crates in the parts table: has its format changed?");
 }
+
+/// The code of a Rust file that names things: up to its first `#[cfg(test)]`, without
+/// comments (a doc comment may mention any kind).
+fn code_of(source: &str) -> String {
+    let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+    code.lines().map(|l| l.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// Whether `code` holds `word` with no identifier character on either side.
+fn names_word(code: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    code.match_indices(word).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// "To add a kind": a kind is declared in one file and listed in one place; besides those,
+/// only its admission or controller and the bootstrap roles name it. Generated files (the
+/// protobuf schema, written from the declarations) are derived, not declarations.
+#[test]
+fn a_kind_is_named_in_at_most_four_files_of_the_api_server() {
+    let (root, text) = guide();
+    assert!(text.contains("## To add a kind"), "ARCHITECTURE.md explains how to add a kind");
+    let mut files = Vec::new();
+    rust_files(&root.join("crates/podpass-apiserver/src"), &mut files);
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.strip_prefix(&root).unwrap().display().to_string(), std::fs::read_to_string(f).unwrap()))
+        .filter(|(_, source)| !source.starts_with("// @generated"))
+        .map(|(name, source)| (name, code_of(&source)))
+        .collect();
+    let kinds = [
+        ("ResourceQuota", "resourcequotas", "resource_quota"),
+        ("LimitRange", "limitranges", "limit_range"),
+        ("EndpointSlice", "endpointslices", "endpoint_slice"),
+    ];
+    for (kind, plural, module) in kinds {
+        let naming: Vec<&str> = sources
+            .iter()
+            .filter(|(_, code)| [kind, plural, module].iter().any(|w| names_word(code, w)))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let declared = format!("crates/podpass-apiserver/src/server/rest/kinds/{module}.rs");
+        assert!(naming.contains(&declared.as_str()), "{kind} is declared in {declared}: {naming:?}");
+        assert!(naming.contains(&"crates/podpass-apiserver/src/server/rest/kinds/mod.rs"), "{kind} is listed");
+        assert!(naming.len() <= 4, "{kind} is named in {} files: {naming:#?}", naming.len());
+    }
+    assert!(names_word("a ResourceQuota b", "ResourceQuota") && !names_word("ResourceQuotaStrategy", "ResourceQuota"));
+}

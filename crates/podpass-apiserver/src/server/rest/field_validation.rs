@@ -9,7 +9,6 @@ use serde::de::DeserializeOwned;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::kinds::types::{KindType, KindTypeVisitor, with_kind_type};
 use crate::server::status::StatusError;
 
 /// Fields reported per request, at most (the rest are summed up in one line).
@@ -59,25 +58,15 @@ fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
 }
 
 /// The unknown fields of `object` as a `T`, or the decoding error.
-fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, String> {
+pub(crate) fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, String> {
     let mut unknown = Vec::new();
     let _: T = serde_ignored::deserialize(object, |p| unknown.push(ignored_path(&p))).map_err(|e| e.to_string())?;
     Ok(unknown)
 }
 
-/// Finds the unknown fields of one object through its kind's type.
-struct UnknownFields<'a>(&'a Value);
-
-impl KindTypeVisitor for UnknownFields<'_> {
-    type Output = Result<Vec<String>, String>;
-    fn visit<T: KindType>(self) -> Self::Output {
-        unknown_as::<T>(self.0)
-    }
-}
-
 /// The unknown fields of `object` of `kind` in `group`; `None` for a kind without a type.
 fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<String>, String>> {
-    with_kind_type(group, kind, UnknownFields(object))
+    super::kinds::type_of(group, kind).map(|typed| typed.unknown_fields(object))
 }
 
 /// Keys of one object compared one by one before they are hashed.

@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use schemars::generate::{SchemaGenerator, SchemaSettings};
+use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
-use super::kinds::types::{KindType, KindTypeVisitor, with_kind_type};
+use super::kinds::type_of;
 use super::resources::{RESOURCES, Resource};
 use crate::server::KUBE_MINOR;
 
@@ -29,17 +29,6 @@ struct Documents {
 
 fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
-}
-
-/// Adds a kind's schema (and everything it refers to) to a generator; its schema name.
-struct AddSchema<'a>(&'a mut SchemaGenerator);
-
-impl KindTypeVisitor for AddSchema<'_> {
-    type Output = String;
-    fn visit<T: KindType>(self) -> String {
-        self.0.subschema_for::<T>();
-        T::schema_name().into_owned()
-    }
 }
 
 /// The kinds a group-version document describes: its resources, and TokenRequest in the
@@ -146,7 +135,7 @@ pub(crate) fn v3_document(group: &str, version: &str) -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();
     let mut names = Vec::new();
     for (g, kind) in kinds_of(group, version) {
-        if let Some(name) = with_kind_type(g, kind, AddSchema(&mut generator)) {
+        if let Some(name) = type_of(g, kind).map(|typed| typed.add_schema(&mut generator)) {
             names.push((name, g, kind));
         }
     }
@@ -182,7 +171,7 @@ fn v2_document() -> Value {
     for r in RESOURCES {
         for (g, kind) in kinds_of(r.group, r.version) {
             if seen.insert((g, kind))
-                && let Some(name) = with_kind_type(g, kind, AddSchema(&mut generator))
+                && let Some(name) = type_of(g, kind).map(|typed| typed.add_schema(&mut generator))
             {
                 names.push((name, g, kind));
             }

@@ -1,5 +1,6 @@
 //! The resources the control plane serves, and how request paths name them.
 
+use super::kinds::types::Typed;
 use super::kinds::{self, Conversion, Strategy};
 
 /// One served resource.
@@ -25,6 +26,8 @@ pub struct Resource {
     pub stored: bool,
     /// What the kind adds to the generic registry.
     pub(crate) strategy: &'static dyn Strategy,
+    /// Its k8s-openapi type.
+    pub(crate) typed: &'static dyn Typed,
     /// For a version served from another resource's storage (same plural, another
     /// group): how objects convert. Such a resource is a view: loops over every stored
     /// resource skip it.
@@ -91,97 +94,74 @@ impl Resource {
     }
 }
 
-const fn stored(
-    group: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    singular: &'static str,
-    namespaced: bool,
-    short_names: &'static [&'static str],
-    strategy: &'static dyn Strategy,
-) -> Resource {
-    Resource {
-        group,
-        version: "v1",
-        kind,
-        plural,
-        singular,
-        namespaced,
-        short_names,
-        categories: &[],
-        stored: true,
-        strategy,
-        conversion: None,
+/// A resource's names: group, kind, plural (also the storage prefix) and singular.
+#[derive(Clone, Copy)]
+pub(crate) struct Names {
+    /// API group (`""` = core).
+    pub group: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Plural.
+    pub plural: &'static str,
+    /// Singular (discovery).
+    pub singular: &'static str,
+}
+
+/// How a kind declares its resource (in its own file under `kinds/`): a stored,
+/// namespaced v1 resource, then what departs from that.
+impl Resource {
+    /// A stored, namespaced v1 resource with its strategy and type.
+    pub(crate) const fn stored(names: Names, strategy: &'static dyn Strategy, typed: &'static dyn Typed) -> Self {
+        let Names { group, kind, plural, singular } = names;
+        Resource {
+            group,
+            version: "v1",
+            kind,
+            plural,
+            singular,
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            stored: true,
+            strategy,
+            typed,
+            conversion: None,
+        }
+    }
+
+    /// A create-only review (answered, never stored), cluster-scoped.
+    pub(crate) const fn review(names: Names, strategy: &'static dyn Strategy, typed: &'static dyn Typed) -> Self {
+        Resource { stored: false, namespaced: false, ..Self::stored(names, strategy, typed) }
+    }
+
+    /// Cluster-scoped.
+    pub(crate) const fn cluster_scoped(self) -> Self {
+        Resource { namespaced: false, ..self }
+    }
+
+    /// Namespaced (for a review: LocalSubjectAccessReview).
+    pub(crate) const fn in_namespaces(self) -> Self {
+        Resource { namespaced: true, ..self }
+    }
+
+    /// With short names (`kubectl get quota`).
+    pub(crate) const fn with_short_names(self, short_names: &'static [&'static str]) -> Self {
+        Resource { short_names, ..self }
+    }
+
+    /// In categories (upstream: the strategy's `Categories()`; `all` for `kubectl get all`).
+    pub(crate) const fn in_categories(self, categories: &'static [&'static str]) -> Self {
+        Resource { categories, ..self }
+    }
+
+    /// A version served from another group's storage of the same plural, converted.
+    pub(crate) const fn converted(self, conversion: &'static dyn Conversion) -> Self {
+        Resource { conversion: Some(conversion), ..self }
     }
 }
 
-/// A stored resource in categories (upstream: the pod strategy's `Categories()`).
-const fn in_categories(resource: Resource, categories: &'static [&'static str]) -> Resource {
-    Resource { categories, ..resource }
-}
-
-const fn review(group: &'static str, kind: &'static str, plural: &'static str, singular: &'static str) -> Resource {
-    Resource { stored: false, ..stored(group, kind, plural, singular, false, &[], &kinds::UNSTORED) }
-}
-
-/// Every served resource.
-pub const RESOURCES: &[Resource] = &[
-    stored("", "Namespace", "namespaces", "namespace", false, &["ns"], &kinds::NAMESPACE),
-    stored("", "ServiceAccount", "serviceaccounts", "serviceaccount", true, &["sa"], &kinds::SERVICE_ACCOUNT),
-    in_categories(stored("", "Pod", "pods", "pod", true, &["po"], &kinds::POD), &["all"]),
-    stored("", "Node", "nodes", "node", false, &["no"], &kinds::NODE),
-    stored("", "Secret", "secrets", "secret", true, &[], &kinds::SECRET),
-    stored("", "ConfigMap", "configmaps", "configmap", true, &["cm"], &kinds::CONFIG_MAP),
-    stored("", "ResourceQuota", "resourcequotas", "resourcequota", true, &["quota"], &kinds::RESOURCE_QUOTA),
-    stored("", "LimitRange", "limitranges", "limitrange", true, &["limits"], &kinds::LIMIT_RANGE),
-    stored("", "Event", "events", "event", true, &["ev"], &kinds::EVENT),
-    in_categories(stored("", "Service", "services", "service", true, &["svc"], &kinds::SERVICE), &["all"]),
-    stored("", "Endpoints", "endpoints", "endpoints", true, &["ep"], &kinds::ENDPOINTS),
-    stored("discovery.k8s.io", "EndpointSlice", "endpointslices", "endpointslice", true, &[], &kinds::ENDPOINT_SLICE),
-    Resource {
-        conversion: Some(&kinds::EVENTS_V1),
-        ..stored("events.k8s.io", "Event", "events", "event", true, &["ev"], &kinds::EVENT)
-    },
-    stored("coordination.k8s.io", "Lease", "leases", "lease", true, &[], &kinds::LEASE),
-    stored(
-        kinds::revoked_token::GROUP,
-        "RevokedToken",
-        "revokedtokens",
-        "revokedtoken",
-        false,
-        &[],
-        &kinds::REVOKED_TOKEN,
-    ),
-    stored("rbac.authorization.k8s.io", "Role", "roles", "role", true, &[], &kinds::ROLE),
-    stored("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", "rolebinding", true, &[], &kinds::ROLE_BINDING),
-    stored("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", "clusterrole", false, &[], &kinds::CLUSTER_ROLE),
-    stored(
-        "rbac.authorization.k8s.io",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        "clusterrolebinding",
-        false,
-        &[],
-        &kinds::CLUSTER_ROLE_BINDING,
-    ),
-    Resource {
-        strategy: &kinds::TOKEN_REVIEW,
-        ..review("authentication.k8s.io", "TokenReview", "tokenreviews", "tokenreview")
-    },
-    review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview"),
-    review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview"),
-    review("authorization.k8s.io", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview"),
-    review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview"),
-    Resource {
-        namespaced: true,
-        ..review(
-            "authorization.k8s.io",
-            "LocalSubjectAccessReview",
-            "localsubjectaccessreviews",
-            "localsubjectaccessreview",
-        )
-    },
-];
+/// Every served resource: the list of kinds (`kinds/mod.rs`), each declared in its own file.
+pub use super::kinds::RESOURCES;
 
 /// The API groups served, with their single version.
 pub fn groups() -> Vec<&'static str> {

@@ -106,10 +106,7 @@ pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mu
         limit_ranger::default_pod(state, attrs.namespace.unwrap_or_default(), object).await?;
         default_toleration_seconds::admit_pod(object);
     }
-    if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "resourcequotas" {
-        quota::initial_status(state, attrs.namespace.unwrap_or_default(), object).await?;
-    }
-    Ok(())
+    quota::mutate(state, attrs, object).await
 }
 
 /// Mutating admission of an update of an object itself (not through `/status`): the
@@ -134,8 +131,8 @@ pub(crate) async fn validate(
         return validate_subresource(state, attrs, object, ns).await;
     }
     validate_plugins(state, attrs, object, old, ns).await?;
-    // ResourceQuota runs last, as upstream orders it: only what every other plugin admitted
-    // is counted against a quota.
+    // Quota admission runs last, as upstream orders it: only what every other plugin
+    // admitted is counted against a quota.
     match object {
         Some(object) => quota::admit(state, attrs, object).await,
         None => Ok(()),

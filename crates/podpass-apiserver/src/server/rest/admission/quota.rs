@@ -302,9 +302,16 @@ pub(crate) async fn admit(state: &AppState, attrs: &Attributes<'_>, object: &Val
     Ok(())
 }
 
-/// A new quota's status: its hard limits and what the namespace uses now (mutating, so
-/// `kubectl describe quota` is right from the start).
-pub(crate) async fn initial_status(state: &AppState, ns: &str, object: &mut Value) -> Result<(), StatusError> {
+/// Mutating quota admission: a new quota's status, its hard limits and what the namespace
+/// uses now (so `kubectl describe quota` is right from the start).
+pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mut Value) -> Result<(), StatusError> {
+    if attrs.operation == Operation::Create && attrs.res.group.is_empty() && attrs.res.plural == "resourcequotas" {
+        initial_status(state, attrs.namespace.unwrap_or_default(), object).await?;
+    }
+    Ok(())
+}
+
+async fn initial_status(state: &AppState, ns: &str, object: &mut Value) -> Result<(), StatusError> {
     let used = used(state, ns, &hard_of(object), &scopes_of(object)).await?;
     object["status"] = status_of(object, &used);
     Ok(())

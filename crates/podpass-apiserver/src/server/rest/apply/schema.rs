@@ -12,7 +12,6 @@ use podpass_merge::{Path, Schema, Set};
 use serde_json::{Map, Value};
 
 use super::list_types::LIST_TYPES;
-use crate::server::rest::kinds::types::{KindType, KindTypeVisitor, with_kind_type};
 use crate::server::rest::resources::RESOURCES;
 
 /// A field's list or map type, where it is not the default (atomic list, granular map).
@@ -91,15 +90,6 @@ impl Schemas {
     }
 }
 
-struct SchemaName;
-
-impl KindTypeVisitor for SchemaName {
-    type Output = String;
-    fn visit<T: KindType>(self) -> String {
-        T::schema_name().into_owned()
-    }
-}
-
 /// The schemas, built on first use.
 pub(crate) fn schemas() -> &'static Schemas {
     static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
@@ -119,7 +109,7 @@ fn build() -> Schemas {
     let mut b = Builder { defs: &defs, schema: Schema::new(), ids: HashMap::new() };
     let mut kinds = HashMap::new();
     for r in RESOURCES.iter().filter(|r| r.stored) {
-        let Some(name) = with_kind_type(r.group, r.kind, SchemaName) else { continue };
+        let name = r.typed.schema_name();
         let root = b.named(&name);
         let top: Vec<&String> = match defs.get(&name).and_then(|d| d.get("properties")) {
             Some(Value::Object(props)) => props.keys().collect(),

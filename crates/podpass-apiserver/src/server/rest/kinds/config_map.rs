@@ -14,6 +14,14 @@ pub(crate) struct ConfigMap;
 /// Registered in the resource table.
 pub(crate) static CONFIG_MAP: ConfigMap = ConfigMap;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "ConfigMap", plural: "configmaps", singular: "configmap" },
+    &CONFIG_MAP,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::ConfigMap>::NEW,
+)
+.with_short_names(&["cm"]);
+
 impl Strategy for ConfigMap {
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
         let mut errors = key_errors(object, &["data", "binaryData"], true);

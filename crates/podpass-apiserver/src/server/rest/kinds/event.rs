@@ -13,6 +13,14 @@ pub(crate) struct Event;
 /// Registered in the resource table.
 pub(crate) static EVENT: Event = Event;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Event", plural: "events", singular: "event" },
+    &EVENT,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Event>::NEW,
+)
+.with_short_names(&["ev"]);
+
 impl Strategy for Event {
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[

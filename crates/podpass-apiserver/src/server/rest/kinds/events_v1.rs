@@ -31,6 +31,15 @@ pub(crate) struct EventsV1;
 /// Registered in the resource table.
 pub(crate) static EVENTS_V1: EventsV1 = EventsV1;
 
+/// The resource: events.k8s.io/v1 Event, served from the core Events' storage.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "events.k8s.io", kind: "Event", plural: "events", singular: "event" },
+    &super::event::EVENT,
+    &super::types::TypeOf::<k8s_openapi::api::events::v1::Event>::NEW,
+)
+.with_short_names(&["ev"])
+.converted(&EVENTS_V1);
+
 fn rename(object: Value, from_served: bool, api_version: &str) -> Value {
     let Value::Object(map) = object else { return object };
     let mut out = Map::with_capacity(map.len());

@@ -14,6 +14,13 @@ pub(crate) struct Lease;
 /// Registered in the resource table.
 pub(crate) static LEASE: Lease = Lease;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "coordination.k8s.io", kind: "Lease", plural: "leases", singular: "lease" },
+    &LEASE,
+    &super::types::TypeOf::<k8s_openapi::api::coordination::v1::Lease>::NEW,
+);
+
 /// `ValidateLeaseSpec`: a positive duration, a non-negative count of transitions.
 fn spec_errors(lease: &Value) -> Vec<String> {
     let mut errors = Vec::new();

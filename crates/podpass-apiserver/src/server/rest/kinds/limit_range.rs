@@ -3,10 +3,14 @@
 //! `defaultRequest` ≤ `default` ≤ `max`). What a LimitRange does to a pod is LimitRanger
 //! admission's ([`crate::server::rest::admission::limit_ranger`]).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
+use super::types::read;
 use super::{Strategy, invalid};
-use crate::field::Field;
 use crate::server::status::StatusError;
 
 /// The LimitRange strategy.
@@ -15,22 +19,39 @@ pub(crate) struct LimitRangeStrategy;
 /// The registered strategy.
 pub(crate) static LIMIT_RANGE: LimitRangeStrategy = LimitRangeStrategy;
 
-fn milli(v: Option<&Value>) -> Option<i128> {
-    v.and_then(Value::as_str).and_then(|s| podpass_api::quantity::parse_milli(s).ok())
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "LimitRange", plural: "limitranges", singular: "limitrange" },
+    &LIMIT_RANGE,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::LimitRange>::NEW,
+)
+.with_short_names(&["limits"]);
+
+/// One of an item's maps of quantities, by its JSON name.
+fn quantities<'a>(item: &'a LimitRangeItem, field: &str) -> Option<&'a BTreeMap<String, Quantity>> {
+    match field {
+        "max" => item.max.as_ref(),
+        "min" => item.min.as_ref(),
+        "default" => item.default.as_ref(),
+        "defaultRequest" => item.default_request.as_ref(),
+        "maxLimitRequestRatio" => item.max_limit_request_ratio.as_ref(),
+        _ => None,
+    }
 }
 
-fn spec_errors(object: &Value) -> Vec<String> {
+/// `ValidateLimitRange`'s rules on `spec.limits`.
+fn spec_errors(range: &LimitRange) -> Vec<String> {
     let quote = podpass_api::validation::quote;
     let mut errors = Vec::new();
-    for (i, item) in object.field("/spec/limits").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (i, item) in range.spec.iter().flat_map(|s| &s.limits).enumerate() {
         let at = format!("spec.limits[{i}]");
-        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        let kind = item.type_.as_str();
         if !matches!(kind, "Container" | "Pod" | "PersistentVolumeClaim") {
             errors.push(format!("{at}.type: Unsupported value: {}", quote(kind)));
         }
         for field in ["max", "min", "default", "defaultRequest", "maxLimitRequestRatio"] {
-            for (name, v) in item.get(field).and_then(Value::as_object).into_iter().flatten() {
-                let text = v.as_str().unwrap_or_default();
+            for (name, quantity) in quantities(item, field).into_iter().flatten() {
+                let text = quantity.0.as_str();
                 match podpass_api::quantity::parse_milli(text) {
                     Ok(m) if m < 0 => errors.push(format!(
                         "{at}.{field}[{name}]: Invalid value: {}: must be greater than or equal to 0",
@@ -41,23 +62,23 @@ fn spec_errors(object: &Value) -> Vec<String> {
                 }
             }
         }
-        if kind == "Pod" && item.get("default").is_some_and(|d| d.as_object().is_some_and(|m| !m.is_empty())) {
+        if kind == "Pod" && item.default.as_ref().is_some_and(|d| !d.is_empty()) {
             errors.push(format!("{at}.default: Forbidden: may not be specified when `type` is 'Pod'"));
         }
         // min <= defaultRequest <= default <= max, per resource.
         let order = [("min", "defaultRequest"), ("defaultRequest", "default"), ("min", "max"), ("default", "max")];
+        let milli = |q: &Quantity| podpass_api::quantity::parse_milli(&q.0).ok();
         for (low, high) in order {
-            for (name, _) in item.get(low).and_then(Value::as_object).into_iter().flatten() {
-                let (l, h) =
-                    (milli(item.pointer(&format!("/{low}/{name}"))), milli(item.pointer(&format!("/{high}/{name}"))));
-                if let (Some(l), Some(h)) = (l, h)
-                    && l > h
+            for (name, l) in quantities(item, low).into_iter().flatten() {
+                let Some(h) = quantities(item, high).and_then(|m| m.get(name)) else { continue };
+                if let (Some(lm), Some(hm)) = (milli(l), milli(h))
+                    && lm > hm
                 {
-                    let shown = item.pointer(&format!("/{low}/{name}")).and_then(Value::as_str).unwrap_or_default();
                     errors.push(format!(
-                        "{at}.{low}[{name}]: Invalid value: {}: {low} value {shown} is greater than {high} value {}",
-                        quote(shown),
-                        item.pointer(&format!("/{high}/{name}")).and_then(Value::as_str).unwrap_or_default()
+                        "{at}.{low}[{name}]: Invalid value: {}: {low} value {} is greater than {high} value {}",
+                        quote(&l.0),
+                        l.0,
+                        h.0
                     ));
                 }
             }
@@ -68,12 +89,13 @@ fn spec_errors(object: &Value) -> Vec<String> {
 
 impl Strategy for LimitRangeStrategy {
     fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
-        invalid("LimitRange", name, spec_errors(object))
+        invalid("LimitRange", name, spec_errors(&read(object)?))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 
@@ -83,7 +105,7 @@ mod tests {
             {"type": "Container", "min": {"cpu": "500m"}, "max": {"cpu": "250m"}, "default": {"memory": "lots"}},
             {"type": "Pod", "default": {"cpu": "1"}},
             {"type": "Widget"}]}});
-        let errors = spec_errors(&lr);
+        let errors = spec_errors(&read(&lr).unwrap());
         assert!(
             errors.iter().any(|e| e.starts_with(r#"spec.limits[0].default[memory]: Invalid value: "lots""#)),
             "{errors:?}"

@@ -10,6 +10,7 @@
 //! fields dropped, wrong types refused), so its shape is the type's.
 
 mod config_map;
+mod endpoint_slice;
 mod event;
 mod events_v1;
 mod lease;
@@ -21,6 +22,7 @@ mod pod_spec;
 pub(crate) mod projection;
 mod rbac;
 mod resource_quota;
+mod reviews;
 pub(crate) mod revoked_token;
 mod secret;
 mod service;
@@ -34,20 +36,60 @@ use crate::server::AppState;
 use crate::server::status::StatusError;
 use crate::store::BoxFuture;
 
-pub(crate) use config_map::CONFIG_MAP;
-pub(crate) use event::EVENT;
-pub(crate) use events_v1::EVENTS_V1;
-pub(crate) use lease::LEASE;
-pub(crate) use limit_range::LIMIT_RANGE;
-pub(crate) use namespace::{NAMESPACE, ensure_system_namespaces};
-pub(crate) use node::NODE;
-pub(crate) use pod::POD;
-pub(crate) use rbac::{CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING};
-pub(crate) use resource_quota::RESOURCE_QUOTA;
-pub(crate) use revoked_token::REVOKED_TOKEN;
-pub(crate) use secret::SECRET;
-pub(crate) use service::{ENDPOINT_SLICE, ENDPOINTS, SERVICE};
-pub(crate) use service_account::SERVICE_ACCOUNT;
+pub(crate) use super::resources::{Names, Resource};
+pub(crate) use namespace::ensure_system_namespaces;
+
+/// Every served resource, in discovery's order: the one list of kinds. Each is declared in
+/// its own file (names, scope, strategy, type, short names, categories); discovery, the
+/// OpenAPI documents, the protobuf decoder, field validation, tables and errors read it
+/// from here. To add a kind, write its file as `limit_range.rs` is written and add it here.
+pub const RESOURCES: &[Resource] = &[
+    namespace::RESOURCE,
+    service_account::RESOURCE,
+    pod::RESOURCE,
+    node::RESOURCE,
+    secret::RESOURCE,
+    config_map::RESOURCE,
+    resource_quota::RESOURCE,
+    limit_range::RESOURCE,
+    event::RESOURCE,
+    service::SERVICE_RESOURCE,
+    service::ENDPOINTS_RESOURCE,
+    endpoint_slice::RESOURCE,
+    events_v1::RESOURCE,
+    lease::RESOURCE,
+    revoked_token::RESOURCE,
+    rbac::ROLE_RESOURCE,
+    rbac::ROLE_BINDING_RESOURCE,
+    rbac::CLUSTER_ROLE_RESOURCE,
+    rbac::CLUSTER_ROLE_BINDING_RESOURCE,
+    reviews::TOKEN_REVIEW,
+    reviews::SELF_SUBJECT_REVIEW,
+    reviews::SELF_SUBJECT_ACCESS_REVIEW,
+    reviews::SUBJECT_ACCESS_REVIEW,
+    reviews::SELF_SUBJECT_RULES_REVIEW,
+    reviews::LOCAL_SUBJECT_ACCESS_REVIEW,
+];
+
+/// A kind that is only ever a subresource's body (`pods/binding`'s Binding).
+pub(crate) struct Body {
+    /// Its API group.
+    pub group: &'static str,
+    /// Its kind.
+    pub kind: &'static str,
+    /// Its type.
+    pub typed: &'static dyn types::Typed,
+}
+
+/// The subresource bodies that are kinds of their own.
+const BODIES: [Body; 2] = [pod::BINDING, service_account::TOKEN_REQUEST];
+
+/// The type of `kind` in `group`: a served resource's, or a subresource body's; `None` when
+/// no kind of that name is served.
+pub(crate) fn type_of(group: &str, kind: &str) -> Option<&'static dyn types::Typed> {
+    let resource = RESOURCES.iter().find(|r| r.group == group && r.kind == kind).map(|r| r.typed);
+    resource.or_else(|| BODIES.iter().find(|b| b.group == group && b.kind == kind).map(|b| b.typed))
+}
 
 /// The part of an object a write addresses: the object (its main resource), or one of
 /// the subresources that write a part of it.
@@ -243,20 +285,6 @@ pub(crate) enum Answers {
     Review,
 }
 
-/// Create-only reviews: nothing is stored, so nothing to add but what answers them.
-pub(crate) struct Unstored(Answers);
-
-impl Strategy for Unstored {
-    fn answers(&self) -> Option<Answers> {
-        Some(self.0)
-    }
-}
-
-/// The strategy of the reviews the authorizers answer.
-pub(crate) static UNSTORED: Unstored = Unstored(Answers::Review);
-/// The strategy of TokenReview.
-pub(crate) static TOKEN_REVIEW: Unstored = Unstored(Answers::TokenReview);
-
 /// Joins field errors into upstream's `Kind "name" is invalid: …` (a list when several),
 /// with `details.causes` as `errors.NewInvalid` writes them (kubectl prints one line a cause).
 pub(crate) fn invalid(kind: &str, name: &str, errors: Vec<String>) -> Result<(), StatusError> {
@@ -300,14 +328,10 @@ fn cause(error: &str) -> Value {
     }
 }
 
-/// The API group of a kind served outside the core group.
+/// The API group of a kind as errors name it: its stored resource's (the core group's
+/// Event, not events.k8s.io's view of it).
 fn group_of(kind: &str) -> Option<&'static str> {
-    match kind {
-        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => Some("rbac.authorization.k8s.io"),
-        "Lease" => Some("coordination.k8s.io"),
-        "RevokedToken" => Some(revoked_token::GROUP),
-        _ => None,
-    }
+    RESOURCES.iter().find(|r| r.kind == kind && r.conversion.is_none()).map(|r| r.group).filter(|g| !g.is_empty())
 }
 
 #[cfg(test)]
@@ -364,7 +388,7 @@ mod declared_subresources {
         ];
         assert_eq!(pods, expect.map(|(n, v)| (n.to_owned(), v)).to_vec());
         assert_eq!(listed("", "serviceaccounts"), [("token".to_owned(), vec!["create"])]);
-        for plural in ["nodes", "namespaces", "resourcequotas"] {
+        for plural in ["nodes", "namespaces"] {
             assert_eq!(listed("", plural), [("status".to_owned(), vec!["get", "patch", "update"])], "{plural}");
         }
         assert!(listed("", "configmaps").is_empty());

@@ -20,6 +20,15 @@ pub(crate) struct Namespace;
 /// Registered in the resource table.
 pub(crate) static NAMESPACE: Namespace = Namespace;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Namespace", plural: "namespaces", singular: "namespace" },
+    &NAMESPACE,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Namespace>::NEW,
+)
+.cluster_scoped()
+.with_short_names(&["ns"]);
+
 impl Strategy for Namespace {
     fn name_problem(&self, name: &str) -> Option<String> {
         (!podpass_token::user::is_dns1123_label(name)).then(|| {

@@ -14,6 +14,15 @@ pub(crate) struct Node;
 /// Registered in the resource table.
 pub(crate) static NODE: Node = Node;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Node", plural: "nodes", singular: "node" },
+    &NODE,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Node>::NEW,
+)
+.cluster_scoped()
+.with_short_names(&["no"]);
+
 impl Strategy for Node {
     fn prepare_for_update(&self, object: &mut Value, old: &Value) {
         super::namespace::keep_status(object, old);

@@ -26,6 +26,22 @@ pub(crate) struct Pod;
 /// Registered in the resource table.
 pub(crate) static POD: Pod = Pod;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Pod", plural: "pods", singular: "pod" },
+    &POD,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Pod>::NEW,
+)
+.with_short_names(&["po"])
+.in_categories(&["all"]);
+
+/// The body of `pods/binding`.
+pub(crate) const BINDING: super::Body = super::Body {
+    group: "",
+    kind: "Binding",
+    typed: &super::types::TypeOf::<k8s_openapi::api::core::v1::Binding>::NEW,
+};
+
 impl Strategy for Pod {
     fn default(&self, _name: &str, object: &mut Value) -> Result<(), StatusError> {
         default_pod(object);

@@ -241,6 +241,51 @@ pub(crate) static ROLE_BINDING: Rbac =
 pub(crate) static CLUSTER_ROLE_BINDING: Rbac =
     Rbac { kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, binding: true };
 
+/// The Role resource.
+pub(crate) const ROLE_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "rbac.authorization.k8s.io", kind: "Role", plural: "roles", singular: "role" },
+    &ROLE,
+    &super::types::TypeOf::<k8s_openapi::api::rbac::v1::Role>::NEW,
+);
+
+/// The RoleBinding resource.
+pub(crate) const ROLE_BINDING_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names {
+        group: "rbac.authorization.k8s.io",
+        kind: "RoleBinding",
+        plural: "rolebindings",
+        singular: "rolebinding",
+    },
+    &ROLE_BINDING,
+    &super::types::TypeOf::<k8s_openapi::api::rbac::v1::RoleBinding>::NEW,
+);
+
+/// The ClusterRole resource.
+pub(crate) const CLUSTER_ROLE_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names {
+        group: "rbac.authorization.k8s.io",
+        kind: "ClusterRole",
+        plural: "clusterroles",
+        singular: "clusterrole",
+    },
+    &CLUSTER_ROLE,
+    &super::types::TypeOf::<k8s_openapi::api::rbac::v1::ClusterRole>::NEW,
+)
+.cluster_scoped();
+
+/// The ClusterRoleBinding resource.
+pub(crate) const CLUSTER_ROLE_BINDING_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names {
+        group: "rbac.authorization.k8s.io",
+        kind: "ClusterRoleBinding",
+        plural: "clusterrolebindings",
+        singular: "clusterrolebinding",
+    },
+    &CLUSTER_ROLE_BINDING,
+    &super::types::TypeOf::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::NEW,
+)
+.cluster_scoped();
+
 impl Rbac {
     fn check(&self, name: &str, object: &Value, old: Option<&Value>) -> Result<(), StatusError> {
         let mut errors = Vec::new();

@@ -27,6 +27,14 @@ pub(crate) struct RevokedTokens;
 /// Registered in the resource table.
 pub(crate) static REVOKED_TOKEN: RevokedTokens = RevokedTokens;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: GROUP, kind: "RevokedToken", plural: "revokedtokens", singular: "revokedtoken" },
+    &REVOKED_TOKEN,
+    &super::types::TypeOf::<RevokedToken>::NEW,
+)
+.cluster_scoped();
+
 /// The type of a RevokedToken, for field validation and the OpenAPI documents: decoded to
 /// check a body's shape, never read (the strategy reads the JSON, as every kind's does).
 #[allow(dead_code)]

@@ -16,6 +16,13 @@ pub(crate) struct Secret;
 /// Registered in the resource table.
 pub(crate) static SECRET: Secret = Secret;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Secret", plural: "secrets", singular: "secret" },
+    &SECRET,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Secret>::NEW,
+);
+
 impl Strategy for Secret {
     fn default(&self, name: &str, object: &mut Value) -> Result<(), StatusError> {
         secret_defaults(name, object)

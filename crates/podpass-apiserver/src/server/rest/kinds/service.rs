@@ -1,6 +1,6 @@
-//! Service, Endpoints and EndpointSlice (pkg/registry/core/service, core/endpoint,
-//! discovery/endpointslice): stored, defaulted, validated and printed as upstream. The API
-//! server keeps `default/kubernetes` of each (`kubernetes_service`); podpass has no
+//! Service and Endpoints (pkg/registry/core/service, core/endpoint): stored, defaulted,
+//! validated and printed as upstream. The API server keeps `default/kubernetes` of each,
+//! and of their discovery slice (`kubernetes_service`); podpass has no
 //! kube-proxy, so other Services get no cluster IP and route nothing — they exist for the
 //! clients that read them.
 
@@ -20,17 +20,31 @@ pub(crate) static SERVICE: Service = Service;
 pub(crate) struct Endpoints;
 /// Registered in the resource table.
 pub(crate) static ENDPOINTS: Endpoints = Endpoints;
-/// The EndpointSlice strategy.
-pub(crate) struct EndpointSlice;
-/// Registered in the resource table.
-pub(crate) static ENDPOINT_SLICE: EndpointSlice = EndpointSlice;
+
+/// The Service resource.
+pub(crate) const SERVICE_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Service", plural: "services", singular: "service" },
+    &SERVICE,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Service>::NEW,
+)
+.with_short_names(&["svc"])
+.in_categories(&["all"]);
+
+/// The Endpoints resource.
+pub(crate) const ENDPOINTS_RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "Endpoints", plural: "endpoints", singular: "endpoints" },
+    &ENDPOINTS,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::Endpoints>::NEW,
+)
+.with_short_names(&["ep"]);
 
 const SERVICE_TYPES: [&str; 4] = ["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
 const PROTOCOLS: [&str; 3] = ["SCTP", "TCP", "UDP"];
 const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 
-fn port_errors(port: Option<&Value>, path: &str, errors: &mut Vec<FieldError>) {
-    match port.and_then(Value::as_i64) {
+/// A port number's rules (`ValidatePortNum`).
+pub(super) fn port_errors(port: Option<i64>, path: &str, errors: &mut Vec<FieldError>) {
+    match port {
         None => errors.push(FieldError::required(path, "")),
         Some(p) if !(1..=65535).contains(&p) => {
             errors.push(FieldError::invalid_rendered(path, p.to_string(), PORT_RANGE))
@@ -39,8 +53,9 @@ fn port_errors(port: Option<&Value>, path: &str, errors: &mut Vec<FieldError>) {
     }
 }
 
-fn protocol_errors(protocol: Option<&Value>, path: &str, errors: &mut Vec<FieldError>) {
-    if let Some(p) = protocol.and_then(Value::as_str)
+/// A port's protocol, one upstream supports.
+pub(super) fn protocol_errors(protocol: Option<&str>, path: &str, errors: &mut Vec<FieldError>) {
+    if let Some(p) = protocol
         && !PROTOCOLS.contains(&p)
     {
         errors.push(FieldError::not_supported(path, p, &PROTOCOLS));
@@ -72,8 +87,8 @@ fn service_errors(service: &Value) -> Vec<String> {
         } else if !name.is_empty() && !names.insert(name) {
             errors.push(FieldError::duplicate(&format!("{at}.name"), name));
         }
-        port_errors(port.get("port"), &format!("{at}.port"), &mut errors);
-        protocol_errors(port.get("protocol"), &format!("{at}.protocol"), &mut errors);
+        port_errors(port.get("port").and_then(Value::as_i64), &format!("{at}.port"), &mut errors);
+        protocol_errors(port.get("protocol").and_then(Value::as_str), &format!("{at}.protocol"), &mut errors);
     }
     errors.into_iter().map(|e| e.to_string()).collect()
 }
@@ -191,7 +206,8 @@ fn selector(map: Option<&Value>) -> String {
 /// At most this many endpoints are printed, then `+ N more...` (upstream's printers).
 const PRINTED_ENDPOINTS: usize = 3;
 
-fn first_of(items: Vec<String>) -> String {
+/// The first endpoints, then `+ N more...`; `<none>` for none.
+pub(super) fn first_of(items: Vec<String>) -> String {
     if items.is_empty() {
         return "<none>".into();
     }
@@ -207,8 +223,8 @@ fn endpoints_errors(endpoints: &Value) -> Vec<String> {
     for (i, subset) in subsets.enumerate() {
         for (j, port) in subset.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let at = format!("subsets[{i}].ports[{j}]");
-            port_errors(port.get("port"), &format!("{at}.port"), &mut errors);
-            protocol_errors(port.get("protocol"), &format!("{at}.protocol"), &mut errors);
+            port_errors(port.get("port").and_then(Value::as_i64), &format!("{at}.port"), &mut errors);
+            protocol_errors(port.get("protocol").and_then(Value::as_str), &format!("{at}.protocol"), &mut errors);
         }
         for (j, address) in subset.get("addresses").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let ip = address.get("ip").and_then(Value::as_str).unwrap_or_default();
@@ -251,75 +267,6 @@ impl Strategy for Endpoints {
                     }
                 }
                 name_middle_age(o, vec![json!(first_of(shown))], now)
-            },
-        ))
-    }
-}
-
-/// `ValidateEndpointSlice`'s address type, ports and addresses.
-fn endpoint_slice_errors(slice: &Value) -> Vec<String> {
-    const TYPES: [&str; 3] = ["IPv4", "IPv6", "FQDN"];
-    let mut errors = Vec::new();
-    match slice.get("addressType").and_then(Value::as_str) {
-        None | Some("") => errors.push(FieldError::required("addressType", "")),
-        Some(t) if !TYPES.contains(&t) => errors.push(FieldError::not_supported("addressType", t, &TYPES)),
-        Some(_) => {}
-    }
-    for (i, port) in slice.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        if port.get("port").is_some() {
-            port_errors(port.get("port"), &format!("ports[{i}].port"), &mut errors);
-        }
-        protocol_errors(port.get("protocol"), &format!("ports[{i}].protocol"), &mut errors);
-    }
-    for (i, endpoint) in slice.get("endpoints").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let addresses = endpoint.get("addresses").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        if addresses.is_empty() {
-            errors.push(FieldError::required(&format!("endpoints[{i}].addresses"), "must contain at least 1 address"));
-        }
-    }
-    errors.into_iter().map(|e| e.to_string()).collect()
-}
-
-impl Strategy for EndpointSlice {
-    fn validate(&self, name: &str, object: &Value) -> Result<(), StatusError> {
-        invalid("EndpointSlice", name, endpoint_slice_errors(object))
-    }
-
-    fn printer(&self) -> Option<Printer> {
-        Some((
-            vec![
-                name_column(),
-                column("AddressType", "string", "", "The IP protocol family for this EndpointSlice", 0),
-                column("Ports", "string", "", "The ports that this EndpointSlice covers", 0),
-                column("Endpoints", "string", "", "Endpoints in this EndpointSlice", 0),
-                age_column(),
-            ],
-            |o, now| {
-                let ports: Vec<String> = o
-                    .get("ports")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|p| p.get("port").and_then(Value::as_i64))
-                    .map(|p| p.to_string())
-                    .collect();
-                let ports = if ports.is_empty() { "<unset>".to_owned() } else { ports.join(",") };
-                let addresses: Vec<String> = o
-                    .get("endpoints")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|e| {
-                        e.get("addresses")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                    })
-                    .collect();
-                let cells = vec![json!(text(o, "/addressType")), json!(ports), json!(first_of(addresses))];
-                name_middle_age(o, cells, now)
             },
         ))
     }
@@ -372,10 +319,5 @@ mod tests {
         let (_, cells) = ENDPOINTS.printer().unwrap();
         let ep = json!({"metadata": {"name": "kubernetes"}, "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": 6443}]}]});
         assert_eq!(cells(&ep, 0)[1], json!("127.0.0.1:6443"));
-        let (_, cells) = ENDPOINT_SLICE.printer().unwrap();
-        let slice = json!({"metadata": {"name": "kubernetes"}, "addressType": "IPv4", "ports": [{"port": 6443}],
-            "endpoints": [{"addresses": ["127.0.0.1"]}, {"addresses": ["a"]}, {"addresses": ["b"]}, {"addresses": ["c"]}]});
-        assert_eq!(cells(&slice, 0)[1..4], [json!("IPv4"), json!("6443"), json!("127.0.0.1,a,b + 1 more...")]);
-        assert_eq!(endpoint_slice_errors(&json!({"addressType": "IPv5"})).len(), 1);
     }
 }

@@ -12,6 +12,21 @@ pub(crate) struct ServiceAccount;
 /// Registered in the resource table.
 pub(crate) static SERVICE_ACCOUNT: ServiceAccount = ServiceAccount;
 
+/// The resource.
+pub(crate) const RESOURCE: super::Resource = super::Resource::stored(
+    super::Names { group: "", kind: "ServiceAccount", plural: "serviceaccounts", singular: "serviceaccount" },
+    &SERVICE_ACCOUNT,
+    &super::types::TypeOf::<k8s_openapi::api::core::v1::ServiceAccount>::NEW,
+)
+.with_short_names(&["sa"]);
+
+/// The body of `serviceaccounts/token`.
+pub(crate) const TOKEN_REQUEST: super::Body = super::Body {
+    group: "authentication.k8s.io",
+    kind: "TokenRequest",
+    typed: &super::types::TypeOf::<k8s_openapi::api::authentication::v1::TokenRequest>::NEW,
+};
+
 impl Strategy for ServiceAccount {
     fn subresources(&self) -> &'static [super::Subresource] {
         const SUBRESOURCES: [super::Subresource; 1] =

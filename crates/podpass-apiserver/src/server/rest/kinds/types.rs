@@ -1,82 +1,83 @@
-//! The k8s-openapi type of each kind served, for what needs the type rather than the JSON:
-//! field validation (decoding) and the OpenAPI documents (schemas).
+//! A kind's k8s-openapi type, for what needs the type rather than the JSON: field
+//! validation (decoding), the OpenAPI documents (schemas), the protobuf decoder (the
+//! message of a body) and the strategies that read structs. Each kind's declaration
+//! names its type ([`TypeOf`]); this module only gives it an object-safe face.
 
-use k8s_openapi::api::{authentication, authorization, coordination, core, discovery, events, rbac};
+use std::marker::PhantomData;
 
-/// What a kind's type must offer.
-pub trait KindType: serde::de::DeserializeOwned + schemars::JsonSchema {}
+use schemars::{JsonSchema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
-impl<T: serde::de::DeserializeOwned + schemars::JsonSchema> KindType for T {}
-
-/// Something done with a kind's type.
-pub trait KindTypeVisitor {
-    /// The result.
-    type Output;
-    /// Does it with `T`.
-    fn visit<T: KindType>(self) -> Self::Output;
+/// What the server does with a kind's type, whatever the type.
+pub(crate) trait Typed: Send + Sync {
+    /// Its OpenAPI schema name (`io.k8s.api.core.v1.ResourceQuota`).
+    fn schema_name(&self) -> String;
+    /// Adds its schema, and everything it refers to, to `generator`; its schema name.
+    fn add_schema(&self, generator: &mut SchemaGenerator) -> String;
+    /// The fields of `object` the type does not have (as `spec.foo[0].bar`), or why
+    /// `object` does not decode as the type.
+    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, String>;
+    /// Its protobuf message in k8s.io/api's generated.proto (`api.core.v1.ResourceQuota`):
+    /// k8s-openapi names schemas after the Go package, which the proto package mirrors.
+    fn protobuf_message(&self) -> String {
+        let name = self.schema_name();
+        name.strip_prefix("io.k8s.").map(str::to_owned).unwrap_or(name)
+    }
 }
 
-/// Calls `visitor` with the type of `kind` in `group` (version v1 for all served kinds);
-/// `None` when no kind of that name is served.
-pub fn with_kind_type<V: KindTypeVisitor>(group: &str, kind: &str, visitor: V) -> Option<V::Output> {
-    Some(match (group, kind) {
-        ("", "Namespace") => visitor.visit::<core::v1::Namespace>(),
-        ("", "ServiceAccount") => visitor.visit::<core::v1::ServiceAccount>(),
-        ("", "Pod") => visitor.visit::<core::v1::Pod>(),
-        ("", "Node") => visitor.visit::<core::v1::Node>(),
-        ("", "Secret") => visitor.visit::<core::v1::Secret>(),
-        ("", "ConfigMap") => visitor.visit::<core::v1::ConfigMap>(),
-        ("", "ResourceQuota") => visitor.visit::<core::v1::ResourceQuota>(),
-        ("", "LimitRange") => visitor.visit::<core::v1::LimitRange>(),
-        ("", "Event") => visitor.visit::<core::v1::Event>(),
-        ("", "Binding") => visitor.visit::<core::v1::Binding>(),
-        ("", "Service") => visitor.visit::<core::v1::Service>(),
-        ("", "Endpoints") => visitor.visit::<core::v1::Endpoints>(),
-        ("discovery.k8s.io", "EndpointSlice") => visitor.visit::<discovery::v1::EndpointSlice>(),
-        ("events.k8s.io", "Event") => visitor.visit::<events::v1::Event>(),
-        ("coordination.k8s.io", "Lease") => visitor.visit::<coordination::v1::Lease>(),
-        (super::revoked_token::GROUP, "RevokedToken") => visitor.visit::<super::revoked_token::RevokedToken>(),
-        ("rbac.authorization.k8s.io", "Role") => visitor.visit::<rbac::v1::Role>(),
-        ("rbac.authorization.k8s.io", "RoleBinding") => visitor.visit::<rbac::v1::RoleBinding>(),
-        ("rbac.authorization.k8s.io", "ClusterRole") => visitor.visit::<rbac::v1::ClusterRole>(),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => visitor.visit::<rbac::v1::ClusterRoleBinding>(),
-        ("authentication.k8s.io", "TokenRequest") => visitor.visit::<authentication::v1::TokenRequest>(),
-        ("authentication.k8s.io", "TokenReview") => visitor.visit::<authentication::v1::TokenReview>(),
-        ("authentication.k8s.io", "SelfSubjectReview") => visitor.visit::<authentication::v1::SelfSubjectReview>(),
-        ("authorization.k8s.io", "SubjectAccessReview") => visitor.visit::<authorization::v1::SubjectAccessReview>(),
-        ("authorization.k8s.io", "SelfSubjectAccessReview") => {
-            visitor.visit::<authorization::v1::SelfSubjectAccessReview>()
-        }
-        ("authorization.k8s.io", "LocalSubjectAccessReview") => {
-            visitor.visit::<authorization::v1::LocalSubjectAccessReview>()
-        }
-        ("authorization.k8s.io", "SelfSubjectRulesReview") => {
-            visitor.visit::<authorization::v1::SelfSubjectRulesReview>()
-        }
-        _ => return None,
-    })
+/// The type `T`, as a [`Typed`] a declaration can hold in a `const`.
+pub(crate) struct TypeOf<T>(PhantomData<fn() -> T>);
+
+impl<T> TypeOf<T> {
+    /// The value to declare a kind with (`&TypeOf::<core::v1::ResourceQuota>::NEW`).
+    pub(crate) const NEW: Self = Self(PhantomData);
+}
+
+impl<T: DeserializeOwned + JsonSchema> Typed for TypeOf<T> {
+    fn schema_name(&self) -> String {
+        T::schema_name().into_owned()
+    }
+
+    fn add_schema(&self, generator: &mut SchemaGenerator) -> String {
+        generator.subschema_for::<T>();
+        T::schema_name().into_owned()
+    }
+
+    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, String> {
+        crate::server::rest::field_validation::unknown_as::<T>(object)
+    }
+}
+
+/// `object` read as its kind's type `T`, for a strategy's validation or table. Field
+/// validation has decoded every written body as `T` already, so this fails only for an
+/// object that never went through it; the error is upstream's for a body that does not
+/// decode.
+pub(crate) fn read<T: DeserializeOwned>(object: &Value) -> Result<T, crate::server::status::StatusError> {
+    T::deserialize(object).map_err(|e| crate::server::status::StatusError::bad_request(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::type_of;
 
-    struct Named;
-
-    impl KindTypeVisitor for Named {
-        type Output = String;
-        fn visit<T: KindType>(self) -> String {
-            T::schema_name().into_owned()
-        }
-    }
-
-    /// Field validation and the OpenAPI documents cover every kind a client may send.
+    /// Field validation, the OpenAPI documents and the protobuf decoder cover every kind a
+    /// client may send, each through the type its declaration names.
     #[test]
     fn every_served_kind_has_its_type() {
         for res in crate::server::rest::resources::RESOURCES.iter() {
-            let name = with_kind_type(res.group, res.kind, Named);
-            let name = name.unwrap_or_else(|| panic!("no type for {} {}", res.group, res.kind));
+            let typed =
+                type_of(res.group, res.kind).unwrap_or_else(|| panic!("no type for {} {}", res.group, res.kind));
+            let name = typed.schema_name();
             assert!(name.ends_with(&format!(".{}", res.kind)), "{name} for {} {}", res.group, res.kind);
         }
+        let quota = type_of("", "ResourceQuota").map(|t| t.protobuf_message());
+        assert_eq!(quota.as_deref(), Some("api.core.v1.ResourceQuota"));
+        let slice = type_of("discovery.k8s.io", "EndpointSlice").map(|t| t.protobuf_message());
+        assert_eq!(slice.as_deref(), Some("api.discovery.v1.EndpointSlice"));
+        let token = type_of("authentication.k8s.io", "TokenRequest").map(|t| t.protobuf_message());
+        assert_eq!(token.as_deref(), Some("api.authentication.v1.TokenRequest"));
+        assert!(type_of("", "Binding").is_some(), "pods/binding's body");
+        assert!(type_of("", "Widget").is_none());
     }
 }

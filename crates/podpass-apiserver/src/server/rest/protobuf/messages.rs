@@ -2,10 +2,10 @@
 // Field numbers and wire types: k8s-pb-0.9.0 (k8s.io/api generated.proto);
 // JSON names: k8s-openapi-0.29.0 v1_34.
 // Fields without a JSON name in k8s-openapi-0.29.0 (decoded as unknown):
+//   api.core.v1.NodeStatus.declared_features
 //   api.core.v1.PodSpec.workload_ref
 //   api.core.v1.PodStatus.allocated_resources
 //   api.core.v1.PodStatus.resources
-//   api.core.v1.NodeStatus.declared_features
 //   api.core.v1.PodCertificateProjection.user_annotations
 
 use super::schema::{Field, Message, Ty::*};
@@ -13,53 +13,6 @@ use super::schema::{Field, Message, Ty::*};
 /// Every message the server decodes, by index.
 pub(super) static MESSAGES: [Message; 235] = [
     // 0
-    Message {
-        name: "api.core.v1.Pod",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(28), repeated: false },
-            Field { number: 3, json: "status", ty: Message(29), repeated: false },
-        ],
-    },
-    // 1
-    Message {
-        name: "api.core.v1.Node",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(30), repeated: false },
-            Field { number: 3, json: "status", ty: Message(31), repeated: false },
-        ],
-    },
-    // 2
-    Message {
-        name: "api.core.v1.Event",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "involvedObject", ty: Message(32), repeated: false },
-            Field { number: 3, json: "reason", ty: String, repeated: false },
-            Field { number: 4, json: "message", ty: String, repeated: false },
-            Field { number: 5, json: "source", ty: Message(33), repeated: false },
-            Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
-            Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
-            Field { number: 8, json: "count", ty: Int32, repeated: false },
-            Field { number: 9, json: "type", ty: String, repeated: false },
-            Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 11, json: "series", ty: Message(34), repeated: false },
-            Field { number: 12, json: "action", ty: String, repeated: false },
-            Field { number: 13, json: "related", ty: Message(32), repeated: false },
-            Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
-            Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
-        ],
-    },
-    // 3
-    Message {
-        name: "api.core.v1.Binding",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "target", ty: Message(32), repeated: false },
-        ],
-    },
-    // 4
     Message {
         name: "api.core.v1.ConfigMap",
         fields: &[
@@ -69,7 +22,207 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "immutable", ty: Bool, repeated: false },
         ],
     },
+    // 1
+    Message {
+        name: "api.discovery.v1.EndpointSlice",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "endpoints", ty: Message(28), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(29), repeated: true },
+            Field { number: 4, json: "addressType", ty: String, repeated: false },
+        ],
+    },
+    // 2
+    Message {
+        name: "api.core.v1.Event",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "involvedObject", ty: Message(30), repeated: false },
+            Field { number: 3, json: "reason", ty: String, repeated: false },
+            Field { number: 4, json: "message", ty: String, repeated: false },
+            Field { number: 5, json: "source", ty: Message(31), repeated: false },
+            Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
+            Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
+            Field { number: 8, json: "count", ty: Int32, repeated: false },
+            Field { number: 9, json: "type", ty: String, repeated: false },
+            Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
+            Field { number: 11, json: "series", ty: Message(32), repeated: false },
+            Field { number: 12, json: "action", ty: String, repeated: false },
+            Field { number: 13, json: "related", ty: Message(30), repeated: false },
+            Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
+            Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
+        ],
+    },
+    // 3
+    Message {
+        name: "api.events.v1.Event",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
+            Field { number: 3, json: "series", ty: Message(33), repeated: false },
+            Field { number: 4, json: "reportingController", ty: String, repeated: false },
+            Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
+            Field { number: 6, json: "action", ty: String, repeated: false },
+            Field { number: 7, json: "reason", ty: String, repeated: false },
+            Field { number: 8, json: "regarding", ty: Message(30), repeated: false },
+            Field { number: 9, json: "related", ty: Message(30), repeated: false },
+            Field { number: 10, json: "note", ty: String, repeated: false },
+            Field { number: 11, json: "type", ty: String, repeated: false },
+            Field { number: 12, json: "deprecatedSource", ty: Message(31), repeated: false },
+            Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
+            Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
+            Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
+        ],
+    },
+    // 4
+    Message {
+        name: "api.coordination.v1.Lease",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(34), repeated: false },
+        ],
+    },
     // 5
+    Message {
+        name: "api.core.v1.LimitRange",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(35), repeated: false },
+        ],
+    },
+    // 6
+    Message {
+        name: "api.core.v1.Namespace",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(36), repeated: false },
+            Field { number: 3, json: "status", ty: Message(37), repeated: false },
+        ],
+    },
+    // 7
+    Message {
+        name: "api.core.v1.Node",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(38), repeated: false },
+            Field { number: 3, json: "status", ty: Message(39), repeated: false },
+        ],
+    },
+    // 8
+    Message {
+        name: "api.core.v1.Pod",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
+            Field { number: 3, json: "status", ty: Message(41), repeated: false },
+        ],
+    },
+    // 9
+    Message {
+        name: "api.core.v1.Binding",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "target", ty: Message(30), repeated: false },
+        ],
+    },
+    // 10
+    Message {
+        name: "api.rbac.v1.Role",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(42), repeated: true },
+        ],
+    },
+    // 11
+    Message {
+        name: "api.rbac.v1.RoleBinding",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(43), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(44), repeated: false },
+        ],
+    },
+    // 12
+    Message {
+        name: "api.rbac.v1.ClusterRole",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(42), repeated: true },
+            Field { number: 3, json: "aggregationRule", ty: Message(45), repeated: false },
+        ],
+    },
+    // 13
+    Message {
+        name: "api.rbac.v1.ClusterRoleBinding",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(43), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(44), repeated: false },
+        ],
+    },
+    // 14
+    Message {
+        name: "api.core.v1.ResourceQuota",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(46), repeated: false },
+            Field { number: 3, json: "status", ty: Message(47), repeated: false },
+        ],
+    },
+    // 15
+    Message {
+        name: "api.authentication.v1.TokenReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(48), repeated: false },
+            Field { number: 3, json: "status", ty: Message(49), repeated: false },
+        ],
+    },
+    // 16
+    Message {
+        name: "api.authentication.v1.SelfSubjectReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "status", ty: Message(50), repeated: false },
+        ],
+    },
+    // 17
+    Message {
+        name: "api.authorization.v1.SelfSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(51), repeated: false },
+            Field { number: 3, json: "status", ty: Message(52), repeated: false },
+        ],
+    },
+    // 18
+    Message {
+        name: "api.authorization.v1.SubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(53), repeated: false },
+            Field { number: 3, json: "status", ty: Message(52), repeated: false },
+        ],
+    },
+    // 19
+    Message {
+        name: "api.authorization.v1.SelfSubjectRulesReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
+            Field { number: 3, json: "status", ty: Message(55), repeated: false },
+        ],
+    },
+    // 20
+    Message {
+        name: "api.authorization.v1.LocalSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(53), repeated: false },
+            Field { number: 3, json: "status", ty: Message(52), repeated: false },
+        ],
+    },
+    // 21
     Message {
         name: "api.core.v1.Secret",
         fields: &[
@@ -80,189 +233,36 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 5, json: "immutable", ty: Bool, repeated: false },
         ],
     },
-    // 6
-    Message {
-        name: "api.core.v1.Namespace",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(35), repeated: false },
-            Field { number: 3, json: "status", ty: Message(36), repeated: false },
-        ],
-    },
-    // 7
-    Message {
-        name: "api.core.v1.ServiceAccount",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "secrets", ty: Message(32), repeated: true },
-            Field { number: 3, json: "imagePullSecrets", ty: Message(37), repeated: true },
-            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-        ],
-    },
-    // 8
-    Message {
-        name: "api.core.v1.ResourceQuota",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(38), repeated: false },
-            Field { number: 3, json: "status", ty: Message(39), repeated: false },
-        ],
-    },
-    // 9
-    Message {
-        name: "api.core.v1.LimitRange",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
-        ],
-    },
-    // 10
+    // 22
     Message {
         name: "api.core.v1.Service",
         fields: &[
             Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(41), repeated: false },
-            Field { number: 3, json: "status", ty: Message(42), repeated: false },
-        ],
-    },
-    // 11
-    Message {
-        name: "api.core.v1.Endpoints",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "subsets", ty: Message(43), repeated: true },
-        ],
-    },
-    // 12
-    Message {
-        name: "api.discovery.v1.EndpointSlice",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "endpoints", ty: Message(44), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(45), repeated: true },
-            Field { number: 4, json: "addressType", ty: String, repeated: false },
-        ],
-    },
-    // 13
-    Message {
-        name: "api.events.v1.Event",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 3, json: "series", ty: Message(46), repeated: false },
-            Field { number: 4, json: "reportingController", ty: String, repeated: false },
-            Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
-            Field { number: 6, json: "action", ty: String, repeated: false },
-            Field { number: 7, json: "reason", ty: String, repeated: false },
-            Field { number: 8, json: "regarding", ty: Message(32), repeated: false },
-            Field { number: 9, json: "related", ty: Message(32), repeated: false },
-            Field { number: 10, json: "note", ty: String, repeated: false },
-            Field { number: 11, json: "type", ty: String, repeated: false },
-            Field { number: 12, json: "deprecatedSource", ty: Message(33), repeated: false },
-            Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
-            Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
-            Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
-        ],
-    },
-    // 14
-    Message {
-        name: "api.coordination.v1.Lease",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
-        ],
-    },
-    // 15
-    Message {
-        name: "api.rbac.v1.Role",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(48), repeated: true },
-        ],
-    },
-    // 16
-    Message {
-        name: "api.rbac.v1.RoleBinding",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(49), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(50), repeated: false },
-        ],
-    },
-    // 17
-    Message {
-        name: "api.rbac.v1.ClusterRole",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(48), repeated: true },
-            Field { number: 3, json: "aggregationRule", ty: Message(51), repeated: false },
-        ],
-    },
-    // 18
-    Message {
-        name: "api.rbac.v1.ClusterRoleBinding",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(49), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(50), repeated: false },
-        ],
-    },
-    // 19
-    Message {
-        name: "api.authentication.v1.TokenRequest",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(52), repeated: false },
-            Field { number: 3, json: "status", ty: Message(53), repeated: false },
-        ],
-    },
-    // 20
-    Message {
-        name: "api.authentication.v1.TokenReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
-            Field { number: 3, json: "status", ty: Message(55), repeated: false },
-        ],
-    },
-    // 21
-    Message {
-        name: "api.authentication.v1.SelfSubjectReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "status", ty: Message(56), repeated: false },
-        ],
-    },
-    // 22
-    Message {
-        name: "api.authorization.v1.SubjectAccessReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(57), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(56), repeated: false },
+            Field { number: 3, json: "status", ty: Message(57), repeated: false },
         ],
     },
     // 23
     Message {
-        name: "api.authorization.v1.SelfSubjectAccessReview",
+        name: "api.core.v1.Endpoints",
         fields: &[
             Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(59), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 2, json: "subsets", ty: Message(58), repeated: true },
         ],
     },
     // 24
     Message {
-        name: "api.authorization.v1.LocalSubjectAccessReview",
+        name: "api.core.v1.ServiceAccount",
         fields: &[
             Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(57), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 2, json: "secrets", ty: Message(30), repeated: true },
+            Field { number: 3, json: "imagePullSecrets", ty: Message(59), repeated: true },
+            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
         ],
     },
     // 25
     Message {
-        name: "api.authorization.v1.SelfSubjectRulesReview",
+        name: "api.authentication.v1.TokenRequest",
         fields: &[
             Field { number: 1, json: "metadata", ty: Message(27), repeated: false },
             Field { number: 2, json: "spec", ty: Message(60), repeated: false },
@@ -304,108 +304,29 @@ pub(super) static MESSAGES: [Message; 235] = [
     },
     // 28
     Message {
-        name: "api.core.v1.PodSpec",
+        name: "api.discovery.v1.Endpoint",
         fields: &[
-            Field { number: 1, json: "volumes", ty: Message(65), repeated: true },
-            Field { number: 2, json: "containers", ty: Message(66), repeated: true },
-            Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
-            Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
-            Field { number: 6, json: "dnsPolicy", ty: String, repeated: false },
-            Field { number: 7, json: "nodeSelector", ty: Map(&String), repeated: false },
-            Field { number: 8, json: "serviceAccountName", ty: String, repeated: false },
-            Field { number: 9, json: "serviceAccount", ty: String, repeated: false },
-            Field { number: 10, json: "nodeName", ty: String, repeated: false },
-            Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
-            Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
-            Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
-            Field { number: 14, json: "securityContext", ty: Message(67), repeated: false },
-            Field { number: 15, json: "imagePullSecrets", ty: Message(37), repeated: true },
-            Field { number: 16, json: "hostname", ty: String, repeated: false },
-            Field { number: 17, json: "subdomain", ty: String, repeated: false },
-            Field { number: 18, json: "affinity", ty: Message(68), repeated: false },
-            Field { number: 19, json: "schedulerName", ty: String, repeated: false },
-            Field { number: 20, json: "initContainers", ty: Message(66), repeated: true },
-            Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-            Field { number: 22, json: "tolerations", ty: Message(69), repeated: true },
-            Field { number: 23, json: "hostAliases", ty: Message(70), repeated: true },
-            Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
-            Field { number: 25, json: "priority", ty: Int32, repeated: false },
-            Field { number: 26, json: "dnsConfig", ty: Message(71), repeated: false },
-            Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
-            Field { number: 28, json: "readinessGates", ty: Message(72), repeated: true },
-            Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
-            Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
-            Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
-            Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
-            Field { number: 33, json: "topologySpreadConstraints", ty: Message(73), repeated: true },
-            Field { number: 34, json: "ephemeralContainers", ty: Message(74), repeated: true },
-            Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
-            Field { number: 36, json: "os", ty: Message(75), repeated: false },
-            Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
-            Field { number: 38, json: "schedulingGates", ty: Message(76), repeated: true },
-            Field { number: 39, json: "resourceClaims", ty: Message(77), repeated: true },
-            Field { number: 40, json: "resources", ty: Message(78), repeated: false },
-            Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
+            Field { number: 1, json: "addresses", ty: String, repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(65), repeated: false },
+            Field { number: 3, json: "hostname", ty: String, repeated: false },
+            Field { number: 4, json: "targetRef", ty: Message(30), repeated: false },
+            Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
+            Field { number: 6, json: "nodeName", ty: String, repeated: false },
+            Field { number: 7, json: "zone", ty: String, repeated: false },
+            Field { number: 8, json: "hints", ty: Message(66), repeated: false },
         ],
     },
     // 29
     Message {
-        name: "api.core.v1.PodStatus",
+        name: "api.discovery.v1.EndpointPort",
         fields: &[
-            Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(79), repeated: true },
-            Field { number: 3, json: "message", ty: String, repeated: false },
-            Field { number: 4, json: "reason", ty: String, repeated: false },
-            Field { number: 5, json: "hostIP", ty: String, repeated: false },
-            Field { number: 6, json: "podIP", ty: String, repeated: false },
-            Field { number: 7, json: "startTime", ty: Time, repeated: false },
-            Field { number: 8, json: "containerStatuses", ty: Message(80), repeated: true },
-            Field { number: 9, json: "qosClass", ty: String, repeated: false },
-            Field { number: 10, json: "initContainerStatuses", ty: Message(80), repeated: true },
-            Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
-            Field { number: 12, json: "podIPs", ty: Message(81), repeated: true },
-            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(80), repeated: true },
-            Field { number: 14, json: "resize", ty: String, repeated: false },
-            Field { number: 15, json: "resourceClaimStatuses", ty: Message(82), repeated: true },
-            Field { number: 16, json: "hostIPs", ty: Message(83), repeated: true },
-            Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
-            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(84), repeated: false },
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "protocol", ty: String, repeated: false },
+            Field { number: 3, json: "port", ty: Int32, repeated: false },
+            Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
     // 30
-    Message {
-        name: "api.core.v1.NodeSpec",
-        fields: &[
-            Field { number: 1, json: "podCIDR", ty: String, repeated: false },
-            Field { number: 2, json: "externalID", ty: String, repeated: false },
-            Field { number: 3, json: "providerID", ty: String, repeated: false },
-            Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
-            Field { number: 5, json: "taints", ty: Message(85), repeated: true },
-            Field { number: 6, json: "configSource", ty: Message(86), repeated: false },
-            Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
-        ],
-    },
-    // 31
-    Message {
-        name: "api.core.v1.NodeStatus",
-        fields: &[
-            Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
-            Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "phase", ty: String, repeated: false },
-            Field { number: 4, json: "conditions", ty: Message(87), repeated: true },
-            Field { number: 5, json: "addresses", ty: Message(88), repeated: true },
-            Field { number: 6, json: "daemonEndpoints", ty: Message(89), repeated: false },
-            Field { number: 7, json: "nodeInfo", ty: Message(90), repeated: false },
-            Field { number: 8, json: "images", ty: Message(91), repeated: true },
-            Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
-            Field { number: 10, json: "volumesAttached", ty: Message(92), repeated: true },
-            Field { number: 11, json: "config", ty: Message(93), repeated: false },
-            Field { number: 12, json: "runtimeHandlers", ty: Message(94), repeated: true },
-            Field { number: 13, json: "features", ty: Message(95), repeated: false },
-        ],
-    },
-    // 32
     Message {
         name: "api.core.v1.ObjectReference",
         fields: &[
@@ -418,7 +339,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 7, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 33
+    // 31
     Message {
         name: "api.core.v1.EventSource",
         fields: &[
@@ -426,7 +347,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 34
+    // 32
     Message {
         name: "api.core.v1.EventSeries",
         fields: &[
@@ -434,114 +355,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 35
-    Message {
-        name: "api.core.v1.NamespaceSpec",
-        fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
-    },
-    // 36
-    Message {
-        name: "api.core.v1.NamespaceStatus",
-        fields: &[
-            Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(96), repeated: true },
-        ],
-    },
-    // 37
-    Message {
-        name: "api.core.v1.LocalObjectReference",
-        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
-    },
-    // 38
-    Message {
-        name: "api.core.v1.ResourceQuotaSpec",
-        fields: &[
-            Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
-            Field { number: 2, json: "scopes", ty: String, repeated: true },
-            Field { number: 3, json: "scopeSelector", ty: Message(97), repeated: false },
-        ],
-    },
-    // 39
-    Message {
-        name: "api.core.v1.ResourceQuotaStatus",
-        fields: &[
-            Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
-            Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
-        ],
-    },
-    // 40
-    Message {
-        name: "api.core.v1.LimitRangeSpec",
-        fields: &[Field { number: 1, json: "limits", ty: Message(98), repeated: true }],
-    },
-    // 41
-    Message {
-        name: "api.core.v1.ServiceSpec",
-        fields: &[
-            Field { number: 1, json: "ports", ty: Message(99), repeated: true },
-            Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
-            Field { number: 3, json: "clusterIP", ty: String, repeated: false },
-            Field { number: 4, json: "type", ty: String, repeated: false },
-            Field { number: 5, json: "externalIPs", ty: String, repeated: true },
-            Field { number: 7, json: "sessionAffinity", ty: String, repeated: false },
-            Field { number: 8, json: "loadBalancerIP", ty: String, repeated: false },
-            Field { number: 9, json: "loadBalancerSourceRanges", ty: String, repeated: true },
-            Field { number: 10, json: "externalName", ty: String, repeated: false },
-            Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
-            Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
-            Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
-            Field { number: 14, json: "sessionAffinityConfig", ty: Message(100), repeated: false },
-            Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
-            Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
-            Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
-            Field { number: 20, json: "allocateLoadBalancerNodePorts", ty: Bool, repeated: false },
-            Field { number: 21, json: "loadBalancerClass", ty: String, repeated: false },
-            Field { number: 22, json: "internalTrafficPolicy", ty: String, repeated: false },
-            Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
-        ],
-    },
-    // 42
-    Message {
-        name: "api.core.v1.ServiceStatus",
-        fields: &[
-            Field { number: 1, json: "loadBalancer", ty: Message(101), repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(102), repeated: true },
-        ],
-    },
-    // 43
-    Message {
-        name: "api.core.v1.EndpointSubset",
-        fields: &[
-            Field { number: 1, json: "addresses", ty: Message(103), repeated: true },
-            Field { number: 2, json: "notReadyAddresses", ty: Message(103), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(104), repeated: true },
-        ],
-    },
-    // 44
-    Message {
-        name: "api.discovery.v1.Endpoint",
-        fields: &[
-            Field { number: 1, json: "addresses", ty: String, repeated: true },
-            Field { number: 2, json: "conditions", ty: Message(105), repeated: false },
-            Field { number: 3, json: "hostname", ty: String, repeated: false },
-            Field { number: 4, json: "targetRef", ty: Message(32), repeated: false },
-            Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
-            Field { number: 6, json: "nodeName", ty: String, repeated: false },
-            Field { number: 7, json: "zone", ty: String, repeated: false },
-            Field { number: 8, json: "hints", ty: Message(106), repeated: false },
-        ],
-    },
-    // 45
-    Message {
-        name: "api.discovery.v1.EndpointPort",
-        fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "protocol", ty: String, repeated: false },
-            Field { number: 3, json: "port", ty: Int32, repeated: false },
-            Field { number: 4, json: "appProtocol", ty: String, repeated: false },
-        ],
-    },
-    // 46
+    // 33
     Message {
         name: "api.events.v1.EventSeries",
         fields: &[
@@ -549,7 +363,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 47
+    // 34
     Message {
         name: "api.coordination.v1.LeaseSpec",
         fields: &[
@@ -562,7 +376,128 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 7, json: "preferredHolder", ty: String, repeated: false },
         ],
     },
-    // 48
+    // 35
+    Message {
+        name: "api.core.v1.LimitRangeSpec",
+        fields: &[Field { number: 1, json: "limits", ty: Message(67), repeated: true }],
+    },
+    // 36
+    Message {
+        name: "api.core.v1.NamespaceSpec",
+        fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
+    },
+    // 37
+    Message {
+        name: "api.core.v1.NamespaceStatus",
+        fields: &[
+            Field { number: 1, json: "phase", ty: String, repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(68), repeated: true },
+        ],
+    },
+    // 38
+    Message {
+        name: "api.core.v1.NodeSpec",
+        fields: &[
+            Field { number: 1, json: "podCIDR", ty: String, repeated: false },
+            Field { number: 2, json: "externalID", ty: String, repeated: false },
+            Field { number: 3, json: "providerID", ty: String, repeated: false },
+            Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
+            Field { number: 5, json: "taints", ty: Message(69), repeated: true },
+            Field { number: 6, json: "configSource", ty: Message(70), repeated: false },
+            Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
+        ],
+    },
+    // 39
+    Message {
+        name: "api.core.v1.NodeStatus",
+        fields: &[
+            Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
+            Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
+            Field { number: 3, json: "phase", ty: String, repeated: false },
+            Field { number: 4, json: "conditions", ty: Message(71), repeated: true },
+            Field { number: 5, json: "addresses", ty: Message(72), repeated: true },
+            Field { number: 6, json: "daemonEndpoints", ty: Message(73), repeated: false },
+            Field { number: 7, json: "nodeInfo", ty: Message(74), repeated: false },
+            Field { number: 8, json: "images", ty: Message(75), repeated: true },
+            Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
+            Field { number: 10, json: "volumesAttached", ty: Message(76), repeated: true },
+            Field { number: 11, json: "config", ty: Message(77), repeated: false },
+            Field { number: 12, json: "runtimeHandlers", ty: Message(78), repeated: true },
+            Field { number: 13, json: "features", ty: Message(79), repeated: false },
+        ],
+    },
+    // 40
+    Message {
+        name: "api.core.v1.PodSpec",
+        fields: &[
+            Field { number: 1, json: "volumes", ty: Message(80), repeated: true },
+            Field { number: 2, json: "containers", ty: Message(81), repeated: true },
+            Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
+            Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
+            Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
+            Field { number: 6, json: "dnsPolicy", ty: String, repeated: false },
+            Field { number: 7, json: "nodeSelector", ty: Map(&String), repeated: false },
+            Field { number: 8, json: "serviceAccountName", ty: String, repeated: false },
+            Field { number: 9, json: "serviceAccount", ty: String, repeated: false },
+            Field { number: 10, json: "nodeName", ty: String, repeated: false },
+            Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
+            Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
+            Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
+            Field { number: 14, json: "securityContext", ty: Message(82), repeated: false },
+            Field { number: 15, json: "imagePullSecrets", ty: Message(59), repeated: true },
+            Field { number: 16, json: "hostname", ty: String, repeated: false },
+            Field { number: 17, json: "subdomain", ty: String, repeated: false },
+            Field { number: 18, json: "affinity", ty: Message(83), repeated: false },
+            Field { number: 19, json: "schedulerName", ty: String, repeated: false },
+            Field { number: 20, json: "initContainers", ty: Message(81), repeated: true },
+            Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
+            Field { number: 22, json: "tolerations", ty: Message(84), repeated: true },
+            Field { number: 23, json: "hostAliases", ty: Message(85), repeated: true },
+            Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
+            Field { number: 25, json: "priority", ty: Int32, repeated: false },
+            Field { number: 26, json: "dnsConfig", ty: Message(86), repeated: false },
+            Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
+            Field { number: 28, json: "readinessGates", ty: Message(87), repeated: true },
+            Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
+            Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
+            Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
+            Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
+            Field { number: 33, json: "topologySpreadConstraints", ty: Message(88), repeated: true },
+            Field { number: 34, json: "ephemeralContainers", ty: Message(89), repeated: true },
+            Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
+            Field { number: 36, json: "os", ty: Message(90), repeated: false },
+            Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
+            Field { number: 38, json: "schedulingGates", ty: Message(91), repeated: true },
+            Field { number: 39, json: "resourceClaims", ty: Message(92), repeated: true },
+            Field { number: 40, json: "resources", ty: Message(93), repeated: false },
+            Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
+        ],
+    },
+    // 41
+    Message {
+        name: "api.core.v1.PodStatus",
+        fields: &[
+            Field { number: 1, json: "phase", ty: String, repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(94), repeated: true },
+            Field { number: 3, json: "message", ty: String, repeated: false },
+            Field { number: 4, json: "reason", ty: String, repeated: false },
+            Field { number: 5, json: "hostIP", ty: String, repeated: false },
+            Field { number: 6, json: "podIP", ty: String, repeated: false },
+            Field { number: 7, json: "startTime", ty: Time, repeated: false },
+            Field { number: 8, json: "containerStatuses", ty: Message(95), repeated: true },
+            Field { number: 9, json: "qosClass", ty: String, repeated: false },
+            Field { number: 10, json: "initContainerStatuses", ty: Message(95), repeated: true },
+            Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
+            Field { number: 12, json: "podIPs", ty: Message(96), repeated: true },
+            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(95), repeated: true },
+            Field { number: 14, json: "resize", ty: String, repeated: false },
+            Field { number: 15, json: "resourceClaimStatuses", ty: Message(97), repeated: true },
+            Field { number: 16, json: "hostIPs", ty: Message(98), repeated: true },
+            Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
+            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(99), repeated: false },
+        ],
+    },
+    // 42
     Message {
         name: "api.rbac.v1.PolicyRule",
         fields: &[
@@ -573,7 +508,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 5, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 49
+    // 43
     Message {
         name: "api.rbac.v1.Subject",
         fields: &[
@@ -583,7 +518,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-    // 50
+    // 44
     Message {
         name: "api.rbac.v1.RoleRef",
         fields: &[
@@ -592,29 +527,29 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 51
+    // 45
     Message {
         name: "api.rbac.v1.AggregationRule",
-        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(107), repeated: true }],
+        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(100), repeated: true }],
     },
-    // 52
+    // 46
     Message {
-        name: "api.authentication.v1.TokenRequestSpec",
+        name: "api.core.v1.ResourceQuotaSpec",
         fields: &[
-            Field { number: 1, json: "audiences", ty: String, repeated: true },
-            Field { number: 3, json: "boundObjectRef", ty: Message(108), repeated: false },
-            Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
+            Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
+            Field { number: 2, json: "scopes", ty: String, repeated: true },
+            Field { number: 3, json: "scopeSelector", ty: Message(101), repeated: false },
         ],
     },
-    // 53
+    // 47
     Message {
-        name: "api.authentication.v1.TokenRequestStatus",
+        name: "api.core.v1.ResourceQuotaStatus",
         fields: &[
-            Field { number: 1, json: "token", ty: String, repeated: false },
-            Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
+            Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
+            Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 54
+    // 48
     Message {
         name: "api.authentication.v1.TokenReviewSpec",
         fields: &[
@@ -622,34 +557,30 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 55
+    // 49
     Message {
         name: "api.authentication.v1.TokenReviewStatus",
         fields: &[
             Field { number: 1, json: "authenticated", ty: Bool, repeated: false },
-            Field { number: 2, json: "user", ty: Message(109), repeated: false },
+            Field { number: 2, json: "user", ty: Message(102), repeated: false },
             Field { number: 3, json: "error", ty: String, repeated: false },
             Field { number: 4, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 56
+    // 50
     Message {
         name: "api.authentication.v1.SelfSubjectReviewStatus",
-        fields: &[Field { number: 1, json: "userInfo", ty: Message(109), repeated: false }],
+        fields: &[Field { number: 1, json: "userInfo", ty: Message(102), repeated: false }],
     },
-    // 57
+    // 51
     Message {
-        name: "api.authorization.v1.SubjectAccessReviewSpec",
+        name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(110), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(111), repeated: false },
-            Field { number: 3, json: "user", ty: String, repeated: false },
-            Field { number: 4, json: "groups", ty: String, repeated: true },
-            Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
-            Field { number: 6, json: "uid", ty: String, repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(103), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(104), repeated: false },
         ],
     },
-    // 58
+    // 52
     Message {
         name: "api.authorization.v1.SubjectAccessReviewStatus",
         fields: &[
@@ -659,27 +590,96 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "denied", ty: Bool, repeated: false },
         ],
     },
-    // 59
+    // 53
     Message {
-        name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
+        name: "api.authorization.v1.SubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(110), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(111), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(103), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(104), repeated: false },
+            Field { number: 3, json: "user", ty: String, repeated: false },
+            Field { number: 4, json: "groups", ty: String, repeated: true },
+            Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
+            Field { number: 6, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 60
+    // 54
     Message {
         name: "api.authorization.v1.SelfSubjectRulesReviewSpec",
         fields: &[Field { number: 1, json: "namespace", ty: String, repeated: false }],
     },
-    // 61
+    // 55
     Message {
         name: "api.authorization.v1.SubjectRulesReviewStatus",
         fields: &[
-            Field { number: 1, json: "resourceRules", ty: Message(112), repeated: true },
-            Field { number: 2, json: "nonResourceRules", ty: Message(113), repeated: true },
+            Field { number: 1, json: "resourceRules", ty: Message(105), repeated: true },
+            Field { number: 2, json: "nonResourceRules", ty: Message(106), repeated: true },
             Field { number: 3, json: "incomplete", ty: Bool, repeated: false },
             Field { number: 4, json: "evaluationError", ty: String, repeated: false },
+        ],
+    },
+    // 56
+    Message {
+        name: "api.core.v1.ServiceSpec",
+        fields: &[
+            Field { number: 1, json: "ports", ty: Message(107), repeated: true },
+            Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
+            Field { number: 3, json: "clusterIP", ty: String, repeated: false },
+            Field { number: 4, json: "type", ty: String, repeated: false },
+            Field { number: 5, json: "externalIPs", ty: String, repeated: true },
+            Field { number: 7, json: "sessionAffinity", ty: String, repeated: false },
+            Field { number: 8, json: "loadBalancerIP", ty: String, repeated: false },
+            Field { number: 9, json: "loadBalancerSourceRanges", ty: String, repeated: true },
+            Field { number: 10, json: "externalName", ty: String, repeated: false },
+            Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
+            Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
+            Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
+            Field { number: 14, json: "sessionAffinityConfig", ty: Message(108), repeated: false },
+            Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
+            Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
+            Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
+            Field { number: 20, json: "allocateLoadBalancerNodePorts", ty: Bool, repeated: false },
+            Field { number: 21, json: "loadBalancerClass", ty: String, repeated: false },
+            Field { number: 22, json: "internalTrafficPolicy", ty: String, repeated: false },
+            Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
+        ],
+    },
+    // 57
+    Message {
+        name: "api.core.v1.ServiceStatus",
+        fields: &[
+            Field { number: 1, json: "loadBalancer", ty: Message(109), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(110), repeated: true },
+        ],
+    },
+    // 58
+    Message {
+        name: "api.core.v1.EndpointSubset",
+        fields: &[
+            Field { number: 1, json: "addresses", ty: Message(111), repeated: true },
+            Field { number: 2, json: "notReadyAddresses", ty: Message(111), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(112), repeated: true },
+        ],
+    },
+    // 59
+    Message {
+        name: "api.core.v1.LocalObjectReference",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
+    },
+    // 60
+    Message {
+        name: "api.authentication.v1.TokenRequestSpec",
+        fields: &[
+            Field { number: 1, json: "audiences", ty: String, repeated: true },
+            Field { number: 3, json: "boundObjectRef", ty: Message(113), repeated: false },
+            Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
+        ],
+    },
+    // 61
+    Message {
+        name: "api.authentication.v1.TokenRequestStatus",
+        fields: &[
+            Field { number: 1, json: "token", ty: String, repeated: false },
+            Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
         ],
     },
     // 62
@@ -717,206 +717,45 @@ pub(super) static MESSAGES: [Message; 235] = [
     },
     // 65
     Message {
-        name: "api.core.v1.Volume",
+        name: "api.discovery.v1.EndpointConditions",
         fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "", ty: Inline(114), repeated: false },
+            Field { number: 1, json: "ready", ty: Bool, repeated: false },
+            Field { number: 2, json: "serving", ty: Bool, repeated: false },
+            Field { number: 3, json: "terminating", ty: Bool, repeated: false },
         ],
     },
     // 66
     Message {
-        name: "api.core.v1.Container",
+        name: "api.discovery.v1.EndpointHints",
         fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "image", ty: String, repeated: false },
-            Field { number: 3, json: "command", ty: String, repeated: true },
-            Field { number: 4, json: "args", ty: String, repeated: true },
-            Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(115), repeated: true },
-            Field { number: 7, json: "env", ty: Message(116), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(78), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(117), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(118), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(118), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(119), repeated: false },
-            Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
-            Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(120), repeated: false },
-            Field { number: 16, json: "stdin", ty: Bool, repeated: false },
-            Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
-            Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(121), repeated: true },
-            Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(122), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(118), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(123), repeated: true },
-            Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(124), repeated: true },
+            Field { number: 1, json: "forZones", ty: Message(114), repeated: true },
+            Field { number: 2, json: "forNodes", ty: Message(115), repeated: true },
         ],
     },
     // 67
     Message {
-        name: "api.core.v1.PodSecurityContext",
+        name: "api.core.v1.LimitRangeItem",
         fields: &[
-            Field { number: 1, json: "seLinuxOptions", ty: Message(125), repeated: false },
-            Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
-            Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
-            Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
-            Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
-            Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
-            Field { number: 7, json: "sysctls", ty: Message(126), repeated: true },
-            Field { number: 8, json: "windowsOptions", ty: Message(127), repeated: false },
-            Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
-            Field { number: 10, json: "seccompProfile", ty: Message(128), repeated: false },
-            Field { number: 11, json: "appArmorProfile", ty: Message(129), repeated: false },
-            Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
-            Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "max", ty: Map(&Quantity), repeated: false },
+            Field { number: 3, json: "min", ty: Map(&Quantity), repeated: false },
+            Field { number: 4, json: "default", ty: Map(&Quantity), repeated: false },
+            Field { number: 5, json: "defaultRequest", ty: Map(&Quantity), repeated: false },
+            Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
         ],
     },
     // 68
     Message {
-        name: "api.core.v1.Affinity",
-        fields: &[
-            Field { number: 1, json: "nodeAffinity", ty: Message(130), repeated: false },
-            Field { number: 2, json: "podAffinity", ty: Message(131), repeated: false },
-            Field { number: 3, json: "podAntiAffinity", ty: Message(132), repeated: false },
-        ],
-    },
-    // 69
-    Message {
-        name: "api.core.v1.Toleration",
-        fields: &[
-            Field { number: 1, json: "key", ty: String, repeated: false },
-            Field { number: 2, json: "operator", ty: String, repeated: false },
-            Field { number: 3, json: "value", ty: String, repeated: false },
-            Field { number: 4, json: "effect", ty: String, repeated: false },
-            Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
-        ],
-    },
-    // 70
-    Message {
-        name: "api.core.v1.HostAlias",
-        fields: &[
-            Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "hostnames", ty: String, repeated: true },
-        ],
-    },
-    // 71
-    Message {
-        name: "api.core.v1.PodDnsConfig",
-        fields: &[
-            Field { number: 1, json: "nameservers", ty: String, repeated: true },
-            Field { number: 2, json: "searches", ty: String, repeated: true },
-            Field { number: 3, json: "options", ty: Message(133), repeated: true },
-        ],
-    },
-    // 72
-    Message {
-        name: "api.core.v1.PodReadinessGate",
-        fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
-    },
-    // 73
-    Message {
-        name: "api.core.v1.TopologySpreadConstraint",
-        fields: &[
-            Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
-            Field { number: 2, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
-            Field { number: 4, json: "labelSelector", ty: Message(107), repeated: false },
-            Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
-            Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
-            Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
-            Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
-        ],
-    },
-    // 74
-    Message {
-        name: "api.core.v1.EphemeralContainer",
-        fields: &[
-            Field { number: 1, json: "", ty: Inline(134), repeated: false },
-            Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
-        ],
-    },
-    // 75
-    Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
-    // 76
-    Message {
-        name: "api.core.v1.PodSchedulingGate",
-        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
-    },
-    // 77
-    Message {
-        name: "api.core.v1.PodResourceClaim",
-        fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 3, json: "resourceClaimName", ty: String, repeated: false },
-            Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
-        ],
-    },
-    // 78
-    Message {
-        name: "api.core.v1.ResourceRequirements",
-        fields: &[
-            Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
-            Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "claims", ty: Message(135), repeated: true },
-        ],
-    },
-    // 79
-    Message {
-        name: "api.core.v1.PodCondition",
+        name: "api.core.v1.NamespaceCondition",
         fields: &[
             Field { number: 1, json: "type", ty: String, repeated: false },
             Field { number: 2, json: "status", ty: String, repeated: false },
-            Field { number: 3, json: "lastProbeTime", ty: Time, repeated: false },
             Field { number: 4, json: "lastTransitionTime", ty: Time, repeated: false },
             Field { number: 5, json: "reason", ty: String, repeated: false },
             Field { number: 6, json: "message", ty: String, repeated: false },
-            Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
-    // 80
-    Message {
-        name: "api.core.v1.ContainerStatus",
-        fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "state", ty: Message(136), repeated: false },
-            Field { number: 3, json: "lastState", ty: Message(136), repeated: false },
-            Field { number: 4, json: "ready", ty: Bool, repeated: false },
-            Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
-            Field { number: 6, json: "image", ty: String, repeated: false },
-            Field { number: 7, json: "imageID", ty: String, repeated: false },
-            Field { number: 8, json: "containerID", ty: String, repeated: false },
-            Field { number: 9, json: "started", ty: Bool, repeated: false },
-            Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
-            Field { number: 11, json: "resources", ty: Message(78), repeated: false },
-            Field { number: 12, json: "volumeMounts", ty: Message(137), repeated: true },
-            Field { number: 13, json: "user", ty: Message(138), repeated: false },
-            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(139), repeated: true },
-            Field { number: 15, json: "stopSignal", ty: String, repeated: false },
-        ],
-    },
-    // 81
-    Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 82
-    Message {
-        name: "api.core.v1.PodResourceClaimStatus",
-        fields: &[
-            Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
-        ],
-    },
-    // 83
-    Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 84
-    Message {
-        name: "api.core.v1.PodExtendedResourceClaimStatus",
-        fields: &[
-            Field { number: 1, json: "requestMappings", ty: Message(140), repeated: true },
-            Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
-        ],
-    },
-    // 85
+    // 69
     Message {
         name: "api.core.v1.Taint",
         fields: &[
@@ -926,12 +765,12 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "timeAdded", ty: Time, repeated: false },
         ],
     },
-    // 86
+    // 70
     Message {
         name: "api.core.v1.NodeConfigSource",
-        fields: &[Field { number: 2, json: "configMap", ty: Message(141), repeated: false }],
+        fields: &[Field { number: 2, json: "configMap", ty: Message(116), repeated: false }],
     },
-    // 87
+    // 71
     Message {
         name: "api.core.v1.NodeCondition",
         fields: &[
@@ -943,7 +782,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 88
+    // 72
     Message {
         name: "api.core.v1.NodeAddress",
         fields: &[
@@ -951,12 +790,12 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "address", ty: String, repeated: false },
         ],
     },
-    // 89
+    // 73
     Message {
         name: "api.core.v1.NodeDaemonEndpoints",
-        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(142), repeated: false }],
+        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(117), repeated: false }],
     },
-    // 90
+    // 74
     Message {
         name: "api.core.v1.NodeSystemInfo",
         fields: &[
@@ -970,10 +809,10 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 8, json: "kubeProxyVersion", ty: String, repeated: false },
             Field { number: 9, json: "operatingSystem", ty: String, repeated: false },
             Field { number: 10, json: "architecture", ty: String, repeated: false },
-            Field { number: 11, json: "swap", ty: Message(143), repeated: false },
+            Field { number: 11, json: "swap", ty: Message(118), repeated: false },
         ],
     },
-    // 91
+    // 75
     Message {
         name: "api.core.v1.ContainerImage",
         fields: &[
@@ -981,7 +820,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "sizeBytes", ty: Int64, repeated: false },
         ],
     },
-    // 92
+    // 76
     Message {
         name: "api.core.v1.AttachedVolume",
         fields: &[
@@ -989,58 +828,295 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 93
+    // 77
     Message {
         name: "api.core.v1.NodeConfigStatus",
         fields: &[
-            Field { number: 1, json: "assigned", ty: Message(86), repeated: false },
-            Field { number: 2, json: "active", ty: Message(86), repeated: false },
-            Field { number: 3, json: "lastKnownGood", ty: Message(86), repeated: false },
+            Field { number: 1, json: "assigned", ty: Message(70), repeated: false },
+            Field { number: 2, json: "active", ty: Message(70), repeated: false },
+            Field { number: 3, json: "lastKnownGood", ty: Message(70), repeated: false },
             Field { number: 4, json: "error", ty: String, repeated: false },
         ],
     },
-    // 94
+    // 78
     Message {
         name: "api.core.v1.NodeRuntimeHandler",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "features", ty: Message(144), repeated: false },
+            Field { number: 2, json: "features", ty: Message(119), repeated: false },
         ],
     },
-    // 95
+    // 79
     Message {
         name: "api.core.v1.NodeFeatures",
         fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Bool, repeated: false }],
     },
-    // 96
+    // 80
     Message {
-        name: "api.core.v1.NamespaceCondition",
+        name: "api.core.v1.Volume",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "", ty: Inline(120), repeated: false },
+        ],
+    },
+    // 81
+    Message {
+        name: "api.core.v1.Container",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "image", ty: String, repeated: false },
+            Field { number: 3, json: "command", ty: String, repeated: true },
+            Field { number: 4, json: "args", ty: String, repeated: true },
+            Field { number: 5, json: "workingDir", ty: String, repeated: false },
+            Field { number: 6, json: "ports", ty: Message(121), repeated: true },
+            Field { number: 7, json: "env", ty: Message(122), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(93), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(123), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(124), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(124), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(125), repeated: false },
+            Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
+            Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(126), repeated: false },
+            Field { number: 16, json: "stdin", ty: Bool, repeated: false },
+            Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
+            Field { number: 18, json: "tty", ty: Bool, repeated: false },
+            Field { number: 19, json: "envFrom", ty: Message(127), repeated: true },
+            Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
+            Field { number: 21, json: "volumeDevices", ty: Message(128), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(124), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(129), repeated: true },
+            Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(130), repeated: true },
+        ],
+    },
+    // 82
+    Message {
+        name: "api.core.v1.PodSecurityContext",
+        fields: &[
+            Field { number: 1, json: "seLinuxOptions", ty: Message(131), repeated: false },
+            Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
+            Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
+            Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
+            Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
+            Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
+            Field { number: 7, json: "sysctls", ty: Message(132), repeated: true },
+            Field { number: 8, json: "windowsOptions", ty: Message(133), repeated: false },
+            Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
+            Field { number: 10, json: "seccompProfile", ty: Message(134), repeated: false },
+            Field { number: 11, json: "appArmorProfile", ty: Message(135), repeated: false },
+            Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
+            Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
+        ],
+    },
+    // 83
+    Message {
+        name: "api.core.v1.Affinity",
+        fields: &[
+            Field { number: 1, json: "nodeAffinity", ty: Message(136), repeated: false },
+            Field { number: 2, json: "podAffinity", ty: Message(137), repeated: false },
+            Field { number: 3, json: "podAntiAffinity", ty: Message(138), repeated: false },
+        ],
+    },
+    // 84
+    Message {
+        name: "api.core.v1.Toleration",
+        fields: &[
+            Field { number: 1, json: "key", ty: String, repeated: false },
+            Field { number: 2, json: "operator", ty: String, repeated: false },
+            Field { number: 3, json: "value", ty: String, repeated: false },
+            Field { number: 4, json: "effect", ty: String, repeated: false },
+            Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
+        ],
+    },
+    // 85
+    Message {
+        name: "api.core.v1.HostAlias",
+        fields: &[
+            Field { number: 1, json: "ip", ty: String, repeated: false },
+            Field { number: 2, json: "hostnames", ty: String, repeated: true },
+        ],
+    },
+    // 86
+    Message {
+        name: "api.core.v1.PodDnsConfig",
+        fields: &[
+            Field { number: 1, json: "nameservers", ty: String, repeated: true },
+            Field { number: 2, json: "searches", ty: String, repeated: true },
+            Field { number: 3, json: "options", ty: Message(139), repeated: true },
+        ],
+    },
+    // 87
+    Message {
+        name: "api.core.v1.PodReadinessGate",
+        fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
+    },
+    // 88
+    Message {
+        name: "api.core.v1.TopologySpreadConstraint",
+        fields: &[
+            Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
+            Field { number: 2, json: "topologyKey", ty: String, repeated: false },
+            Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
+            Field { number: 4, json: "labelSelector", ty: Message(100), repeated: false },
+            Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
+            Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
+            Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
+            Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
+        ],
+    },
+    // 89
+    Message {
+        name: "api.core.v1.EphemeralContainer",
+        fields: &[
+            Field { number: 1, json: "", ty: Inline(140), repeated: false },
+            Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
+        ],
+    },
+    // 90
+    Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
+    // 91
+    Message {
+        name: "api.core.v1.PodSchedulingGate",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
+    },
+    // 92
+    Message {
+        name: "api.core.v1.PodResourceClaim",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 3, json: "resourceClaimName", ty: String, repeated: false },
+            Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
+        ],
+    },
+    // 93
+    Message {
+        name: "api.core.v1.ResourceRequirements",
+        fields: &[
+            Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
+            Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
+            Field { number: 3, json: "claims", ty: Message(141), repeated: true },
+        ],
+    },
+    // 94
+    Message {
+        name: "api.core.v1.PodCondition",
         fields: &[
             Field { number: 1, json: "type", ty: String, repeated: false },
             Field { number: 2, json: "status", ty: String, repeated: false },
+            Field { number: 3, json: "lastProbeTime", ty: Time, repeated: false },
             Field { number: 4, json: "lastTransitionTime", ty: Time, repeated: false },
             Field { number: 5, json: "reason", ty: String, repeated: false },
             Field { number: 6, json: "message", ty: String, repeated: false },
+            Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
+    // 95
+    Message {
+        name: "api.core.v1.ContainerStatus",
+        fields: &[
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "state", ty: Message(142), repeated: false },
+            Field { number: 3, json: "lastState", ty: Message(142), repeated: false },
+            Field { number: 4, json: "ready", ty: Bool, repeated: false },
+            Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
+            Field { number: 6, json: "image", ty: String, repeated: false },
+            Field { number: 7, json: "imageID", ty: String, repeated: false },
+            Field { number: 8, json: "containerID", ty: String, repeated: false },
+            Field { number: 9, json: "started", ty: Bool, repeated: false },
+            Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
+            Field { number: 11, json: "resources", ty: Message(93), repeated: false },
+            Field { number: 12, json: "volumeMounts", ty: Message(143), repeated: true },
+            Field { number: 13, json: "user", ty: Message(144), repeated: false },
+            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(145), repeated: true },
+            Field { number: 15, json: "stopSignal", ty: String, repeated: false },
+        ],
+    },
+    // 96
+    Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
     // 97
     Message {
-        name: "api.core.v1.ScopeSelector",
-        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(145), repeated: true }],
-    },
-    // 98
-    Message {
-        name: "api.core.v1.LimitRangeItem",
+        name: "api.core.v1.PodResourceClaimStatus",
         fields: &[
-            Field { number: 1, json: "type", ty: String, repeated: false },
-            Field { number: 2, json: "max", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "min", ty: Map(&Quantity), repeated: false },
-            Field { number: 4, json: "default", ty: Map(&Quantity), repeated: false },
-            Field { number: 5, json: "defaultRequest", ty: Map(&Quantity), repeated: false },
-            Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
+            Field { number: 1, json: "name", ty: String, repeated: false },
+            Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
+    // 98
+    Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
     // 99
+    Message {
+        name: "api.core.v1.PodExtendedResourceClaimStatus",
+        fields: &[
+            Field { number: 1, json: "requestMappings", ty: Message(146), repeated: true },
+            Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
+        ],
+    },
+    // 100
+    Message {
+        name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
+        fields: &[
+            Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
+            Field { number: 2, json: "matchExpressions", ty: Message(147), repeated: true },
+        ],
+    },
+    // 101
+    Message {
+        name: "api.core.v1.ScopeSelector",
+        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(148), repeated: true }],
+    },
+    // 102
+    Message {
+        name: "api.authentication.v1.UserInfo",
+        fields: &[
+            Field { number: 1, json: "username", ty: String, repeated: false },
+            Field { number: 2, json: "uid", ty: String, repeated: false },
+            Field { number: 3, json: "groups", ty: String, repeated: true },
+            Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
+        ],
+    },
+    // 103
+    Message {
+        name: "api.authorization.v1.ResourceAttributes",
+        fields: &[
+            Field { number: 1, json: "namespace", ty: String, repeated: false },
+            Field { number: 2, json: "verb", ty: String, repeated: false },
+            Field { number: 3, json: "group", ty: String, repeated: false },
+            Field { number: 4, json: "version", ty: String, repeated: false },
+            Field { number: 5, json: "resource", ty: String, repeated: false },
+            Field { number: 6, json: "subresource", ty: String, repeated: false },
+            Field { number: 7, json: "name", ty: String, repeated: false },
+            Field { number: 8, json: "fieldSelector", ty: Message(149), repeated: false },
+            Field { number: 9, json: "labelSelector", ty: Message(150), repeated: false },
+        ],
+    },
+    // 104
+    Message {
+        name: "api.authorization.v1.NonResourceAttributes",
+        fields: &[
+            Field { number: 1, json: "path", ty: String, repeated: false },
+            Field { number: 2, json: "verb", ty: String, repeated: false },
+        ],
+    },
+    // 105
+    Message {
+        name: "api.authorization.v1.ResourceRule",
+        fields: &[
+            Field { number: 1, json: "verbs", ty: String, repeated: true },
+            Field { number: 2, json: "apiGroups", ty: String, repeated: true },
+            Field { number: 3, json: "resources", ty: String, repeated: true },
+            Field { number: 4, json: "resourceNames", ty: String, repeated: true },
+        ],
+    },
+    // 106
+    Message {
+        name: "api.authorization.v1.NonResourceRule",
+        fields: &[
+            Field { number: 1, json: "verbs", ty: String, repeated: true },
+            Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
+        ],
+    },
+    // 107
     Message {
         name: "api.core.v1.ServicePort",
         fields: &[
@@ -1052,17 +1128,17 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 6, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 100
+    // 108
     Message {
         name: "api.core.v1.SessionAffinityConfig",
-        fields: &[Field { number: 1, json: "clientIP", ty: Message(146), repeated: false }],
+        fields: &[Field { number: 1, json: "clientIP", ty: Message(151), repeated: false }],
     },
-    // 101
+    // 109
     Message {
         name: "api.core.v1.LoadBalancerStatus",
-        fields: &[Field { number: 1, json: "ingress", ty: Message(147), repeated: true }],
+        fields: &[Field { number: 1, json: "ingress", ty: Message(152), repeated: true }],
     },
-    // 102
+    // 110
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Condition",
         fields: &[
@@ -1074,17 +1150,17 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 103
+    // 111
     Message {
         name: "api.core.v1.EndpointAddress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "targetRef", ty: Message(32), repeated: false },
+            Field { number: 2, json: "targetRef", ty: Message(30), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
             Field { number: 4, json: "nodeName", ty: String, repeated: false },
         ],
     },
-    // 104
+    // 112
     Message {
         name: "api.core.v1.EndpointPort",
         fields: &[
@@ -1094,32 +1170,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 105
-    Message {
-        name: "api.discovery.v1.EndpointConditions",
-        fields: &[
-            Field { number: 1, json: "ready", ty: Bool, repeated: false },
-            Field { number: 2, json: "serving", ty: Bool, repeated: false },
-            Field { number: 3, json: "terminating", ty: Bool, repeated: false },
-        ],
-    },
-    // 106
-    Message {
-        name: "api.discovery.v1.EndpointHints",
-        fields: &[
-            Field { number: 1, json: "forZones", ty: Message(148), repeated: true },
-            Field { number: 2, json: "forNodes", ty: Message(149), repeated: true },
-        ],
-    },
-    // 107
-    Message {
-        name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
-        fields: &[
-            Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
-            Field { number: 2, json: "matchExpressions", ty: Message(150), repeated: true },
-        ],
-    },
-    // 108
+    // 113
     Message {
         name: "api.authentication.v1.BoundObjectReference",
         fields: &[
@@ -1129,58 +1180,46 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 109
+    // 114
     Message {
-        name: "api.authentication.v1.UserInfo",
-        fields: &[
-            Field { number: 1, json: "username", ty: String, repeated: false },
-            Field { number: 2, json: "uid", ty: String, repeated: false },
-            Field { number: 3, json: "groups", ty: String, repeated: true },
-            Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
-        ],
+        name: "api.discovery.v1.ForZone",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 110
+    // 115
     Message {
-        name: "api.authorization.v1.ResourceAttributes",
+        name: "api.discovery.v1.ForNode",
+        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
+    },
+    // 116
+    Message {
+        name: "api.core.v1.ConfigMapNodeConfigSource",
         fields: &[
             Field { number: 1, json: "namespace", ty: String, repeated: false },
-            Field { number: 2, json: "verb", ty: String, repeated: false },
-            Field { number: 3, json: "group", ty: String, repeated: false },
-            Field { number: 4, json: "version", ty: String, repeated: false },
-            Field { number: 5, json: "resource", ty: String, repeated: false },
-            Field { number: 6, json: "subresource", ty: String, repeated: false },
-            Field { number: 7, json: "name", ty: String, repeated: false },
-            Field { number: 8, json: "fieldSelector", ty: Message(151), repeated: false },
-            Field { number: 9, json: "labelSelector", ty: Message(152), repeated: false },
+            Field { number: 2, json: "name", ty: String, repeated: false },
+            Field { number: 3, json: "uid", ty: String, repeated: false },
+            Field { number: 4, json: "resourceVersion", ty: String, repeated: false },
+            Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
         ],
     },
-    // 111
+    // 117
     Message {
-        name: "api.authorization.v1.NonResourceAttributes",
-        fields: &[
-            Field { number: 1, json: "path", ty: String, repeated: false },
-            Field { number: 2, json: "verb", ty: String, repeated: false },
-        ],
+        name: "api.core.v1.DaemonEndpoint",
+        fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
     },
-    // 112
+    // 118
     Message {
-        name: "api.authorization.v1.ResourceRule",
-        fields: &[
-            Field { number: 1, json: "verbs", ty: String, repeated: true },
-            Field { number: 2, json: "apiGroups", ty: String, repeated: true },
-            Field { number: 3, json: "resources", ty: String, repeated: true },
-            Field { number: 4, json: "resourceNames", ty: String, repeated: true },
-        ],
+        name: "api.core.v1.NodeSwapStatus",
+        fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
     },
-    // 113
+    // 119
     Message {
-        name: "api.authorization.v1.NonResourceRule",
+        name: "api.core.v1.NodeRuntimeHandlerFeatures",
         fields: &[
-            Field { number: 1, json: "verbs", ty: String, repeated: true },
-            Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
+            Field { number: 1, json: "recursiveReadOnlyMounts", ty: Bool, repeated: false },
+            Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
         ],
     },
-    // 114
+    // 120
     Message {
         name: "api.core.v1.VolumeSource",
         fields: &[
@@ -1216,7 +1255,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 30, json: "image", ty: Message(182), repeated: false },
         ],
     },
-    // 115
+    // 121
     Message {
         name: "api.core.v1.ContainerPort",
         fields: &[
@@ -1227,7 +1266,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
         ],
     },
-    // 116
+    // 122
     Message {
         name: "api.core.v1.EnvVar",
         fields: &[
@@ -1236,7 +1275,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "valueFrom", ty: Message(183), repeated: false },
         ],
     },
-    // 117
+    // 123
     Message {
         name: "api.core.v1.VolumeMount",
         fields: &[
@@ -1249,7 +1288,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 7, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 118
+    // 124
     Message {
         name: "api.core.v1.Probe",
         fields: &[
@@ -1262,7 +1301,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 7, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 119
+    // 125
     Message {
         name: "api.core.v1.Lifecycle",
         fields: &[
@@ -1271,25 +1310,25 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 120
+    // 126
     Message {
         name: "api.core.v1.SecurityContext",
         fields: &[
             Field { number: 1, json: "capabilities", ty: Message(186), repeated: false },
             Field { number: 2, json: "privileged", ty: Bool, repeated: false },
-            Field { number: 3, json: "seLinuxOptions", ty: Message(125), repeated: false },
+            Field { number: 3, json: "seLinuxOptions", ty: Message(131), repeated: false },
             Field { number: 4, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 5, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 6, json: "readOnlyRootFilesystem", ty: Bool, repeated: false },
             Field { number: 7, json: "allowPrivilegeEscalation", ty: Bool, repeated: false },
             Field { number: 8, json: "runAsGroup", ty: Int64, repeated: false },
             Field { number: 9, json: "procMount", ty: String, repeated: false },
-            Field { number: 10, json: "windowsOptions", ty: Message(127), repeated: false },
-            Field { number: 11, json: "seccompProfile", ty: Message(128), repeated: false },
-            Field { number: 12, json: "appArmorProfile", ty: Message(129), repeated: false },
+            Field { number: 10, json: "windowsOptions", ty: Message(133), repeated: false },
+            Field { number: 11, json: "seccompProfile", ty: Message(134), repeated: false },
+            Field { number: 12, json: "appArmorProfile", ty: Message(135), repeated: false },
         ],
     },
-    // 121
+    // 127
     Message {
         name: "api.core.v1.EnvFromSource",
         fields: &[
@@ -1298,7 +1337,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "secretRef", ty: Message(188), repeated: false },
         ],
     },
-    // 122
+    // 128
     Message {
         name: "api.core.v1.VolumeDevice",
         fields: &[
@@ -1306,7 +1345,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 123
+    // 129
     Message {
         name: "api.core.v1.ContainerResizePolicy",
         fields: &[
@@ -1314,7 +1353,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "restartPolicy", ty: String, repeated: false },
         ],
     },
-    // 124
+    // 130
     Message {
         name: "api.core.v1.ContainerRestartRule",
         fields: &[
@@ -1322,7 +1361,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "exitCodes", ty: Message(189), repeated: false },
         ],
     },
-    // 125
+    // 131
     Message {
         name: "api.core.v1.SeLinuxOptions",
         fields: &[
@@ -1332,7 +1371,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "level", ty: String, repeated: false },
         ],
     },
-    // 126
+    // 132
     Message {
         name: "api.core.v1.Sysctl",
         fields: &[
@@ -1340,7 +1379,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 127
+    // 133
     Message {
         name: "api.core.v1.WindowsSecurityContextOptions",
         fields: &[
@@ -1350,7 +1389,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "hostProcess", ty: Bool, repeated: false },
         ],
     },
-    // 128
+    // 134
     Message {
         name: "api.core.v1.SeccompProfile",
         fields: &[
@@ -1358,7 +1397,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 129
+    // 135
     Message {
         name: "api.core.v1.AppArmorProfile",
         fields: &[
@@ -1366,7 +1405,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 130
+    // 136
     Message {
         name: "api.core.v1.NodeAffinity",
         fields: &[
@@ -1384,7 +1423,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             },
         ],
     },
-    // 131
+    // 137
     Message {
         name: "api.core.v1.PodAffinity",
         fields: &[
@@ -1402,7 +1441,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             },
         ],
     },
-    // 132
+    // 138
     Message {
         name: "api.core.v1.PodAntiAffinity",
         fields: &[
@@ -1420,7 +1459,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             },
         ],
     },
-    // 133
+    // 139
     Message {
         name: "api.core.v1.PodDnsConfigOption",
         fields: &[
@@ -1428,7 +1467,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 134
+    // 140
     Message {
         name: "api.core.v1.EphemeralContainerCommon",
         fields: &[
@@ -1437,29 +1476,29 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(115), repeated: true },
-            Field { number: 7, json: "env", ty: Message(116), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(78), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(117), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(118), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(118), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(119), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(121), repeated: true },
+            Field { number: 7, json: "env", ty: Message(122), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(93), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(123), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(124), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(124), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(125), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(120), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(126), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(121), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(127), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(122), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(118), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(123), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(128), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(124), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(129), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(124), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(130), repeated: true },
         ],
     },
-    // 135
+    // 141
     Message {
         name: "api.core.v1.ResourceClaim",
         fields: &[
@@ -1467,7 +1506,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "request", ty: String, repeated: false },
         ],
     },
-    // 136
+    // 142
     Message {
         name: "api.core.v1.ContainerState",
         fields: &[
@@ -1476,7 +1515,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "terminated", ty: Message(196), repeated: false },
         ],
     },
-    // 137
+    // 143
     Message {
         name: "api.core.v1.VolumeMountStatus",
         fields: &[
@@ -1486,12 +1525,12 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 138
+    // 144
     Message {
         name: "api.core.v1.ContainerUser",
         fields: &[Field { number: 1, json: "linux", ty: Message(197), repeated: false }],
     },
-    // 139
+    // 145
     Message {
         name: "api.core.v1.ResourceStatus",
         fields: &[
@@ -1499,7 +1538,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "resources", ty: Message(198), repeated: true },
         ],
     },
-    // 140
+    // 146
     Message {
         name: "api.core.v1.ContainerExtendedResourceRequest",
         fields: &[
@@ -1508,70 +1547,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "requestName", ty: String, repeated: false },
         ],
     },
-    // 141
-    Message {
-        name: "api.core.v1.ConfigMapNodeConfigSource",
-        fields: &[
-            Field { number: 1, json: "namespace", ty: String, repeated: false },
-            Field { number: 2, json: "name", ty: String, repeated: false },
-            Field { number: 3, json: "uid", ty: String, repeated: false },
-            Field { number: 4, json: "resourceVersion", ty: String, repeated: false },
-            Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
-        ],
-    },
-    // 142
-    Message {
-        name: "api.core.v1.DaemonEndpoint",
-        fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
-    },
-    // 143
-    Message {
-        name: "api.core.v1.NodeSwapStatus",
-        fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
-    },
-    // 144
-    Message {
-        name: "api.core.v1.NodeRuntimeHandlerFeatures",
-        fields: &[
-            Field { number: 1, json: "recursiveReadOnlyMounts", ty: Bool, repeated: false },
-            Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
-        ],
-    },
-    // 145
-    Message {
-        name: "api.core.v1.ScopedResourceSelectorRequirement",
-        fields: &[
-            Field { number: 1, json: "scopeName", ty: String, repeated: false },
-            Field { number: 2, json: "operator", ty: String, repeated: false },
-            Field { number: 3, json: "values", ty: String, repeated: true },
-        ],
-    },
-    // 146
-    Message {
-        name: "api.core.v1.ClientIpConfig",
-        fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
-    },
     // 147
-    Message {
-        name: "api.core.v1.LoadBalancerIngress",
-        fields: &[
-            Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "hostname", ty: String, repeated: false },
-            Field { number: 3, json: "ipMode", ty: String, repeated: false },
-            Field { number: 4, json: "ports", ty: Message(199), repeated: true },
-        ],
-    },
-    // 148
-    Message {
-        name: "api.discovery.v1.ForZone",
-        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
-    },
-    // 149
-    Message {
-        name: "api.discovery.v1.ForNode",
-        fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
-    },
-    // 150
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         fields: &[
@@ -1580,20 +1556,44 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 151
+    // 148
+    Message {
+        name: "api.core.v1.ScopedResourceSelectorRequirement",
+        fields: &[
+            Field { number: 1, json: "scopeName", ty: String, repeated: false },
+            Field { number: 2, json: "operator", ty: String, repeated: false },
+            Field { number: 3, json: "values", ty: String, repeated: true },
+        ],
+    },
+    // 149
     Message {
         name: "api.authorization.v1.FieldSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(200), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(199), repeated: true },
         ],
     },
-    // 152
+    // 150
     Message {
         name: "api.authorization.v1.LabelSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(150), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(147), repeated: true },
+        ],
+    },
+    // 151
+    Message {
+        name: "api.core.v1.ClientIpConfig",
+        fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
+    },
+    // 152
+    Message {
+        name: "api.core.v1.LoadBalancerIngress",
+        fields: &[
+            Field { number: 1, json: "ip", ty: String, repeated: false },
+            Field { number: 2, json: "hostname", ty: String, repeated: false },
+            Field { number: 3, json: "ipMode", ty: String, repeated: false },
+            Field { number: 4, json: "ports", ty: Message(200), repeated: true },
         ],
     },
     // 153
@@ -1672,7 +1672,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 7, json: "portals", ty: String, repeated: true },
             Field { number: 8, json: "chapAuthDiscovery", ty: Bool, repeated: false },
-            Field { number: 10, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 10, json: "secretRef", ty: Message(59), repeated: false },
             Field { number: 11, json: "chapAuthSession", ty: Bool, repeated: false },
             Field { number: 12, json: "initiatorName", ty: String, repeated: false },
         ],
@@ -1704,7 +1704,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "pool", ty: String, repeated: false },
             Field { number: 5, json: "user", ty: String, repeated: false },
             Field { number: 6, json: "keyring", ty: String, repeated: false },
-            Field { number: 7, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 7, json: "secretRef", ty: Message(59), repeated: false },
             Field { number: 8, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
@@ -1714,7 +1714,7 @@ pub(super) static MESSAGES: [Message; 235] = [
         fields: &[
             Field { number: 1, json: "driver", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(59), repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 5, json: "options", ty: Map(&String), repeated: false },
         ],
@@ -1726,7 +1726,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 1, json: "volumeID", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 4, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 4, json: "secretRef", ty: Message(59), repeated: false },
         ],
     },
     // 166
@@ -1737,7 +1737,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "path", ty: String, repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "secretFile", ty: String, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(59), repeated: false },
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
@@ -1844,7 +1844,7 @@ pub(super) static MESSAGES: [Message; 235] = [
         fields: &[
             Field { number: 1, json: "gateway", ty: String, repeated: false },
             Field { number: 2, json: "system", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(59), repeated: false },
             Field { number: 4, json: "sslEnabled", ty: Bool, repeated: false },
             Field { number: 5, json: "protectionDomain", ty: String, repeated: false },
             Field { number: 6, json: "storagePool", ty: String, repeated: false },
@@ -1870,7 +1870,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "volumeNamespace", ty: String, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(37), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(59), repeated: false },
         ],
     },
     // 180
@@ -1881,7 +1881,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "volumeAttributes", ty: Map(&String), repeated: false },
-            Field { number: 5, json: "nodePublishSecretRef", ty: Message(37), repeated: false },
+            Field { number: 5, json: "nodePublishSecretRef", ty: Message(59), repeated: false },
         ],
     },
     // 181
@@ -1977,10 +1977,10 @@ pub(super) static MESSAGES: [Message; 235] = [
     Message {
         name: "api.core.v1.PodAffinityTerm",
         fields: &[
-            Field { number: 1, json: "labelSelector", ty: Message(107), repeated: false },
+            Field { number: 1, json: "labelSelector", ty: Message(100), repeated: false },
             Field { number: 2, json: "namespaces", ty: String, repeated: true },
             Field { number: 3, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 4, json: "namespaceSelector", ty: Message(107), repeated: false },
+            Field { number: 4, json: "namespaceSelector", ty: Message(100), repeated: false },
             Field { number: 5, json: "matchLabelKeys", ty: String, repeated: true },
             Field { number: 6, json: "mismatchLabelKeys", ty: String, repeated: true },
         ],
@@ -2038,20 +2038,20 @@ pub(super) static MESSAGES: [Message; 235] = [
     },
     // 199
     Message {
-        name: "api.core.v1.PortStatus",
-        fields: &[
-            Field { number: 1, json: "port", ty: Int32, repeated: false },
-            Field { number: 2, json: "protocol", ty: String, repeated: false },
-            Field { number: 3, json: "error", ty: String, repeated: false },
-        ],
-    },
-    // 200
-    Message {
         name: "apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         fields: &[
             Field { number: 1, json: "key", ty: String, repeated: false },
             Field { number: 2, json: "operator", ty: String, repeated: false },
             Field { number: 3, json: "values", ty: String, repeated: true },
+        ],
+    },
+    // 200
+    Message {
+        name: "api.core.v1.PortStatus",
+        fields: &[
+            Field { number: 1, json: "port", ty: Int32, repeated: false },
+            Field { number: 2, json: "protocol", ty: String, repeated: false },
+            Field { number: 3, json: "error", ty: String, repeated: false },
         ],
     },
     // 201
@@ -2236,7 +2236,7 @@ pub(super) static MESSAGES: [Message; 235] = [
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "signerName", ty: String, repeated: false },
-            Field { number: 3, json: "labelSelector", ty: Message(107), repeated: false },
+            Field { number: 3, json: "labelSelector", ty: Message(100), repeated: false },
             Field { number: 4, json: "path", ty: String, repeated: false },
             Field { number: 5, json: "optional", ty: Bool, repeated: false },
         ],
@@ -2260,7 +2260,7 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 1, json: "accessModes", ty: String, repeated: true },
             Field { number: 2, json: "resources", ty: Message(232), repeated: false },
             Field { number: 3, json: "volumeName", ty: String, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(107), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(100), repeated: false },
             Field { number: 5, json: "storageClassName", ty: String, repeated: false },
             Field { number: 6, json: "volumeMode", ty: String, repeated: false },
             Field { number: 7, json: "dataSource", ty: Message(233), repeated: false },
@@ -2332,36 +2332,4 @@ pub(super) static MESSAGES: [Message; 235] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-];
-
-/// (apiVersion, kind, message): the kinds a request body may carry. An empty apiVersion
-/// matches any (DeleteOptions is registered in every group version).
-pub(super) static ROOTS: [(&str, &str, u16); 27] = [
-    ("v1", "Pod", 0),
-    ("v1", "Node", 1),
-    ("v1", "Event", 2),
-    ("v1", "Binding", 3),
-    ("v1", "ConfigMap", 4),
-    ("v1", "Secret", 5),
-    ("v1", "Namespace", 6),
-    ("v1", "ServiceAccount", 7),
-    ("v1", "ResourceQuota", 8),
-    ("v1", "LimitRange", 9),
-    ("v1", "Service", 10),
-    ("v1", "Endpoints", 11),
-    ("discovery.k8s.io/v1", "EndpointSlice", 12),
-    ("events.k8s.io/v1", "Event", 13),
-    ("coordination.k8s.io/v1", "Lease", 14),
-    ("rbac.authorization.k8s.io/v1", "Role", 15),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding", 16),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole", 17),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", 18),
-    ("authentication.k8s.io/v1", "TokenRequest", 19),
-    ("authentication.k8s.io/v1", "TokenReview", 20),
-    ("authentication.k8s.io/v1", "SelfSubjectReview", 21),
-    ("authorization.k8s.io/v1", "SubjectAccessReview", 22),
-    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", 23),
-    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", 24),
-    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", 25),
-    ("", "DeleteOptions", 26),
 ];

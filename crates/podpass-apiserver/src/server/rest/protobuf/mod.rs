@@ -27,6 +27,26 @@ const MAGIC: &[u8] = b"k8s\0";
 /// Deepest nesting of messages decoded (the schema's own is about 12).
 const MAX_DEPTH: usize = 32;
 
+/// DeleteOptions' message: registered in every group version, so matched by kind alone.
+const DELETE_OPTIONS: &str = "apimachinery.pkg.apis.meta.v1.DeleteOptions";
+
+/// The message of a body of `kind` in `api_version`: a served kind's (its declaration names
+/// its type, whose package the proto package mirrors) or DeleteOptions; `None` for any
+/// other, so no inner message (a PodSpec) is decoded as a body.
+fn root(api_version: &str, kind: &str) -> Option<u16> {
+    let message = if kind == "DeleteOptions" {
+        DELETE_OPTIONS.to_owned()
+    } else {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        if version != "v1" {
+            return None;
+        }
+        super::kinds::type_of(group, kind)?.protobuf_message()
+    };
+    let index = messages::MESSAGES.iter().position(|m| m.name == message)?;
+    u16::try_from(index).ok()
+}
+
 /// Decodes a protobuf request body into its JSON form, `apiVersion` and `kind` included.
 pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
     let unknown = body.strip_prefix(MAGIC).ok_or_else(|| DecodeError("missing k8s protobuf magic".into()))?;
@@ -49,13 +69,9 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
             _ => {}
         }
     }
-    let root = messages::ROOTS
-        .iter()
-        .find(|(v, k, _)| *k == kind && (v.is_empty() || *v == api_version))
-        .map(|(_, _, index)| *index)
-        .ok_or_else(|| {
-            DecodeError(format!("protobuf bodies of kind {kind:?} in {api_version:?} are not supported; send JSON"))
-        })?;
+    let root = root(&api_version, &kind).ok_or_else(|| {
+        DecodeError(format!("protobuf bodies of kind {kind:?} in {api_version:?} are not supported; send JSON"))
+    })?;
     let mut object = Map::new();
     if !api_version.is_empty() {
         object.insert("apiVersion".into(), json!(api_version));
@@ -604,11 +620,15 @@ mod tests {
         let own = crate::server::rest::kinds::revoked_token::GROUP;
         for res in crate::server::rest::resources::RESOURCES.iter().filter(|r| r.group != own) {
             let api_version = res.api_version();
-            assert!(
-                messages::ROOTS.iter().any(|(v, k, _)| *k == res.kind && *v == api_version),
-                "no protobuf schema for {api_version} {}",
-                res.kind
-            );
+            assert!(root(&api_version, res.kind).is_some(), "no protobuf schema for {api_version} {}", res.kind);
         }
+        for (api_version, kind) in
+            [("authentication.k8s.io/v1", "TokenRequest"), ("v1", "Binding"), ("", "DeleteOptions")]
+        {
+            assert!(root(api_version, kind).is_some(), "{api_version} {kind}");
+        }
+        assert_eq!(root("v1", "PodSpec"), None, "an inner message is no body");
+        assert_eq!(root("v2", "Pod"), None);
+        assert_eq!(root("apps/v1", "Pod"), None);
     }
 }
