@@ -59,7 +59,7 @@ pub(crate) fn config_problems(errors: &podpass_serve::ConfigErrors) -> ExitCode 
     version = concat!(env!("CARGO_PKG_VERSION"), " (matches Kubernetes v1.", podpass_apiserver::kube_minor!(), ")"),
     about = "Per-pod identity for container image pulls"
 )]
-struct Cli {
+pub(crate) struct Cli {
     /// Log format on stderr: `text` or `json` (one object per line); `RUST_LOG` filters.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,

@@ -8,10 +8,13 @@
 
 mod api;
 mod checklist;
+mod command_line;
+mod core_parts;
 mod demo;
 mod files;
 mod logs;
 mod node;
+mod part;
 mod push;
 mod supervisor;
 
@@ -26,6 +29,8 @@ use serde_json::json;
 
 use api::Api;
 use checklist::Checklist;
+use core_parts::{CONTROL_PLANE, REGISTRY_AUTH};
+use part::{Probes, launch};
 use supervisor::{Supervision, Supervisor};
 
 /// The node `podpass up` runs.
@@ -461,10 +466,6 @@ fn registry_host(url: &str) -> Result<String> {
     Ok(rest.to_owned())
 }
 
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| (*s).to_owned()).collect()
-}
-
 fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
@@ -481,110 +482,43 @@ async fn start(
     out: &mut Checklist,
 ) -> Result<Running> {
     // 1. The control plane.
-    let began = Instant::now();
     let _ = std::fs::remove_file(l.data.join("server-url"));
     let admission = l.data.join("admission.yaml");
     files::write_admission_config(&admission)?;
-    let mut a = strings(&["apiserver", "--data-dir"]);
-    a.extend([path_str(&l.data), "--secure-port".into(), args.apiserver_port.to_string()]);
-    a.extend(["--admission-control-config-file".into(), path_str(&admission)]);
-    parts.spawn("control plane", &tools.podpass, &a, l.logs.join("apiserver.log"))?;
-    out.waiting("control plane", "its /readyz");
-    let api = wait(parts, "the control plane", || async {
-        let api = Api::from_data_dir(&l.data).ok()?;
-        matches!(api.get("/readyz").await, Ok((200, _))).then_some(api)
-    })
-    .await?;
+    let first = Probes { client: None, api: None };
+    let (_, began) = launch(&core_parts::control_plane(args, l, tools, &admission)?, parts, out, &first).await?;
+    let api = Api::from_data_dir(&l.data)?;
+    let client = cluster_http_client(&l.data, Duration::from_secs(5))?;
     bootstrap(&api).await?;
     let discovery = api.get_ok("/.well-known/openid-configuration").await?;
     let issuer =
         discovery["issuer"].as_str().context("the control plane's discovery document has no issuer")?.to_owned();
-    out.done("control plane", &format!("{}   issuer {issuer}", api.url), began);
+    out.done(CONTROL_PLANE, &format!("{}   issuer {issuer}", api.url), began);
+    let probes = Probes { client: Some(&client), api: Some(&api) };
 
     // 2. registry-auth, trusting the control plane's issuer. It, the registry and the
     // node's client identity get certificates from the cluster's CA: no credential crosses
     // a socket in clear, loopback included (a hostNetwork pod could capture `lo`).
-    let began = Instant::now();
     files::ensure_registry_auth_files(&l.auth)?;
     let pki = issue_part_certificates(&l.data.join("pki"))?;
     let auth_url = format!("https://127.0.0.1:{}", args.registry_auth_port);
-    let mut a = strings(&["--log-format", "json", "registry-auth", "--listen"]);
-    a.push(format!("127.0.0.1:{}", args.registry_auth_port));
-    a.extend(["--issuer".into(), issuer.clone(), "--issuer-ca".into(), path_str(&l.data.join("pki/ca.crt"))]);
-    a.extend(["--audience".into(), files::AUDIENCE.into(), "--policy".into(), path_str(&l.auth.join("policy.yaml"))]);
-    a.extend(["--signing-key".into(), path_str(&l.auth.join("signer.key"))]);
-    a.extend(["--registry-service".into(), files::REGISTRY_SERVICE.into()]);
-    a.extend(["--token-issuer".into(), files::TOKEN_ISSUER.into()]);
-    a.extend(["--tls-cert-file".into(), path_str(&pki.registry_auth.0), "--tls-private-key-file".into()]);
-    a.extend([path_str(&pki.registry_auth.1), "--client-ca-file".into(), path_str(&pki.ca)]);
-    // A token naming a node is only taken from that node (its client certificate): a
-    // captured or stolen pod token is worth nothing from elsewhere. The plugin and
-    // containerd show the node's certificate; the embedded image store of a prepare-only
-    // node (no tenant code runs there) cannot show one to the token realm, so that node
-    // keeps `prefer` (a proof, when shown, must name the token's node).
-    let binding = if tools.containers.is_some() { "require" } else { "prefer" };
-    a.extend(["--node-binding".into(), binding.into()]);
-    // The cluster's TokenReview: a signature alone would keep a deleted pod's token (and an
-    // exchange token of a deleted service account) good until it expires.
-    let reviewer = identity_kubeconfig(&l.data, &l.auth.join("reviewer.kubeconfig"), REVIEWER, &[])?;
-    a.extend(["--token-review-kubeconfig".into(), path_str(&reviewer)]);
-    // Its metrics only to whom the cluster allows `get /metrics` (as kube-scheduler's).
-    a.extend(["--metrics-auth".into(), "delegated".into()]);
-    // Its audit in a file of its own (rotated by size), not mixed into its log.
     let auth_audit = l.logs.join("registry-auth-audit.log");
-    a.extend(["--audit-log-path".into(), path_str(&auth_audit)]);
-    let auth_log = l.logs.join("registry-auth.log");
-    parts.spawn("registry-auth", &tools.podpass, &a, auth_log.clone())?;
-    out.waiting("registry-auth", "the issuer's keys");
-    let client = cluster_http_client(&l.data, Duration::from_secs(5))?;
-    wait(parts, "registry-auth", || async {
-        let r = client.get(format!("{auth_url}/healthz")).send().await.ok()?;
-        (r.status() == 200).then_some(())
-    })
-    .await?;
-    out.done(
-        "registry-auth",
-        &format!(
-            "{auth_url}   pods of each namespace may pull <namespace>/* ({})",
-            path_str(&l.auth.join("policy.yaml"))
-        ),
-        began,
-    );
+    let auth = core_parts::registry_auth(args, l, tools, &pki, &issuer, &auth_audit)?;
+    let (_, began) = launch(&auth, parts, out, &probes).await?;
+    let policy = path_str(&l.auth.join("policy.yaml"));
+    out.done(REGISTRY_AUTH, &format!("{auth_url}   pods of each namespace may pull <namespace>/* ({policy})"), began);
 
     // 3. The registry, with token auth against registry-auth.
-    let began = Instant::now();
-    let realm = format!("{auth_url}/token");
-    if let Some(program) = &tools.registry {
-        files::write_registry_config(
-            &l.registry,
-            args.registry_port,
-            &realm,
-            &l.auth.join("signer.crt"),
-            &pki.registry,
-        )?;
-        let a = vec!["serve".to_owned(), path_str(&l.registry.join("config.yml"))];
-        parts.spawn("registry", program, &a, l.logs.join("registry.log"))?;
-        out.waiting("registry", "/v2/ to ask for a token");
-    } else {
-        out.waiting("registry", &format!("{registry_url}/v2/ to ask for a token"));
-    }
-    wait(parts, "the registry", || async {
-        let r = client.get(format!("{registry_url}/v2/")).send().await.ok()?;
-        let challenge = r.headers().get("www-authenticate")?.to_str().ok()?.to_owned();
-        (r.status() == 401 && challenge.starts_with("Bearer ")).then_some(challenge)
-    })
-    .await
-    .map_err(|e| {
-        if external_registry {
-            anyhow::anyhow!(
-                "{e:#}\n  {registry_url} must use token auth against registry-auth; its config needs:\n{}",
-                files::token_auth_block(&realm, &l.auth.join("signer.crt"))
-            )
-        } else {
-            e
-        }
-    })?;
-    out.done("registry", &format!("{registry_url}   token auth via registry-auth"), began);
+    core_parts::start_registry(
+        args,
+        l,
+        tools,
+        &pki,
+        (registry_url, external_registry),
+        (&mut *parts, &mut *out),
+        &probes,
+    )
+    .await?;
 
     // 4. containerd, with podpass's sandbox image and pod network, when the node runs
     // containers.
@@ -600,7 +534,7 @@ async fn start(
                     origin: Box::new(origin),
                 });
             }
-            Some(start_containerd(c, l, tools, &registries, parts, out).await?)
+            Some(core_parts::start_containerd(c, l, tools, &registries, parts, out, &probes).await?)
         }
         None => None,
     };
@@ -625,10 +559,8 @@ async fn start(
         auth_url: &auth_url,
         external_registry,
         runtime: runtime.as_ref(),
-        api: &api,
-        client: &client,
     };
-    node::start(&node, &ctx, parts, out).await?;
+    node::start(&node, &ctx, parts, out, &probes).await?;
     Ok(Running {
         api,
         registry_host: registry_host.to_owned(),
@@ -639,40 +571,6 @@ async fn start(
         auth_audit,
         runtime,
     })
-}
-
-/// Starts containerd as a part (its files under the data dir), waits for its CRI, and
-/// loads podpass's sandbox image; the endpoint for the node.
-async fn start_containerd(
-    c: &ContainerTools,
-    l: &Layout,
-    tools: &Tools,
-    registries: &[podpass_node::runtime::containerd::RegistryHost],
-    parts: &mut Supervisor,
-    out: &mut Checklist,
-) -> Result<podpass_node::runtime::containerd::Layout> {
-    use podpass_node::runtime::containerd;
-    let began = Instant::now();
-    let layout = containerd::Layout::new(&l.containerd);
-    layout.write(&tools.podpass, registries)?;
-    let a = vec!["--config".to_owned(), path_str(&layout.config())];
-    parts.spawn("containerd", &c.containerd, &a, l.logs.join("containerd.log"))?;
-    out.waiting("containerd", "its CRI socket");
-    let endpoint = layout.endpoint();
-    let version = wait(parts, "containerd", || async {
-        let cri = podpass_node::runtime::CriRuntime::connect(&endpoint).await.ok()?;
-        cri.version().await.ok()
-    })
-    .await?;
-    let archive = l.containerd.join("sandbox-image.tar");
-    std::fs::write(&archive, containerd::sandbox_image(&c.busybox)?).context("writing the sandbox image")?;
-    containerd::import(&c.ctr, &layout.socket(), &archive, containerd::SANDBOX_IMAGE, READY_TIMEOUT).await?;
-    out.done(
-        "containerd",
-        &format!("{} {}   sandbox image {}", version.runtime_name, version.runtime_version, containerd::SANDBOX_IMAGE),
-        began,
-    );
-    Ok(layout)
 }
 
 /// Polls `probe` every 200 ms until it answers, a part exits, or [`READY_TIMEOUT`].

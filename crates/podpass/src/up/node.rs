@@ -5,14 +5,14 @@
 //! entry per node.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::Result;
 
-use super::api::Api;
 use super::checklist::Checklist;
+use super::command_line::{CommandLine, field};
+use super::part::{Part, Probes, Readiness, Restart, launch};
 use super::supervisor::Supervisor;
-use super::{PartCertificates, Tools, files, identity_kubeconfig, path_str, strings, wait};
+use super::{PartCertificates, Tools, files, identity_kubeconfig};
 
 /// One node: what differs between the nodes of a cluster.
 pub(super) struct NodePart {
@@ -50,8 +50,6 @@ pub(super) struct Cluster<'a> {
     pub auth_url: &'a str,
     pub external_registry: bool,
     pub runtime: Option<&'a podpass_node::runtime::containerd::Layout>,
-    pub api: &'a Api,
-    pub client: &'a reqwest::Client,
 }
 
 /// The node's kubeconfig (`system:node:<name>` in `system:nodes`).
@@ -64,56 +62,65 @@ fn kubeconfig(data: &Path, node: &NodePart) -> Result<PathBuf> {
     )
 }
 
-/// The agent's command line.
-fn agent_args(node: &NodePart, c: &Cluster<'_>, kubeconfig: &Path, providers: &Path, kubelet: &Path) -> Vec<String> {
-    let mut a = strings(&["--log-format", "json", "node", "run", "--kubeconfig"]);
-    a.extend([path_str(kubeconfig), "--node-name".into(), node.name.clone(), "--root-dir".into()]);
-    a.extend([path_str(&node.root()), "--image-credential-provider-config".into(), path_str(providers)]);
-    a.extend(["--image-credential-provider-bin-dir".into(), path_str(&c.tools.plugin_dir)]);
-    a.extend(["--healthz-port".into(), node.healthz_port.to_string()]);
-    a.extend(["--port".into(), node.port.to_string(), "--config".into(), path_str(kubelet)]);
-    // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
-    a.extend(["--audit-log-path".into(), path_str(&c.logs.join(format!("{}-audit.log", node.name)))]);
+/// The agent's part: `podpass node run` as this node.
+fn agent(node: &NodePart, c: &Cluster<'_>, kubeconfig: &Path, providers: &Path, kubelet: &Path) -> Result<Part> {
+    type Flags = podpass_node::AgentConfig;
+    let mut line = CommandLine::<Flags>::new(&["node", "run"], true)
+        .path(field!(Flags, kubeconfig), kubeconfig)
+        .set(field!(Flags, node_name), &node.name)
+        .path(field!(Flags, root_dir), &node.root())
+        .path(field!(Flags, image_credential_provider_config), providers)
+        .path(field!(Flags, image_credential_provider_bin_dir), &c.tools.plugin_dir)
+        .set(field!(Flags, healthz_port), node.healthz_port)
+        .set(field!(Flags, port), node.port)
+        .path(field!(Flags, kubelet_config), kubelet)
+        // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
+        .path(field!(Flags, audit.audit_log_path), &c.logs.join(format!("{}-audit.log", node.name)))
+        .maybe(field!(Flags, container_runtime_endpoint), c.runtime.map(|layout| layout.endpoint()));
     if !c.external_registry {
-        a.extend(["--registry-ca-file".into(), path_str(&c.pki.ca)]);
         // The node proves containerd's pulls at the registry itself, showing its
         // certificate to registry-auth as containerd does.
-        a.extend(["--registry-client-cert-file".into(), path_str(&c.pki.node_client.0)]);
-        a.extend(["--registry-client-key-file".into(), path_str(&c.pki.node_client.1)]);
+        line = line
+            .path(field!(Flags, registry_ca_file), &c.pki.ca)
+            .path(field!(Flags, origin.registry_client_cert_file), &c.pki.node_client.0)
+            .path(field!(Flags, origin.registry_client_key_file), &c.pki.node_client.1);
     }
-    if let Some(layout) = c.runtime {
-        a.extend(["--container-runtime-endpoint".into(), layout.endpoint()]);
+    let mut after = vec![super::core_parts::REGISTRY_AUTH.to_owned()];
+    if c.runtime.is_some() {
+        after.push(super::core_parts::CONTAINERD.to_owned());
     }
-    a
+    Ok(Part {
+        name: node.part_name(),
+        program: c.tools.podpass.clone(),
+        args: line.build(&node.part_name())?,
+        log: c.logs.join(format!("{}.log", node.name)),
+        ready: Readiness::NodeReady {
+            healthz: format!("http://127.0.0.1:{}/healthz", node.healthz_port),
+            node: node.name.clone(),
+        },
+        waiting_for: "its /healthz and Ready condition".to_owned(),
+        restart: Restart::Always,
+        after,
+    })
 }
 
 /// Starts the node's agent as a part and waits until it is up and its Node Ready.
-pub(super) async fn start(node: &NodePart, c: &Cluster<'_>, parts: &mut Supervisor, out: &mut Checklist) -> Result<()> {
-    let began = Instant::now();
+pub(super) async fn start(
+    node: &NodePart,
+    c: &Cluster<'_>,
+    parts: &mut Supervisor,
+    out: &mut Checklist,
+    probes: &Probes<'_>,
+) -> Result<()> {
     let kubeconfig = kubeconfig(c.data, node)?;
     let providers = node.dir.join("credential-provider.yaml");
     files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki)?;
     let kubelet_config = node.dir.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config, &node.eviction)?;
-    let a = agent_args(node, c, &kubeconfig, &providers, &kubelet_config);
-    let part = node.part_name();
-    parts.spawn(&part, &c.tools.podpass, &a, c.logs.join(format!("{}.log", node.name)))?;
-    out.waiting(&part, "its /healthz and Ready condition");
-    let healthz = format!("http://127.0.0.1:{}/healthz", node.healthz_port);
-    wait(parts, "the node agent", || async {
-        // The Node may still say Ready from an earlier run: the agent's own health first.
-        let health = c.client.get(&healthz).send().await.ok()?;
-        if health.status() != 200 {
-            return None;
-        }
-        let (code, n) = c.api.get(&format!("/api/v1/nodes/{}", node.name)).await.ok()?;
-        let conditions = n["status"]["conditions"].as_array()?;
-        let ready = conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
-        (code == 200 && ready).then_some(())
-    })
-    .await?;
+    let part = agent(node, c, &kubeconfig, &providers, &kubelet_config)?;
+    let (_, began) = launch(&part, parts, out, probes).await?;
     out.done(
-        &part,
+        &part.name,
         &format!(
             "Ready   {}; podpass-credential-provider (exchange mode) for {}",
             if c.runtime.is_some() {

@@ -17,6 +17,7 @@ use anyhow::{Context, Result};
 use tokio::process::{Child, Command};
 
 use super::logs::{MAX_LOG_BYTES, open, pump};
+use super::part::Restart;
 
 /// How long a part may take to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -40,6 +41,8 @@ pub struct Part {
     child: Child,
     /// The threads copying its stdout and stderr into the log.
     pumps: Vec<std::thread::JoinHandle<()>>,
+    /// What to do when it exits.
+    restart: Restart,
     /// When it exited lately (restarts only).
     exits: Vec<std::time::Instant>,
     /// Exited, to be started again at this instant.
@@ -81,8 +84,16 @@ impl Supervisor {
     }
 
     /// Starts `program args` as the part `name`, appending its output to `log` (rotated by
-    /// size, [`logs`](super::logs)) after a line marking this run's start.
-    pub fn spawn(&mut self, name: &str, program: &Path, args: &[String], log: PathBuf) -> Result<()> {
+    /// size, [`logs`](super::logs)) after a line marking this run's start; `restart` says
+    /// what happens when it exits once the cluster is up.
+    pub fn spawn_with(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        log: PathBuf,
+        restart: Restart,
+    ) -> Result<()> {
         let (child, pumps) = self.start(name, program, args, &log)?;
         self.parts.push(Part {
             name: name.to_owned(),
@@ -91,6 +102,7 @@ impl Supervisor {
             args: args.to_vec(),
             child,
             pumps,
+            restart,
             exits: Vec::new(),
             restart_at: None,
         });
@@ -168,6 +180,9 @@ impl Supervisor {
                 }
                 if let Ok(Some(status)) = part.child.try_wait() {
                     let report = exit_report(part, status);
+                    if part.restart == Restart::Never {
+                        return Supervision::GaveUp { report: format!("{report}\n{} is not restarted", part.name) };
+                    }
                     part.exits.retain(|t| now.duration_since(*t) < RECENT);
                     part.exits.push(now);
                     if part.exits.len() >= MAX_RECENT_EXITS {
@@ -187,6 +202,13 @@ impl Supervisor {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Whether the part `name` was started and has not exited for good.
+    pub fn runs(&mut self, name: &str) -> bool {
+        self.parts
+            .iter_mut()
+            .any(|p| p.name == name && (p.restart_at.is_some() || matches!(p.child.try_wait(), Ok(None))))
     }
 
     /// The first part that has exited, with its status and the last lines of its log.
@@ -290,7 +312,8 @@ mod tests {
         let mut s = Supervisor::new(None);
         s.backoff = (Duration::from_millis(10), Duration::from_millis(50));
         let args = ["-c".to_owned(), "echo ran; exit 3".to_owned()];
-        s.spawn("flaky", Path::new("/bin/sh"), &args, dir.path().join("flaky.log")).unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("flaky.log");
+        s.spawn_with("flaky", Path::new("/bin/sh"), &args, log, Restart::Always).unwrap_or_else(|e| panic!("{e}"));
         let mut restarted = 0;
         let report = loop {
             match s.supervise().await {
@@ -309,5 +332,27 @@ mod tests {
         assert!(report.contains("exited 5 times within 60 s; giving up"), "{report}");
         let log = std::fs::read_to_string(dir.path().join("flaky.log")).unwrap_or_default();
         assert_eq!(log.matches("--- podpass up: flaky started").count(), MAX_RECENT_EXITS, "{log}");
+    }
+
+    /// A part declared never to restart stops the cluster at its first exit; until then
+    /// it runs.
+    #[tokio::test]
+    async fn a_part_that_is_never_restarted_is_given_up_on_at_once() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut s = Supervisor::new(None);
+        let args = ["-c".to_owned(), "exec sleep 60".to_owned()];
+        let log = dir.path().join("once.log");
+        s.spawn_with("once", Path::new("/bin/sh"), &args, log, Restart::Never).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.runs("once") && !s.runs("other"));
+        let stop =
+            s.parts.first().and_then(|p| p.child.id()).and_then(|id| rustix::process::Pid::from_raw(id.cast_signed()));
+        if let Some(pid) = stop {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        match s.supervise().await {
+            Supervision::GaveUp { report } => assert!(report.ends_with("once is not restarted"), "{report}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!s.runs("once"));
     }
 }
