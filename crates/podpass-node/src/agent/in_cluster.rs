@@ -114,7 +114,7 @@ impl InCluster {
 
     /// Makes the Service's address answer inside sandbox `sandbox`'s namespace at `netns`,
     /// once: a relay already running for it is kept.
-    pub(crate) async fn ensure_relay(self: &Arc<Self>, sandbox: &str, netns: PathBuf) -> Result<(), String> {
+    pub(crate) async fn ensure_relay(self: &Arc<Self>, sandbox: &str, netns: PathBuf) -> Result<(), RelayError> {
         let Some(service) = self.service().await else { return Ok(()) };
         {
             let relays = self.relays.lock().unwrap_or_else(PoisonError::into_inner);
@@ -125,9 +125,8 @@ impl InCluster {
         let path = netns.clone();
         let listener = tokio::task::spawn_blocking(move || listen_in(&path, service))
             .await
-            .map_err(|e| format!("listening in the pod's network namespace: {e}"))??;
-        let listener = tokio::net::TcpListener::from_std(listener)
-            .map_err(|e| format!("listening in the pod's network namespace: {e}"))?;
+            .map_err(|_| RelayError::Panicked)??;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(RelayError::Register)?;
         let this = Arc::clone(self);
         let id = sandbox.to_owned();
         let span = tracing::info_span!("in_cluster_relay", sandbox = %id);
@@ -182,15 +181,38 @@ fn address_of(svc: &k8s_openapi::api::core::v1::Service) -> Option<ServiceAddres
     Some(ServiceAddress { ip, port: u16::try_from(port.port).ok()? })
 }
 
+/// Why the Service's address could not answer in a pod's namespace.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RelayError {
+    /// The runtime named no namespace for the sandbox.
+    #[error("the runtime names no network namespace")]
+    NoNamespace,
+    /// The namespace could not be opened.
+    #[error("opening {}: {source}", .netns.display())]
+    Open { netns: PathBuf, source: std::io::Error },
+    /// The namespace could not be entered.
+    #[error("entering {}: {source}", .netns.display())]
+    Enter { netns: PathBuf, source: rustix::io::Errno },
+    /// The address did not bind (with why `ip address add` failed, when it did).
+    #[error("listening on {address}: {source}{}", .added.as_ref().map(|why| format!(" (ip address add: {why})")).unwrap_or_default())]
+    Bind { address: String, source: std::io::Error, added: Option<String> },
+    /// The socket could not be handed to the runtime.
+    #[error("listening in the pod's network namespace: {0}")]
+    Register(std::io::Error),
+    /// The namespace thread panicked.
+    #[error("the namespace thread panicked")]
+    Panicked,
+}
+
 /// On a thread of its own (a namespace is entered per thread): enters the namespace at
 /// `netns`, puts the Service's address on its `lo` and listens there. The socket stays in
 /// that namespace after the thread ends.
-fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListener, String> {
+fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListener, RelayError> {
     let netns = netns.to_owned();
     std::thread::spawn(move || {
-        let ns = std::fs::File::open(&netns).map_err(|e| format!("opening {}: {e}", netns.display()))?;
+        let ns = std::fs::File::open(&netns).map_err(|source| RelayError::Open { netns: netns.clone(), source })?;
         rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-            .map_err(|e| format!("entering {}: {e}", netns.display()))?;
+            .map_err(|source| RelayError::Enter { netns: netns.clone(), source })?;
         // This thread is in the pod's namespace, so the child `ip` is too. An address
         // already there (a relay of an earlier agent) is no failure: the bind says whether
         // the address is usable, and only a failed bind reports why the add failed.
@@ -201,15 +223,16 @@ fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListe
             .and_then(|out| {
                 if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
             });
-        let listener = std::net::TcpListener::bind((service.ip, service.port)).map_err(|e| match &added {
-            Ok(()) => format!("listening on {}:{}: {e}", service.ip, service.port),
-            Err(why) => format!("listening on {}:{}: {e} (ip address add: {why})", service.ip, service.port),
+        let listener = std::net::TcpListener::bind((service.ip, service.port)).map_err(|source| RelayError::Bind {
+            address: format!("{}:{}", service.ip, service.port),
+            source,
+            added: added.err(),
         })?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        listener.set_nonblocking(true).map_err(RelayError::Register)?;
         Ok(listener)
     })
     .join()
-    .map_err(|_| "the namespace thread panicked".to_owned())?
+    .map_err(|_| RelayError::Panicked)?
 }
 
 #[cfg(test)]

@@ -47,11 +47,31 @@ impl KnownPods {
     }
 }
 
+/// Why a container has no log to read (the kubelet's `validateContainerLogStatus`
+/// messages, answered 400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LogUnavailable {
+    /// The pod has no such container.
+    #[error("container {container:?} in pod {pod:?} is not available")]
+    NoContainer { container: String, pod: String },
+    /// `previous` asked, and no instance terminated before.
+    #[error("previous terminated container {container:?} in pod {pod:?} not found")]
+    NoPrevious { container: String, pod: String },
+    /// Running, but no runtime ID yet.
+    #[error("container {container:?} in pod {pod:?} is waiting to start - no logs yet")]
+    NotStarted { container: String, pod: String },
+    /// Terminated, without a runtime ID.
+    #[error("container {container:?} in pod {pod:?} is terminated")]
+    Terminated { container: String, pod: String },
+    /// Waiting, for `reason` in the kubelet's words.
+    #[error("container {container:?} in pod {pod:?} is waiting to start: {reason}")]
+    Waiting { container: String, pod: String, reason: String },
+}
+
 /// The container whose log a request reads, as the kubelet's `validateContainerLogStatus`
-/// picks it from the pod's status (its runtime ID, scheme stripped), or the kubelet's
-/// message (answered 400).
-pub(crate) fn container_log_status(pod: &Pod, container: &str, previous: bool) -> Result<String, String> {
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
+/// picks it from the pod's status (its runtime ID, scheme stripped), or why there is none.
+pub(crate) fn container_log_status(pod: &Pod, container: &str, previous: bool) -> Result<String, LogUnavailable> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
     let status = pod.status.as_ref();
     let found = status
         .into_iter()
@@ -63,8 +83,9 @@ pub(crate) fn container_log_status(pod: &Pod, container: &str, previous: bool) -
                 .chain(s.ephemeral_container_statuses.iter().flatten())
         })
         .find(|s| s.name == container);
+    let (container, pod) = (container.to_owned(), name);
     let Some(c) = found else {
-        return Err(format!("container {container:?} in pod {name:?} is not available"));
+        return Err(LogUnavailable::NoContainer { container, pod });
     };
     let id = |id: &Option<String>| -> Option<String> {
         let id = id.as_deref().filter(|i| !i.is_empty())?;
@@ -72,34 +93,28 @@ pub(crate) fn container_log_status(pod: &Pod, container: &str, previous: bool) -
     };
     let state = c.state.clone().unwrap_or_default();
     let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref()).and_then(|t| id(&t.container_id));
-    let terminated = || format!("container {container:?} in pod {name:?} is terminated");
     if previous {
-        return last.ok_or_else(|| format!("previous terminated container {container:?} in pod {name:?} not found"));
+        return last.ok_or(LogUnavailable::NoPrevious { container, pod });
     }
     if state.running.is_some() {
-        return id(&c.container_id)
-            .ok_or_else(|| format!("container {container:?} in pod {name:?} is waiting to start - no logs yet"));
+        return id(&c.container_id).ok_or(LogUnavailable::NotStarted { container, pod });
     }
     if let Some(t) = &state.terminated {
         // The next instance did not start: the last one's log.
-        return id(&t.container_id).or(last).ok_or_else(terminated);
+        return id(&t.container_id).or(last).ok_or(LogUnavailable::Terminated { container, pod });
     }
     if c.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
-        return last.ok_or_else(terminated);
+        return last.ok_or(LogUnavailable::Terminated { container, pod });
     }
     if let Some(w) = &state.waiting {
-        let reason = w.reason.as_deref().unwrap_or_default();
-        return Err(match reason {
-            "ErrImagePull" => {
-                format!("container {container:?} in pod {name:?} is waiting to start: image can't be pulled")
-            }
-            "ImagePullBackOff" => {
-                format!("container {container:?} in pod {name:?} is waiting to start: trying and failing to pull image")
-            }
-            _ => format!("container {container:?} in pod {name:?} is waiting to start: {reason}"),
-        });
+        let reason = match w.reason.as_deref().unwrap_or_default() {
+            "ErrImagePull" => "image can't be pulled".to_owned(),
+            "ImagePullBackOff" => "trying and failing to pull image".to_owned(),
+            other => other.to_owned(),
+        };
+        return Err(LogUnavailable::Waiting { container, pod, reason });
     }
-    Err(format!("container {container:?} in pod {name:?} is waiting to start - no logs yet"))
+    Err(LogUnavailable::NotStarted { container, pod })
 }
 
 #[cfg(test)]
@@ -132,15 +147,15 @@ mod tests {
             "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ErrImagePull"}}}]}),
         );
         assert_eq!(
-            container_log_status(&waiting, "app", false).unwrap_err(),
+            container_log_status(&waiting, "app", false).unwrap_err().to_string(),
             "container \"app\" in pod \"web\" is waiting to start: image can't be pulled"
         );
         assert_eq!(
-            container_log_status(&waiting, "app", true).unwrap_err(),
+            container_log_status(&waiting, "app", true).unwrap_err().to_string(),
             "previous terminated container \"app\" in pod \"web\" not found"
         );
         assert_eq!(
-            container_log_status(&waiting, "other", false).unwrap_err(),
+            container_log_status(&waiting, "other", false).unwrap_err().to_string(),
             "container \"other\" in pod \"web\" is not available"
         );
         let restarted = pod(
@@ -164,7 +179,7 @@ mod tests {
             "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
         );
         assert_eq!(
-            container_log_status(&creating, "app", false).unwrap_err(),
+            container_log_status(&creating, "app", false).unwrap_err().to_string(),
             "container \"app\" in pod \"web\" is waiting to start: ContainerCreating"
         );
     }

@@ -21,14 +21,25 @@ pub struct LogOptions {
     pub since_nanos: Option<i128>,
 }
 
+/// A log query parameter with a value the kubelet refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{parameter}: invalid value {value:?}")]
+pub struct InvalidLogOption {
+    /// The parameter (`tailLines`).
+    pub parameter: &'static str,
+    /// Its value.
+    pub value: String,
+}
+
 impl LogOptions {
     /// From the query parameters; a bad value is an error naming it.
-    pub fn from_query(pairs: &[(String, String)], now_nanos: i128) -> Result<Self, String> {
+    pub fn from_query(pairs: &[(String, String)], now_nanos: i128) -> Result<Self, InvalidLogOption> {
         let mut o = LogOptions::default();
         let flag = |v: &str| v == "true" || v == "1";
         for (k, v) in pairs {
+            let invalid = |parameter: &'static str| InvalidLogOption { parameter, value: v.clone() };
             let number =
-                |what: &str| v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or(format!("{what}: invalid value {v:?}"));
+                |parameter: &'static str| v.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| invalid(parameter));
             match k.as_str() {
                 "follow" => o.follow = flag(v),
                 "previous" => o.previous = flag(v),
@@ -39,7 +50,7 @@ impl LogOptions {
                 }
                 "sinceSeconds" => o.since_nanos = Some(now_nanos - i128::from(number("sinceSeconds")?) * 1_000_000_000),
                 "sinceTime" => {
-                    let t: jiff::Timestamp = v.parse().map_err(|_| format!("sinceTime: invalid value {v:?}"))?;
+                    let t: jiff::Timestamp = v.parse().map_err(|_| invalid("sinceTime"))?;
                     o.since_nanos = Some(t.as_nanosecond());
                 }
                 _ => {}
@@ -181,7 +192,10 @@ mod tests {
     fn query_values_are_checked() {
         let q = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
         assert_eq!(LogOptions::from_query(&q("tailLines", "3"), 0).unwrap().tail_lines, Some(3));
-        assert!(LogOptions::from_query(&q("tailLines", "-1"), 0).unwrap_err().contains("tailLines"));
+        assert_eq!(
+            LogOptions::from_query(&q("tailLines", "-1"), 0).unwrap_err().to_string(),
+            r#"tailLines: invalid value "-1""#
+        );
         assert_eq!(
             LogOptions::from_query(&q("sinceSeconds", "2"), 5_000_000_000).unwrap().since_nanos,
             Some(3_000_000_000)

@@ -10,6 +10,7 @@
 
 mod admission;
 mod cgroups;
+mod container_config;
 mod container_gc;
 mod containers;
 mod ephemeral;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::credential::{CredentialMetrics, PluginProvider, ServiceAccountSource, register_providers};
+use crate::credential::{CredentialMetrics, PluginProvider, RegisterError, ServiceAccountSource, register_providers};
 
 use super::events::EventRecorder;
 
@@ -110,7 +110,7 @@ impl Providers {
 
     /// Looks at the configuration once: a changed one is applied or refused. Answers what
     /// happened (`None`: unchanged).
-    pub(crate) fn check(&self, events: &EventRecorder, node: &str) -> Option<Result<usize, String>> {
+    pub(crate) fn check(&self, events: &EventRecorder, node: &str) -> Option<Result<usize, RegisterError>> {
         let source = self.source.as_ref()?;
         let state = config_state(&source.config);
         {
@@ -154,7 +154,7 @@ impl Providers {
                 self.reloads.get_or_create(&label("failure")).inc();
                 tracing::warn!(config = %source.config.display(), error = %e, "credential-provider configuration refused; the last good one stays in use");
                 events.record_node(node, "Warning", "CredentialProviderConfigInvalid", &message);
-                Some(Err(message))
+                Some(Err(e))
             }
         }
     }
@@ -250,30 +250,30 @@ mod tests {
         let events = EventRecorder::new(client, "n1");
         let names = |p: &Providers| p.current().iter().map(|p| p.name().to_owned()).collect::<Vec<_>>();
         assert_eq!(names(&providers), ["one"]);
-        assert_eq!(providers.check(&events, "n1"), None, "unchanged");
+        assert!(providers.check(&events, "n1").is_none(), "unchanged");
 
         // A pull in flight keeps the providers it took.
         let in_flight = providers.current();
         std::fs::write(&path, config(&["one", "two"])).unwrap();
-        assert_eq!(providers.check(&events, "n1"), Some(Ok(2)));
+        assert!(matches!(providers.check(&events, "n1"), Some(Ok(2))));
         assert_eq!(names(&providers), ["one", "two"]);
         assert_eq!(in_flight.len(), 1);
 
         // Refused (a field named in the error), reported once, the last good ones kept.
         std::fs::write(&path, config(&["one", "two"]).replace("defaultCacheDuration: 1m", "defaultCacheDuration: -1m"))
             .unwrap();
-        let refused = providers.check(&events, "n1").unwrap().unwrap_err();
+        let refused = providers.check(&events, "n1").unwrap().unwrap_err().to_string();
         assert!(refused.contains("defaultCacheDuration"), "{refused}");
         assert_eq!(names(&providers), ["one", "two"]);
-        assert_eq!(providers.check(&events, "n1"), None, "reported once");
+        assert!(providers.check(&events, "n1").is_none(), "reported once");
         // A provider whose binary is missing: the whole configuration is refused.
         std::fs::write(&path, config(&["one", "three"])).unwrap();
-        assert!(providers.check(&events, "n1").unwrap().unwrap_err().contains("three"));
+        assert!(providers.check(&events, "n1").unwrap().unwrap_err().to_string().contains("three"));
         assert_eq!(names(&providers), ["one", "two"]);
         // Gone: refused once, the last good ones kept.
         std::fs::remove_file(&path).unwrap();
         assert!(providers.check(&events, "n1").unwrap().is_err());
-        assert_eq!(providers.check(&events, "n1"), None, "reported once");
+        assert!(providers.check(&events, "n1").is_none(), "reported once");
         assert_eq!(names(&providers), ["one", "two"]);
         let mut registry = prometheus_client::registry::Registry::default();
         providers.register_metrics(&mut registry);

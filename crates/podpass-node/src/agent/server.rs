@@ -66,7 +66,7 @@ fn identity(der: &[u8]) -> Option<(String, Vec<String>)> {
 }
 
 /// Whether `user` in `groups` may `get nodes/<sub>` on this node (SubjectAccessReview).
-async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str) -> Result<bool, String> {
+async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str) -> Result<bool, kube::Error> {
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user),
@@ -82,10 +82,7 @@ async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str
         },
         ..Default::default()
     };
-    let answer = Api::<SubjectAccessReview>::all(s.client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|e| e.to_string())?;
+    let answer = Api::<SubjectAccessReview>::all(s.client.clone()).create(&PostParams::default(), &review).await?;
     Ok(answer.status.is_some_and(|st| st.allowed))
 }
 
@@ -226,7 +223,7 @@ async fn container_logs(
     let now = jiff::Timestamp::now().as_nanosecond();
     let options = match LogOptions::from_query(&pairs, now) {
         Ok(o) => o,
-        Err(e) => return status(StatusCode::BAD_REQUEST, e),
+        Err(e) => return status(StatusCode::BAD_REQUEST, e.to_string()),
     };
     // The pod this node knows by that name now (kubelet: GetPodByName), never the files of
     // an earlier pod of the same name: its UID and its status pick the container.
@@ -236,7 +233,7 @@ async fn container_logs(
     let uid = known.metadata.uid.clone().unwrap_or_default();
     let id = match container_log_status(&known, &container, options.previous) {
         Ok(id) => id,
-        Err(message) => return status(StatusCode::BAD_REQUEST, message),
+        Err(unavailable) => return status(StatusCode::BAD_REQUEST, unavailable.to_string()),
     };
     let Some(rt) = s.runtime.as_deref() else {
         return status(StatusCode::NOT_FOUND, format!("node {} runs no containers", s.node));

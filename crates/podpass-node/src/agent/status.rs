@@ -126,8 +126,14 @@ pub struct ContainerReport {
     pub outcome: ContainerOutcome,
 }
 
-/// Whether the pod's volumes are written (`Err`: the aggregated error).
-pub type VolumesOutcome = Result<(), String>;
+/// The pod's volumes are not all written: every volume's error, joined as the kubelet's
+/// `FailedMount` event says them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct VolumesNotWritten(pub String);
+
+/// Whether the pod's volumes are written.
+pub type VolumesOutcome = Result<(), VolumesNotWritten>;
 
 /// A waiting container's message once its image is ready: honest about what podpass does.
 pub const PREPARED_MESSAGE: &str = "image ready and volumes written; podpass runs no containers";
@@ -336,7 +342,7 @@ pub fn pod_status(
             Some("ImagesAndVolumesReady"),
             Some("every image may be used by this pod and every volume is written".into()),
         ),
-        (Err(e), _) => condition(PREPARED_CONDITION, false, Some("VolumesNotWritten"), Some(e.clone())),
+        (Err(e), _) => condition(PREPARED_CONDITION, false, Some("VolumesNotWritten"), Some(e.to_string())),
         (Ok(()), false) if !failed.is_empty() => {
             condition(PREPARED_CONDITION, false, Some("ImagesNotReady"), Some(failed.join(", ")))
         }
@@ -452,7 +458,14 @@ mod tests {
     fn prepared_only_when_every_image_and_volume_is_and_transitions_keep_their_time() {
         let mut pod = Pod::default();
         let ready = [report("app", false, ContainerOutcome::ImageReady { image_ref: "sha256:1".into() })];
-        let s1 = pod_status(&pod, &ready, &Err("configmap \"x\" not found".into()), &t(100), "10.0.0.7", None);
+        let s1 = pod_status(
+            &pod,
+            &ready,
+            &Err(VolumesNotWritten("configmap \"x\" not found".into())),
+            &t(100),
+            "10.0.0.7",
+            None,
+        );
         assert_eq!(cond(&s1, PREPARED_CONDITION).reason.as_deref(), Some("VolumesNotWritten"));
         pod.status = Some(s1.clone());
         let s2 = pod_status(&pod, &ready, &Ok(()), &t(200), "10.0.0.7", None);

@@ -413,7 +413,7 @@ async fn volumes_step(shared: &Shared, pod: &Pod, state: &mut State, watched: bo
             // A pod with service-account tokens retries on the token back-off: an
             // expired token is replaced within seconds of the API server's return.
             due.at(if has_token(pod) { token_retry_at(&mut state.token_retry) } else { retry_at() });
-            Err(message)
+            Err(super::status::VolumesNotWritten(message))
         }
     }
 }

@@ -40,15 +40,20 @@ impl Fallback {
     }
 }
 
+/// A fallback mode that is none of skip, node, anonymous and fail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not one of skip, node, anonymous, fail")]
+pub struct UnknownFallback(pub String);
+
 impl std::str::FromStr for Fallback {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownFallback;
+    fn from_str(s: &str) -> Result<Self, UnknownFallback> {
         match s {
             "skip" => Ok(Self::Skip),
             "node" => Ok(Self::Node),
             "anonymous" => Ok(Self::Anonymous),
             "fail" => Ok(Self::Fail),
-            other => Err(format!("{other:?} is not one of skip, node, anonymous, fail")),
+            other => Err(UnknownFallback(other.to_owned())),
         }
     }
 }

@@ -9,13 +9,29 @@ use http::uri::PathAndQuery;
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+/// Why a CRI runtime could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// Not a `unix://` endpoint (or a bare path).
+    #[error("only unix:// endpoints are supported")]
+    NotUnix,
+    /// The socket did not answer.
+    #[error("{}", with_source(.0))]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// tonic's transport error says only "transport error": what it wraps says why.
+fn with_source(e: &tonic::transport::Error) -> String {
+    format!("{e}: {}", std::error::Error::source(e).map(ToString::to_string).unwrap_or_default())
+}
+
 /// A gRPC channel to a CRI runtime at `unix:///path` (or a bare path); both CRI services
-/// share it. The error says why in words.
-pub(crate) async fn connect(endpoint: &str) -> Result<Channel, String> {
+/// share it.
+pub(crate) async fn connect(endpoint: &str) -> Result<Channel, ConnectError> {
     let path = match endpoint.strip_prefix("unix://") {
         Some(p) => PathBuf::from(p),
         None if endpoint.starts_with('/') => PathBuf::from(endpoint),
-        None => return Err("only unix:// endpoints are supported".into()),
+        None => return Err(ConnectError::NotUnix),
     };
     Endpoint::from_static("http://cri.invalid")
         .connect_timeout(Duration::from_secs(10))
@@ -24,7 +40,7 @@ pub(crate) async fn connect(endpoint: &str) -> Result<Channel, String> {
             async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
         }))
         .await
-        .map_err(|e| format!("{e}: {}", std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default()))
+        .map_err(ConnectError::from)
 }
 
 /// Why a CRI call failed: the channel, or the runtime's answer.

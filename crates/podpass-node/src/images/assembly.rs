@@ -35,7 +35,7 @@ pub enum AssemblyError {
     ListImages(#[from] ImageError),
     /// The client that verifies pulls at the image's registry could not be built.
     #[error("verifying pulls at the image's registry: {0}")]
-    Origin(String),
+    Origin(#[from] super::origin::OriginClientError),
 }
 
 /// The origin check `backend`'s pulls need: none for the embedded store (its own pull from

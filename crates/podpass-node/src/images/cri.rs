@@ -32,7 +32,7 @@ impl CriImageService {
     pub async fn connect(endpoint: &str) -> Result<Self, ImageError> {
         let channel = crate::cri::connect(endpoint)
             .await
-            .map_err(|reason| ImageError::Connect { endpoint: endpoint.to_owned(), reason })?;
+            .map_err(|e| ImageError::Connect { endpoint: endpoint.to_owned(), reason: e.to_string() })?;
         Ok(Self { channel, endpoint: endpoint.to_owned() })
     }
 

@@ -34,14 +34,19 @@ pub enum PullPolicy {
     Never,
 }
 
+/// An `imagePullPolicy` upstream does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Unsupported value: {0:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\"")]
+pub struct UnsupportedPullPolicy(pub String);
+
 impl std::str::FromStr for PullPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnsupportedPullPolicy;
+    fn from_str(s: &str) -> Result<Self, UnsupportedPullPolicy> {
         match s {
             "Always" => Ok(Self::Always),
             "IfNotPresent" => Ok(Self::IfNotPresent),
             "Never" => Ok(Self::Never),
-            _ => Err(format!("Unsupported value: {s:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\"")),
+            _ => Err(UnsupportedPullPolicy(s.to_owned())),
         }
     }
 }

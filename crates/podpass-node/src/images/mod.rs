@@ -38,8 +38,8 @@ pub use origin::{OriginCheck, OriginError, OriginFlags, OriginProof, OriginSetti
 pub use policy::{AllowlistError, PolicyEnforcer, VerificationPolicy};
 pub use progress::{BlobInfo, BlobKind, PullObserver, PullProgress};
 pub use pull_manager::{
-    CheckLabels, CheckResult, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager, PullRecordError, PullVerdict,
-    merge_credentials, rfc3339_now,
+    CheckLabels, CheckResult, CredentialsUnavailable, MAX_SECRETS_PER_IMAGE, PodCredentials, PullManager,
+    PullRecordError, PullVerdict, merge_credentials, rfc3339_now,
 };
 pub use records::{
     API_VERSION, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePullServiceAccount, ImagePulledRecord,

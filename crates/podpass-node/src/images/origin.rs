@@ -155,24 +155,47 @@ pub struct OriginProof {
     pub auth: &'static str,
 }
 
+/// Why the origin check's HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginClientError {
+    /// The registry CA bundle does not parse.
+    #[error("registry CA bundle: {0}")]
+    RegistryCa(reqwest::Error),
+    /// The node's client certificate and key do not parse.
+    #[error("client certificate: {0}")]
+    ClientCertificate(reqwest::Error),
+    /// The client could not be built.
+    #[error("HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
+/// A HEAD that got no answer.
+#[derive(Debug, thiserror::Error)]
+#[error("HEAD {url}: {chain}")]
+struct HeadFailed {
+    url: String,
+    /// The error and its causes.
+    chain: String,
+}
+
 impl OriginCheck {
     /// A checker with `settings`' trust and identity.
-    pub fn new(settings: &OriginSettings) -> Result<Self, String> {
+    pub fn new(settings: &OriginSettings) -> Result<Self, OriginClientError> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .timeout(DEADLINE)
             .user_agent(concat!("podpass/", env!("CARGO_PKG_VERSION")));
         if let Some(pem) = &settings.registry_ca {
-            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("registry CA bundle: {e}"))? {
+            for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(OriginClientError::RegistryCa)? {
                 builder = builder.add_root_certificate(cert);
             }
         }
         if let Some(pem) = &settings.client_identity {
-            let identity = reqwest::Identity::from_pem(pem).map_err(|e| format!("client certificate: {e}"))?;
+            let identity = reqwest::Identity::from_pem(pem).map_err(OriginClientError::ClientCertificate)?;
             builder = builder.identity(identity);
         }
-        let http = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
+        let http = builder.build().map_err(OriginClientError::Client)?;
         Ok(Self {
             http,
             tls_everywhere: settings.registry_ca.is_some(),
@@ -218,7 +241,7 @@ impl OriginCheck {
         let proof =
             |how: &'static str| OriginProof { registry: registry.clone(), digest: digest.to_owned(), auth: how };
 
-        let first = self.head(&url, None).await.map_err(unreachable)?;
+        let first = self.head(&url, None).await.map_err(|e| unreachable(e.to_string()))?;
         let challenge = match first {
             Answer::Ok => return Ok(proof("anonymous")),
             Answer::Denied { challenge, status } => match challenge {
@@ -255,21 +278,21 @@ impl OriginCheck {
         proof: OriginProof,
         asked: &Asked,
     ) -> Result<OriginProof, OriginError> {
-        match self.head(url, Some(credential)).await.map_err(|e| asked.unreachable(e))? {
+        match self.head(url, Some(credential)).await.map_err(|e| asked.unreachable(e.to_string()))? {
             Answer::Ok => Ok(proof),
             Answer::Denied { status, .. } => Err(asked.refused(format!("HEAD {url}: {status}"))),
             Answer::Other(status) => Err(asked.unreachable(format!("HEAD {url}: {status}"))),
         }
     }
 
-    async fn head(&self, url: &str, credential: Option<Credential<'_>>) -> Result<Answer, String> {
+    async fn head(&self, url: &str, credential: Option<Credential<'_>>) -> Result<Answer, HeadFailed> {
         let mut request = self.http.head(url).header(ACCEPT, ACCEPTED);
         request = match credential {
             Some(Credential::Basic(a)) => request.basic_auth(&a.username, Some(&a.password)),
             Some(Credential::Bearer(t)) => request.bearer_auth(t),
             None => request,
         };
-        let response = request.send().await.map_err(|e| format!("HEAD {url}: {}", error_chain(&e)))?;
+        let response = request.send().await.map_err(|e| HeadFailed { url: url.to_owned(), chain: error_chain(&e) })?;
         let status = response.status();
         Ok(match status {
             s if s.is_success() => Answer::Ok,

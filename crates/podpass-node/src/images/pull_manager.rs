@@ -205,6 +205,12 @@ pub fn merge_credentials(
     true
 }
 
+/// The pod's credentials could not be resolved for a record check: the check fails, with
+/// this as the container's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CredentialsUnavailable(pub String);
+
 impl PullManager {
     /// A manager over `store` enforcing `policy`.
     pub fn new(store: RecordStore, policy: PolicyEnforcer) -> Self {
@@ -451,7 +457,7 @@ impl PullManager {
         &self,
         image: &str,
         image_ref: &str,
-        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, CredentialsUnavailable>,
     ) -> PullVerdict {
         if image_ref.is_empty() {
             return PullVerdict::NotPresent;
@@ -470,7 +476,7 @@ impl PullManager {
         &self,
         image: &str,
         image_ref: &str,
-        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, CredentialsUnavailable>,
     ) -> PullVerdict {
         self.decide(image, image_ref, pod_credentials, false)
     }
@@ -489,7 +495,7 @@ impl PullManager {
         &self,
         image: &str,
         image_ref: &str,
-        pod_credentials: impl FnOnce() -> Result<PodCredentials, String>,
+        pod_credentials: impl FnOnce() -> Result<PodCredentials, CredentialsUnavailable>,
         update: bool,
     ) -> PullVerdict {
         let (pulled_by_node, record) = match self.pulled_by_node(image, image_ref) {
@@ -515,7 +521,7 @@ impl PullManager {
         }
         let pod = match pod_credentials() {
             Ok(p) => p,
-            Err(e) => return PullVerdict::Error(Some(e)),
+            Err(e) => return PullVerdict::Error(Some(e.to_string())),
         };
         let room = entry.kubernetes_secrets.len() < MAX_SECRETS_PER_IMAGE;
         for secret in &pod.secrets {
@@ -617,7 +623,8 @@ mod tests {
     #[test]
     fn must_attempt_follows_records_and_policy() {
         let (_dir, m) = manager(VerificationPolicy::NeverVerifyPreloadedImages);
-        let never = || -> Result<PodCredentials, String> { panic!("credentials resolved without need") };
+        let never =
+            || -> Result<PodCredentials, CredentialsUnavailable> { panic!("credentials resolved without need") };
         assert_eq!(m.must_attempt_image_pull("a.io/app:1", "", never), (true, None), "absent");
         assert_eq!(
             m.must_attempt_image_pull("a.io/app:1", "sha256:1", never),
@@ -663,7 +670,7 @@ mod tests {
         // another repo name for the same image ID has no entry: must pull
         assert_eq!(m.must_attempt_image_pull("b.io/app:1", "sha256:1", never), (true, None));
         // credential resolution errors fail the check
-        let failing = || Err("secret ns/s not found".to_owned());
+        let failing = || Err(CredentialsUnavailable("secret ns/s not found".to_owned()));
         assert_eq!(
             m.must_attempt_image_pull("a.io/app:1", "sha256:1", failing),
             (true, Some("secret ns/s not found".into()))
@@ -760,7 +767,7 @@ mod tests {
         // An entry with neither secrets nor service accounts: verify.
         m.record_pull_intent("a.io/z:1").unwrap();
         m.record_image_pulled("a.io/z:1", "sha256:z", None).unwrap();
-        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        let never = || -> Result<PodCredentials, CredentialsUnavailable> { panic!("not needed") };
         assert_eq!(m.must_attempt_image_pull("a.io/z:1", "sha256:z", never), (true, None));
     }
 
@@ -780,7 +787,7 @@ mod tests {
         assert!(m.store.intent_exists("a.io/gone:1").unwrap(), "absent images keep their intent");
         let record = m.store.get_pulled("sha256:aa").unwrap().unwrap();
         assert!(record.credential_mapping.is_empty(), "no credentials on record: verification forced");
-        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        let never = || -> Result<PodCredentials, CredentialsUnavailable> { panic!("not needed") };
         assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:aa", never), (true, None));
         // GC: only records older than `until` and unknown to the runtime go
         m.record_pull_intent("b.io/x").unwrap();
@@ -828,7 +835,7 @@ mod tests {
         let m = always_verify(dir.path());
         // Start-up reads no pulled record: the broken one is not even seen.
         assert!(m.start_up(&[]).is_empty());
-        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        let never = || -> Result<PodCredentials, CredentialsUnavailable> { panic!("not needed") };
         assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:old", never), (false, None), "read on demand");
         assert!(std::fs::read_to_string(&rec_path).unwrap().contains("v1alpha1"), "not migrated yet");
         let errors = m.warm_up();
@@ -853,7 +860,7 @@ mod tests {
             "same bytes but the version"
         );
         assert_eq!(std::fs::read_to_string(&intent_path).unwrap(), old_intent.replace("v1alpha1", "v1beta1") + "\n");
-        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        let never = || -> Result<PodCredentials, CredentialsUnavailable> { panic!("not needed") };
         assert_eq!(m.must_attempt_image_pull("a.io/app:1", "sha256:old", never), (false, None));
     }
 
@@ -863,7 +870,7 @@ mod tests {
         m.record_pull_intent("a.io/open").unwrap();
         let open = ImagePullCredentials { node_pods_accessible: true, ..Default::default() };
         m.record_image_pulled("a.io/open", "sha256:2", Some(&open)).unwrap();
-        let never = || -> Result<PodCredentials, String> { panic!("not needed") };
+        let never = || -> Result<PodCredentials, CredentialsUnavailable> { panic!("not needed") };
         assert_eq!(m.must_attempt_image_pull("a.io/open", "sha256:2", never), (false, None));
         std::fs::write(dir.path().join("image_manager/pulled").join(super::super::records::file_name("sha256:2")), "{")
             .unwrap();

@@ -64,18 +64,36 @@ pub fn address_of(container_id: &str) -> String {
     format!("127.{x}.{y}.{z}")
 }
 
+/// Why an `ip` command in a pod's namespace failed.
+#[derive(Debug, thiserror::Error)]
+enum IpError {
+    /// nsenter could not be run.
+    #[error("running nsenter ip {args}: {source}")]
+    Spawn { args: String, source: std::io::Error },
+    /// `ip` refused.
+    #[error("ip {args}: {stderr}")]
+    Failed { args: String, stderr: String },
+}
+
+/// A failed `ip` is the plugin's generic failure (code 100), with what `ip` said.
+impl From<IpError> for CniError {
+    fn from(e: IpError) -> Self {
+        CniError { code: 100, msg: e.to_string() }
+    }
+}
+
 /// Runs `ip args…` in the network namespace at `netns`.
-fn ip_in(netns: &str, args: &[&str]) -> Result<(), String> {
+fn ip_in(netns: &str, args: &[&str]) -> Result<(), IpError> {
     let out = Command::new("nsenter")
         .arg(format!("--net={netns}"))
         .arg("ip")
         .args(args)
         .output()
-        .map_err(|e| format!("running nsenter ip {}: {e}", args.join(" ")))?;
+        .map_err(|source| IpError::Spawn { args: args.join(" "), source })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(IpError::Failed { args: args.join(" "), stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned() })
     }
 }
 
@@ -97,7 +115,7 @@ pub fn run(name: &str, vars: &HashMap<String, String>, stdin: &[u8]) -> Result<S
     match command {
         "ADD" if name == LOOPBACK => {
             let netns = env(vars, "CNI_NETNS")?;
-            ip_in(netns, &["link", "set", "lo", "up"]).map_err(|msg| CniError { code: 100, msg })?;
+            ip_in(netns, &["link", "set", "lo", "up"])?;
             Ok(json!({
                 "cniVersion": version,
                 "interfaces": [{"name": "lo", "sandbox": netns}],
@@ -110,11 +128,10 @@ pub fn run(name: &str, vars: &HashMap<String, String>, stdin: &[u8]) -> Result<S
         "ADD" => {
             let netns = env(vars, "CNI_NETNS")?;
             let address = address_of(env(vars, "CNI_CONTAINERID")?);
-            let fail = |msg: String| CniError { code: 100, msg };
-            ip_in(netns, &["link", "set", "lo", "up"]).map_err(fail)?;
-            ip_in(netns, &["link", "add", ifname, "type", "veth", "peer", "name", PEER]).map_err(fail)?;
-            ip_in(netns, &["addr", "add", &format!("{address}/32"), "dev", ifname]).map_err(fail)?;
-            ip_in(netns, &["link", "set", ifname, "up"]).map_err(fail)?;
+            ip_in(netns, &["link", "set", "lo", "up"])?;
+            ip_in(netns, &["link", "add", ifname, "type", "veth", "peer", "name", PEER])?;
+            ip_in(netns, &["addr", "add", &format!("{address}/32"), "dev", ifname])?;
+            ip_in(netns, &["link", "set", ifname, "up"])?;
             Ok(json!({
                 "cniVersion": version,
                 "interfaces": [{"name": ifname, "sandbox": netns}],

@@ -59,7 +59,7 @@ impl CriRuntime {
     pub async fn connect(endpoint: &str) -> Result<Self, RuntimeError> {
         let channel = crate::cri::connect(endpoint)
             .await
-            .map_err(|reason| RuntimeError::Connect { endpoint: endpoint.to_owned(), reason })?;
+            .map_err(|e| RuntimeError::Connect { endpoint: endpoint.to_owned(), reason: e.to_string() })?;
         Ok(Self { channel, endpoint: endpoint.to_owned() })
     }
 

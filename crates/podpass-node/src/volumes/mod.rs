@@ -14,4 +14,4 @@ pub use medium::{
 pub(crate) use pod::safe_segment;
 pub use pod::{PodVolumeError, as_projection, pod_dir, remove_pod_volumes, sync_pod_volumes, volume_dir};
 pub use projected::ProjectionSources;
-pub use subpath::{SubPath, prepare_sub_path};
+pub use subpath::{SubPath, SubPathError, prepare_sub_path};

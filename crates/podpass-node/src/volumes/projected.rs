@@ -81,8 +81,23 @@ fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
         .join("\n")
 }
 
+/// A downward API `fieldPath` a volume may not project.
+#[derive(Debug, thiserror::Error)]
+#[error("unsupported fieldPath: {0}")]
+struct UnsupportedFieldPath(String);
+
+/// A key a secret or config map source lists that the object does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {key}")]
+struct MissingKey {
+    /// Upstream's words for the source (`references non-existent secret key`).
+    what: &'static str,
+    /// The key.
+    key: String,
+}
+
 /// `fieldpath.ExtractFieldPathAsString` for the metadata fields a volume may project.
-fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
+fn field_value(pod: &Pod, path: &str) -> Result<String, UnsupportedFieldPath> {
     let meta = &pod.metadata;
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
     let subscript = |prefix: &str| {
@@ -103,7 +118,7 @@ fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
             } else if let Some(key) = subscript("metadata.annotations") {
                 meta.annotations.as_ref().and_then(|a| a.get(&key)).cloned().unwrap_or_default()
             } else {
-                return Err(format!("unsupported fieldPath: {path}"));
+                return Err(UnsupportedFieldPath(path.to_owned()));
             }
         }
     })
@@ -111,13 +126,13 @@ fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
 
 /// `MakePayload` of configmap.go / secret.go: every key (default mode) or the listed items.
 fn key_payload(
-    missing_key: &str,
+    missing_key: &'static str,
     data: &BTreeMap<String, Vec<u8>>,
     items: Option<&Vec<KeyToPath>>,
     default_mode: u32,
     optional: bool,
     out: &mut BTreeMap<String, FileProjection>,
-) -> Result<(), String> {
+) -> Result<(), MissingKey> {
     let Some(items) = items.filter(|i| !i.is_empty()) else {
         for (key, value) in data {
             out.insert(
@@ -132,7 +147,7 @@ fn key_payload(
             if optional {
                 continue;
             }
-            return Err(format!("{missing_key}: {}", item.key));
+            return Err(MissingKey { what: missing_key, key: item.key.clone() });
         };
         let mode = item.mode.and_then(|m| u32::try_from(m).ok()).unwrap_or(default_mode);
         out.insert(item.path.clone(), FileProjection { data: value.clone(), mode, owner: None, group: None });
@@ -211,7 +226,7 @@ pub async fn project(
                         optional,
                         &mut out.payload,
                     ) {
-                        errors.push(e);
+                        errors.push(e.to_string());
                     }
                 }
                 Err(e) => errors.push(e.to_string()),
@@ -238,7 +253,7 @@ pub async fn project(
                         optional,
                         &mut out.payload,
                     ) {
-                        errors.push(e);
+                        errors.push(e.to_string());
                     }
                 }
                 Err(e) => errors.push(e.to_string()),
