@@ -19,6 +19,8 @@ pub enum FieldErrorKind {
     Forbidden,
     /// `Not found: <value>`.
     NotFound(String),
+    /// `Too many: <count>`.
+    TooMany(usize),
 }
 
 /// One field error: `<path>: <kind>[: <detail>]`.
@@ -78,7 +80,34 @@ impl FieldError {
     pub fn forbidden(path: &str, detail: impl Into<String>) -> Self {
         Self { path: path.into(), kind: FieldErrorKind::Forbidden, detail: detail.into() }
     }
+
+    /// `field.Invalid` whose value is not shown (`Invalid value: must be a list`).
+    pub fn invalid_unshown(path: &str, detail: impl Into<String>) -> Self {
+        Self { path: path.into(), kind: FieldErrorKind::Invalid(String::new()), detail: detail.into() }
+    }
+
+    /// `field.TooMany`: `count` items where at most `max` are allowed.
+    pub fn too_many(path: &str, count: usize, max: usize) -> Self {
+        Self {
+            path: path.into(),
+            kind: FieldErrorKind::TooMany(count),
+            detail: format!("must have at most {max} items"),
+        }
+    }
+
+    /// `field.NotSupported` with the supported values in the order given (some upstream
+    /// messages list them unsorted).
+    pub fn not_supported_in_order(path: &str, value: &str, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
+        Self {
+            path: path.into(),
+            kind: FieldErrorKind::Unsupported(quote(value)),
+            detail: format!("supported values: {}", list.join(", ")),
+        }
+    }
 }
+
+impl std::error::Error for FieldError {}
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -89,9 +118,16 @@ impl fmt::Display for FieldError {
             FieldErrorKind::Unsupported(v) => ("Unsupported value", Some(v)),
             FieldErrorKind::Forbidden => ("Forbidden", None),
             FieldErrorKind::NotFound(v) => ("Not found", Some(v)),
+            FieldErrorKind::TooMany(n) => {
+                write!(f, "{}: Too many: {n}", self.path)?;
+                if !self.detail.is_empty() {
+                    write!(f, ": {}", self.detail)?;
+                }
+                return Ok(());
+            }
         };
         write!(f, "{}: {kind}", self.path)?;
-        if let Some(v) = value {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
             write!(f, ": {v}")?;
         }
         if !self.detail.is_empty() {

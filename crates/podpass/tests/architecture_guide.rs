@@ -184,3 +184,49 @@ fn a_kind_is_named_in_at_most_four_files_of_the_api_server() {
     }
     assert!(names_word("a ResourceQuota b", "ResourceQuota") && !names_word("ResourceQuotaStrategy", "ResourceQuota"));
 }
+
+/// The error types of every `Result<…>` written in `code`.
+fn result_error_types(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("Result<") {
+        let rest = &code[at + "Result<".len()..];
+        let (mut depth, mut comma) = (0usize, None);
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                ')' | ']' => depth = depth.saturating_sub(1),
+                '>' if depth == 0 => {
+                    if let Some(start) = comma {
+                        out.push(rest[start..i].trim().to_owned());
+                    }
+                    break;
+                }
+                '>' => depth -= 1,
+                ',' if depth == 0 => comma = Some(i + 1),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Libraries return typed errors: no `Result<_, String>` in the node or the API server,
+/// tests included.
+#[test]
+fn the_node_and_the_api_server_return_typed_errors() {
+    let (root, _) = guide();
+    let mut files = Vec::new();
+    for krate in ["crates/podpass-node/src", "crates/podpass-apiserver/src"] {
+        rust_files(&root.join(krate), &mut files);
+    }
+    let mut stringly = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        if result_error_types(&source).iter().any(|e| e == "String") {
+            stringly.push(file.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+    assert!(stringly.is_empty(), "Result<_, String> in {stringly:#?}");
+    assert_eq!(result_error_types("fn f() -> Result<BTreeMap<String, String>, MalformedPair>"), ["MalformedPair"]);
+    assert_eq!(result_error_types("Result<(), String>"), ["String"]);
+}

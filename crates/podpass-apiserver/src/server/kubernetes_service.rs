@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use super::AppState;
 use super::rest::objects::prepare_new;
 use super::rest::resources::find;
+use super::status::OwnWriteError;
 use crate::store::{ObjectKey, StoreError};
 
 /// The Service's (and its endpoints') name and namespace.
@@ -33,27 +34,45 @@ pub const SERVICE_PORT: u16 = 443;
 pub const SERVICE_DNS_NAMES: [&str; 4] =
     ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"];
 
+/// `--service-cluster-ip-range` refused, worded for the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceRangeError {
+    /// No `/`.
+    #[error("{0:?}: must be a CIDR such as 10.96.0.0/12")]
+    NotCidr(String),
+    /// Not IPv4.
+    #[error("{0:?}: only an IPv4 range is served (e.g. 10.96.0.0/12)")]
+    NotIpv4(String),
+    /// The prefix length is no number.
+    #[error("{0:?}: the prefix length must be a number")]
+    PrefixNotNumber(String),
+    /// The prefix length is out of range.
+    #[error("{0:?}: the prefix length must be between 8 and 30")]
+    PrefixOutOfRange(String),
+    /// Host bits set.
+    #[error("{cidr:?}: the address has bits set past the prefix (the range starts at {start})")]
+    HostBits { cidr: String, start: Ipv4Addr },
+    /// Loopback or unspecified.
+    #[error("{0:?}: the range may not be loopback or unspecified")]
+    Reserved(String),
+}
+
 /// The first usable address of an IPv4 CIDR (`10.96.0.0/12` → `10.96.0.1`), as
-/// kube-apiserver's `ServiceIPRange` picks the `kubernetes` Service's; an error for
-/// anything else, worded for the flag.
-pub fn first_service_ip(cidr: &str) -> Result<Ipv4Addr, String> {
-    let (network, bits) =
-        cidr.split_once('/').ok_or_else(|| format!("{cidr:?}: must be a CIDR such as 10.96.0.0/12"))?;
-    let network: Ipv4Addr =
-        network.parse().map_err(|_| format!("{cidr:?}: only an IPv4 range is served (e.g. 10.96.0.0/12)"))?;
-    let bits: u32 = bits.parse().map_err(|_| format!("{cidr:?}: the prefix length must be a number"))?;
+/// kube-apiserver's `ServiceIPRange` picks the `kubernetes` Service's.
+pub fn first_service_ip(cidr: &str) -> Result<Ipv4Addr, ServiceRangeError> {
+    let owned = || cidr.to_owned();
+    let (network, bits) = cidr.split_once('/').ok_or_else(|| ServiceRangeError::NotCidr(owned()))?;
+    let network: Ipv4Addr = network.parse().map_err(|_| ServiceRangeError::NotIpv4(owned()))?;
+    let bits: u32 = bits.parse().map_err(|_| ServiceRangeError::PrefixNotNumber(owned()))?;
     if !(8..=30).contains(&bits) {
-        return Err(format!("{cidr:?}: the prefix length must be between 8 and 30"));
+        return Err(ServiceRangeError::PrefixOutOfRange(owned()));
     }
     let mask = u32::MAX << (32 - bits);
     if u32::from(network) & !mask != 0 {
-        return Err(format!(
-            "{cidr:?}: the address has bits set past the prefix (the range starts at {})",
-            Ipv4Addr::from(u32::from(network) & mask)
-        ));
+        return Err(ServiceRangeError::HostBits { cidr: owned(), start: Ipv4Addr::from(u32::from(network) & mask) });
     }
     if network.is_loopback() || network.is_unspecified() {
-        return Err(format!("{cidr:?}: the range may not be loopback or unspecified"));
+        return Err(ServiceRangeError::Reserved(owned()));
     }
     Ok(Ipv4Addr::from(u32::from(network) + 1))
 }
@@ -118,7 +137,7 @@ fn is_current(live: &Value, want: &Value) -> bool {
 }
 
 /// One pass: each object created when absent and corrected when it differs.
-async fn reconcile(state: &AppState, service_ip: Ipv4Addr, endpoint: SocketAddr) -> Result<(), String> {
+async fn reconcile(state: &AppState, service_ip: Ipv4Addr, endpoint: SocketAddr) -> Result<(), OwnWriteError> {
     for (group, plural, want) in desired(service_ip, endpoint) {
         let key = ObjectKey::namespaced(plural, NAMESPACE, NAME);
         match state.store.get(&key).await {
@@ -142,20 +161,21 @@ async fn reconcile(state: &AppState, service_ip: Ipv4Addr, endpoint: SocketAddr)
                     Ok(_) => tracing::info!(resource = plural, "kubernetes service: default/kubernetes put back"),
                     // Someone wrote meanwhile: the next pass looks again.
                     Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             Err(StoreError::NotFound { .. }) => {
-                let res = find(group, plural).ok_or_else(|| format!("{plural} are not served"))?;
+                let res = find(group, plural).ok_or(OwnWriteError::NotServed(plural))?;
                 let mut object = want;
-                prepare_new(res, Some(NAMESPACE), &mut object, podpass_token::now_unix()).map_err(|e| e.message)?;
+                prepare_new(res, Some(NAMESPACE), &mut object, podpass_token::now_unix())
+                    .map_err(OwnWriteError::Invalid)?;
                 match state.store.create(&key, object).await {
                     Ok(_) => tracing::info!(resource = plural, "kubernetes service: default/kubernetes created"),
                     Err(StoreError::AlreadyExists { .. }) => {}
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
@@ -186,11 +206,11 @@ mod tests {
     fn the_service_ip_is_the_ranges_first_address() {
         assert_eq!(first_service_ip("10.96.0.0/12"), Ok(Ipv4Addr::new(10, 96, 0, 1)));
         assert_eq!(first_service_ip("10.0.0.0/24"), Ok(Ipv4Addr::new(10, 0, 0, 1)));
-        assert!(first_service_ip("10.96.0.1/12").unwrap_err().contains("starts at 10.96.0.0"));
-        assert!(first_service_ip("fd00::/108").unwrap_err().contains("IPv4"));
-        assert!(first_service_ip("10.96.0.0").unwrap_err().contains("CIDR"));
-        assert!(first_service_ip("10.96.0.0/31").unwrap_err().contains("between 8 and 30"));
-        assert!(first_service_ip("127.0.0.0/8").unwrap_err().contains("loopback"));
+        assert!(first_service_ip("10.96.0.1/12").unwrap_err().to_string().contains("starts at 10.96.0.0"));
+        assert!(first_service_ip("fd00::/108").unwrap_err().to_string().contains("IPv4"));
+        assert!(first_service_ip("10.96.0.0").unwrap_err().to_string().contains("CIDR"));
+        assert!(first_service_ip("10.96.0.0/31").unwrap_err().to_string().contains("between 8 and 30"));
+        assert!(first_service_ip("127.0.0.0/8").unwrap_err().to_string().contains("loopback"));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! (the create goes through NamespaceLifecycle, so nothing outlives its namespace). Of
 //! several API server replicas only the elected one publishes (`leader`).
 
+use super::status::OwnWriteError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,13 +123,13 @@ fn is_current(config_map: &Value, ca_pem: &str) -> bool {
     data_ok && described
 }
 
-async fn sync(state: &AppState, ns: &str) -> Result<(), String> {
+async fn sync(state: &AppState, ns: &str) -> Result<(), OwnWriteError> {
     let key = ObjectKey::namespaced("configmaps", ns, ROOT_CA_CONFIG_MAP);
     for _ in 0..SYNC_RETRIES {
         let live = match state.store.get(&key).await {
             Ok(live) => live,
             Err(StoreError::NotFound { .. }) => return create(state, ns, &key).await,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         if is_current(&live.object, &state.ca_pem)
             || live.object.field("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
@@ -150,26 +151,26 @@ async fn sync(state: &AppState, ns: &str) -> Result<(), String> {
             }
             Err(StoreError::Conflict { .. }) => {}
             Err(StoreError::NotFound { .. }) => return create(state, ns, &key).await,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(format!("kube-root-ca.crt kept changing during {SYNC_RETRIES} attempts"))
+    Err(OwnWriteError::KeptChanging(ROOT_CA_CONFIG_MAP, SYNC_RETRIES))
 }
 
 /// Creates the ConfigMap through NamespaceLifecycle: a namespace that is gone or
 /// terminating gets none (and that is no error, as upstream).
-async fn create(state: &AppState, ns: &str, key: &ObjectKey) -> Result<(), String> {
-    let res = find("", "configmaps").ok_or("configmaps are not served")?;
+async fn create(state: &AppState, ns: &str, key: &ObjectKey) -> Result<(), OwnWriteError> {
+    let res = find("", "configmaps").ok_or(OwnWriteError::NotServed("configmaps"))?;
     let ns_uid = match lifecycle::admit_create(state, res, ns, ROOT_CA_CONFIG_MAP).await {
         Ok(uid) => uid,
         Err(_) => return Ok(()),
     };
     let mut object = root_ca_config_map(&state.ca_pem);
-    prepare_new(res, Some(ns), &mut object, podpass_token::now_unix()).map_err(|e| e.message)?;
+    prepare_new(res, Some(ns), &mut object, podpass_token::now_unix()).map_err(OwnWriteError::Invalid)?;
     let created = match state.store.create(key, object).await {
         Ok(created) => created,
         Err(StoreError::AlreadyExists { .. }) => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     if lifecycle::after_create(state, res, ns, &ns_uid, key, &created).await.is_ok() {
         tracing::info!(namespace = ns, "root CA publisher: kube-root-ca.crt created");

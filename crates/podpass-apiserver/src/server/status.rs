@@ -88,6 +88,24 @@ impl StatusError {
     }
 }
 
+/// A write the server makes of an object of its own (the `kubernetes` Service, a
+/// namespace's root CA) failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OwnWriteError {
+    /// The store refused it.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// Its resource is not served.
+    #[error("{0} are not served")]
+    NotServed(&'static str),
+    /// The object the server made is not valid.
+    #[error("{}", .0.message)]
+    Invalid(StatusError),
+    /// Others kept changing it.
+    #[error("{0} kept changing during {1} attempts")]
+    KeptChanging(&'static str, usize),
+}
+
 impl From<crate::store::StoreError> for StatusError {
     fn from(e: crate::store::StoreError) -> Self {
         use crate::store::StoreError as E;

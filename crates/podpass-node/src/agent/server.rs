@@ -108,12 +108,14 @@ fn read_from(path: &std::path::Path, offset: u64) -> std::io::Result<(String, u6
 /// The user and groups `token` authenticates as, by the API server's TokenReview (its
 /// default audiences, as the kubelet's webhook authenticator), reused for
 /// [`TOKEN_REVIEW_TTL`].
-async fn review_token(s: &NodeServer, token: &str) -> Result<Option<(String, Vec<String>)>, String> {
+async fn review_token(s: &NodeServer, token: &str) -> Result<Option<(String, Vec<String>)>, kube::Error> {
     use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-    let key: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
-        .as_ref()
-        .try_into()
-        .map_err(|_| "digest".to_owned())?;
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes());
+    // A SHA-256 digest is 32 bytes; the key is its first 32 whatever the slice says.
+    let mut key = [0u8; 32];
+    for (k, d) in key.iter_mut().zip(digest.as_ref()) {
+        *k = *d;
+    }
     let now = std::time::Instant::now();
     {
         let cache = s.reviewed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -127,10 +129,7 @@ async fn review_token(s: &NodeServer, token: &str) -> Result<Option<(String, Vec
         spec: TokenReviewSpec { token: Some(token.to_owned()), ..Default::default() },
         ..Default::default()
     };
-    let answer = Api::<TokenReview>::all(s.client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|e| e.to_string())?;
+    let answer = Api::<TokenReview>::all(s.client.clone()).create(&PostParams::default(), &review).await?;
     let who = answer.status.filter(|st| st.authenticated == Some(true)).and_then(|st| st.user).and_then(|u| {
         let name = u.username.filter(|n| !n.is_empty())?;
         Some((name, u.groups.unwrap_or_default()))
@@ -149,7 +148,7 @@ async fn requester(
     s: &NodeServer,
     peer: &podpass_serve::Peer,
     headers: &axum::http::HeaderMap,
-) -> Result<Option<(String, Vec<String>)>, String> {
+) -> Result<Option<(String, Vec<String>)>, kube::Error> {
     if let Some(who) = peer.client_certificates.first().and_then(|c| identity(c)) {
         return Ok(Some(who));
     }

@@ -737,7 +737,7 @@ impl<S: ImageService> ImageManager<S> {
         )
         .await
         {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|e| e.to_string()),
             Err(_) => Err(format!(
                 "the pull from {registry} did not finish within {}: cancelled (a registry that answers too slowly, or never)",
                 format_duration(self.pull_timeout)
@@ -862,20 +862,32 @@ pub async fn pull_with_credentials<S: ImageService>(
     service: &S,
     image: &str,
     creds: &[TrackedAuth],
-) -> Result<(String, Option<TrackedAuth>), String> {
+) -> Result<(String, Option<TrackedAuth>), PullFailed> {
     if creds.is_empty() {
-        return service.pull_image(image, None).await.map(|r| (r, None)).map_err(|e| e.to_string());
+        return service.pull_image(image, None).await.map(|r| (r, None)).map_err(|e| PullFailed(vec![e]));
     }
     let mut errors = Vec::new();
     for c in creds {
         let auth = PullAuth { username: c.username.clone(), password: c.password.clone() };
         match service.pull_image(image, Some(&auth)).await {
             Ok(r) => return Ok((r, Some(c.clone()))),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e),
         }
     }
-    // k8s.io/apimachinery utilerrors.NewAggregate.Error().
-    Err(if errors.len() == 1 { errors.remove(0) } else { format!("[{}]", errors.join(", ")) })
+    Err(PullFailed(errors))
+}
+
+/// Every credential tried (or the anonymous pull) failed: their errors, printed as
+/// apimachinery's `utilerrors.NewAggregate` prints them (one bare, several as `[a, b]`).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", aggregate(.0))]
+pub struct PullFailed(pub Vec<ImageError>);
+
+fn aggregate(errors: &[ImageError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+    }
 }
 
 async fn must_attempt(pm: Arc<PullManager>, image: &str, image_ref: &str, credentials: Arc<LazyLookup>) -> PullVerdict {

@@ -29,7 +29,7 @@ pub use cri::CriImageService;
 pub use embedded::{EmbeddedImageStore, plain_http_allowed};
 pub use manager::{
     DEFAULT_PULL_TIMEOUT, EnsureError, EnsureLabels, EnsureOutcome, Event, ImageManager, LazyLookup, LookupFuture,
-    MakeLookup, PullPolicy, credentials_to_record, pod_credentials, pull_with_credentials,
+    MakeLookup, PullFailed, PullPolicy, credentials_to_record, pod_credentials, pull_with_credentials,
 };
 pub use manifest_fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 pub use mapping::CredentialMapping;

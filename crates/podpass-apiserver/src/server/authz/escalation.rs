@@ -81,30 +81,36 @@ pub async fn confirm_no_escalation(
     user: &User,
     namespace: &str,
     wanted: &[PolicyRule],
-) -> Result<Result<(), String>, StoreError> {
+) -> Result<Result<(), Escalation>, StoreError> {
     let owner = super::rbac::rules_for(src.rbac, user, namespace)?;
     let missing = match rules::covers(&owner, wanted) {
         Ok(()) => return Ok(Ok(())),
         Err(Uncovered::Missing(missing)) => missing,
         Err(Uncovered::TooLarge(n)) => {
-            return Ok(Err(format!(
+            return Ok(Err(Escalation(format!(
                 "user {:?} (groups={}) is attempting to grant RBAC permissions that cannot be checked: the rules expand to {n} verb/resource/name combinations, more than {}",
                 user.name,
                 rules::go_quoted_list(&user.groups),
                 rules::MAX_BREAKDOWN
-            )));
+            ))));
         }
     };
     let mut lines: Vec<String> = rules::compact(missing).iter().map(rules::compact_string).collect();
     lines.sort();
     lines.dedup();
-    Ok(Err(format!(
+    Ok(Err(Escalation(format!(
         "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
         user.name,
         rules::go_quoted_list(&user.groups),
         lines.join("\n")
-    )))
+    ))))
 }
+
+/// A grant the writer does not hold: upstream's refusal, the missing rules compacted one a
+/// line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Escalation(pub String);
 
 /// Refuses `write` unless the writer may make it (the module's rules). `Ok` lets it through.
 pub async fn check(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacWrite<'_>) -> Result<(), StatusError> {
@@ -131,7 +137,7 @@ async fn check_role(src: Sources<'_>, modes: &[AuthorizationMode], write: &RbacW
         return Ok(());
     }
     if let Err(reason) = confirm_no_escalation(src, write.user, write.namespace, &rules::rules_of(write.new)).await? {
-        return Err(forbidden(write, &reason));
+        return Err(forbidden(write, &reason.0));
     }
     if write.resource == "clusterroles" {
         let aggregation = |v: &Value| v.get("aggregationRule").filter(|a| !a.is_null()).cloned();
@@ -183,7 +189,7 @@ async fn check_binding(
     })?;
     if let Err(reason) = confirm_no_escalation(src, write.user, write.namespace, &rules::rules_of(&role.object)).await?
     {
-        return Err(forbidden(write, &reason));
+        return Err(forbidden(write, &reason.0));
     }
     Ok(())
 }

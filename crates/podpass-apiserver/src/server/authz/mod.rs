@@ -117,15 +117,29 @@ pub enum AuthorizationMode {
 pub struct AuthorizationModes(pub Vec<AuthorizationMode>);
 
 impl std::str::FromStr for AuthorizationModes {
-    type Err = String;
+    type Err = ModeError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ModeError> {
         parse_modes(s).map(Self)
     }
 }
 
+/// `--authorization-mode` refused, in kube-apiserver's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModeError {
+    /// A mode podpass does not have.
+    #[error("authorization-mode {0:?} is not a valid mode (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)")]
+    Unknown(String),
+    /// The same mode twice.
+    #[error("authorization-mode {0:?} has mode specified more than once")]
+    Repeated(String),
+    /// No mode.
+    #[error("at least one authorization-mode must be passed")]
+    None,
+}
+
 /// Parses `--authorization-mode` (comma-separated, upstream names).
-pub fn parse_modes(text: &str) -> Result<Vec<AuthorizationMode>, String> {
+pub fn parse_modes(text: &str) -> Result<Vec<AuthorizationMode>, ModeError> {
     let mut modes = Vec::new();
     for m in text.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         let mode = match m {
@@ -133,19 +147,15 @@ pub fn parse_modes(text: &str) -> Result<Vec<AuthorizationMode>, String> {
             "RBAC" => AuthorizationMode::Rbac,
             "AlwaysAllow" => AuthorizationMode::AlwaysAllow,
             "AlwaysDeny" => AuthorizationMode::AlwaysDeny,
-            other => {
-                return Err(format!(
-                    "authorization-mode {other:?} is not a valid mode (supported: AlwaysAllow, AlwaysDeny, Node, RBAC)"
-                ));
-            }
+            other => return Err(ModeError::Unknown(other.to_owned())),
         };
         if modes.contains(&mode) {
-            return Err(format!("authorization-mode {m:?} has mode specified more than once"));
+            return Err(ModeError::Repeated(m.to_owned()));
         }
         modes.push(mode);
     }
     if modes.is_empty() {
-        return Err("at least one authorization-mode must be passed".into());
+        return Err(ModeError::None);
     }
     Ok(modes)
 }
@@ -320,7 +330,7 @@ mod tests {
     fn modes() {
         assert_eq!(parse_modes("Node,RBAC"), Ok(vec![AuthorizationMode::Node, AuthorizationMode::Rbac]));
         assert!(parse_modes("RBAC,RBAC").is_err());
-        assert!(parse_modes("ABAC").unwrap_err().contains("not a valid mode"));
+        assert!(parse_modes("ABAC").unwrap_err().to_string().contains("not a valid mode"));
         assert!(parse_modes("").is_err());
     }
 }

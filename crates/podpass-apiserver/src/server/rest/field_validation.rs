@@ -58,14 +58,14 @@ fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
 }
 
 /// The unknown fields of `object` as a `T`, or the decoding error.
-pub(crate) fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, String> {
+pub(crate) fn unknown_as<T: DeserializeOwned>(object: &Value) -> Result<Vec<String>, serde_json::Error> {
     let mut unknown = Vec::new();
-    let _: T = serde_ignored::deserialize(object, |p| unknown.push(ignored_path(&p))).map_err(|e| e.to_string())?;
+    let _: T = serde_ignored::deserialize(object, |p| unknown.push(ignored_path(&p)))?;
     Ok(unknown)
 }
 
 /// The unknown fields of `object` of `kind` in `group`; `None` for a kind without a type.
-fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<String>, String>> {
+fn unknown_fields(group: &str, kind: &str, object: &Value) -> Option<Result<Vec<String>, serde_json::Error>> {
     super::kinds::type_of(group, kind).map(|typed| typed.unknown_fields(object))
 }
 
@@ -357,7 +357,7 @@ pub fn validate(
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     let unknown = match unknown_fields(group, kind, object) {
         Some(Ok(u)) => u,
-        Some(Err(e)) => return Err(cannot_handle(kind, &gv, e)),
+        Some(Err(e)) => return Err(cannot_handle(kind, &gv, e.to_string())),
         None => Vec::new(),
     };
     // Ignore never reports them: the body is not read a second time for nothing.

@@ -144,11 +144,17 @@ pub(crate) fn delete_options(content_type: &str, body: &[u8]) -> Result<Value, S
     }
 }
 
+/// A `continue` token a list request refuses (400): the refusal's message.
+#[cfg(feature = "fuzzing")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidContinue(pub String);
+
 /// Decodes a `continue` token as a list request does: the list's revision (`None`: an
 /// inconsistent continuation) and the key to start at, or the 400's message.
 #[cfg(feature = "fuzzing")]
-pub fn decode_continue_token(token: &str) -> Result<(Option<u64>, String), String> {
-    pagination::decode(token).map(|c| (c.revision, c.start)).map_err(|e| e.message)
+pub fn decode_continue_token(token: &str) -> Result<(Option<u64>, String), InvalidContinue> {
+    pagination::decode(token).map(|c| (c.revision, c.start)).map_err(|e| InvalidContinue(e.message))
 }
 
 /// Encodes a `continue` token for the list at `revision` resuming at `start`.
@@ -455,7 +461,7 @@ async fn reads(
     // one-row Table.
     let as_table = table::wants_table(accept);
     let include = table::IncludeObject::parse(query.get("includeObject").map(String::as_str))
-        .map_err(StatusError::bad_request)?;
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), sub) if res.stored && part_of(res, sub).is_some() => {
             let res = t.served;

@@ -42,13 +42,15 @@ pub enum IncludeObject {
 
 impl IncludeObject {
     /// From the query parameter (unknown values are upstream's 400).
-    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+    pub fn parse(value: Option<&str>) -> Result<Self, podpass_api::validation::FieldError> {
         match value {
             None | Some("" | "Metadata") => Ok(Self::Metadata),
             Some("None") => Ok(Self::None),
             Some("Object") => Ok(Self::Object),
-            Some(other) => Err(format!(
-                "includeObject: Unsupported value: {other:?}: supported values: \"None\", \"Metadata\", \"Object\""
+            Some(other) => Err(podpass_api::validation::FieldError::not_supported_in_order(
+                "includeObject",
+                other,
+                &["None", "Metadata", "Object"],
             )),
         }
     }

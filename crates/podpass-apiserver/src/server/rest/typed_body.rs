@@ -154,9 +154,10 @@ impl<'de> Visitor<'de> for Discard {
 mod tests {
     use super::*;
     use crate::server::rest::field_validation::{FieldValidation, decode_json};
+    use crate::server::status::StatusError;
 
-    fn token_request(mode: FieldValidation, body: &str) -> Result<(Body<TokenRequestKind>, Vec<String>), String> {
-        decode_json(mode, "authentication.k8s.io", "v1", "TokenRequest", body.as_bytes()).map_err(|e| e.message)
+    fn token_request(mode: FieldValidation, body: &str) -> Result<(Body<TokenRequestKind>, Vec<String>), StatusError> {
+        decode_json(mode, "authentication.k8s.io", "v1", "TokenRequest", body.as_bytes())
     }
 
     #[test]
@@ -180,7 +181,7 @@ mod tests {
         let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","extra":{"deep":[1]},
             "metadata":{"name":"a","name":"b","bogus":1},"spec":{"audiences":["x"],"expirationSecs":1},
             "spec":{"audiences":["y"],"expirationSeconds":700}}"#;
-        let err = token_request(FieldValidation::Strict, body).err().unwrap();
+        let err = token_request(FieldValidation::Strict, body).err().unwrap().message;
         assert_eq!(
             err,
             "TokenRequest in version \"authentication.k8s.io/v1\" cannot be handled as a TokenRequest: strict decoding error: \
@@ -197,23 +198,23 @@ mod tests {
 
     #[test]
     fn wrong_kinds_types_syntax_and_depth_are_400s_naming_what() {
-        let wrong_kind = token_request(FieldValidation::Warn, r#"{"kind":"Pod"}"#).err().unwrap();
+        let wrong_kind = token_request(FieldValidation::Warn, r#"{"kind":"Pod"}"#).err().unwrap().message;
         assert!(
             wrong_kind.contains("cannot be handled as a TokenRequest") && wrong_kind.contains("Pod"),
             "{wrong_kind}"
         );
-        let wrong_version = token_request(FieldValidation::Warn, r#"{"apiVersion":"v1"}"#).err().unwrap();
+        let wrong_version = token_request(FieldValidation::Warn, r#"{"apiVersion":"v1"}"#).err().unwrap().message;
         assert!(wrong_version.contains("expected authentication.k8s.io/v1"), "{wrong_version}");
         let wrong_type =
-            token_request(FieldValidation::Ignore, r#"{"spec":{"expirationSeconds":"1h"}}"#).err().unwrap();
+            token_request(FieldValidation::Ignore, r#"{"spec":{"expirationSeconds":"1h"}}"#).err().unwrap().message;
         assert!(wrong_type.contains("cannot be handled as a TokenRequest: invalid type: string"), "{wrong_type}");
-        let syntax = token_request(FieldValidation::Warn, r#"{"spec":{}"#).err().unwrap();
+        let syntax = token_request(FieldValidation::Warn, r#"{"spec":{}"#).err().unwrap().message;
         assert!(syntax.starts_with("error decoding request body: "), "{syntax}");
-        let trailing = token_request(FieldValidation::Warn, r#"{"spec":{}} {}"#).err().unwrap();
+        let trailing = token_request(FieldValidation::Warn, r#"{"spec":{}} {}"#).err().unwrap().message;
         assert!(trailing.starts_with("error decoding request body: trailing characters"), "{trailing}");
         // nesting is bounded before decoding, also inside an unknown field or the status
         let deep = format!(r#"{{"status":{}{}}}"#, "[".repeat(64), "]".repeat(64));
-        let err = token_request(FieldValidation::Ignore, &deep).err().unwrap();
+        let err = token_request(FieldValidation::Ignore, &deep).err().unwrap().message;
         assert_eq!(err, "error decoding request body: object nesting depth 65 exceeds the limit of 64");
         let ok = format!(r#"{{"status":{}{}}}"#, "[".repeat(63), "]".repeat(63));
         assert!(token_request(FieldValidation::Strict, &ok).is_ok(), "64 levels: the limit itself");

@@ -153,7 +153,7 @@ impl Cluster {
     }
 
     /// The node `pod` should go to, or why none fits.
-    fn choose(&self, pod: &Value, now: i64) -> Result<String, String> {
+    fn choose(&self, pod: &Value, now: i64) -> Result<String, Unschedulable> {
         let mut reasons = Vec::new();
         let mut best: Option<(usize, &str)> = None;
         for (name, node) in &self.nodes {
@@ -174,9 +174,14 @@ impl Cluster {
                 None => {}
             }
         }
-        best.map(|(_, name)| name.to_owned()).ok_or_else(|| fit::fit_error(self.nodes.len(), &reasons))
+        best.map(|(_, name)| name.to_owned()).ok_or_else(|| Unschedulable(fit::fit_error(self.nodes.len(), &reasons)))
     }
 }
+
+/// No node fits a pod: the FitError message (`0/2 nodes are available: …`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct Unschedulable(String);
 
 async fn watch_and_schedule(state: &AppState) -> Result<(), StoreError> {
     let mut pods = state.store.watch("pods", None, ListOptions::default(), None).await?;
@@ -242,7 +247,7 @@ async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
     for key in keys {
         let Some(pod) = cluster.pending.get(&key) else { continue };
         let choice = cluster.choose(pod, now);
-        if let Err(message) = &choice
+        if let Err(Unschedulable(message)) = &choice
             && cluster.reported.get(&key) == Some(message)
         {
             continue;
@@ -265,7 +270,7 @@ async fn schedule_pending(state: &AppState, cluster: &mut Cluster) {
                     cluster.pending.remove(&key);
                 }
             },
-            Err(message) => {
+            Err(Unschedulable(message)) => {
                 if mark_unschedulable(state, &key, &message).await {
                     record_event(state, &pod, "Warning", "FailedScheduling", "Scheduling", &message).await;
                 }
@@ -360,11 +365,11 @@ mod tests {
             placed.push(node);
         }
         assert_eq!(placed, ["n1", "n2", "n1", "n2"]);
-        let overflow = c.choose(&pending_pod("p5"), 1_010).unwrap_err();
+        let overflow = c.choose(&pending_pod("p5"), 1_010).unwrap_err().to_string();
         assert!(overflow.starts_with("0/2 nodes are available: 2 Too many pods."), "{overflow}");
         // a node whose lease stopped is unreachable
         let late = 1_000 + NODE_MONITOR_GRACE_SECONDS + 1;
-        let stale = c.choose(&pending_pod("p6"), late).unwrap_err();
+        let stale = c.choose(&pending_pod("p6"), late).unwrap_err().to_string();
         assert!(stale.contains("2 node(s) had untolerated taint {node.kubernetes.io/unreachable: }"), "{stale}");
         // ... unless it posted a Ready heartbeat lately (a node before its first lease)
         if let Some(n1) = c.nodes.get_mut("n1") {

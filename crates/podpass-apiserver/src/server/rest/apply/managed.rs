@@ -3,6 +3,7 @@
 //! by manager identifier, encoded back sorted, old update entries bucketed, server-owned
 //! metadata never owned.
 
+use podpass_api::validation::FieldError;
 use std::collections::BTreeMap;
 
 use podpass_merge::{ManagedFields, Path, Set, VersionedSet};
@@ -78,17 +79,14 @@ pub(super) struct Managed {
 
 /// Decodes `metadata.managedFields` (upstream `DecodeManagedFields`); what is wrong is
 /// named by its field path.
-pub(super) fn decode(entries: Option<&Value>) -> Result<Managed, String> {
+pub(super) fn decode(entries: Option<&Value>) -> Result<Managed, FieldError> {
     let mut managed = Managed::default();
     let Some(entries) = entries.filter(|e| !e.is_null()) else { return Ok(managed) };
     let Value::Array(entries) = entries else {
-        return Err("metadata.managedFields: Invalid value: must be a list".into());
+        return Err(FieldError::invalid_unshown("metadata.managedFields", "must be a list"));
     };
     if entries.len() > MAX_ENTRIES {
-        return Err(format!(
-            "metadata.managedFields: Too many: {}: must have at most {MAX_ENTRIES} items",
-            entries.len()
-        ));
+        return Err(FieldError::too_many("metadata.managedFields", entries.len(), MAX_ENTRIES));
     }
     for (i, e) in entries.iter().enumerate() {
         let at = |f: &str| format!("metadata.managedFields[{i}].{f}");
@@ -96,29 +94,21 @@ pub(super) fn decode(entries: Option<&Value>) -> Result<Managed, String> {
         let applied = match s("operation") {
             "Apply" => true,
             "Update" => false,
-            other => {
-                return Err(format!(
-                    "{}: Unsupported value: {other:?}: supported values: \"Apply\", \"Update\"",
-                    at("operation")
-                ));
-            }
+            other => return Err(FieldError::not_supported_in_order(&at("operation"), other, &["Apply", "Update"])),
         };
         if s("apiVersion").is_empty() {
-            return Err(format!("{}: Required value: must not be empty", at("apiVersion")));
+            return Err(FieldError::required(&at("apiVersion"), "must not be empty"));
         }
         match s("fieldsType") {
             "FieldsV1" => {}
-            "" => return Err(format!("{}: Required value: missing fieldsType", at("fieldsType"))),
-            other => {
-                return Err(format!(
-                    "{}: Unsupported value: {other:?}: supported values: \"FieldsV1\"",
-                    at("fieldsType")
-                ));
-            }
+            "" => return Err(FieldError::required(&at("fieldsType"), "missing fieldsType")),
+            other => return Err(FieldError::not_supported_in_order(&at("fieldsType"), other, &["FieldsV1"])),
         }
         let set = match e.get("fieldsV1") {
             None | Some(Value::Null) => Set::new(),
-            Some(doc) => Set::from_fields_v1(doc).map_err(|err| format!("{}: Invalid value: {err}", at("fieldsV1")))?,
+            Some(doc) => {
+                Set::from_fields_v1(doc).map_err(|err| FieldError::invalid_unshown(&at("fieldsV1"), err.to_string()))?
+            }
         };
         let id = ManagerId {
             manager: s("manager").to_owned(),

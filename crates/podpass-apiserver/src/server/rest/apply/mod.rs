@@ -130,7 +130,7 @@ pub(super) fn track_update(
         Managed::default()
     } else {
         match managed::decode(incoming) {
-            Err(e) => return Err(StatusError::bad_request(e)),
+            Err(e) => return Err(StatusError::bad_request(e.to_string())),
             Ok(m) if m.fields.is_empty() => managed::decode(live_fields).unwrap_or_default(),
             Ok(m) => m,
         }

@@ -381,18 +381,19 @@ fn binding_cells(binding: &Value, now: i64) -> Vec<Value> {
 mod tests {
     use super::*;
 
-    fn admit_as(plural: &str, mut v: Value, old: Option<&Value>) -> Result<Value, String> {
+    /// The object as stored, or the refusal.
+    fn admit_as(plural: &str, mut v: Value, old: Option<&Value>) -> Result<Value, StatusError> {
         let strategy = [&ROLE, &CLUSTER_ROLE, &ROLE_BINDING, &CLUSTER_ROLE_BINDING]
             .into_iter()
             .find(|s| s.plural == plural)
-            .ok_or("no such kind")?;
+            .ok_or_else(|| StatusError::bad_request("no such kind"))?;
         let name = v["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        strategy.default(&name, &mut v).map_err(|e| e.message)?;
+        strategy.default(&name, &mut v)?;
         let checked = match old {
             Some(old) => strategy.validate_update(&name, &v, old),
             None => strategy.validate(&name, &v),
         };
-        checked.map(|()| v).map_err(|e| e.message)
+        checked.map(|()| v)
     }
 
     #[test]
@@ -404,19 +405,19 @@ mod tests {
         assert_eq!(ok["subjects"][0]["apiGroup"], json!(RBAC_GROUP));
         assert_eq!(ok["subjects"][1].get("apiGroup"), None);
         // a cluster binding needs the service account's namespace and a ClusterRole
-        let err = admit_as("clusterrolebindings", b.clone(), None).unwrap_err();
+        let err = admit_as("clusterrolebindings", b.clone(), None).unwrap_err().message;
         assert_eq!(
             err,
             r#"ClusterRoleBinding.rbac.authorization.k8s.io "b" is invalid: subjects[1].namespace: Required value"#
         );
         let mut role = b.clone();
         role["roleRef"]["kind"] = json!("Role");
-        let err = admit_as("clusterrolebindings", role, None).unwrap_err();
+        let err = admit_as("clusterrolebindings", role, None).unwrap_err().message;
         assert!(err.contains(r#"roleRef.kind: Unsupported value: "Role": supported values: "ClusterRole""#), "{err}");
         let mut bad = b.clone();
         bad["roleRef"]["name"] = json!("a/b");
         bad["subjects"] = json!([{"kind": "Robot", "name": ""}]);
-        let err = admit_as("rolebindings", bad, None).unwrap_err();
+        let err = admit_as("rolebindings", bad, None).unwrap_err().message;
         assert_eq!(
             err,
             r#"RoleBinding.rbac.authorization.k8s.io "b" is invalid: [roleRef.name: Invalid value: "a/b": may not contain '/', subjects[0].name: Required value, subjects[0].kind: Unsupported value: "Robot": supported values: "ServiceAccount", "User", "Group"]"#
@@ -424,7 +425,7 @@ mod tests {
         // roleRef is immutable
         let mut other = b.clone();
         other["roleRef"]["name"] = json!("admin");
-        let err = admit_as("rolebindings", other, Some(&ok)).unwrap_err();
+        let err = admit_as("rolebindings", other, Some(&ok)).unwrap_err().message;
         assert!(err.ends_with(r#"roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"admin"}: cannot change roleRef"#), "{err}");
     }
 
@@ -435,23 +436,26 @@ mod tests {
             admit_as("roles", role(json!([{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}])), None)
                 .is_ok()
         );
-        let err = admit_as("roles", role(json!([{"verbs": ["get"], "nonResourceURLs": ["/x"]}])), None).unwrap_err();
+        let err =
+            admit_as("roles", role(json!([{"verbs": ["get"], "nonResourceURLs": ["/x"]}])), None).unwrap_err().message;
         assert!(err.ends_with(r#"rules[0].nonResourceURLs: Invalid value: []string{"/x"}: namespaced rules cannot apply to non-resource URLs"#), "{err}");
         assert!(admit_as("clusterroles", role(json!([{"verbs": ["get"], "nonResourceURLs": ["/x"]}])), None).is_ok());
-        let err = admit_as("clusterroles", role(json!([{"apiGroups": [""]}])), None).unwrap_err();
+        let err = admit_as("clusterroles", role(json!([{"apiGroups": [""]}])), None).unwrap_err().message;
         assert_eq!(
             err,
             r#"ClusterRole.rbac.authorization.k8s.io "r" is invalid: [rules[0].verbs: Required value: verbs must contain at least one value, rules[0].resources: Required value: resource rules must supply at least one resource]"#
         );
         let err =
             admit_as("clusterroles", role(json!([{"verbs": "get", "apiGroups": [""], "resources": ["x"]}])), None)
-                .unwrap_err();
+                .unwrap_err()
+                .message;
         assert!(err.contains("rules[0].verbs: Invalid value: \"get\": must be a list of strings"), "{err}");
         let mut agg = role(json!([]));
         agg["aggregationRule"] = json!({"clusterRoleSelectors": []});
         assert!(
             admit_as("clusterroles", agg, None)
                 .unwrap_err()
+                .message
                 .contains("aggregationRule.clusterRoleSelectors: Required value")
         );
     }

@@ -17,7 +17,7 @@ pub(crate) trait Typed: Send + Sync {
     fn add_schema(&self, generator: &mut SchemaGenerator) -> String;
     /// The fields of `object` the type does not have (as `spec.foo[0].bar`), or why
     /// `object` does not decode as the type.
-    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, String>;
+    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, serde_json::Error>;
     /// Its protobuf message in k8s.io/api's generated.proto (`api.core.v1.ResourceQuota`):
     /// k8s-openapi names schemas after the Go package, which the proto package mirrors.
     fn protobuf_message(&self) -> String {
@@ -44,7 +44,7 @@ impl<T: DeserializeOwned + JsonSchema> Typed for TypeOf<T> {
         T::schema_name().into_owned()
     }
 
-    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, String> {
+    fn unknown_fields(&self, object: &Value) -> Result<Vec<String>, serde_json::Error> {
         crate::server::rest::field_validation::unknown_as::<T>(object)
     }
 }

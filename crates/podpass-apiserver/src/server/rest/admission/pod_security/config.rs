@@ -108,13 +108,25 @@ struct RawExemptions {
     runtime_classes: Vec<String>,
 }
 
-fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+/// A configuration file that could not be read whole.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// The file system said no.
+    #[error("{}: {source}", .path.display())]
+    Io { path: std::path::PathBuf, source: std::io::Error },
+    /// Past [`MAX_CONFIG_BYTES`].
+    #[error("{}: larger than {MAX_CONFIG_BYTES} bytes", .0.display())]
+    TooLarge(std::path::PathBuf),
+}
+
+fn read_bounded(path: &Path) -> Result<Vec<u8>, ReadError> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let io = |source| ReadError::Io { path: path.to_owned(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
     let mut data = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut data).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut data).map_err(io)?;
     if data.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!("{}: larger than {MAX_CONFIG_BYTES} bytes", path.display()));
+        return Err(ReadError::TooLarge(path.to_owned()));
     }
     Ok(data)
 }
@@ -123,7 +135,7 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
 /// upstream default (privileged everywhere, no exemptions) when the file names none. Every
 /// problem is reported.
 pub(crate) fn read_admission_config(path: &Path) -> Result<PodSecurityConfig, Vec<String>> {
-    let data = read_bounded(path).map_err(|e| vec![e])?;
+    let data = read_bounded(path).map_err(|e| vec![e.to_string()])?;
     let config: AdmissionConfiguration = serde_yaml_ng::from_slice(&data).map_err(|e| vec![e.to_string()])?;
     if config.kind != "AdmissionConfiguration"
         || !matches!(config.api_version.as_str(), "apiserver.config.k8s.io/v1" | "apiserver.k8s.io/v1alpha1")
@@ -140,7 +152,7 @@ pub(crate) fn read_admission_config(path: &Path) -> Result<PodSecurityConfig, Ve
         (None, Some(p)) => {
             // A relative path is relative to the admission configuration file.
             let p = path.parent().unwrap_or(Path::new(".")).join(p);
-            let bytes = read_bounded(&p).map_err(|e| vec![e])?;
+            let bytes = read_bounded(&p).map_err(|e| vec![e.to_string()])?;
             serde_yaml_ng::from_slice(&bytes).map_err(|e| vec![format!("{}: {e}", p.display())])?
         }
         _ => return Err(vec!["plugins[PodSecurity]: exactly one of path and configuration must be set".to_owned()]),

@@ -119,20 +119,25 @@ pub(crate) async fn admit_pod(
     let (policy, _label_errors) = policy_to_evaluate(&namespace_labels(state, ns).await?, &config.defaults);
     let Some((annotations, spec)) = typed(object) else { return Ok(()) };
     let view = checks::PodView::new(&annotations, &spec);
-    decide(attrs.notes, &policy, &view).map_err(|message| {
-        let mut e = StatusError::forbidden_raw(format!("pods {:?} is forbidden: {message}", attrs.name));
+    decide(attrs.notes, &policy, &view).map_err(|violation| {
+        let mut e = StatusError::forbidden_raw(format!("pods {:?} is forbidden: {violation}", attrs.name));
         e.details = Some(Box::new(serde_json::json!({"name": attrs.name, "kind": "pods"})));
         e
     })
 }
 
-/// The three modes on one pod: `Err(message)` if enforce refuses it; audit annotations and
+/// What the enforce mode refuses a pod for: `violates PodSecurity "<level>:<version>": …`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct Violation(String);
+
+/// The three modes on one pod: a [`Violation`] if enforce refuses it; audit annotations and
 /// warnings recorded in `notes` otherwise.
-fn decide(notes: &Notes, policy: &Policy, view: &checks::PodView<'_>) -> Result<(), String> {
+fn decide(notes: &Notes, policy: &Policy, view: &checks::PodView<'_>) -> Result<(), Violation> {
     notes.annotate(ENFORCE_POLICY_ANNOTATION, &policy.enforce.to_string());
     let enforced = checks::evaluate(policy.enforce, view);
     if !enforced.is_empty() {
-        return Err(message("violates", policy.enforce, &enforced));
+        return Err(Violation(message("violates", policy.enforce, &enforced)));
     }
     // The same level and version need not be evaluated twice.
     let evaluate = |lv: LevelVersion| if lv == policy.enforce { Vec::new() } else { checks::evaluate(lv, view) };
@@ -248,7 +253,7 @@ mod tests {
         let view = checks::PodView::new(&a, &s);
         let cluster = PodSecurityConfig::multi_tenant();
         let notes = Notes::default();
-        let e = decide(&notes, &cluster.defaults, &view).unwrap_err();
+        let e = decide(&notes, &cluster.defaults, &view).unwrap_err().to_string();
         assert_eq!(e, "violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true)");
 
         let fine = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "busybox"}]}});
@@ -308,7 +313,7 @@ mod tests {
             let pod = json!({"metadata": {"name": "p"}, "spec": {
                 "containers": [{"name": "app", "image": "busybox", "securityContext": {"seLinuxOptions": options}}]}});
             let (a, s) = view_of(&pod);
-            decide(&Notes::default(), &cluster.defaults, &checks::PodView::new(&a, &s)).unwrap_err()
+            decide(&Notes::default(), &cluster.defaults, &checks::PodView::new(&a, &s)).unwrap_err().to_string()
         };
         assert_eq!(
             refusal(json!({"user": "system_u"})),

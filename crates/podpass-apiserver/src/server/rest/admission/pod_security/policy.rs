@@ -27,14 +27,25 @@ impl Level {
     }
 
     /// `api.ParseLevel`.
-    pub(crate) fn parse(s: &str) -> Result<Level, String> {
+    pub(crate) fn parse(s: &str) -> Result<Level, PolicyValueError> {
         match s {
             "privileged" => Ok(Level::Privileged),
             "baseline" => Ok(Level::Baseline),
             "restricted" => Ok(Level::Restricted),
-            _ => Err("must be one of privileged, baseline, restricted".to_owned()),
+            _ => Err(PolicyValueError::Level),
         }
     }
+}
+
+/// A policy level or version that does not parse (upstream's words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PolicyValueError {
+    /// Not a level.
+    #[error("must be one of privileged, baseline, restricted")]
+    Level,
+    /// Not a version.
+    #[error("must be 'latest' or 'v1.x'")]
+    Version,
 }
 
 /// The newest policy version podpass's checks know (its Kubernetes minor): `latest` and
@@ -52,11 +63,11 @@ pub(crate) enum Version {
 
 impl Version {
     /// `api.ParseVersion`: `latest` or `v1.<minor>` (no leading zeros).
-    pub(crate) fn parse(s: &str) -> Result<Version, String> {
+    pub(crate) fn parse(s: &str) -> Result<Version, PolicyValueError> {
         if s == "latest" {
             return Ok(Version::Latest);
         }
-        let bad = || "must be 'latest' or 'v1.x'".to_owned();
+        let bad = || PolicyValueError::Version;
         let minor = s.strip_prefix("v1.").ok_or_else(bad)?;
         if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) || (minor.len() > 1 && minor.starts_with('0'))
         {
@@ -131,7 +142,7 @@ pub(crate) struct LabelError {
     /// Its value.
     pub value: String,
     /// Why it is invalid.
-    pub reason: String,
+    pub reason: PolicyValueError,
 }
 
 impl fmt::Display for LabelError {
@@ -189,7 +200,10 @@ mod tests {
             assert!(Version::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Version::Minor(99).minor(), MAX_MINOR, "newer than known evaluates as latest");
-        assert_eq!(Level::parse("Baseline").unwrap_err(), "must be one of privileged, baseline, restricted");
+        assert_eq!(
+            Level::parse("Baseline").unwrap_err().to_string(),
+            "must be one of privileged, baseline, restricted"
+        );
     }
 
     #[test]
