@@ -9,6 +9,7 @@ pub mod feature_gate;
 pub mod field;
 pub mod image_url;
 pub mod quantity;
+pub mod taint;
 pub mod validation;
 
 pub use duration::GoDuration;

@@ -14,6 +14,11 @@
 //!   image pulls through containerd's CRI or the embedded OCI store.
 //! - [`runtime`]: containers through containerd's CRI runtime service, containerd's own
 //!   configuration, and the runnable images (sandbox, demo) podpass makes locally.
+//!
+//! The three public modules are namespaces with a curated surface, as the crate root is:
+//! their own submodules are private to the crate, and what they offer is their `pub use`
+//! list (runtime's `archive`, `cni` and `containerd` are the tools `podpass up`, the CNI
+//! plugin and the benches call by name). Everything else is private.
 
 mod agent;
 mod api;

@@ -8,6 +8,7 @@
 //! the same capacity, but a pod may name its node itself).
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use podpass_api::taint::{Taint, Toleration};
 
 use super::worker::Shared;
 
@@ -24,17 +25,18 @@ pub(crate) fn admit_under_pressure(pod: &Pod, pressure: super::pressure::Pressur
         let spec = pod.spec.clone().unwrap_or_default();
         let best_effort = super::cgroups::qos_class(&spec) == super::cgroups::QosClass::BestEffort;
         // TaintToleration's ToleratesTaint against {node.kubernetes.io/memory-pressure:NoSchedule}.
+        let taint = Taint { key: "node.kubernetes.io/memory-pressure", value: "", effect: "NoSchedule" };
         let tolerates = spec.tolerations.iter().flatten().any(|t| {
-            let key = t.key.as_deref().unwrap_or("");
-            let effect = t.effect.as_deref().unwrap_or("");
-            let value_matches = match t.operator.as_deref().unwrap_or("Equal") {
-                "Exists" => true,
-                "Equal" => t.value.as_deref().unwrap_or("").is_empty(),
-                _ => false,
+            fn field(f: &Option<String>) -> &str {
+                f.as_deref().unwrap_or("")
+            }
+            let t = Toleration {
+                key: field(&t.key),
+                operator: field(&t.operator),
+                value: field(&t.value),
+                effect: field(&t.effect),
             };
-            (key.is_empty() || key == "node.kubernetes.io/memory-pressure")
-                && (effect.is_empty() || effect == "NoSchedule")
-                && value_matches
+            t.tolerates(&taint)
         });
         if !best_effort || tolerates {
             return Ok(());

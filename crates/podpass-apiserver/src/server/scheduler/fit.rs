@@ -60,28 +60,21 @@ fn text<'a>(object: &'a Value, path: &str) -> &'a str {
     object.field(path).and_then(Value::as_str).unwrap_or_default()
 }
 
-/// TaintToleration's `ToleratesTaint`: a toleration matches a taint's effect (or all
-/// effects), and its key and value (`Equal`, the default) or key alone (`Exists`; an empty
-/// key with `Exists` tolerates every taint).
-fn tolerates(toleration: &Value, key: &str, value: &str, effect: &str) -> bool {
-    let t_effect = text(toleration, "/effect");
-    if !t_effect.is_empty() && t_effect != effect {
-        return false;
-    }
-    let t_key = text(toleration, "/key");
-    if !t_key.is_empty() && t_key != key {
-        return false;
-    }
-    match text(toleration, "/operator") {
-        "Exists" => true,
-        "" | "Equal" => !t_key.is_empty() && text(toleration, "/value") == value,
-        _ => false,
-    }
-}
-
+/// Whether one of `pod`'s tolerations tolerates the taint (TaintToleration's
+/// `ToleratesTaint`, [`podpass_api::taint`]).
 fn tolerated(pod: &Value, key: &str, value: &str, effect: &str) -> bool {
+    use podpass_api::taint::{Taint, Toleration};
+    let taint = Taint { key, value, effect };
     let tolerations = pod.field("/spec/tolerations").and_then(Value::as_array);
-    tolerations.into_iter().flatten().any(|t| tolerates(t, key, value, effect))
+    tolerations.into_iter().flatten().any(|t| {
+        let toleration = Toleration {
+            key: text(t, "/key"),
+            operator: text(t, "/operator"),
+            value: text(t, "/value"),
+            effect: text(t, "/effect"),
+        };
+        toleration.tolerates(&taint)
+    })
 }
 
 /// The node lifecycle controller's NoSchedule taints for the node's conditions
