@@ -34,8 +34,17 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     let image = format!("{}/{REPO}:v1", r.registry_host);
     out.say("demo: a pod pulls its image with its own identity; a neighbour cannot use it");
     setup(r).await?;
+    let pushed = push_as_publisher(r, &image, out).await?;
+    let a = team_a_pulls(r, &image, out).await?;
+    team_b_is_refused(r, &image, out).await?;
+    let uid = a["metadata"]["uid"].as_str().context("team-a's pod has no uid")?.to_owned();
+    show_token(r, &uid, out)?;
+    let record_path = show_record(r, &pushed, out).await?;
+    delete_pods(r, &uid, &record_path, out).await
+}
 
-    // 1. Push, as the publisher service account.
+/// Step 1: Pushes the demo image as the publisher service account.
+async fn push_as_publisher(r: &Running, image: &str, out: &mut Checklist) -> Result<push::Pushed> {
     let sa_token = token_request(r, PUBLISHER.0, PUBLISHER.1).await?;
     let client = r.http.clone();
     let scope = format!("repository:{REPO}:pull,push");
@@ -49,9 +58,14 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     out.say(&format!("  1. pushed {image} as {}/{}: registry-auth traded its service-account token for a push token (no registry password)", PUBLISHER.0, PUBLISHER.1));
     out.say(&format!("       image {}  manifest {}", short(&pushed.image_id), short(&pushed.manifest_digest)));
 
-    // 2. team-a's pod, no pull secret: pulled with its own identity.
+    Ok(pushed)
+}
+
+/// Step 2: team-a's pod, no pull secret, pulls with its own identity (and, on a node that runs
+/// containers, prints its own token's claims); the pod.
+async fn team_a_pulls(r: &Running, image: &str, out: &mut Checklist) -> Result<Value> {
     let audit_from = audit(&r.auth_audit).len();
-    let a = create_pod(r, "team-a", &image, "Always").await?;
+    let a = create_pod(r, "team-a", image, "Always").await?;
     let pod = wait_pod(r, "team-a", |p| prepared(p) == Some("True") || refused(p).is_some()).await?;
     if let Some(why) = refused(&pod) {
         bail!("team-a's pod was refused its own image: {why}");
@@ -96,9 +110,13 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         ));
     }
 
-    // 3. team-b's pod on the same image: refused.
+    Ok(a)
+}
+
+/// Step 3: team-b's pod on the same image is refused; its container never starts.
+async fn team_b_is_refused(r: &Running, image: &str, out: &mut Checklist) -> Result<()> {
     let audit_from = audit(&r.auth_audit).len();
-    create_pod(r, "team-b", &image, "IfNotPresent").await?;
+    create_pod(r, "team-b", image, "IfNotPresent").await?;
     let pod = wait_pod(r, "team-b", |p| prepared(p) == Some("True") || refused(p).is_some()).await?;
     let Some(why) = refused(&pod) else {
         bail!("team-b's pod was allowed to use team-a's image: podpass let a neighbour in");
@@ -126,14 +144,17 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         None => bail!("registry-auth's audit shows no refusal for team-b/app"),
     }
 
-    // 4. The pod's token on the node.
-    let uid = a["metadata"]["uid"].as_str().context("team-a's pod has no uid")?.to_owned();
-    let token_file = find_token(&r.node_root.join("pods").join(&uid))
+    Ok(())
+}
+
+/// Step 4: The pod's token on the node, and its claims.
+fn show_token(r: &Running, uid: &str, out: &mut Checklist) -> Result<()> {
+    let token_file = find_token(&r.node_root.join("pods").join(uid))
         .with_context(|| format!("no token file under {}/pods/{uid}", r.node_root.display()))?;
     let claims = unverified_claims(&std::fs::read_to_string(&token_file).context("reading the token file")?)?;
     let k = &claims["kubernetes.io"];
     ensure!(claims["sub"] == "system:serviceaccount:team-a:app", "token subject {}", claims["sub"]);
-    ensure!(k["pod"]["uid"] == uid.as_str(), "token bound to pod {} not {uid}", k["pod"]["uid"]);
+    ensure!(k["pod"]["uid"] == uid, "token bound to pod {} not {uid}", k["pod"]["uid"]);
     ensure!(k["node"]["name"] == NODE, "token names node {}", k["node"]["name"]);
     out.say(&format!("  4. the pod's token on {NODE}: {}", token_file.display()));
     out.say(&format!(
@@ -141,12 +162,17 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         claims["sub"].as_str().unwrap_or_default(),
         claims["aud"],
         validity(&claims),
-        short(&uid),
+        short(uid),
         k["node"]["name"].as_str().unwrap_or_default(),
         short(claims["jti"].as_str().unwrap_or_default()),
     ));
 
-    // 5. The pull record.
+    Ok(())
+}
+
+/// Step 5: The pull record names team-a's service account, with its UID, and not team-b's; its
+/// path.
+async fn show_record(r: &Running, pushed: &push::Pushed, out: &mut Checklist) -> Result<std::path::PathBuf> {
     let sa = r.api.get_ok("/api/v1/namespaces/team-a/serviceaccounts/app").await?;
     let (record_path, record) = find_record(&r.node_root, &pushed.image_id)?;
     let key = format!("{}/{REPO}", r.registry_host);
@@ -174,14 +200,18 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         short(sa["metadata"]["uid"].as_str().unwrap_or_default()),
     ));
 
-    // 6. Delete the pods: volumes and intents settle, the record stays.
+    Ok(record_path)
+}
+
+/// Step 6: Deletes the pods: volumes and intents settle, the record stays.
+async fn delete_pods(r: &Running, uid: &str, record_path: &std::path::Path, out: &mut Checklist) -> Result<()> {
     for ns in TEAMS {
         r.api.delete(&format!("/api/v1/namespaces/{ns}/pods/app")).await?;
     }
     for ns in TEAMS {
         wait_gone(r, ns).await?;
     }
-    ensure!(!r.node_root.join("pods").join(&uid).exists(), "team-a's pod volumes are still on the node");
+    ensure!(!r.node_root.join("pods").join(uid).exists(), "team-a's pod volumes are still on the node");
     let pulling = count_files(&r.node_root.join("image_manager/pulling"));
     ensure!(pulling == 0, "{pulling} pull intents left on the node");
     ensure!(record_path.exists(), "the pull record went with the pods");
