@@ -21,6 +21,7 @@ mod pod;
 mod pod_spec;
 pub(crate) mod projection;
 mod rbac;
+mod replica_set;
 mod resource_quota;
 mod reviews;
 pub(crate) mod revoked_token;
@@ -69,6 +70,7 @@ pub const RESOURCES: &[Resource] = &[
     reviews::SUBJECT_ACCESS_REVIEW,
     reviews::SELF_SUBJECT_RULES_REVIEW,
     reviews::LOCAL_SUBJECT_ACCESS_REVIEW,
+    replica_set::RESOURCE,
 ];
 
 /// A kind that is only ever a subresource's body (`pods/binding`'s Binding).

@@ -255,7 +255,7 @@ fn image_tag(image: &str) -> &str {
 /// volume sources'): file modes 0644 on secret, configMap, downwardAPI and projected
 /// volumes, one hour for projected service-account tokens, the pull policy from the tag
 /// (`Always` for `latest`), and the spec-level defaults kubectl shows.
-fn default_pod(pod: &mut Value) {
+pub(super) fn default_pod(pod: &mut Value) {
     let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
     for (key, value) in [
         ("restartPolicy", json!("Always")),
