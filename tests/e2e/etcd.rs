@@ -555,8 +555,8 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     }
 }
 
-/// kube-controller-manager's leader election among replicas: one holds the Lease
-/// `kube-system/kube-controller-manager` and publishes `kube-root-ca.crt` with its CA; a
+/// Leader election among replicas for the controllers the API server runs itself: one holds
+/// the Lease `kube-system/podpass-apiserver-controllers` and publishes `kube-root-ca.crt` with its CA; a
 /// second replica with another CA leaves it alone while the holder renews (no rewriting it
 /// back and forth); stopped, the holder releases the lease and the other takes over at once
 /// and publishes its own.
@@ -568,7 +568,7 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
     let etcd = Etcd::fresh(&d.join("etcd"));
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
-    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager";
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/podpass-apiserver-controllers";
     let cm_path = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt";
     let ca_of = |r: &str| std::fs::read_to_string(d.join(r).join("pki/ca.crt")).unwrap();
     let until = |what: &str, f: &mut dyn FnMut() -> bool| {

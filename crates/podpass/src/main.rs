@@ -19,6 +19,7 @@ macro_rules! outln {
 mod apiserver;
 mod audit_images;
 mod bench;
+mod controller_manager;
 mod node;
 mod node_explain;
 mod node_images;
@@ -83,6 +84,9 @@ enum Command {
     /// Registry token exchange: trades a pod's service-account token for a registry bearer
     /// token (Docker token protocol), for any self-hosted registry.
     RegistryAuth(podpass_registry_auth::Config),
+    /// kube-controller-manager's controllers (ReplicaSets), each writing as its own service
+    /// account, one leader at a time by Lease; against any API server, by kubeconfig.
+    ControllerManager(podpass_controller_manager::Config),
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
         Command::Token(cmd) => token::run(cmd),
         Command::Node(cmd) => node::run(cmd),
         Command::RegistryAuth(args) => registry_auth::run(args),
+        Command::ControllerManager(args) => controller_manager::run(args),
         Command::Audit(cmd) => match audit_images::run(cmd) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

@@ -1,8 +1,9 @@
-//! Leader election for the controllers whose answer depends on the replica
-//! (kube-controller-manager's `--leader-elect`, client-go `leaderelection` with a Lease
-//! lock): of the API server replicas sharing one etcd, one holds the Lease
-//! `kube-system/kube-controller-manager` and runs them. Without it two replicas with
-//! different serving CAs would rewrite `kube-root-ca.crt` back and forth forever.
+//! Leader election for the controllers the API server still runs itself, whose answer
+//! depends on the replica (client-go `leaderelection` with a Lease lock): of the API server
+//! replicas sharing one etcd, one holds the Lease `kube-system/podpass-apiserver-controllers`
+//! and runs them. Without it two replicas with different serving CAs would rewrite
+//! `kube-root-ca.crt` back and forth forever. `kube-system/kube-controller-manager` is the
+//! controller manager's (`podpass controller-manager`), where these controllers move.
 //!
 //! As client-go: a candidate retries every `RetryPeriod`; a lease held by another is only
 //! taken once it was seen unchanged for `LeaseDuration` on this replica's own clock (no
@@ -42,10 +43,10 @@ where
     }
 }
 
-/// The lease's namespace and name (kube-controller-manager's).
+/// The lease's namespace.
 pub const LEASE_NAMESPACE: &str = "kube-system";
-/// The lease's name.
-pub const LEASE_NAME: &str = "kube-controller-manager";
+/// The lease's name: not kube-controller-manager's, which the controller manager holds.
+pub const LEASE_NAME: &str = "podpass-apiserver-controllers";
 /// kube-controller-manager's `--leader-elect-lease-duration` default.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// Its `--leader-elect-renew-deadline` default.

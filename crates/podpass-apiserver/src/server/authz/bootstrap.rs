@@ -315,6 +315,7 @@ pub fn policy() -> Vec<(&'static str, Value)> {
             ),
         ),
     ]);
+    policy.extend(super::controller_policy::policy());
     policy
 }
 

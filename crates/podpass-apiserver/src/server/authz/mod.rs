@@ -5,6 +5,7 @@
 
 pub mod aggregation;
 pub mod bootstrap;
+mod controller_policy;
 pub mod escalation;
 pub mod node;
 pub mod node_graph;

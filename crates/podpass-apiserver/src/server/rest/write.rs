@@ -86,13 +86,21 @@ pub(super) async fn create(t: &Target<'_>, mut object: Value) -> Result<Response
 /// A create whose managed fields are already set (a create, or an apply that creates).
 async fn create_tracked(t: &Target<'_>, mut object: Value) -> Result<Response, StatusError> {
     let (state, res) = (t.state, t.res);
+    // Admission sees a generateName create before its name exists, so its refusals name
+    // the generateName (`pods "web-" is forbidden`), as upstream's `extractResourceName`.
+    let generated = object.pointer("/metadata/name").and_then(Value::as_str).is_none_or(str::is_empty);
+    let generate_name = object.pointer("/metadata/generateName").and_then(Value::as_str).map(str::to_owned);
     let name = prepare_new(res, t.ns, &mut object, podpass_token::now_unix())?;
+    let admitted_as = match (generated, generate_name) {
+        (true, Some(prefix)) if !prefix.is_empty() => prefix,
+        _ => name.clone(),
+    };
     let ns_uid = match t.ns {
         Some(ns) => Some(admission::namespace_lifecycle(state, res, ns, &name).await?),
         None => None,
     };
     res.strategy.default(&name, &mut object)?;
-    let attrs = t.attributes(&name, Operation::Create);
+    let attrs = t.attributes(&admitted_as, Operation::Create);
     admission::mutate(state, &attrs, &mut object).await?;
     res.strategy.prepare_for_create(&mut object);
     res.strategy.validate(&name, &object)?;

@@ -1,0 +1,68 @@
+//! The bootstrap roles of kube-controller-manager and of the controllers it runs as their
+//! own service accounts (upstream `bootstrappolicy/policy.go` `system:kube-controller-manager`,
+//! `controller_policy.go` `buildControllerRoles`): ClusterRole `system:controller:<name>`
+//! bound to `kube-system/<name>`, each holding only what that controller writes.
+
+use serde_json::{Value, json};
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+
+fn labelled(kind: &str, name: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+           "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}}})
+}
+
+fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+/// upstream `eventsRule`.
+fn events() -> Value {
+    rule(&["create", "update", "patch"], &["", "events.k8s.io"], &["events"])
+}
+
+/// A controller's role and its binding to `kube-system/<name>`.
+fn controller(name: &str, rules: Value) -> [(&'static str, Value); 2] {
+    let mut role = labelled("ClusterRole", &format!("system:controller:{name}"));
+    role["rules"] = rules;
+    let mut binding = labelled("ClusterRoleBinding", &format!("system:controller:{name}"));
+    binding["roleRef"] = json!({"apiGroup": RBAC, "kind": "ClusterRole", "name": format!("system:controller:{name}")});
+    binding["subjects"] = json!([{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}]);
+    [("clusterroles", role), ("clusterrolebindings", binding)]
+}
+
+/// The roles and bindings.
+pub(crate) fn policy() -> Vec<(&'static str, Value)> {
+    let mut manager = labelled("ClusterRole", "system:kube-controller-manager");
+    manager["rules"] = json!([
+        events(),
+        rule(&["create"], &["coordination.k8s.io"], &["leases"]),
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-controller-manager"],
+         "verbs": ["get", "update"]},
+        // --use-service-account-credentials: the controllers' accounts and their tokens.
+        rule(&["get", "create"], &[""], &["serviceaccounts"]),
+        rule(&["create"], &[""], &["serviceaccounts/token"]),
+        // Delegated authentication and authorization checks.
+        rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+        rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+        // The shared informers.
+        rule(&["list", "watch"], &["*"], &["*"]),
+    ]);
+    let mut manager_binding = labelled("ClusterRoleBinding", "system:kube-controller-manager");
+    manager_binding["roleRef"] =
+        json!({"apiGroup": RBAC, "kind": "ClusterRole", "name": "system:kube-controller-manager"});
+    manager_binding["subjects"] = json!([{"apiGroup": RBAC, "kind": "User", "name": "system:kube-controller-manager"}]);
+    let mut policy = vec![("clusterroles", manager), ("clusterrolebindings", manager_binding)];
+    policy.extend(controller(
+        "replicaset-controller",
+        json!([
+            rule(&["get", "list", "watch", "update"], &["apps", "extensions"], &["replicasets"]),
+            rule(&["update"], &["apps", "extensions"], &["replicasets/status"]),
+            rule(&["update"], &["apps", "extensions"], &["replicasets/finalizers"]),
+            rule(&["list", "watch", "patch", "create", "delete"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy
+}

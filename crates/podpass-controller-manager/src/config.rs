@@ -1,0 +1,171 @@
+//! The flags of `podpass controller-manager`, named as kube-controller-manager's, and
+//! what they prepare.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use podpass_api::GoDuration;
+use podpass_serve::{ConfigErrors, Problems};
+
+use crate::leader::Election;
+
+/// The controllers this manager runs (kube-controller-manager's names).
+pub const CONTROLLERS: [&str; 1] = [crate::replica_set::NAME];
+
+/// The flags of `podpass controller-manager`: declared once here, parsed by the CLI.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Kubeconfig of the manager's own identity (`system:kube-controller-manager`).
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Elect one leader among the managers through a Lease before running controllers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// How long a non-leader waits after the last observed renewal before taking over.
+    #[arg(long, default_value = "15s")]
+    pub leader_elect_lease_duration: GoDuration,
+    /// How long the leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value = "10s")]
+    pub leader_elect_renew_deadline: GoDuration,
+    /// How often candidates try to acquire or renew.
+    #[arg(long, default_value = "2s")]
+    pub leader_elect_retry_period: GoDuration,
+    /// The Lease's namespace.
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// The Lease's name.
+    #[arg(long, default_value = "kube-controller-manager")]
+    pub leader_elect_resource_name: String,
+    /// Each controller writes as its own service account `kube-system/<controller>` (as
+    /// kubeadm runs kube-controller-manager); false: all as the manager's identity.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub use_service_account_credentials: bool,
+    /// Controllers to run: `*` for all, `name` to add one, `-name` to leave one out.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+}
+
+/// A configuration checked whole, ready to run.
+pub struct Prepared {
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) election: Option<Election>,
+    pub(crate) per_controller: bool,
+    pub(crate) controllers: Vec<&'static str>,
+}
+
+fn duration(flag: &str, value: GoDuration, problems: &mut Problems) -> Duration {
+    match value.to_std().filter(|d| !d.is_zero()) {
+        Some(d) => d,
+        None => {
+            problems.push(flag, "must be a positive duration");
+            Duration::from_secs(1)
+        }
+    }
+}
+
+impl Config {
+    /// Every problem at once (client-go's `NewLeaderElector` checks included); nothing is
+    /// contacted yet.
+    pub fn prepare(&self) -> Result<Prepared, ConfigErrors> {
+        let mut problems = Problems::default();
+        if !self.kubeconfig.is_file() {
+            problems.push_value("--kubeconfig", self.kubeconfig.display(), "no such file");
+        }
+        let lease = duration("--leader-elect-lease-duration", self.leader_elect_lease_duration, &mut problems);
+        let renew = duration("--leader-elect-renew-deadline", self.leader_elect_renew_deadline, &mut problems);
+        let retry = duration("--leader-elect-retry-period", self.leader_elect_retry_period, &mut problems);
+        if lease <= renew {
+            problems.push("--leader-elect-lease-duration", "must be greater than --leader-elect-renew-deadline");
+        }
+        if renew.as_secs_f64() <= retry.as_secs_f64() * 1.2 {
+            problems.push("--leader-elect-renew-deadline", "must be greater than --leader-elect-retry-period × 1.2");
+        }
+        let mut controllers = Vec::new();
+        for name in &self.controllers {
+            let (off, bare) = name.strip_prefix('-').map_or((false, name.as_str()), |n| (true, n));
+            if bare == "*" {
+                controllers.extend(CONTROLLERS);
+            } else if let Some(known) =
+                CONTROLLERS.iter().find(|c| **c == bare || c.trim_end_matches("-controller") == bare)
+            {
+                if off {
+                    controllers.retain(|c| c != known);
+                } else {
+                    controllers.push(known);
+                }
+            } else {
+                problems.push_value(
+                    "--controllers",
+                    name,
+                    format_args!("unknown controller (known: {})", CONTROLLERS.join(", ")),
+                );
+            }
+        }
+        controllers.dedup();
+        problems.finish()?;
+        let election = self.leader_elect.then(|| Election {
+            namespace: self.leader_elect_resource_namespace.clone(),
+            name: self.leader_elect_resource_name.clone(),
+            identity: crate::leader::identity(),
+            lease_duration: lease,
+            renew_deadline: renew,
+            retry_period: retry,
+        });
+        Ok(Prepared {
+            kubeconfig: self.kubeconfig.clone(),
+            election,
+            per_controller: self.use_service_account_credentials,
+            controllers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Config {
+        let all = std::iter::once("cm").chain(args.iter().copied());
+        Cli::try_parse_from(all).map(|c| c.config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_with_its_flag() {
+        let c = parse(&[
+            "--kubeconfig",
+            "/nonexistent",
+            "--leader-elect-lease-duration",
+            "5s",
+            "--leader-elect-renew-deadline",
+            "10s",
+            "--controllers",
+            "*,widgets",
+        ]);
+        let Err(errors) = c.prepare() else { panic!("a bad configuration was prepared") };
+        for flag in ["--kubeconfig", "--leader-elect-lease-duration", "--controllers"] {
+            assert!(errors.names(flag), "{errors}");
+        }
+    }
+
+    #[test]
+    fn controllers_are_chosen_as_kube_controller_managers() {
+        let file = std::env::temp_dir().join(format!("cm-kubeconfig-{}", std::process::id()));
+        std::fs::write(&file, "apiVersion: v1\nkind: Config\n").unwrap_or_else(|e| panic!("{e}"));
+        let path = file.display().to_string();
+        let prepared = parse(&["--kubeconfig", &path]).prepare().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(prepared.controllers, CONTROLLERS);
+        assert_eq!(prepared.election.as_ref().map(|e| e.lease_duration), Some(crate::leader::DEFAULT_LEASE_DURATION));
+        let none = parse(&["--kubeconfig", &path, "--controllers", "*,-replicaset"]).prepare();
+        assert_eq!(none.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), Vec::<&str>::new());
+        let unelected = parse(&["--kubeconfig", &path, "--leader-elect=false"]).prepare();
+        assert!(unelected.is_ok_and(|p| p.election.is_none()));
+        let _ = std::fs::remove_file(file);
+    }
+}

@@ -1,0 +1,74 @@
+//! The podpass controller manager (`podpass controller-manager`): kube-controller-manager's
+//! controllers as clients of any Kubernetes API server. Each controller writes as its own
+//! service account (`--use-service-account-credentials`), so its writes are authenticated,
+//! authorized, admitted and audited as a user's; one manager at a time leads, through the
+//! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
+//!
+//! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
+//! - The controllers: the ReplicaSet controller.
+
+mod config;
+mod credentials;
+mod events;
+pub mod leader;
+mod replica_set;
+
+pub use config::{CONTROLLERS, Config, Prepared};
+pub use credentials::{CONTROLLER_NAMESPACE, CredentialError, Credentials};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// The manager could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The kubeconfig could not be used.
+    #[error("--kubeconfig {path}: {reason}")]
+    Kubeconfig {
+        /// Its path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Leadership was lost (the manager exits, as kube-controller-manager does).
+    #[error(transparent)]
+    Lost(#[from] leader::ElectionError),
+}
+
+/// Runs the prepared manager until `shutdown` resolves or it stops leading.
+pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output = ()>) -> Result<(), RunError> {
+    let err = |reason: String| RunError::Kubeconfig { path: prepared.kubeconfig.display().to_string(), reason };
+    let kubeconfig = Kubeconfig::read_from(&prepared.kubeconfig).map_err(|e| err(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let root = kube::Client::try_from(config.clone()).map_err(|e| err(e.to_string()))?;
+    let credentials = Credentials::new(root.clone(), config, prepared.per_controller);
+    tokio::pin!(shutdown);
+    let mut elector = prepared.election.map(|e| leader::Elector::new(root, e));
+    if let Some(elector) = elector.as_mut() {
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = &mut shutdown => return Ok(()),
+        }
+    }
+    let controllers = futures::future::join_all(prepared.controllers.iter().map(|name| {
+        let credentials = credentials.clone();
+        async move {
+            tracing::info!(controller = name, "starting controller");
+            if *name == replica_set::NAME {
+                replica_set::run(credentials).await;
+            }
+        }
+    }));
+    let lost = async {
+        match elector.as_mut() {
+            Some(elector) => elector.renew_until_lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = controllers => Ok(()),
+        lost = lost => Err(lost.into()),
+        () = &mut shutdown => Ok(()),
+    }
+}

@@ -1,0 +1,196 @@
+//! End-to-end: ReplicaSets run by `podpass controller-manager`, a client of the API server
+//! like any other — through the real kubectl. The controller creates a ReplicaSet's pods
+//! as its own service account (the audit says so), adopts a matching orphan, replaces a
+//! deleted pod, scales down, and a pod that Pod Security refuses is a `FailedCreate` event
+//! and a `ReplicaFailure` condition naming the violation. One manager leads at a time: a
+//! second waits on the Lease and writes nothing; killed, the leader's Lease is taken over
+//! and the set's pods are neither doubled nor orphaned.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+mod support;
+use support::*;
+
+/// A controller manager process, killed on drop.
+struct Manager(Child);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn manager(kubeconfig: &Path, log: &Path) -> Manager {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new(PODPASS)
+        .args(["controller-manager", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        // Short leases, so a takeover in this test is seconds, not upstream's 15.
+        .args(["--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s"])
+        .args(["--leader-elect-retry-period", "1s"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Manager(child)
+}
+
+fn replica_set(ns: &str, name: &str, replicas: i64, spec: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}})
+}
+
+fn busybox() -> Value {
+    json!({"containers": [{"name": "app", "image": "busybox"}]})
+}
+
+fn apply(d: &Path, object: &Value) {
+    let file = d.join(format!("{}.json", object["metadata"]["name"].as_str().unwrap()));
+    std::fs::write(&file, object.to_string()).unwrap();
+    ok(admin_kubectl(d, &["apply", "-f", file.to_str().unwrap()]), "kubectl apply");
+}
+
+/// The active pods a ReplicaSet controls, by name.
+fn owned_pods(s: &Server, ns: &str, rs: &str) -> Vec<Value> {
+    let (_, rs_obj) = admin_get(s, &format!("/apis/apps/v1/namespaces/{ns}/replicasets/{rs}"));
+    let uid = rs_obj["metadata"]["uid"].clone();
+    let (_, list) = admin_get(s, &format!("/api/v1/namespaces/{ns}/pods"));
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|r| r["uid"] == uid && r["controller"] == true))
+        })
+        .collect()
+}
+
+fn wait_owned(s: &Server, ns: &str, rs: &str, n: usize) -> Vec<Value> {
+    let found = wait_for(&format!("{n} pods of {ns}/{rs}"), Duration::from_secs(60), || {
+        let pods = owned_pods(s, ns, rs);
+        (pods.len() == n).then_some(Value::Array(pods))
+    });
+    found.as_array().cloned().unwrap_or_default()
+}
+
+fn names(pods: &[Value]) -> Vec<String> {
+    let mut n: Vec<String> = pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn replica_sets_run_from_the_controller_manager_as_its_own_service_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let audit = d.join("audit.log");
+    let s = start(d, &["--audit-log-path", audit.to_str().unwrap()]);
+    let kubeconfig = d.join("cm.kubeconfig");
+    std::fs::write(&kubeconfig, ok(identity_output(d, "system:kube-controller-manager", &[]), "cm identity")).unwrap();
+    let leader = manager(&kubeconfig, &d.join("cm-1.log"));
+
+    // An orphan that the set selects is adopted, not doubled.
+    ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    let orphan = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "orphan", "namespace": "team", "labels": {"app": "web"}}, "spec": busybox()});
+    let (code, _) = admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/team/pods", Some(orphan));
+    assert_eq!(code, 201);
+    apply(d, &replica_set("team", "web", 3, busybox()));
+    let pods = wait_owned(&s, "team", "web", 3);
+    assert!(names(&pods).contains(&"orphan".to_owned()), "the orphan is adopted: {:?}", names(&pods));
+    let status = wait_for("status.replicas 3", Duration::from_secs(30), || {
+        let (_, rs) = admin_get(&s, "/apis/apps/v1/namespaces/team/replicasets/web");
+        (rs["status"]["replicas"] == 3 && rs["status"]["observedGeneration"] == 1).then_some(rs)
+    });
+    assert_eq!(status["status"]["fullyLabeledReplicas"], 3);
+    let table = ok(admin_kubectl(d, &["-n", "team", "get", "rs", "web"]), "kubectl get rs");
+    assert!(table.lines().nth(1).is_some_and(|l| l.split_whitespace().take(3).eq(["web", "3", "3"])), "{table}");
+
+    // The pods it created were created by its own service account, admitted and audited.
+    let creators: Vec<String> = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "pods" && e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["namespace"] == "team" && e["responseStatus"]["code"] == 201)
+        .map(|e| e["user"]["username"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let by_controller = creators.iter().filter(|u| *u == "system:serviceaccount:kube-system:replicaset-controller");
+    assert_eq!(by_controller.count(), 2, "the two pods the controller made: {creators:?}");
+    let events = ok(admin_kubectl(d, &["-n", "team", "get", "events", "-o", "json"]), "events");
+    assert!(events.contains("SuccessfulCreate") && events.contains("Created pod: web-"), "{events}");
+
+    // A deleted pod is replaced; scaling down removes pods.
+    let first = names(&pods);
+    ok(admin_kubectl(d, &["-n", "team", "delete", "pod", &first[0], "--wait=false"]), "delete a pod");
+    let replaced = wait_for("a replacement pod", Duration::from_secs(60), || {
+        let now = names(&owned_pods(&s, "team", "web"));
+        (now.len() == 3 && !now.contains(&first[0])).then(|| json!(now))
+    });
+    assert_eq!(replaced.as_array().map(Vec::len), Some(3));
+    ok(
+        admin_kubectl(d, &["-n", "team", "patch", "rs", "web", "--type=merge", "-p", r#"{"spec":{"replicas":1}}"#]),
+        "scale",
+    );
+    wait_owned(&s, "team", "web", 1);
+
+    // Pod Security refuses the controller's pods as anyone's: FailedCreate and ReplicaFailure.
+    ok(admin_kubectl(d, &["create", "namespace", "locked"]), "create namespace");
+    ok(admin_kubectl(d, &["label", "namespace", "locked", "pod-security.kubernetes.io/enforce=baseline"]), "label");
+    apply(
+        d,
+        &replica_set(
+            "locked",
+            "priv",
+            1,
+            json!({"hostNetwork": true, "containers": [{"name": "app", "image": "busybox"}]}),
+        ),
+    );
+    let refused = wait_for("ReplicaFailure", Duration::from_secs(60), || {
+        let (_, rs) = admin_get(&s, "/apis/apps/v1/namespaces/locked/replicasets/priv");
+        let conditions = rs["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        conditions.into_iter().find(|c| c["type"] == "ReplicaFailure" && c["reason"] == "FailedCreate")
+    });
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(r#"pods "priv-" is forbidden: violates PodSecurity "baseline:latest": host namespaces"#),
+        "{message}"
+    );
+    let events = ok(admin_kubectl(d, &["-n", "locked", "get", "events", "-o", "json"]), "events");
+    assert!(
+        events.contains("FailedCreate") && events.contains("Error creating: pods \\\"priv-\\\" is forbidden"),
+        "{events}"
+    );
+    assert!(owned_pods(&s, "locked", "priv").is_empty());
+
+    // A second manager waits on the Lease; the leader killed, it takes over, and the sets'
+    // pods are as many as asked, no more.
+    let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager";
+    let (_, lease) = admin_get(&s, lease_path);
+    let first_holder = lease["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    let standby = manager(&kubeconfig, &d.join("cm-2.log"));
+    drop(leader);
+    let taken = wait_for("the standby takes the lease", Duration::from_secs(60), || {
+        let (_, lease) = admin_get(&s, lease_path);
+        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+        (!holder.is_empty() && holder != first_holder).then_some(lease)
+    });
+    assert_eq!(taken["spec"]["leaseTransitions"], 1, "{taken}");
+    ok(
+        admin_kubectl(d, &["-n", "team", "patch", "rs", "web", "--type=merge", "-p", r#"{"spec":{"replicas":2}}"#]),
+        "scale up",
+    );
+    wait_owned(&s, "team", "web", 2);
+    let events = ok(admin_kubectl(d, &["-n", "kube-system", "get", "events", "-o", "json"]), "lease events");
+    assert!(events.contains("LeaderElection") && events.contains(" became leader"), "{events}");
+    drop(standby);
+}
