@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::*;
 
+/// The parts `podpass up` runs with containers: control plane, controller manager,
+/// registry-auth, registry, containerd and the node agent.
+const PARTS: usize = 6;
+
 /// `podpass up` with `extra` flags, on the ports kept in `<data>/../ports` (free ones chosen
 /// at the first call: a resumed cluster keeps its registry's address, which its images name).
 fn up(data: &Path, extra: &[&str]) -> Command {
@@ -905,6 +909,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     let steps = [
         "podpass up: a new cluster in",
         "✓ control plane",
+        "✓ controllers",
         "✓ registry-auth",
         "✓ registry ",
         "✓ containerd",
@@ -1174,6 +1179,8 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
 
     a_revocation_reaches_registry_auth_after_its_watches_idled(&data, revocations_quiet_since);
 
+    a_replica_set_runs_team_as_pods_each_pulling_as_itself(&data, &image_in(&out));
+
     // Each part killed with -9 is started again by itself, and the cluster serves again.
     let up_pid = child.id();
     for victim in children_of(up_pid) {
@@ -1181,7 +1188,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let now = children_of(up_pid);
-            if now.len() == 5 && !now.contains(&victim) && now.iter().all(|p| alive(*p)) {
+            if now.len() == PARTS && !now.contains(&victim) && now.iter().all(|p| alive(*p)) {
                 break;
             }
             assert!(Instant::now() < deadline, "part {victim} was not started again: {now:?}");
@@ -1198,7 +1205,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         std::thread::sleep(Duration::from_millis(500));
     }
     let said = std::fs::read_to_string(&log2).unwrap();
-    assert_eq!(said.matches(": started again").count(), 5, "{said}");
+    assert_eq!(said.matches(": started again").count(), PARTS, "{said}");
     assert!(said.contains("starting it again in 1 s"), "{said}");
 
     // The pods' secret and projected volumes are tmpfs mounts while it runs (as root).
@@ -1225,7 +1232,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     });
     // Ctrl-C: every part stops, none is left behind.
     let parts = children_of(child.id());
-    assert_eq!(parts.len(), 5, "five parts: {parts:?}");
+    assert_eq!(parts.len(), PARTS, "every part: {parts:?}");
     let restarts_before =
         admin(&data, reqwest::Method::GET, &crasher_path, None)["status"]["containerStatuses"][0]["restartCount"]
             .as_i64()
@@ -1374,4 +1381,57 @@ fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
         node_log.contains("verifying at the image's registry (the runtime may have pulled from a mirror)"),
         "{node_log}"
     );
+}
+
+/// A ReplicaSet of team-a's image, run by the controller manager: its two pods are
+/// created by the ReplicaSet controller's own service account, admitted by Pod Security,
+/// and each pulls and runs on the node with its own service account's identity.
+fn a_replica_set_runs_team_as_pods_each_pulling_as_itself(data: &Path, image: &str) {
+    let rs = serde_json::json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", "sleep 3600"],
+                                    "securityContext": {"allowPrivilegeEscalation": false,
+                                                        "capabilities": {"drop": ["ALL"]}}}]}}}});
+    let created = admin(data, reqwest::Method::POST, "/apis/apps/v1/namespaces/team-a/replicasets", Some(rs));
+    let uid = created["metadata"]["uid"].clone();
+    let running = wait_for("the ReplicaSet's two pods Running", Duration::from_secs(120), || {
+        let pods = admin(data, reqwest::Method::GET, "/api/v1/namespaces/team-a/pods?labelSelector=app%3Dweb", None);
+        let owned: Vec<Value> = pods["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p["metadata"]["ownerReferences"][0]["uid"] == uid && p["status"]["phase"] == "Running")
+            .collect();
+        (owned.len() == 2).then_some(Value::Array(owned))
+    });
+    for pod in running.as_array().unwrap() {
+        assert_eq!(pod["spec"]["serviceAccountName"], "app", "{pod}");
+        assert_eq!(pod["spec"]["nodeName"], "node-1", "{pod}");
+    }
+    let rs = wait_for("status.readyReplicas 2", Duration::from_secs(60), || {
+        let rs = admin(data, reqwest::Method::GET, "/apis/apps/v1/namespaces/team-a/replicasets/web", None);
+        (rs["status"]["replicas"] == 2).then_some(rs)
+    });
+    assert_eq!(rs["status"]["observedGeneration"], 1, "{rs}");
+    // No garbage collector yet: the set is scaled to nothing before it goes.
+    let scaled = serde_json::json!({"spec": {"replicas": 0}});
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let resp = client(data)
+        .patch(format!("{url}/apis/apps/v1/namespaces/team-a/replicasets/web"))
+        .bearer_auth(admin_token(data))
+        .header("content-type", "application/merge-patch+json")
+        .body(scaled.to_string())
+        .send()
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    wait_for("the set's pods gone", Duration::from_secs(60), || {
+        let pods = admin(data, reqwest::Method::GET, "/api/v1/namespaces/team-a/pods?labelSelector=app%3Dweb", None);
+        pods["items"].as_array().is_some_and(Vec::is_empty).then_some(Value::Null)
+    });
+    admin(data, reqwest::Method::DELETE, "/apis/apps/v1/namespaces/team-a/replicasets/web", None);
 }

@@ -237,6 +237,30 @@ impl Elector {
         }
     }
 
+    /// Gives the lease up (client-go `ReleaseOnCancel`): no holder, a one-second duration,
+    /// so the next candidate takes it at once instead of waiting out the lease — a manager
+    /// stopped on purpose (SIGTERM) is replaced without a gap. Only this candidate's lease
+    /// is released; errors are logged.
+    pub async fn release(&mut self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.election.name).await else { return };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.election.identity.as_str()) {
+            return;
+        }
+        lease.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            acquire_time: Some(now_micro()),
+            renew_time: Some(now_micro()),
+            lease_transitions: spec.lease_transitions,
+            ..Default::default()
+        });
+        match self.api.replace(&self.election.name, &PostParams::default(), &lease).await {
+            Ok(_) => tracing::info!(identity = %self.election.identity, "leader lease released"),
+            Err(e) => tracing::warn!(error = %e, "releasing the leader lease"),
+        }
+    }
+
     async fn record(&self, message: &str) {
         let lease = crate::events::Regarding {
             api_version: "coordination.k8s.io/v1",

@@ -66,9 +66,18 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
+    let outcome = tokio::select! {
         _ = controllers => Ok(()),
-        lost = lost => Err(lost.into()),
+        lost = lost => Err(lost),
         () = &mut shutdown => Ok(()),
+    };
+    match outcome {
+        Ok(()) => {
+            if let Some(elector) = elector.as_mut() {
+                elector.release().await;
+            }
+            Ok(())
+        }
+        Err(lost) => Err(lost.into()),
     }
 }

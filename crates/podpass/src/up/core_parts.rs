@@ -22,6 +22,7 @@ pub(super) const CONTROL_PLANE: &str = "control plane";
 pub(super) const REGISTRY_AUTH: &str = "registry-auth";
 pub(super) const REGISTRY: &str = "registry";
 pub(super) const CONTAINERD: &str = "containerd";
+pub(super) const CONTROLLER_MANAGER: &str = "controllers";
 
 /// The control plane's part: `podpass apiserver` on the data dir.
 pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission: &Path) -> Result<Part> {
@@ -40,6 +41,29 @@ pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission:
         waiting_for: "its /readyz".to_owned(),
         restart: Restart::Always,
         after: Vec::new(),
+    })
+}
+
+/// The controller manager's part: `podpass controller-manager` as
+/// `system:kube-controller-manager`, each controller writing as its own service account.
+pub(super) fn controller_manager(l: &Layout, tools: &Tools) -> Result<Part> {
+    type Flags = podpass_controller_manager::Config;
+    let user = "system:kube-controller-manager";
+    let kubeconfig = identity_kubeconfig(&l.data, &l.data.join("controller-manager.kubeconfig"), user, &[])?;
+    let line = CommandLine::<Flags>::new(&["controller-manager"], true)
+        .path(field!(Flags, kubeconfig), &kubeconfig)
+        .build(CONTROLLER_MANAGER)?;
+    Ok(Part {
+        name: CONTROLLER_MANAGER.to_owned(),
+        program: tools.podpass.clone(),
+        args: line,
+        log: l.logs.join("controller-manager.log"),
+        ready: Readiness::Lease {
+            path: "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager".to_owned(),
+        },
+        waiting_for: "its leader lease".to_owned(),
+        restart: Restart::Always,
+        after: vec![CONTROL_PLANE.to_owned()],
     })
 }
 

@@ -496,6 +496,12 @@ async fn start(
     out.done(CONTROL_PLANE, &format!("{}   issuer {issuer}", api.url), began);
     let probes = Probes { client: Some(&client), api: Some(&api) };
 
+    // The controller manager: ReplicaSets, through the API as the controllers' own
+    // service accounts.
+    let (leader, began) = launch(&core_parts::controller_manager(l, tools)?, parts, out, &probes).await?;
+    let controllers = podpass_controller_manager::CONTROLLERS.join(", ");
+    out.done(core_parts::CONTROLLER_MANAGER, &format!("leader {leader}   {controllers}"), began);
+
     // 2. registry-auth, trusting the control plane's issuer. It, the registry and the
     // node's client identity get certificates from the cluster's CA: no credential crosses
     // a socket in clear, loopback included (a hostNetwork pod could capture `lo`).

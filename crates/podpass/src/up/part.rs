@@ -36,6 +36,11 @@ pub(super) enum Readiness {
         /// The CRI endpoint.
         endpoint: String,
     },
+    /// A Lease held, and renewed within its duration: a leader elected.
+    Lease {
+        /// The Lease's API path.
+        path: String,
+    },
     /// A node agent: its own `/healthz` first (its Node may still say Ready from an earlier
     /// run), then its Node's Ready condition.
     NodeReady {
@@ -77,6 +82,14 @@ impl Readiness {
                 let cri = podpass_node::runtime::CriRuntime::connect(endpoint).await.ok()?;
                 let v = cri.version().await.ok()?;
                 Some(format!("{} {}", v.runtime_name, v.runtime_version))
+            }
+            Readiness::Lease { path } => {
+                let (code, lease) = p.api?.get(path).await.ok()?;
+                let holder = lease["spec"]["holderIdentity"].as_str().filter(|h| !h.is_empty())?;
+                let renewed = lease["spec"]["renewTime"].as_str()?.parse::<jiff::Timestamp>().ok()?;
+                let duration = lease["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(15);
+                let fresh = jiff::Timestamp::now().as_second() - renewed.as_second() <= duration;
+                (code == 200 && fresh).then(|| holder.to_owned())
             }
             Readiness::NodeReady { healthz, node } => {
                 let health = p.client?.get(healthz).send().await.ok()?;
