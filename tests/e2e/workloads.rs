@@ -1,7 +1,7 @@
 //! End-to-end: ReplicaSets run by `podpass controller-manager`, a client of the API server
 //! like any other — through the real kubectl. The controller creates a ReplicaSet's pods
 //! as its own service account (the audit says so), adopts a matching orphan, replaces a
-//! deleted pod, scales down, and a pod that Pod Security refuses is a `FailedCreate` event
+//! deleted pod, scales down (`kubectl scale`, the scale subresource), and a pod that Pod Security refuses is a `FailedCreate` event
 //! and a `ReplicaFailure` condition naming the violation. One manager leads at a time: a
 //! second waits on the Lease and writes nothing; killed, the leader's Lease is taken over
 //! and the set's pods are neither doubled nor orphaned.

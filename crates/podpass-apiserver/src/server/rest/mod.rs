@@ -20,6 +20,7 @@ mod protobuf;
 pub mod resources;
 mod reviews;
 mod rules_review;
+mod scale;
 mod table;
 mod token;
 mod typed_body;
@@ -62,10 +63,10 @@ pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError
         }
         for sub in r.subresources() {
             let verbs = sub.serves.verbs();
-            let group_kind = if sub.serves == kinds::Serves::Token {
-                json!({"group": "authentication.k8s.io", "version": "v1"})
-            } else {
-                json!(null)
+            let group_kind = match sub.serves {
+                kinds::Serves::Token => json!({"group": "authentication.k8s.io", "version": "v1"}),
+                kinds::Serves::Scale => json!({"group": "autoscaling", "version": "v1"}),
+                _ => json!(null),
             };
             let mut entry = json!({"name": format!("{}/{}", r.plural, sub.name), "singularName": "", "namespaced": r.namespaced, "kind": sub.kind, "verbs": verbs});
             if !group_kind.is_null() {
@@ -328,6 +329,16 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
                 (kinds::Serves::Binding, &Method::POST) => {
                     let (object, warnings) = validated("", declared.kind, false)?;
                     (binding::create(&target, name, object).await?, warnings)
+                }
+                (kinds::Serves::Scale, &Method::GET) => {
+                    (json_response(StatusCode::OK, scale::get(&target, name).await?), Vec::new())
+                }
+                (kinds::Serves::Scale, &Method::PUT) => {
+                    let (object, warnings) = validated("autoscaling", declared.kind, false)?;
+                    (json_response(StatusCode::OK, scale::update(&target, name, &object).await?), warnings)
+                }
+                (kinds::Serves::Scale, &Method::PATCH) => {
+                    (json_response(StatusCode::OK, scale::patch(&target, name, content_type, body).await?), Vec::new())
                 }
                 (kinds::Serves::Token, &Method::POST) => {
                     let (request, warnings) = create_only::<typed_body::TokenRequestKind>(content_type, body, mode)?;

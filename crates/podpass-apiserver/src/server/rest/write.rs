@@ -150,7 +150,17 @@ async fn admit_replacement(
 }
 
 /// PUT of a whole object, or of its status through `/status`.
-pub(super) async fn update(t: &Target<'_>, name: &str, part: Part, mut object: Value) -> Result<Response, StatusError> {
+pub(super) async fn update(t: &Target<'_>, name: &str, part: Part, object: Value) -> Result<Response, StatusError> {
+    Ok(json_response(StatusCode::OK, update_object(t, name, part, object).await?))
+}
+
+/// [`update`]'s object as stored (as it would be, for a dry run).
+pub(super) async fn update_object(
+    t: &Target<'_>,
+    name: &str,
+    part: Part,
+    mut object: Value,
+) -> Result<Value, StatusError> {
     let (state, res) = (t.state, t.res);
     let k = key(res, t.ns, name);
     let current = state.store.get(&k).await?;
@@ -168,7 +178,7 @@ pub(super) async fn update(t: &Target<'_>, name: &str, part: Part, mut object: V
     }
     let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
     t.after_write(Written::Updated, name, updated.revision).await?;
-    Ok(json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?))
+    lifecycle::finish_if_finalized(state, &k, updated).await
 }
 
 /// A dry-run update's answer (DryRunnableStorage.GuaranteedUpdate): the precondition still
@@ -180,14 +190,14 @@ fn dry_run_update(
     mut object: Value,
     expected: u64,
     current: &Stored,
-) -> Result<Response, StatusError> {
+) -> Result<Value, StatusError> {
     if expected != current.revision {
         return Err(StoreError::Conflict { resource: res.plural.to_owned(), name: name.to_owned() }.into());
     }
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), json!(current.revision.to_string()));
     }
-    Ok(json_response(StatusCode::OK, object))
+    Ok(object)
 }
 
 /// What a write may change: through `/status` the status only (everything else is the
@@ -307,7 +317,10 @@ pub(super) async fn patch(
         check_depth(&object)?;
         admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
-            return Ok((dry_run_update(res, name, object, expected, &current)?, warnings));
+            return Ok((
+                json_response(StatusCode::OK, dry_run_update(res, name, object, expected, &current)?),
+                warnings,
+            ));
         }
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
@@ -417,7 +430,10 @@ async fn apply_config(
         check_depth(&object)?;
         admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
-            return Ok((dry_run_update(res, name, object, current.revision, &current)?, warnings));
+            return Ok((
+                json_response(StatusCode::OK, dry_run_update(res, name, object, current.revision, &current)?),
+                warnings,
+            ));
         }
         match state.store.update(&k, object, Some(current.revision)).await {
             Ok(updated) => {

@@ -83,8 +83,15 @@ pub(crate) struct Body {
     pub typed: &'static dyn types::Typed,
 }
 
+/// The body of `<workload>/scale`.
+const SCALE: Body = Body {
+    group: "autoscaling",
+    kind: "Scale",
+    typed: &types::TypeOf::<k8s_openapi::api::autoscaling::v1::Scale>::NEW,
+};
+
 /// The subresource bodies that are kinds of their own.
-const BODIES: [Body; 2] = [pod::BINDING, service_account::TOKEN_REQUEST];
+const BODIES: [Body; 3] = [pod::BINDING, service_account::TOKEN_REQUEST, SCALE];
 
 /// The type of `kind` in `group`: a served resource's, or a subresource body's; `None` when
 /// no kind of that name is served.
@@ -118,13 +125,15 @@ pub(crate) enum Serves {
     Binding,
     /// `serviceaccounts/token` (TokenRequest): create.
     Token,
+    /// `<workload>/scale` (autoscaling/v1 Scale): get, update, patch.
+    Scale,
 }
 
 impl Serves {
     /// The verbs discovery lists for it.
     pub(crate) fn verbs(self) -> &'static [&'static str] {
         match self {
-            Self::Part(_) => &["get", "patch", "update"],
+            Self::Part(_) | Self::Scale => &["get", "patch", "update"],
             Self::Log => &["get"],
             Self::Stream => &["create", "get"],
             Self::Binding | Self::Token => &["create"],
@@ -146,6 +155,11 @@ pub(crate) struct Subresource {
 /// The `status` subresource of `kind`.
 pub(crate) const fn status(kind: &'static str) -> Subresource {
     Subresource { name: "status", kind, serves: Serves::Part(Part::Status) }
+}
+
+/// The `scale` subresource of a workload.
+pub(crate) const fn scale() -> Subresource {
+    Subresource { name: "scale", kind: "Scale", serves: Serves::Scale }
 }
 
 /// A kind's table: its columns and how a row is made.

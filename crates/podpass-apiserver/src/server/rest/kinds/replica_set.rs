@@ -1,8 +1,8 @@
 //! apps/v1 ReplicaSet (pkg/registry/apps/replicaset): defaulted and validated as
 //! `ValidateReplicaSet` (a selector that is not empty and matches the template's labels,
 //! non-negative replicas and minReadySeconds, the template's pod spec), its selector
-//! immutable, `status` written only through `/status` (by the ReplicaSet controller), and
-//! kubectl's table. What runs ReplicaSets is the controller manager's.
+//! immutable, `status` written only through `/status` (by the ReplicaSet controller),
+//! `scale` for `kubectl scale`, and kubectl's table. What runs ReplicaSets is the controller manager's.
 
 use std::collections::BTreeMap;
 
@@ -152,7 +152,7 @@ impl Strategy for ReplicaSetStrategy {
     }
 
     fn subresources(&self) -> &'static [super::Subresource] {
-        const SUBRESOURCES: [super::Subresource; 1] = [super::status("ReplicaSet")];
+        const SUBRESOURCES: [super::Subresource; 2] = [super::status("ReplicaSet"), super::scale()];
         &SUBRESOURCES
     }
 
