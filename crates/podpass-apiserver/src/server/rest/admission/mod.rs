@@ -174,6 +174,10 @@ async fn validate_plugins(
         ("", "namespaces", Some(object)) => {
             pod_security::admit_namespace(state, &state.pod_security, attrs, object, old).await
         }
+        (group, plural, Some(object)) if let Some(template) = pod_security::pod_template(group, plural, object) => {
+            let old_template = old.and_then(|o| pod_security::pod_template(group, plural, o));
+            pod_security::admit_pod_controller(state, &state.pod_security, attrs, (template, old_template)).await
+        }
         (RBAC_GROUP, plural, Some(new)) => {
             let write = RbacWrite { user: attrs.user, resource: plural, namespace: ns, name: attrs.name, new, old };
             escalation::check(state.authz(), &state.authorization_modes, &write).await

@@ -126,6 +126,59 @@ pub(crate) async fn admit_pod(
     })
 }
 
+/// The pod template of a workload (upstream `DefaultPodSpecExtractor`): `spec.template` of
+/// the kinds that run pods from one, `spec.jobTemplate.spec.template` of a CronJob; `None`
+/// for any other resource.
+pub(crate) fn pod_template<'a>(group: &str, plural: &str, object: &'a Value) -> Option<&'a Value> {
+    match (group, plural) {
+        ("", "replicationcontrollers")
+        | ("apps", "replicasets" | "deployments" | "statefulsets" | "daemonsets")
+        | ("batch", "jobs") => object.pointer("/spec/template"),
+        ("", "podtemplates") => object.get("template"),
+        ("batch", "cronjobs") => object.pointer("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+/// Admission of a workload's create or update (`ValidatePodController`): its pod template
+/// is evaluated against every mode but never refused — what enforce would refuse is a
+/// warning and an audit annotation, as upstream, and the pods the controller creates are
+/// then refused one by one. An update that leaves the template as it was is not evaluated.
+pub(crate) async fn admit_pod_controller(
+    state: &AppState,
+    config: &PodSecurityConfig,
+    attrs: &Attributes<'_>,
+    (template, old_template): (&Value, Option<&Value>),
+) -> Result<(), StatusError> {
+    if attrs.operation == Operation::Update && old_template == Some(template) {
+        return Ok(());
+    }
+    let ns = attrs.namespace.unwrap_or_default();
+    let runtime_class = template.pointer("/spec/runtimeClassName").and_then(Value::as_str).unwrap_or_default();
+    if let Some(why) = config.exemption(&attrs.user.name, ns, runtime_class) {
+        attrs.notes.annotate(EXEMPT_ANNOTATION, why);
+        return Ok(());
+    }
+    let (policy, _label_errors) = policy_to_evaluate(&namespace_labels(state, ns).await?, &config.defaults);
+    let pod = serde_json::json!({"metadata": template.get("metadata").cloned().unwrap_or(Value::Null),
+                                 "spec": template.get("spec").cloned().unwrap_or(Value::Null)});
+    let Some((annotations, spec)) = typed(&pod) else { return Ok(()) };
+    let view = checks::PodView::new(&annotations, &spec);
+    if let Err(Violation(refusal)) = decide(attrs.notes, &policy, &view) {
+        // Not refused: said, as enforce would say it of the pods.
+        let would = refusal.replacen("violates", "would violate", 1);
+        attrs.notes.warn(would.clone());
+        attrs.notes.annotate(AUDIT_VIOLATIONS_ANNOTATION, &would);
+        // The audit and warn modes, which `decide` stops short of once enforce refuses.
+        let evaluate = |lv: LevelVersion| if lv == policy.enforce { Vec::new() } else { checks::evaluate(lv, &view) };
+        let warned = evaluate(policy.warn);
+        if !warned.is_empty() {
+            attrs.notes.warn(message("would violate", policy.warn, &warned));
+        }
+    }
+    Ok(())
+}
+
 /// What the enforce mode refuses a pod for: `violates PodSecurity "<level>:<version>": …`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -238,6 +291,18 @@ fn existing_pod_warnings<'v>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_pod_templates_of_workloads_are_found_where_upstream_looks() {
+        let rs = json!({"spec": {"template": {"spec": {"hostNetwork": true}}}});
+        assert!(pod_template("apps", "replicasets", &rs).is_some());
+        assert!(pod_template("apps", "deployments", &rs).is_some());
+        assert!(pod_template("", "pods", &rs).is_none());
+        let cron = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}}});
+        assert!(pod_template("batch", "cronjobs", &cron).is_some());
+        assert!(pod_template("batch", "jobs", &cron).is_none());
+    }
+
     use super::*;
     use serde_json::json;
 
