@@ -1418,7 +1418,7 @@ fn a_replica_set_runs_team_as_pods_each_pulling_as_itself(data: &Path, image: &s
         (rs["status"]["replicas"] == 2).then_some(rs)
     });
     assert_eq!(rs["status"]["observedGeneration"], 1, "{rs}");
-    // No garbage collector yet: the set is scaled to nothing before it goes.
+    // Scaled to nothing, then deleted (the garbage collector would take the pods too).
     let scaled = serde_json::json!({"spec": {"replicas": 0}});
     let url = std::fs::read_to_string(data.join("server-url")).unwrap();
     let resp = client(data)

@@ -5,11 +5,12 @@
 //! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
-//! - The controllers: the ReplicaSet controller.
+//! - The controllers: the ReplicaSet controller and the garbage collector.
 
 mod config;
 mod credentials;
 mod events;
+mod garbage_collector;
 pub mod leader;
 mod replica_set;
 
@@ -55,8 +56,10 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
         let credentials = credentials.clone();
         async move {
             tracing::info!(controller = name, "starting controller");
-            if *name == replica_set::NAME {
-                replica_set::run(credentials).await;
+            match *name {
+                replica_set::NAME => replica_set::run(credentials).await,
+                garbage_collector::NAME => garbage_collector::run(credentials).await,
+                _ => {}
             }
         }
     }));

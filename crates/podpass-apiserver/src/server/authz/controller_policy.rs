@@ -64,5 +64,9 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
             events(),
         ]),
     ));
+    policy.extend(controller(
+        "generic-garbage-collector",
+        json!([rule(&["get", "list", "watch", "patch", "update", "delete"], &["*"], &["*"]), events()]),
+    ));
     policy
 }

@@ -39,6 +39,69 @@ fn grace_period(query: &HashMap<String, String>, options: &Value) -> Result<Opti
     }
 }
 
+/// The finalizer that has the garbage collector orphan an object's dependents before it
+/// goes (`propagationPolicy: Orphan`, `kubectl delete --cascade=orphan`).
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The finalizer that keeps an object until the garbage collector has deleted its
+/// blocking dependents (`propagationPolicy: Foreground`).
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// What a delete does to the object's dependents (`DeleteOptions.propagationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Propagation {
+    /// Deleted at once; the garbage collector deletes its dependents after.
+    Background,
+    /// Kept (deleting) until its blocking dependents are deleted.
+    Foreground,
+    /// Kept (deleting) until its dependents no longer name it.
+    Orphan,
+}
+
+/// The request's propagation: `orphanDependents` (deprecated, wins) or
+/// `propagationPolicy`, from the query or the DeleteOptions; `None` when unspecified.
+fn propagation(query: &HashMap<String, String>, options: &Value) -> Result<Option<Propagation>, StatusError> {
+    let text = |name: &str| {
+        query.get(name).cloned().or_else(|| match options.get(name) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Bool(b)) => Some(b.to_string()),
+            _ => None,
+        })
+    };
+    let (orphan, policy) = (text("orphanDependents"), text("propagationPolicy"));
+    if orphan.is_some() && policy.is_some() {
+        return Err(StatusError::invalid(
+            "DeleteOptions is invalid: propagationPolicy: Invalid value: \"\": orphanDependents and deletionPropagation cannot be both set".to_owned(),
+        ));
+    }
+    if let Some(o) = orphan {
+        return Ok((o == "true").then_some(Propagation::Orphan));
+    }
+    match policy.as_deref() {
+        None | Some("") => Ok(None),
+        Some("Background") => Ok(Some(Propagation::Background)),
+        Some("Foreground") => Ok(Some(Propagation::Foreground)),
+        Some("Orphan") => Ok(Some(Propagation::Orphan)),
+        Some(other) => Err(StatusError::invalid(format!(
+            "DeleteOptions is invalid: propagationPolicy: Unsupported value: {}: supported values: \"Foreground\", \"Background\", \"Orphan\"",
+            podpass_api::validation::quote(other)
+        ))),
+    }
+}
+
+/// `deletionFinalizersForGarbageCollection`: the object's finalizers under `propagation`
+/// (unspecified keeps the ones it has), or `None` when they stay as they are.
+fn gc_finalizers(object: &Value, propagation: Option<Propagation>) -> Option<Vec<String>> {
+    let current = lifecycle::finalizers(object);
+    let mut wanted: Vec<String> =
+        current.iter().filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER).cloned().collect();
+    match propagation? {
+        Propagation::Orphan => wanted.push(ORPHAN_FINALIZER.to_owned()),
+        Propagation::Foreground => wanted.push(FOREGROUND_FINALIZER.to_owned()),
+        Propagation::Background => {}
+    }
+    (wanted != current).then_some(wanted)
+}
+
 /// Lost compare-and-swaps a DELETE without preconditions retries on the latest object
 /// before answering 409 (upstream's `GuaranteedUpdate` retries until it wins).
 const DELETE_RETRIES: usize = 16;
@@ -109,14 +172,31 @@ pub(super) async fn delete(
     };
     admission::validate(t.state, &attrs, None, None).await?;
     let requested = grace_period(query, options)?;
+    let propagation = propagation(query, options)?;
     let k = key(res, t.ns, name);
     let preconditions = Preconditions::from_options(options);
     let mut attempt = 0;
     loop {
-        let current = t.state.store.get(&k).await?;
+        let mut current = t.state.store.get(&k).await?;
         preconditions.check(res, name, &current)?;
         if t.write.is_dry_run() {
             return Ok(json_response(StatusCode::OK, dry_run_deletion(res, name, requested, current)?));
+        }
+        // Orphan and Foreground keep the object (deleting) behind a finalizer the garbage
+        // collector removes once it has handled the dependents.
+        if !lifecycle::being_deleted(&current.object)
+            && let Some(finalizers) = gc_finalizers(&current.object, propagation)
+        {
+            let mut object = current.object.clone();
+            object["metadata"]["finalizers"] = json!(finalizers);
+            match t.state.store.update(&k, object, Some(current.revision)).await {
+                Ok(updated) => current = updated,
+                Err(StoreError::Conflict { .. }) if preconditions.is_empty() && attempt < DELETE_RETRIES => {
+                    attempt += 1;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         match delete_current(t, name, &k, requested, current).await {
             // Someone else wrote in between (a node posting status, a controller): without
@@ -325,4 +405,41 @@ pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn propagation_sets_the_garbage_collectors_finalizers_as_upstream() {
+        let none = HashMap::new();
+        let q = |k: &str, v: &str| HashMap::from([(k.to_owned(), v.to_owned())]);
+        assert_eq!(propagation(&none, &json!({})).ok(), Some(None));
+        assert_eq!(propagation(&q("propagationPolicy", "Orphan"), &json!({})).ok(), Some(Some(Propagation::Orphan)));
+        assert_eq!(
+            propagation(&none, &json!({"propagationPolicy": "Foreground"})).ok(),
+            Some(Some(Propagation::Foreground))
+        );
+        assert_eq!(propagation(&none, &json!({"orphanDependents": true})).ok(), Some(Some(Propagation::Orphan)));
+        let bad = propagation(&q("propagationPolicy", "Sideways"), &json!({})).unwrap_err();
+        assert_eq!(bad.code, StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(bad.message.contains(r#"propagationPolicy: Unsupported value: "Sideways""#), "{}", bad.message);
+        let both = propagation(&q("orphanDependents", "true"), &json!({"propagationPolicy": "Orphan"}));
+        assert!(both.is_err());
+
+        let rs = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+        assert_eq!(gc_finalizers(&rs, None), None, "unspecified keeps what it has");
+        assert_eq!(gc_finalizers(&rs, Some(Propagation::Background)), None);
+        assert_eq!(
+            gc_finalizers(&rs, Some(Propagation::Orphan)),
+            Some(vec!["example.com/keep".to_owned(), ORPHAN_FINALIZER.to_owned()])
+        );
+        let orphaning = json!({"metadata": {"finalizers": [ORPHAN_FINALIZER]}});
+        assert_eq!(
+            gc_finalizers(&orphaning, Some(Propagation::Foreground)),
+            Some(vec![FOREGROUND_FINALIZER.to_owned()])
+        );
+        assert_eq!(gc_finalizers(&orphaning, Some(Propagation::Background)), Some(Vec::new()));
+    }
 }

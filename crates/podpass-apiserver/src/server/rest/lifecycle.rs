@@ -32,7 +32,7 @@ pub fn finalizers(object: &Value) -> Vec<String> {
     str_list(object.field("/metadata/finalizers"))
 }
 
-fn being_deleted(object: &Value) -> bool {
+pub(crate) fn being_deleted(object: &Value) -> bool {
     object.field("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null())
 }
 

@@ -1,0 +1,310 @@
+//! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
+//! controllers own — pods and ReplicaSets — as `generic-garbage-collector`:
+//!
+//! - a dependent whose owners are all gone (404, or another object of the same name: a UID
+//!   mismatch is a dangling owner) is deleted, in the background — `kubectl delete rs`;
+//! - one with a live owner keeps it and loses only the references that dangle;
+//! - an owner deleted with `propagationPolicy: Orphan` keeps its `orphan` finalizer until
+//!   no dependent names it (the references are patched out), then the finalizer goes;
+//! - an owner deleted with `Foreground` keeps `foregroundDeletion` until its dependents
+//!   that block it (`blockOwnerDeletion`) are gone, which the collector deletes.
+//!
+//! A dangling owner seen in the cache is checked live (GET, same UID) before anything is
+//! deleted, as upstream's `isDangling`. The cache is swept every [`SWEEP`]; events would
+//! be sooner, the sweep cannot miss one.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::credentials::Credentials;
+
+/// The controller's name and service account.
+pub const NAME: &str = "generic-garbage-collector";
+/// How often the cache is swept.
+const SWEEP: Duration = Duration::from_secs(1);
+/// The finalizers the API server adds for Orphan and Foreground deletions.
+const ORPHAN: &str = "orphan";
+const FOREGROUND: &str = "foregroundDeletion";
+
+/// An object the collector handles: its kind's API path pieces and its metadata.
+#[derive(Debug, Clone)]
+struct Item {
+    kind: &'static str,
+    meta: ObjectMeta,
+}
+
+/// What an owner reference points at, as upstream classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// There, with this UID, not waiting on its dependents.
+    Solid,
+    /// Gone, or another object now (UID mismatch).
+    Dangling,
+    /// Being deleted in the foreground: waiting on its dependents.
+    Waiting,
+}
+
+/// What the collector does with one dependent, from its owners' states (pure:
+/// `attemptToDeleteItem`'s decision).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing to do.
+    Keep,
+    /// Patch out these references (by owner UID); a solid owner remains.
+    RemoveReferences(Vec<String>),
+    /// Delete it (background).
+    Delete,
+}
+
+fn verdict(owners: &[(String, Owner)]) -> Verdict {
+    if owners.is_empty() {
+        return Verdict::Keep;
+    }
+    let solid = owners.iter().any(|(_, o)| *o == Owner::Solid);
+    let gone: Vec<String> = owners.iter().filter(|(_, o)| *o != Owner::Solid).map(|(uid, _)| uid.clone()).collect();
+    match (solid, gone.is_empty()) {
+        (true, true) => Verdict::Keep,
+        (true, false) => Verdict::RemoveReferences(gone),
+        // No solid owner: every owner is dangling or deleting in the foreground.
+        (false, _) => Verdict::Delete,
+    }
+}
+
+fn finalizers(meta: &ObjectMeta) -> Vec<String> {
+    meta.finalizers.clone().unwrap_or_default()
+}
+
+/// Runs the collector until its streams end.
+pub async fn run(credentials: Credentials) {
+    let root = credentials.root();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (sets, set_writer) = reflector::store::<ReplicaSet>();
+    let pod_stream =
+        reflector::reflector(pod_writer, watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let set_stream =
+        reflector::reflector(set_writer, watcher(Api::<ReplicaSet>::all(root), watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+    let drive = futures::future::join(pod_stream.for_each(|_| async {}), set_stream.for_each(|_| async {}));
+    let sweep = async {
+        if pods.wait_until_ready().await.is_err() || sets.wait_until_ready().await.is_err() {
+            return;
+        }
+        loop {
+            if let Err(e) = sweep_once(&credentials, &pods, &sets).await {
+                tracing::warn!(controller = NAME, error = %e, "garbage collection pass");
+            }
+            tokio::time::sleep(SWEEP).await;
+        }
+    };
+    tokio::select! {
+        _ = drive => {}
+        () = sweep => {}
+    }
+}
+
+fn items(pods: &Store<Pod>, sets: &Store<ReplicaSet>) -> Vec<Item> {
+    let p = pods.state().into_iter().map(|p| Item { kind: "Pod", meta: p.metadata.clone() });
+    let s = sets.state().into_iter().map(|s| Item { kind: "ReplicaSet", meta: s.metadata.clone() });
+    p.chain(s).collect()
+}
+
+async fn sweep_once(credentials: &Credentials, pods: &Store<Pod>, sets: &Store<ReplicaSet>) -> Result<(), kube::Error> {
+    let all = items(pods, sets);
+    // Owners the cache knows, by UID (only ReplicaSets own here).
+    let known: HashMap<String, &Item> = all.iter().filter_map(|i| i.meta.uid.clone().map(|uid| (uid, i))).collect();
+    let client = match credentials.client(NAME).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(controller = NAME, error = %e, "no identity");
+            return Ok(());
+        }
+    };
+    for item in &all {
+        owner_finalizers(&client, item, &all).await?;
+        let refs = item.meta.owner_references.clone().unwrap_or_default();
+        if refs.is_empty() || item.meta.deletion_timestamp.is_some() {
+            continue;
+        }
+        let mut owners = Vec::new();
+        for r in &refs {
+            owners.push((r.uid.clone(), classify(&client, item, r, &known).await?));
+        }
+        match verdict(&owners) {
+            Verdict::Keep => {}
+            Verdict::RemoveReferences(uids) => remove_references(&client, item, &uids.into_iter().collect()).await?,
+            Verdict::Delete => delete(&client, item).await?,
+        }
+    }
+    Ok(())
+}
+
+/// The state of the owner `r` of `item`: from the cache when it is there and solid, else
+/// checked live (`isDangling`: a 404 or a UID mismatch).
+async fn classify(
+    client: &kube::Client,
+    item: &Item,
+    r: &OwnerReference,
+    known: &HashMap<String, &Item>,
+) -> Result<Owner, kube::Error> {
+    if let Some(owner) = known.get(&r.uid) {
+        return Ok(state_of(&owner.meta));
+    }
+    if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
+        // A kind the collector does not know: never taken for gone.
+        return Ok(Owner::Solid);
+    }
+    let ns = item.meta.namespace.clone().unwrap_or_default();
+    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    Ok(match api.get_opt(&r.name).await? {
+        Some(owner) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => state_of(&owner.metadata),
+        _ => Owner::Dangling,
+    })
+}
+
+fn state_of(meta: &ObjectMeta) -> Owner {
+    if meta.deletion_timestamp.is_some() && finalizers(meta).iter().any(|f| f == FOREGROUND) {
+        Owner::Waiting
+    } else {
+        Owner::Solid
+    }
+}
+
+fn api_of(client: &kube::Client, item: &Item) -> Result<Api<kube::api::DynamicObject>, kube::Error> {
+    let ns = item.meta.namespace.clone().unwrap_or_default();
+    let resource = match item.kind {
+        "Pod" => kube::discovery::ApiResource::erase::<Pod>(&()),
+        _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
+    };
+    Ok(Api::namespaced_with(client.clone(), &ns, &resource))
+}
+
+async fn delete(client: &kube::Client, item: &Item) -> Result<(), kube::Error> {
+    let api = api_of(client, item)?;
+    let name = item.meta.name.clone().unwrap_or_default();
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: item
+            .meta
+            .uid
+            .clone()
+            .map(|uid| kube::api::Preconditions { uid: Some(uid), resource_version: None }),
+        ..Default::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            tracing::info!(controller = NAME, kind = item.kind, name, "deleted: its owners are gone");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn remove_references(client: &kube::Client, item: &Item, uids: &HashSet<String>) -> Result<(), kube::Error> {
+    let api = api_of(client, item)?;
+    let kept: Vec<OwnerReference> =
+        item.meta.owner_references.iter().flatten().filter(|r| !uids.contains(&r.uid)).cloned().collect();
+    let patch = serde_json::json!({"metadata": {"uid": item.meta.uid, "ownerReferences": kept}});
+    let name = item.meta.name.clone().unwrap_or_default();
+    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 || s.code == 422 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// An owner being deleted behind `orphan` or `foregroundDeletion`: its dependents
+/// orphaned, or deleted, and its finalizer removed once none is left.
+async fn owner_finalizers(client: &kube::Client, owner: &Item, all: &[Item]) -> Result<(), kube::Error> {
+    if owner.meta.deletion_timestamp.is_none() {
+        return Ok(());
+    }
+    let fin = finalizers(&owner.meta);
+    let (orphan, foreground) = (fin.iter().any(|f| f == ORPHAN), fin.iter().any(|f| f == FOREGROUND));
+    if !orphan && !foreground {
+        return Ok(());
+    }
+    let uid = owner.meta.uid.clone().unwrap_or_default();
+    let dependents: Vec<&Item> =
+        all.iter().filter(|i| i.meta.owner_references.iter().flatten().any(|r| r.uid == uid)).collect();
+    if orphan {
+        let one: HashSet<String> = [uid.clone()].into();
+        for d in &dependents {
+            remove_references(client, d, &one).await?;
+        }
+        if dependents.is_empty() {
+            remove_finalizer(client, owner, ORPHAN).await?;
+        }
+        return Ok(());
+    }
+    // Foreground: the blocking dependents go first.
+    let blocking: Vec<&&Item> = dependents
+        .iter()
+        .filter(|d| {
+            d.meta.owner_references.iter().flatten().any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
+        })
+        .collect();
+    for d in &blocking {
+        if d.meta.deletion_timestamp.is_none() {
+            delete(client, d).await?;
+        }
+    }
+    if blocking.is_empty() {
+        remove_finalizer(client, owner, FOREGROUND).await?;
+    }
+    Ok(())
+}
+
+async fn remove_finalizer(client: &kube::Client, owner: &Item, finalizer: &str) -> Result<(), kube::Error> {
+    let api = api_of(client, owner)?;
+    let kept: Vec<String> = finalizers(&owner.meta).into_iter().filter(|f| f != finalizer).collect();
+    let patch = serde_json::json!({"metadata": {"uid": owner.meta.uid, "resourceVersion": owner.meta.resource_version, "finalizers": kept}});
+    let name = owner.meta.name.clone().unwrap_or_default();
+    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            tracing::info!(controller = NAME, kind = owner.kind, name, finalizer, "finalizer removed");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dependent_goes_only_when_no_owner_is_solid() {
+        let uid = |s: &str| s.to_owned();
+        assert_eq!(verdict(&[]), Verdict::Keep);
+        assert_eq!(verdict(&[(uid("a"), Owner::Solid)]), Verdict::Keep);
+        assert_eq!(verdict(&[(uid("a"), Owner::Dangling)]), Verdict::Delete);
+        assert_eq!(verdict(&[(uid("a"), Owner::Waiting)]), Verdict::Delete, "its owner waits on it");
+        assert_eq!(
+            verdict(&[(uid("a"), Owner::Solid), (uid("b"), Owner::Dangling), (uid("c"), Owner::Waiting)]),
+            Verdict::RemoveReferences(vec![uid("b"), uid("c")])
+        );
+        let meta = |finalizers: &[&str], deleting: bool| ObjectMeta {
+            finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
+            deletion_timestamp: deleting
+                .then(|| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())),
+            ..Default::default()
+        };
+        assert_eq!(state_of(&meta(&[FOREGROUND], true)), Owner::Waiting);
+        assert_eq!(state_of(&meta(&[FOREGROUND], false)), Owner::Solid);
+        assert_eq!(state_of(&meta(&[ORPHAN], true)), Owner::Solid);
+    }
+}
