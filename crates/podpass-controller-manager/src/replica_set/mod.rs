@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -189,6 +189,7 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncErro
     let namespace = rs.namespace().unwrap_or_default();
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     if !ctx.satisfied(&uid, &namespace) {
+        tracing::debug!("waiting for the cache to show this set's last creates and deletes");
         return Ok(Action::requeue(EXPECTATIONS_RETRY));
     }
     let client = ctx.credentials.client(NAME).await?;
@@ -209,6 +210,13 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncErro
         .map(|p| p.as_ref().clone())
         .collect();
     let claim = plan::claim(&rs, &uid, &in_namespace);
+    tracing::debug!(
+        owned = claim.owned.len(),
+        adopt = claim.adopt.len(),
+        release = claim.release.len(),
+        cached = in_namespace.len(),
+        "claimed"
+    );
     let mut active: Vec<Pod> = claim.owned.iter().filter(|p| plan::is_active(p)).map(|p| (*p).clone()).collect();
     for pod in &claim.adopt {
         if adopt(&pods_api, &rs, pod).await? {
@@ -227,10 +235,7 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncErro
     let now = jiff::Timestamp::now();
     let status = plan::status(&rs, &refs, failure.as_ref().map(|(r, m)| (*r, m.as_str())), rs.status.as_ref(), now);
     if rs.status.as_ref() != Some(&status) {
-        let sets: Api<ReplicaSet> = Api::namespaced(client, &namespace);
-        let mut updated = rs.as_ref().clone();
-        updated.status = Some(status);
-        sets.replace_status(&rs.name_any(), &PostParams::default(), &updated).await?;
+        update_status(&Api::namespaced(client, &namespace), &rs, status).await?;
     }
     // A failed create or delete is tried again after the item's back-off.
     {
@@ -249,6 +254,27 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncErro
     } else {
         Action::await_change()
     })
+}
+
+/// `updateReplicaSetStatus`: an Update of `/status` (the controller's role allows update,
+/// not patch) on the cached object, and once more on a fresh read when the cache lagged the
+/// controller's own last write (a conflict).
+async fn update_status(sets: &Api<ReplicaSet>, rs: &ReplicaSet, status: ReplicaSetStatus) -> Result<(), SyncError> {
+    let mut updated = rs.clone();
+    updated.status = Some(status.clone());
+    match sets.replace_status(&rs.name_any(), &PostParams::default(), &updated).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let Some(mut fresh) = sets.get_opt(&rs.name_any()).await? else { return Ok(()) };
+            if fresh.metadata.uid != rs.metadata.uid {
+                return Ok(());
+            }
+            fresh.status = Some(status);
+            sets.replace_status(&rs.name_any(), &PostParams::default(), &fresh).await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Adopts an orphan (a controller reference patched in, conditioned on its UID) after

@@ -15,26 +15,22 @@ pub(crate) const BURST_REPLICAS: usize = 500;
 /// The annotation that orders deletions (lower cost deleted first).
 pub(crate) const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
-/// Whether `selector` selects `labels` (metav1 `LabelSelectorAsSelector` then `Matches`).
+/// A selector without `matchLabels`.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// Whether `selector` selects `labels` (metav1's rules, [`podpass_api::label_selector`]).
 /// An empty selector selects nothing here, as a ReplicaSet's may not be empty.
 pub(crate) fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    use podpass_api::label_selector::{Requirement, selects};
     let empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
         && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
-    if empty {
-        return false;
-    }
-    let pairs = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    let expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    pairs && expressions
+    let requirements: Vec<Requirement<'_>> = selector
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|e| Requirement { key: &e.key, operator: &e.operator, values: e.values.as_deref().unwrap_or_default() })
+        .collect();
+    !empty && selects(selector.match_labels.as_ref().unwrap_or(&NO_LABELS), &requirements, labels)
 }
 
 /// The controller reference of an object, if any.

@@ -28,22 +28,18 @@ pub(crate) const RESOURCE: Resource = Resource::stored(
 .with_short_names(&["rs"])
 .in_categories(&["all"]);
 
-/// Whether `selector` selects an object labelled `labels` (metav1 `LabelSelectorAsSelector`
-/// then `Matches`): every matchLabels pair and every expression holds. An operator upstream
-/// does not know selects nothing.
+/// A selector without `matchLabels`.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// Whether `selector` selects an object labelled `labels` (metav1's rules,
+/// [`podpass_api::label_selector`]).
 pub(crate) fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    let expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    pairs && expressions
+    use podpass_api::label_selector::{Requirement, selects};
+    let expressions = selector.match_expressions.iter().flatten();
+    let requirements: Vec<Requirement<'_>> = expressions
+        .map(|e| Requirement { key: &e.key, operator: &e.operator, values: e.values.as_deref().unwrap_or_default() })
+        .collect();
+    selects(selector.match_labels.as_ref().unwrap_or(&NO_LABELS), &requirements, labels)
 }
 
 /// Whether a selector selects nothing in particular (no pairs, no expressions): upstream
@@ -223,22 +219,6 @@ mod tests {
             "template": {"metadata": {"labels": {"app": "web", "tier": "x"}}, "spec": template["spec"]}}));
         let e = ReplicaSetStrategy.validate_update("web", &moved, &ok).unwrap_err().message;
         assert!(e.contains("spec.selector: Invalid value: ") && e.ends_with("field is immutable"), "{e}");
-    }
-
-    #[test]
-    fn selectors_select_as_metav1s() {
-        let labels: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
-        let s = |v: Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
-        assert!(selects(&s(json!({"matchLabels": {"app": "web"}})), &labels));
-        assert!(!selects(&s(json!({"matchLabels": {"app": "db"}})), &labels));
-        let expr = |op: &str, values: Value| {
-            s(json!({"matchExpressions": [{"key": "app", "operator": op, "values": values}]}))
-        };
-        assert!(selects(&expr("In", json!(["web", "db"])), &labels));
-        assert!(!selects(&expr("NotIn", json!(["web"])), &labels));
-        assert!(selects(&expr("Exists", json!([])), &labels));
-        assert!(!selects(&expr("DoesNotExist", json!([])), &labels));
-        assert!(!selects(&expr("Gt", json!(["1"])), &labels));
     }
 
     #[test]
