@@ -2,8 +2,9 @@
 //! like any other — through the real kubectl. The controller creates a ReplicaSet's pods
 //! as its own service account (the audit says so), adopts a matching orphan, replaces a
 //! deleted pod, scales down (`kubectl scale`, the scale subresource), and a pod that Pod Security refuses is a `FailedCreate` event
-//! and a `ReplicaFailure` condition naming the violation. The manager leads through the
-//! Lease `kube-system/kube-controller-manager`. Deleting a set cascades as
+//! and a `ReplicaFailure` condition naming the violation. One manager leads at a time: a
+//! second waits on the Lease and writes nothing; killed, the leader's Lease is taken over
+//! and every set is synced by the new leader. Deleting a set cascades as
 //! `kubectl delete --cascade=background|foreground|orphan` asks.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -183,16 +184,30 @@ fn replica_sets_run_from_the_controller_manager_as_its_own_service_account() {
     );
     assert!(owned_pods(&s, "locked", "priv").is_empty());
 
-    // The leader's Lease, and its LeaderElection event.
+    // A second manager waits on the Lease; the leader killed, it takes over, and the sets'
+    // pods are as many as asked, no more.
     let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager";
     let (_, lease) = admin_get(&s, lease_path);
-    assert!(lease["spec"]["holderIdentity"].as_str().is_some_and(|h| !h.is_empty()), "{lease}");
+    let first_holder = lease["spec"]["holderIdentity"].as_str().unwrap().to_owned();
+    let standby = manager(&kubeconfig, &d.join("cm-2.log"));
+    drop(leader);
+    let taken = wait_for("the standby takes the lease", Duration::from_secs(60), || {
+        let (_, lease) = admin_get(&s, lease_path);
+        let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+        (!holder.is_empty() && holder != first_holder).then_some(lease)
+    });
+    assert!(taken["spec"]["leaseTransitions"].as_i64() >= Some(1), "a takeover is a transition: {taken}");
+    ok(
+        admin_kubectl(d, &["-n", "team", "patch", "rs", "web", "--type=merge", "-p", r#"{"spec":{"replicas":2}}"#]),
+        "scale up",
+    );
+    wait_owned(&s, "team", "web", 2);
     let events = ok(admin_kubectl(d, &["-n", "kube-system", "get", "events", "-o", "json"]), "lease events");
     assert!(events.contains("LeaderElection") && events.contains(" became leader"), "{events}");
 
     // Garbage collection by ownerReferences, as `kubectl delete --cascade=…` asks it.
     cascades(&s, d);
-    drop(leader);
+    drop(standby);
 }
 
 /// `--cascade=orphan`: the set goes, its pods stay and no longer name it;

@@ -67,6 +67,10 @@ struct Context {
     /// Syncs in a row whose creates or deletes failed, by ReplicaSet UID: the back-off
     /// before the next try (the work queue's per-item rate limit, 5 ms doubling to 1000 s).
     failures: Mutex<HashMap<String, u32>>,
+    /// The pod cache's first full list, awaited by one sync for all: kube-runtime's
+    /// `Store::wait_until_ready` keeps one waker, so of several syncs waiting at once only
+    /// the last would ever be woken (a new leader's other sets then never synced).
+    pods_ready: tokio::sync::OnceCell<bool>,
 }
 
 /// The work queue's per-item back-off after `n` failures in a row.
@@ -130,7 +134,13 @@ pub async fn run(credentials: Credentials) {
     let controller = Controller::new(sets, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let sets_cache = controller.store();
-    let context = Arc::new(Context { credentials, pods, expectations: Mutex::default(), failures: Mutex::default() });
+    let context = Arc::new(Context {
+        credentials,
+        pods,
+        expectations: Mutex::default(),
+        failures: Mutex::default(),
+        pods_ready: tokio::sync::OnceCell::new(),
+    });
     controller
         .watches_stream(pod_events, move |pod| concerned(&pod, &sets_cache))
         .run(reconcile, error_policy, context)
@@ -185,7 +195,10 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Syn
 }
 
 async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncError> {
-    ctx.pods.wait_until_ready().await.map_err(|_| SyncError::CacheGone)?;
+    let ready = ctx.pods_ready.get_or_init(|| async { ctx.pods.wait_until_ready().await.is_ok() }).await;
+    if !*ready {
+        return Err(SyncError::CacheGone);
+    }
     let namespace = rs.namespace().unwrap_or_default();
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     if !ctx.satisfied(&uid, &namespace) {
