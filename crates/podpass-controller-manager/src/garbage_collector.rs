@@ -158,7 +158,9 @@ async fn classify(
     r: &OwnerReference,
     known: &HashMap<String, &Item>,
 ) -> Result<Owner, kube::Error> {
-    if let Some(owner) = known.get(&r.uid) {
+    // A namespaced dependent's owner is looked up in its own namespace only (upstream
+    // `isDangling`): a reference to another namespace's object by UID does not find it.
+    if let Some(owner) = known.get(&r.uid).filter(|o| o.meta.namespace == item.meta.namespace) {
         return Ok(state_of(&owner.meta));
     }
     if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
@@ -237,8 +239,13 @@ async fn owner_finalizers(client: &kube::Client, owner: &Item, all: &[Item]) -> 
         return Ok(());
     }
     let uid = owner.meta.uid.clone().unwrap_or_default();
-    let dependents: Vec<&Item> =
-        all.iter().filter(|i| i.meta.owner_references.iter().flatten().any(|r| r.uid == uid)).collect();
+    // Only its own namespace's objects are its dependents: another tenant's pod naming this
+    // UID is neither orphaned nor deleted on its behalf.
+    let dependents: Vec<&Item> = all
+        .iter()
+        .filter(|i| i.meta.namespace == owner.meta.namespace)
+        .filter(|i| i.meta.owner_references.iter().flatten().any(|r| r.uid == uid))
+        .collect();
     if orphan {
         let one: HashSet<String> = [uid.clone()].into();
         for d in &dependents {
