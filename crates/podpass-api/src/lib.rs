@@ -8,6 +8,7 @@ pub mod duration;
 pub mod feature_gate;
 pub mod field;
 pub mod image_url;
+pub mod int_or_percent;
 pub mod label_selector;
 pub mod quantity;
 pub mod taint;

@@ -5,10 +5,12 @@
 //! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
-//! - The controllers: the ReplicaSet controller and the garbage collector.
+//! - The controllers: the Deployment and ReplicaSet controllers and the garbage collector.
 
+mod claim;
 mod config;
 mod credentials;
+mod deployment;
 mod events;
 mod garbage_collector;
 pub mod leader;
@@ -57,6 +59,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
         async move {
             tracing::info!(controller = name, "starting controller");
             match *name {
+                deployment::NAME => deployment::run(credentials).await,
                 replica_set::NAME => replica_set::run(credentials).await,
                 garbage_collector::NAME => garbage_collector::run(credentials).await,
                 _ => {}

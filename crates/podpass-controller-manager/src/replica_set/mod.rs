@@ -106,7 +106,7 @@ impl Context {
 /// orphan) every ReplicaSet of its namespace that selects it.
 fn concerned(pod: &Pod, sets: &Store<ReplicaSet>) -> Vec<ObjectRef<ReplicaSet>> {
     let namespace = pod.namespace().unwrap_or_default();
-    if let Some(owner) = plan::controller_of(pod.metadata.owner_references.as_ref()) {
+    if let Some(owner) = crate::claim::controller_of(pod.metadata.owner_references.as_ref()) {
         return if owner.kind == "ReplicaSet" {
             vec![ObjectRef::new(&owner.name).within(&namespace)]
         } else {
@@ -117,7 +117,7 @@ fn concerned(pod: &Pod, sets: &Store<ReplicaSet>) -> Vec<ObjectRef<ReplicaSet>> 
     sets.state()
         .iter()
         .filter(|rs| rs.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|rs| rs.spec.as_ref().is_some_and(|s| plan::selects(&s.selector, &labels)))
+        .filter(|rs| rs.spec.as_ref().is_some_and(|s| crate::claim::selects(&s.selector, &labels)))
         .map(|rs| ObjectRef::from_obj(rs.as_ref()))
         .collect()
 }

@@ -8,35 +8,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+
+use crate::claim::Claim;
 
 /// `burstReplicas`: at most this many pods created or deleted in one sync.
 pub(crate) const BURST_REPLICAS: usize = 500;
 /// The annotation that orders deletions (lower cost deleted first).
 pub(crate) const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
-
-/// A selector without `matchLabels`.
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-/// Whether `selector` selects `labels` (metav1's rules, [`podpass_api::label_selector`]).
-/// An empty selector selects nothing here, as a ReplicaSet's may not be empty.
-pub(crate) fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    use podpass_api::label_selector::{Requirement, selects};
-    let empty = selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty);
-    let requirements: Vec<Requirement<'_>> = selector
-        .match_expressions
-        .iter()
-        .flatten()
-        .map(|e| Requirement { key: &e.key, operator: &e.operator, values: e.values.as_deref().unwrap_or_default() })
-        .collect();
-    !empty && selects(selector.match_labels.as_ref().unwrap_or(&NO_LABELS), &requirements, labels)
-}
-
-/// The controller reference of an object, if any.
-pub(crate) fn controller_of(owners: Option<&Vec<OwnerReference>>) -> Option<&OwnerReference> {
-    owners.into_iter().flatten().find(|o| o.controller == Some(true))
-}
 
 /// `FilterActivePods`: not Succeeded or Failed, and not being deleted.
 pub(crate) fn is_active(pod: &Pod) -> bool {
@@ -48,41 +26,12 @@ fn labels(pod: &Pod) -> BTreeMap<String, String> {
     pod.metadata.labels.clone().unwrap_or_default()
 }
 
-/// What `ClaimPods` does with the namespace's pods for one ReplicaSet.
-#[derive(Debug, Default)]
-pub(crate) struct Claim<'a> {
-    /// Owned and selected: the ReplicaSet's pods.
-    pub owned: Vec<&'a Pod>,
-    /// Orphans it selects: adopted (a controller reference added).
-    pub adopt: Vec<&'a Pod>,
-    /// Owned but no longer selected: released (its reference removed).
-    pub release: Vec<&'a Pod>,
-}
-
-/// `ClaimPods` for `rs` (UID `uid`) over `pods` (its namespace's). A ReplicaSet being
-/// deleted adopts nothing.
-pub(crate) fn claim<'a>(rs: &ReplicaSet, uid: &str, pods: &'a [Pod]) -> Claim<'a> {
+/// `ClaimPods` for `rs` (UID `uid`) over `pods` (its namespace's): active orphans are
+/// adopted, and none while the ReplicaSet is being deleted.
+pub(crate) fn claim<'a>(rs: &ReplicaSet, uid: &str, pods: &'a [Pod]) -> Claim<'a, Pod> {
     let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
     let deleting = rs.metadata.deletion_timestamp.is_some();
-    let mut claim = Claim::default();
-    for pod in pods {
-        let selected = selects(&selector, &labels(pod));
-        match controller_of(pod.metadata.owner_references.as_ref()) {
-            Some(owner) if owner.uid == uid => {
-                if selected {
-                    claim.owned.push(pod);
-                } else if pod.metadata.deletion_timestamp.is_none() {
-                    claim.release.push(pod);
-                }
-            }
-            Some(_) => {}
-            None if selected && !deleting && pod.metadata.deletion_timestamp.is_none() && is_active(pod) => {
-                claim.adopt.push(pod);
-            }
-            None => {}
-        }
-    }
-    claim
+    crate::claim::claim(uid, &selector, deleting, pods, |p| &p.metadata, is_active)
 }
 
 /// What `manageReplicas` does: create this many pods, or delete these.

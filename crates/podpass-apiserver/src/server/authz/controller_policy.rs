@@ -65,6 +65,22 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "deployment-controller",
+        json!([
+            rule(&["get", "list", "watch", "update"], &["apps", "extensions"], &["deployments"]),
+            rule(&["update"], &["apps", "extensions"], &["deployments/status"]),
+            rule(&["update"], &["apps", "extensions"], &["deployments/finalizers"]),
+            rule(
+                &["get", "list", "watch", "create", "update", "patch", "delete"],
+                &["apps", "extensions"],
+                &["replicasets"]
+            ),
+            // Recreate waits for the old pods; a pod is relabelled on adoption.
+            rule(&["get", "list", "watch", "update"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "generic-garbage-collector",
         json!([rule(&["get", "list", "watch", "patch", "update", "delete"], &["*"], &["*"]), events()]),
     ));

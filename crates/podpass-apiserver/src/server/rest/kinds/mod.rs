@@ -10,6 +10,7 @@
 //! fields dropped, wrong types refused), so its shape is the type's.
 
 mod config_map;
+mod deployment;
 mod endpoint_slice;
 mod event;
 mod events_v1;
@@ -19,6 +20,7 @@ mod namespace;
 mod node;
 mod pod;
 mod pod_spec;
+mod pod_template;
 pub(crate) mod projection;
 mod rbac;
 mod replica_set;
@@ -70,6 +72,7 @@ pub const RESOURCES: &[Resource] = &[
     reviews::SUBJECT_ACCESS_REVIEW,
     reviews::SELF_SUBJECT_RULES_REVIEW,
     reviews::LOCAL_SUBJECT_ACCESS_REVIEW,
+    deployment::RESOURCE,
     replica_set::RESOURCE,
 ];
 

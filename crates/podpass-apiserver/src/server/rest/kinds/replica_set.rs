@@ -4,16 +4,13 @@
 //! immutable, `status` written only through `/status` (by the ReplicaSet controller),
 //! `scale` for `kubectl scale`, and kubectl's table. What runs ReplicaSets is the controller manager's.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use super::super::table::{age_column, column, name_column, name_middle_age};
 use super::types::{TypeOf, read};
-use super::{Names, Printer, Resource, Strategy, invalid};
+use super::{Names, Printer, Resource, Strategy, invalid, pod_template};
 use crate::server::status::StatusError;
 
 /// The ReplicaSet strategy.
@@ -28,75 +25,18 @@ pub(crate) const RESOURCE: Resource = Resource::stored(
 .with_short_names(&["rs"])
 .in_categories(&["all"]);
 
-/// A selector without `matchLabels`.
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
-/// Whether `selector` selects an object labelled `labels` (metav1's rules,
-/// [`podpass_api::label_selector`]).
-pub(crate) fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    use podpass_api::label_selector::{Requirement, selects};
-    let expressions = selector.match_expressions.iter().flatten();
-    let requirements: Vec<Requirement<'_>> = expressions
-        .map(|e| Requirement { key: &e.key, operator: &e.operator, values: e.values.as_deref().unwrap_or_default() })
-        .collect();
-    selects(selector.match_labels.as_ref().unwrap_or(&NO_LABELS), &requirements, labels)
-}
-
-/// Whether a selector selects nothing in particular (no pairs, no expressions): upstream
-/// refuses it for a ReplicaSet ("empty selector is invalid for deployment").
-fn is_empty(selector: &LabelSelector) -> bool {
-    selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-        && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
-}
-
 /// `ValidateReplicaSetSpec` (with the template's pod spec as the pod strategy validates it,
 /// its fields under `spec.template.spec`).
 fn spec_errors(rs: &ReplicaSet, object: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
     let spec = rs.spec.clone().unwrap_or_default();
-    if spec.replicas.is_some_and(|r| r < 0) {
-        errors.push(format!(
-            "spec.replicas: Invalid value: {}: must be greater than or equal to 0",
-            spec.replicas.unwrap_or_default()
-        ));
-    }
-    if spec.min_ready_seconds.is_some_and(|s| s < 0) {
-        errors.push(format!(
-            "spec.minReadySeconds: Invalid value: {}: must be greater than or equal to 0",
-            spec.min_ready_seconds.unwrap_or_default()
-        ));
-    }
-    if object.pointer("/spec/selector").is_none_or(Value::is_null) {
-        errors.push("spec.selector: Required value".to_owned());
-    } else if is_empty(&spec.selector) {
-        let shown = serde_json::to_string(&spec.selector).unwrap_or_default();
-        errors.push(format!("spec.selector: Invalid value: {shown}: empty selector is invalid for deployment"));
-    }
-    let template = spec.template.unwrap_or_default();
-    let labels = template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
-    if !is_empty(&spec.selector) && !selects(&spec.selector, &labels) {
-        // Go's %#v of the labels, as field.Invalid renders a map.
-        let quote = podpass_api::validation::quote;
-        let shown = labels.iter().map(|(k, v)| format!("{}:{}", quote(k), quote(v))).collect::<Vec<_>>().join(", ");
-        errors.push(format!(
-            "spec.template.metadata.labels: Invalid value: map[string]string{{{shown}}}: `selector` does not match template `labels`"
-        ));
-    }
-    // The template's pod as the pod strategy validates one: its errors are the template's.
-    let pod = json!({"spec": object.pointer("/spec/template/spec").cloned().unwrap_or(json!({}))});
-    if template.spec.is_none() {
-        errors.push("spec.template.spec.containers: Required value".to_owned());
-    } else {
-        errors.extend(super::pod_spec::errors(&pod).into_iter().map(|e| format!("spec.template.{e}")));
-    }
-    if let Some(policy) = template.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
-        && policy != "Always"
-    {
-        errors.push(format!(
-            "spec.template.spec.restartPolicy: Unsupported value: {}: supported values: \"Always\"",
-            podpass_api::validation::quote(policy)
-        ));
-    }
+    let mut errors: Vec<String> = [
+        pod_template::non_negative("spec.replicas", spec.replicas),
+        pod_template::non_negative("spec.minReadySeconds", spec.min_ready_seconds),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    errors.extend(pod_template::errors(object, Some(&spec.selector), spec.template.as_ref(), &["Always"]));
     errors
 }
 
@@ -114,9 +54,7 @@ impl Strategy for ReplicaSetStrategy {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
             spec.entry("replicas").or_insert(json!(1));
         }
-        if let Some(template) = object.pointer_mut("/spec/template") {
-            super::pod::default_pod(template);
-        }
+        pod_template::default(object);
         Ok(())
     }
 

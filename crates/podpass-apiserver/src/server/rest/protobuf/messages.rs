@@ -11,12 +11,12 @@
 use super::schema::{Field, Message, Ty::*};
 
 /// Every message the server decodes, by index.
-pub(super) static MESSAGES: [Message; 243] = [
+pub(super) static MESSAGES: [Message; 249] = [
     // 0
     Message {
         name: "api.core.v1.ConfigMap",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
             Field { number: 2, json: "data", ty: Map(&String), repeated: false },
             Field { number: 3, json: "binaryData", ty: Map(&Bytes), repeated: false },
             Field { number: 4, json: "immutable", ty: Bool, repeated: false },
@@ -24,282 +24,291 @@ pub(super) static MESSAGES: [Message; 243] = [
     },
     // 1
     Message {
-        name: "api.discovery.v1.EndpointSlice",
+        name: "api.apps.v1.Deployment",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "endpoints", ty: Message(30), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(31), repeated: true },
-            Field { number: 4, json: "addressType", ty: String, repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(31), repeated: false },
+            Field { number: 3, json: "status", ty: Message(32), repeated: false },
         ],
     },
     // 2
     Message {
+        name: "api.discovery.v1.EndpointSlice",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "endpoints", ty: Message(33), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(34), repeated: true },
+            Field { number: 4, json: "addressType", ty: String, repeated: false },
+        ],
+    },
+    // 3
+    Message {
         name: "api.core.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "involvedObject", ty: Message(32), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "involvedObject", ty: Message(35), repeated: false },
             Field { number: 3, json: "reason", ty: String, repeated: false },
             Field { number: 4, json: "message", ty: String, repeated: false },
-            Field { number: 5, json: "source", ty: Message(33), repeated: false },
+            Field { number: 5, json: "source", ty: Message(36), repeated: false },
             Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
             Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
             Field { number: 8, json: "count", ty: Int32, repeated: false },
             Field { number: 9, json: "type", ty: String, repeated: false },
             Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 11, json: "series", ty: Message(34), repeated: false },
+            Field { number: 11, json: "series", ty: Message(37), repeated: false },
             Field { number: 12, json: "action", ty: String, repeated: false },
-            Field { number: 13, json: "related", ty: Message(32), repeated: false },
+            Field { number: 13, json: "related", ty: Message(35), repeated: false },
             Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
             Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
         ],
     },
-    // 3
+    // 4
     Message {
         name: "api.events.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
             Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 3, json: "series", ty: Message(35), repeated: false },
+            Field { number: 3, json: "series", ty: Message(38), repeated: false },
             Field { number: 4, json: "reportingController", ty: String, repeated: false },
             Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
             Field { number: 6, json: "action", ty: String, repeated: false },
             Field { number: 7, json: "reason", ty: String, repeated: false },
-            Field { number: 8, json: "regarding", ty: Message(32), repeated: false },
-            Field { number: 9, json: "related", ty: Message(32), repeated: false },
+            Field { number: 8, json: "regarding", ty: Message(35), repeated: false },
+            Field { number: 9, json: "related", ty: Message(35), repeated: false },
             Field { number: 10, json: "note", ty: String, repeated: false },
             Field { number: 11, json: "type", ty: String, repeated: false },
-            Field { number: 12, json: "deprecatedSource", ty: Message(33), repeated: false },
+            Field { number: 12, json: "deprecatedSource", ty: Message(36), repeated: false },
             Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
             Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
             Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
         ],
     },
-    // 4
+    // 5
     Message {
         name: "api.coordination.v1.Lease",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(36), repeated: false },
-        ],
-    },
-    // 5
-    Message {
-        name: "api.core.v1.LimitRange",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(37), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(39), repeated: false },
         ],
     },
     // 6
     Message {
-        name: "api.autoscaling.v1.Scale",
+        name: "api.core.v1.LimitRange",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(38), repeated: false },
-            Field { number: 3, json: "status", ty: Message(39), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
         ],
     },
     // 7
     Message {
-        name: "api.core.v1.Namespace",
+        name: "api.autoscaling.v1.Scale",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
-            Field { number: 3, json: "status", ty: Message(41), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(41), repeated: false },
+            Field { number: 3, json: "status", ty: Message(42), repeated: false },
         ],
     },
     // 8
     Message {
-        name: "api.core.v1.Node",
+        name: "api.core.v1.Namespace",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(42), repeated: false },
-            Field { number: 3, json: "status", ty: Message(43), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(43), repeated: false },
+            Field { number: 3, json: "status", ty: Message(44), repeated: false },
         ],
     },
     // 9
     Message {
-        name: "api.core.v1.Pod",
+        name: "api.core.v1.Node",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(44), repeated: false },
-            Field { number: 3, json: "status", ty: Message(45), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(45), repeated: false },
+            Field { number: 3, json: "status", ty: Message(46), repeated: false },
         ],
     },
     // 10
     Message {
-        name: "api.core.v1.Binding",
+        name: "api.core.v1.Pod",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "target", ty: Message(32), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
+            Field { number: 3, json: "status", ty: Message(48), repeated: false },
         ],
     },
     // 11
     Message {
-        name: "api.rbac.v1.Role",
+        name: "api.core.v1.Binding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(46), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "target", ty: Message(35), repeated: false },
         ],
     },
     // 12
     Message {
-        name: "api.rbac.v1.RoleBinding",
+        name: "api.rbac.v1.Role",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(47), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(48), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(49), repeated: true },
         ],
     },
     // 13
     Message {
-        name: "api.rbac.v1.ClusterRole",
+        name: "api.rbac.v1.RoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(46), repeated: true },
-            Field { number: 3, json: "aggregationRule", ty: Message(49), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(50), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(51), repeated: false },
         ],
     },
     // 14
     Message {
-        name: "api.rbac.v1.ClusterRoleBinding",
+        name: "api.rbac.v1.ClusterRole",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(47), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(48), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(49), repeated: true },
+            Field { number: 3, json: "aggregationRule", ty: Message(52), repeated: false },
         ],
     },
     // 15
     Message {
-        name: "api.apps.v1.ReplicaSet",
+        name: "api.rbac.v1.ClusterRoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(50), repeated: false },
-            Field { number: 3, json: "status", ty: Message(51), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(50), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(51), repeated: false },
         ],
     },
     // 16
     Message {
-        name: "api.core.v1.ResourceQuota",
+        name: "api.apps.v1.ReplicaSet",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(52), repeated: false },
-            Field { number: 3, json: "status", ty: Message(53), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(53), repeated: false },
+            Field { number: 3, json: "status", ty: Message(54), repeated: false },
         ],
     },
     // 17
     Message {
-        name: "api.authentication.v1.TokenReview",
+        name: "api.core.v1.ResourceQuota",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
-            Field { number: 3, json: "status", ty: Message(55), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(55), repeated: false },
+            Field { number: 3, json: "status", ty: Message(56), repeated: false },
         ],
     },
     // 18
     Message {
-        name: "api.authentication.v1.SelfSubjectReview",
+        name: "api.authentication.v1.TokenReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "status", ty: Message(56), repeated: false },
-        ],
-    },
-    // 19
-    Message {
-        name: "api.authorization.v1.SelfSubjectAccessReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
             Field { number: 2, json: "spec", ty: Message(57), repeated: false },
             Field { number: 3, json: "status", ty: Message(58), repeated: false },
         ],
     },
+    // 19
+    Message {
+        name: "api.authentication.v1.SelfSubjectReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "status", ty: Message(59), repeated: false },
+        ],
+    },
     // 20
     Message {
-        name: "api.authorization.v1.SubjectAccessReview",
+        name: "api.authorization.v1.SelfSubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(59), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(60), repeated: false },
+            Field { number: 3, json: "status", ty: Message(61), repeated: false },
         ],
     },
     // 21
     Message {
-        name: "api.authorization.v1.SelfSubjectRulesReview",
+        name: "api.authorization.v1.SubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(60), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
             Field { number: 3, json: "status", ty: Message(61), repeated: false },
         ],
     },
     // 22
     Message {
-        name: "api.authorization.v1.LocalSubjectAccessReview",
+        name: "api.authorization.v1.SelfSubjectRulesReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(59), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(63), repeated: false },
+            Field { number: 3, json: "status", ty: Message(64), repeated: false },
         ],
     },
     // 23
     Message {
+        name: "api.authorization.v1.LocalSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
+            Field { number: 3, json: "status", ty: Message(61), repeated: false },
+        ],
+    },
+    // 24
+    Message {
         name: "api.core.v1.Secret",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
             Field { number: 2, json: "data", ty: Map(&Bytes), repeated: false },
             Field { number: 3, json: "type", ty: String, repeated: false },
             Field { number: 4, json: "stringData", ty: Map(&String), repeated: false },
             Field { number: 5, json: "immutable", ty: Bool, repeated: false },
         ],
     },
-    // 24
+    // 25
     Message {
         name: "api.core.v1.Service",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
-            Field { number: 3, json: "status", ty: Message(63), repeated: false },
-        ],
-    },
-    // 25
-    Message {
-        name: "api.core.v1.Endpoints",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "subsets", ty: Message(64), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(65), repeated: false },
+            Field { number: 3, json: "status", ty: Message(66), repeated: false },
         ],
     },
     // 26
     Message {
-        name: "api.core.v1.ServiceAccount",
+        name: "api.core.v1.Endpoints",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "secrets", ty: Message(32), repeated: true },
-            Field { number: 3, json: "imagePullSecrets", ty: Message(65), repeated: true },
-            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "subsets", ty: Message(67), repeated: true },
         ],
     },
     // 27
     Message {
-        name: "api.authentication.v1.TokenRequest",
+        name: "api.core.v1.ServiceAccount",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(66), repeated: false },
-            Field { number: 3, json: "status", ty: Message(67), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "secrets", ty: Message(35), repeated: true },
+            Field { number: 3, json: "imagePullSecrets", ty: Message(68), repeated: true },
+            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
         ],
     },
     // 28
     Message {
+        name: "api.authentication.v1.TokenRequest",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(69), repeated: false },
+            Field { number: 3, json: "status", ty: Message(70), repeated: false },
+        ],
+    },
+    // 29
+    Message {
         name: "apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             Field { number: 1, json: "gracePeriodSeconds", ty: Int64, repeated: false },
-            Field { number: 2, json: "preconditions", ty: Message(68), repeated: false },
+            Field { number: 2, json: "preconditions", ty: Message(71), repeated: false },
             Field { number: 3, json: "orphanDependents", ty: Bool, repeated: false },
             Field { number: 4, json: "propagationPolicy", ty: String, repeated: false },
             Field { number: 5, json: "dryRun", ty: String, repeated: true },
             Field { number: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Bool, repeated: false },
         ],
     },
-    // 29
+    // 30
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ObjectMeta",
         fields: &[
@@ -315,26 +324,55 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 10, json: "deletionGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 11, json: "labels", ty: Map(&String), repeated: false },
             Field { number: 12, json: "annotations", ty: Map(&String), repeated: false },
-            Field { number: 13, json: "ownerReferences", ty: Message(69), repeated: true },
+            Field { number: 13, json: "ownerReferences", ty: Message(72), repeated: true },
             Field { number: 14, json: "finalizers", ty: String, repeated: true },
-            Field { number: 17, json: "managedFields", ty: Message(70), repeated: true },
+            Field { number: 17, json: "managedFields", ty: Message(73), repeated: true },
         ],
     },
-    // 30
+    // 31
+    Message {
+        name: "api.apps.v1.DeploymentSpec",
+        fields: &[
+            Field { number: 1, json: "replicas", ty: Int32, repeated: false },
+            Field { number: 2, json: "selector", ty: Message(74), repeated: false },
+            Field { number: 3, json: "template", ty: Message(75), repeated: false },
+            Field { number: 4, json: "strategy", ty: Message(76), repeated: false },
+            Field { number: 5, json: "minReadySeconds", ty: Int32, repeated: false },
+            Field { number: 6, json: "revisionHistoryLimit", ty: Int32, repeated: false },
+            Field { number: 7, json: "paused", ty: Bool, repeated: false },
+            Field { number: 9, json: "progressDeadlineSeconds", ty: Int32, repeated: false },
+        ],
+    },
+    // 32
+    Message {
+        name: "api.apps.v1.DeploymentStatus",
+        fields: &[
+            Field { number: 1, json: "observedGeneration", ty: Int64, repeated: false },
+            Field { number: 2, json: "replicas", ty: Int32, repeated: false },
+            Field { number: 3, json: "updatedReplicas", ty: Int32, repeated: false },
+            Field { number: 4, json: "availableReplicas", ty: Int32, repeated: false },
+            Field { number: 5, json: "unavailableReplicas", ty: Int32, repeated: false },
+            Field { number: 6, json: "conditions", ty: Message(77), repeated: true },
+            Field { number: 7, json: "readyReplicas", ty: Int32, repeated: false },
+            Field { number: 8, json: "collisionCount", ty: Int32, repeated: false },
+            Field { number: 9, json: "terminatingReplicas", ty: Int32, repeated: false },
+        ],
+    },
+    // 33
     Message {
         name: "api.discovery.v1.Endpoint",
         fields: &[
             Field { number: 1, json: "addresses", ty: String, repeated: true },
-            Field { number: 2, json: "conditions", ty: Message(71), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(78), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
-            Field { number: 4, json: "targetRef", ty: Message(32), repeated: false },
+            Field { number: 4, json: "targetRef", ty: Message(35), repeated: false },
             Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
             Field { number: 6, json: "nodeName", ty: String, repeated: false },
             Field { number: 7, json: "zone", ty: String, repeated: false },
-            Field { number: 8, json: "hints", ty: Message(72), repeated: false },
+            Field { number: 8, json: "hints", ty: Message(79), repeated: false },
         ],
     },
-    // 31
+    // 34
     Message {
         name: "api.discovery.v1.EndpointPort",
         fields: &[
@@ -344,7 +382,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 32
+    // 35
     Message {
         name: "api.core.v1.ObjectReference",
         fields: &[
@@ -357,7 +395,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 33
+    // 36
     Message {
         name: "api.core.v1.EventSource",
         fields: &[
@@ -365,7 +403,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 34
+    // 37
     Message {
         name: "api.core.v1.EventSeries",
         fields: &[
@@ -373,7 +411,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 35
+    // 38
     Message {
         name: "api.events.v1.EventSeries",
         fields: &[
@@ -381,7 +419,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 36
+    // 39
     Message {
         name: "api.coordination.v1.LeaseSpec",
         fields: &[
@@ -394,17 +432,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "preferredHolder", ty: String, repeated: false },
         ],
     },
-    // 37
+    // 40
     Message {
         name: "api.core.v1.LimitRangeSpec",
-        fields: &[Field { number: 1, json: "limits", ty: Message(73), repeated: true }],
+        fields: &[Field { number: 1, json: "limits", ty: Message(80), repeated: true }],
     },
-    // 38
+    // 41
     Message {
         name: "api.autoscaling.v1.ScaleSpec",
         fields: &[Field { number: 1, json: "replicas", ty: Int32, repeated: false }],
     },
-    // 39
+    // 42
     Message {
         name: "api.autoscaling.v1.ScaleStatus",
         fields: &[
@@ -412,20 +450,20 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "selector", ty: String, repeated: false },
         ],
     },
-    // 40
+    // 43
     Message {
         name: "api.core.v1.NamespaceSpec",
         fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
     },
-    // 41
+    // 44
     Message {
         name: "api.core.v1.NamespaceStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(74), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(81), repeated: true },
         ],
     },
-    // 42
+    // 45
     Message {
         name: "api.core.v1.NodeSpec",
         fields: &[
@@ -433,36 +471,36 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "externalID", ty: String, repeated: false },
             Field { number: 3, json: "providerID", ty: String, repeated: false },
             Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
-            Field { number: 5, json: "taints", ty: Message(75), repeated: true },
-            Field { number: 6, json: "configSource", ty: Message(76), repeated: false },
+            Field { number: 5, json: "taints", ty: Message(82), repeated: true },
+            Field { number: 6, json: "configSource", ty: Message(83), repeated: false },
             Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
         ],
     },
-    // 43
+    // 46
     Message {
         name: "api.core.v1.NodeStatus",
         fields: &[
             Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
             Field { number: 3, json: "phase", ty: String, repeated: false },
-            Field { number: 4, json: "conditions", ty: Message(77), repeated: true },
-            Field { number: 5, json: "addresses", ty: Message(78), repeated: true },
-            Field { number: 6, json: "daemonEndpoints", ty: Message(79), repeated: false },
-            Field { number: 7, json: "nodeInfo", ty: Message(80), repeated: false },
-            Field { number: 8, json: "images", ty: Message(81), repeated: true },
+            Field { number: 4, json: "conditions", ty: Message(84), repeated: true },
+            Field { number: 5, json: "addresses", ty: Message(85), repeated: true },
+            Field { number: 6, json: "daemonEndpoints", ty: Message(86), repeated: false },
+            Field { number: 7, json: "nodeInfo", ty: Message(87), repeated: false },
+            Field { number: 8, json: "images", ty: Message(88), repeated: true },
             Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
-            Field { number: 10, json: "volumesAttached", ty: Message(82), repeated: true },
-            Field { number: 11, json: "config", ty: Message(83), repeated: false },
-            Field { number: 12, json: "runtimeHandlers", ty: Message(84), repeated: true },
-            Field { number: 13, json: "features", ty: Message(85), repeated: false },
+            Field { number: 10, json: "volumesAttached", ty: Message(89), repeated: true },
+            Field { number: 11, json: "config", ty: Message(90), repeated: false },
+            Field { number: 12, json: "runtimeHandlers", ty: Message(91), repeated: true },
+            Field { number: 13, json: "features", ty: Message(92), repeated: false },
         ],
     },
-    // 44
+    // 47
     Message {
         name: "api.core.v1.PodSpec",
         fields: &[
-            Field { number: 1, json: "volumes", ty: Message(86), repeated: true },
-            Field { number: 2, json: "containers", ty: Message(87), repeated: true },
+            Field { number: 1, json: "volumes", ty: Message(93), repeated: true },
+            Field { number: 2, json: "containers", ty: Message(94), repeated: true },
             Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
             Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
@@ -474,61 +512,61 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
             Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
             Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
-            Field { number: 14, json: "securityContext", ty: Message(88), repeated: false },
-            Field { number: 15, json: "imagePullSecrets", ty: Message(65), repeated: true },
+            Field { number: 14, json: "securityContext", ty: Message(95), repeated: false },
+            Field { number: 15, json: "imagePullSecrets", ty: Message(68), repeated: true },
             Field { number: 16, json: "hostname", ty: String, repeated: false },
             Field { number: 17, json: "subdomain", ty: String, repeated: false },
-            Field { number: 18, json: "affinity", ty: Message(89), repeated: false },
+            Field { number: 18, json: "affinity", ty: Message(96), repeated: false },
             Field { number: 19, json: "schedulerName", ty: String, repeated: false },
-            Field { number: 20, json: "initContainers", ty: Message(87), repeated: true },
+            Field { number: 20, json: "initContainers", ty: Message(94), repeated: true },
             Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-            Field { number: 22, json: "tolerations", ty: Message(90), repeated: true },
-            Field { number: 23, json: "hostAliases", ty: Message(91), repeated: true },
+            Field { number: 22, json: "tolerations", ty: Message(97), repeated: true },
+            Field { number: 23, json: "hostAliases", ty: Message(98), repeated: true },
             Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
             Field { number: 25, json: "priority", ty: Int32, repeated: false },
-            Field { number: 26, json: "dnsConfig", ty: Message(92), repeated: false },
+            Field { number: 26, json: "dnsConfig", ty: Message(99), repeated: false },
             Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
-            Field { number: 28, json: "readinessGates", ty: Message(93), repeated: true },
+            Field { number: 28, json: "readinessGates", ty: Message(100), repeated: true },
             Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
             Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
             Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
             Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
-            Field { number: 33, json: "topologySpreadConstraints", ty: Message(94), repeated: true },
-            Field { number: 34, json: "ephemeralContainers", ty: Message(95), repeated: true },
+            Field { number: 33, json: "topologySpreadConstraints", ty: Message(101), repeated: true },
+            Field { number: 34, json: "ephemeralContainers", ty: Message(102), repeated: true },
             Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
-            Field { number: 36, json: "os", ty: Message(96), repeated: false },
+            Field { number: 36, json: "os", ty: Message(103), repeated: false },
             Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
-            Field { number: 38, json: "schedulingGates", ty: Message(97), repeated: true },
-            Field { number: 39, json: "resourceClaims", ty: Message(98), repeated: true },
-            Field { number: 40, json: "resources", ty: Message(99), repeated: false },
+            Field { number: 38, json: "schedulingGates", ty: Message(104), repeated: true },
+            Field { number: 39, json: "resourceClaims", ty: Message(105), repeated: true },
+            Field { number: 40, json: "resources", ty: Message(106), repeated: false },
             Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
         ],
     },
-    // 45
+    // 48
     Message {
         name: "api.core.v1.PodStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(100), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(107), repeated: true },
             Field { number: 3, json: "message", ty: String, repeated: false },
             Field { number: 4, json: "reason", ty: String, repeated: false },
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
             Field { number: 6, json: "podIP", ty: String, repeated: false },
             Field { number: 7, json: "startTime", ty: Time, repeated: false },
-            Field { number: 8, json: "containerStatuses", ty: Message(101), repeated: true },
+            Field { number: 8, json: "containerStatuses", ty: Message(108), repeated: true },
             Field { number: 9, json: "qosClass", ty: String, repeated: false },
-            Field { number: 10, json: "initContainerStatuses", ty: Message(101), repeated: true },
+            Field { number: 10, json: "initContainerStatuses", ty: Message(108), repeated: true },
             Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
-            Field { number: 12, json: "podIPs", ty: Message(102), repeated: true },
-            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(101), repeated: true },
+            Field { number: 12, json: "podIPs", ty: Message(109), repeated: true },
+            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(108), repeated: true },
             Field { number: 14, json: "resize", ty: String, repeated: false },
-            Field { number: 15, json: "resourceClaimStatuses", ty: Message(103), repeated: true },
-            Field { number: 16, json: "hostIPs", ty: Message(104), repeated: true },
+            Field { number: 15, json: "resourceClaimStatuses", ty: Message(110), repeated: true },
+            Field { number: 16, json: "hostIPs", ty: Message(111), repeated: true },
             Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
-            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(105), repeated: false },
+            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(112), repeated: false },
         ],
     },
-    // 46
+    // 49
     Message {
         name: "api.rbac.v1.PolicyRule",
         fields: &[
@@ -539,7 +577,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 47
+    // 50
     Message {
         name: "api.rbac.v1.Subject",
         fields: &[
@@ -549,7 +587,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-    // 48
+    // 51
     Message {
         name: "api.rbac.v1.RoleRef",
         fields: &[
@@ -558,22 +596,22 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 49
+    // 52
     Message {
         name: "api.rbac.v1.AggregationRule",
-        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(106), repeated: true }],
+        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(74), repeated: true }],
     },
-    // 50
+    // 53
     Message {
         name: "api.apps.v1.ReplicaSetSpec",
         fields: &[
             Field { number: 1, json: "replicas", ty: Int32, repeated: false },
-            Field { number: 2, json: "selector", ty: Message(106), repeated: false },
-            Field { number: 3, json: "template", ty: Message(107), repeated: false },
+            Field { number: 2, json: "selector", ty: Message(74), repeated: false },
+            Field { number: 3, json: "template", ty: Message(75), repeated: false },
             Field { number: 4, json: "minReadySeconds", ty: Int32, repeated: false },
         ],
     },
-    // 51
+    // 54
     Message {
         name: "api.apps.v1.ReplicaSetStatus",
         fields: &[
@@ -582,20 +620,20 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "observedGeneration", ty: Int64, repeated: false },
             Field { number: 4, json: "readyReplicas", ty: Int32, repeated: false },
             Field { number: 5, json: "availableReplicas", ty: Int32, repeated: false },
-            Field { number: 6, json: "conditions", ty: Message(108), repeated: true },
+            Field { number: 6, json: "conditions", ty: Message(113), repeated: true },
             Field { number: 7, json: "terminatingReplicas", ty: Int32, repeated: false },
         ],
     },
-    // 52
+    // 55
     Message {
         name: "api.core.v1.ResourceQuotaSpec",
         fields: &[
             Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "scopes", ty: String, repeated: true },
-            Field { number: 3, json: "scopeSelector", ty: Message(109), repeated: false },
+            Field { number: 3, json: "scopeSelector", ty: Message(114), repeated: false },
         ],
     },
-    // 53
+    // 56
     Message {
         name: "api.core.v1.ResourceQuotaStatus",
         fields: &[
@@ -603,7 +641,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 54
+    // 57
     Message {
         name: "api.authentication.v1.TokenReviewSpec",
         fields: &[
@@ -611,30 +649,30 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 55
+    // 58
     Message {
         name: "api.authentication.v1.TokenReviewStatus",
         fields: &[
             Field { number: 1, json: "authenticated", ty: Bool, repeated: false },
-            Field { number: 2, json: "user", ty: Message(110), repeated: false },
+            Field { number: 2, json: "user", ty: Message(115), repeated: false },
             Field { number: 3, json: "error", ty: String, repeated: false },
             Field { number: 4, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 56
+    // 59
     Message {
         name: "api.authentication.v1.SelfSubjectReviewStatus",
-        fields: &[Field { number: 1, json: "userInfo", ty: Message(110), repeated: false }],
+        fields: &[Field { number: 1, json: "userInfo", ty: Message(115), repeated: false }],
     },
-    // 57
+    // 60
     Message {
         name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(111), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(112), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(116), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(117), repeated: false },
         ],
     },
-    // 58
+    // 61
     Message {
         name: "api.authorization.v1.SubjectAccessReviewStatus",
         fields: &[
@@ -644,38 +682,38 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "denied", ty: Bool, repeated: false },
         ],
     },
-    // 59
+    // 62
     Message {
         name: "api.authorization.v1.SubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(111), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(112), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(116), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(117), repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "groups", ty: String, repeated: true },
             Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
             Field { number: 6, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 60
+    // 63
     Message {
         name: "api.authorization.v1.SelfSubjectRulesReviewSpec",
         fields: &[Field { number: 1, json: "namespace", ty: String, repeated: false }],
     },
-    // 61
+    // 64
     Message {
         name: "api.authorization.v1.SubjectRulesReviewStatus",
         fields: &[
-            Field { number: 1, json: "resourceRules", ty: Message(113), repeated: true },
-            Field { number: 2, json: "nonResourceRules", ty: Message(114), repeated: true },
+            Field { number: 1, json: "resourceRules", ty: Message(118), repeated: true },
+            Field { number: 2, json: "nonResourceRules", ty: Message(119), repeated: true },
             Field { number: 3, json: "incomplete", ty: Bool, repeated: false },
             Field { number: 4, json: "evaluationError", ty: String, repeated: false },
         ],
     },
-    // 62
+    // 65
     Message {
         name: "api.core.v1.ServiceSpec",
         fields: &[
-            Field { number: 1, json: "ports", ty: Message(115), repeated: true },
+            Field { number: 1, json: "ports", ty: Message(120), repeated: true },
             Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
             Field { number: 3, json: "clusterIP", ty: String, repeated: false },
             Field { number: 4, json: "type", ty: String, repeated: false },
@@ -687,7 +725,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
             Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
             Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
-            Field { number: 14, json: "sessionAffinityConfig", ty: Message(116), repeated: false },
+            Field { number: 14, json: "sessionAffinityConfig", ty: Message(121), repeated: false },
             Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
             Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
             Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
@@ -697,38 +735,38 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
         ],
     },
-    // 63
+    // 66
     Message {
         name: "api.core.v1.ServiceStatus",
         fields: &[
-            Field { number: 1, json: "loadBalancer", ty: Message(117), repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(118), repeated: true },
+            Field { number: 1, json: "loadBalancer", ty: Message(122), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(123), repeated: true },
         ],
     },
-    // 64
+    // 67
     Message {
         name: "api.core.v1.EndpointSubset",
         fields: &[
-            Field { number: 1, json: "addresses", ty: Message(119), repeated: true },
-            Field { number: 2, json: "notReadyAddresses", ty: Message(119), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(120), repeated: true },
+            Field { number: 1, json: "addresses", ty: Message(124), repeated: true },
+            Field { number: 2, json: "notReadyAddresses", ty: Message(124), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(125), repeated: true },
         ],
     },
-    // 65
+    // 68
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 66
+    // 69
     Message {
         name: "api.authentication.v1.TokenRequestSpec",
         fields: &[
             Field { number: 1, json: "audiences", ty: String, repeated: true },
-            Field { number: 3, json: "boundObjectRef", ty: Message(121), repeated: false },
+            Field { number: 3, json: "boundObjectRef", ty: Message(126), repeated: false },
             Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 67
+    // 70
     Message {
         name: "api.authentication.v1.TokenRequestStatus",
         fields: &[
@@ -736,7 +774,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
         ],
     },
-    // 68
+    // 71
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Preconditions",
         fields: &[
@@ -744,7 +782,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "resourceVersion", ty: String, repeated: false },
         ],
     },
-    // 69
+    // 72
     Message {
         name: "apimachinery.pkg.apis.meta.v1.OwnerReference",
         fields: &[
@@ -756,7 +794,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "blockOwnerDeletion", ty: Bool, repeated: false },
         ],
     },
-    // 70
+    // 73
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         fields: &[
@@ -769,7 +807,43 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 8, json: "subresource", ty: String, repeated: false },
         ],
     },
-    // 71
+    // 74
+    Message {
+        name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
+        fields: &[
+            Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
+            Field { number: 2, json: "matchExpressions", ty: Message(127), repeated: true },
+        ],
+    },
+    // 75
+    Message {
+        name: "api.core.v1.PodTemplateSpec",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
+        ],
+    },
+    // 76
+    Message {
+        name: "api.apps.v1.DeploymentStrategy",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "rollingUpdate", ty: Message(128), repeated: false },
+        ],
+    },
+    // 77
+    Message {
+        name: "api.apps.v1.DeploymentCondition",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "status", ty: String, repeated: false },
+            Field { number: 4, json: "reason", ty: String, repeated: false },
+            Field { number: 5, json: "message", ty: String, repeated: false },
+            Field { number: 6, json: "lastUpdateTime", ty: Time, repeated: false },
+            Field { number: 7, json: "lastTransitionTime", ty: Time, repeated: false },
+        ],
+    },
+    // 78
     Message {
         name: "api.discovery.v1.EndpointConditions",
         fields: &[
@@ -778,15 +852,15 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "terminating", ty: Bool, repeated: false },
         ],
     },
-    // 72
+    // 79
     Message {
         name: "api.discovery.v1.EndpointHints",
         fields: &[
-            Field { number: 1, json: "forZones", ty: Message(122), repeated: true },
-            Field { number: 2, json: "forNodes", ty: Message(123), repeated: true },
+            Field { number: 1, json: "forZones", ty: Message(129), repeated: true },
+            Field { number: 2, json: "forNodes", ty: Message(130), repeated: true },
         ],
     },
-    // 73
+    // 80
     Message {
         name: "api.core.v1.LimitRangeItem",
         fields: &[
@@ -798,7 +872,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 74
+    // 81
     Message {
         name: "api.core.v1.NamespaceCondition",
         fields: &[
@@ -809,7 +883,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 75
+    // 82
     Message {
         name: "api.core.v1.Taint",
         fields: &[
@@ -819,12 +893,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "timeAdded", ty: Time, repeated: false },
         ],
     },
-    // 76
+    // 83
     Message {
         name: "api.core.v1.NodeConfigSource",
-        fields: &[Field { number: 2, json: "configMap", ty: Message(124), repeated: false }],
+        fields: &[Field { number: 2, json: "configMap", ty: Message(131), repeated: false }],
     },
-    // 77
+    // 84
     Message {
         name: "api.core.v1.NodeCondition",
         fields: &[
@@ -836,7 +910,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 78
+    // 85
     Message {
         name: "api.core.v1.NodeAddress",
         fields: &[
@@ -844,12 +918,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "address", ty: String, repeated: false },
         ],
     },
-    // 79
+    // 86
     Message {
         name: "api.core.v1.NodeDaemonEndpoints",
-        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(125), repeated: false }],
+        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(132), repeated: false }],
     },
-    // 80
+    // 87
     Message {
         name: "api.core.v1.NodeSystemInfo",
         fields: &[
@@ -863,10 +937,10 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 8, json: "kubeProxyVersion", ty: String, repeated: false },
             Field { number: 9, json: "operatingSystem", ty: String, repeated: false },
             Field { number: 10, json: "architecture", ty: String, repeated: false },
-            Field { number: 11, json: "swap", ty: Message(126), repeated: false },
+            Field { number: 11, json: "swap", ty: Message(133), repeated: false },
         ],
     },
-    // 81
+    // 88
     Message {
         name: "api.core.v1.ContainerImage",
         fields: &[
@@ -874,7 +948,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "sizeBytes", ty: Int64, repeated: false },
         ],
     },
-    // 82
+    // 89
     Message {
         name: "api.core.v1.AttachedVolume",
         fields: &[
@@ -882,38 +956,38 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 83
+    // 90
     Message {
         name: "api.core.v1.NodeConfigStatus",
         fields: &[
-            Field { number: 1, json: "assigned", ty: Message(76), repeated: false },
-            Field { number: 2, json: "active", ty: Message(76), repeated: false },
-            Field { number: 3, json: "lastKnownGood", ty: Message(76), repeated: false },
+            Field { number: 1, json: "assigned", ty: Message(83), repeated: false },
+            Field { number: 2, json: "active", ty: Message(83), repeated: false },
+            Field { number: 3, json: "lastKnownGood", ty: Message(83), repeated: false },
             Field { number: 4, json: "error", ty: String, repeated: false },
         ],
     },
-    // 84
+    // 91
     Message {
         name: "api.core.v1.NodeRuntimeHandler",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "features", ty: Message(127), repeated: false },
+            Field { number: 2, json: "features", ty: Message(134), repeated: false },
         ],
     },
-    // 85
+    // 92
     Message {
         name: "api.core.v1.NodeFeatures",
         fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Bool, repeated: false }],
     },
-    // 86
+    // 93
     Message {
         name: "api.core.v1.Volume",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "", ty: Inline(128), repeated: false },
+            Field { number: 2, json: "", ty: Inline(135), repeated: false },
         ],
     },
-    // 87
+    // 94
     Message {
         name: "api.core.v1.Container",
         fields: &[
@@ -922,57 +996,57 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(129), repeated: true },
-            Field { number: 7, json: "env", ty: Message(130), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(99), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(131), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(132), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(132), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(133), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(136), repeated: true },
+            Field { number: 7, json: "env", ty: Message(137), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(106), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(138), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(139), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(139), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(140), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(134), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(141), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(135), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(142), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(136), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(132), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(137), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(143), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(139), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(144), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(138), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(145), repeated: true },
         ],
     },
-    // 88
+    // 95
     Message {
         name: "api.core.v1.PodSecurityContext",
         fields: &[
-            Field { number: 1, json: "seLinuxOptions", ty: Message(139), repeated: false },
+            Field { number: 1, json: "seLinuxOptions", ty: Message(146), repeated: false },
             Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
             Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
             Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
-            Field { number: 7, json: "sysctls", ty: Message(140), repeated: true },
-            Field { number: 8, json: "windowsOptions", ty: Message(141), repeated: false },
+            Field { number: 7, json: "sysctls", ty: Message(147), repeated: true },
+            Field { number: 8, json: "windowsOptions", ty: Message(148), repeated: false },
             Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
-            Field { number: 10, json: "seccompProfile", ty: Message(142), repeated: false },
-            Field { number: 11, json: "appArmorProfile", ty: Message(143), repeated: false },
+            Field { number: 10, json: "seccompProfile", ty: Message(149), repeated: false },
+            Field { number: 11, json: "appArmorProfile", ty: Message(150), repeated: false },
             Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
             Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
         ],
     },
-    // 89
+    // 96
     Message {
         name: "api.core.v1.Affinity",
         fields: &[
-            Field { number: 1, json: "nodeAffinity", ty: Message(144), repeated: false },
-            Field { number: 2, json: "podAffinity", ty: Message(145), repeated: false },
-            Field { number: 3, json: "podAntiAffinity", ty: Message(146), repeated: false },
+            Field { number: 1, json: "nodeAffinity", ty: Message(151), repeated: false },
+            Field { number: 2, json: "podAffinity", ty: Message(152), repeated: false },
+            Field { number: 3, json: "podAntiAffinity", ty: Message(153), repeated: false },
         ],
     },
-    // 90
+    // 97
     Message {
         name: "api.core.v1.Toleration",
         fields: &[
@@ -983,7 +1057,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 91
+    // 98
     Message {
         name: "api.core.v1.HostAlias",
         fields: &[
@@ -991,50 +1065,50 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "hostnames", ty: String, repeated: true },
         ],
     },
-    // 92
+    // 99
     Message {
         name: "api.core.v1.PodDnsConfig",
         fields: &[
             Field { number: 1, json: "nameservers", ty: String, repeated: true },
             Field { number: 2, json: "searches", ty: String, repeated: true },
-            Field { number: 3, json: "options", ty: Message(147), repeated: true },
+            Field { number: 3, json: "options", ty: Message(154), repeated: true },
         ],
     },
-    // 93
+    // 100
     Message {
         name: "api.core.v1.PodReadinessGate",
         fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
     },
-    // 94
+    // 101
     Message {
         name: "api.core.v1.TopologySpreadConstraint",
         fields: &[
             Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
             Field { number: 2, json: "topologyKey", ty: String, repeated: false },
             Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
-            Field { number: 4, json: "labelSelector", ty: Message(106), repeated: false },
+            Field { number: 4, json: "labelSelector", ty: Message(74), repeated: false },
             Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
             Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
             Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
             Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 95
+    // 102
     Message {
         name: "api.core.v1.EphemeralContainer",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(148), repeated: false },
+            Field { number: 1, json: "", ty: Inline(155), repeated: false },
             Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
         ],
     },
-    // 96
+    // 103
     Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
-    // 97
+    // 104
     Message {
         name: "api.core.v1.PodSchedulingGate",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 98
+    // 105
     Message {
         name: "api.core.v1.PodResourceClaim",
         fields: &[
@@ -1043,16 +1117,16 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
         ],
     },
-    // 99
+    // 106
     Message {
         name: "api.core.v1.ResourceRequirements",
         fields: &[
             Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "claims", ty: Message(149), repeated: true },
+            Field { number: 3, json: "claims", ty: Message(156), repeated: true },
         ],
     },
-    // 100
+    // 107
     Message {
         name: "api.core.v1.PodCondition",
         fields: &[
@@ -1065,13 +1139,13 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
-    // 101
+    // 108
     Message {
         name: "api.core.v1.ContainerStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "state", ty: Message(150), repeated: false },
-            Field { number: 3, json: "lastState", ty: Message(150), repeated: false },
+            Field { number: 2, json: "state", ty: Message(157), repeated: false },
+            Field { number: 3, json: "lastState", ty: Message(157), repeated: false },
             Field { number: 4, json: "ready", ty: Bool, repeated: false },
             Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
             Field { number: 6, json: "image", ty: String, repeated: false },
@@ -1079,16 +1153,16 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 8, json: "containerID", ty: String, repeated: false },
             Field { number: 9, json: "started", ty: Bool, repeated: false },
             Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
-            Field { number: 11, json: "resources", ty: Message(99), repeated: false },
-            Field { number: 12, json: "volumeMounts", ty: Message(151), repeated: true },
-            Field { number: 13, json: "user", ty: Message(152), repeated: false },
-            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(153), repeated: true },
+            Field { number: 11, json: "resources", ty: Message(106), repeated: false },
+            Field { number: 12, json: "volumeMounts", ty: Message(158), repeated: true },
+            Field { number: 13, json: "user", ty: Message(159), repeated: false },
+            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(160), repeated: true },
             Field { number: 15, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 102
+    // 109
     Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 103
+    // 110
     Message {
         name: "api.core.v1.PodResourceClaimStatus",
         fields: &[
@@ -1096,33 +1170,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 104
+    // 111
     Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 105
+    // 112
     Message {
         name: "api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            Field { number: 1, json: "requestMappings", ty: Message(154), repeated: true },
+            Field { number: 1, json: "requestMappings", ty: Message(161), repeated: true },
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 106
-    Message {
-        name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
-        fields: &[
-            Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
-            Field { number: 2, json: "matchExpressions", ty: Message(155), repeated: true },
-        ],
-    },
-    // 107
-    Message {
-        name: "api.core.v1.PodTemplateSpec",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(44), repeated: false },
-        ],
-    },
-    // 108
+    // 113
     Message {
         name: "api.apps.v1.ReplicaSetCondition",
         fields: &[
@@ -1133,12 +1191,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "message", ty: String, repeated: false },
         ],
     },
-    // 109
+    // 114
     Message {
         name: "api.core.v1.ScopeSelector",
-        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(156), repeated: true }],
+        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(162), repeated: true }],
     },
-    // 110
+    // 115
     Message {
         name: "api.authentication.v1.UserInfo",
         fields: &[
@@ -1148,7 +1206,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
         ],
     },
-    // 111
+    // 116
     Message {
         name: "api.authorization.v1.ResourceAttributes",
         fields: &[
@@ -1159,11 +1217,11 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "resource", ty: String, repeated: false },
             Field { number: 6, json: "subresource", ty: String, repeated: false },
             Field { number: 7, json: "name", ty: String, repeated: false },
-            Field { number: 8, json: "fieldSelector", ty: Message(157), repeated: false },
-            Field { number: 9, json: "labelSelector", ty: Message(158), repeated: false },
+            Field { number: 8, json: "fieldSelector", ty: Message(163), repeated: false },
+            Field { number: 9, json: "labelSelector", ty: Message(164), repeated: false },
         ],
     },
-    // 112
+    // 117
     Message {
         name: "api.authorization.v1.NonResourceAttributes",
         fields: &[
@@ -1171,7 +1229,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "verb", ty: String, repeated: false },
         ],
     },
-    // 113
+    // 118
     Message {
         name: "api.authorization.v1.ResourceRule",
         fields: &[
@@ -1181,7 +1239,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "resourceNames", ty: String, repeated: true },
         ],
     },
-    // 114
+    // 119
     Message {
         name: "api.authorization.v1.NonResourceRule",
         fields: &[
@@ -1189,7 +1247,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 115
+    // 120
     Message {
         name: "api.core.v1.ServicePort",
         fields: &[
@@ -1201,17 +1259,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 116
+    // 121
     Message {
         name: "api.core.v1.SessionAffinityConfig",
-        fields: &[Field { number: 1, json: "clientIP", ty: Message(159), repeated: false }],
+        fields: &[Field { number: 1, json: "clientIP", ty: Message(165), repeated: false }],
     },
-    // 117
+    // 122
     Message {
         name: "api.core.v1.LoadBalancerStatus",
-        fields: &[Field { number: 1, json: "ingress", ty: Message(160), repeated: true }],
+        fields: &[Field { number: 1, json: "ingress", ty: Message(166), repeated: true }],
     },
-    // 118
+    // 123
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Condition",
         fields: &[
@@ -1223,17 +1281,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 119
+    // 124
     Message {
         name: "api.core.v1.EndpointAddress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "targetRef", ty: Message(32), repeated: false },
+            Field { number: 2, json: "targetRef", ty: Message(35), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
             Field { number: 4, json: "nodeName", ty: String, repeated: false },
         ],
     },
-    // 120
+    // 125
     Message {
         name: "api.core.v1.EndpointPort",
         fields: &[
@@ -1243,7 +1301,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 121
+    // 126
     Message {
         name: "api.authentication.v1.BoundObjectReference",
         fields: &[
@@ -1253,17 +1311,34 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 122
+    // 127
+    Message {
+        name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
+        fields: &[
+            Field { number: 1, json: "key", ty: String, repeated: false },
+            Field { number: 2, json: "operator", ty: String, repeated: false },
+            Field { number: 3, json: "values", ty: String, repeated: true },
+        ],
+    },
+    // 128
+    Message {
+        name: "api.apps.v1.RollingUpdateDeployment",
+        fields: &[
+            Field { number: 1, json: "maxUnavailable", ty: IntOrString, repeated: false },
+            Field { number: 2, json: "maxSurge", ty: IntOrString, repeated: false },
+        ],
+    },
+    // 129
     Message {
         name: "api.discovery.v1.ForZone",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 123
+    // 130
     Message {
         name: "api.discovery.v1.ForNode",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 124
+    // 131
     Message {
         name: "api.core.v1.ConfigMapNodeConfigSource",
         fields: &[
@@ -1274,17 +1349,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
         ],
     },
-    // 125
+    // 132
     Message {
         name: "api.core.v1.DaemonEndpoint",
         fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
     },
-    // 126
+    // 133
     Message {
         name: "api.core.v1.NodeSwapStatus",
         fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
     },
-    // 127
+    // 134
     Message {
         name: "api.core.v1.NodeRuntimeHandlerFeatures",
         fields: &[
@@ -1292,43 +1367,43 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
         ],
     },
-    // 128
+    // 135
     Message {
         name: "api.core.v1.VolumeSource",
         fields: &[
-            Field { number: 1, json: "hostPath", ty: Message(161), repeated: false },
-            Field { number: 2, json: "emptyDir", ty: Message(162), repeated: false },
-            Field { number: 3, json: "gcePersistentDisk", ty: Message(163), repeated: false },
-            Field { number: 4, json: "awsElasticBlockStore", ty: Message(164), repeated: false },
-            Field { number: 5, json: "gitRepo", ty: Message(165), repeated: false },
-            Field { number: 6, json: "secret", ty: Message(166), repeated: false },
-            Field { number: 7, json: "nfs", ty: Message(167), repeated: false },
-            Field { number: 8, json: "iscsi", ty: Message(168), repeated: false },
-            Field { number: 9, json: "glusterfs", ty: Message(169), repeated: false },
-            Field { number: 10, json: "persistentVolumeClaim", ty: Message(170), repeated: false },
-            Field { number: 11, json: "rbd", ty: Message(171), repeated: false },
-            Field { number: 12, json: "flexVolume", ty: Message(172), repeated: false },
-            Field { number: 13, json: "cinder", ty: Message(173), repeated: false },
-            Field { number: 14, json: "cephfs", ty: Message(174), repeated: false },
-            Field { number: 15, json: "flocker", ty: Message(175), repeated: false },
-            Field { number: 16, json: "downwardAPI", ty: Message(176), repeated: false },
-            Field { number: 17, json: "fc", ty: Message(177), repeated: false },
-            Field { number: 18, json: "azureFile", ty: Message(178), repeated: false },
-            Field { number: 19, json: "configMap", ty: Message(179), repeated: false },
-            Field { number: 20, json: "vsphereVolume", ty: Message(180), repeated: false },
-            Field { number: 21, json: "quobyte", ty: Message(181), repeated: false },
-            Field { number: 22, json: "azureDisk", ty: Message(182), repeated: false },
-            Field { number: 23, json: "photonPersistentDisk", ty: Message(183), repeated: false },
-            Field { number: 24, json: "portworxVolume", ty: Message(184), repeated: false },
-            Field { number: 25, json: "scaleIO", ty: Message(185), repeated: false },
-            Field { number: 26, json: "projected", ty: Message(186), repeated: false },
-            Field { number: 27, json: "storageos", ty: Message(187), repeated: false },
-            Field { number: 28, json: "csi", ty: Message(188), repeated: false },
-            Field { number: 29, json: "ephemeral", ty: Message(189), repeated: false },
-            Field { number: 30, json: "image", ty: Message(190), repeated: false },
+            Field { number: 1, json: "hostPath", ty: Message(167), repeated: false },
+            Field { number: 2, json: "emptyDir", ty: Message(168), repeated: false },
+            Field { number: 3, json: "gcePersistentDisk", ty: Message(169), repeated: false },
+            Field { number: 4, json: "awsElasticBlockStore", ty: Message(170), repeated: false },
+            Field { number: 5, json: "gitRepo", ty: Message(171), repeated: false },
+            Field { number: 6, json: "secret", ty: Message(172), repeated: false },
+            Field { number: 7, json: "nfs", ty: Message(173), repeated: false },
+            Field { number: 8, json: "iscsi", ty: Message(174), repeated: false },
+            Field { number: 9, json: "glusterfs", ty: Message(175), repeated: false },
+            Field { number: 10, json: "persistentVolumeClaim", ty: Message(176), repeated: false },
+            Field { number: 11, json: "rbd", ty: Message(177), repeated: false },
+            Field { number: 12, json: "flexVolume", ty: Message(178), repeated: false },
+            Field { number: 13, json: "cinder", ty: Message(179), repeated: false },
+            Field { number: 14, json: "cephfs", ty: Message(180), repeated: false },
+            Field { number: 15, json: "flocker", ty: Message(181), repeated: false },
+            Field { number: 16, json: "downwardAPI", ty: Message(182), repeated: false },
+            Field { number: 17, json: "fc", ty: Message(183), repeated: false },
+            Field { number: 18, json: "azureFile", ty: Message(184), repeated: false },
+            Field { number: 19, json: "configMap", ty: Message(185), repeated: false },
+            Field { number: 20, json: "vsphereVolume", ty: Message(186), repeated: false },
+            Field { number: 21, json: "quobyte", ty: Message(187), repeated: false },
+            Field { number: 22, json: "azureDisk", ty: Message(188), repeated: false },
+            Field { number: 23, json: "photonPersistentDisk", ty: Message(189), repeated: false },
+            Field { number: 24, json: "portworxVolume", ty: Message(190), repeated: false },
+            Field { number: 25, json: "scaleIO", ty: Message(191), repeated: false },
+            Field { number: 26, json: "projected", ty: Message(192), repeated: false },
+            Field { number: 27, json: "storageos", ty: Message(193), repeated: false },
+            Field { number: 28, json: "csi", ty: Message(194), repeated: false },
+            Field { number: 29, json: "ephemeral", ty: Message(195), repeated: false },
+            Field { number: 30, json: "image", ty: Message(196), repeated: false },
         ],
     },
-    // 129
+    // 136
     Message {
         name: "api.core.v1.ContainerPort",
         fields: &[
@@ -1339,16 +1414,16 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
         ],
     },
-    // 130
+    // 137
     Message {
         name: "api.core.v1.EnvVar",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "value", ty: String, repeated: false },
-            Field { number: 3, json: "valueFrom", ty: Message(191), repeated: false },
+            Field { number: 3, json: "valueFrom", ty: Message(197), repeated: false },
         ],
     },
-    // 131
+    // 138
     Message {
         name: "api.core.v1.VolumeMount",
         fields: &[
@@ -1361,11 +1436,11 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 132
+    // 139
     Message {
         name: "api.core.v1.Probe",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(192), repeated: false },
+            Field { number: 1, json: "", ty: Inline(198), repeated: false },
             Field { number: 2, json: "initialDelaySeconds", ty: Int32, repeated: false },
             Field { number: 3, json: "timeoutSeconds", ty: Int32, repeated: false },
             Field { number: 4, json: "periodSeconds", ty: Int32, repeated: false },
@@ -1374,43 +1449,43 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 133
+    // 140
     Message {
         name: "api.core.v1.Lifecycle",
         fields: &[
-            Field { number: 1, json: "postStart", ty: Message(193), repeated: false },
-            Field { number: 2, json: "preStop", ty: Message(193), repeated: false },
+            Field { number: 1, json: "postStart", ty: Message(199), repeated: false },
+            Field { number: 2, json: "preStop", ty: Message(199), repeated: false },
             Field { number: 3, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 134
+    // 141
     Message {
         name: "api.core.v1.SecurityContext",
         fields: &[
-            Field { number: 1, json: "capabilities", ty: Message(194), repeated: false },
+            Field { number: 1, json: "capabilities", ty: Message(200), repeated: false },
             Field { number: 2, json: "privileged", ty: Bool, repeated: false },
-            Field { number: 3, json: "seLinuxOptions", ty: Message(139), repeated: false },
+            Field { number: 3, json: "seLinuxOptions", ty: Message(146), repeated: false },
             Field { number: 4, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 5, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 6, json: "readOnlyRootFilesystem", ty: Bool, repeated: false },
             Field { number: 7, json: "allowPrivilegeEscalation", ty: Bool, repeated: false },
             Field { number: 8, json: "runAsGroup", ty: Int64, repeated: false },
             Field { number: 9, json: "procMount", ty: String, repeated: false },
-            Field { number: 10, json: "windowsOptions", ty: Message(141), repeated: false },
-            Field { number: 11, json: "seccompProfile", ty: Message(142), repeated: false },
-            Field { number: 12, json: "appArmorProfile", ty: Message(143), repeated: false },
+            Field { number: 10, json: "windowsOptions", ty: Message(148), repeated: false },
+            Field { number: 11, json: "seccompProfile", ty: Message(149), repeated: false },
+            Field { number: 12, json: "appArmorProfile", ty: Message(150), repeated: false },
         ],
     },
-    // 135
+    // 142
     Message {
         name: "api.core.v1.EnvFromSource",
         fields: &[
             Field { number: 1, json: "prefix", ty: String, repeated: false },
-            Field { number: 2, json: "configMapRef", ty: Message(195), repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(196), repeated: false },
+            Field { number: 2, json: "configMapRef", ty: Message(201), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(202), repeated: false },
         ],
     },
-    // 136
+    // 143
     Message {
         name: "api.core.v1.VolumeDevice",
         fields: &[
@@ -1418,7 +1493,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 137
+    // 144
     Message {
         name: "api.core.v1.ContainerResizePolicy",
         fields: &[
@@ -1426,15 +1501,15 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "restartPolicy", ty: String, repeated: false },
         ],
     },
-    // 138
+    // 145
     Message {
         name: "api.core.v1.ContainerRestartRule",
         fields: &[
             Field { number: 1, json: "action", ty: String, repeated: false },
-            Field { number: 2, json: "exitCodes", ty: Message(197), repeated: false },
+            Field { number: 2, json: "exitCodes", ty: Message(203), repeated: false },
         ],
     },
-    // 139
+    // 146
     Message {
         name: "api.core.v1.SeLinuxOptions",
         fields: &[
@@ -1444,7 +1519,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "level", ty: String, repeated: false },
         ],
     },
-    // 140
+    // 147
     Message {
         name: "api.core.v1.Sysctl",
         fields: &[
@@ -1452,7 +1527,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 141
+    // 148
     Message {
         name: "api.core.v1.WindowsSecurityContextOptions",
         fields: &[
@@ -1462,7 +1537,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "hostProcess", ty: Bool, repeated: false },
         ],
     },
-    // 142
+    // 149
     Message {
         name: "api.core.v1.SeccompProfile",
         fields: &[
@@ -1470,7 +1545,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 143
+    // 150
     Message {
         name: "api.core.v1.AppArmorProfile",
         fields: &[
@@ -1478,61 +1553,61 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 144
+    // 151
     Message {
         name: "api.core.v1.NodeAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(198),
+                ty: Message(204),
                 repeated: false,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(199),
+                ty: Message(205),
                 repeated: true,
             },
         ],
     },
-    // 145
+    // 152
     Message {
         name: "api.core.v1.PodAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(200),
+                ty: Message(206),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(201),
+                ty: Message(207),
                 repeated: true,
             },
         ],
     },
-    // 146
+    // 153
     Message {
         name: "api.core.v1.PodAntiAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(200),
+                ty: Message(206),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(201),
+                ty: Message(207),
                 repeated: true,
             },
         ],
     },
-    // 147
+    // 154
     Message {
         name: "api.core.v1.PodDnsConfigOption",
         fields: &[
@@ -1540,7 +1615,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 148
+    // 155
     Message {
         name: "api.core.v1.EphemeralContainerCommon",
         fields: &[
@@ -1549,29 +1624,29 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(129), repeated: true },
-            Field { number: 7, json: "env", ty: Message(130), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(99), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(131), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(132), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(132), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(133), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(136), repeated: true },
+            Field { number: 7, json: "env", ty: Message(137), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(106), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(138), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(139), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(139), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(140), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(134), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(141), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(135), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(142), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(136), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(132), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(137), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(143), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(139), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(144), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(138), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(145), repeated: true },
         ],
     },
-    // 149
+    // 156
     Message {
         name: "api.core.v1.ResourceClaim",
         fields: &[
@@ -1579,16 +1654,16 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "request", ty: String, repeated: false },
         ],
     },
-    // 150
+    // 157
     Message {
         name: "api.core.v1.ContainerState",
         fields: &[
-            Field { number: 1, json: "waiting", ty: Message(202), repeated: false },
-            Field { number: 2, json: "running", ty: Message(203), repeated: false },
-            Field { number: 3, json: "terminated", ty: Message(204), repeated: false },
+            Field { number: 1, json: "waiting", ty: Message(208), repeated: false },
+            Field { number: 2, json: "running", ty: Message(209), repeated: false },
+            Field { number: 3, json: "terminated", ty: Message(210), repeated: false },
         ],
     },
-    // 151
+    // 158
     Message {
         name: "api.core.v1.VolumeMountStatus",
         fields: &[
@@ -1598,20 +1673,20 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 152
+    // 159
     Message {
         name: "api.core.v1.ContainerUser",
-        fields: &[Field { number: 1, json: "linux", ty: Message(205), repeated: false }],
+        fields: &[Field { number: 1, json: "linux", ty: Message(211), repeated: false }],
     },
-    // 153
+    // 160
     Message {
         name: "api.core.v1.ResourceStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "resources", ty: Message(206), repeated: true },
+            Field { number: 2, json: "resources", ty: Message(212), repeated: true },
         ],
     },
-    // 154
+    // 161
     Message {
         name: "api.core.v1.ContainerExtendedResourceRequest",
         fields: &[
@@ -1620,16 +1695,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "requestName", ty: String, repeated: false },
         ],
     },
-    // 155
-    Message {
-        name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
-        fields: &[
-            Field { number: 1, json: "key", ty: String, repeated: false },
-            Field { number: 2, json: "operator", ty: String, repeated: false },
-            Field { number: 3, json: "values", ty: String, repeated: true },
-        ],
-    },
-    // 156
+    // 162
     Message {
         name: "api.core.v1.ScopedResourceSelectorRequirement",
         fields: &[
@@ -1638,38 +1704,38 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 157
+    // 163
     Message {
         name: "api.authorization.v1.FieldSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(207), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(213), repeated: true },
         ],
     },
-    // 158
+    // 164
     Message {
         name: "api.authorization.v1.LabelSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(155), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(127), repeated: true },
         ],
     },
-    // 159
+    // 165
     Message {
         name: "api.core.v1.ClientIpConfig",
         fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
     },
-    // 160
+    // 166
     Message {
         name: "api.core.v1.LoadBalancerIngress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
             Field { number: 2, json: "hostname", ty: String, repeated: false },
             Field { number: 3, json: "ipMode", ty: String, repeated: false },
-            Field { number: 4, json: "ports", ty: Message(208), repeated: true },
+            Field { number: 4, json: "ports", ty: Message(214), repeated: true },
         ],
     },
-    // 161
+    // 167
     Message {
         name: "api.core.v1.HostPathVolumeSource",
         fields: &[
@@ -1677,7 +1743,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "type", ty: String, repeated: false },
         ],
     },
-    // 162
+    // 168
     Message {
         name: "api.core.v1.EmptyDirVolumeSource",
         fields: &[
@@ -1685,7 +1751,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "sizeLimit", ty: Quantity, repeated: false },
         ],
     },
-    // 163
+    // 169
     Message {
         name: "api.core.v1.GcePersistentDiskVolumeSource",
         fields: &[
@@ -1695,7 +1761,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 164
+    // 170
     Message {
         name: "api.core.v1.AwsElasticBlockStoreVolumeSource",
         fields: &[
@@ -1705,7 +1771,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 165
+    // 171
     Message {
         name: "api.core.v1.GitRepoVolumeSource",
         fields: &[
@@ -1714,17 +1780,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "directory", ty: String, repeated: false },
         ],
     },
-    // 166
+    // 172
     Message {
         name: "api.core.v1.SecretVolumeSource",
         fields: &[
             Field { number: 1, json: "secretName", ty: String, repeated: false },
-            Field { number: 2, json: "items", ty: Message(209), repeated: true },
+            Field { number: 2, json: "items", ty: Message(215), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 167
+    // 173
     Message {
         name: "api.core.v1.NfsVolumeSource",
         fields: &[
@@ -1733,7 +1799,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 168
+    // 174
     Message {
         name: "api.core.v1.IscsiVolumeSource",
         fields: &[
@@ -1745,12 +1811,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 7, json: "portals", ty: String, repeated: true },
             Field { number: 8, json: "chapAuthDiscovery", ty: Bool, repeated: false },
-            Field { number: 10, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 10, json: "secretRef", ty: Message(68), repeated: false },
             Field { number: 11, json: "chapAuthSession", ty: Bool, repeated: false },
             Field { number: 12, json: "initiatorName", ty: String, repeated: false },
         ],
     },
-    // 169
+    // 175
     Message {
         name: "api.core.v1.GlusterfsVolumeSource",
         fields: &[
@@ -1759,7 +1825,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 170
+    // 176
     Message {
         name: "api.core.v1.PersistentVolumeClaimVolumeSource",
         fields: &[
@@ -1767,7 +1833,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 171
+    // 177
     Message {
         name: "api.core.v1.RbdVolumeSource",
         fields: &[
@@ -1777,32 +1843,32 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "pool", ty: String, repeated: false },
             Field { number: 5, json: "user", ty: String, repeated: false },
             Field { number: 6, json: "keyring", ty: String, repeated: false },
-            Field { number: 7, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 7, json: "secretRef", ty: Message(68), repeated: false },
             Field { number: 8, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 172
+    // 178
     Message {
         name: "api.core.v1.FlexVolumeSource",
         fields: &[
             Field { number: 1, json: "driver", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(68), repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 5, json: "options", ty: Map(&String), repeated: false },
         ],
     },
-    // 173
+    // 179
     Message {
         name: "api.core.v1.CinderVolumeSource",
         fields: &[
             Field { number: 1, json: "volumeID", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 4, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 4, json: "secretRef", ty: Message(68), repeated: false },
         ],
     },
-    // 174
+    // 180
     Message {
         name: "api.core.v1.CephFsVolumeSource",
         fields: &[
@@ -1810,11 +1876,11 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "path", ty: String, repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "secretFile", ty: String, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(68), repeated: false },
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 175
+    // 181
     Message {
         name: "api.core.v1.FlockerVolumeSource",
         fields: &[
@@ -1822,15 +1888,15 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "datasetUUID", ty: String, repeated: false },
         ],
     },
-    // 176
+    // 182
     Message {
         name: "api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            Field { number: 1, json: "items", ty: Message(210), repeated: true },
+            Field { number: 1, json: "items", ty: Message(216), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 177
+    // 183
     Message {
         name: "api.core.v1.FcVolumeSource",
         fields: &[
@@ -1841,7 +1907,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 5, json: "wwids", ty: String, repeated: true },
         ],
     },
-    // 178
+    // 184
     Message {
         name: "api.core.v1.AzureFileVolumeSource",
         fields: &[
@@ -1850,17 +1916,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 179
+    // 185
     Message {
         name: "api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(211), repeated: false },
-            Field { number: 2, json: "items", ty: Message(209), repeated: true },
+            Field { number: 1, json: "", ty: Inline(217), repeated: false },
+            Field { number: 2, json: "items", ty: Message(215), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 180
+    // 186
     Message {
         name: "api.core.v1.VsphereVirtualDiskVolumeSource",
         fields: &[
@@ -1870,7 +1936,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "storagePolicyID", ty: String, repeated: false },
         ],
     },
-    // 181
+    // 187
     Message {
         name: "api.core.v1.QuobyteVolumeSource",
         fields: &[
@@ -1882,7 +1948,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "tenant", ty: String, repeated: false },
         ],
     },
-    // 182
+    // 188
     Message {
         name: "api.core.v1.AzureDiskVolumeSource",
         fields: &[
@@ -1894,7 +1960,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "kind", ty: String, repeated: false },
         ],
     },
-    // 183
+    // 189
     Message {
         name: "api.core.v1.PhotonPersistentDiskVolumeSource",
         fields: &[
@@ -1902,7 +1968,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "fsType", ty: String, repeated: false },
         ],
     },
-    // 184
+    // 190
     Message {
         name: "api.core.v1.PortworxVolumeSource",
         fields: &[
@@ -1911,13 +1977,13 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 185
+    // 191
     Message {
         name: "api.core.v1.ScaleIoVolumeSource",
         fields: &[
             Field { number: 1, json: "gateway", ty: String, repeated: false },
             Field { number: 2, json: "system", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(68), repeated: false },
             Field { number: 4, json: "sslEnabled", ty: Bool, repeated: false },
             Field { number: 5, json: "protectionDomain", ty: String, repeated: false },
             Field { number: 6, json: "storagePool", ty: String, repeated: false },
@@ -1927,15 +1993,15 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 10, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 186
+    // 192
     Message {
         name: "api.core.v1.ProjectedVolumeSource",
         fields: &[
-            Field { number: 1, json: "sources", ty: Message(212), repeated: true },
+            Field { number: 1, json: "sources", ty: Message(218), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 187
+    // 193
     Message {
         name: "api.core.v1.StorageOsVolumeSource",
         fields: &[
@@ -1943,10 +2009,10 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "volumeNamespace", ty: String, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(65), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(68), repeated: false },
         ],
     },
-    // 188
+    // 194
     Message {
         name: "api.core.v1.CSIVolumeSource",
         fields: &[
@@ -1954,15 +2020,15 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "volumeAttributes", ty: Map(&String), repeated: false },
-            Field { number: 5, json: "nodePublishSecretRef", ty: Message(65), repeated: false },
+            Field { number: 5, json: "nodePublishSecretRef", ty: Message(68), repeated: false },
         ],
     },
-    // 189
+    // 195
     Message {
         name: "api.core.v1.EphemeralVolumeSource",
-        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(213), repeated: false }],
+        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(219), repeated: false }],
     },
-    // 190
+    // 196
     Message {
         name: "api.core.v1.ImageVolumeSource",
         fields: &[
@@ -1970,38 +2036,38 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "pullPolicy", ty: String, repeated: false },
         ],
     },
-    // 191
+    // 197
     Message {
         name: "api.core.v1.EnvVarSource",
         fields: &[
-            Field { number: 1, json: "fieldRef", ty: Message(214), repeated: false },
-            Field { number: 2, json: "resourceFieldRef", ty: Message(215), repeated: false },
-            Field { number: 3, json: "configMapKeyRef", ty: Message(216), repeated: false },
-            Field { number: 4, json: "secretKeyRef", ty: Message(217), repeated: false },
-            Field { number: 5, json: "fileKeyRef", ty: Message(218), repeated: false },
+            Field { number: 1, json: "fieldRef", ty: Message(220), repeated: false },
+            Field { number: 2, json: "resourceFieldRef", ty: Message(221), repeated: false },
+            Field { number: 3, json: "configMapKeyRef", ty: Message(222), repeated: false },
+            Field { number: 4, json: "secretKeyRef", ty: Message(223), repeated: false },
+            Field { number: 5, json: "fileKeyRef", ty: Message(224), repeated: false },
         ],
     },
-    // 192
+    // 198
     Message {
         name: "api.core.v1.ProbeHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(219), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(220), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(221), repeated: false },
-            Field { number: 4, json: "grpc", ty: Message(222), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(225), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(226), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(227), repeated: false },
+            Field { number: 4, json: "grpc", ty: Message(228), repeated: false },
         ],
     },
-    // 193
+    // 199
     Message {
         name: "api.core.v1.LifecycleHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(219), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(220), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(221), repeated: false },
-            Field { number: 4, json: "sleep", ty: Message(223), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(225), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(226), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(227), repeated: false },
+            Field { number: 4, json: "sleep", ty: Message(229), repeated: false },
         ],
     },
-    // 194
+    // 200
     Message {
         name: "api.core.v1.Capabilities",
         fields: &[
@@ -2009,23 +2075,23 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "drop", ty: String, repeated: true },
         ],
     },
-    // 195
+    // 201
     Message {
         name: "api.core.v1.ConfigMapEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(224), repeated: false },
+            Field { number: 1, json: "", ty: Inline(230), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 196
+    // 202
     Message {
         name: "api.core.v1.SecretEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(225), repeated: false },
+            Field { number: 1, json: "", ty: Inline(231), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 197
+    // 203
     Message {
         name: "api.core.v1.ContainerRestartRuleOnExitCodes",
         fields: &[
@@ -2033,40 +2099,40 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "values", ty: Int32, repeated: true },
         ],
     },
-    // 198
+    // 204
     Message {
         name: "api.core.v1.NodeSelector",
-        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(226), repeated: true }],
+        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(232), repeated: true }],
     },
-    // 199
+    // 205
     Message {
         name: "api.core.v1.PreferredSchedulingTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "preference", ty: Message(226), repeated: false },
+            Field { number: 2, json: "preference", ty: Message(232), repeated: false },
         ],
     },
-    // 200
+    // 206
     Message {
         name: "api.core.v1.PodAffinityTerm",
         fields: &[
-            Field { number: 1, json: "labelSelector", ty: Message(106), repeated: false },
+            Field { number: 1, json: "labelSelector", ty: Message(74), repeated: false },
             Field { number: 2, json: "namespaces", ty: String, repeated: true },
             Field { number: 3, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 4, json: "namespaceSelector", ty: Message(106), repeated: false },
+            Field { number: 4, json: "namespaceSelector", ty: Message(74), repeated: false },
             Field { number: 5, json: "matchLabelKeys", ty: String, repeated: true },
             Field { number: 6, json: "mismatchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 201
+    // 207
     Message {
         name: "api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "podAffinityTerm", ty: Message(200), repeated: false },
+            Field { number: 2, json: "podAffinityTerm", ty: Message(206), repeated: false },
         ],
     },
-    // 202
+    // 208
     Message {
         name: "api.core.v1.ContainerStateWaiting",
         fields: &[
@@ -2074,12 +2140,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "message", ty: String, repeated: false },
         ],
     },
-    // 203
+    // 209
     Message {
         name: "api.core.v1.ContainerStateRunning",
         fields: &[Field { number: 1, json: "startedAt", ty: Time, repeated: false }],
     },
-    // 204
+    // 210
     Message {
         name: "api.core.v1.ContainerStateTerminated",
         fields: &[
@@ -2092,7 +2158,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 7, json: "containerID", ty: String, repeated: false },
         ],
     },
-    // 205
+    // 211
     Message {
         name: "api.core.v1.LinuxContainerUser",
         fields: &[
@@ -2101,7 +2167,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "supplementalGroups", ty: Int64, repeated: true },
         ],
     },
-    // 206
+    // 212
     Message {
         name: "api.core.v1.ResourceHealth",
         fields: &[
@@ -2109,7 +2175,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "health", ty: String, repeated: false },
         ],
     },
-    // 207
+    // 213
     Message {
         name: "apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         fields: &[
@@ -2118,7 +2184,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 208
+    // 214
     Message {
         name: "api.core.v1.PortStatus",
         fields: &[
@@ -2127,7 +2193,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "error", ty: String, repeated: false },
         ],
     },
-    // 209
+    // 215
     Message {
         name: "api.core.v1.KeyToPath",
         fields: &[
@@ -2136,42 +2202,42 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 210
+    // 216
     Message {
         name: "api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             Field { number: 1, json: "path", ty: String, repeated: false },
-            Field { number: 2, json: "fieldRef", ty: Message(214), repeated: false },
-            Field { number: 3, json: "resourceFieldRef", ty: Message(215), repeated: false },
+            Field { number: 2, json: "fieldRef", ty: Message(220), repeated: false },
+            Field { number: 3, json: "resourceFieldRef", ty: Message(221), repeated: false },
             Field { number: 4, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 211
+    // 217
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 212
+    // 218
     Message {
         name: "api.core.v1.VolumeProjection",
         fields: &[
-            Field { number: 1, json: "secret", ty: Message(227), repeated: false },
-            Field { number: 2, json: "downwardAPI", ty: Message(228), repeated: false },
-            Field { number: 3, json: "configMap", ty: Message(229), repeated: false },
-            Field { number: 4, json: "serviceAccountToken", ty: Message(230), repeated: false },
-            Field { number: 5, json: "clusterTrustBundle", ty: Message(231), repeated: false },
-            Field { number: 6, json: "podCertificate", ty: Message(232), repeated: false },
+            Field { number: 1, json: "secret", ty: Message(233), repeated: false },
+            Field { number: 2, json: "downwardAPI", ty: Message(234), repeated: false },
+            Field { number: 3, json: "configMap", ty: Message(235), repeated: false },
+            Field { number: 4, json: "serviceAccountToken", ty: Message(236), repeated: false },
+            Field { number: 5, json: "clusterTrustBundle", ty: Message(237), repeated: false },
+            Field { number: 6, json: "podCertificate", ty: Message(238), repeated: false },
         ],
     },
-    // 213
+    // 219
     Message {
         name: "api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(29), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(233), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(239), repeated: false },
         ],
     },
-    // 214
+    // 220
     Message {
         name: "api.core.v1.ObjectFieldSelector",
         fields: &[
@@ -2179,7 +2245,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 215
+    // 221
     Message {
         name: "api.core.v1.ResourceFieldSelector",
         fields: &[
@@ -2188,25 +2254,25 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "divisor", ty: Quantity, repeated: false },
         ],
     },
-    // 216
+    // 222
     Message {
         name: "api.core.v1.ConfigMapKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(234), repeated: false },
+            Field { number: 1, json: "", ty: Inline(240), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 217
+    // 223
     Message {
         name: "api.core.v1.SecretKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(235), repeated: false },
+            Field { number: 1, json: "", ty: Inline(241), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 218
+    // 224
     Message {
         name: "api.core.v1.FileKeySelector",
         fields: &[
@@ -2216,12 +2282,12 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 219
+    // 225
     Message {
         name: "api.core.v1.ExecAction",
         fields: &[Field { number: 1, json: "command", ty: String, repeated: true }],
     },
-    // 220
+    // 226
     Message {
         name: "api.core.v1.HttpGetAction",
         fields: &[
@@ -2229,10 +2295,10 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "port", ty: IntOrString, repeated: false },
             Field { number: 3, json: "host", ty: String, repeated: false },
             Field { number: 4, json: "scheme", ty: String, repeated: false },
-            Field { number: 5, json: "httpHeaders", ty: Message(236), repeated: true },
+            Field { number: 5, json: "httpHeaders", ty: Message(242), repeated: true },
         ],
     },
-    // 221
+    // 227
     Message {
         name: "api.core.v1.TcpSocketAction",
         fields: &[
@@ -2240,7 +2306,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 222
+    // 228
     Message {
         name: "api.core.v1.GrpcAction",
         fields: &[
@@ -2248,53 +2314,53 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "service", ty: String, repeated: false },
         ],
     },
-    // 223
+    // 229
     Message {
         name: "api.core.v1.SleepAction",
         fields: &[Field { number: 1, json: "seconds", ty: Int64, repeated: false }],
     },
-    // 224
+    // 230
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 225
+    // 231
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 226
+    // 232
     Message {
         name: "api.core.v1.NodeSelectorTerm",
         fields: &[
-            Field { number: 1, json: "matchExpressions", ty: Message(237), repeated: true },
-            Field { number: 2, json: "matchFields", ty: Message(237), repeated: true },
+            Field { number: 1, json: "matchExpressions", ty: Message(243), repeated: true },
+            Field { number: 2, json: "matchFields", ty: Message(243), repeated: true },
         ],
     },
-    // 227
+    // 233
     Message {
         name: "api.core.v1.SecretProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(238), repeated: false },
-            Field { number: 2, json: "items", ty: Message(209), repeated: true },
+            Field { number: 1, json: "", ty: Inline(244), repeated: false },
+            Field { number: 2, json: "items", ty: Message(215), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 228
+    // 234
     Message {
         name: "api.core.v1.DownwardAPIProjection",
-        fields: &[Field { number: 1, json: "items", ty: Message(210), repeated: true }],
+        fields: &[Field { number: 1, json: "items", ty: Message(216), repeated: true }],
     },
-    // 229
+    // 235
     Message {
         name: "api.core.v1.ConfigMapProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(239), repeated: false },
-            Field { number: 2, json: "items", ty: Message(209), repeated: true },
+            Field { number: 1, json: "", ty: Inline(245), repeated: false },
+            Field { number: 2, json: "items", ty: Message(215), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 230
+    // 236
     Message {
         name: "api.core.v1.ServiceAccountTokenProjection",
         fields: &[
@@ -2303,18 +2369,18 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "path", ty: String, repeated: false },
         ],
     },
-    // 231
+    // 237
     Message {
         name: "api.core.v1.ClusterTrustBundleProjection",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "signerName", ty: String, repeated: false },
-            Field { number: 3, json: "labelSelector", ty: Message(106), repeated: false },
+            Field { number: 3, json: "labelSelector", ty: Message(74), repeated: false },
             Field { number: 4, json: "path", ty: String, repeated: false },
             Field { number: 5, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 232
+    // 238
     Message {
         name: "api.core.v1.PodCertificateProjection",
         fields: &[
@@ -2326,32 +2392,32 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 6, json: "certificateChainPath", ty: String, repeated: false },
         ],
     },
-    // 233
+    // 239
     Message {
         name: "api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             Field { number: 1, json: "accessModes", ty: String, repeated: true },
-            Field { number: 2, json: "resources", ty: Message(240), repeated: false },
+            Field { number: 2, json: "resources", ty: Message(246), repeated: false },
             Field { number: 3, json: "volumeName", ty: String, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(106), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(74), repeated: false },
             Field { number: 5, json: "storageClassName", ty: String, repeated: false },
             Field { number: 6, json: "volumeMode", ty: String, repeated: false },
-            Field { number: 7, json: "dataSource", ty: Message(241), repeated: false },
-            Field { number: 8, json: "dataSourceRef", ty: Message(242), repeated: false },
+            Field { number: 7, json: "dataSource", ty: Message(247), repeated: false },
+            Field { number: 8, json: "dataSourceRef", ty: Message(248), repeated: false },
             Field { number: 9, json: "volumeAttributesClassName", ty: String, repeated: false },
         ],
     },
-    // 234
+    // 240
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 235
+    // 241
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 236
+    // 242
     Message {
         name: "api.core.v1.HttpHeader",
         fields: &[
@@ -2359,7 +2425,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 237
+    // 243
     Message {
         name: "api.core.v1.NodeSelectorRequirement",
         fields: &[
@@ -2368,17 +2434,17 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 238
+    // 244
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 239
+    // 245
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 240
+    // 246
     Message {
         name: "api.core.v1.VolumeResourceRequirements",
         fields: &[
@@ -2386,7 +2452,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 241
+    // 247
     Message {
         name: "api.core.v1.TypedLocalObjectReference",
         fields: &[
@@ -2395,7 +2461,7 @@ pub(super) static MESSAGES: [Message; 243] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 242
+    // 248
     Message {
         name: "api.core.v1.TypedObjectReference",
         fields: &[

@@ -409,8 +409,8 @@ mod tests {
         assert_eq!(v["metadata"], json!({"name": "team-a", "labels": {"app": "web"}}));
         assert!(decode(b"{}").is_err());
         assert!(decode(&[MAGIC, &[0x0a, 0x05, 0x01]].concat()).is_err());
-        let deployment = envelope("apps/v1", "Deployment", &field_bytes(2, b"spec"));
-        assert!(decode(&deployment).unwrap_err().0.contains("send JSON"));
+        let unserved = envelope("apps/v1", "StatefulSet", &field_bytes(2, b"spec"));
+        assert!(decode(&unserved).unwrap_err().0.contains("send JSON"));
         // a kind in another group version than the one served
         assert!(decode(&envelope("v2", "Pod", b"")).is_err());
     }
