@@ -1,5 +1,6 @@
 //! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
-//! controllers own — pods and ReplicaSets — as `generic-garbage-collector`:
+//! controllers own — pods, ReplicaSets and Deployments, watched as metadata only — as
+//! `generic-garbage-collector`:
 //!
 //! - a dependent whose owners are all gone (404, or another object of the same name: a UID
 //!   mismatch is a dangling owner) is deleted, in the background — `kubectl delete rs`;
@@ -17,11 +18,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -83,26 +84,46 @@ fn finalizers(meta: &ObjectMeta) -> Vec<String> {
     meta.finalizers.clone().unwrap_or_default()
 }
 
+/// The kinds the collector watches (metadata only, as upstream's metadata informers):
+/// the dependents and owners podpass's controllers make.
+struct Caches {
+    pods: Store<PartialObjectMeta<Pod>>,
+    sets: Store<PartialObjectMeta<ReplicaSet>>,
+    deployments: Store<PartialObjectMeta<Deployment>>,
+}
+
+/// A metadata cache of `K` and the stream that fills it.
+fn cache<K>(root: &kube::Client) -> (Store<PartialObjectMeta<K>>, impl std::future::Future<Output = ()> + use<K>)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<PartialObjectMeta<K>>();
+    let stream = reflector::reflector(
+        writer,
+        watcher(Api::<PartialObjectMeta<K>>::all(root.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    (store, stream.for_each(|_| async {}))
+}
+
 /// Runs the collector until its streams end.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (sets, set_writer) = reflector::store::<ReplicaSet>();
-    let pod_stream =
-        reflector::reflector(pod_writer, watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-    let set_stream =
-        reflector::reflector(set_writer, watcher(Api::<ReplicaSet>::all(root), watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-    let drive = futures::future::join(pod_stream.for_each(|_| async {}), set_stream.for_each(|_| async {}));
+    let (pods, drive_pods) = cache::<Pod>(&root);
+    let (sets, drive_sets) = cache::<ReplicaSet>(&root);
+    let (deployments, drive_deployments) = cache::<Deployment>(&root);
+    let caches = Caches { pods, sets, deployments };
+    let drive = futures::future::join3(drive_pods, drive_sets, drive_deployments);
     let sweep = async {
-        if pods.wait_until_ready().await.is_err() || sets.wait_until_ready().await.is_err() {
+        let ready = caches.pods.wait_until_ready().await.is_ok()
+            && caches.sets.wait_until_ready().await.is_ok()
+            && caches.deployments.wait_until_ready().await.is_ok();
+        if !ready {
             return;
         }
         loop {
-            if let Err(e) = sweep_once(&credentials, &pods, &sets).await {
+            if let Err(e) = sweep_once(&credentials, &caches).await {
                 tracing::warn!(controller = NAME, error = %e, "garbage collection pass");
             }
             tokio::time::sleep(SWEEP).await;
@@ -114,15 +135,16 @@ pub async fn run(credentials: Credentials) {
     }
 }
 
-fn items(pods: &Store<Pod>, sets: &Store<ReplicaSet>) -> Vec<Item> {
-    let p = pods.state().into_iter().map(|p| Item { kind: "Pod", meta: p.metadata.clone() });
-    let s = sets.state().into_iter().map(|s| Item { kind: "ReplicaSet", meta: s.metadata.clone() });
-    p.chain(s).collect()
+fn items(caches: &Caches) -> Vec<Item> {
+    let p = caches.pods.state().into_iter().map(|m| Item { kind: "Pod", meta: m.metadata.clone() });
+    let s = caches.sets.state().into_iter().map(|m| Item { kind: "ReplicaSet", meta: m.metadata.clone() });
+    let d = caches.deployments.state().into_iter().map(|m| Item { kind: "Deployment", meta: m.metadata.clone() });
+    p.chain(s).chain(d).collect()
 }
 
-async fn sweep_once(credentials: &Credentials, pods: &Store<Pod>, sets: &Store<ReplicaSet>) -> Result<(), kube::Error> {
-    let all = items(pods, sets);
-    // Owners the cache knows, by UID (only ReplicaSets own here).
+async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), kube::Error> {
+    let all = items(caches);
+    // Owners the cache knows, by UID.
     let known: HashMap<String, &Item> = all.iter().filter_map(|i| i.meta.uid.clone().map(|uid| (uid, i))).collect();
     let client = match credentials.client(NAME).await {
         Ok(c) => c,
@@ -163,13 +185,12 @@ async fn classify(
     if let Some(owner) = known.get(&r.uid).filter(|o| o.meta.namespace == item.meta.namespace) {
         return Ok(state_of(&owner.meta));
     }
-    if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
+    let Some(kind) = KINDS.iter().find(|k| k.0 == r.kind && r.api_version == k.1).map(|k| k.0) else {
         // A kind the collector does not know: never taken for gone.
         return Ok(Owner::Solid);
-    }
-    let ns = item.meta.namespace.clone().unwrap_or_default();
-    let api: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
-    Ok(match api.get_opt(&r.name).await? {
+    };
+    let api = api_of(client, &Item { kind, meta: item.meta.clone() });
+    Ok(match api.get_metadata_opt(&r.name).await? {
         Some(owner) if owner.metadata.uid.as_deref() == Some(r.uid.as_str()) => state_of(&owner.metadata),
         _ => Owner::Dangling,
     })
@@ -183,17 +204,22 @@ fn state_of(meta: &ObjectMeta) -> Owner {
     }
 }
 
-fn api_of(client: &kube::Client, item: &Item) -> Result<Api<kube::api::DynamicObject>, kube::Error> {
+/// The kinds the collector knows, by kind and apiVersion.
+const KINDS: [(&str, &str); 3] = [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1")];
+
+/// The API of `item`'s kind in its namespace.
+fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
     let ns = item.meta.namespace.clone().unwrap_or_default();
     let resource = match item.kind {
         "Pod" => kube::discovery::ApiResource::erase::<Pod>(&()),
+        "Deployment" => kube::discovery::ApiResource::erase::<Deployment>(&()),
         _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
     };
-    Ok(Api::namespaced_with(client.clone(), &ns, &resource))
+    Api::namespaced_with(client.clone(), &ns, &resource)
 }
 
 async fn delete(client: &kube::Client, item: &Item) -> Result<(), kube::Error> {
-    let api = api_of(client, item)?;
+    let api = api_of(client, item);
     let name = item.meta.name.clone().unwrap_or_default();
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
@@ -215,7 +241,7 @@ async fn delete(client: &kube::Client, item: &Item) -> Result<(), kube::Error> {
 }
 
 async fn remove_references(client: &kube::Client, item: &Item, uids: &HashSet<String>) -> Result<(), kube::Error> {
-    let api = api_of(client, item)?;
+    let api = api_of(client, item);
     let kept: Vec<OwnerReference> =
         item.meta.owner_references.iter().flatten().filter(|r| !uids.contains(&r.uid)).cloned().collect();
     let patch = serde_json::json!({"metadata": {"uid": item.meta.uid, "ownerReferences": kept}});
@@ -275,7 +301,7 @@ async fn owner_finalizers(client: &kube::Client, owner: &Item, all: &[Item]) -> 
 }
 
 async fn remove_finalizer(client: &kube::Client, owner: &Item, finalizer: &str) -> Result<(), kube::Error> {
-    let api = api_of(client, owner)?;
+    let api = api_of(client, owner);
     let kept: Vec<String> = finalizers(&owner.meta).into_iter().filter(|f| f != finalizer).collect();
     let patch = serde_json::json!({"metadata": {"uid": owner.meta.uid, "resourceVersion": owner.meta.resource_version, "finalizers": kept}});
     let name = owner.meta.name.clone().unwrap_or_default();

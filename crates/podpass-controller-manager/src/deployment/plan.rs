@@ -17,9 +17,35 @@ pub(crate) const TEMPLATE_HASH: &str = "pod-template-hash";
 /// `rand.SafeEncodeString`'s alphabet: no vowels, no look-alikes.
 const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
+/// A template as upstream's semantic equality sees it (`apiequality.Semantic.DeepEqual`
+/// treats empty and absent slices and maps as one, and Go writes an empty struct where we
+/// may have none): its JSON with every null, `{}` and `[]` left out. `kubectl rollout undo`
+/// writes `resources: {}` back, which must still name the same template.
+fn normalized(template: &PodTemplateSpec) -> serde_json::Value {
+    fn prune(v: &mut serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Object(map) => {
+                map.retain(|_, child| !prune(child));
+                map.is_empty()
+            }
+            serde_json::Value::Array(items) => {
+                for item in items.iter_mut() {
+                    prune(item);
+                }
+                items.is_empty()
+            }
+            serde_json::Value::Null => true,
+            _ => false,
+        }
+    }
+    let mut v = serde_json::to_value(template).unwrap_or_default();
+    prune(&mut v);
+    v
+}
+
 /// `ComputeHash`: FNV-32a over the template's serialization (upstream hashes a spew dump; a
-/// canonical JSON is as stable here) and the collision count, the decimal of the sum mapped
-/// through [`SAFE_ALPHABET`] as `SafeEncodeString` maps it.
+/// canonical JSON of the [`normalized`] template is as stable here) and the collision
+/// count, the decimal of the sum mapped through [`SAFE_ALPHABET`] as `SafeEncodeString` maps it.
 pub(crate) fn template_hash(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
     let mut hash: u32 = 0x811c_9dc5;
     let mut feed = |bytes: &[u8]| {
@@ -28,7 +54,7 @@ pub(crate) fn template_hash(template: &PodTemplateSpec, collision_count: Option<
             hash = hash.wrapping_mul(0x0100_0193);
         }
     };
-    feed(&serde_json::to_vec(template).unwrap_or_default());
+    feed(&serde_json::to_vec(&normalized(template)).unwrap_or_default());
     if let Some(count) = collision_count {
         // upstream writes the uint32 as 8 bytes, little-endian.
         feed(&u64::from(count.cast_unsigned()).to_le_bytes());
@@ -45,9 +71,10 @@ fn without_hash(template: &PodTemplateSpec) -> PodTemplateSpec {
     t
 }
 
-/// `EqualIgnoreHash`: the same template once the hash label is left out.
+/// `EqualIgnoreHash`: the same template once the hash label is left out, compared as
+/// upstream's semantic equality compares ([`normalized`]).
 pub(crate) fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
-    without_hash(a) == without_hash(b)
+    normalized(&without_hash(a)) == normalized(&without_hash(b))
 }
 
 fn template_of(rs: &ReplicaSet) -> PodTemplateSpec {
@@ -378,6 +405,19 @@ mod tests {
         let mut labelled = template.clone();
         labelled.metadata.as_mut().and_then(|m| m.labels.as_mut()).map(|l| l.insert(TEMPLATE_HASH.into(), h.clone()));
         assert!(equal_ignore_hash(&template, &labelled));
+        // What `kubectl rollout undo` writes back (Go's empty structs) is the same template.
+        let mut undone = template.clone();
+        if let Some(c) = undone.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            c.resources = Some(Default::default());
+            c.env = Some(Vec::new());
+        }
+        assert!(equal_ignore_hash(&template, &undone));
+        assert_eq!(template_hash(&template, None), template_hash(&undone, None));
+        let mut other = template.clone();
+        if let Some(c) = other.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            c.image = Some("v3".into());
+        }
+        assert!(!equal_ignore_hash(&template, &other));
     }
 
     #[test]
