@@ -928,6 +928,16 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         "5. the pull record",
         "may be used by service accounts team-a/app (uid",
         "6. deleted both pods",
+        "7. deployment team-a/web (2 replicas, service account team-a/app)",
+        "whose pods system:serviceaccount:kube-system:replicaset-controller created",
+        "each replica's pod pulled",
+        "with team-a's own identity: registry-auth granted repository:team-a/app:pull to team-a/app for pods web-",
+        "8. rolled to",
+        "team-a/app:v2",
+        "revision 2",
+        "pulled v2 as team-a/app too; the old pods are gone",
+        "9. deployment team-b/web on",
+        "which never runs — ErrImagePull",
         "demo: every step held.",
         "stopped.",
     ];
@@ -978,9 +988,12 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     }
     // The plugin's exchange (no scope) and containerd's pull of team-a's repository.
     assert!(grants.iter().any(|g| g["scope"].as_str().unwrap().contains("repository:team-a/app:pull")), "{grants:?}");
-    // Which pods ran that digest: team-a's, not team-b's (refused).
+    // Which pods ran that digest: team-a's pod and its Deployment's first two, none of
+    // team-b's (refused).
     let (_, ran) = audit(&["--digest", digest]);
-    assert!(!ran.is_empty() && ran.iter().all(|r| r["pod"] == "team-a/app"), "{ran:?}");
+    let pods: std::collections::BTreeSet<&str> = ran.iter().filter_map(|r| r["pod"].as_str()).collect();
+    assert!(pods.contains("team-a/app") && pods.len() == 3, "{ran:?}");
+    assert!(pods.iter().all(|p| p.starts_with("team-a/")), "{ran:?}");
     let (_, team_b) = audit(&["--pod", "team-b/app"]);
     assert!(team_b.iter().any(|r| r["decision"] == "refused"), "{team_b:?}");
     let (code, _) = audit(&["--digest", "sha256:0000"]);
@@ -995,7 +1008,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     // The cluster is down: what resuming must keep, from the files.
     let key = std::fs::read(data.join("sa.key")).unwrap();
     let kept_records = records(&data);
-    assert_eq!(kept_records.len(), 1, "one pull record: {kept_records:?}");
+    assert_eq!(kept_records.len(), 2, "a pull record of v1 and one of v2: {kept_records:?}");
 
     // A second `podpass up` on the same data dir resumes it; a data dir someone opened up
     // is named in a warning (and left as it is).
@@ -1180,6 +1193,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     a_revocation_reaches_registry_auth_after_its_watches_idled(&data, revocations_quiet_since);
 
     a_replica_set_runs_team_as_pods_each_pulling_as_itself(&data, &image_in(&out));
+    a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir.path(), &data, &image_in(&out));
 
     // Each part killed with -9 is started again by itself, and the cluster serves again.
     let up_pid = child.id();
@@ -1434,4 +1448,115 @@ fn a_replica_set_runs_team_as_pods_each_pulling_as_itself(data: &Path, image: &s
         pods["items"].as_array().is_some_and(Vec::is_empty).then_some(Value::Null)
     });
     admin(data, reqwest::Method::DELETE, "/apis/apps/v1/namespaces/team-a/replicasets/web", None);
+}
+
+/// A Deployment through the real kubectl: one Pod Security refuses (the events and its
+/// `ReplicaFailure` condition say why); then one that rolls out, scales, takes a new image,
+/// is rolled back onto its first ReplicaSet, pauses and resumes, and goes in the foreground
+/// with all its ReplicaSets and pods.
+fn a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir: &Path, data: &Path, image: &str) {
+    let kubectl = |args: &[&str]| kubectl_with(&data.join("admin.kubeconfig"), &dir.join("cache"), args);
+    let get = |path: &str| admin(data, reqwest::Method::GET, path, None);
+    let deployments = "/apis/apps/v1/namespaces/team-a/deployments";
+
+    // team-a enforces the restricted standard: kubectl warns at create, the pods are refused.
+    let created = kubectl(&["-n", "team-a", "create", "deployment", "bare", &format!("--image={image}")]);
+    let warned = String::from_utf8_lossy(&created.stderr).into_owned();
+    ok(created, "kubectl create deployment");
+    assert!(warned.contains("Warning: would violate PodSecurity \"restricted:latest\""), "{warned}");
+    let failure = wait_for("the Deployment's ReplicaFailure", Duration::from_secs(60), || {
+        let d = get(&format!("{deployments}/bare"));
+        d["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "ReplicaFailure").cloned()
+    });
+    assert_eq!(failure["reason"], "FailedCreate", "{failure}");
+    assert!(failure["message"].as_str().unwrap().contains("violates PodSecurity \"restricted:latest\""), "{failure}");
+    let events = ok(kubectl(&["-n", "team-a", "get", "events", "-o", "json"]), "events");
+    assert!(events.contains("FailedCreate") && events.contains("ScalingReplicaSet"), "{events}");
+    ok(kubectl(&["-n", "team-a", "delete", "deployment", "bare"]), "delete");
+
+    let spec = |image: &str| {
+        serde_json::json!({"serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "image": image, "command": ["/bin/sh", "-c", "sleep 3600"],
+                            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]})
+    };
+    let file = dir.join("app2.json");
+    std::fs::write(
+        &file,
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app2", "namespace": "team-a"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "app2"}},
+                     "template": {"metadata": {"labels": {"app": "app2"}}, "spec": spec(image)}}})
+        .to_string(),
+    )
+    .unwrap();
+    ok(kubectl(&["apply", "-f", file.to_str().unwrap()]), "kubectl apply");
+    let rolled = |what: &str| {
+        let out = ok(kubectl(&["-n", "team-a", "rollout", "status", "deployment/app2", "--timeout=120s"]), what);
+        assert!(out.contains("deployment \"app2\" successfully rolled out"), "{out}");
+    };
+    rolled("rollout status");
+    ok(kubectl(&["-n", "team-a", "scale", "deployment/app2", "--replicas=3"]), "kubectl scale");
+    rolled("rollout status after scale");
+    let table = ok(kubectl(&["-n", "team-a", "get", "deployment", "app2"]), "get deployment");
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.split_whitespace().take(4).eq(["app2", "3/3", "3", "3"])),
+        "{table}"
+    );
+
+    // A new image: a second ReplicaSet, revision 2.
+    let v2 = image.replace(":v1", ":v2");
+    ok(kubectl(&["-n", "team-a", "set", "image", "deployment/app2", &format!("app={v2}")]), "kubectl set image");
+    rolled("rollout status after set image");
+    let history = ok(kubectl(&["-n", "team-a", "rollout", "history", "deployment/app2"]), "history");
+    let revisions: Vec<&str> = history.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(revisions.ends_with(&["1", "2"]), "{history}");
+    let sets = |what: &str| -> Vec<Value> {
+        let list = get("/apis/apps/v1/namespaces/team-a/replicasets?labelSelector=app%3Dapp2");
+        let sets = list["items"].as_array().cloned().unwrap_or_default();
+        assert!(!sets.is_empty(), "{what}: {list}");
+        sets
+    };
+    let revision = |rs: &Value| rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"].clone();
+    let first = sets("after set image").into_iter().find(|rs| revision(rs) == "1").expect("revision 1's set");
+
+    // Undo: revision 1's ReplicaSet comes back as revision 3, no third set is made.
+    let undone = ok(kubectl(&["-n", "team-a", "rollout", "undo", "deployment/app2"]), "kubectl rollout undo");
+    assert!(undone.contains("rolled back"), "{undone}");
+    rolled("rollout status after undo");
+    let after = sets("after undo");
+    assert_eq!(after.len(), 2, "the old ReplicaSet is re-used: {after:?}");
+    let reused = after.iter().find(|rs| rs["metadata"]["uid"] == first["metadata"]["uid"]).unwrap();
+    assert_eq!(revision(reused), "3", "{reused}");
+    assert_eq!(reused["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"], "1", "{reused}");
+    assert_eq!(reused["spec"]["replicas"], 3, "{reused}");
+
+    // Pause and resume show in Progressing.
+    ok(kubectl(&["-n", "team-a", "rollout", "pause", "deployment/app2"]), "pause");
+    let progressing = |reason: &'static str| {
+        wait_for(reason, Duration::from_secs(30), || {
+            let d = get(&format!("{deployments}/app2"));
+            d["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Progressing" && c["reason"] == reason)
+                .cloned()
+        })
+    };
+    assert_eq!(progressing("DeploymentPaused")["status"], "Unknown");
+    let again = kubectl(&["-n", "team-a", "rollout", "pause", "deployment/app2"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is already paused"), "{again:?}");
+    ok(kubectl(&["-n", "team-a", "rollout", "resume", "deployment/app2"]), "resume");
+    progressing("NewReplicaSetAvailable");
+
+    // Foreground: the Deployment goes last, after its sets and their pods.
+    ok(
+        kubectl(&["-n", "team-a", "delete", "deployment", "app2", "--cascade=foreground", "--timeout=120s"]),
+        "delete --cascade=foreground",
+    );
+    let list = get("/apis/apps/v1/namespaces/team-a/replicasets?labelSelector=app%3Dapp2");
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "{list}");
+    wait_for("app2's pods gone", Duration::from_secs(60), || {
+        let pods = get("/api/v1/namespaces/team-a/pods?labelSelector=app%3Dapp2");
+        pods["items"].as_array().is_some_and(Vec::is_empty).then_some(Value::Null)
+    });
 }

@@ -207,7 +207,67 @@ fn replica_sets_run_from_the_controller_manager_as_its_own_service_account() {
 
     // Garbage collection by ownerReferences, as `kubectl delete --cascade=…` asks it.
     cascades(&s, d);
+    a_deployment_refused_pods_by_quota_says_so(&s, d, &audit);
     drop(standby);
+}
+
+/// A Deployment whose pods a quota refuses: its ReplicaSet (`<name>-<pod-template-hash>`,
+/// created by the Deployment controller's own account) says `FailedCreate … exceeded quota`
+/// in events and its `ReplicaFailure` condition, which the Deployment carries up; scaled
+/// within the quota, the failure clears.
+fn a_deployment_refused_pods_by_quota_says_so(s: &Server, d: &Path, audit: &Path) {
+    ok(admin_kubectl(d, &["create", "namespace", "capped"]), "create namespace");
+    ok(admin_kubectl(d, &["-n", "capped", "create", "quota", "pods", "--hard=pods=1"]), "create quota");
+    ok(
+        admin_kubectl(d, &["-n", "capped", "create", "deployment", "many", "--image=busybox", "--replicas=3"]),
+        "create",
+    );
+    let path = "/apis/apps/v1/namespaces/capped/deployments/many";
+    let failure = wait_for("the Deployment's ReplicaFailure", Duration::from_secs(60), || {
+        let (_, dep) = admin_get(s, path);
+        dep["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "ReplicaFailure").cloned()
+    });
+    let message = failure["message"].as_str().unwrap_or_default();
+    assert_eq!(failure["reason"], "FailedCreate", "{failure}");
+    assert!(message.contains("exceeded quota: pods, requested: pods=1, used: pods=1, limited: pods=1"), "{message}");
+    let (_, sets) = admin_get(s, "/apis/apps/v1/namespaces/capped/replicasets");
+    let set = sets["items"][0].clone();
+    let hash = set["metadata"]["labels"]["pod-template-hash"].as_str().unwrap().to_owned();
+    assert_eq!(set["metadata"]["name"], format!("many-{hash}"), "{set}");
+    assert_eq!(set["spec"]["selector"]["matchLabels"]["pod-template-hash"], hash.as_str(), "{set}");
+    assert_eq!(set["metadata"]["ownerReferences"][0]["kind"], "Deployment", "{set}");
+    assert_eq!(set["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "1", "{set}");
+    let events = ok(admin_kubectl(d, &["-n", "capped", "get", "events", "-o", "json"]), "events");
+    assert!(
+        events.contains("ScalingReplicaSet") && events.contains(&format!("Scaled up replica set many-{hash} to 3")),
+        "{events}"
+    );
+    assert!(events.contains("FailedCreate") && events.contains("exceeded quota"), "{events}");
+    let (_, dep) = admin_get(s, path);
+    let available = dep["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Available").cloned();
+    assert_eq!(available.map(|c| c["reason"].clone()), Some(json!("MinimumReplicasUnavailable")), "{dep}");
+    assert_eq!(dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "1", "{dep}");
+    let table = ok(admin_kubectl(d, &["-n", "capped", "get", "deployment", "many"]), "kubectl get deployment");
+    assert!(table.lines().nth(1).is_some_and(|l| l.split_whitespace().take(2).eq(["many", "0/3"])), "{table}");
+    let by_controller = std::fs::read_to_string(audit).unwrap_or_default().lines().any(|l| {
+        serde_json::from_str::<Value>(l).is_ok_and(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "replicasets"
+                && e["objectRef"]["namespace"] == "capped"
+                && e["user"]["username"] == "system:serviceaccount:kube-system:deployment-controller"
+        })
+    });
+    assert!(by_controller, "the ReplicaSet was created by the Deployment controller's own account");
+
+    // Within the quota: the set is scaled to 1 and the failure clears.
+    ok(admin_kubectl(d, &["-n", "capped", "scale", "deployment", "many", "--replicas=1"]), "kubectl scale");
+    wait_for("the failure cleared", Duration::from_secs(60), || {
+        let (_, dep) = admin_get(s, path);
+        let (_, rs) = admin_get(s, &format!("/apis/apps/v1/namespaces/capped/replicasets/many-{hash}"));
+        let failing = dep["status"]["conditions"].as_array()?.iter().any(|c| c["type"] == "ReplicaFailure");
+        (rs["spec"]["replicas"] == 1 && !failing).then_some(dep)
+    });
+    ok(admin_kubectl(d, &["delete", "namespace", "capped", "--wait=false"]), "delete namespace");
 }
 
 /// `--cascade=orphan`: the set goes, its pods stay and no longer name it;

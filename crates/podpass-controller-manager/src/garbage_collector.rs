@@ -166,7 +166,11 @@ async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), ku
         match verdict(&owners) {
             Verdict::Keep => {}
             Verdict::RemoveReferences(uids) => remove_references(&client, item, &uids.into_iter().collect()).await?,
-            Verdict::Delete => delete(&client, item).await?,
+            Verdict::Delete => {
+                // Every owner gone or waiting on it: waiting owners pass the foreground on.
+                let waiting = owners.iter().any(|(_, o)| *o == Owner::Waiting);
+                delete(&client, item, waiting && has_dependents(item, &all)).await?;
+            }
         }
     }
     Ok(())
@@ -218,11 +222,26 @@ fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
     Api::namespaced_with(client.clone(), &ns, &resource)
 }
 
-async fn delete(client: &kube::Client, item: &Item) -> Result<(), kube::Error> {
+/// Whether any of `all` names `item` as an owner (in its namespace).
+fn has_dependents(item: &Item, all: &[Item]) -> bool {
+    let Some(uid) = item.meta.uid.as_ref() else { return false };
+    all.iter()
+        .filter(|i| i.meta.namespace == item.meta.namespace)
+        .any(|i| i.meta.owner_references.iter().flatten().any(|r| &r.uid == uid))
+}
+
+/// Deletes `item`, in the foreground when `foreground` (a dependent of an owner deleted in
+/// the foreground that has dependents of its own: upstream's `attemptToDeleteItem` passes
+/// the foreground on, so the owner goes last of all), else in the background.
+async fn delete(client: &kube::Client, item: &Item, foreground: bool) -> Result<(), kube::Error> {
     let api = api_of(client, item);
     let name = item.meta.name.clone().unwrap_or_default();
     let params = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
+        propagation_policy: Some(if foreground {
+            PropagationPolicy::Foreground
+        } else {
+            PropagationPolicy::Background
+        }),
         preconditions: item
             .meta
             .uid
@@ -291,7 +310,7 @@ async fn owner_finalizers(client: &kube::Client, owner: &Item, all: &[Item]) -> 
         .collect();
     for d in &blocking {
         if d.meta.deletion_timestamp.is_none() {
-            delete(client, d).await?;
+            delete(client, d, has_dependents(d, all)).await?;
         }
     }
     if blocking.is_empty() {

@@ -24,6 +24,9 @@ pub(super) const REGISTRY: &str = "registry";
 pub(super) const CONTAINERD: &str = "containerd";
 pub(super) const CONTROLLER_MANAGER: &str = "controllers";
 
+/// The API server's audit log, under `<data-dir>/logs`.
+pub(super) const API_AUDIT_LOG: &str = "apiserver-audit.log";
+
 /// The control plane's part: `podpass apiserver` on the data dir.
 pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission: &Path) -> Result<Part> {
     type Flags = podpass_apiserver::ApiServerConfig;
@@ -31,6 +34,9 @@ pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission:
         .path(field!(Flags, data_dir), &l.data)
         .set(field!(Flags, secure_port), args.apiserver_port)
         .path(field!(Flags, admission_control_config_file), admission)
+        // Who wrote what (a controller's writes name its own service account): a file of
+        // its own, rotated by size.
+        .path(field!(Flags, audit.audit_log_path), &l.logs.join(API_AUDIT_LOG))
         .build(CONTROL_PLANE)?;
     Ok(Part {
         name: CONTROL_PLANE.to_owned(),

@@ -184,6 +184,8 @@ pub struct Running {
     node_root: PathBuf,
     /// registry-auth's audit log (one JSON decision per line).
     auth_audit: PathBuf,
+    /// The API server's audit log (one JSON event per line).
+    api_audit: PathBuf,
     /// containerd, when the node runs containers.
     runtime: Option<podpass_node::runtime::containerd::Layout>,
 }
@@ -253,7 +255,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     out.say("");
     out.say(&format!("export KUBECONFIG={}", l.data.join("admin.kubeconfig").display()));
     out.say(&format!(
-        "logs: {}/{{apiserver,registry-auth,{}{NODE}}}.log",
+        "logs: {}/{{apiserver,controller-manager,registry-auth,{}{NODE}}}.log; audit: {{apiserver,registry-auth,{NODE}}}-audit.log",
         l.logs.display(),
         if external_registry { "" } else { "registry," }
     ));
@@ -575,6 +577,7 @@ async fn start(
         http: cluster_http_client(&l.data, Duration::from_secs(30))?,
         node_root: l.node.join("root"),
         auth_audit,
+        api_audit: l.logs.join(core_parts::API_AUDIT_LOG),
         runtime,
     })
 }

@@ -12,6 +12,11 @@
 //! 4. The pod's token file on the node, and its claims (bound to the pod and the node).
 //! 5. The pull record: who may use the image.
 //! 6. Deleting the pods: volumes removed, no pull left in progress, the record kept.
+//! 7. The same with Deployments ([`deployments`], steps 7–9): each replica pulls as its
+//!    own service account, a new version rolls out under the same identity, and team-b's
+//!    Deployment on team-a's image never runs a pod.
+
+mod deployments;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -40,7 +45,8 @@ pub async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     let uid = a["metadata"]["uid"].as_str().context("team-a's pod has no uid")?.to_owned();
     show_token(r, &uid, out)?;
     let record_path = show_record(r, &pushed, out).await?;
-    delete_pods(r, &uid, &record_path, out).await
+    delete_pods(r, &uid, &record_path, out).await?;
+    deployments::run(r, out).await
 }
 
 /// Step 1: Pushes the demo image as the publisher service account.
@@ -249,7 +255,7 @@ async fn setup(r: &Running) -> Result<()> {
     for ns in TEAMS {
         wait_gone(r, ns).await?;
     }
-    Ok(())
+    deployments::clean(r).await
 }
 
 async fn token_request(r: &Running, ns: &str, sa: &str) -> Result<String> {
