@@ -90,8 +90,12 @@ fn propagation(query: &HashMap<String, String>, options: &Value) -> Result<Optio
 
 /// `deletionFinalizersForGarbageCollection`: the object's finalizers under `propagation`
 /// (unspecified keeps the ones it has), or `None` when they stay as they are.
-fn gc_finalizers(object: &Value, propagation: Option<Propagation>) -> Option<Vec<String>> {
+fn gc_finalizers(object: &Value, propagation: Option<Propagation>, orphans_by_default: bool) -> Option<Vec<String>> {
     let current = lifecycle::finalizers(object);
+    // Unsaid, and no GC finalizer yet: the resource's default (batch/v1 Jobs orphan,
+    // upstream `DefaultGarbageCollectionPolicy`).
+    let has_gc = current.iter().any(|f| f == ORPHAN_FINALIZER || f == FOREGROUND_FINALIZER);
+    let propagation = propagation.or((orphans_by_default && !has_gc).then_some(Propagation::Orphan));
     let mut wanted: Vec<String> =
         current.iter().filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER).cloned().collect();
     match propagation? {
@@ -185,7 +189,7 @@ pub(super) async fn delete(
         // Orphan and Foreground keep the object (deleting) behind a finalizer the garbage
         // collector removes once it has handled the dependents.
         if !lifecycle::being_deleted(&current.object)
-            && let Some(finalizers) = gc_finalizers(&current.object, propagation)
+            && let Some(finalizers) = gc_finalizers(&current.object, propagation, res.strategy.orphans_by_default())
         {
             let mut object = current.object.clone();
             object["metadata"]["finalizers"] = json!(finalizers);
@@ -429,17 +433,23 @@ mod tests {
         assert!(both.is_err());
 
         let rs = json!({"metadata": {"finalizers": ["example.com/keep"]}});
-        assert_eq!(gc_finalizers(&rs, None), None, "unspecified keeps what it has");
-        assert_eq!(gc_finalizers(&rs, Some(Propagation::Background)), None);
+        assert_eq!(gc_finalizers(&rs, None, false), None, "unspecified keeps what it has");
         assert_eq!(
-            gc_finalizers(&rs, Some(Propagation::Orphan)),
+            gc_finalizers(&rs, None, true),
+            Some(vec!["example.com/keep".to_owned(), ORPHAN_FINALIZER.to_owned()]),
+            "unspecified on a Job: batch/v1 orphans"
+        );
+        assert_eq!(gc_finalizers(&rs, Some(Propagation::Background), true), None, "said: background");
+        assert_eq!(gc_finalizers(&rs, Some(Propagation::Background), false), None);
+        assert_eq!(
+            gc_finalizers(&rs, Some(Propagation::Orphan), false),
             Some(vec!["example.com/keep".to_owned(), ORPHAN_FINALIZER.to_owned()])
         );
         let orphaning = json!({"metadata": {"finalizers": [ORPHAN_FINALIZER]}});
         assert_eq!(
-            gc_finalizers(&orphaning, Some(Propagation::Foreground)),
+            gc_finalizers(&orphaning, Some(Propagation::Foreground), false),
             Some(vec![FOREGROUND_FINALIZER.to_owned()])
         );
-        assert_eq!(gc_finalizers(&orphaning, Some(Propagation::Background)), Some(Vec::new()));
+        assert_eq!(gc_finalizers(&orphaning, Some(Propagation::Background), false), Some(Vec::new()));
     }
 }

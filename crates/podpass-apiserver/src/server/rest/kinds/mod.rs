@@ -14,6 +14,7 @@ mod deployment;
 mod endpoint_slice;
 mod event;
 mod events_v1;
+mod job;
 mod lease;
 mod limit_range;
 mod namespace;
@@ -74,6 +75,7 @@ pub const RESOURCES: &[Resource] = &[
     reviews::LOCAL_SUBJECT_ACCESS_REVIEW,
     deployment::RESOURCE,
     replica_set::RESOURCE,
+    job::RESOURCE,
 ];
 
 /// A kind that is only ever a subresource's body (`pods/binding`'s Binding).
@@ -219,6 +221,13 @@ pub(crate) trait Strategy: Send + Sync {
     /// `ValidateUpdate`: the object as validated on create, and what may not change.
     fn validate_update(&self, name: &str, object: &Value, _old: &Value) -> Result<(), StatusError> {
         self.validate(name, object)
+    }
+
+    /// Whether a DELETE that names no propagation orphans the dependents (upstream
+    /// `DefaultGarbageCollectionPolicy`: batch/v1 Jobs do, for API clients that say
+    /// nothing; kubectl always says). Default: background.
+    fn orphans_by_default(&self) -> bool {
+        false
     }
 
     /// The kind's subresources, each with the kind of its bodies and what serves it:

@@ -11,12 +11,12 @@
 use super::schema::{Field, Message, Ty::*};
 
 /// Every message the server decodes, by index.
-pub(super) static MESSAGES: [Message; 249] = [
+pub(super) static MESSAGES: [Message; 260] = [
     // 0
     Message {
         name: "api.core.v1.ConfigMap",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
             Field { number: 2, json: "data", ty: Map(&String), repeated: false },
             Field { number: 3, json: "binaryData", ty: Map(&Bytes), repeated: false },
             Field { number: 4, json: "immutable", ty: Bool, repeated: false },
@@ -26,18 +26,18 @@ pub(super) static MESSAGES: [Message; 249] = [
     Message {
         name: "api.apps.v1.Deployment",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(31), repeated: false },
-            Field { number: 3, json: "status", ty: Message(32), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(32), repeated: false },
+            Field { number: 3, json: "status", ty: Message(33), repeated: false },
         ],
     },
     // 2
     Message {
         name: "api.discovery.v1.EndpointSlice",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "endpoints", ty: Message(33), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(34), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "endpoints", ty: Message(34), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(35), repeated: true },
             Field { number: 4, json: "addressType", ty: String, repeated: false },
         ],
     },
@@ -45,19 +45,19 @@ pub(super) static MESSAGES: [Message; 249] = [
     Message {
         name: "api.core.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "involvedObject", ty: Message(35), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "involvedObject", ty: Message(36), repeated: false },
             Field { number: 3, json: "reason", ty: String, repeated: false },
             Field { number: 4, json: "message", ty: String, repeated: false },
-            Field { number: 5, json: "source", ty: Message(36), repeated: false },
+            Field { number: 5, json: "source", ty: Message(37), repeated: false },
             Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
             Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
             Field { number: 8, json: "count", ty: Int32, repeated: false },
             Field { number: 9, json: "type", ty: String, repeated: false },
             Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 11, json: "series", ty: Message(37), repeated: false },
+            Field { number: 11, json: "series", ty: Message(38), repeated: false },
             Field { number: 12, json: "action", ty: String, repeated: false },
-            Field { number: 13, json: "related", ty: Message(35), repeated: false },
+            Field { number: 13, json: "related", ty: Message(36), repeated: false },
             Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
             Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
         ],
@@ -66,18 +66,18 @@ pub(super) static MESSAGES: [Message; 249] = [
     Message {
         name: "api.events.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
             Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 3, json: "series", ty: Message(38), repeated: false },
+            Field { number: 3, json: "series", ty: Message(39), repeated: false },
             Field { number: 4, json: "reportingController", ty: String, repeated: false },
             Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
             Field { number: 6, json: "action", ty: String, repeated: false },
             Field { number: 7, json: "reason", ty: String, repeated: false },
-            Field { number: 8, json: "regarding", ty: Message(35), repeated: false },
-            Field { number: 9, json: "related", ty: Message(35), repeated: false },
+            Field { number: 8, json: "regarding", ty: Message(36), repeated: false },
+            Field { number: 9, json: "related", ty: Message(36), repeated: false },
             Field { number: 10, json: "note", ty: String, repeated: false },
             Field { number: 11, json: "type", ty: String, repeated: false },
-            Field { number: 12, json: "deprecatedSource", ty: Message(36), repeated: false },
+            Field { number: 12, json: "deprecatedSource", ty: Message(37), repeated: false },
             Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
             Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
             Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
@@ -85,230 +85,239 @@ pub(super) static MESSAGES: [Message; 249] = [
     },
     // 5
     Message {
-        name: "api.coordination.v1.Lease",
+        name: "api.batch.v1.Job",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(39), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
+            Field { number: 3, json: "status", ty: Message(41), repeated: false },
         ],
     },
     // 6
     Message {
-        name: "api.core.v1.LimitRange",
+        name: "api.coordination.v1.Lease",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(40), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(42), repeated: false },
         ],
     },
     // 7
     Message {
-        name: "api.autoscaling.v1.Scale",
+        name: "api.core.v1.LimitRange",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(41), repeated: false },
-            Field { number: 3, json: "status", ty: Message(42), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(43), repeated: false },
         ],
     },
     // 8
     Message {
-        name: "api.core.v1.Namespace",
+        name: "api.autoscaling.v1.Scale",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(43), repeated: false },
-            Field { number: 3, json: "status", ty: Message(44), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(44), repeated: false },
+            Field { number: 3, json: "status", ty: Message(45), repeated: false },
         ],
     },
     // 9
     Message {
-        name: "api.core.v1.Node",
+        name: "api.core.v1.Namespace",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(45), repeated: false },
-            Field { number: 3, json: "status", ty: Message(46), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(46), repeated: false },
+            Field { number: 3, json: "status", ty: Message(47), repeated: false },
         ],
     },
     // 10
     Message {
-        name: "api.core.v1.Pod",
+        name: "api.core.v1.Node",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
-            Field { number: 3, json: "status", ty: Message(48), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(48), repeated: false },
+            Field { number: 3, json: "status", ty: Message(49), repeated: false },
         ],
     },
     // 11
     Message {
-        name: "api.core.v1.Binding",
+        name: "api.core.v1.Pod",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "target", ty: Message(35), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(50), repeated: false },
+            Field { number: 3, json: "status", ty: Message(51), repeated: false },
         ],
     },
     // 12
     Message {
-        name: "api.rbac.v1.Role",
+        name: "api.core.v1.Binding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(49), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "target", ty: Message(36), repeated: false },
         ],
     },
     // 13
     Message {
-        name: "api.rbac.v1.RoleBinding",
+        name: "api.rbac.v1.Role",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(50), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(51), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(52), repeated: true },
         ],
     },
     // 14
     Message {
-        name: "api.rbac.v1.ClusterRole",
+        name: "api.rbac.v1.RoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(49), repeated: true },
-            Field { number: 3, json: "aggregationRule", ty: Message(52), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(53), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(54), repeated: false },
         ],
     },
     // 15
     Message {
-        name: "api.rbac.v1.ClusterRoleBinding",
+        name: "api.rbac.v1.ClusterRole",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(50), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(51), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(52), repeated: true },
+            Field { number: 3, json: "aggregationRule", ty: Message(55), repeated: false },
         ],
     },
     // 16
     Message {
-        name: "api.apps.v1.ReplicaSet",
+        name: "api.rbac.v1.ClusterRoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(53), repeated: false },
-            Field { number: 3, json: "status", ty: Message(54), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(53), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(54), repeated: false },
         ],
     },
     // 17
     Message {
-        name: "api.core.v1.ResourceQuota",
+        name: "api.apps.v1.ReplicaSet",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(55), repeated: false },
-            Field { number: 3, json: "status", ty: Message(56), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(56), repeated: false },
+            Field { number: 3, json: "status", ty: Message(57), repeated: false },
         ],
     },
     // 18
     Message {
-        name: "api.authentication.v1.TokenReview",
+        name: "api.core.v1.ResourceQuota",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(57), repeated: false },
-            Field { number: 3, json: "status", ty: Message(58), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(58), repeated: false },
+            Field { number: 3, json: "status", ty: Message(59), repeated: false },
         ],
     },
     // 19
     Message {
-        name: "api.authentication.v1.SelfSubjectReview",
+        name: "api.authentication.v1.TokenReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "status", ty: Message(59), repeated: false },
-        ],
-    },
-    // 20
-    Message {
-        name: "api.authorization.v1.SelfSubjectAccessReview",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
             Field { number: 2, json: "spec", ty: Message(60), repeated: false },
             Field { number: 3, json: "status", ty: Message(61), repeated: false },
         ],
     },
+    // 20
+    Message {
+        name: "api.authentication.v1.SelfSubjectReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "status", ty: Message(62), repeated: false },
+        ],
+    },
     // 21
     Message {
-        name: "api.authorization.v1.SubjectAccessReview",
+        name: "api.authorization.v1.SelfSubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
-            Field { number: 3, json: "status", ty: Message(61), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(63), repeated: false },
+            Field { number: 3, json: "status", ty: Message(64), repeated: false },
         ],
     },
     // 22
     Message {
-        name: "api.authorization.v1.SelfSubjectRulesReview",
+        name: "api.authorization.v1.SubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(63), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(65), repeated: false },
             Field { number: 3, json: "status", ty: Message(64), repeated: false },
         ],
     },
     // 23
     Message {
-        name: "api.authorization.v1.LocalSubjectAccessReview",
+        name: "api.authorization.v1.SelfSubjectRulesReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
-            Field { number: 3, json: "status", ty: Message(61), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(66), repeated: false },
+            Field { number: 3, json: "status", ty: Message(67), repeated: false },
         ],
     },
     // 24
     Message {
+        name: "api.authorization.v1.LocalSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(65), repeated: false },
+            Field { number: 3, json: "status", ty: Message(64), repeated: false },
+        ],
+    },
+    // 25
+    Message {
         name: "api.core.v1.Secret",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
             Field { number: 2, json: "data", ty: Map(&Bytes), repeated: false },
             Field { number: 3, json: "type", ty: String, repeated: false },
             Field { number: 4, json: "stringData", ty: Map(&String), repeated: false },
             Field { number: 5, json: "immutable", ty: Bool, repeated: false },
         ],
     },
-    // 25
+    // 26
     Message {
         name: "api.core.v1.Service",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(65), repeated: false },
-            Field { number: 3, json: "status", ty: Message(66), repeated: false },
-        ],
-    },
-    // 26
-    Message {
-        name: "api.core.v1.Endpoints",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "subsets", ty: Message(67), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(68), repeated: false },
+            Field { number: 3, json: "status", ty: Message(69), repeated: false },
         ],
     },
     // 27
     Message {
-        name: "api.core.v1.ServiceAccount",
+        name: "api.core.v1.Endpoints",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "secrets", ty: Message(35), repeated: true },
-            Field { number: 3, json: "imagePullSecrets", ty: Message(68), repeated: true },
-            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "subsets", ty: Message(70), repeated: true },
         ],
     },
     // 28
     Message {
-        name: "api.authentication.v1.TokenRequest",
+        name: "api.core.v1.ServiceAccount",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(69), repeated: false },
-            Field { number: 3, json: "status", ty: Message(70), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "secrets", ty: Message(36), repeated: true },
+            Field { number: 3, json: "imagePullSecrets", ty: Message(71), repeated: true },
+            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
         ],
     },
     // 29
     Message {
+        name: "api.authentication.v1.TokenRequest",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(72), repeated: false },
+            Field { number: 3, json: "status", ty: Message(73), repeated: false },
+        ],
+    },
+    // 30
+    Message {
         name: "apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             Field { number: 1, json: "gracePeriodSeconds", ty: Int64, repeated: false },
-            Field { number: 2, json: "preconditions", ty: Message(71), repeated: false },
+            Field { number: 2, json: "preconditions", ty: Message(74), repeated: false },
             Field { number: 3, json: "orphanDependents", ty: Bool, repeated: false },
             Field { number: 4, json: "propagationPolicy", ty: String, repeated: false },
             Field { number: 5, json: "dryRun", ty: String, repeated: true },
             Field { number: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Bool, repeated: false },
         ],
     },
-    // 30
+    // 31
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ObjectMeta",
         fields: &[
@@ -324,26 +333,26 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 10, json: "deletionGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 11, json: "labels", ty: Map(&String), repeated: false },
             Field { number: 12, json: "annotations", ty: Map(&String), repeated: false },
-            Field { number: 13, json: "ownerReferences", ty: Message(72), repeated: true },
+            Field { number: 13, json: "ownerReferences", ty: Message(75), repeated: true },
             Field { number: 14, json: "finalizers", ty: String, repeated: true },
-            Field { number: 17, json: "managedFields", ty: Message(73), repeated: true },
+            Field { number: 17, json: "managedFields", ty: Message(76), repeated: true },
         ],
     },
-    // 31
+    // 32
     Message {
         name: "api.apps.v1.DeploymentSpec",
         fields: &[
             Field { number: 1, json: "replicas", ty: Int32, repeated: false },
-            Field { number: 2, json: "selector", ty: Message(74), repeated: false },
-            Field { number: 3, json: "template", ty: Message(75), repeated: false },
-            Field { number: 4, json: "strategy", ty: Message(76), repeated: false },
+            Field { number: 2, json: "selector", ty: Message(77), repeated: false },
+            Field { number: 3, json: "template", ty: Message(78), repeated: false },
+            Field { number: 4, json: "strategy", ty: Message(79), repeated: false },
             Field { number: 5, json: "minReadySeconds", ty: Int32, repeated: false },
             Field { number: 6, json: "revisionHistoryLimit", ty: Int32, repeated: false },
             Field { number: 7, json: "paused", ty: Bool, repeated: false },
             Field { number: 9, json: "progressDeadlineSeconds", ty: Int32, repeated: false },
         ],
     },
-    // 32
+    // 33
     Message {
         name: "api.apps.v1.DeploymentStatus",
         fields: &[
@@ -352,27 +361,27 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "updatedReplicas", ty: Int32, repeated: false },
             Field { number: 4, json: "availableReplicas", ty: Int32, repeated: false },
             Field { number: 5, json: "unavailableReplicas", ty: Int32, repeated: false },
-            Field { number: 6, json: "conditions", ty: Message(77), repeated: true },
+            Field { number: 6, json: "conditions", ty: Message(80), repeated: true },
             Field { number: 7, json: "readyReplicas", ty: Int32, repeated: false },
             Field { number: 8, json: "collisionCount", ty: Int32, repeated: false },
             Field { number: 9, json: "terminatingReplicas", ty: Int32, repeated: false },
         ],
     },
-    // 33
+    // 34
     Message {
         name: "api.discovery.v1.Endpoint",
         fields: &[
             Field { number: 1, json: "addresses", ty: String, repeated: true },
-            Field { number: 2, json: "conditions", ty: Message(78), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(81), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
-            Field { number: 4, json: "targetRef", ty: Message(35), repeated: false },
+            Field { number: 4, json: "targetRef", ty: Message(36), repeated: false },
             Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
             Field { number: 6, json: "nodeName", ty: String, repeated: false },
             Field { number: 7, json: "zone", ty: String, repeated: false },
-            Field { number: 8, json: "hints", ty: Message(79), repeated: false },
+            Field { number: 8, json: "hints", ty: Message(82), repeated: false },
         ],
     },
-    // 34
+    // 35
     Message {
         name: "api.discovery.v1.EndpointPort",
         fields: &[
@@ -382,7 +391,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 35
+    // 36
     Message {
         name: "api.core.v1.ObjectReference",
         fields: &[
@@ -395,7 +404,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 36
+    // 37
     Message {
         name: "api.core.v1.EventSource",
         fields: &[
@@ -403,7 +412,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 37
+    // 38
     Message {
         name: "api.core.v1.EventSeries",
         fields: &[
@@ -411,7 +420,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 38
+    // 39
     Message {
         name: "api.events.v1.EventSeries",
         fields: &[
@@ -419,7 +428,46 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 39
+    // 40
+    Message {
+        name: "api.batch.v1.JobSpec",
+        fields: &[
+            Field { number: 1, json: "parallelism", ty: Int32, repeated: false },
+            Field { number: 2, json: "completions", ty: Int32, repeated: false },
+            Field { number: 3, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
+            Field { number: 4, json: "selector", ty: Message(77), repeated: false },
+            Field { number: 5, json: "manualSelector", ty: Bool, repeated: false },
+            Field { number: 6, json: "template", ty: Message(78), repeated: false },
+            Field { number: 7, json: "backoffLimit", ty: Int32, repeated: false },
+            Field { number: 8, json: "ttlSecondsAfterFinished", ty: Int32, repeated: false },
+            Field { number: 9, json: "completionMode", ty: String, repeated: false },
+            Field { number: 10, json: "suspend", ty: Bool, repeated: false },
+            Field { number: 11, json: "podFailurePolicy", ty: Message(83), repeated: false },
+            Field { number: 12, json: "backoffLimitPerIndex", ty: Int32, repeated: false },
+            Field { number: 13, json: "maxFailedIndexes", ty: Int32, repeated: false },
+            Field { number: 14, json: "podReplacementPolicy", ty: String, repeated: false },
+            Field { number: 15, json: "managedBy", ty: String, repeated: false },
+            Field { number: 16, json: "successPolicy", ty: Message(84), repeated: false },
+        ],
+    },
+    // 41
+    Message {
+        name: "api.batch.v1.JobStatus",
+        fields: &[
+            Field { number: 1, json: "conditions", ty: Message(85), repeated: true },
+            Field { number: 2, json: "startTime", ty: Time, repeated: false },
+            Field { number: 3, json: "completionTime", ty: Time, repeated: false },
+            Field { number: 4, json: "active", ty: Int32, repeated: false },
+            Field { number: 5, json: "succeeded", ty: Int32, repeated: false },
+            Field { number: 6, json: "failed", ty: Int32, repeated: false },
+            Field { number: 7, json: "completedIndexes", ty: String, repeated: false },
+            Field { number: 8, json: "uncountedTerminatedPods", ty: Message(86), repeated: false },
+            Field { number: 9, json: "ready", ty: Int32, repeated: false },
+            Field { number: 10, json: "failedIndexes", ty: String, repeated: false },
+            Field { number: 11, json: "terminating", ty: Int32, repeated: false },
+        ],
+    },
+    // 42
     Message {
         name: "api.coordination.v1.LeaseSpec",
         fields: &[
@@ -432,17 +480,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "preferredHolder", ty: String, repeated: false },
         ],
     },
-    // 40
+    // 43
     Message {
         name: "api.core.v1.LimitRangeSpec",
-        fields: &[Field { number: 1, json: "limits", ty: Message(80), repeated: true }],
+        fields: &[Field { number: 1, json: "limits", ty: Message(87), repeated: true }],
     },
-    // 41
+    // 44
     Message {
         name: "api.autoscaling.v1.ScaleSpec",
         fields: &[Field { number: 1, json: "replicas", ty: Int32, repeated: false }],
     },
-    // 42
+    // 45
     Message {
         name: "api.autoscaling.v1.ScaleStatus",
         fields: &[
@@ -450,20 +498,20 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "selector", ty: String, repeated: false },
         ],
     },
-    // 43
+    // 46
     Message {
         name: "api.core.v1.NamespaceSpec",
         fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
     },
-    // 44
+    // 47
     Message {
         name: "api.core.v1.NamespaceStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(81), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(88), repeated: true },
         ],
     },
-    // 45
+    // 48
     Message {
         name: "api.core.v1.NodeSpec",
         fields: &[
@@ -471,36 +519,36 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "externalID", ty: String, repeated: false },
             Field { number: 3, json: "providerID", ty: String, repeated: false },
             Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
-            Field { number: 5, json: "taints", ty: Message(82), repeated: true },
-            Field { number: 6, json: "configSource", ty: Message(83), repeated: false },
+            Field { number: 5, json: "taints", ty: Message(89), repeated: true },
+            Field { number: 6, json: "configSource", ty: Message(90), repeated: false },
             Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
         ],
     },
-    // 46
+    // 49
     Message {
         name: "api.core.v1.NodeStatus",
         fields: &[
             Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
             Field { number: 3, json: "phase", ty: String, repeated: false },
-            Field { number: 4, json: "conditions", ty: Message(84), repeated: true },
-            Field { number: 5, json: "addresses", ty: Message(85), repeated: true },
-            Field { number: 6, json: "daemonEndpoints", ty: Message(86), repeated: false },
-            Field { number: 7, json: "nodeInfo", ty: Message(87), repeated: false },
-            Field { number: 8, json: "images", ty: Message(88), repeated: true },
+            Field { number: 4, json: "conditions", ty: Message(91), repeated: true },
+            Field { number: 5, json: "addresses", ty: Message(92), repeated: true },
+            Field { number: 6, json: "daemonEndpoints", ty: Message(93), repeated: false },
+            Field { number: 7, json: "nodeInfo", ty: Message(94), repeated: false },
+            Field { number: 8, json: "images", ty: Message(95), repeated: true },
             Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
-            Field { number: 10, json: "volumesAttached", ty: Message(89), repeated: true },
-            Field { number: 11, json: "config", ty: Message(90), repeated: false },
-            Field { number: 12, json: "runtimeHandlers", ty: Message(91), repeated: true },
-            Field { number: 13, json: "features", ty: Message(92), repeated: false },
+            Field { number: 10, json: "volumesAttached", ty: Message(96), repeated: true },
+            Field { number: 11, json: "config", ty: Message(97), repeated: false },
+            Field { number: 12, json: "runtimeHandlers", ty: Message(98), repeated: true },
+            Field { number: 13, json: "features", ty: Message(99), repeated: false },
         ],
     },
-    // 47
+    // 50
     Message {
         name: "api.core.v1.PodSpec",
         fields: &[
-            Field { number: 1, json: "volumes", ty: Message(93), repeated: true },
-            Field { number: 2, json: "containers", ty: Message(94), repeated: true },
+            Field { number: 1, json: "volumes", ty: Message(100), repeated: true },
+            Field { number: 2, json: "containers", ty: Message(101), repeated: true },
             Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
             Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
@@ -512,61 +560,61 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
             Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
             Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
-            Field { number: 14, json: "securityContext", ty: Message(95), repeated: false },
-            Field { number: 15, json: "imagePullSecrets", ty: Message(68), repeated: true },
+            Field { number: 14, json: "securityContext", ty: Message(102), repeated: false },
+            Field { number: 15, json: "imagePullSecrets", ty: Message(71), repeated: true },
             Field { number: 16, json: "hostname", ty: String, repeated: false },
             Field { number: 17, json: "subdomain", ty: String, repeated: false },
-            Field { number: 18, json: "affinity", ty: Message(96), repeated: false },
+            Field { number: 18, json: "affinity", ty: Message(103), repeated: false },
             Field { number: 19, json: "schedulerName", ty: String, repeated: false },
-            Field { number: 20, json: "initContainers", ty: Message(94), repeated: true },
+            Field { number: 20, json: "initContainers", ty: Message(101), repeated: true },
             Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-            Field { number: 22, json: "tolerations", ty: Message(97), repeated: true },
-            Field { number: 23, json: "hostAliases", ty: Message(98), repeated: true },
+            Field { number: 22, json: "tolerations", ty: Message(104), repeated: true },
+            Field { number: 23, json: "hostAliases", ty: Message(105), repeated: true },
             Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
             Field { number: 25, json: "priority", ty: Int32, repeated: false },
-            Field { number: 26, json: "dnsConfig", ty: Message(99), repeated: false },
+            Field { number: 26, json: "dnsConfig", ty: Message(106), repeated: false },
             Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
-            Field { number: 28, json: "readinessGates", ty: Message(100), repeated: true },
+            Field { number: 28, json: "readinessGates", ty: Message(107), repeated: true },
             Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
             Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
             Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
             Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
-            Field { number: 33, json: "topologySpreadConstraints", ty: Message(101), repeated: true },
-            Field { number: 34, json: "ephemeralContainers", ty: Message(102), repeated: true },
+            Field { number: 33, json: "topologySpreadConstraints", ty: Message(108), repeated: true },
+            Field { number: 34, json: "ephemeralContainers", ty: Message(109), repeated: true },
             Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
-            Field { number: 36, json: "os", ty: Message(103), repeated: false },
+            Field { number: 36, json: "os", ty: Message(110), repeated: false },
             Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
-            Field { number: 38, json: "schedulingGates", ty: Message(104), repeated: true },
-            Field { number: 39, json: "resourceClaims", ty: Message(105), repeated: true },
-            Field { number: 40, json: "resources", ty: Message(106), repeated: false },
+            Field { number: 38, json: "schedulingGates", ty: Message(111), repeated: true },
+            Field { number: 39, json: "resourceClaims", ty: Message(112), repeated: true },
+            Field { number: 40, json: "resources", ty: Message(113), repeated: false },
             Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
         ],
     },
-    // 48
+    // 51
     Message {
         name: "api.core.v1.PodStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(107), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(114), repeated: true },
             Field { number: 3, json: "message", ty: String, repeated: false },
             Field { number: 4, json: "reason", ty: String, repeated: false },
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
             Field { number: 6, json: "podIP", ty: String, repeated: false },
             Field { number: 7, json: "startTime", ty: Time, repeated: false },
-            Field { number: 8, json: "containerStatuses", ty: Message(108), repeated: true },
+            Field { number: 8, json: "containerStatuses", ty: Message(115), repeated: true },
             Field { number: 9, json: "qosClass", ty: String, repeated: false },
-            Field { number: 10, json: "initContainerStatuses", ty: Message(108), repeated: true },
+            Field { number: 10, json: "initContainerStatuses", ty: Message(115), repeated: true },
             Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
-            Field { number: 12, json: "podIPs", ty: Message(109), repeated: true },
-            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(108), repeated: true },
+            Field { number: 12, json: "podIPs", ty: Message(116), repeated: true },
+            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(115), repeated: true },
             Field { number: 14, json: "resize", ty: String, repeated: false },
-            Field { number: 15, json: "resourceClaimStatuses", ty: Message(110), repeated: true },
-            Field { number: 16, json: "hostIPs", ty: Message(111), repeated: true },
+            Field { number: 15, json: "resourceClaimStatuses", ty: Message(117), repeated: true },
+            Field { number: 16, json: "hostIPs", ty: Message(118), repeated: true },
             Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
-            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(112), repeated: false },
+            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(119), repeated: false },
         ],
     },
-    // 49
+    // 52
     Message {
         name: "api.rbac.v1.PolicyRule",
         fields: &[
@@ -577,7 +625,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 50
+    // 53
     Message {
         name: "api.rbac.v1.Subject",
         fields: &[
@@ -587,7 +635,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-    // 51
+    // 54
     Message {
         name: "api.rbac.v1.RoleRef",
         fields: &[
@@ -596,22 +644,22 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 52
+    // 55
     Message {
         name: "api.rbac.v1.AggregationRule",
-        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(74), repeated: true }],
+        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(77), repeated: true }],
     },
-    // 53
+    // 56
     Message {
         name: "api.apps.v1.ReplicaSetSpec",
         fields: &[
             Field { number: 1, json: "replicas", ty: Int32, repeated: false },
-            Field { number: 2, json: "selector", ty: Message(74), repeated: false },
-            Field { number: 3, json: "template", ty: Message(75), repeated: false },
+            Field { number: 2, json: "selector", ty: Message(77), repeated: false },
+            Field { number: 3, json: "template", ty: Message(78), repeated: false },
             Field { number: 4, json: "minReadySeconds", ty: Int32, repeated: false },
         ],
     },
-    // 54
+    // 57
     Message {
         name: "api.apps.v1.ReplicaSetStatus",
         fields: &[
@@ -620,20 +668,20 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "observedGeneration", ty: Int64, repeated: false },
             Field { number: 4, json: "readyReplicas", ty: Int32, repeated: false },
             Field { number: 5, json: "availableReplicas", ty: Int32, repeated: false },
-            Field { number: 6, json: "conditions", ty: Message(113), repeated: true },
+            Field { number: 6, json: "conditions", ty: Message(120), repeated: true },
             Field { number: 7, json: "terminatingReplicas", ty: Int32, repeated: false },
         ],
     },
-    // 55
+    // 58
     Message {
         name: "api.core.v1.ResourceQuotaSpec",
         fields: &[
             Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "scopes", ty: String, repeated: true },
-            Field { number: 3, json: "scopeSelector", ty: Message(114), repeated: false },
+            Field { number: 3, json: "scopeSelector", ty: Message(121), repeated: false },
         ],
     },
-    // 56
+    // 59
     Message {
         name: "api.core.v1.ResourceQuotaStatus",
         fields: &[
@@ -641,7 +689,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 57
+    // 60
     Message {
         name: "api.authentication.v1.TokenReviewSpec",
         fields: &[
@@ -649,30 +697,30 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 58
+    // 61
     Message {
         name: "api.authentication.v1.TokenReviewStatus",
         fields: &[
             Field { number: 1, json: "authenticated", ty: Bool, repeated: false },
-            Field { number: 2, json: "user", ty: Message(115), repeated: false },
+            Field { number: 2, json: "user", ty: Message(122), repeated: false },
             Field { number: 3, json: "error", ty: String, repeated: false },
             Field { number: 4, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 59
+    // 62
     Message {
         name: "api.authentication.v1.SelfSubjectReviewStatus",
-        fields: &[Field { number: 1, json: "userInfo", ty: Message(115), repeated: false }],
+        fields: &[Field { number: 1, json: "userInfo", ty: Message(122), repeated: false }],
     },
-    // 60
+    // 63
     Message {
         name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(116), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(117), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(123), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(124), repeated: false },
         ],
     },
-    // 61
+    // 64
     Message {
         name: "api.authorization.v1.SubjectAccessReviewStatus",
         fields: &[
@@ -682,38 +730,38 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "denied", ty: Bool, repeated: false },
         ],
     },
-    // 62
+    // 65
     Message {
         name: "api.authorization.v1.SubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(116), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(117), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(123), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(124), repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "groups", ty: String, repeated: true },
             Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
             Field { number: 6, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 63
+    // 66
     Message {
         name: "api.authorization.v1.SelfSubjectRulesReviewSpec",
         fields: &[Field { number: 1, json: "namespace", ty: String, repeated: false }],
     },
-    // 64
+    // 67
     Message {
         name: "api.authorization.v1.SubjectRulesReviewStatus",
         fields: &[
-            Field { number: 1, json: "resourceRules", ty: Message(118), repeated: true },
-            Field { number: 2, json: "nonResourceRules", ty: Message(119), repeated: true },
+            Field { number: 1, json: "resourceRules", ty: Message(125), repeated: true },
+            Field { number: 2, json: "nonResourceRules", ty: Message(126), repeated: true },
             Field { number: 3, json: "incomplete", ty: Bool, repeated: false },
             Field { number: 4, json: "evaluationError", ty: String, repeated: false },
         ],
     },
-    // 65
+    // 68
     Message {
         name: "api.core.v1.ServiceSpec",
         fields: &[
-            Field { number: 1, json: "ports", ty: Message(120), repeated: true },
+            Field { number: 1, json: "ports", ty: Message(127), repeated: true },
             Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
             Field { number: 3, json: "clusterIP", ty: String, repeated: false },
             Field { number: 4, json: "type", ty: String, repeated: false },
@@ -725,7 +773,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
             Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
             Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
-            Field { number: 14, json: "sessionAffinityConfig", ty: Message(121), repeated: false },
+            Field { number: 14, json: "sessionAffinityConfig", ty: Message(128), repeated: false },
             Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
             Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
             Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
@@ -735,38 +783,38 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
         ],
     },
-    // 66
+    // 69
     Message {
         name: "api.core.v1.ServiceStatus",
         fields: &[
-            Field { number: 1, json: "loadBalancer", ty: Message(122), repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(123), repeated: true },
+            Field { number: 1, json: "loadBalancer", ty: Message(129), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(130), repeated: true },
         ],
     },
-    // 67
+    // 70
     Message {
         name: "api.core.v1.EndpointSubset",
         fields: &[
-            Field { number: 1, json: "addresses", ty: Message(124), repeated: true },
-            Field { number: 2, json: "notReadyAddresses", ty: Message(124), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(125), repeated: true },
+            Field { number: 1, json: "addresses", ty: Message(131), repeated: true },
+            Field { number: 2, json: "notReadyAddresses", ty: Message(131), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(132), repeated: true },
         ],
     },
-    // 68
+    // 71
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 69
+    // 72
     Message {
         name: "api.authentication.v1.TokenRequestSpec",
         fields: &[
             Field { number: 1, json: "audiences", ty: String, repeated: true },
-            Field { number: 3, json: "boundObjectRef", ty: Message(126), repeated: false },
+            Field { number: 3, json: "boundObjectRef", ty: Message(133), repeated: false },
             Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 70
+    // 73
     Message {
         name: "api.authentication.v1.TokenRequestStatus",
         fields: &[
@@ -774,7 +822,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
         ],
     },
-    // 71
+    // 74
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Preconditions",
         fields: &[
@@ -782,7 +830,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "resourceVersion", ty: String, repeated: false },
         ],
     },
-    // 72
+    // 75
     Message {
         name: "apimachinery.pkg.apis.meta.v1.OwnerReference",
         fields: &[
@@ -794,7 +842,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "blockOwnerDeletion", ty: Bool, repeated: false },
         ],
     },
-    // 73
+    // 76
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         fields: &[
@@ -807,31 +855,31 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 8, json: "subresource", ty: String, repeated: false },
         ],
     },
-    // 74
+    // 77
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
         fields: &[
             Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
-            Field { number: 2, json: "matchExpressions", ty: Message(127), repeated: true },
+            Field { number: 2, json: "matchExpressions", ty: Message(134), repeated: true },
         ],
     },
-    // 75
+    // 78
     Message {
         name: "api.core.v1.PodTemplateSpec",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(50), repeated: false },
         ],
     },
-    // 76
+    // 79
     Message {
         name: "api.apps.v1.DeploymentStrategy",
         fields: &[
             Field { number: 1, json: "type", ty: String, repeated: false },
-            Field { number: 2, json: "rollingUpdate", ty: Message(128), repeated: false },
+            Field { number: 2, json: "rollingUpdate", ty: Message(135), repeated: false },
         ],
     },
-    // 77
+    // 80
     Message {
         name: "api.apps.v1.DeploymentCondition",
         fields: &[
@@ -843,7 +891,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "lastTransitionTime", ty: Time, repeated: false },
         ],
     },
-    // 78
+    // 81
     Message {
         name: "api.discovery.v1.EndpointConditions",
         fields: &[
@@ -852,15 +900,45 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "terminating", ty: Bool, repeated: false },
         ],
     },
-    // 79
+    // 82
     Message {
         name: "api.discovery.v1.EndpointHints",
         fields: &[
-            Field { number: 1, json: "forZones", ty: Message(129), repeated: true },
-            Field { number: 2, json: "forNodes", ty: Message(130), repeated: true },
+            Field { number: 1, json: "forZones", ty: Message(136), repeated: true },
+            Field { number: 2, json: "forNodes", ty: Message(137), repeated: true },
         ],
     },
-    // 80
+    // 83
+    Message {
+        name: "api.batch.v1.PodFailurePolicy",
+        fields: &[Field { number: 1, json: "rules", ty: Message(138), repeated: true }],
+    },
+    // 84
+    Message {
+        name: "api.batch.v1.SuccessPolicy",
+        fields: &[Field { number: 1, json: "rules", ty: Message(139), repeated: true }],
+    },
+    // 85
+    Message {
+        name: "api.batch.v1.JobCondition",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "status", ty: String, repeated: false },
+            Field { number: 3, json: "lastProbeTime", ty: Time, repeated: false },
+            Field { number: 4, json: "lastTransitionTime", ty: Time, repeated: false },
+            Field { number: 5, json: "reason", ty: String, repeated: false },
+            Field { number: 6, json: "message", ty: String, repeated: false },
+        ],
+    },
+    // 86
+    Message {
+        name: "api.batch.v1.UncountedTerminatedPods",
+        fields: &[
+            Field { number: 1, json: "succeeded", ty: String, repeated: true },
+            Field { number: 2, json: "failed", ty: String, repeated: true },
+        ],
+    },
+    // 87
     Message {
         name: "api.core.v1.LimitRangeItem",
         fields: &[
@@ -872,7 +950,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 81
+    // 88
     Message {
         name: "api.core.v1.NamespaceCondition",
         fields: &[
@@ -883,7 +961,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 82
+    // 89
     Message {
         name: "api.core.v1.Taint",
         fields: &[
@@ -893,12 +971,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "timeAdded", ty: Time, repeated: false },
         ],
     },
-    // 83
+    // 90
     Message {
         name: "api.core.v1.NodeConfigSource",
-        fields: &[Field { number: 2, json: "configMap", ty: Message(131), repeated: false }],
+        fields: &[Field { number: 2, json: "configMap", ty: Message(140), repeated: false }],
     },
-    // 84
+    // 91
     Message {
         name: "api.core.v1.NodeCondition",
         fields: &[
@@ -910,7 +988,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 85
+    // 92
     Message {
         name: "api.core.v1.NodeAddress",
         fields: &[
@@ -918,12 +996,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "address", ty: String, repeated: false },
         ],
     },
-    // 86
+    // 93
     Message {
         name: "api.core.v1.NodeDaemonEndpoints",
-        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(132), repeated: false }],
+        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(141), repeated: false }],
     },
-    // 87
+    // 94
     Message {
         name: "api.core.v1.NodeSystemInfo",
         fields: &[
@@ -937,10 +1015,10 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 8, json: "kubeProxyVersion", ty: String, repeated: false },
             Field { number: 9, json: "operatingSystem", ty: String, repeated: false },
             Field { number: 10, json: "architecture", ty: String, repeated: false },
-            Field { number: 11, json: "swap", ty: Message(133), repeated: false },
+            Field { number: 11, json: "swap", ty: Message(142), repeated: false },
         ],
     },
-    // 88
+    // 95
     Message {
         name: "api.core.v1.ContainerImage",
         fields: &[
@@ -948,7 +1026,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "sizeBytes", ty: Int64, repeated: false },
         ],
     },
-    // 89
+    // 96
     Message {
         name: "api.core.v1.AttachedVolume",
         fields: &[
@@ -956,38 +1034,38 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 90
+    // 97
     Message {
         name: "api.core.v1.NodeConfigStatus",
         fields: &[
-            Field { number: 1, json: "assigned", ty: Message(83), repeated: false },
-            Field { number: 2, json: "active", ty: Message(83), repeated: false },
-            Field { number: 3, json: "lastKnownGood", ty: Message(83), repeated: false },
+            Field { number: 1, json: "assigned", ty: Message(90), repeated: false },
+            Field { number: 2, json: "active", ty: Message(90), repeated: false },
+            Field { number: 3, json: "lastKnownGood", ty: Message(90), repeated: false },
             Field { number: 4, json: "error", ty: String, repeated: false },
         ],
     },
-    // 91
+    // 98
     Message {
         name: "api.core.v1.NodeRuntimeHandler",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "features", ty: Message(134), repeated: false },
+            Field { number: 2, json: "features", ty: Message(143), repeated: false },
         ],
     },
-    // 92
+    // 99
     Message {
         name: "api.core.v1.NodeFeatures",
         fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Bool, repeated: false }],
     },
-    // 93
+    // 100
     Message {
         name: "api.core.v1.Volume",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "", ty: Inline(135), repeated: false },
+            Field { number: 2, json: "", ty: Inline(144), repeated: false },
         ],
     },
-    // 94
+    // 101
     Message {
         name: "api.core.v1.Container",
         fields: &[
@@ -996,57 +1074,57 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(136), repeated: true },
-            Field { number: 7, json: "env", ty: Message(137), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(106), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(138), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(139), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(139), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(140), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(145), repeated: true },
+            Field { number: 7, json: "env", ty: Message(146), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(113), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(147), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(148), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(148), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(149), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(141), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(150), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(142), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(151), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(143), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(139), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(144), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(152), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(148), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(153), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(145), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(154), repeated: true },
         ],
     },
-    // 95
+    // 102
     Message {
         name: "api.core.v1.PodSecurityContext",
         fields: &[
-            Field { number: 1, json: "seLinuxOptions", ty: Message(146), repeated: false },
+            Field { number: 1, json: "seLinuxOptions", ty: Message(155), repeated: false },
             Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
             Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
             Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
-            Field { number: 7, json: "sysctls", ty: Message(147), repeated: true },
-            Field { number: 8, json: "windowsOptions", ty: Message(148), repeated: false },
+            Field { number: 7, json: "sysctls", ty: Message(156), repeated: true },
+            Field { number: 8, json: "windowsOptions", ty: Message(157), repeated: false },
             Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
-            Field { number: 10, json: "seccompProfile", ty: Message(149), repeated: false },
-            Field { number: 11, json: "appArmorProfile", ty: Message(150), repeated: false },
+            Field { number: 10, json: "seccompProfile", ty: Message(158), repeated: false },
+            Field { number: 11, json: "appArmorProfile", ty: Message(159), repeated: false },
             Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
             Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
         ],
     },
-    // 96
+    // 103
     Message {
         name: "api.core.v1.Affinity",
         fields: &[
-            Field { number: 1, json: "nodeAffinity", ty: Message(151), repeated: false },
-            Field { number: 2, json: "podAffinity", ty: Message(152), repeated: false },
-            Field { number: 3, json: "podAntiAffinity", ty: Message(153), repeated: false },
+            Field { number: 1, json: "nodeAffinity", ty: Message(160), repeated: false },
+            Field { number: 2, json: "podAffinity", ty: Message(161), repeated: false },
+            Field { number: 3, json: "podAntiAffinity", ty: Message(162), repeated: false },
         ],
     },
-    // 97
+    // 104
     Message {
         name: "api.core.v1.Toleration",
         fields: &[
@@ -1057,7 +1135,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 98
+    // 105
     Message {
         name: "api.core.v1.HostAlias",
         fields: &[
@@ -1065,50 +1143,50 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "hostnames", ty: String, repeated: true },
         ],
     },
-    // 99
+    // 106
     Message {
         name: "api.core.v1.PodDnsConfig",
         fields: &[
             Field { number: 1, json: "nameservers", ty: String, repeated: true },
             Field { number: 2, json: "searches", ty: String, repeated: true },
-            Field { number: 3, json: "options", ty: Message(154), repeated: true },
+            Field { number: 3, json: "options", ty: Message(163), repeated: true },
         ],
     },
-    // 100
+    // 107
     Message {
         name: "api.core.v1.PodReadinessGate",
         fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
     },
-    // 101
+    // 108
     Message {
         name: "api.core.v1.TopologySpreadConstraint",
         fields: &[
             Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
             Field { number: 2, json: "topologyKey", ty: String, repeated: false },
             Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
-            Field { number: 4, json: "labelSelector", ty: Message(74), repeated: false },
+            Field { number: 4, json: "labelSelector", ty: Message(77), repeated: false },
             Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
             Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
             Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
             Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 102
+    // 109
     Message {
         name: "api.core.v1.EphemeralContainer",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(155), repeated: false },
+            Field { number: 1, json: "", ty: Inline(164), repeated: false },
             Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
         ],
     },
-    // 103
+    // 110
     Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
-    // 104
+    // 111
     Message {
         name: "api.core.v1.PodSchedulingGate",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 105
+    // 112
     Message {
         name: "api.core.v1.PodResourceClaim",
         fields: &[
@@ -1117,16 +1195,16 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
         ],
     },
-    // 106
+    // 113
     Message {
         name: "api.core.v1.ResourceRequirements",
         fields: &[
             Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "claims", ty: Message(156), repeated: true },
+            Field { number: 3, json: "claims", ty: Message(165), repeated: true },
         ],
     },
-    // 107
+    // 114
     Message {
         name: "api.core.v1.PodCondition",
         fields: &[
@@ -1139,13 +1217,13 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
-    // 108
+    // 115
     Message {
         name: "api.core.v1.ContainerStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "state", ty: Message(157), repeated: false },
-            Field { number: 3, json: "lastState", ty: Message(157), repeated: false },
+            Field { number: 2, json: "state", ty: Message(166), repeated: false },
+            Field { number: 3, json: "lastState", ty: Message(166), repeated: false },
             Field { number: 4, json: "ready", ty: Bool, repeated: false },
             Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
             Field { number: 6, json: "image", ty: String, repeated: false },
@@ -1153,16 +1231,16 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 8, json: "containerID", ty: String, repeated: false },
             Field { number: 9, json: "started", ty: Bool, repeated: false },
             Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
-            Field { number: 11, json: "resources", ty: Message(106), repeated: false },
-            Field { number: 12, json: "volumeMounts", ty: Message(158), repeated: true },
-            Field { number: 13, json: "user", ty: Message(159), repeated: false },
-            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(160), repeated: true },
+            Field { number: 11, json: "resources", ty: Message(113), repeated: false },
+            Field { number: 12, json: "volumeMounts", ty: Message(167), repeated: true },
+            Field { number: 13, json: "user", ty: Message(168), repeated: false },
+            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(169), repeated: true },
             Field { number: 15, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 109
+    // 116
     Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 110
+    // 117
     Message {
         name: "api.core.v1.PodResourceClaimStatus",
         fields: &[
@@ -1170,17 +1248,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 111
+    // 118
     Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 112
+    // 119
     Message {
         name: "api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            Field { number: 1, json: "requestMappings", ty: Message(161), repeated: true },
+            Field { number: 1, json: "requestMappings", ty: Message(170), repeated: true },
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 113
+    // 120
     Message {
         name: "api.apps.v1.ReplicaSetCondition",
         fields: &[
@@ -1191,12 +1269,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "message", ty: String, repeated: false },
         ],
     },
-    // 114
+    // 121
     Message {
         name: "api.core.v1.ScopeSelector",
-        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(162), repeated: true }],
+        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(171), repeated: true }],
     },
-    // 115
+    // 122
     Message {
         name: "api.authentication.v1.UserInfo",
         fields: &[
@@ -1206,7 +1284,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
         ],
     },
-    // 116
+    // 123
     Message {
         name: "api.authorization.v1.ResourceAttributes",
         fields: &[
@@ -1217,11 +1295,11 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "resource", ty: String, repeated: false },
             Field { number: 6, json: "subresource", ty: String, repeated: false },
             Field { number: 7, json: "name", ty: String, repeated: false },
-            Field { number: 8, json: "fieldSelector", ty: Message(163), repeated: false },
-            Field { number: 9, json: "labelSelector", ty: Message(164), repeated: false },
+            Field { number: 8, json: "fieldSelector", ty: Message(172), repeated: false },
+            Field { number: 9, json: "labelSelector", ty: Message(173), repeated: false },
         ],
     },
-    // 117
+    // 124
     Message {
         name: "api.authorization.v1.NonResourceAttributes",
         fields: &[
@@ -1229,7 +1307,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "verb", ty: String, repeated: false },
         ],
     },
-    // 118
+    // 125
     Message {
         name: "api.authorization.v1.ResourceRule",
         fields: &[
@@ -1239,7 +1317,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "resourceNames", ty: String, repeated: true },
         ],
     },
-    // 119
+    // 126
     Message {
         name: "api.authorization.v1.NonResourceRule",
         fields: &[
@@ -1247,7 +1325,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 120
+    // 127
     Message {
         name: "api.core.v1.ServicePort",
         fields: &[
@@ -1259,17 +1337,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 121
+    // 128
     Message {
         name: "api.core.v1.SessionAffinityConfig",
-        fields: &[Field { number: 1, json: "clientIP", ty: Message(165), repeated: false }],
+        fields: &[Field { number: 1, json: "clientIP", ty: Message(174), repeated: false }],
     },
-    // 122
+    // 129
     Message {
         name: "api.core.v1.LoadBalancerStatus",
-        fields: &[Field { number: 1, json: "ingress", ty: Message(166), repeated: true }],
+        fields: &[Field { number: 1, json: "ingress", ty: Message(175), repeated: true }],
     },
-    // 123
+    // 130
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Condition",
         fields: &[
@@ -1281,17 +1359,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 124
+    // 131
     Message {
         name: "api.core.v1.EndpointAddress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "targetRef", ty: Message(35), repeated: false },
+            Field { number: 2, json: "targetRef", ty: Message(36), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
             Field { number: 4, json: "nodeName", ty: String, repeated: false },
         ],
     },
-    // 125
+    // 132
     Message {
         name: "api.core.v1.EndpointPort",
         fields: &[
@@ -1301,7 +1379,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 126
+    // 133
     Message {
         name: "api.authentication.v1.BoundObjectReference",
         fields: &[
@@ -1311,7 +1389,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 127
+    // 134
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         fields: &[
@@ -1320,7 +1398,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 128
+    // 135
     Message {
         name: "api.apps.v1.RollingUpdateDeployment",
         fields: &[
@@ -1328,17 +1406,34 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "maxSurge", ty: IntOrString, repeated: false },
         ],
     },
-    // 129
+    // 136
     Message {
         name: "api.discovery.v1.ForZone",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 130
+    // 137
     Message {
         name: "api.discovery.v1.ForNode",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 131
+    // 138
+    Message {
+        name: "api.batch.v1.PodFailurePolicyRule",
+        fields: &[
+            Field { number: 1, json: "action", ty: String, repeated: false },
+            Field { number: 2, json: "onExitCodes", ty: Message(176), repeated: false },
+            Field { number: 3, json: "onPodConditions", ty: Message(177), repeated: true },
+        ],
+    },
+    // 139
+    Message {
+        name: "api.batch.v1.SuccessPolicyRule",
+        fields: &[
+            Field { number: 1, json: "succeededIndexes", ty: String, repeated: false },
+            Field { number: 2, json: "succeededCount", ty: Int32, repeated: false },
+        ],
+    },
+    // 140
     Message {
         name: "api.core.v1.ConfigMapNodeConfigSource",
         fields: &[
@@ -1349,17 +1444,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
         ],
     },
-    // 132
+    // 141
     Message {
         name: "api.core.v1.DaemonEndpoint",
         fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
     },
-    // 133
+    // 142
     Message {
         name: "api.core.v1.NodeSwapStatus",
         fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
     },
-    // 134
+    // 143
     Message {
         name: "api.core.v1.NodeRuntimeHandlerFeatures",
         fields: &[
@@ -1367,43 +1462,43 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
         ],
     },
-    // 135
+    // 144
     Message {
         name: "api.core.v1.VolumeSource",
         fields: &[
-            Field { number: 1, json: "hostPath", ty: Message(167), repeated: false },
-            Field { number: 2, json: "emptyDir", ty: Message(168), repeated: false },
-            Field { number: 3, json: "gcePersistentDisk", ty: Message(169), repeated: false },
-            Field { number: 4, json: "awsElasticBlockStore", ty: Message(170), repeated: false },
-            Field { number: 5, json: "gitRepo", ty: Message(171), repeated: false },
-            Field { number: 6, json: "secret", ty: Message(172), repeated: false },
-            Field { number: 7, json: "nfs", ty: Message(173), repeated: false },
-            Field { number: 8, json: "iscsi", ty: Message(174), repeated: false },
-            Field { number: 9, json: "glusterfs", ty: Message(175), repeated: false },
-            Field { number: 10, json: "persistentVolumeClaim", ty: Message(176), repeated: false },
-            Field { number: 11, json: "rbd", ty: Message(177), repeated: false },
-            Field { number: 12, json: "flexVolume", ty: Message(178), repeated: false },
-            Field { number: 13, json: "cinder", ty: Message(179), repeated: false },
-            Field { number: 14, json: "cephfs", ty: Message(180), repeated: false },
-            Field { number: 15, json: "flocker", ty: Message(181), repeated: false },
-            Field { number: 16, json: "downwardAPI", ty: Message(182), repeated: false },
-            Field { number: 17, json: "fc", ty: Message(183), repeated: false },
-            Field { number: 18, json: "azureFile", ty: Message(184), repeated: false },
-            Field { number: 19, json: "configMap", ty: Message(185), repeated: false },
-            Field { number: 20, json: "vsphereVolume", ty: Message(186), repeated: false },
-            Field { number: 21, json: "quobyte", ty: Message(187), repeated: false },
-            Field { number: 22, json: "azureDisk", ty: Message(188), repeated: false },
-            Field { number: 23, json: "photonPersistentDisk", ty: Message(189), repeated: false },
-            Field { number: 24, json: "portworxVolume", ty: Message(190), repeated: false },
-            Field { number: 25, json: "scaleIO", ty: Message(191), repeated: false },
-            Field { number: 26, json: "projected", ty: Message(192), repeated: false },
-            Field { number: 27, json: "storageos", ty: Message(193), repeated: false },
-            Field { number: 28, json: "csi", ty: Message(194), repeated: false },
-            Field { number: 29, json: "ephemeral", ty: Message(195), repeated: false },
-            Field { number: 30, json: "image", ty: Message(196), repeated: false },
+            Field { number: 1, json: "hostPath", ty: Message(178), repeated: false },
+            Field { number: 2, json: "emptyDir", ty: Message(179), repeated: false },
+            Field { number: 3, json: "gcePersistentDisk", ty: Message(180), repeated: false },
+            Field { number: 4, json: "awsElasticBlockStore", ty: Message(181), repeated: false },
+            Field { number: 5, json: "gitRepo", ty: Message(182), repeated: false },
+            Field { number: 6, json: "secret", ty: Message(183), repeated: false },
+            Field { number: 7, json: "nfs", ty: Message(184), repeated: false },
+            Field { number: 8, json: "iscsi", ty: Message(185), repeated: false },
+            Field { number: 9, json: "glusterfs", ty: Message(186), repeated: false },
+            Field { number: 10, json: "persistentVolumeClaim", ty: Message(187), repeated: false },
+            Field { number: 11, json: "rbd", ty: Message(188), repeated: false },
+            Field { number: 12, json: "flexVolume", ty: Message(189), repeated: false },
+            Field { number: 13, json: "cinder", ty: Message(190), repeated: false },
+            Field { number: 14, json: "cephfs", ty: Message(191), repeated: false },
+            Field { number: 15, json: "flocker", ty: Message(192), repeated: false },
+            Field { number: 16, json: "downwardAPI", ty: Message(193), repeated: false },
+            Field { number: 17, json: "fc", ty: Message(194), repeated: false },
+            Field { number: 18, json: "azureFile", ty: Message(195), repeated: false },
+            Field { number: 19, json: "configMap", ty: Message(196), repeated: false },
+            Field { number: 20, json: "vsphereVolume", ty: Message(197), repeated: false },
+            Field { number: 21, json: "quobyte", ty: Message(198), repeated: false },
+            Field { number: 22, json: "azureDisk", ty: Message(199), repeated: false },
+            Field { number: 23, json: "photonPersistentDisk", ty: Message(200), repeated: false },
+            Field { number: 24, json: "portworxVolume", ty: Message(201), repeated: false },
+            Field { number: 25, json: "scaleIO", ty: Message(202), repeated: false },
+            Field { number: 26, json: "projected", ty: Message(203), repeated: false },
+            Field { number: 27, json: "storageos", ty: Message(204), repeated: false },
+            Field { number: 28, json: "csi", ty: Message(205), repeated: false },
+            Field { number: 29, json: "ephemeral", ty: Message(206), repeated: false },
+            Field { number: 30, json: "image", ty: Message(207), repeated: false },
         ],
     },
-    // 136
+    // 145
     Message {
         name: "api.core.v1.ContainerPort",
         fields: &[
@@ -1414,16 +1509,16 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
         ],
     },
-    // 137
+    // 146
     Message {
         name: "api.core.v1.EnvVar",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "value", ty: String, repeated: false },
-            Field { number: 3, json: "valueFrom", ty: Message(197), repeated: false },
+            Field { number: 3, json: "valueFrom", ty: Message(208), repeated: false },
         ],
     },
-    // 138
+    // 147
     Message {
         name: "api.core.v1.VolumeMount",
         fields: &[
@@ -1436,11 +1531,11 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 139
+    // 148
     Message {
         name: "api.core.v1.Probe",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(198), repeated: false },
+            Field { number: 1, json: "", ty: Inline(209), repeated: false },
             Field { number: 2, json: "initialDelaySeconds", ty: Int32, repeated: false },
             Field { number: 3, json: "timeoutSeconds", ty: Int32, repeated: false },
             Field { number: 4, json: "periodSeconds", ty: Int32, repeated: false },
@@ -1449,43 +1544,43 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 140
+    // 149
     Message {
         name: "api.core.v1.Lifecycle",
         fields: &[
-            Field { number: 1, json: "postStart", ty: Message(199), repeated: false },
-            Field { number: 2, json: "preStop", ty: Message(199), repeated: false },
+            Field { number: 1, json: "postStart", ty: Message(210), repeated: false },
+            Field { number: 2, json: "preStop", ty: Message(210), repeated: false },
             Field { number: 3, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 141
+    // 150
     Message {
         name: "api.core.v1.SecurityContext",
         fields: &[
-            Field { number: 1, json: "capabilities", ty: Message(200), repeated: false },
+            Field { number: 1, json: "capabilities", ty: Message(211), repeated: false },
             Field { number: 2, json: "privileged", ty: Bool, repeated: false },
-            Field { number: 3, json: "seLinuxOptions", ty: Message(146), repeated: false },
+            Field { number: 3, json: "seLinuxOptions", ty: Message(155), repeated: false },
             Field { number: 4, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 5, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 6, json: "readOnlyRootFilesystem", ty: Bool, repeated: false },
             Field { number: 7, json: "allowPrivilegeEscalation", ty: Bool, repeated: false },
             Field { number: 8, json: "runAsGroup", ty: Int64, repeated: false },
             Field { number: 9, json: "procMount", ty: String, repeated: false },
-            Field { number: 10, json: "windowsOptions", ty: Message(148), repeated: false },
-            Field { number: 11, json: "seccompProfile", ty: Message(149), repeated: false },
-            Field { number: 12, json: "appArmorProfile", ty: Message(150), repeated: false },
+            Field { number: 10, json: "windowsOptions", ty: Message(157), repeated: false },
+            Field { number: 11, json: "seccompProfile", ty: Message(158), repeated: false },
+            Field { number: 12, json: "appArmorProfile", ty: Message(159), repeated: false },
         ],
     },
-    // 142
+    // 151
     Message {
         name: "api.core.v1.EnvFromSource",
         fields: &[
             Field { number: 1, json: "prefix", ty: String, repeated: false },
-            Field { number: 2, json: "configMapRef", ty: Message(201), repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(202), repeated: false },
+            Field { number: 2, json: "configMapRef", ty: Message(212), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(213), repeated: false },
         ],
     },
-    // 143
+    // 152
     Message {
         name: "api.core.v1.VolumeDevice",
         fields: &[
@@ -1493,7 +1588,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 144
+    // 153
     Message {
         name: "api.core.v1.ContainerResizePolicy",
         fields: &[
@@ -1501,15 +1596,15 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "restartPolicy", ty: String, repeated: false },
         ],
     },
-    // 145
+    // 154
     Message {
         name: "api.core.v1.ContainerRestartRule",
         fields: &[
             Field { number: 1, json: "action", ty: String, repeated: false },
-            Field { number: 2, json: "exitCodes", ty: Message(203), repeated: false },
+            Field { number: 2, json: "exitCodes", ty: Message(214), repeated: false },
         ],
     },
-    // 146
+    // 155
     Message {
         name: "api.core.v1.SeLinuxOptions",
         fields: &[
@@ -1519,7 +1614,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "level", ty: String, repeated: false },
         ],
     },
-    // 147
+    // 156
     Message {
         name: "api.core.v1.Sysctl",
         fields: &[
@@ -1527,7 +1622,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 148
+    // 157
     Message {
         name: "api.core.v1.WindowsSecurityContextOptions",
         fields: &[
@@ -1537,7 +1632,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "hostProcess", ty: Bool, repeated: false },
         ],
     },
-    // 149
+    // 158
     Message {
         name: "api.core.v1.SeccompProfile",
         fields: &[
@@ -1545,7 +1640,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 150
+    // 159
     Message {
         name: "api.core.v1.AppArmorProfile",
         fields: &[
@@ -1553,61 +1648,61 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 151
+    // 160
     Message {
         name: "api.core.v1.NodeAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(204),
+                ty: Message(215),
                 repeated: false,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(205),
+                ty: Message(216),
                 repeated: true,
             },
         ],
     },
-    // 152
+    // 161
     Message {
         name: "api.core.v1.PodAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(206),
+                ty: Message(217),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(207),
+                ty: Message(218),
                 repeated: true,
             },
         ],
     },
-    // 153
+    // 162
     Message {
         name: "api.core.v1.PodAntiAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(206),
+                ty: Message(217),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(207),
+                ty: Message(218),
                 repeated: true,
             },
         ],
     },
-    // 154
+    // 163
     Message {
         name: "api.core.v1.PodDnsConfigOption",
         fields: &[
@@ -1615,7 +1710,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 155
+    // 164
     Message {
         name: "api.core.v1.EphemeralContainerCommon",
         fields: &[
@@ -1624,29 +1719,29 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(136), repeated: true },
-            Field { number: 7, json: "env", ty: Message(137), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(106), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(138), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(139), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(139), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(140), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(145), repeated: true },
+            Field { number: 7, json: "env", ty: Message(146), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(113), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(147), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(148), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(148), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(149), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(141), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(150), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(142), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(151), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(143), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(139), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(144), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(152), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(148), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(153), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(145), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(154), repeated: true },
         ],
     },
-    // 156
+    // 165
     Message {
         name: "api.core.v1.ResourceClaim",
         fields: &[
@@ -1654,16 +1749,16 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "request", ty: String, repeated: false },
         ],
     },
-    // 157
+    // 166
     Message {
         name: "api.core.v1.ContainerState",
         fields: &[
-            Field { number: 1, json: "waiting", ty: Message(208), repeated: false },
-            Field { number: 2, json: "running", ty: Message(209), repeated: false },
-            Field { number: 3, json: "terminated", ty: Message(210), repeated: false },
+            Field { number: 1, json: "waiting", ty: Message(219), repeated: false },
+            Field { number: 2, json: "running", ty: Message(220), repeated: false },
+            Field { number: 3, json: "terminated", ty: Message(221), repeated: false },
         ],
     },
-    // 158
+    // 167
     Message {
         name: "api.core.v1.VolumeMountStatus",
         fields: &[
@@ -1673,20 +1768,20 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 159
+    // 168
     Message {
         name: "api.core.v1.ContainerUser",
-        fields: &[Field { number: 1, json: "linux", ty: Message(211), repeated: false }],
+        fields: &[Field { number: 1, json: "linux", ty: Message(222), repeated: false }],
     },
-    // 160
+    // 169
     Message {
         name: "api.core.v1.ResourceStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "resources", ty: Message(212), repeated: true },
+            Field { number: 2, json: "resources", ty: Message(223), repeated: true },
         ],
     },
-    // 161
+    // 170
     Message {
         name: "api.core.v1.ContainerExtendedResourceRequest",
         fields: &[
@@ -1695,7 +1790,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "requestName", ty: String, repeated: false },
         ],
     },
-    // 162
+    // 171
     Message {
         name: "api.core.v1.ScopedResourceSelectorRequirement",
         fields: &[
@@ -1704,38 +1799,55 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 163
+    // 172
     Message {
         name: "api.authorization.v1.FieldSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(213), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(224), repeated: true },
         ],
     },
-    // 164
+    // 173
     Message {
         name: "api.authorization.v1.LabelSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(127), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(134), repeated: true },
         ],
     },
-    // 165
+    // 174
     Message {
         name: "api.core.v1.ClientIpConfig",
         fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
     },
-    // 166
+    // 175
     Message {
         name: "api.core.v1.LoadBalancerIngress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
             Field { number: 2, json: "hostname", ty: String, repeated: false },
             Field { number: 3, json: "ipMode", ty: String, repeated: false },
-            Field { number: 4, json: "ports", ty: Message(214), repeated: true },
+            Field { number: 4, json: "ports", ty: Message(225), repeated: true },
         ],
     },
-    // 167
+    // 176
+    Message {
+        name: "api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
+        fields: &[
+            Field { number: 1, json: "containerName", ty: String, repeated: false },
+            Field { number: 2, json: "operator", ty: String, repeated: false },
+            Field { number: 3, json: "values", ty: Int32, repeated: true },
+        ],
+    },
+    // 177
+    Message {
+        name: "api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "status", ty: String, repeated: false },
+        ],
+    },
+    // 178
     Message {
         name: "api.core.v1.HostPathVolumeSource",
         fields: &[
@@ -1743,7 +1855,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "type", ty: String, repeated: false },
         ],
     },
-    // 168
+    // 179
     Message {
         name: "api.core.v1.EmptyDirVolumeSource",
         fields: &[
@@ -1751,7 +1863,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "sizeLimit", ty: Quantity, repeated: false },
         ],
     },
-    // 169
+    // 180
     Message {
         name: "api.core.v1.GcePersistentDiskVolumeSource",
         fields: &[
@@ -1761,7 +1873,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 170
+    // 181
     Message {
         name: "api.core.v1.AwsElasticBlockStoreVolumeSource",
         fields: &[
@@ -1771,7 +1883,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 171
+    // 182
     Message {
         name: "api.core.v1.GitRepoVolumeSource",
         fields: &[
@@ -1780,17 +1892,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "directory", ty: String, repeated: false },
         ],
     },
-    // 172
+    // 183
     Message {
         name: "api.core.v1.SecretVolumeSource",
         fields: &[
             Field { number: 1, json: "secretName", ty: String, repeated: false },
-            Field { number: 2, json: "items", ty: Message(215), repeated: true },
+            Field { number: 2, json: "items", ty: Message(226), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 173
+    // 184
     Message {
         name: "api.core.v1.NfsVolumeSource",
         fields: &[
@@ -1799,7 +1911,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 174
+    // 185
     Message {
         name: "api.core.v1.IscsiVolumeSource",
         fields: &[
@@ -1811,12 +1923,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 7, json: "portals", ty: String, repeated: true },
             Field { number: 8, json: "chapAuthDiscovery", ty: Bool, repeated: false },
-            Field { number: 10, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 10, json: "secretRef", ty: Message(71), repeated: false },
             Field { number: 11, json: "chapAuthSession", ty: Bool, repeated: false },
             Field { number: 12, json: "initiatorName", ty: String, repeated: false },
         ],
     },
-    // 175
+    // 186
     Message {
         name: "api.core.v1.GlusterfsVolumeSource",
         fields: &[
@@ -1825,7 +1937,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 176
+    // 187
     Message {
         name: "api.core.v1.PersistentVolumeClaimVolumeSource",
         fields: &[
@@ -1833,7 +1945,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 177
+    // 188
     Message {
         name: "api.core.v1.RbdVolumeSource",
         fields: &[
@@ -1843,32 +1955,32 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "pool", ty: String, repeated: false },
             Field { number: 5, json: "user", ty: String, repeated: false },
             Field { number: 6, json: "keyring", ty: String, repeated: false },
-            Field { number: 7, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 7, json: "secretRef", ty: Message(71), repeated: false },
             Field { number: 8, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 178
+    // 189
     Message {
         name: "api.core.v1.FlexVolumeSource",
         fields: &[
             Field { number: 1, json: "driver", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(71), repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 5, json: "options", ty: Map(&String), repeated: false },
         ],
     },
-    // 179
+    // 190
     Message {
         name: "api.core.v1.CinderVolumeSource",
         fields: &[
             Field { number: 1, json: "volumeID", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 4, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 4, json: "secretRef", ty: Message(71), repeated: false },
         ],
     },
-    // 180
+    // 191
     Message {
         name: "api.core.v1.CephFsVolumeSource",
         fields: &[
@@ -1876,11 +1988,11 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "path", ty: String, repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "secretFile", ty: String, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(71), repeated: false },
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 181
+    // 192
     Message {
         name: "api.core.v1.FlockerVolumeSource",
         fields: &[
@@ -1888,15 +2000,15 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "datasetUUID", ty: String, repeated: false },
         ],
     },
-    // 182
+    // 193
     Message {
         name: "api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            Field { number: 1, json: "items", ty: Message(216), repeated: true },
+            Field { number: 1, json: "items", ty: Message(227), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 183
+    // 194
     Message {
         name: "api.core.v1.FcVolumeSource",
         fields: &[
@@ -1907,7 +2019,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 5, json: "wwids", ty: String, repeated: true },
         ],
     },
-    // 184
+    // 195
     Message {
         name: "api.core.v1.AzureFileVolumeSource",
         fields: &[
@@ -1916,17 +2028,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 185
+    // 196
     Message {
         name: "api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(217), repeated: false },
-            Field { number: 2, json: "items", ty: Message(215), repeated: true },
+            Field { number: 1, json: "", ty: Inline(228), repeated: false },
+            Field { number: 2, json: "items", ty: Message(226), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 186
+    // 197
     Message {
         name: "api.core.v1.VsphereVirtualDiskVolumeSource",
         fields: &[
@@ -1936,7 +2048,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "storagePolicyID", ty: String, repeated: false },
         ],
     },
-    // 187
+    // 198
     Message {
         name: "api.core.v1.QuobyteVolumeSource",
         fields: &[
@@ -1948,7 +2060,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "tenant", ty: String, repeated: false },
         ],
     },
-    // 188
+    // 199
     Message {
         name: "api.core.v1.AzureDiskVolumeSource",
         fields: &[
@@ -1960,7 +2072,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "kind", ty: String, repeated: false },
         ],
     },
-    // 189
+    // 200
     Message {
         name: "api.core.v1.PhotonPersistentDiskVolumeSource",
         fields: &[
@@ -1968,7 +2080,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "fsType", ty: String, repeated: false },
         ],
     },
-    // 190
+    // 201
     Message {
         name: "api.core.v1.PortworxVolumeSource",
         fields: &[
@@ -1977,13 +2089,13 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 191
+    // 202
     Message {
         name: "api.core.v1.ScaleIoVolumeSource",
         fields: &[
             Field { number: 1, json: "gateway", ty: String, repeated: false },
             Field { number: 2, json: "system", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(71), repeated: false },
             Field { number: 4, json: "sslEnabled", ty: Bool, repeated: false },
             Field { number: 5, json: "protectionDomain", ty: String, repeated: false },
             Field { number: 6, json: "storagePool", ty: String, repeated: false },
@@ -1993,15 +2105,15 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 10, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 192
+    // 203
     Message {
         name: "api.core.v1.ProjectedVolumeSource",
         fields: &[
-            Field { number: 1, json: "sources", ty: Message(218), repeated: true },
+            Field { number: 1, json: "sources", ty: Message(229), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 193
+    // 204
     Message {
         name: "api.core.v1.StorageOsVolumeSource",
         fields: &[
@@ -2009,10 +2121,10 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "volumeNamespace", ty: String, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(68), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(71), repeated: false },
         ],
     },
-    // 194
+    // 205
     Message {
         name: "api.core.v1.CSIVolumeSource",
         fields: &[
@@ -2020,15 +2132,15 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "volumeAttributes", ty: Map(&String), repeated: false },
-            Field { number: 5, json: "nodePublishSecretRef", ty: Message(68), repeated: false },
+            Field { number: 5, json: "nodePublishSecretRef", ty: Message(71), repeated: false },
         ],
     },
-    // 195
+    // 206
     Message {
         name: "api.core.v1.EphemeralVolumeSource",
-        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(219), repeated: false }],
+        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(230), repeated: false }],
     },
-    // 196
+    // 207
     Message {
         name: "api.core.v1.ImageVolumeSource",
         fields: &[
@@ -2036,38 +2148,38 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "pullPolicy", ty: String, repeated: false },
         ],
     },
-    // 197
+    // 208
     Message {
         name: "api.core.v1.EnvVarSource",
         fields: &[
-            Field { number: 1, json: "fieldRef", ty: Message(220), repeated: false },
-            Field { number: 2, json: "resourceFieldRef", ty: Message(221), repeated: false },
-            Field { number: 3, json: "configMapKeyRef", ty: Message(222), repeated: false },
-            Field { number: 4, json: "secretKeyRef", ty: Message(223), repeated: false },
-            Field { number: 5, json: "fileKeyRef", ty: Message(224), repeated: false },
+            Field { number: 1, json: "fieldRef", ty: Message(231), repeated: false },
+            Field { number: 2, json: "resourceFieldRef", ty: Message(232), repeated: false },
+            Field { number: 3, json: "configMapKeyRef", ty: Message(233), repeated: false },
+            Field { number: 4, json: "secretKeyRef", ty: Message(234), repeated: false },
+            Field { number: 5, json: "fileKeyRef", ty: Message(235), repeated: false },
         ],
     },
-    // 198
+    // 209
     Message {
         name: "api.core.v1.ProbeHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(225), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(226), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(227), repeated: false },
-            Field { number: 4, json: "grpc", ty: Message(228), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(236), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(237), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(238), repeated: false },
+            Field { number: 4, json: "grpc", ty: Message(239), repeated: false },
         ],
     },
-    // 199
+    // 210
     Message {
         name: "api.core.v1.LifecycleHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(225), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(226), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(227), repeated: false },
-            Field { number: 4, json: "sleep", ty: Message(229), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(236), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(237), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(238), repeated: false },
+            Field { number: 4, json: "sleep", ty: Message(240), repeated: false },
         ],
     },
-    // 200
+    // 211
     Message {
         name: "api.core.v1.Capabilities",
         fields: &[
@@ -2075,23 +2187,23 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "drop", ty: String, repeated: true },
         ],
     },
-    // 201
+    // 212
     Message {
         name: "api.core.v1.ConfigMapEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(230), repeated: false },
+            Field { number: 1, json: "", ty: Inline(241), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 202
+    // 213
     Message {
         name: "api.core.v1.SecretEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(231), repeated: false },
+            Field { number: 1, json: "", ty: Inline(242), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 203
+    // 214
     Message {
         name: "api.core.v1.ContainerRestartRuleOnExitCodes",
         fields: &[
@@ -2099,40 +2211,40 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "values", ty: Int32, repeated: true },
         ],
     },
-    // 204
+    // 215
     Message {
         name: "api.core.v1.NodeSelector",
-        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(232), repeated: true }],
+        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(243), repeated: true }],
     },
-    // 205
+    // 216
     Message {
         name: "api.core.v1.PreferredSchedulingTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "preference", ty: Message(232), repeated: false },
+            Field { number: 2, json: "preference", ty: Message(243), repeated: false },
         ],
     },
-    // 206
+    // 217
     Message {
         name: "api.core.v1.PodAffinityTerm",
         fields: &[
-            Field { number: 1, json: "labelSelector", ty: Message(74), repeated: false },
+            Field { number: 1, json: "labelSelector", ty: Message(77), repeated: false },
             Field { number: 2, json: "namespaces", ty: String, repeated: true },
             Field { number: 3, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 4, json: "namespaceSelector", ty: Message(74), repeated: false },
+            Field { number: 4, json: "namespaceSelector", ty: Message(77), repeated: false },
             Field { number: 5, json: "matchLabelKeys", ty: String, repeated: true },
             Field { number: 6, json: "mismatchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 207
+    // 218
     Message {
         name: "api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "podAffinityTerm", ty: Message(206), repeated: false },
+            Field { number: 2, json: "podAffinityTerm", ty: Message(217), repeated: false },
         ],
     },
-    // 208
+    // 219
     Message {
         name: "api.core.v1.ContainerStateWaiting",
         fields: &[
@@ -2140,12 +2252,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "message", ty: String, repeated: false },
         ],
     },
-    // 209
+    // 220
     Message {
         name: "api.core.v1.ContainerStateRunning",
         fields: &[Field { number: 1, json: "startedAt", ty: Time, repeated: false }],
     },
-    // 210
+    // 221
     Message {
         name: "api.core.v1.ContainerStateTerminated",
         fields: &[
@@ -2158,7 +2270,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 7, json: "containerID", ty: String, repeated: false },
         ],
     },
-    // 211
+    // 222
     Message {
         name: "api.core.v1.LinuxContainerUser",
         fields: &[
@@ -2167,7 +2279,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "supplementalGroups", ty: Int64, repeated: true },
         ],
     },
-    // 212
+    // 223
     Message {
         name: "api.core.v1.ResourceHealth",
         fields: &[
@@ -2175,7 +2287,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "health", ty: String, repeated: false },
         ],
     },
-    // 213
+    // 224
     Message {
         name: "apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         fields: &[
@@ -2184,7 +2296,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 214
+    // 225
     Message {
         name: "api.core.v1.PortStatus",
         fields: &[
@@ -2193,7 +2305,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "error", ty: String, repeated: false },
         ],
     },
-    // 215
+    // 226
     Message {
         name: "api.core.v1.KeyToPath",
         fields: &[
@@ -2202,42 +2314,42 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 216
+    // 227
     Message {
         name: "api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             Field { number: 1, json: "path", ty: String, repeated: false },
-            Field { number: 2, json: "fieldRef", ty: Message(220), repeated: false },
-            Field { number: 3, json: "resourceFieldRef", ty: Message(221), repeated: false },
+            Field { number: 2, json: "fieldRef", ty: Message(231), repeated: false },
+            Field { number: 3, json: "resourceFieldRef", ty: Message(232), repeated: false },
             Field { number: 4, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 217
+    // 228
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 218
+    // 229
     Message {
         name: "api.core.v1.VolumeProjection",
         fields: &[
-            Field { number: 1, json: "secret", ty: Message(233), repeated: false },
-            Field { number: 2, json: "downwardAPI", ty: Message(234), repeated: false },
-            Field { number: 3, json: "configMap", ty: Message(235), repeated: false },
-            Field { number: 4, json: "serviceAccountToken", ty: Message(236), repeated: false },
-            Field { number: 5, json: "clusterTrustBundle", ty: Message(237), repeated: false },
-            Field { number: 6, json: "podCertificate", ty: Message(238), repeated: false },
+            Field { number: 1, json: "secret", ty: Message(244), repeated: false },
+            Field { number: 2, json: "downwardAPI", ty: Message(245), repeated: false },
+            Field { number: 3, json: "configMap", ty: Message(246), repeated: false },
+            Field { number: 4, json: "serviceAccountToken", ty: Message(247), repeated: false },
+            Field { number: 5, json: "clusterTrustBundle", ty: Message(248), repeated: false },
+            Field { number: 6, json: "podCertificate", ty: Message(249), repeated: false },
         ],
     },
-    // 219
+    // 230
     Message {
         name: "api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(30), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(239), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(31), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(250), repeated: false },
         ],
     },
-    // 220
+    // 231
     Message {
         name: "api.core.v1.ObjectFieldSelector",
         fields: &[
@@ -2245,7 +2357,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 221
+    // 232
     Message {
         name: "api.core.v1.ResourceFieldSelector",
         fields: &[
@@ -2254,25 +2366,25 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "divisor", ty: Quantity, repeated: false },
         ],
     },
-    // 222
+    // 233
     Message {
         name: "api.core.v1.ConfigMapKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(240), repeated: false },
+            Field { number: 1, json: "", ty: Inline(251), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 223
+    // 234
     Message {
         name: "api.core.v1.SecretKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(241), repeated: false },
+            Field { number: 1, json: "", ty: Inline(252), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 224
+    // 235
     Message {
         name: "api.core.v1.FileKeySelector",
         fields: &[
@@ -2282,12 +2394,12 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 225
+    // 236
     Message {
         name: "api.core.v1.ExecAction",
         fields: &[Field { number: 1, json: "command", ty: String, repeated: true }],
     },
-    // 226
+    // 237
     Message {
         name: "api.core.v1.HttpGetAction",
         fields: &[
@@ -2295,10 +2407,10 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "port", ty: IntOrString, repeated: false },
             Field { number: 3, json: "host", ty: String, repeated: false },
             Field { number: 4, json: "scheme", ty: String, repeated: false },
-            Field { number: 5, json: "httpHeaders", ty: Message(242), repeated: true },
+            Field { number: 5, json: "httpHeaders", ty: Message(253), repeated: true },
         ],
     },
-    // 227
+    // 238
     Message {
         name: "api.core.v1.TcpSocketAction",
         fields: &[
@@ -2306,7 +2418,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 228
+    // 239
     Message {
         name: "api.core.v1.GrpcAction",
         fields: &[
@@ -2314,53 +2426,53 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "service", ty: String, repeated: false },
         ],
     },
-    // 229
+    // 240
     Message {
         name: "api.core.v1.SleepAction",
         fields: &[Field { number: 1, json: "seconds", ty: Int64, repeated: false }],
     },
-    // 230
+    // 241
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 231
+    // 242
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 232
+    // 243
     Message {
         name: "api.core.v1.NodeSelectorTerm",
         fields: &[
-            Field { number: 1, json: "matchExpressions", ty: Message(243), repeated: true },
-            Field { number: 2, json: "matchFields", ty: Message(243), repeated: true },
+            Field { number: 1, json: "matchExpressions", ty: Message(254), repeated: true },
+            Field { number: 2, json: "matchFields", ty: Message(254), repeated: true },
         ],
     },
-    // 233
+    // 244
     Message {
         name: "api.core.v1.SecretProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(244), repeated: false },
-            Field { number: 2, json: "items", ty: Message(215), repeated: true },
+            Field { number: 1, json: "", ty: Inline(255), repeated: false },
+            Field { number: 2, json: "items", ty: Message(226), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 234
+    // 245
     Message {
         name: "api.core.v1.DownwardAPIProjection",
-        fields: &[Field { number: 1, json: "items", ty: Message(216), repeated: true }],
+        fields: &[Field { number: 1, json: "items", ty: Message(227), repeated: true }],
     },
-    // 235
+    // 246
     Message {
         name: "api.core.v1.ConfigMapProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(245), repeated: false },
-            Field { number: 2, json: "items", ty: Message(215), repeated: true },
+            Field { number: 1, json: "", ty: Inline(256), repeated: false },
+            Field { number: 2, json: "items", ty: Message(226), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 236
+    // 247
     Message {
         name: "api.core.v1.ServiceAccountTokenProjection",
         fields: &[
@@ -2369,18 +2481,18 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "path", ty: String, repeated: false },
         ],
     },
-    // 237
+    // 248
     Message {
         name: "api.core.v1.ClusterTrustBundleProjection",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "signerName", ty: String, repeated: false },
-            Field { number: 3, json: "labelSelector", ty: Message(74), repeated: false },
+            Field { number: 3, json: "labelSelector", ty: Message(77), repeated: false },
             Field { number: 4, json: "path", ty: String, repeated: false },
             Field { number: 5, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 238
+    // 249
     Message {
         name: "api.core.v1.PodCertificateProjection",
         fields: &[
@@ -2392,32 +2504,32 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 6, json: "certificateChainPath", ty: String, repeated: false },
         ],
     },
-    // 239
+    // 250
     Message {
         name: "api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             Field { number: 1, json: "accessModes", ty: String, repeated: true },
-            Field { number: 2, json: "resources", ty: Message(246), repeated: false },
+            Field { number: 2, json: "resources", ty: Message(257), repeated: false },
             Field { number: 3, json: "volumeName", ty: String, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(74), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(77), repeated: false },
             Field { number: 5, json: "storageClassName", ty: String, repeated: false },
             Field { number: 6, json: "volumeMode", ty: String, repeated: false },
-            Field { number: 7, json: "dataSource", ty: Message(247), repeated: false },
-            Field { number: 8, json: "dataSourceRef", ty: Message(248), repeated: false },
+            Field { number: 7, json: "dataSource", ty: Message(258), repeated: false },
+            Field { number: 8, json: "dataSourceRef", ty: Message(259), repeated: false },
             Field { number: 9, json: "volumeAttributesClassName", ty: String, repeated: false },
         ],
     },
-    // 240
+    // 251
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 241
+    // 252
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 242
+    // 253
     Message {
         name: "api.core.v1.HttpHeader",
         fields: &[
@@ -2425,7 +2537,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 243
+    // 254
     Message {
         name: "api.core.v1.NodeSelectorRequirement",
         fields: &[
@@ -2434,17 +2546,17 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 244
+    // 255
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 245
+    // 256
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 246
+    // 257
     Message {
         name: "api.core.v1.VolumeResourceRequirements",
         fields: &[
@@ -2452,7 +2564,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 247
+    // 258
     Message {
         name: "api.core.v1.TypedLocalObjectReference",
         fields: &[
@@ -2461,7 +2573,7 @@ pub(super) static MESSAGES: [Message; 249] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 248
+    // 259
     Message {
         name: "api.core.v1.TypedObjectReference",
         fields: &[
