@@ -1,5 +1,5 @@
 //! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
-//! controllers own — pods, ReplicaSets and Deployments, watched as metadata only — as
+//! controllers own — pods, ReplicaSets, Deployments and Jobs, watched as metadata only — as
 //! `generic-garbage-collector`:
 //!
 //! - a dependent whose owners are all gone (404, or another object of the same name: a UID
@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
@@ -90,6 +91,7 @@ struct Caches {
     pods: Store<PartialObjectMeta<Pod>>,
     sets: Store<PartialObjectMeta<ReplicaSet>>,
     deployments: Store<PartialObjectMeta<Deployment>>,
+    jobs: Store<PartialObjectMeta<Job>>,
 }
 
 /// A metadata cache of `K` and the stream that fills it.
@@ -113,12 +115,14 @@ pub async fn run(credentials: Credentials) {
     let (pods, drive_pods) = cache::<Pod>(&root);
     let (sets, drive_sets) = cache::<ReplicaSet>(&root);
     let (deployments, drive_deployments) = cache::<Deployment>(&root);
-    let caches = Caches { pods, sets, deployments };
-    let drive = futures::future::join3(drive_pods, drive_sets, drive_deployments);
+    let (jobs, drive_jobs) = cache::<Job>(&root);
+    let caches = Caches { pods, sets, deployments, jobs };
+    let drive = futures::future::join4(drive_pods, drive_sets, drive_deployments, drive_jobs);
     let sweep = async {
         let ready = caches.pods.wait_until_ready().await.is_ok()
             && caches.sets.wait_until_ready().await.is_ok()
-            && caches.deployments.wait_until_ready().await.is_ok();
+            && caches.deployments.wait_until_ready().await.is_ok()
+            && caches.jobs.wait_until_ready().await.is_ok();
         if !ready {
             return;
         }
@@ -139,7 +143,8 @@ fn items(caches: &Caches) -> Vec<Item> {
     let p = caches.pods.state().into_iter().map(|m| Item { kind: "Pod", meta: m.metadata.clone() });
     let s = caches.sets.state().into_iter().map(|m| Item { kind: "ReplicaSet", meta: m.metadata.clone() });
     let d = caches.deployments.state().into_iter().map(|m| Item { kind: "Deployment", meta: m.metadata.clone() });
-    p.chain(s).chain(d).collect()
+    let j = caches.jobs.state().into_iter().map(|m| Item { kind: "Job", meta: m.metadata.clone() });
+    p.chain(s).chain(d).chain(j).collect()
 }
 
 async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), kube::Error> {
@@ -209,7 +214,8 @@ fn state_of(meta: &ObjectMeta) -> Owner {
 }
 
 /// The kinds the collector knows, by kind and apiVersion.
-const KINDS: [(&str, &str); 3] = [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1")];
+const KINDS: [(&str, &str); 4] =
+    [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1"), ("Job", "batch/v1")];
 
 /// The API of `item`'s kind in its namespace.
 fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
@@ -217,6 +223,7 @@ fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
     let resource = match item.kind {
         "Pod" => kube::discovery::ApiResource::erase::<Pod>(&()),
         "Deployment" => kube::discovery::ApiResource::erase::<Deployment>(&()),
+        "Job" => kube::discovery::ApiResource::erase::<Job>(&()),
         _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
     };
     Api::namespaced_with(client.clone(), &ns, &resource)

@@ -5,7 +5,8 @@
 //! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
-//! - The controllers: the Deployment and ReplicaSet controllers and the garbage collector.
+//! - The controllers: the Deployment, ReplicaSet and Job controllers (the Job controller
+//!   also deletes finished Jobs past their TTL) and the garbage collector.
 
 mod claim;
 mod config;
@@ -13,6 +14,7 @@ mod credentials;
 mod deployment;
 mod events;
 mod garbage_collector;
+mod job;
 pub mod leader;
 mod replica_set;
 
@@ -61,6 +63,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
             match *name {
                 deployment::NAME => deployment::run(credentials).await,
                 replica_set::NAME => replica_set::run(credentials).await,
+                job::NAME => job::run(credentials).await,
                 garbage_collector::NAME => garbage_collector::run(credentials).await,
                 _ => {}
             }

@@ -81,6 +81,20 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "job-controller",
+        json!([
+            rule(&["get", "list", "watch", "update", "patch"], &["batch"], &["jobs"]),
+            rule(&["update"], &["batch"], &["jobs/status"]),
+            rule(&["update"], &["batch"], &["jobs/finalizers"]),
+            rule(&["list", "watch", "create", "delete", "patch"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
+        "ttl-after-finished-controller",
+        json!([rule(&["get", "list", "watch", "delete"], &["batch"], &["jobs"]), events()]),
+    ));
+    policy.extend(controller(
         "generic-garbage-collector",
         json!([rule(&["get", "list", "watch", "patch", "update", "delete"], &["*"], &["*"]), events()]),
     ));

@@ -149,7 +149,8 @@ fn cells(job: &Job, deleting: bool, now: i64) -> Vec<Value> {
 impl Strategy for JobStrategy {
     fn default(&self, _name: &str, object: &mut Value) -> Result<(), StatusError> {
         if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
-            if spec.get("completions").is_none_or(Value::is_null) && spec.get("parallelism").is_none_or(Value::is_null) {
+            if spec.get("completions").is_none_or(Value::is_null) && spec.get("parallelism").is_none_or(Value::is_null)
+            {
                 spec.insert("completions".into(), json!(1));
             }
             spec.entry("parallelism").or_insert(json!(1));
@@ -200,7 +201,12 @@ impl Strategy for JobStrategy {
         };
         let show = |v: &dyn erased::Show| v.show();
         immutable("selector", spec.selector != old_spec.selector, show(&spec.selector), &mut errors);
-        immutable("completionMode", spec.completion_mode != old_spec.completion_mode, show(&spec.completion_mode), &mut errors);
+        immutable(
+            "completionMode",
+            spec.completion_mode != old_spec.completion_mode,
+            show(&spec.completion_mode),
+            &mut errors,
+        );
         immutable("completions", spec.completions != old_spec.completions, show(&spec.completions), &mut errors);
         immutable("managedBy", spec.managed_by != old_spec.managed_by, show(&spec.managed_by), &mut errors);
         // The template may change only while the Job is suspended (and never its labels'
