@@ -1194,6 +1194,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
 
     a_replica_set_runs_team_as_pods_each_pulling_as_itself(&data, &image_in(&out));
     a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir.path(), &data, &image_in(&out));
+    jobs_complete_fail_after_their_backoff_and_go_after_their_ttl(dir.path(), &data, &image_in(&out));
 
     // Each part killed with -9 is started again by itself, and the cluster serves again.
     let up_pid = child.id();
@@ -1559,4 +1560,113 @@ fn a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir: &Pa
         let pods = get("/api/v1/namespaces/team-a/pods?labelSelector=app%3Dapp2");
         pods["items"].as_array().is_some_and(Vec::is_empty).then_some(Value::Null)
     });
+}
+
+/// Jobs on the node through kubectl: one of two completions goes `SuccessCriteriaMet` then
+/// `Complete` and, past its TTL, is deleted with its pods; an Indexed one completes every
+/// index; one whose pods fail is retried after the back-off and fails at its backoff limit.
+fn jobs_complete_fail_after_their_backoff_and_go_after_their_ttl(dir: &Path, data: &Path, image: &str) {
+    let kubectl = |args: &[&str]| kubectl_with(&data.join("admin.kubeconfig"), &dir.join("cache"), args);
+    let get = |path: &str| admin(data, reqwest::Method::GET, path, None);
+    let job = |name: &str, script: &str, extra: Value| {
+        let mut spec = serde_json::json!({
+            "template": {"spec": {"restartPolicy": "Never", "serviceAccountName": "app", "terminationGracePeriodSeconds": 1,
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": image, "imagePullPolicy": "IfNotPresent",
+                                "command": ["/bin/sh", "-c", script],
+                                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let file = dir.join(format!("{name}.json"));
+        let body = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": spec});
+        std::fs::write(&file, body.to_string()).unwrap();
+        ok(kubectl(&["apply", "-f", file.to_str().unwrap()]), "kubectl apply job");
+    };
+    job("twice", "exit 0", serde_json::json!({"completions": 2, "ttlSecondsAfterFinished": 20}));
+    job(
+        "indexed",
+        "test -n \"$JOB_COMPLETION_INDEX\"",
+        serde_json::json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed"}),
+    );
+    job("fails", "exit 1", serde_json::json!({"backoffLimit": 1}));
+
+    let conditions = |j: &Value| -> Vec<String> {
+        j["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["status"] == "True")
+            .filter_map(|c| c["type"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let done = |name: &str, condition: &str| {
+        wait_for(&format!("job {name} {condition}"), Duration::from_secs(120), || {
+            let j = get(&format!("/apis/batch/v1/namespaces/team-a/jobs/{name}"));
+            conditions(&j).contains(&condition.to_owned()).then_some(j)
+        })
+    };
+    let twice = done("twice", "Complete");
+    assert_eq!(twice["status"]["succeeded"], 2, "{twice}");
+    assert_eq!(conditions(&twice), ["SuccessCriteriaMet", "Complete"], "{twice}");
+    assert!(twice["status"]["completionTime"].is_string(), "{twice}");
+    let indexed = done("indexed", "Complete");
+    assert_eq!(indexed["status"]["completedIndexes"], "0-2", "{indexed}");
+    let table = ok(kubectl(&["-n", "team-a", "get", "job", "indexed"]), "kubectl get job");
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.split_whitespace().take(3).eq(["indexed", "Complete", "3/3"])),
+        "{table}"
+    );
+    let pods = get("/api/v1/namespaces/team-a/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Dindexed");
+    for pod in pods["items"].as_array().unwrap() {
+        assert!(
+            !pod["metadata"]["finalizers"].to_string().contains("job-tracking"),
+            "counted pods are released: {pod}"
+        );
+        assert_eq!(pod["spec"]["hostname"].as_str().map(|h| h.starts_with("indexed-")), Some(true), "{pod}");
+    }
+
+    let fails = done("fails", "Failed");
+    assert_eq!(fails["status"]["failed"], 2, "{fails}");
+    assert!(conditions(&fails).contains(&"FailureTarget".to_owned()), "{fails}");
+    let events = ok(kubectl(&["-n", "team-a", "get", "events", "-o", "json"]), "events");
+    assert!(
+        events.contains("BackoffLimitExceeded") && events.contains("Job has reached the specified backoff limit"),
+        "{events}"
+    );
+    // The retry came after the back-off: at least 10 s after the first pod.
+    let pods = get("/api/v1/namespaces/team-a/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Dfails");
+    let mut created: Vec<i64> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| time_of(p["metadata"]["creationTimestamp"].as_str().unwrap()))
+        .collect();
+    created.sort_unstable();
+    assert_eq!(created.len(), 2, "{pods}");
+    assert!(created[1] - created[0] >= 10, "the retry waited for the back-off: {created:?}");
+
+    // Past its TTL, the completed Job goes, and its pods with it.
+    wait_for("the finished job deleted after its TTL", Duration::from_secs(60), || {
+        let (code, _) = admin_status(data, "/apis/batch/v1/namespaces/team-a/jobs/twice");
+        let pods = get("/api/v1/namespaces/team-a/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3Dtwice");
+        (code == 404 && pods["items"].as_array().is_some_and(Vec::is_empty)).then_some(Value::Null)
+    });
+    for name in ["indexed", "fails"] {
+        ok(kubectl(&["-n", "team-a", "delete", "job", name]), "delete job");
+    }
+}
+
+/// Unix seconds of an RFC 3339 time.
+fn time_of(text: &str) -> i64 {
+    text.parse::<jiff::Timestamp>().map(|t| t.as_second()).unwrap_or(0)
+}
+
+/// The status code of a GET as admin.
+fn admin_status(data: &Path, path: &str) -> (u16, Value) {
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let resp = client(data).get(format!("{url}{path}")).bearer_auth(admin_token(data)).send().unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().unwrap_or(Value::Null))
 }

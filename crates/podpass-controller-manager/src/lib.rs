@@ -17,9 +17,11 @@ mod garbage_collector;
 mod job;
 pub mod leader;
 mod replica_set;
+mod sync_error;
 
 pub use config::{CONTROLLERS, Config, Prepared};
 pub use credentials::{CONTROLLER_NAMESPACE, CredentialError, Credentials};
+pub use sync_error::SyncError;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 

@@ -27,7 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use crate::claim;
-use crate::credentials::{CredentialError, Credentials};
+use crate::credentials::Credentials;
 use crate::events::{Recorder, Regarding};
 
 /// The controller's name and service account.
@@ -37,23 +37,7 @@ const CONCURRENCY: u16 = 5;
 /// How soon a Recreate rollout looks again while old pods are still running.
 const OLD_PODS_RETRY: Duration = Duration::from_secs(1);
 
-/// A sync could not finish (it is tried again).
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The controller's identity.
-    #[error(transparent)]
-    Credentials(#[from] CredentialError),
-    /// An API call.
-    #[error("{0}")]
-    Api(#[from] kube::Error),
-    /// The ReplicaSet cache stopped.
-    #[error("the replicaset cache stopped")]
-    CacheGone,
-    /// A ReplicaSet of another owner or template holds the new set's name: the collision
-    /// count was raised, the next sync hashes anew.
-    #[error("replicaset {0:?} exists and is not this deployment's: hash collision, the collision count is raised")]
-    Collision(String),
-}
+pub use crate::sync_error::SyncError;
 
 struct Context {
     credentials: Credentials,
@@ -110,15 +94,12 @@ pub async fn run(credentials: Credentials) {
 }
 
 fn error_policy(_d: Arc<Deployment>, error: &SyncError, _ctx: Arc<Context>) -> Action {
-    match error {
-        // The cache lagged the controller's own write: soon, on the fresh object.
-        SyncError::Api(kube::Error::Api(s)) if s.code == 409 => Action::requeue(Duration::from_millis(200)),
-        SyncError::Collision(_) => Action::requeue(Duration::from_millis(200)),
-        other => {
-            tracing::warn!(error = %other, "deployment sync failed; retrying");
-            Action::requeue(Duration::from_secs(5))
-        }
+    // The cache lagged the controller's own write: soon, on the fresh object.
+    if error.is_conflict() {
+        return Action::requeue(Duration::from_millis(200));
     }
+    tracing::warn!(error = %error, "deployment sync failed; retrying");
+    Action::requeue(Duration::from_secs(5))
 }
 
 async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, SyncError> {
@@ -227,7 +208,7 @@ fn owner_reference(d: &Deployment) -> OwnerReference {
 async fn sync(d: Deployment, ctx: Arc<Context>) -> Result<Action, SyncError> {
     let ready = ctx.sets_ready.get_or_init(|| async { ctx.sets.wait_until_ready().await.is_ok() }).await;
     if !*ready {
-        return Err(SyncError::CacheGone);
+        return Err(SyncError::CacheGone("replicasets"));
     }
     let namespace = d.namespace().unwrap_or_default();
     let uid = d.metadata.uid.clone().unwrap_or_default();

@@ -32,7 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use crate::claim;
-use crate::credentials::{CredentialError, Credentials};
+use crate::credentials::Credentials;
 use crate::events::{Recorder, Regarding};
 use plan::{Outcome, TRACKING_FINALIZER};
 
@@ -50,19 +50,7 @@ const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// Who manages a Job by default (`spec.managedBy`).
 const MANAGED_BY: &str = "kubernetes.io/job-controller";
 
-/// A sync could not finish (it is tried again).
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The controller's identity.
-    #[error(transparent)]
-    Credentials(#[from] CredentialError),
-    /// An API call.
-    #[error("{0}")]
-    Api(#[from] kube::Error),
-    /// The pod cache stopped.
-    #[error("the pod cache stopped")]
-    CacheGone,
-}
+pub use crate::sync_error::SyncError;
 
 /// Failures in a row since the last success, for the recreate back-off.
 #[derive(Debug, Clone, Copy)]
@@ -132,13 +120,11 @@ pub async fn run(credentials: Credentials) {
 }
 
 fn error_policy(_job: Arc<Job>, error: &SyncError, _ctx: Arc<Context>) -> Action {
-    match error {
-        SyncError::Api(kube::Error::Api(s)) if s.code == 409 => Action::requeue(Duration::from_millis(200)),
-        other => {
-            tracing::warn!(error = %other, "job sync failed; retrying");
-            Action::requeue(Duration::from_secs(5))
-        }
+    if error.is_conflict() {
+        return Action::requeue(Duration::from_millis(200));
     }
+    tracing::warn!(error = %error, "job sync failed; retrying");
+    Action::requeue(Duration::from_secs(5))
 }
 
 async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action, SyncError> {
@@ -272,7 +258,7 @@ fn now_time() -> Time {
 async fn sync(job: Job, ctx: Arc<Context>) -> Result<Action, SyncError> {
     let ready = ctx.pods_ready.get_or_init(|| async { ctx.pods.wait_until_ready().await.is_ok() }).await;
     if !*ready {
-        return Err(SyncError::CacheGone);
+        return Err(SyncError::CacheGone("pods"));
     }
     // A Job another controller manages (`spec.managedBy`) is not ours.
     if job.spec.as_ref().and_then(|s| s.managed_by.as_deref()).is_some_and(|m| m != MANAGED_BY) {

@@ -26,7 +26,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
-use crate::credentials::{CredentialError, Credentials};
+use crate::credentials::Credentials;
 use crate::events::{Recorder, Regarding};
 
 /// The controller's name and service account.
@@ -38,19 +38,7 @@ const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// How soon a sync waiting on its expectations looks again.
 const EXPECTATIONS_RETRY: Duration = Duration::from_secs(1);
 
-/// A sync could not finish (it is tried again with back-off).
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// The controller's identity.
-    #[error(transparent)]
-    Credentials(#[from] CredentialError),
-    /// An API call.
-    #[error("{0}")]
-    Api(#[from] kube::Error),
-    /// The pod cache stopped.
-    #[error("the pod cache stopped")]
-    CacheGone,
-}
+pub use crate::sync_error::SyncError;
 
 /// What a ReplicaSet's last sync asked for that the cache has not shown yet.
 #[derive(Debug)]
@@ -197,7 +185,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, Syn
 async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncError> {
     let ready = ctx.pods_ready.get_or_init(|| async { ctx.pods.wait_until_ready().await.is_ok() }).await;
     if !*ready {
-        return Err(SyncError::CacheGone);
+        return Err(SyncError::CacheGone("pods"));
     }
     let namespace = rs.namespace().unwrap_or_default();
     let uid = rs.metadata.uid.clone().unwrap_or_default();

@@ -253,10 +253,13 @@ async fn envs(
                         "metadata.uid" => m.uid.clone().unwrap_or_default(),
                         "spec.nodeName" => spec.node_name.clone().unwrap_or_default(),
                         "spec.serviceAccountName" => spec.service_account_name.clone().unwrap_or_default(),
-                        "status.podIP" => pod_ip.to_owned(),
-                        other => {
-                            return Err(ConfigError::FieldRef { env: e.name.clone(), path: other.to_owned() });
-                        }
+                        "status.podIP" | "status.podIPs" => pod_ip.to_owned(),
+                        // `metadata.labels['k']`, `metadata.annotations['k']` (an Indexed
+                        // Job's JOB_COMPLETION_INDEX reads its annotation).
+                        other => match crate::volumes::subscripted(m, other) {
+                            Some(v) => v,
+                            None => return Err(ConfigError::FieldRef { env: e.name.clone(), path: other.to_owned() }),
+                        },
                     }
                 } else if let Some(r) = &from.config_map_key_ref {
                     let found = sources.config_map(&ns, &r.name).await?;

@@ -5,6 +5,7 @@ mod atomic_writer;
 mod medium;
 mod pod;
 mod projected;
+pub(crate) use projected::subscripted;
 mod subpath;
 
 pub use atomic_writer::{AtomicWriter, FileProjection};

@@ -96,31 +96,33 @@ struct MissingKey {
     key: String,
 }
 
+/// `metadata.labels['k']` or `metadata.annotations['k']` of `meta` (`fieldpath`'s
+/// subscripted paths, which volumes and env both take): the value, empty when the key is
+/// absent; `None` when `path` is neither.
+pub(crate) fn subscripted(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    path: &str,
+) -> Option<String> {
+    let subscript =
+        |prefix: &str| path.strip_prefix(prefix).and_then(|r| r.strip_prefix("['")).and_then(|r| r.strip_suffix("']"));
+    if let Some(key) = subscript("metadata.labels") {
+        return Some(meta.labels.as_ref().and_then(|l| l.get(key)).cloned().unwrap_or_default());
+    }
+    let key = subscript("metadata.annotations")?;
+    Some(meta.annotations.as_ref().and_then(|a| a.get(key)).cloned().unwrap_or_default())
+}
+
 /// `fieldpath.ExtractFieldPathAsString` for the metadata fields a volume may project.
 fn field_value(pod: &Pod, path: &str) -> Result<String, UnsupportedFieldPath> {
     let meta = &pod.metadata;
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
-    let subscript = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|r| r.strip_prefix("['"))
-            .and_then(|r| r.strip_suffix("']"))
-            .map(str::to_owned)
-    };
     Ok(match path {
         "metadata.name" => text(&meta.name),
         "metadata.namespace" => text(&meta.namespace),
         "metadata.uid" => text(&meta.uid),
         "metadata.labels" => format_map(meta.labels.as_ref()),
         "metadata.annotations" => format_map(meta.annotations.as_ref()),
-        _ => {
-            if let Some(key) = subscript("metadata.labels") {
-                meta.labels.as_ref().and_then(|l| l.get(&key)).cloned().unwrap_or_default()
-            } else if let Some(key) = subscript("metadata.annotations") {
-                meta.annotations.as_ref().and_then(|a| a.get(&key)).cloned().unwrap_or_default()
-            } else {
-                return Err(UnsupportedFieldPath(path.to_owned()));
-            }
-        }
+        _ => subscripted(meta, path).ok_or_else(|| UnsupportedFieldPath(path.to_owned()))?,
     })
 }
 
@@ -305,6 +307,21 @@ pub async fn project(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn subscripted_field_paths_read_one_label_or_annotation() {
+        let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "labels": {"app": "web"}, "annotations": {"batch.kubernetes.io/job-completion-index": "2"}}))
+        .unwrap_or_default();
+        assert_eq!(subscripted(&meta, "metadata.labels['app']").as_deref(), Some("web"));
+        assert_eq!(
+            subscripted(&meta, "metadata.annotations['batch.kubernetes.io/job-completion-index']").as_deref(),
+            Some("2")
+        );
+        assert_eq!(subscripted(&meta, "metadata.labels['missing']").as_deref(), Some(""));
+        assert_eq!(subscripted(&meta, "metadata.labels"), None);
+        assert_eq!(subscripted(&meta, "spec.nodeName"), None);
+    }
 
     struct Fake;
 
