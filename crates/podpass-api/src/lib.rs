@@ -4,6 +4,7 @@
 //! apimachinery-worded field errors.
 
 pub mod credential_provider;
+pub mod cron;
 pub mod duration;
 pub mod feature_gate;
 pub mod field;

@@ -310,9 +310,10 @@ mod tests {
 
     #[test]
     fn subscripted_field_paths_read_one_label_or_annotation() {
-        let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta = serde_json::from_value(serde_json::json!({
+        let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(serde_json::json!({
             "labels": {"app": "web"}, "annotations": {"batch.kubernetes.io/job-completion-index": "2"}}))
-        .unwrap_or_default();
+            .unwrap_or_default();
         assert_eq!(subscripted(&meta, "metadata.labels['app']").as_deref(), Some("web"));
         assert_eq!(
             subscripted(&meta, "metadata.annotations['batch.kubernetes.io/job-completion-index']").as_deref(),

@@ -10,6 +10,7 @@
 //! fields dropped, wrong types refused), so its shape is the type's.
 
 mod config_map;
+mod cron_job;
 mod deployment;
 mod endpoint_slice;
 mod event;
@@ -76,6 +77,7 @@ pub const RESOURCES: &[Resource] = &[
     deployment::RESOURCE,
     replica_set::RESOURCE,
     job::RESOURCE,
+    cron_job::RESOURCE,
 ];
 
 /// A kind that is only ever a subresource's body (`pods/binding`'s Binding).

@@ -65,20 +65,34 @@ pub(crate) fn errors(
             "spec.template.metadata.labels: Invalid value: map[string]string{{{shown}}}: `selector` does not match template `labels`"
         ));
     }
-    // The template's pod as the pod strategy validates one: its errors are the template's.
+    errors.extend(template_errors(object.pointer("/spec/template"), template, "spec.template", restart_policies));
+    errors
+}
+
+/// A pod template's errors, its fields under `prefix` (`spec.template`,
+/// `spec.jobTemplate.spec.template`): its pod spec valid as a pod's, its `restartPolicy` one
+/// of `restart_policies`.
+pub(crate) fn template_errors(
+    json: Option<&Value>,
+    template: Option<&PodTemplateSpec>,
+    prefix: &str,
+    restart_policies: &[&str],
+) -> Vec<String> {
+    let mut errors = Vec::new();
     let Some(spec) = template.and_then(|t| t.spec.as_ref()) else {
-        errors.push("spec.template.spec.containers: Required value".to_owned());
+        errors.push(format!("{prefix}.spec.containers: Required value"));
         return errors;
     };
-    let pod = json!({"spec": object.pointer("/spec/template/spec").cloned().unwrap_or(json!({}))});
-    errors.extend(super::pod_spec::errors(&pod).into_iter().map(|e| format!("spec.template.{e}")));
+    // The template's pod as the pod strategy validates one: its errors are the template's.
+    let pod = json!({"spec": json.and_then(|t| t.get("spec")).cloned().unwrap_or(json!({}))});
+    errors.extend(super::pod_spec::errors(&pod).into_iter().map(|e| format!("{prefix}.{e}")));
     if let Some(policy) = spec.restart_policy.as_deref()
         && !restart_policies.contains(&policy)
     {
         let quote = podpass_api::validation::quote;
         let supported: Vec<String> = restart_policies.iter().map(|p| quote(p)).collect();
         errors.push(format!(
-            "spec.template.spec.restartPolicy: Unsupported value: {}: supported values: {}",
+            "{prefix}.spec.restartPolicy: Unsupported value: {}: supported values: {}",
             quote(policy),
             supported.join(", ")
         ));
