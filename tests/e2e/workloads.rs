@@ -208,6 +208,7 @@ fn replica_sets_run_from_the_controller_manager_as_its_own_service_account() {
     // Garbage collection by ownerReferences, as `kubectl delete --cascade=…` asks it.
     cascades(&s, d);
     a_deployment_refused_pods_by_quota_says_so(&s, d, &audit);
+    a_cron_job_fires_on_schedule_and_forbid_waits_for_its_job(&s, d, &audit);
     drop(standby);
 }
 
@@ -311,5 +312,83 @@ fn cascades(s: &Server, d: &Path) {
     wait_for("the background set's pods collected", Duration::from_secs(60), || {
         let left = back.iter().filter(|n| admin_get(s, &format!("/api/v1/namespaces/team/pods/{n}")).0 == 200).count();
         (left == 0).then_some(Value::Null)
+    });
+}
+
+/// A CronJob on `@every 5s` with `concurrencyPolicy: Forbid`: it fires a Job named for its
+/// scheduled minute, created by the CronJob controller's own account and annotated with the
+/// scheduled time, whose pod the Job controller creates; with that Job still active (no node
+/// runs it) the next time waits (`JobAlreadyActive`); `kubectl create job --from=cronjob/…`
+/// makes a manual one; deleting the CronJob takes its Jobs and their pods.
+fn a_cron_job_fires_on_schedule_and_forbid_waits_for_its_job(s: &Server, d: &Path, audit: &Path) {
+    ok(admin_kubectl(d, &["create", "namespace", "timed"]), "create namespace");
+    let cj = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick", "namespace": "timed"},
+        "spec": {"schedule": "@every 5s", "concurrencyPolicy": "Forbid",
+                 "jobTemplate": {"metadata": {"labels": {"run": "tick"}},
+                                 "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                     "containers": [{"name": "c", "image": "busybox"}]}}}}}});
+    apply(d, &cj);
+    let job = wait_for("the CronJob's first Job", Duration::from_secs(60), || {
+        let (_, jobs) = admin_get(s, "/apis/batch/v1/namespaces/timed/jobs");
+        jobs["items"].as_array()?.first().cloned()
+    });
+    let name = job["metadata"]["name"].as_str().unwrap().to_owned();
+    let scheduled = job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"].as_str().unwrap();
+    let minutes = scheduled.parse::<jiff::Timestamp>().unwrap().as_second() / 60;
+    assert_eq!(name, format!("tick-{minutes}"), "{job}");
+    assert_eq!(job["metadata"]["labels"]["run"], "tick", "{job}");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "CronJob", "{job}");
+    // The Job controller made its pod, tracked by the finalizer, labelled with its Job.
+    let pod = wait_for("the Job's pod", Duration::from_secs(60), || {
+        let (_, pods) = admin_get(
+            s,
+            &format!("/api/v1/namespaces/timed/pods?labelSelector=batch.kubernetes.io%2Fjob-name%3D{name}"),
+        );
+        pods["items"].as_array()?.first().cloned()
+    });
+    assert!(pod["metadata"]["finalizers"].to_string().contains("batch.kubernetes.io/job-tracking"), "{pod}");
+    let status = wait_for("status.active and lastScheduleTime", Duration::from_secs(30), || {
+        let (_, cj) = admin_get(s, "/apis/batch/v1/namespaces/timed/cronjobs/tick");
+        (cj["status"]["active"][0]["name"] == name.as_str() && cj["status"]["lastScheduleTime"].is_string())
+            .then_some(cj)
+    });
+    assert_eq!(status["status"]["active"].as_array().map(Vec::len), Some(1), "{status}");
+    // Forbid: while that Job runs, the next scheduled time makes none.
+    wait_for("JobAlreadyActive", Duration::from_secs(60), || {
+        let events = ok(admin_kubectl(d, &["-n", "timed", "get", "events", "-o", "json"]), "events");
+        events.contains("JobAlreadyActive").then_some(Value::Null)
+    });
+    let (_, jobs) = admin_get(s, "/apis/batch/v1/namespaces/timed/jobs");
+    assert_eq!(jobs["items"].as_array().map(Vec::len), Some(1), "Forbid made no second Job: {jobs}");
+    let by_controller = std::fs::read_to_string(audit).unwrap_or_default().lines().any(|l| {
+        serde_json::from_str::<Value>(l).is_ok_and(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "jobs"
+                && e["objectRef"]["namespace"] == "timed"
+                && e["user"]["username"] == "system:serviceaccount:kube-system:cronjob-controller"
+        })
+    });
+    assert!(by_controller, "the Job was created by the CronJob controller's own account");
+    let table = ok(admin_kubectl(d, &["-n", "timed", "get", "cronjob", "tick"]), "kubectl get cronjob");
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().take(5).eq(["tick", "@every", "5s", "<none>", "False"])),
+        "{table}"
+    );
+
+    // kubectl create job --from=cronjob: a manual Job the CronJob owns.
+    ok(admin_kubectl(d, &["-n", "timed", "create", "job", "by-hand", "--from=cronjob/tick"]), "create job --from");
+    let (_, manual) = admin_get(s, "/apis/batch/v1/namespaces/timed/jobs/by-hand");
+    assert_eq!(manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"], "manual", "{manual}");
+
+    // Deleting the CronJob (background) takes its Jobs, and their pods after them.
+    ok(admin_kubectl(d, &["-n", "timed", "delete", "cronjob", "tick"]), "delete cronjob");
+    wait_for("the CronJob's Jobs and pods collected", Duration::from_secs(60), || {
+        let (_, jobs) = admin_get(s, "/apis/batch/v1/namespaces/timed/jobs");
+        let (_, pods) = admin_get(s, "/api/v1/namespaces/timed/pods");
+        let none = |v: &Value| v["items"].as_array().is_some_and(Vec::is_empty);
+        (none(&jobs) && none(&pods)).then_some(Value::Null)
     });
 }

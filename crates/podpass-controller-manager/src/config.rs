@@ -10,8 +10,13 @@ use podpass_serve::{ConfigErrors, Problems};
 use crate::leader::Election;
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 4] =
-    [crate::deployment::NAME, crate::replica_set::NAME, crate::job::NAME, crate::garbage_collector::NAME];
+pub const CONTROLLERS: [&str; 5] = [
+    crate::deployment::NAME,
+    crate::replica_set::NAME,
+    crate::job::NAME,
+    crate::cron_job::NAME,
+    crate::garbage_collector::NAME,
+];
 
 /// The flags of `podpass controller-manager`: declared once here, parsed by the CLI.
 #[derive(Debug, Clone, clap::Args)]
@@ -163,7 +168,8 @@ mod tests {
         let prepared = parse(&["--kubeconfig", &path]).prepare().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(prepared.controllers, CONTROLLERS);
         assert_eq!(prepared.election.as_ref().map(|e| e.lease_duration), Some(crate::leader::DEFAULT_LEASE_DURATION));
-        let gc_only = parse(&["--kubeconfig", &path, "--controllers", "*,-replicaset,-deployment,-job"]).prepare();
+        let gc_only =
+            parse(&["--kubeconfig", &path, "--controllers", "*,-replicaset,-deployment,-job,-cronjob"]).prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);
         let unelected = parse(&["--kubeconfig", &path, "--leader-elect=false"]).prepare();
         assert!(unelected.is_ok_and(|p| p.election.is_none()));

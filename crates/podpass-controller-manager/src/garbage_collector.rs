@@ -1,5 +1,5 @@
 //! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
-//! controllers own — pods, ReplicaSets, Deployments and Jobs, watched as metadata only — as
+//! controllers own — pods, ReplicaSets, Deployments, Jobs and CronJobs, watched as metadata only — as
 //! `generic-garbage-collector`:
 //!
 //! - a dependent whose owners are all gone (404, or another object of the same name: a UID
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
@@ -92,6 +92,7 @@ struct Caches {
     sets: Store<PartialObjectMeta<ReplicaSet>>,
     deployments: Store<PartialObjectMeta<Deployment>>,
     jobs: Store<PartialObjectMeta<Job>>,
+    cron_jobs: Store<PartialObjectMeta<CronJob>>,
 }
 
 /// A metadata cache of `K` and the stream that fills it.
@@ -116,13 +117,15 @@ pub async fn run(credentials: Credentials) {
     let (sets, drive_sets) = cache::<ReplicaSet>(&root);
     let (deployments, drive_deployments) = cache::<Deployment>(&root);
     let (jobs, drive_jobs) = cache::<Job>(&root);
-    let caches = Caches { pods, sets, deployments, jobs };
-    let drive = futures::future::join4(drive_pods, drive_sets, drive_deployments, drive_jobs);
+    let (cron_jobs, drive_cron_jobs) = cache::<CronJob>(&root);
+    let caches = Caches { pods, sets, deployments, jobs, cron_jobs };
+    let drive = futures::future::join5(drive_pods, drive_sets, drive_deployments, drive_jobs, drive_cron_jobs);
     let sweep = async {
         let ready = caches.pods.wait_until_ready().await.is_ok()
             && caches.sets.wait_until_ready().await.is_ok()
             && caches.deployments.wait_until_ready().await.is_ok()
-            && caches.jobs.wait_until_ready().await.is_ok();
+            && caches.jobs.wait_until_ready().await.is_ok()
+            && caches.cron_jobs.wait_until_ready().await.is_ok();
         if !ready {
             return;
         }
@@ -144,7 +147,8 @@ fn items(caches: &Caches) -> Vec<Item> {
     let s = caches.sets.state().into_iter().map(|m| Item { kind: "ReplicaSet", meta: m.metadata.clone() });
     let d = caches.deployments.state().into_iter().map(|m| Item { kind: "Deployment", meta: m.metadata.clone() });
     let j = caches.jobs.state().into_iter().map(|m| Item { kind: "Job", meta: m.metadata.clone() });
-    p.chain(s).chain(d).chain(j).collect()
+    let c = caches.cron_jobs.state().into_iter().map(|m| Item { kind: "CronJob", meta: m.metadata.clone() });
+    p.chain(s).chain(d).chain(j).chain(c).collect()
 }
 
 async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), kube::Error> {
@@ -214,8 +218,8 @@ fn state_of(meta: &ObjectMeta) -> Owner {
 }
 
 /// The kinds the collector knows, by kind and apiVersion.
-const KINDS: [(&str, &str); 4] =
-    [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1"), ("Job", "batch/v1")];
+const KINDS: [(&str, &str); 5] =
+    [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1"), ("Job", "batch/v1"), ("CronJob", "batch/v1")];
 
 /// The API of `item`'s kind in its namespace.
 fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
@@ -224,6 +228,7 @@ fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
         "Pod" => kube::discovery::ApiResource::erase::<Pod>(&()),
         "Deployment" => kube::discovery::ApiResource::erase::<Deployment>(&()),
         "Job" => kube::discovery::ApiResource::erase::<Job>(&()),
+        "CronJob" => kube::discovery::ApiResource::erase::<CronJob>(&()),
         _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
     };
     Api::namespaced_with(client.clone(), &ns, &resource)

@@ -5,12 +5,13 @@
 //! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
-//! - The controllers: the Deployment, ReplicaSet and Job controllers (the Job controller
-//!   also deletes finished Jobs past their TTL) and the garbage collector.
+//! - The controllers: the Deployment, ReplicaSet, Job and CronJob controllers (the Job
+//!   controller also deletes finished Jobs past their TTL) and the garbage collector.
 
 mod claim;
 mod config;
 mod credentials;
+mod cron_job;
 mod deployment;
 mod events;
 mod garbage_collector;
@@ -66,6 +67,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                 deployment::NAME => deployment::run(credentials).await,
                 replica_set::NAME => replica_set::run(credentials).await,
                 job::NAME => job::run(credentials).await,
+                cron_job::NAME => cron_job::run(credentials).await,
                 garbage_collector::NAME => garbage_collector::run(credentials).await,
                 _ => {}
             }

@@ -107,16 +107,70 @@ pub async fn run(credentials: Credentials) {
         expected: Mutex::default(),
         backoff: Mutex::default(),
     });
-    Controller::new(Api::<Job>::all(root), watcher::Config::default())
-        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
+    let controller = Controller::new(Api::<Job>::all(root), watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
+    let jobs = controller.store();
+    let orphans = release_orphans(Arc::clone(&context), jobs);
+    let syncs = controller
         .watches_stream(pod_events, |pod| concerned(&pod))
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "job sync");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = syncs => {}
+        () = orphans => {}
+    }
+}
+
+/// How often tracked pods whose Job is gone are looked for.
+const ORPHAN_SWEEP: Duration = Duration::from_secs(2);
+
+/// Pods that still carry the tracking finalizer but whose Job is gone (deleted, or another
+/// object of its name), or that no Job controls: the finalizer comes off, or such a pod
+/// would never finish deleting (upstream's orphan pod handling). A Job missing from the
+/// cache is asked for live before its pods are released.
+async fn release_orphans(ctx: Arc<Context>, jobs: Store<Job>) {
+    if !*ctx.pods_ready.get_or_init(|| async { ctx.pods.wait_until_ready().await.is_ok() }).await
+        || jobs.wait_until_ready().await.is_err()
+    {
+        return;
+    }
+    loop {
+        tokio::time::sleep(ORPHAN_SWEEP).await;
+        let tracked: Vec<Arc<Pod>> = ctx.pods.state().into_iter().filter(|p| plan::tracked(p)).collect();
+        for pod in tracked {
+            let namespace = pod.namespace().unwrap_or_default();
+            let owner =
+                claim::controller_of(pod.metadata.owner_references.as_ref()).filter(|o| o.kind == "Job").cloned();
+            let cached = owner.as_ref().and_then(|o| jobs.get(&ObjectRef::new(&o.name).within(&namespace)));
+            if cached.is_some_and(|j| j.metadata.uid.as_deref() == owner.as_ref().map(|o| o.uid.as_str())) {
+                continue;
+            }
+            let Ok(client) = ctx.credentials.client(NAME).await else { continue };
+            let live = match &owner {
+                Some(o) => match Api::<Job>::namespaced(client.clone(), &namespace).get_opt(&o.name).await {
+                    Ok(job) => job.is_some_and(|j| j.metadata.uid.as_deref() == Some(o.uid.as_str())),
+                    Err(_) => continue,
+                },
+                None => false,
+            };
+            if live {
+                continue;
+            }
+            let s = Sync {
+                job: Job::default(),
+                jobs: Api::namespaced(client.clone(), &namespace),
+                pods: Api::namespaced(client.clone(), &namespace),
+                recorder: Recorder::new(client, NAME),
+            };
+            if let Err(e) = s.untrack(&pod).await {
+                tracing::debug!(pod = pod.name_any(), error = %e, "releasing an orphaned job pod");
+            }
+        }
+    }
 }
 
 fn error_policy(_job: Arc<Job>, error: &SyncError, _ctx: Arc<Context>) -> Action {

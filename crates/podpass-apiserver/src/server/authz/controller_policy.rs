@@ -91,6 +91,17 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "cronjob-controller",
+        json!([
+            rule(&["get", "list", "watch", "update"], &["batch"], &["cronjobs"]),
+            rule(&["get", "list", "watch", "create", "update", "delete", "patch"], &["batch"], &["jobs"]),
+            rule(&["update"], &["batch"], &["cronjobs/status"]),
+            rule(&["update"], &["batch"], &["cronjobs/finalizers"]),
+            rule(&["list", "delete"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "ttl-after-finished-controller",
         json!([rule(&["get", "list", "watch", "delete"], &["batch"], &["jobs"]), events()]),
     ));
