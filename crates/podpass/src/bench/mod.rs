@@ -27,6 +27,7 @@ mod images;
 mod node;
 mod raw;
 mod registry_auth;
+mod workloads;
 mod writes;
 
 /// `podpass bench …`.
@@ -45,6 +46,9 @@ pub enum BenchCommand {
     /// Token exchanges/s of `podpass registry-auth` over HTTPS with a warm JWKS against a
     /// raw ES256 verify + sign pair, p99 at 64 clients.
     RegistryAuth(registry_auth::RegistryAuthBench),
+    /// On a running `podpass up --demo` cluster: a Deployment of 100 replicas created → all
+    /// Running, against 100 bare pods at once (goal ≤ 1.3×), and a rolling update of 100.
+    Workloads(workloads::WorkloadsBench),
 }
 
 /// Flags of `podpass bench apiserver`.
@@ -101,6 +105,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Images(args) => images::run(args),
         BenchCommand::Node(args) => node::run(args),
         BenchCommand::RegistryAuth(args) => registry_auth::run(args),
+        BenchCommand::Workloads(args) => workloads::run(args),
     }
 }
 

@@ -6,7 +6,7 @@
 //! command a user would run by hand; its log is in `<data-dir>/logs`. A second run on the
 //! same data dir resumes the same cluster. `--demo` then tells the story ([`demo`]).
 
-mod api;
+pub(crate) mod api;
 mod checklist;
 mod command_line;
 mod core_parts;
