@@ -66,9 +66,14 @@ where
     }
 }
 
+/// Exactly `n` of the bench's pods of `kind` are active, and all of them Running. Pods
+/// the node refused (`OutOfpods` when a surge passes its maxPods: Failed, as upstream's)
+/// are not active; their controller replaces them.
 async fn running(api: &Api, kind: &str, n: usize) -> Result<bool> {
     let pods = pods(api, kind).await?;
-    Ok(pods.len() == n && pods.iter().all(|p| p["status"]["phase"] == "Running"))
+    let finished = |p: &Value| p["status"]["phase"] == "Failed" || p["status"]["phase"] == "Succeeded";
+    let active: Vec<&Value> = pods.iter().filter(|p| !finished(p)).collect();
+    Ok(active.len() == n && active.iter().all(|p| p["status"]["phase"] == "Running"))
 }
 
 async fn gone(api: &Api, kind: &str) -> Result<bool> {
