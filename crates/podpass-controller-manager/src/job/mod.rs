@@ -160,13 +160,7 @@ async fn release_orphans(ctx: Arc<Context>, jobs: Store<Job>) {
             if live {
                 continue;
             }
-            let s = Sync {
-                job: Job::default(),
-                jobs: Api::namespaced(client.clone(), &namespace),
-                pods: Api::namespaced(client.clone(), &namespace),
-                recorder: Recorder::new(client, NAME),
-            };
-            if let Err(e) = s.untrack(&pod).await {
+            if let Err(e) = untrack(&Api::namespaced(client, &namespace), &pod).await {
                 tracing::debug!(pod = pod.name_any(), error = %e, "releasing an orphaned job pod");
             }
         }
@@ -282,18 +276,8 @@ impl Sync {
         Ok(())
     }
 
-    /// Takes the tracking finalizer off a pod (conditioned on the resourceVersion it was
-    /// read at, so another's finalizer added meanwhile is never dropped: a conflict retries).
     async fn untrack(&self, pod: &Pod) -> Result<(), SyncError> {
-        let kept: Vec<String> =
-            pod.metadata.finalizers.iter().flatten().filter(|f| *f != TRACKING_FINALIZER).cloned().collect();
-        let patch =
-            serde_json::json!({"metadata": {"resourceVersion": pod.metadata.resource_version, "finalizers": kept}});
-        match self.pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        untrack(&self.pods, pod).await
     }
 
     async fn delete_pod(&self, pod: &Pod) -> Result<(), SyncError> {
@@ -302,6 +286,19 @@ impl Sync {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// Takes the tracking finalizer off a pod (conditioned on the resourceVersion it was read
+/// at, so another's finalizer added meanwhile is never dropped: a conflict retries).
+async fn untrack(pods: &Api<Pod>, pod: &Pod) -> Result<(), SyncError> {
+    let kept: Vec<String> =
+        pod.metadata.finalizers.iter().flatten().filter(|f| *f != TRACKING_FINALIZER).cloned().collect();
+    let patch = serde_json::json!({"metadata": {"resourceVersion": pod.metadata.resource_version, "finalizers": kept}});
+    match pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
