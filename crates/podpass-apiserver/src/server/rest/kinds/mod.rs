@@ -23,6 +23,7 @@ mod node;
 mod pod;
 mod pod_spec;
 mod pod_template;
+mod probe;
 pub(crate) mod projection;
 mod rbac;
 mod replica_set;

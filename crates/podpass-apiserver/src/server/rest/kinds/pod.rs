@@ -295,6 +295,7 @@ pub(super) fn default_pod(pod: &mut Value) {
             c.entry("imagePullPolicy").or_insert(json!(policy));
             c.entry("terminationMessagePath").or_insert(json!("/dev/termination-log"));
             c.entry("terminationMessagePolicy").or_insert(json!("File"));
+            super::probe::default_container(c);
         }
     }
 }

@@ -70,7 +70,9 @@ pub(super) fn errors(pod: &Value) -> Vec<String> {
     }
     for list in ["initContainers", "containers"] {
         for (i, c) in spec.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
-            container(c, &format!("spec.{list}[{i}]"), &mut errors);
+            let at = format!("spec.{list}[{i}]");
+            container(c, &at, &mut errors);
+            super::probe::container_errors(c, &at, list == "initContainers", &mut errors);
         }
     }
     for (i, volume) in spec.get("volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
