@@ -113,6 +113,8 @@ pub(crate) struct RuntimeSync {
     pub states: HashMap<(bool, String), RunState>,
     /// The sandbox's IP.
     pub pod_ip: Option<String>,
+    /// The sandbox's network namespace (none: the node's, or the runtime named none).
+    pub netns: Option<PathBuf>,
     /// When to look again (running containers, a back-off ending).
     pub next: Option<Instant>,
     /// Events to record: (container field path, type, reason, message).
@@ -237,26 +239,39 @@ pub(super) fn nanos_to_time(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::a
     })
 }
 
-/// The runtime's containers of the pod, the newest attempt per name.
-async fn current(rt: &PodRuntime, uid: &str) -> Result<HashMap<String, crate::runtime::Container>, RuntimeError> {
+/// The runtime's containers of the pod by name: the newest attempt, and the one before it
+/// (the dead instance the container GC keeps, which the status shows as `lastState`).
+async fn current(rt: &PodRuntime, uid: &str) -> Result<(Containers, Containers), RuntimeError> {
     let all = rt.cri.list_containers(HashMap::from([(POD_UID_LABEL.to_owned(), uid.to_owned())])).await?;
-    let mut newest: HashMap<String, crate::runtime::Container> = HashMap::new();
+    let mut by_name: HashMap<String, Vec<crate::runtime::Container>> = HashMap::new();
     for c in all {
         let name = c.labels.get(CONTAINER_NAME_LABEL).cloned().unwrap_or_default();
-        let attempt = c.metadata.as_ref().map_or(0, |m| m.attempt);
-        if newest.get(&name).is_none_or(|n| n.metadata.as_ref().map_or(0, |m| m.attempt) < attempt) {
-            newest.insert(name, c);
+        by_name.entry(name).or_default().push(c);
+    }
+    let (mut newest, mut previous) = (HashMap::new(), HashMap::new());
+    for (name, mut instances) in by_name {
+        instances.sort_by_key(|c| std::cmp::Reverse(c.metadata.as_ref().map_or(0, |m| m.attempt)));
+        let mut instances = instances.into_iter();
+        if let Some(first) = instances.next() {
+            newest.insert(name.clone(), first);
+        }
+        if let Some(second) = instances.next() {
+            previous.insert(name, second);
         }
     }
-    Ok(newest)
+    Ok((newest, previous))
 }
+
+/// Runtime containers by container name.
+type Containers = HashMap<String, crate::runtime::Container>;
 
 /// What the runtime holds of the pod's regular and init containers (each newest attempt
 /// with its status), and for those it does not hold the restart count their logs give.
 async fn observe(
     rt: &PodRuntime,
     pod: &Pod,
-    existing: &HashMap<String, crate::runtime::Container>,
+    existing: &Containers,
+    previous: &Containers,
 ) -> Result<pod_actions::Observation, RuntimeError> {
     let spec = pod.spec.clone().unwrap_or_default();
     let mut out = pod_actions::Observation::default();
@@ -264,6 +279,10 @@ async fn observe(
         match existing.get(&c.name) {
             Some(found) => {
                 let status = rt.cri.container_status(&found.id).await?.unwrap_or_default();
+                let previous = match previous.get(&c.name) {
+                    Some(p) => rt.cri.container_status(&p.id).await?.map(|s| (p.id.clone(), s)),
+                    None => None,
+                };
                 out.containers.insert(
                     c.name.clone(),
                     pod_actions::Observed {
@@ -271,6 +290,7 @@ async fn observe(
                         attempt: found.metadata.as_ref().map_or(0, |m| m.attempt),
                         hash: found.annotations.get(CONTAINER_HASH_ANNOTATION).cloned(),
                         status,
+                        previous,
                     },
                 );
             }
@@ -299,6 +319,7 @@ pub(crate) async fn sync(
     images: &HashMap<(bool, String), ImageCheck>,
     state: &mut RuntimeState,
     sources: &dyn crate::volumes::ProjectionSources,
+    probe_kills: &HashMap<String, super::prober::ProbeKill>,
 ) -> Result<RuntimeSync, SyncError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
@@ -306,8 +327,14 @@ pub(crate) async fn sync(
     let err = SyncError::Runtime;
     let sandboxes =
         rt.cri.list_pod_sandboxes(HashMap::from([(POD_UID_LABEL.to_owned(), uid.clone())])).await.map_err(err)?;
-    let existing = current(rt, &uid).await.map_err(err)?;
-    let observed = observe(rt, pod, &existing).await.map_err(err)?;
+    let (existing, previous) = current(rt, &uid).await.map_err(err)?;
+    let mut observed = observe(rt, pod, &existing, &previous).await.map_err(err)?;
+    // The prober's kills are by container ID: only the container it probed is killed.
+    for (name, found) in &observed.containers {
+        if let Some(kill) = probe_kills.get(&found.id) {
+            observed.probe_kills.insert(name.clone(), kill.clone());
+        }
+    }
 
     // The sandbox: the pod's ready one, or a new one once some image may run.
     let ready = sandboxes.iter().filter(|s| s.state == SANDBOX_READY).max_by_key(|s| s.created_at);
@@ -329,7 +356,10 @@ pub(crate) async fn sync(
     } else {
         rt.cri.pod_sandbox_status(&sandbox).await.map_err(err)?.and_then(|s| s.network).map(|n| n.ip)
     };
-    relay_in_cluster(rt, pod, &sandbox, &mut out).await.map_err(err)?;
+    if !host_network(pod) {
+        out.netns = rt.cri.pod_sandbox_netns(&sandbox).await.map_err(err)?;
+    }
+    relay_in_cluster(rt, pod, &sandbox, &mut out).await;
     out.pod_ip = pod_ip.clone();
     // Ephemeral containers first, as the kubelet: one can debug an init container.
     let running = Sandbox { id: &sandbox, config: &sandbox_config, pod_ip: pod_ip.as_deref().unwrap_or_default() };
@@ -376,17 +406,12 @@ async fn create_sandbox(
 /// The API server's Service answers inside the pod's namespace before any container
 /// starts in it; without it the pod still runs (as without kube-proxy) and the next sync
 /// tries again.
-async fn relay_in_cluster(
-    rt: &PodRuntime,
-    pod: &Pod,
-    sandbox: &str,
-    out: &mut RuntimeSync,
-) -> Result<(), RuntimeError> {
-    let Some(in_cluster) = &rt.in_cluster else { return Ok(()) };
+async fn relay_in_cluster(rt: &PodRuntime, pod: &Pod, sandbox: &str, out: &mut RuntimeSync) {
+    let Some(in_cluster) = &rt.in_cluster else { return };
     if host_network(pod) {
-        return Ok(());
+        return;
     }
-    let relayed = match rt.cri.pod_sandbox_netns(sandbox).await? {
+    let relayed = match out.netns.clone() {
         Some(netns) => in_cluster.ensure_relay(sandbox, netns).await,
         None => Err(super::in_cluster::RelayError::NoNamespace),
     };
@@ -394,7 +419,6 @@ async fn relay_in_cluster(
         tracing::warn!(sandbox, error = %e, "no in-cluster access to the API server for this pod");
         out.events.push((String::new(), "Warning", "FailedInClusterAccess", e.to_string()));
     }
-    Ok(())
 }
 
 /// Carries out one container's part of the plan; answers the state to report.
@@ -410,7 +434,6 @@ async fn act(
     out: &mut RuntimeSync,
 ) -> Result<RunState, SyncError> {
     use pod_actions::{Gate, Step};
-    let err = SyncError::Runtime;
     let (init, name) = (action.init, action.name.as_str());
     let path = super::events::field_path(name, init);
     let id = found.map(|f| format!("containerd://{}", f.id)).unwrap_or_default();
@@ -420,6 +443,7 @@ async fn act(
         restart_count: i32::try_from(found.map_or(0, |f| f.attempt)).unwrap_or(i32::MAX),
         phase: RunPhase::Waiting { reason: "ContainerCreating".into(), message: None },
         last_terminated: None,
+        probes: Default::default(),
     };
     if action.reset_backoff {
         state.backoff.remove(name);
@@ -428,6 +452,10 @@ async fn act(
     match &action.step {
         Step::Keep => {
             run.phase = RunPhase::Running { started: found.and_then(|f| nanos_to_time(f.status.started_at)) };
+            // kubelet: the dead instance before it is its lastState.
+            run.last_terminated = found
+                .and_then(|f| f.previous.as_ref())
+                .map(|(id, status)| terminated(status, &format!("containerd://{id}")));
         }
         Step::Done => {
             if let Some(f) = found {
@@ -449,6 +477,14 @@ async fn act(
             run.last_terminated = found.map(|f| terminated(&f.status, &id));
             out.next = Some(out.next.map_or(*until, |n| n.min(*until)));
         }
+        Step::Kill(kill) => {
+            if let Some(f) = found {
+                let ended = kill_container(rt, &spec, f, kill, &path, out).await?;
+                if let Some(status) = ended {
+                    run.phase = RunPhase::Terminated(terminated(&status, &id));
+                }
+            }
+        }
         Step::StartCreated => {
             if let Some(f) = found
                 && let Err(e) = rt.cri.start_container(&f.id).await
@@ -459,12 +495,8 @@ async fn act(
         }
         Step::Start { attempt, kill, report_last, backoff, gate } => {
             let mut ended = found.map(|f| f.status.clone());
-            if let (true, Some(f)) = (*kill, found) {
-                let grace = spec.termination_grace_period_seconds.unwrap_or(30);
-                rt.cri.stop_container(&f.id, grace).await.map_err(err)?;
-                let message = format!("Container {name} definition changed, will be restarted");
-                out.events.push((path.clone(), "Normal", "Killing", message));
-                ended = rt.cri.container_status(&f.id).await.map_err(err)?;
+            if let (Some(kill), Some(f)) = (kill, found) {
+                ended = kill_container(rt, &spec, f, kill, &path, out).await?;
             }
             if *report_last {
                 run.last_terminated = ended.as_ref().map(|s| terminated(s, &id));
@@ -514,6 +546,22 @@ async fn act(
     Ok(run)
 }
 
+/// Stops a running container as `kill` says (its grace, else the pod's) with the kubelet's
+/// `Killing` event; answers how it ended.
+async fn kill_container(
+    rt: &PodRuntime,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    found: &pod_actions::Observed,
+    kill: &pod_actions::Kill,
+    path: &str,
+    out: &mut RuntimeSync,
+) -> Result<Option<crate::runtime::ContainerStatus>, SyncError> {
+    let grace = kill.grace_seconds.or(spec.termination_grace_period_seconds).unwrap_or(30);
+    out.events.push((path.to_owned(), "Normal", "Killing", kill.message.clone()));
+    rt.cri.stop_container(&found.id, grace).await.map_err(SyncError::Runtime)?;
+    rt.cri.container_status(&found.id).await.map_err(SyncError::Runtime)
+}
+
 /// How an exited container ended (the runtime's reason, else `Completed` or `Error`).
 pub(super) fn terminated(status: &crate::runtime::ContainerStatus, id: &str) -> Terminated {
     let reason = match (status.reason.as_str(), status.exit_code) {
@@ -547,6 +595,7 @@ fn finished_states(
                 restart_count: i32::try_from(found.attempt).unwrap_or(i32::MAX),
                 phase: RunPhase::Terminated(terminated(&found.status, &id)),
                 last_terminated: None,
+                probes: Default::default(),
             };
             Some(((false, c.name.clone()), run))
         })

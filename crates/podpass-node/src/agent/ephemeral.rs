@@ -56,6 +56,7 @@ pub(super) async fn sync(
             restart_count: 0,
             phase: RunPhase::Waiting { reason: "ContainerCreating".into(), message: None },
             last_terminated: None,
+            probes: Default::default(),
         };
         if let Some(found) = existing.get(&c.name) {
             let status = rt.cri.container_status(&found.id).await?.unwrap_or_default();

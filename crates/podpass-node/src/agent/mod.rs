@@ -30,6 +30,7 @@ mod pleg;
 mod pod_actions;
 mod pods;
 mod pressure;
+mod prober;
 mod provider_config;
 mod server;
 mod sources;

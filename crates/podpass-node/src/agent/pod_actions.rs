@@ -96,6 +96,8 @@ pub(crate) struct Observed {
     pub hash: Option<String>,
     /// What the runtime says of it.
     pub status: ContainerStatus,
+    /// The attempt before it, when the runtime still holds it: its ID and status.
+    pub previous: Option<(String, ContainerStatus)>,
 }
 
 impl Observed {
@@ -117,6 +119,8 @@ impl Observed {
 pub(crate) struct Observation {
     pub containers: HashMap<String, Observed>,
     pub log_restarts: HashMap<String, u32>,
+    /// Running containers, by name, that a liveness or startup probe failed.
+    pub probe_kills: HashMap<String, super::prober::ProbeKill>,
 }
 
 /// When the plan is made.
@@ -140,6 +144,16 @@ pub(crate) enum Gate {
     NotAllowed,
 }
 
+/// A running container killed: the `Killing` event's message and the grace it gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Kill {
+    /// `Container app definition changed, will be restarted`, `Container app failed
+    /// liveness probe, will be restarted`.
+    pub message: String,
+    /// Seconds between SIGTERM and SIGKILL (`None`: the pod's grace period).
+    pub grace_seconds: Option<i64>,
+}
+
 /// What is done to one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -152,9 +166,12 @@ pub(crate) enum Step {
     /// Created but never started: started.
     StartCreated,
     /// Attempt `attempt` created and started, once the gate allows: the running
-    /// container killed first (`kill`: its spec changed), the last one's end reported
-    /// (`report_last`), and the back-off to keep once it starts.
-    Start { attempt: u32, kill: bool, report_last: bool, backoff: Option<(Instant, Duration)>, gate: Gate },
+    /// container killed first (`kill`: its spec changed, or a probe failed it), the last
+    /// one's end reported (`report_last`), and the back-off to keep once it starts.
+    Start { attempt: u32, kill: Option<Kill>, report_last: bool, backoff: Option<(Instant, Duration)>, gate: Gate },
+    /// Running, killed and not started again (a probe failed it under `restartPolicy:
+    /// Never`).
+    Kill(Kill),
 }
 
 /// One container's part of the plan.
@@ -212,7 +229,7 @@ fn container_action(
     let Some(found) = observed.containers.get(&c.name) else {
         // Lost by the runtime (or never made): its logs tell its restart count.
         let attempt = observed.log_restarts.get(&c.name).copied().unwrap_or(0);
-        return action(Step::Start { attempt, kill: false, report_last: false, backoff: None, gate: gate() }, false);
+        return action(Step::Start { attempt, kill: None, report_last: false, backoff: None, gate: gate() }, false);
     };
     let state = found.state();
     // A container whose spec changed (its image) is killed and started again, whatever
@@ -221,12 +238,32 @@ fn container_action(
     let finished_init = init && state == RuntimeState::Exited && found.status.exit_code == 0;
     let changed = found.hash.as_deref().is_some_and(|h| h != super::containers::container_hash(c)) && !finished_init;
     if changed {
-        let kill = state != RuntimeState::Exited;
+        let kill = (state != RuntimeState::Exited).then(|| Kill {
+            message: format!("Container {} definition changed, will be restarted", c.name),
+            grace_seconds: None,
+        });
         let step = Step::Start { attempt: found.attempt + 1, kill, report_last: true, backoff: None, gate: gate() };
         return action(step, true);
     }
     let ran_long = found.ran(clock.wall_nanos) >= BACKOFF_RESET;
     match state {
+        // kubelet computePodActions: a container a liveness or startup probe failed is
+        // killed, and started again unless the policy is Never (at once: the back-off
+        // counts exits, and this one was running).
+        RuntimeState::Running if let Some(failed) = observed.probe_kills.get(&c.name) => {
+            if policy == RestartPolicy::Never {
+                let kill = Kill { message: failed.message.clone(), grace_seconds: failed.grace_seconds };
+                action(Step::Kill(kill), false)
+            } else {
+                let kill = Some(Kill {
+                    message: format!("{}, will be restarted", failed.message),
+                    grace_seconds: failed.grace_seconds,
+                });
+                let step =
+                    Step::Start { attempt: found.attempt + 1, kill, report_last: true, backoff: None, gate: gate() };
+                action(step, false)
+            }
+        }
         RuntimeState::Running => action(Step::Keep, ran_long),
         RuntimeState::Exited if finished_init || !policy.restarts(found.status.exit_code) => {
             action(Step::Done, ran_long)
@@ -241,7 +278,7 @@ fn container_action(
                 let next = Some((clock.now + delay, delay));
                 let step = Step::Start {
                     attempt: found.attempt + 1,
-                    kill: false,
+                    kill: None,
                     report_last: true,
                     backoff: next,
                     gate: gate(),
@@ -310,6 +347,7 @@ mod tests {
                 finished_at: if state == CONTAINER_EXITED { now - MINUTE_NS } else { 0 },
                 ..Default::default()
             },
+            previous: None,
         }
     }
 
@@ -347,7 +385,7 @@ mod tests {
         let go = Gate::Go("sha256:x".into());
         let first = |attempt| Step::Start {
             attempt,
-            kill: false,
+            kill: None,
             report_last: true,
             backoff: Some((now + BACKOFF_FIRST, BACKOFF_FIRST)),
             gate: Gate::Go("sha256:x".into()),
@@ -370,7 +408,7 @@ mod tests {
         assert_eq!(app_step("Always", Some(held(CONTAINER_RUNNING, 0, 1, same())), None, now), Step::Keep);
         assert_eq!(
             app_step("Never", None, None, now),
-            Step::Start { attempt: 0, kill: false, report_last: false, backoff: None, gate: go.clone() }
+            Step::Start { attempt: 0, kill: None, report_last: false, backoff: None, gate: go.clone() }
         );
         // Created, never started: started as it is.
         assert_eq!(app_step("Always", Some(held(CONTAINER_CREATED, 0, 0, same())), None, now), Step::StartCreated);
@@ -407,6 +445,39 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_liveness_probe_kills_and_restarts_at_once_unless_the_policy_is_never() {
+        let now = Instant::now();
+        for policy in ["Always", "OnFailure", "Never"] {
+            let s = spec(policy, &[], &["app"]);
+            let mut o = Observation::default();
+            let mut f = held(CONTAINER_RUNNING, 0, 1, None);
+            f.hash = Some(hash_of(&s, "app"));
+            o.containers.insert("app".into(), f);
+            let failed = super::super::prober::ProbeKill {
+                message: "Container app failed liveness probe".into(),
+                grace_seconds: Some(5),
+            };
+            o.probe_kills.insert("app".into(), failed);
+            let plan = compute_container_actions(&s, &o, &allowed_now(&[(false, "app")]), &HashMap::new(), clock(now));
+            let expected = if policy == "Never" {
+                Step::Kill(Kill { message: "Container app failed liveness probe".into(), grace_seconds: Some(5) })
+            } else {
+                Step::Start {
+                    attempt: 3,
+                    kill: Some(Kill {
+                        message: "Container app failed liveness probe, will be restarted".into(),
+                        grace_seconds: Some(5),
+                    }),
+                    report_last: true,
+                    backoff: None,
+                    gate: Gate::Go("sha256:x".into()),
+                }
+            };
+            assert_eq!(plan[0].step, expected, "{policy}");
+        }
+    }
+
+    #[test]
     fn a_changed_spec_kills_and_restarts_whatever_the_policy_but_not_a_finished_init() {
         let now = Instant::now();
         let other = || Some("0ld".to_owned());
@@ -416,7 +487,10 @@ mod tests {
                 step,
                 Step::Start {
                     attempt: 3,
-                    kill: true,
+                    kill: Some(Kill {
+                        message: "Container app definition changed, will be restarted".into(),
+                        grace_seconds: None
+                    }),
                     report_last: true,
                     backoff: None,
                     gate: Gate::Go("sha256:x".into())
@@ -424,7 +498,7 @@ mod tests {
                 "{policy}"
             );
             let exited = app_step(policy, Some(held(CONTAINER_EXITED, 0, 1, other())), None, now);
-            assert!(matches!(exited, Step::Start { kill: false, .. }), "{policy}: {exited:?}");
+            assert!(matches!(exited, Step::Start { kill: None, .. }), "{policy}: {exited:?}");
         }
         // No recorded hash: unchanged.
         assert_eq!(app_step("Always", Some(held(CONTAINER_RUNNING, 0, 1, None)), None, now), Step::Keep);

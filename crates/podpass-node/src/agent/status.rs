@@ -49,6 +49,23 @@ pub struct RunState {
     pub phase: RunPhase,
     /// How it ended last time, when it was restarted.
     pub last_terminated: Option<Terminated>,
+    /// What its probes say, while it runs.
+    pub probes: ProbeView,
+}
+
+/// A running container's probes as its status shows them (no probes: ready and started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeView {
+    /// Its readiness probe succeeded (or it has none).
+    pub ready: bool,
+    /// Its startup probe succeeded (or it has none).
+    pub started: bool,
+}
+
+impl Default for ProbeView {
+    fn default() -> Self {
+        Self { ready: true, started: true }
+    }
 }
 
 /// A container's state in the runtime.
@@ -175,10 +192,11 @@ fn container_status(r: &ContainerReport, volumes_ok: bool) -> ContainerStatus {
             image: r.image.clone(),
             image_id: run.image_id.clone(),
             container_id: (!run.id.is_empty()).then(|| run.id.clone()),
-            // No readiness probes: a running container is ready (init containers never are).
-            ready: running && !r.init,
+            // Ready once running and its readiness probe (if any) succeeded; a plain init
+            // container never is. Started once its startup probe (if any) succeeded.
+            ready: running && !r.init && run.probes.ready,
             restart_count: run.restart_count,
-            started: Some(running),
+            started: Some(running && run.probes.started),
             state: Some(state),
             last_state: run
                 .last_terminated
@@ -217,8 +235,9 @@ fn run_of(c: &ContainerReport) -> Option<&RunState> {
     }
 }
 
-fn running(c: &ContainerReport) -> bool {
-    run_of(c).is_some_and(|r| matches!(r.phase, RunPhase::Running { .. }))
+/// Running, and its readiness probe (if any) succeeded: what `ContainersReady` counts.
+fn ready(c: &ContainerReport) -> bool {
+    run_of(c).is_some_and(|r| matches!(r.phase, RunPhase::Running { .. }) && r.probes.ready)
 }
 
 fn completed(c: &ContainerReport) -> bool {
@@ -289,7 +308,7 @@ pub fn pod_status(
         containers.iter().cloned().partition(|c| !c.init && ephemeral_names.contains(c.name.as_str()));
     let containers = regular.as_slice();
     let phase = if runtime.is_some() { phase(pod, containers) } else { "Pending" };
-    let unready: Vec<&str> = containers.iter().filter(|c| !c.init && !running(c)).map(|c| c.name.as_str()).collect();
+    let unready: Vec<&str> = containers.iter().filter(|c| !c.init && !ready(c)).map(|c| c.name.as_str()).collect();
     let incomplete: Vec<&str> =
         containers.iter().filter(|c| c.init && !completed(c)).map(|c| c.name.as_str()).collect();
     let ready = runtime.is_some() && unready.is_empty() && matches!(phase, "Running");
@@ -499,6 +518,7 @@ mod tests {
             restart_count: i32::from(last.is_some()),
             phase,
             last_terminated: last.map(terminated),
+            probes: Default::default(),
         }))
     }
 
@@ -534,6 +554,21 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(cond(&s, "Ready").status, "True");
         assert_eq!(s.pod_ip.as_deref(), Some("127.200.0.9"));
+        // A readiness probe not (yet) passed: running, not ready, and so neither the pod;
+        // a startup probe not passed: not started.
+        let mut probed = running();
+        if let ContainerOutcome::Run(r) = &mut probed {
+            r.probes = ProbeView { ready: false, started: false };
+        }
+        let probed = status("Always", vec![probed, running()]);
+        let c0 = probed.container_statuses.as_ref().map(|c| c[0].clone()).unwrap_or_default();
+        assert_eq!((c0.ready, c0.started), (false, Some(false)));
+        assert_eq!(probed.phase.as_deref(), Some("Running"));
+        assert_eq!(
+            (cond(&probed, "Ready").status.as_str(), cond(&probed, "ContainersReady").reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+        assert_eq!(cond(&probed, "Ready").message.as_deref(), Some("containers with unready status: [c0]"));
         let c = &s.container_statuses.clone().unwrap_or_default()[0];
         assert!(c.ready && c.started == Some(true) && c.container_id.as_deref() == Some("containerd://c2"));
         assert_eq!(

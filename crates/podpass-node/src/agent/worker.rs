@@ -164,6 +164,8 @@ struct State {
     evicted: Option<String>,
     /// When its local storage was last measured.
     storage_measured: Option<Instant>,
+    /// Its containers' probes (the workers end with the pod worker).
+    probes: super::prober::PodProbes,
 }
 
 /// Runs until torn down or until the sender goes (agent shutdown).
@@ -241,6 +243,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                 None => std::future::pending().await,
             }
         };
+        let probed = state.probes.changed();
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
             () = sleep => next = Some(Instant::now()),
@@ -250,6 +253,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: watch::Receiver<Work>) {
                 next = Some(Instant::now());
             }
             () = runtime_event => next = Some(Instant::now()),
+            () = probed => next = Some(Instant::now()),
         }
     }
 }
@@ -361,6 +365,38 @@ async fn sync(shared: &Shared, pod: &Pod, state: &mut State, watched: bool) -> S
     let status = pod_status(&base, &reports, &volumes, &Time(Timestamp::now()), &shared.host_ip, view.as_ref());
     let status = (base.status.as_ref() != Some(&status)).then_some(status);
     Synced { next: due.0, status }
+}
+
+/// The prober follows what runs now, and each running container's status shows what its
+/// probes say.
+fn probe(shared: &Shared, rt: &PodRuntime, pod: &Pod, state: &mut State, run: &mut super::containers::RuntimeSync) {
+    use super::status::RunPhase;
+    let running: Vec<super::prober::Running> = run
+        .states
+        .iter()
+        .filter(|((init, _), _)| !init)
+        .filter_map(|((_, name), s)| {
+            let RunPhase::Running { started } = &s.phase else { return None };
+            let id = s.id.strip_prefix("containerd://")?.to_owned();
+            let started_nanos = started.as_ref().map_or(0, |t| i64::try_from(t.0.as_nanosecond()).unwrap_or(0));
+            Some(super::prober::Running { name: name.clone(), id, started_nanos })
+        })
+        .collect();
+    let pod_ip = if super::containers::host_network(pod) {
+        shared.host_ip.clone()
+    } else {
+        run.pod_ip.clone().unwrap_or_default()
+    };
+    let target = super::prober::Target { netns: run.netns.clone(), pod_ip };
+    state.probes.update(&rt.cri, &shared.events, pod, &running, &target);
+    let spec = pod.spec.clone().unwrap_or_default();
+    for r in &running {
+        let Some(c) = spec.containers.iter().find(|c| c.name == r.name) else { continue };
+        if let Some(s) = run.states.get_mut(&(false, r.name.clone())) {
+            let (ready, started) = (state.probes.ready(c, &r.id), state.probes.started(c, &r.id));
+            s.probes = super::status::ProbeView { ready, started };
+        }
+    }
 }
 
 /// The pod's containers in the order their images are checked: init containers, regular
@@ -550,8 +586,10 @@ async fn containers_step(
             (c.image.as_deref() == Some(image.as_str())).then_some((key, allowed))
         })
         .collect();
-    match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources).await {
-        Ok(run) => {
+    let kills = state.probes.kills(pod);
+    match super::containers::sync(rt, pod, &images, &mut state.runtime, &shared.sources, &kills).await {
+        Ok(mut run) => {
+            probe(shared, rt, pod, state, &mut run);
             // What runs on its spec's image needs no check until it must start again.
             state.running = run
                 .states

@@ -710,3 +710,31 @@ pub struct UInt64Value {
     #[prost(uint64, tag = "1")]
     pub value: u64,
 }
+
+/// `ExecSyncRequest`: a command run in a container to its end (the prober's exec probe).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExecSyncRequest {
+    /// The container.
+    #[prost(string, tag = "1")]
+    pub container_id: String,
+    /// The command and its arguments.
+    #[prost(string, repeated, tag = "2")]
+    pub cmd: Vec<String>,
+    /// Seconds the runtime lets it run (0: no limit).
+    #[prost(int64, tag = "3")]
+    pub timeout: i64,
+}
+
+/// `ExecSyncResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExecSyncResponse {
+    /// What it wrote to stdout.
+    #[prost(bytes = "vec", tag = "1")]
+    pub stdout: Vec<u8>,
+    /// What it wrote to stderr.
+    #[prost(bytes = "vec", tag = "2")]
+    pub stderr: Vec<u8>,
+    /// Its exit code.
+    #[prost(int32, tag = "3")]
+    pub exit_code: i32,
+}

@@ -152,6 +152,19 @@ impl CriRuntime {
         Ok(r.container_id)
     }
 
+    /// `ExecSync`: `cmd` run in container `id` to its end, the runtime stopping it after
+    /// `timeout` (the call's own deadline a little later, so the runtime's answer wins).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<ExecSyncResponse, RuntimeError> {
+        let seconds = i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX);
+        let req = ExecSyncRequest { container_id: id.to_owned(), cmd, timeout: seconds };
+        self.call("/runtime.v1.RuntimeService/ExecSync", req, timeout + Duration::from_secs(2)).await
+    }
+
     /// `StartContainer`.
     pub async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let req = ContainerIdRequest { container_id: id.to_owned() };
