@@ -5,14 +5,17 @@
 
 use std::time::Duration;
 
-use super::Probed;
+use super::{ProbeError, Probed};
 use crate::runtime::{CriRuntime, RuntimeError};
 
 /// The most of a probe command's output kept (kubelet: `maxReadLength`, 10 KiB).
 pub(crate) const MAX_OUTPUT: usize = 10 * 1024;
 
 /// What an exec probe's answer means.
-pub(crate) fn judge(cmd: &[String], answer: Result<(i32, Vec<u8>, Vec<u8>), RuntimeError>) -> Result<Probed, String> {
+pub(crate) fn judge(
+    cmd: &[String],
+    answer: Result<(i32, Vec<u8>, Vec<u8>), RuntimeError>,
+) -> Result<Probed, ProbeError> {
     match answer {
         Ok((code, mut stdout, stderr)) => {
             stdout.extend_from_slice(&stderr);
@@ -21,7 +24,7 @@ pub(crate) fn judge(cmd: &[String], answer: Result<(i32, Vec<u8>, Vec<u8>), Runt
             Ok(if code == 0 { Probed::Success(output) } else { Probed::Failure(output) })
         }
         Err(e) if timed_out(&e) => Ok(Probed::Failure(format!("command {:?} timed out", cmd.join(" ")))),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(ProbeError::Runtime(e)),
     }
 }
 
@@ -42,7 +45,7 @@ pub(crate) async fn exec_probe(
     id: &str,
     cmd: &[String],
     timeout: Duration,
-) -> Result<Probed, String> {
+) -> Result<Probed, ProbeError> {
     let answer = cri.exec_sync(id, cmd.to_vec(), timeout).await.map(|r| (r.exit_code, r.stdout, r.stderr));
     judge(cmd, answer)
 }
@@ -57,10 +60,10 @@ mod tests {
 
     #[test]
     fn the_exit_code_decides_and_the_output_is_the_message() {
-        assert_eq!(judge(&cmd(), Ok((0, b"ok\n".to_vec(), vec![]))), Ok(Probed::Success("ok\n".into())));
+        assert_eq!(judge(&cmd(), Ok((0, b"ok\n".to_vec(), vec![]))).ok(), Some(Probed::Success("ok\n".into())));
         assert_eq!(
-            judge(&cmd(), Ok((1, b"out ".to_vec(), b"cat: can't open '/tmp/ready'".to_vec()))),
-            Ok(Probed::Failure("out cat: can't open '/tmp/ready'".into()))
+            judge(&cmd(), Ok((1, b"out ".to_vec(), b"cat: can't open '/tmp/ready'".to_vec()))).ok(),
+            Some(Probed::Failure("out cat: can't open '/tmp/ready'".into()))
         );
         let long = judge(&cmd(), Ok((1, vec![b'x'; MAX_OUTPUT * 2], vec![])));
         assert!(matches!(long, Ok(Probed::Failure(m)) if m.len() == MAX_OUTPUT));
@@ -74,10 +77,13 @@ mod tests {
             message: message.into(),
         };
         let timeout = rpc("Unknown", "failed to exec in container: timeout 1s exceeded: context deadline exceeded");
-        assert_eq!(judge(&cmd(), Err(timeout)), Ok(Probed::Failure("command \"cat /tmp/ready\" timed out".into())));
         assert_eq!(
-            judge(&cmd(), Err(rpc("DeadlineExceeded", "context deadline exceeded"))),
-            Ok(Probed::Failure("command \"cat /tmp/ready\" timed out".into()))
+            judge(&cmd(), Err(timeout)).ok(),
+            Some(Probed::Failure("command \"cat /tmp/ready\" timed out".into()))
+        );
+        assert_eq!(
+            judge(&cmd(), Err(rpc("DeadlineExceeded", "context deadline exceeded"))).ok(),
+            Some(Probed::Failure("command \"cat /tmp/ready\" timed out".into()))
         );
         assert!(judge(&cmd(), Err(rpc("NotFound", "container not found"))).is_err());
     }

@@ -13,8 +13,8 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio_rustls::rustls;
 
-use super::Probed;
 use super::net::{Target, connect, join_host_port};
+use super::{ProbeError, Probed};
 
 /// The most of a response body read (kubelet: `maxRespBodyLength`, 10 KiB).
 pub(crate) const MAX_BODY: usize = 10 * 1024;
@@ -67,7 +67,7 @@ async fn follow(
     target: &Target,
     mut url: url::Url,
     headers: &[(String, String)],
-) -> Result<(u16, Vec<u8>), (String, String)> {
+) -> Result<(u16, Vec<u8>), (String, ProbeError)> {
     let first_host = url.host_str().unwrap_or_default().to_owned();
     for _ in 0..=MAX_REDIRECTS {
         let (code, body, location) = get(target, &url, headers).await.map_err(|e| (url.to_string(), e))?;
@@ -77,7 +77,7 @@ async fn follow(
             _ => return Ok((code, body)),
         }
     }
-    Err((url.to_string(), format!("stopped after {MAX_REDIRECTS} redirects")))
+    Err((url.to_string(), ProbeError::Redirects))
 }
 
 /// Aborts the connection's task when the probe is done (or dropped at its timeout).
@@ -97,20 +97,19 @@ async fn get(
     target: &Target,
     url: &url::Url,
     headers: &[(String, String)],
-) -> Result<(u16, Vec<u8>, Option<String>), String> {
+) -> Result<(u16, Vec<u8>, Option<String>), ProbeError> {
     let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
     let port = url.port_or_known_default().unwrap_or(80);
     // The outer timeout bounds the whole probe; the connect is bounded by it too.
     let stream = connect(target, &host, port, Duration::from_secs(3600)).await?;
     let io: Box<dyn Io> = if url.scheme() == "https" {
-        let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+        let name = rustls::pki_types::ServerName::try_from(host.clone())?;
         let tls = tokio_rustls::TlsConnector::from(insecure_config()?).connect(name, stream).await;
-        Box::new(tls.map_err(|e| e.to_string())?)
+        Box::new(tls?)
     } else {
         Box::new(stream)
     };
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(io)).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     let _conn = AbortOnDrop(tokio::spawn(async move {
         let _ = conn.await;
     }));
@@ -135,8 +134,8 @@ async fn get(
         }
         request = request.header(name.as_str(), value.as_str());
     }
-    let request = request.body(String::new()).map_err(|e| e.to_string())?;
-    let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+    let request = request.body(String::new())?;
+    let response = sender.send_request(request).await?;
     let code = response.status().as_u16();
     let location = response.headers().get(http::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let mut body = response.into_body();
@@ -148,7 +147,7 @@ async fn get(
                     read.extend_from_slice(data);
                 }
             }
-            Some(Err(e)) => return Err(e.to_string()),
+            Some(Err(e)) => return Err(e.into()),
             None => break,
         }
     }
@@ -158,11 +157,10 @@ async fn get(
 }
 
 /// A TLS client that accepts any certificate (probes do not verify, as the kubelet's).
-fn insecure_config() -> Result<Arc<rustls::ClientConfig>, String> {
+fn insecure_config() -> Result<Arc<rustls::ClientConfig>, ProbeError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
         .with_no_client_auth();

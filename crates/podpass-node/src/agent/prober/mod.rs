@@ -45,6 +45,35 @@ pub(crate) enum Probed {
     Failure(String),
 }
 
+/// Why a probe could not be made, in the words the kubelet's (Go's) clients use.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProbeError {
+    /// No connection: `dial tcp 127.128.0.9:80: connect: connection refused`.
+    #[error("dial tcp {addr}: {why}")]
+    Dial { addr: String, why: String },
+    /// The host is no name TLS can be asked for.
+    #[error("{0}")]
+    ServerName(#[from] tokio_rustls::rustls::pki_types::InvalidDnsNameError),
+    /// The TLS client could not be made.
+    #[error("{0}")]
+    TlsConfig(#[from] tokio_rustls::rustls::Error),
+    /// The TLS handshake failed.
+    #[error("{0}")]
+    Tls(#[from] std::io::Error),
+    /// The HTTP exchange failed.
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    /// The request could not be built (a header the probe names).
+    #[error("{0}")]
+    Request(#[from] ::http::Error),
+    /// More redirects than Go's client follows.
+    #[error("stopped after 10 redirects")]
+    Redirects,
+    /// The runtime could not run the command.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+}
+
 /// The pod's results by (container ID, kind), and what wakes its worker when one changes.
 #[derive(Debug, Default)]
 pub(crate) struct Results {

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Probed;
+use super::{ProbeError, Probed};
 
 /// Where a probe reaches the pod.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -72,9 +72,9 @@ pub(crate) async fn connect(
     host: &str,
     port: u16,
     timeout: Duration,
-) -> Result<tokio::net::TcpStream, String> {
+) -> Result<tokio::net::TcpStream, ProbeError> {
     let shown = if host.is_empty() { target.pod_ip.as_str() } else { host };
-    let dial = |e: io::Error| format!("dial tcp {}: {}", join_host_port(shown, port), go_words(&e));
+    let dial = |e: io::Error| ProbeError::Dial { addr: join_host_port(shown, port), why: go_words(&e) };
     let addr = address(target, host, port).await.map_err(dial)?;
     let attempt = async {
         match &target.netns {
@@ -107,7 +107,7 @@ pub(crate) async fn tcp_probe(target: &Target, host: &str, port: u16, timeout: D
             drop(stream);
             Probed::Success(String::new())
         }
-        Err(e) => Probed::Failure(e),
+        Err(e) => Probed::Failure(e.to_string()),
     }
 }
 

@@ -127,7 +127,7 @@ async fn probe_once(
     true
 }
 
-async fn probe(ctx: &Context, spec: &ProbeSpec, container: &Subject) -> Result<Probed, String> {
+async fn probe(ctx: &Context, spec: &ProbeSpec, container: &Subject) -> Result<Probed, super::ProbeError> {
     let target = &container.target;
     Ok(match &spec.handler {
         Handler::Exec(cmd) => return super::exec::exec_probe(&ctx.cri, &container.id, cmd, spec.timeout).await,
