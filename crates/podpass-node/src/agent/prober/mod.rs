@@ -204,16 +204,18 @@ impl PodProbes {
             }
             keep
         });
+        let new: Vec<_> = wanted.into_iter().filter(|(key, _)| !self.workers.contains_key(key)).collect();
+        if new.is_empty() {
+            // Most syncs start no worker: the pod is not copied for them.
+            return;
+        }
         let ctx = Arc::new(worker::Context {
             cri: cri.clone(),
             events: events.clone(),
             pod: pod.clone(),
             results: Arc::clone(&self.results),
         });
-        for ((name, kind), (run, spec)) in wanted {
-            if self.workers.contains_key(&(name.clone(), kind)) {
-                continue;
-            }
+        for ((name, kind), (run, spec)) in new {
             match kind {
                 Kind::Readiness => self.results.set(&run.id, kind, Outcome::Failure),
                 Kind::Liveness => self.results.set(&run.id, kind, Outcome::Success),
