@@ -135,8 +135,9 @@ pub(super) struct Settings {
     pub(super) min_request_timeout: Duration,
     pub(super) event_ttl: Duration,
     pub(super) pod_security: crate::server::rest::admission::pod_security::PodSecurityConfig,
-    /// The `kubernetes` Service's address (`--service-cluster-ip-range`'s first).
-    pub(super) kubernetes_service_ip: std::net::Ipv4Addr,
+    /// `--service-cluster-ip-range`: Services' cluster IPs, the first the `kubernetes`
+    /// Service's.
+    pub(super) service_ips: super::service_ips::ServiceIpRange,
 }
 
 /// The server could not start after its configuration was accepted.
@@ -250,7 +251,7 @@ impl ApiServerConfig {
                 extra_keys.extend(keys);
             }
         }
-        let serving = self.serving_tls(&mut problems, data_dir_ok, settings.kubernetes_service_ip);
+        let serving = self.serving_tls(&mut problems, data_dir_ok, settings.service_ips.first());
         let token_file_path = self.token_auth_file.clone().unwrap_or_else(|| self.data_dir.join("tokens.csv"));
         let token_file = self.token_file(&mut problems, &token_file_path, data_dir_ok);
         let audit =
@@ -359,14 +360,14 @@ impl ApiServerConfig {
                 })
             }
         };
-        let kubernetes_service_ip = problems
+        let service_ips = problems
             .check(
                 "--service-cluster-ip-range",
-                super::kubernetes_service::first_service_ip(&self.service_cluster_ip_range),
+                super::service_ips::ServiceIpRange::parse(&self.service_cluster_ip_range),
             )
-            .unwrap_or(std::net::Ipv4Addr::new(10, 96, 0, 1));
+            .unwrap_or(super::service_ips::DEFAULT_RANGE);
         Settings {
-            kubernetes_service_ip,
+            service_ips,
             features,
             node_audience_restriction: gates.enabled(Feature::ServiceAccountNodeAudienceRestriction),
             token_request_uid_validation: gates.enabled(Feature::TokenRequestServiceAccountUIDValidation),

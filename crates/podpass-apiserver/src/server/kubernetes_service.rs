@@ -34,49 +34,6 @@ pub const SERVICE_PORT: u16 = 443;
 pub const SERVICE_DNS_NAMES: [&str; 4] =
     ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"];
 
-/// `--service-cluster-ip-range` refused, worded for the flag.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ServiceRangeError {
-    /// No `/`.
-    #[error("{0:?}: must be a CIDR such as 10.96.0.0/12")]
-    NotCidr(String),
-    /// Not IPv4.
-    #[error("{0:?}: only an IPv4 range is served (e.g. 10.96.0.0/12)")]
-    NotIpv4(String),
-    /// The prefix length is no number.
-    #[error("{0:?}: the prefix length must be a number")]
-    PrefixNotNumber(String),
-    /// The prefix length is out of range.
-    #[error("{0:?}: the prefix length must be between 8 and 30")]
-    PrefixOutOfRange(String),
-    /// Host bits set.
-    #[error("{cidr:?}: the address has bits set past the prefix (the range starts at {start})")]
-    HostBits { cidr: String, start: Ipv4Addr },
-    /// Loopback or unspecified.
-    #[error("{0:?}: the range may not be loopback or unspecified")]
-    Reserved(String),
-}
-
-/// The first usable address of an IPv4 CIDR (`10.96.0.0/12` → `10.96.0.1`), as
-/// kube-apiserver's `ServiceIPRange` picks the `kubernetes` Service's.
-pub fn first_service_ip(cidr: &str) -> Result<Ipv4Addr, ServiceRangeError> {
-    let owned = || cidr.to_owned();
-    let (network, bits) = cidr.split_once('/').ok_or_else(|| ServiceRangeError::NotCidr(owned()))?;
-    let network: Ipv4Addr = network.parse().map_err(|_| ServiceRangeError::NotIpv4(owned()))?;
-    let bits: u32 = bits.parse().map_err(|_| ServiceRangeError::PrefixNotNumber(owned()))?;
-    if !(8..=30).contains(&bits) {
-        return Err(ServiceRangeError::PrefixOutOfRange(owned()));
-    }
-    let mask = u32::MAX << (32 - bits);
-    if u32::from(network) & !mask != 0 {
-        return Err(ServiceRangeError::HostBits { cidr: owned(), start: Ipv4Addr::from(u32::from(network) & mask) });
-    }
-    if network.is_loopback() || network.is_unspecified() {
-        return Err(ServiceRangeError::Reserved(owned()));
-    }
-    Ok(Ipv4Addr::from(u32::from(network) + 1))
-}
-
 /// What the controller writes, by resource.
 fn desired(service_ip: Ipv4Addr, endpoint: SocketAddr) -> [(&'static str, &'static str, Value); 3] {
     let port = endpoint.port();
@@ -165,6 +122,16 @@ async fn reconcile(state: &AppState, service_ip: Ipv4Addr, endpoint: SocketAddr)
                 }
             }
             Err(StoreError::NotFound { .. }) => {
+                if plural == "services" {
+                    // Its address recorded first, as a static allocation through the REST
+                    // storage would (held already, by this Service's previous life, is fine:
+                    // the repair loop corrects an owner that differs).
+                    let parent = super::service_ips::Parent { namespace: NAMESPACE, name: NAME };
+                    match super::service_ips::allocate(state, parent, Some(service_ip), false).await {
+                        Ok(_) | Err(super::service_ips::AllocationError::Allocated) => {}
+                        Err(e) => tracing::warn!(error = %e, "kubernetes service: its address is not recorded yet"),
+                    }
+                }
                 let res = find(group, plural).ok_or(OwnWriteError::NotServed(plural))?;
                 let mut object = want;
                 prepare_new(res, Some(NAMESPACE), &mut object, podpass_token::now_unix())
@@ -201,17 +168,6 @@ pub async fn run(state: Arc<AppState>, service_ip: Ipv4Addr, endpoint: SocketAdd
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn the_service_ip_is_the_ranges_first_address() {
-        assert_eq!(first_service_ip("10.96.0.0/12"), Ok(Ipv4Addr::new(10, 96, 0, 1)));
-        assert_eq!(first_service_ip("10.0.0.0/24"), Ok(Ipv4Addr::new(10, 0, 0, 1)));
-        assert!(first_service_ip("10.96.0.1/12").unwrap_err().to_string().contains("starts at 10.96.0.0"));
-        assert!(first_service_ip("fd00::/108").unwrap_err().to_string().contains("IPv4"));
-        assert!(first_service_ip("10.96.0.0").unwrap_err().to_string().contains("CIDR"));
-        assert!(first_service_ip("10.96.0.0/31").unwrap_err().to_string().contains("between 8 and 30"));
-        assert!(first_service_ip("127.0.0.0/8").unwrap_err().to_string().contains("loopback"));
-    }
 
     #[test]
     fn only_what_the_controller_owns_is_compared() {

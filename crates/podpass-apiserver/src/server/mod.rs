@@ -24,6 +24,7 @@ mod serve {
 }
 mod revoked_tokens;
 mod scheduler;
+mod service_ips;
 mod startup;
 mod status;
 mod token_authn;
@@ -62,6 +63,8 @@ const MAX_WATCHES_PER_USER: usize = 200;
 
 /// Shared request state.
 pub(crate) struct AppState {
+    /// `--service-cluster-ip-range`.
+    service_ips: service_ips::ServiceIpRange,
     store: Arc<dyn Store>,
     rbac: Arc<informer::Informer<authz::rbac_index::RbacIndex>>,
     nodes: Arc<informer::Informer<authz::node_graph::NodeGraph>>,

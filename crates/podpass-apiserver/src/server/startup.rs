@@ -75,6 +75,7 @@ impl Bound {
         let pod_gc = elected("pod-gc", &elector, &state, super::rest::collect_orphans_forever);
         let scheduler = elected("scheduler", &elector, &state, super::scheduler::run);
         let revoked_gc = elected("revoked-token-gc", &elector, &state, super::revoked_tokens::collect);
+        let service_ip_repair = elected("service-ip-repair", &elector, &state, super::service_ips::repair_forever);
         let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
@@ -83,6 +84,7 @@ impl Bound {
         revocation.abort();
         revoked.abort();
         revoked_gc.abort();
+        service_ip_repair.abort();
         root_ca.abort();
         kubernetes_service.abort();
         election.abort();
@@ -187,6 +189,7 @@ impl Prepared {
                 .ok()
         });
         let state = Arc::new(AppState {
+            service_ips: settings.service_ips,
             kubelet_client,
             rbac: super::informer::Informer::new(
                 authz::rbac_index::RbacIndex::default(),
@@ -247,7 +250,7 @@ impl Prepared {
             ..settings.serve_limits
         };
         let event_ttl = settings.event_ttl;
-        let service_ip = settings.kubernetes_service_ip;
+        let service_ip = settings.service_ips.first();
         Ok(Bound {
             local_addr,
             server_url,

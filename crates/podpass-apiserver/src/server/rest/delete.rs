@@ -288,7 +288,7 @@ async fn delete_current(
         return Ok(json_response(StatusCode::OK, marked));
     }
     let deleted = state.store.delete(k, Some(current.revision)).await?;
-    t.after_write(Written::Deleted, name, deleted.revision).await?;
+    t.after_write(Written::Deleted, name, &deleted, None).await?;
     Ok(json_response(StatusCode::OK, deleted.object))
 }
 

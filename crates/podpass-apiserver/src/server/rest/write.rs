@@ -12,7 +12,7 @@ use super::admission::{self, Attributes, Operation};
 use super::apply::{self, Applied};
 use super::field_validation::{self, FieldValidation};
 pub(super) use super::kinds::Part;
-use super::kinds::{AfterWrite, Written};
+use super::kinds::{AfterWrite, BeginWrite, Reserved, Written};
 use super::objects::{prepare_new, prepare_update};
 use super::resources::Resource;
 use super::{check_depth, dry_run, json_response, key, lifecycle, patch};
@@ -70,9 +70,21 @@ impl Target<'_> {
     }
 
     /// The strategy's hook once a write is stored.
-    pub(super) async fn after_write(&self, written: Written, name: &str, revision: u64) -> Result<(), StatusError> {
-        let write = AfterWrite { written, name, revision };
+    pub(super) async fn after_write(
+        &self,
+        written: Written,
+        name: &str,
+        stored: &Stored,
+        old: Option<&Value>,
+    ) -> Result<(), StatusError> {
+        let write = AfterWrite { written, name, revision: stored.revision, object: &stored.object, old };
         self.res.strategy.after_write(self.state, write).await
+    }
+
+    /// The strategy's reservation for a write of `object` (replacing `old`).
+    async fn begin_write(&self, name: &str, old: Option<&Value>, object: &mut Value) -> Result<Reserved, StatusError> {
+        let write = BeginWrite { namespace: self.ns, name, old, dry_run: self.write.is_dry_run() };
+        self.res.strategy.begin_write(self.state, write, object).await
     }
 }
 
@@ -103,24 +115,51 @@ async fn create_tracked(t: &Target<'_>, mut object: Value) -> Result<Response, S
     let attrs = t.attributes(&admitted_as, Operation::Create);
     admission::mutate(state, &attrs, &mut object).await?;
     res.strategy.prepare_for_create(&mut object);
-    res.strategy.validate(&name, &object)?;
-    admission::validate(state, &attrs, Some(&object), None).await?;
+    let reserved = t.begin_write(&name, None, &mut object).await?;
     let k = key(res, t.ns, &name);
-    if t.write.is_dry_run() {
-        // DryRunnableStorage.Create: an existing object is still a conflict; the answer is
-        // the object as it would be stored (no resourceVersion), and nothing else runs.
-        return match state.store.get(&k).await {
-            Ok(_) => Err(StoreError::AlreadyExists { resource: res.plural.to_owned(), name }.into()),
-            Err(StoreError::NotFound { .. }) => Ok(json_response(StatusCode::CREATED, object)),
-            Err(e) => Err(e.into()),
-        };
-    }
-    let created = state.store.create(&k, object).await?;
+    let created = match validate_and_create(t, &attrs, &name, &k, object).await {
+        Ok(NewObject::Stored(created)) => created,
+        Ok(NewObject::DryRun(object)) => return Ok(json_response(StatusCode::CREATED, object)),
+        Err(e) => {
+            reserved.release(state).await;
+            return Err(e);
+        }
+    };
     if let (Some(ns), Some(uid)) = (t.ns, &ns_uid) {
         lifecycle::after_create(state, res, ns, uid, &k, &created).await?;
     }
-    t.after_write(Written::Created, &name, created.revision).await?;
+    t.after_write(Written::Created, &name, &created, None).await?;
     Ok(json_response(StatusCode::CREATED, created.object))
+}
+
+/// A create once validated: stored, or as it would be.
+enum NewObject {
+    Stored(Stored),
+    DryRun(Value),
+}
+
+/// `Validate`, validating admission, then the store's create (or, in a dry run, the
+/// conflict check alone).
+async fn validate_and_create(
+    t: &Target<'_>,
+    attrs: &Attributes<'_>,
+    name: &str,
+    k: &crate::store::ObjectKey,
+    object: Value,
+) -> Result<NewObject, StatusError> {
+    let (state, res) = (t.state, t.res);
+    res.strategy.validate(name, &object)?;
+    admission::validate(state, attrs, Some(&object), None).await?;
+    if t.write.is_dry_run() {
+        // DryRunnableStorage.Create: an existing object is still a conflict; the answer is
+        // the object as it would be stored (no resourceVersion), and nothing else runs.
+        return match state.store.get(k).await {
+            Ok(_) => Err(StoreError::AlreadyExists { resource: res.plural.to_owned(), name: name.to_owned() }.into()),
+            Err(StoreError::NotFound { .. }) => Ok(NewObject::DryRun(object)),
+            Err(e) => Err(e.into()),
+        };
+    }
+    Ok(NewObject::Stored(state.store.create(k, object).await?))
 }
 
 /// What an update and a patch share once the replacement is known: server metadata
@@ -132,7 +171,7 @@ async fn admit_replacement(
     part: Part,
     current: &Value,
     object: &mut Value,
-) -> Result<(), StatusError> {
+) -> Result<Reserved, StatusError> {
     let res = t.res;
     prepare_update(res, current, object, name)?;
     lifecycle::check_finalizer_update(res.kind, name, current, object)?;
@@ -140,7 +179,19 @@ async fn admit_replacement(
     if part == Part::Main {
         admission::mutate_update(&t.attributes(name, Operation::Update), object);
     }
-    res.strategy.validate_update(name, object, current)?;
+    let reserved = t.begin_write(name, Some(current), object).await?;
+    match validate_replacement(t, name, current, object).await {
+        Ok(()) => Ok(reserved),
+        Err(e) => {
+            reserved.release(t.state).await;
+            Err(e)
+        }
+    }
+}
+
+/// `ValidateUpdate` and validating admission of a replacement.
+async fn validate_replacement(t: &Target<'_>, name: &str, current: &Value, object: &Value) -> Result<(), StatusError> {
+    t.res.strategy.validate_update(name, object, current)?;
     // A version served from another's storage adds its own update rules (events.k8s.io/v1:
     // ValidateEventUpdate), on the stored shapes as upstream's internal Event.
     if let Some(conversion) = t.served.conversion {
@@ -172,12 +223,18 @@ pub(super) async fn update_object(
     };
     apply::track_update(res, part == Part::Status, &current.object, &mut object, t.manager)?;
     split_status(res, part, &current.object, &mut object);
-    admit_replacement(t, name, part, &current.object, &mut object).await?;
+    let reserved = admit_replacement(t, name, part, &current.object, &mut object).await?;
     if t.write.is_dry_run() {
         return dry_run_update(res, name, object, expected.unwrap_or(current.revision), &current);
     }
-    let updated = state.store.update(&k, object, expected.or(Some(current.revision))).await?;
-    t.after_write(Written::Updated, name, updated.revision).await?;
+    let updated = match state.store.update(&k, object, expected.or(Some(current.revision))).await {
+        Ok(updated) => updated,
+        Err(e) => {
+            reserved.release(state).await;
+            return Err(e.into());
+        }
+    };
+    t.after_write(Written::Updated, name, &updated, Some(&current.object)).await?;
     lifecycle::finish_if_finalized(state, &k, updated).await
 }
 
@@ -315,7 +372,7 @@ pub(super) async fn patch(
             }
         }
         check_depth(&object)?;
-        admit_replacement(t, name, part, &current.object, &mut object).await?;
+        let reserved = admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((
                 json_response(StatusCode::OK, dry_run_update(res, name, object, expected, &current)?),
@@ -324,14 +381,18 @@ pub(super) async fn patch(
         }
         match state.store.update(&k, object, Some(expected)).await {
             Ok(updated) => {
-                t.after_write(Written::Updated, name, updated.revision).await?;
+                t.after_write(Written::Updated, name, &updated, Some(&current.object)).await?;
                 let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
                 return Ok((answer, warnings));
             }
             Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES && precondition.is_none() => {
+                reserved.release(state).await;
                 attempt += 1;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                reserved.release(state).await;
+                return Err(e.into());
+            }
         }
     }
 }
@@ -428,7 +489,7 @@ async fn apply_config(
         split_status(res, part, &current.object, &mut object);
         let warnings = field_validation::validate(mode, res.group, res.version, res.kind, None, &mut object)?;
         check_depth(&object)?;
-        admit_replacement(t, name, part, &current.object, &mut object).await?;
+        let reserved = admit_replacement(t, name, part, &current.object, &mut object).await?;
         if t.write.is_dry_run() {
             return Ok((
                 json_response(StatusCode::OK, dry_run_update(res, name, object, current.revision, &current)?),
@@ -437,12 +498,18 @@ async fn apply_config(
         }
         match state.store.update(&k, object, Some(current.revision)).await {
             Ok(updated) => {
-                t.after_write(Written::Updated, name, updated.revision).await?;
+                t.after_write(Written::Updated, name, &updated, Some(&current.object)).await?;
                 let answer = json_response(StatusCode::OK, lifecycle::finish_if_finalized(state, &k, updated).await?);
                 return Ok((answer, warnings));
             }
-            Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES => attempt += 1,
-            Err(e) => return Err(e.into()),
+            Err(StoreError::Conflict { .. }) if attempt < PATCH_RETRIES => {
+                reserved.release(state).await;
+                attempt += 1;
+            }
+            Err(e) => {
+                reserved.release(state).await;
+                return Err(e.into());
+            }
         }
     }
 }

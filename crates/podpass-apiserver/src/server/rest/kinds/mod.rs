@@ -15,6 +15,7 @@ mod deployment;
 mod endpoint_slice;
 mod event;
 mod events_v1;
+mod ip_address;
 mod job;
 mod lease;
 mod limit_range;
@@ -62,6 +63,7 @@ pub const RESOURCES: &[Resource] = &[
     service::SERVICE_RESOURCE,
     service::ENDPOINTS_RESOURCE,
     endpoint_slice::RESOURCE,
+    ip_address::RESOURCE,
     events_v1::RESOURCE,
     lease::RESOURCE,
     revoked_token::RESOURCE,
@@ -192,6 +194,40 @@ pub(crate) struct AfterWrite<'a> {
     pub name: &'a str,
     /// The store's revision after the write.
     pub revision: u64,
+    /// The object as stored (for a delete: as it was removed).
+    pub object: &'a Value,
+    /// For an update, the object it replaced.
+    pub old: Option<&'a Value>,
+}
+
+/// A create or update about to be validated and stored, as [`Strategy::begin_write`] sees it.
+pub(crate) struct BeginWrite<'a> {
+    /// The object's namespace (namespaced kinds).
+    pub namespace: Option<&'a str>,
+    /// Its name.
+    pub name: &'a str,
+    /// For an update, the object it replaces.
+    pub old: Option<&'a Value>,
+    /// A dry run: nothing may be reserved.
+    pub dry_run: bool,
+}
+
+/// What [`Strategy::begin_write`] reserved in the store: the objects it created, removed
+/// again if the write they were made for is not stored.
+#[derive(Debug, Default)]
+#[must_use = "a reservation is released when its write fails"]
+pub(crate) struct Reserved(pub Vec<crate::store::ObjectKey>);
+
+impl Reserved {
+    /// Removes what was reserved (the write failed); a removal that fails is left to the
+    /// kind's repair loop.
+    pub(crate) async fn release(self, state: &AppState) {
+        for key in self.0 {
+            if let Err(e) = state.store.delete(&key, None).await {
+                tracing::warn!(key = %key.storage_key(), error = %e, "a failed write's reservation stays for repair");
+            }
+        }
+    }
 }
 
 /// How a kind departs from the generic registry. Every hook has upstream's generic
@@ -273,6 +309,18 @@ pub(crate) trait Strategy: Send + Sync {
     /// Terminating, emptied, then removed) instead of removing it.
     fn deleted_by_controller(&self) -> bool {
         false
+    }
+
+    /// `BeginCreate`/`BeginUpdate`: what a write reserves before it is validated and stored
+    /// (a Service's cluster IP), set into `object`. The reservation is released if the write
+    /// then fails.
+    fn begin_write<'a>(
+        &'a self,
+        _state: &'a AppState,
+        _write: BeginWrite<'a>,
+        _object: &'a mut Value,
+    ) -> BoxFuture<'a, Result<Reserved, StatusError>> {
+        Box::pin(std::future::ready(Ok(Reserved::default())))
     }
 
     /// What runs once a write is stored, before it is answered (a new namespace's default
