@@ -10,13 +10,21 @@ use podpass_serve::{ConfigErrors, Problems};
 use crate::leader::Election;
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 5] = [
+pub const CONTROLLERS: [&str; 7] = [
     crate::deployment::NAME,
     crate::replica_set::NAME,
     crate::job::NAME,
     crate::cron_job::NAME,
+    crate::endpoints::NAME,
+    crate::endpoint_slice::NAME,
     crate::garbage_collector::NAME,
 ];
+
+/// A controller's old short name where it is not its name less `-controller`
+/// (kube-controller-manager's aliases).
+fn alias(controller: &str) -> Option<&'static str> {
+    (controller == crate::endpoints::NAME).then_some("endpoint")
+}
 
 /// The flags of `podpass controller-manager`: declared once here, parsed by the CLI.
 #[derive(Debug, Clone, clap::Args)]
@@ -91,8 +99,9 @@ impl Config {
             let (off, bare) = name.strip_prefix('-').map_or((false, name.as_str()), |n| (true, n));
             if bare == "*" {
                 controllers.extend(CONTROLLERS);
-            } else if let Some(known) =
-                CONTROLLERS.iter().find(|c| **c == bare || c.trim_end_matches("-controller") == bare)
+            } else if let Some(known) = CONTROLLERS
+                .iter()
+                .find(|c| **c == bare || c.trim_end_matches("-controller") == bare || alias(c) == Some(bare))
             {
                 if off {
                     controllers.retain(|c| c != known);
@@ -168,8 +177,13 @@ mod tests {
         let prepared = parse(&["--kubeconfig", &path]).prepare().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(prepared.controllers, CONTROLLERS);
         assert_eq!(prepared.election.as_ref().map(|e| e.lease_duration), Some(crate::leader::DEFAULT_LEASE_DURATION));
-        let gc_only =
-            parse(&["--kubeconfig", &path, "--controllers", "*,-replicaset,-deployment,-job,-cronjob"]).prepare();
+        let gc_only = parse(&[
+            "--kubeconfig",
+            &path,
+            "--controllers",
+            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice",
+        ])
+        .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);
         let unelected = parse(&["--kubeconfig", &path, "--leader-elect=false"]).prepare();
         assert!(unelected.is_ok_and(|p| p.election.is_none()));

@@ -1,5 +1,6 @@
 //! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
-//! controllers own — pods, ReplicaSets, Deployments, Jobs and CronJobs, watched as metadata only — as
+//! controllers own — pods, ReplicaSets, Deployments, Jobs, CronJobs, Services and
+//! EndpointSlices, watched as metadata only — as
 //! `generic-garbage-collector`:
 //!
 //! - a dependent whose owners are all gone (404, or another object of the same name: a UID
@@ -20,7 +21,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
 use kube::api::{DeleteParams, PartialObjectMeta, Patch, PatchParams, PropagationPolicy};
@@ -93,6 +95,8 @@ struct Caches {
     deployments: Store<PartialObjectMeta<Deployment>>,
     jobs: Store<PartialObjectMeta<Job>>,
     cron_jobs: Store<PartialObjectMeta<CronJob>>,
+    services: Store<PartialObjectMeta<Service>>,
+    slices: Store<PartialObjectMeta<EndpointSlice>>,
 }
 
 /// A metadata cache of `K` and the stream that fills it.
@@ -118,14 +122,21 @@ pub async fn run(credentials: Credentials) {
     let (deployments, drive_deployments) = cache::<Deployment>(&root);
     let (jobs, drive_jobs) = cache::<Job>(&root);
     let (cron_jobs, drive_cron_jobs) = cache::<CronJob>(&root);
-    let caches = Caches { pods, sets, deployments, jobs, cron_jobs };
-    let drive = futures::future::join5(drive_pods, drive_sets, drive_deployments, drive_jobs, drive_cron_jobs);
+    let (services, drive_services) = cache::<Service>(&root);
+    let (slices, drive_slices) = cache::<EndpointSlice>(&root);
+    let caches = Caches { pods, sets, deployments, jobs, cron_jobs, services, slices };
+    let drive = futures::future::join(
+        futures::future::join5(drive_pods, drive_sets, drive_deployments, drive_jobs, drive_cron_jobs),
+        futures::future::join(drive_services, drive_slices),
+    );
     let sweep = async {
         let ready = caches.pods.wait_until_ready().await.is_ok()
             && caches.sets.wait_until_ready().await.is_ok()
             && caches.deployments.wait_until_ready().await.is_ok()
             && caches.jobs.wait_until_ready().await.is_ok()
-            && caches.cron_jobs.wait_until_ready().await.is_ok();
+            && caches.cron_jobs.wait_until_ready().await.is_ok()
+            && caches.services.wait_until_ready().await.is_ok()
+            && caches.slices.wait_until_ready().await.is_ok();
         if !ready {
             return;
         }
@@ -148,7 +159,9 @@ fn items(caches: &Caches) -> Vec<Item> {
     let d = caches.deployments.state().into_iter().map(|m| Item { kind: "Deployment", meta: m.metadata.clone() });
     let j = caches.jobs.state().into_iter().map(|m| Item { kind: "Job", meta: m.metadata.clone() });
     let c = caches.cron_jobs.state().into_iter().map(|m| Item { kind: "CronJob", meta: m.metadata.clone() });
-    p.chain(s).chain(d).chain(j).chain(c).collect()
+    let v = caches.services.state().into_iter().map(|m| Item { kind: "Service", meta: m.metadata.clone() });
+    let e = caches.slices.state().into_iter().map(|m| Item { kind: "EndpointSlice", meta: m.metadata.clone() });
+    p.chain(s).chain(d).chain(j).chain(c).chain(v).chain(e).collect()
 }
 
 async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), kube::Error> {
@@ -218,8 +231,15 @@ fn state_of(meta: &ObjectMeta) -> Owner {
 }
 
 /// The kinds the collector knows, by kind and apiVersion.
-const KINDS: [(&str, &str); 5] =
-    [("Pod", "v1"), ("ReplicaSet", "apps/v1"), ("Deployment", "apps/v1"), ("Job", "batch/v1"), ("CronJob", "batch/v1")];
+const KINDS: [(&str, &str); 7] = [
+    ("Pod", "v1"),
+    ("ReplicaSet", "apps/v1"),
+    ("Deployment", "apps/v1"),
+    ("Job", "batch/v1"),
+    ("CronJob", "batch/v1"),
+    ("Service", "v1"),
+    ("EndpointSlice", "discovery.k8s.io/v1"),
+];
 
 /// The API of `item`'s kind in its namespace.
 fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
@@ -229,6 +249,8 @@ fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
         "Deployment" => kube::discovery::ApiResource::erase::<Deployment>(&()),
         "Job" => kube::discovery::ApiResource::erase::<Job>(&()),
         "CronJob" => kube::discovery::ApiResource::erase::<CronJob>(&()),
+        "Service" => kube::discovery::ApiResource::erase::<Service>(&()),
+        "EndpointSlice" => kube::discovery::ApiResource::erase::<EndpointSlice>(&()),
         _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
     };
     Api::namespaced_with(client.clone(), &ns, &resource)

@@ -6,18 +6,22 @@
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
 //! - The controllers: the Deployment, ReplicaSet, Job and CronJob controllers (the Job
-//!   controller also deletes finished Jobs past their TTL) and the garbage collector.
+//!   controller also deletes finished Jobs past their TTL), the Endpoints and EndpointSlice
+//!   controllers, and the garbage collector.
 
 mod claim;
 mod config;
 mod credentials;
 mod cron_job;
 mod deployment;
+mod endpoint_slice;
+mod endpoints;
 mod events;
 mod garbage_collector;
 mod job;
 pub mod leader;
 mod replica_set;
+mod service_pods;
 mod sync_error;
 
 pub use config::{CONTROLLERS, Config, Prepared};
@@ -69,6 +73,8 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                 job::NAME => job::run(credentials).await,
                 cron_job::NAME => cron_job::run(credentials).await,
                 garbage_collector::NAME => garbage_collector::run(credentials).await,
+                endpoints::NAME => endpoints::run(credentials).await,
+                endpoint_slice::NAME => endpoint_slice::run(credentials).await,
                 _ => {}
             }
         }

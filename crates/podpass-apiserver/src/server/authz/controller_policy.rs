@@ -102,6 +102,25 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "endpoint-controller",
+        json!([
+            rule(&["get", "list", "watch"], &[""], &["services", "pods"]),
+            rule(&["get", "list", "create", "update", "delete"], &[""], &["endpoints"]),
+            rule(&["create"], &[""], &["endpoints/restricted"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
+        "endpointslice-controller",
+        json!([
+            rule(&["get", "list", "watch"], &[""], &["services", "pods", "nodes"]),
+            // The slices' owner references block their Service's deletion.
+            rule(&["update"], &[""], &["services/finalizers"]),
+            rule(&["get", "list", "create", "update", "delete"], &["discovery.k8s.io"], &["endpointslices"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "ttl-after-finished-controller",
         json!([rule(&["get", "list", "watch", "delete"], &["batch"], &["jobs"]), events()]),
     ));
