@@ -263,3 +263,38 @@ pub fn jwt_claims(token: &str) -> serde_json::Value {
     let payload = token.split('.').nth(1).unwrap();
     serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap()
 }
+
+/// A controller manager (`podpass controller-manager`) process and its log, killed on drop (the log's end printed when the
+/// test is failing).
+pub struct Manager(Child, std::path::PathBuf);
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- {} ---", self.1.display());
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+pub fn manager(kubeconfig: &Path, log_path: &Path) -> Manager {
+    let log = std::fs::File::create(log_path).unwrap();
+    let child = Command::new(PODPASS)
+        .args(["controller-manager", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        // A shorter lease than upstream's 15 s, so the takeover below is quicker, but a renew
+        // deadline a loaded machine's slow API calls stay well within: a leader that misses
+        // it exits, and nothing restarts it here.
+        .args(["--leader-elect-lease-duration", "10s", "--leader-elect-renew-deadline", "8s"])
+        .args(["--leader-elect-retry-period", "2s"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Manager(child, log_path.to_path_buf())
+}

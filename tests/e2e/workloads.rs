@@ -10,48 +10,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 mod support;
 use support::*;
-
-/// A controller manager process and its log, killed on drop (the log's end printed when the
-/// test is failing).
-struct Manager(Child, std::path::PathBuf);
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.1).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- {} ---", self.1.display());
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
-fn manager(kubeconfig: &Path, log_path: &Path) -> Manager {
-    let log = std::fs::File::create(log_path).unwrap();
-    let child = Command::new(PODPASS)
-        .args(["controller-manager", "--kubeconfig", kubeconfig.to_str().unwrap()])
-        // A shorter lease than upstream's 15 s, so the takeover below is quicker, but a renew
-        // deadline a loaded machine's slow API calls stay well within: a leader that misses
-        // it exits, and nothing restarts it here.
-        .args(["--leader-elect-lease-duration", "10s", "--leader-elect-renew-deadline", "8s"])
-        .args(["--leader-elect-retry-period", "2s"])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    Manager(child, log_path.to_path_buf())
-}
 
 fn replica_set(ns: &str, name: &str, replicas: i64, spec: Value) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "namespace": ns},
