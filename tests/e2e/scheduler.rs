@@ -1,4 +1,5 @@
-//! End-to-end: the control plane's scheduler and `pods/binding`. `kubectl run` gets a pod
+//! End-to-end: the scheduler (`podpass scheduler`, its own process: the API server alone
+//! schedules nothing) and `pods/binding`. `kubectl run` gets a pod
 //! onto the Ready node the agent registered (with its machine's capacity and allocatable),
 //! with a `Scheduled` event; a pod no node takes is `PodScheduled=False`/`Unschedulable`
 //! with upstream's message and a `FailedScheduling` event, and is placed once a node
@@ -24,11 +25,26 @@ fn pods_are_scheduled_onto_fitting_nodes_and_unschedulable_ones_say_why() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("api")).unwrap();
-    let s = start(&d.join("api"), &[]);
+    let mut s = start(&d.join("api"), &[]);
     let api = d.join("api");
 
-    // Before any node: a pod waits, and says there is no node.
+    // The API server alone decides nothing: with its scheduler stopped, a pod is left as
+    // it was written (watched for a few seconds; the scheduler then takes it).
+    let mut first = s.scheduler.take().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
     ok(admin_kubectl(&api, &["run", "early", "--image=registry.example/app:1", "--restart=Never"]), "run early");
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, untouched) = admin_get(&s, "/api/v1/namespaces/default/pods/early");
+    assert!(condition(&untouched, "PodScheduled").is_none(), "nothing but the scheduler schedules: {untouched}");
+    s.scheduler = Some(spawn_scheduler(&api));
+    let lease = wait_for("the scheduler's lease", Duration::from_secs(30), || {
+        let (code, lease) = admin_get(&s, "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler");
+        (code == 200 && lease["spec"]["holderIdentity"].is_string()).then_some(lease)
+    });
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 15, "{lease}");
+
+    // Before any node: a pod waits, and says there is no node.
     let early = wait_for("early pod marked unschedulable", Duration::from_secs(20), || {
         let (_, pod) = admin_get(&s, "/api/v1/namespaces/default/pods/early");
         condition(&pod, "PodScheduled").map(|_| pod.clone())

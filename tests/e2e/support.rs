@@ -7,15 +7,21 @@ use std::time::{Duration, Instant};
 
 pub const PODPASS: &str = env!("PODPASS_BIN");
 
-/// A server process, killed on drop.
+/// A server process and the scheduler beside it (`podpass scheduler`, as
+/// `system:kube-scheduler`: kube-apiserver binds no pod by itself), killed on drop.
 pub struct Server {
     pub child: Child,
     pub url: String,
     pub dir: PathBuf,
+    pub scheduler: Option<Child>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if let Some(scheduler) = self.scheduler.as_mut() {
+            let _ = scheduler.kill();
+            let _ = scheduler.wait();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -35,7 +41,26 @@ pub fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let url = wait_for_url(dir);
-    Server { child, url, dir: dir.to_path_buf() }
+    let mut server = Server { child, url, dir: dir.to_path_buf(), scheduler: None };
+    server.scheduler = Some(spawn_scheduler(dir));
+    server
+}
+
+/// `podpass scheduler` for the control plane whose data dir is `dir` (its kubeconfig
+/// written there, its log in `scheduler.log`).
+pub fn spawn_scheduler(dir: &Path) -> Child {
+    let kubeconfig = dir.join("scheduler.kubeconfig");
+    if !kubeconfig.exists() {
+        std::fs::write(&kubeconfig, ok(identity_output(dir, "system:kube-scheduler", &[]), "scheduler identity"))
+            .unwrap();
+    }
+    let log = std::fs::File::create(dir.join("scheduler.log")).unwrap();
+    Command::new(PODPASS)
+        .args(["scheduler", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 /// The URL a starting server writes to `<dir>/server-url` once it listens (30 s at most).

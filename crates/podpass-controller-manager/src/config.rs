@@ -1,13 +1,15 @@
 //! The flags of `podpass controller-manager`, named as kube-controller-manager's, and
 //! what they prepare.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use podpass_api::GoDuration;
 use podpass_serve::{ConfigErrors, Problems};
+use std::path::PathBuf;
+
+use podpass_component::LeaderElectionFlags;
 
 use crate::leader::Election;
+
+/// The Lease the managers elect their leader on.
+pub const LEASE_NAME: &str = "kube-controller-manager";
 
 /// The controllers this manager runs (kube-controller-manager's names).
 pub const CONTROLLERS: [&str; 7] = [
@@ -32,24 +34,9 @@ pub struct Config {
     /// Kubeconfig of the manager's own identity (`system:kube-controller-manager`).
     #[arg(long)]
     pub kubeconfig: PathBuf,
-    /// Elect one leader among the managers through a Lease before running controllers.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub leader_elect: bool,
-    /// How long a non-leader waits after the last observed renewal before taking over.
-    #[arg(long, default_value = "15s")]
-    pub leader_elect_lease_duration: GoDuration,
-    /// How long the leader keeps trying to renew before it stops leading.
-    #[arg(long, default_value = "10s")]
-    pub leader_elect_renew_deadline: GoDuration,
-    /// How often candidates try to acquire or renew.
-    #[arg(long, default_value = "2s")]
-    pub leader_elect_retry_period: GoDuration,
-    /// The Lease's namespace.
-    #[arg(long, default_value = "kube-system")]
-    pub leader_elect_resource_namespace: String,
-    /// The Lease's name.
-    #[arg(long, default_value = "kube-controller-manager")]
-    pub leader_elect_resource_name: String,
+    /// Leader election (the Lease `kube-system/kube-controller-manager` by default).
+    #[command(flatten)]
+    pub leader_election: LeaderElectionFlags,
     /// Each controller writes as its own service account `kube-system/<controller>` (as
     /// kubeadm runs kube-controller-manager); false: all as the manager's identity.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -67,16 +54,6 @@ pub struct Prepared {
     pub(crate) controllers: Vec<&'static str>,
 }
 
-fn duration(flag: &str, value: GoDuration, problems: &mut Problems) -> Duration {
-    match value.to_std().filter(|d| !d.is_zero()) {
-        Some(d) => d,
-        None => {
-            problems.push(flag, "must be a positive duration");
-            Duration::from_secs(1)
-        }
-    }
-}
-
 impl Config {
     /// Every problem at once (client-go's `NewLeaderElector` checks included); nothing is
     /// contacted yet.
@@ -85,15 +62,7 @@ impl Config {
         if !self.kubeconfig.is_file() {
             problems.push_value("--kubeconfig", self.kubeconfig.display(), "no such file");
         }
-        let lease = duration("--leader-elect-lease-duration", self.leader_elect_lease_duration, &mut problems);
-        let renew = duration("--leader-elect-renew-deadline", self.leader_elect_renew_deadline, &mut problems);
-        let retry = duration("--leader-elect-retry-period", self.leader_elect_retry_period, &mut problems);
-        if lease <= renew {
-            problems.push("--leader-elect-lease-duration", "must be greater than --leader-elect-renew-deadline");
-        }
-        if renew.as_secs_f64() <= retry.as_secs_f64() * 1.2 {
-            problems.push("--leader-elect-renew-deadline", "must be greater than --leader-elect-retry-period × 1.2");
-        }
+        let election = self.leader_election.prepare(LEASE_NAME, &mut problems);
         let mut controllers = Vec::new();
         for name in &self.controllers {
             let (off, bare) = name.strip_prefix('-').map_or((false, name.as_str()), |n| (true, n));
@@ -118,14 +87,6 @@ impl Config {
         }
         controllers.dedup();
         problems.finish()?;
-        let election = self.leader_elect.then(|| Election {
-            namespace: self.leader_elect_resource_namespace.clone(),
-            name: self.leader_elect_resource_name.clone(),
-            identity: crate::leader::identity(),
-            lease_duration: lease,
-            renew_deadline: renew,
-            retry_period: retry,
-        });
         Ok(Prepared {
             kubeconfig: self.kubeconfig.clone(),
             election,

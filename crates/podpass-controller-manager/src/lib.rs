@@ -10,16 +10,16 @@
 //!   controllers, and the garbage collector.
 
 mod claim;
+use podpass_component::events;
+pub use podpass_component::leader;
 mod config;
 mod credentials;
 mod cron_job;
 mod deployment;
 mod endpoint_slice;
 mod endpoints;
-mod events;
 mod garbage_collector;
 mod job;
-pub mod leader;
 mod replica_set;
 mod service_pods;
 mod sync_error;
@@ -56,7 +56,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
     let root = kube::Client::try_from(config.clone()).map_err(|e| err(e.to_string()))?;
     let credentials = Credentials::new(root.clone(), config, prepared.per_controller);
     tokio::pin!(shutdown);
-    let mut elector = prepared.election.map(|e| leader::Elector::new(root, e));
+    let mut elector = prepared.election.map(|e| leader::Elector::new(root, e, "kube-controller-manager"));
     if let Some(elector) = elector.as_mut() {
         tokio::select! {
             () = elector.acquire() => {}

@@ -25,6 +25,7 @@ mod node_explain;
 mod node_images;
 mod pull_progress;
 mod registry_auth;
+mod scheduler;
 mod token;
 mod up;
 
@@ -87,6 +88,8 @@ enum Command {
     /// kube-controller-manager's controllers (ReplicaSets), each writing as its own service
     /// account, one leader at a time by Lease; against any API server, by kubeconfig.
     ControllerManager(podpass_controller_manager::Config),
+    /// kube-scheduler's default scheduler as an API client, one leader by Lease.
+    Scheduler(podpass_scheduler::Config),
     /// Benchmarks against the physical limit measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
         Command::Node(cmd) => node::run(cmd),
         Command::RegistryAuth(args) => registry_auth::run(args),
         Command::ControllerManager(args) => controller_manager::run(args),
+        Command::Scheduler(args) => scheduler::run(args),
         Command::Audit(cmd) => match audit_images::run(cmd) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

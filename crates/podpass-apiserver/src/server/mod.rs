@@ -23,7 +23,6 @@ mod serve {
     pub use podpass_serve::{ServeLimits, accept_loop, spawn_named};
 }
 mod revoked_tokens;
-mod scheduler;
 mod service_ips;
 mod startup;
 mod status;

@@ -43,8 +43,9 @@ impl std::fmt::Debug for Bound {
 impl Bound {
     /// Serves, keeps Events within `--event-ttl`, revokes deleted objects' cached tokens,
     /// follows revoked `jti`s, and — while this replica holds the controller lease — runs the tokens controller, the
-    /// root CA publisher, the `kubernetes` Service, the quota controller, pod GC, the
-    /// scheduler and the collection of expired revocations, until `shutdown` completes.
+    /// root CA publisher, the `kubernetes` Service and its address repair, the quota
+    /// controller, pod GC and the collection of expired revocations, until `shutdown`
+    /// completes. The scheduler is a component of its own (`podpass scheduler`).
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let Bound { listener, tls, app, limits, state, event_ttl, service_ip, local_addr, .. } = self;
         let reaper = serve::spawn_named("event-ttl", super::event_ttl::reap_forever(Arc::clone(&state), event_ttl));
@@ -55,7 +56,7 @@ impl Bound {
             let (elector, state) = (Arc::clone(&elector), Arc::clone(&state));
             async move { elector.run(state).await }
         });
-        // kube-controller-manager's and kube-scheduler's work: one replica at a time.
+        // One replica at a time.
         let tokens = elected("tokens-controller", &elector, &state, super::tokens_controller::run);
         let root_ca = serve::spawn_named(
             "root-ca-publisher",
@@ -73,7 +74,6 @@ impl Bound {
         };
         let quotas = elected("resource-quota", &elector, &state, super::rest::admission::quota::run);
         let pod_gc = elected("pod-gc", &elector, &state, super::rest::collect_orphans_forever);
-        let scheduler = elected("scheduler", &elector, &state, super::scheduler::run);
         let revoked_gc = elected("revoked-token-gc", &elector, &state, super::revoked_tokens::collect);
         let service_ip_repair = elected("service-ip-repair", &elector, &state, super::service_ips::repair_forever);
         let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
@@ -91,7 +91,6 @@ impl Bound {
         elector.release(&state).await;
         quotas.abort();
         pod_gc.abort();
-        scheduler.abort();
     }
 }
 

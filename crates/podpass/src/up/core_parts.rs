@@ -23,6 +23,7 @@ pub(super) const REGISTRY_AUTH: &str = "registry-auth";
 pub(super) const REGISTRY: &str = "registry";
 pub(super) const CONTAINERD: &str = "containerd";
 pub(super) const CONTROLLER_MANAGER: &str = "controllers";
+pub(super) const SCHEDULER: &str = "scheduler";
 
 /// The API server's audit log, under `<data-dir>/logs`.
 pub(super) const API_AUDIT_LOG: &str = "apiserver-audit.log";
@@ -66,6 +67,30 @@ pub(super) fn controller_manager(l: &Layout, tools: &Tools) -> Result<Part> {
         log: l.logs.join("controller-manager.log"),
         ready: Readiness::Lease {
             path: "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-controller-manager".to_owned(),
+        },
+        waiting_for: "its leader lease".to_owned(),
+        restart: Restart::Always,
+        after: vec![CONTROL_PLANE.to_owned()],
+    })
+}
+
+/// The scheduler's part: `podpass scheduler` as `system:kube-scheduler`.
+pub(super) fn scheduler(l: &Layout, tools: &Tools) -> Result<Part> {
+    type Flags = podpass_scheduler::Config;
+    let kubeconfig = identity_kubeconfig(&l.data, &l.data.join("scheduler.kubeconfig"), "system:kube-scheduler", &[])?;
+    let line = CommandLine::<Flags>::new(&["scheduler"], true)
+        .path(field!(Flags, kubeconfig), &kubeconfig)
+        .build(SCHEDULER)?;
+    Ok(Part {
+        name: SCHEDULER.to_owned(),
+        program: tools.podpass.clone(),
+        args: line,
+        log: l.logs.join("scheduler.log"),
+        ready: Readiness::Lease {
+            path: format!(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{}",
+                podpass_scheduler::LEASE_NAME
+            ),
         },
         waiting_for: "its leader lease".to_owned(),
         restart: Restart::Always,

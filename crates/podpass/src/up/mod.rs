@@ -255,7 +255,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     out.say("");
     out.say(&format!("export KUBECONFIG={}", l.data.join("admin.kubeconfig").display()));
     out.say(&format!(
-        "logs: {}/{{apiserver,controller-manager,registry-auth,{}{NODE}}}.log; audit: {{apiserver,registry-auth,{NODE}}}-audit.log",
+        "logs: {}/{{apiserver,controller-manager,scheduler,registry-auth,{}{NODE}}}.log; audit: {{apiserver,registry-auth,{NODE}}}-audit.log",
         l.logs.display(),
         if external_registry { "" } else { "registry," }
     ));
@@ -503,6 +503,8 @@ async fn start(
     let (leader, began) = launch(&core_parts::controller_manager(l, tools)?, parts, out, &probes).await?;
     let controllers = podpass_controller_manager::CONTROLLERS.join(", ");
     out.done(core_parts::CONTROLLER_MANAGER, &format!("leader {leader}   {controllers}"), began);
+    let (leader, began) = launch(&core_parts::scheduler(l, tools)?, parts, out, &probes).await?;
+    out.done(core_parts::SCHEDULER, &format!("leader {leader}   {}", podpass_scheduler::SCHEDULER_NAME), began);
 
     // 2. registry-auth, trusting the control plane's issuer. It, the registry and the
     // node's client identity get certificates from the cluster's CA: no credential crosses

@@ -1,5 +1,6 @@
-//! The bootstrap roles of kube-controller-manager and of the controllers it runs as their
-//! own service accounts (upstream `bootstrappolicy/policy.go` `system:kube-controller-manager`,
+//! The bootstrap roles of kube-scheduler, of kube-controller-manager and of the controllers
+//! it runs as their own service accounts (upstream `bootstrappolicy/policy.go`
+//! `system:kube-scheduler`, `system:kube-controller-manager`,
 //! `controller_policy.go` `buildControllerRoles`): ClusterRole `system:controller:<name>`
 //! bound to `kube-system/<name>`, each holding only what that controller writes.
 
@@ -32,6 +33,37 @@ fn controller(name: &str, rules: Value) -> [(&'static str, Value); 2] {
     [("clusterroles", role), ("clusterrolebindings", binding)]
 }
 
+/// `system:kube-scheduler` and its binding to the user of that name.
+fn scheduler() -> [(&'static str, Value); 2] {
+    const READ: [&str; 3] = ["get", "list", "watch"];
+    let mut role = labelled("ClusterRole", "system:kube-scheduler");
+    role["rules"] = json!([
+        events(),
+        rule(&["create"], &["coordination.k8s.io"], &["leases"]),
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-scheduler"],
+         "verbs": ["get", "update"]},
+        // Beyond upstream's role: podpass's scheduler reads the node leases to judge a
+        // node reachable (upstream leaves that to the node lifecycle controller's taints).
+        rule(&["list", "watch"], &["coordination.k8s.io"], &["leases"]),
+        rule(&READ, &[""], &["nodes"]),
+        rule(&["delete", "get", "list", "watch"], &[""], &["pods"]),
+        rule(&["create"], &[""], &["bindings", "pods/binding"]),
+        rule(&["patch", "update"], &[""], &["pods/status"]),
+        rule(&READ, &[""], &["replicationcontrollers", "services", "namespaces"]),
+        rule(&READ, &["apps", "extensions"], &["replicasets"]),
+        rule(&READ, &["apps"], &["statefulsets"]),
+        rule(&READ, &["policy"], &["poddisruptionbudgets"]),
+        rule(&READ, &[""], &["persistentvolumeclaims", "persistentvolumes"]),
+        rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+        rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+        rule(&READ, &["storage.k8s.io"], &["csinodes", "csidrivers", "csistoragecapacities"]),
+    ]);
+    let mut binding = labelled("ClusterRoleBinding", "system:kube-scheduler");
+    binding["roleRef"] = json!({"apiGroup": RBAC, "kind": "ClusterRole", "name": "system:kube-scheduler"});
+    binding["subjects"] = json!([{"apiGroup": RBAC, "kind": "User", "name": "system:kube-scheduler"}]);
+    [("clusterroles", role), ("clusterrolebindings", binding)]
+}
+
 /// The roles and bindings.
 pub(crate) fn policy() -> Vec<(&'static str, Value)> {
     let mut manager = labelled("ClusterRole", "system:kube-controller-manager");
@@ -54,6 +86,7 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         json!({"apiGroup": RBAC, "kind": "ClusterRole", "name": "system:kube-controller-manager"});
     manager_binding["subjects"] = json!([{"apiGroup": RBAC, "kind": "User", "name": "system:kube-controller-manager"}]);
     let mut policy = vec![("clusterroles", manager), ("clusterrolebindings", manager_binding)];
+    policy.extend(scheduler());
     policy.extend(controller(
         "replicaset-controller",
         json!([

@@ -1,5 +1,5 @@
 //! Leader election on a Lease, as client-go's `leaderelection` with a `LeaseLock`
-//! (kube-controller-manager's `--leader-elect`). kube-rs has none; kubert's `lease` would
+//! (kube-controller-manager's and kube-scheduler's `--leader-elect`). kube-rs has none; kubert's `lease` would
 //! do, but its acquire is a server-side apply and its defaults are not client-go's, and
 //! what other tools read off the Lease (holder, times, `leaseTransitions`, the
 //! `LeaderElection` events) is client-go's exactly — so a small one of our own:
@@ -114,10 +114,11 @@ fn now_micro() -> MicroTime {
 }
 
 impl Elector {
-    /// A candidate for `election`, reading and writing Leases through `client`.
-    pub fn new(client: kube::Client, election: Election) -> Self {
+    /// A candidate for `election`, reading and writing Leases through `client`; its
+    /// `LeaderElection` events come from `component` (`kube-controller-manager`).
+    pub fn new(client: kube::Client, election: Election, component: &str) -> Self {
         let api = Api::namespaced(client.clone(), &election.namespace);
-        let events = crate::events::Recorder::new(client, "kube-controller-manager");
+        let events = crate::events::Recorder::new(client, component);
         Self { api, events, election, observed: None }
     }
 
@@ -282,7 +283,7 @@ pub(crate) fn random_unit() -> f64 {
     f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
 }
 
-/// A candidate identity as kube-controller-manager's: `<hostname>_<random>`.
+/// A candidate identity as client-go's components make it: `<hostname>_<random>`.
 pub fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())

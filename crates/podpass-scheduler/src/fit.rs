@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::field::Field;
+use podpass_api::field::Field;
 
 /// `node.kubernetes.io/unschedulable`, the taint `spec.unschedulable` stands for.
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";

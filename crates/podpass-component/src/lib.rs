@@ -1,0 +1,14 @@
+//! What podpass's control-plane components that are API clients share (the controller
+//! manager, the scheduler), as client-go's tools give them to kube-controller-manager and
+//! kube-scheduler:
+//!
+//! - [`leader`]: one leader at a time through a Lease (`tools/leaderelection`);
+//! - [`events`]: core/v1 Events written through the component's own client
+//!   (`tools/record`);
+//! - [`LeaderElectionFlags`]: the `--leader-elect*` flags.
+
+pub mod events;
+mod flags;
+pub mod leader;
+
+pub use flags::LeaderElectionFlags;
