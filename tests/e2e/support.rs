@@ -291,7 +291,7 @@ pub fn jwt_claims(token: &str) -> serde_json::Value {
 
 /// A controller manager (`podpass controller-manager`) process and its log, killed on drop (the log's end printed when the
 /// test is failing).
-pub struct Manager(Child, std::path::PathBuf);
+pub struct Manager(pub Child, pub std::path::PathBuf);
 
 impl Drop for Manager {
     fn drop(&mut self) {
