@@ -5,10 +5,13 @@
 //! - [`leader`]: one leader at a time through a Lease (`tools/leaderelection`);
 //! - [`events`]: core/v1 Events written through the component's own client
 //!   (`tools/record`);
-//! - [`LeaderElectionFlags`]: the `--leader-elect*` flags.
+//! - [`LeaderElectionFlags`]: the `--leader-elect*` flags;
+//! - [`client`] and [`lead`]: how a component runs, leading or not.
 
 pub mod events;
 mod flags;
 pub mod leader;
+mod run;
 
 pub use flags::LeaderElectionFlags;
+pub use run::{RunError, client, lead};
