@@ -115,4 +115,24 @@ mod tests {
         assert!(why.starts_with(&format!("error: failed to connect service at \"127.0.0.1:{port}\"")), "{why}");
         assert_eq!(status_name(2), "NOT_SERVING");
     }
+
+    #[tokio::test]
+    async fn a_health_server_answers_serving_and_not_serving_by_service() {
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter.set_service_status("app", tonic_health::ServingStatus::Serving).await;
+        reporter.set_service_status("db", tonic_health::ServingStatus::NotServing).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server =
+            tokio::spawn(tonic::transport::Server::builder().add_service(health).serve_with_incoming(incoming));
+        let target = Target { netns: None, pod_ip: "127.0.0.1".into() };
+        let probe = |service: &'static str| grpc_probe(&target, port, service, Duration::from_secs(5));
+        assert_eq!(probe("").await, Probed::Success("service healthy".into()), "the server itself");
+        assert_eq!(probe("app").await, Probed::Success("service healthy".into()));
+        assert_eq!(probe("db").await, Probed::Failure("service unhealthy (responded with \"NOT_SERVING\")".into()));
+        let Probed::Failure(unknown) = probe("nope").await else { panic!("an unknown service is healthy") };
+        assert_eq!(unknown, "error: health rpc probe failed: rpc error: code = NotFound desc = service not registered");
+        server.abort();
+    }
 }
