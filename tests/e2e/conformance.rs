@@ -343,6 +343,47 @@ fn kubectl_get_prints_upstreams_columns() {
     assert_eq!(events[0]["object"]["rows"][0]["object"]["metadata"]["name"], "web");
 }
 
+/// Metadata-only reads, as client-go's and kube-rs' metadata informers make them: a get, a
+/// list and a watch's objects as PartialObjectMetadata, no spec or data.
+#[test]
+fn metadata_only_reads_answer_partial_object_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    post(&s, "/api/v1/namespaces/default/configmaps", configmap("meta"));
+    let read = |path: &str, accept: &str| {
+        let resp = streaming_client(&s.dir, Duration::from_secs(30))
+            .get(format!("{}{path}", s.url))
+            .header("accept", accept)
+            .bearer_auth(admin_token(&s.dir))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().unwrap()
+    };
+    let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+    let got: Value = serde_json::from_str(&read("/api/v1/namespaces/default/configmaps/meta", one)).unwrap();
+    assert_eq!(
+        (got["kind"].as_str(), got["apiVersion"].as_str()),
+        (Some("PartialObjectMetadata"), Some("meta.k8s.io/v1"))
+    );
+    assert_eq!(got["metadata"]["name"], "meta");
+    assert!(got.get("data").is_none(), "{got}");
+    let many = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let list: Value = serde_json::from_str(&read("/api/v1/namespaces/default/configmaps", many)).unwrap();
+    assert_eq!(list["kind"], "PartialObjectMetadataList");
+    assert!(list["metadata"]["resourceVersion"].is_string(), "{list}");
+    let items = list["items"].as_array().unwrap();
+    assert!(items.iter().any(|i| i["metadata"]["name"] == "meta") && items.iter().all(|i| i.get("data").is_none()));
+    let watched = read("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1", one);
+    let events: Vec<Value> = watched.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| e["object"]["kind"] == "PartialObjectMetadata" && e["object"].get("data").is_none()));
+    // Plain JSON first in the header: the objects themselves.
+    let plain: Value =
+        serde_json::from_str(&read("/api/v1/namespaces/default/configmaps/meta", "application/json")).unwrap();
+    assert_eq!(plain["kind"], "ConfigMap");
+}
+
 #[test]
 fn lists_page_with_limit_and_continue_consistently_for_kubectl_and_the_python_client() {
     let dir = tempfile::tempdir().unwrap();

@@ -234,7 +234,7 @@ pub(super) async fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    Ok(super::list::list_response(t.served, None, &listed.items, listed.revision, None, None))
+    Ok(super::list::list_response(t.served, super::shape::Shape::Objects, &listed.items, listed.revision, None, None))
 }
 
 /// What a DELETE of `current` would answer, nothing written and no removal scheduled: an

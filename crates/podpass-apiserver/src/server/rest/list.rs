@@ -9,6 +9,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::resources::Resource;
+use super::shape::Shape;
 use super::{freshness, json_response, pagination, table, watch};
 use crate::field::Field;
 use crate::server::status::StatusError;
@@ -40,7 +41,7 @@ pub(super) async fn list(
     res: &'static Resource,
     ns: Option<&str>,
     query: &HashMap<String, String>,
-    table: Option<table::IncludeObject>,
+    shape: Shape,
 ) -> Result<Response, StatusError> {
     let options = list_options(res, query)?;
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
@@ -81,13 +82,16 @@ pub(super) async fn list(
         let slot = slot.counted_in(gauge);
         let stream = state.store.watch(res.plural, ns, options, from).await?;
         let conversion = res.conversion;
-        let table_events = match (table, conversion) {
-            (Some(include), _) => Some(Box::new(move |object: Value| {
+        let table_events = match (shape, conversion) {
+            (Shape::Table(include), _) => Some(Box::new(move |object: Value| {
                 let rv = object.field("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("").to_owned();
                 table::table(res, &[object], &rv, include, podpass_token::now_unix())
             }) as watch::Transform),
-            (None, Some(c)) => Some(Box::new(move |object: Value| c.to_served(object)) as watch::Transform),
-            (None, None) => None,
+            (Shape::Metadata, _) => {
+                Some(Box::new(move |object: Value| super::shape::partial(&object)) as watch::Transform)
+            }
+            (Shape::Objects, Some(c)) => Some(Box::new(move |object: Value| c.to_served(object)) as watch::Transform),
+            (Shape::Objects, None) => None,
         };
         let timeout = watch::watch_timeout(timeout_seconds, state.min_request_timeout);
         let bookmarks = bookmarks
@@ -104,7 +108,7 @@ pub(super) async fn list(
     }
     if limit.is_none() && resume.is_none() {
         let result = state.store.list_with(res.plural, ns, &options, freshness(query)?).await?;
-        return Ok(list_response(res, table, &result.items, result.revision, None, None));
+        return Ok(list_response(res, shape, &result.items, result.revision, None, None));
     }
     // A paged list: every page is read from the first page's result (a consistent list).
     let across = res.namespaced && ns.is_none();
@@ -141,23 +145,24 @@ pub(super) async fn list(
     let unfiltered = query.get("labelSelector").is_none_or(|s| s.is_empty())
         && query.get("fieldSelector").is_none_or(|s| s.is_empty());
     let remaining = (token.is_some() && unfiltered).then_some(remaining);
-    Ok(list_response(res, table, page, revision, token, remaining))
+    Ok(list_response(res, shape, page, revision, token, remaining))
 }
 
 /// A list (or its Table) at `revision`, with the continue token and remaining count of a
 /// paged list.
 pub(super) fn list_response(
     res: &Resource,
-    table: Option<table::IncludeObject>,
+    shape: Shape,
     items: &[Value],
     revision: u64,
     continue_token: Option<String>,
     remaining: Option<usize>,
 ) -> Response {
     let rv = revision.to_string();
-    let mut body = match table {
-        Some(include) => table::table(res, items, &rv, include, podpass_token::now_unix()),
-        None => {
+    let mut body = match shape {
+        Shape::Table(include) => table::table(res, items, &rv, include, podpass_token::now_unix()),
+        Shape::Metadata => super::shape::partial_list(items, &rv),
+        Shape::Objects => {
             let items: Vec<Value> = match res.conversion {
                 Some(c) => items.iter().map(|o| c.to_served(o.clone())).collect(),
                 None => items.to_vec(),

@@ -21,6 +21,7 @@ pub mod resources;
 mod reviews;
 mod rules_review;
 mod scale;
+mod shape;
 mod table;
 mod token;
 mod typed_body;
@@ -470,18 +471,27 @@ async fn reads(
     let (state, res, ns) = (t.state, t.res, t.ns);
     // kubectl get: a Table of what is read; `kubectl get -w`: each watch event's object a
     // one-row Table.
-    let as_table = table::wants_table(accept);
     let include = table::IncludeObject::parse(query.get("includeObject").map(String::as_str))
         .map_err(|e| StatusError::bad_request(e.to_string()))?;
+    let shape = shape::Shape::of(accept, include);
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
         (&Method::GET, Some(name), sub) if res.stored && part_of(res, sub).is_some() => {
             let res = t.served;
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
-            if as_table {
-                let rv = stored.revision.to_string();
-                let t =
-                    table::table(res, std::slice::from_ref(&stored.object), &rv, include, podpass_token::now_unix());
-                return Ok(json_response(StatusCode::OK, t));
+            match shape {
+                shape::Shape::Table(include) => {
+                    let rv = stored.revision.to_string();
+                    let t = table::table(
+                        res,
+                        std::slice::from_ref(&stored.object),
+                        &rv,
+                        include,
+                        podpass_token::now_unix(),
+                    );
+                    return Ok(json_response(StatusCode::OK, t));
+                }
+                shape::Shape::Metadata => return Ok(json_response(StatusCode::OK, shape::partial(&stored.object))),
+                shape::Shape::Objects => {}
             }
             let object = match res.conversion {
                 Some(c) => c.to_served(stored.object.clone()),
@@ -489,9 +499,7 @@ async fn reads(
             };
             Ok(json_response(StatusCode::OK, object))
         }
-        (&Method::GET, None, None) if res.stored => {
-            list::list(state, t.user, t.served, ns, query, as_table.then_some(include)).await
-        }
+        (&Method::GET, None, None) if res.stored => list::list(state, t.user, t.served, ns, query, shape).await,
         (&Method::DELETE, None, None) if res.serves_delete_collection() => {
             let options = delete_options(content_type, body)?;
             Ok(dry_run_audited(delete::delete_collection(t, query, &options).await?, t.write))
