@@ -359,18 +359,18 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
     // the server's own informers hold one per RBAC resource and one for pods (the Node
     // authorizer's graph), the tokens controller one for token Secrets and one for
-    // service accounts, the scheduler one each for pods, nodes and node leases, the root
-    // CA publisher one for namespaces and one for kube-root-ca.crt ConfigMaps (these three
-    // once elected: a sole replica is), token revocation one each for pods, service
-    // accounts, nodes and secrets, and the revoked tokens' one.
+    // service accounts, the root CA publisher one for namespaces and one for
+    // kube-root-ca.crt ConfigMaps (these once elected: a sole replica is), token revocation
+    // one each for pods, service accounts, nodes and secrets, and the revoked tokens' one.
+    // The scheduler is a client of its own, none of the server's.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 17;
+    let baseline = none + 14;
     wait_for(
         &|n| n == baseline,
-        "the informers' five watchers, the tokens controller's two, the scheduler's three, the publisher's two, revocation's four, revoked tokens' one",
+        "the informers' five watchers, the tokens controller's two, the publisher's two, revocation's four, revoked tokens' one",
     );
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
@@ -616,4 +616,62 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
         !holder.is_empty() && holder != holder_a && lease["spec"]["leaseTransitions"] == transitions + 1
     });
     until("b's CA published", &mut || get(&b, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("b")));
+}
+
+/// Cluster IPs across replicas: an address is an IPAddress object in the shared store, so
+/// Services created at once through two replicas never share one, and an address taken
+/// through one is refused through the other in upstream's words.
+#[test]
+fn replicas_on_one_etcd_never_allocate_one_cluster_ip_twice() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let etcd = Etcd::fresh(&d.join("etcd"));
+    let owned = replica_flags(d, &etcd);
+    let mut flags: Vec<&str> = owned.iter().map(String::as_str).collect();
+    // A small range: collisions would be likely if allocation were per replica.
+    flags.extend(["--service-cluster-ip-range", "10.96.0.0/26"]);
+    let (a, b) = (start(&d.join("a"), &flags), start(&d.join("b"), &flags));
+    let service = |name: String| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"ports": [{"port": 80}], "selector": {"app": "x"}}})
+    };
+    let created: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..20)
+            .map(|i| {
+                let (server, body) = (if i % 2 == 0 { &a } else { &b }, service(format!("s{i}")));
+                scope.spawn(move || {
+                    post(server, "/api/v1/namespaces/default/services", body)["spec"]["clusterIP"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut distinct = created.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 20, "{created:?}");
+    let (_, addresses) = get(&b, "/apis/networking.k8s.io/v1/ipaddresses");
+    let names: Vec<&str> =
+        addresses["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    for ip in &created {
+        assert!(names.contains(&ip.as_str()), "{ip} recorded: {names:?}");
+    }
+    let fixed = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"clusterIP": "10.96.0.5", "ports": [{"port": 80}]}})
+    };
+    post(&a, "/api/v1/namespaces/default/services", fixed("first"));
+    let (code, refused) = call(&b, reqwest::Method::POST, "/api/v1/namespaces/default/services", Some(fixed("second")));
+    assert_eq!(code, 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("failed to allocate IP 10.96.0.5: provided IP is already allocated"),
+        "{refused}"
+    );
 }
