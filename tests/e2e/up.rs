@@ -18,8 +18,8 @@ use serde_json::Value;
 use support::*;
 
 /// The parts `podpass up` runs with containers: control plane, controller manager,
-/// registry-auth, registry, containerd and the node agent.
-const PARTS: usize = 6;
+/// scheduler, registry-auth, registry, containerd and the node agent.
+const PARTS: usize = 7;
 
 /// `podpass up` with `extra` flags, on the ports kept in `<data>/../ports` (free ones chosen
 /// at the first call: a resumed cluster keeps its registry's address, which its images name).
@@ -910,6 +910,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         "podpass up: a new cluster in",
         "✓ control plane",
         "✓ controllers",
+        "✓ scheduler",
         "✓ registry-auth",
         "✓ registry ",
         "✓ containerd",
