@@ -5,8 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 /// One port of a backend, as both kinds carry it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,6 +44,27 @@ pub(crate) struct Backend {
     pub terminating: bool,
     /// The Service's ports this pod resolves, in the Service's order.
     pub ports: Vec<BackendPort>,
+}
+
+impl Backend {
+    /// The reference to its pod (in `namespace`) both kinds carry as `targetRef`.
+    pub(crate) fn pod_reference(&self, namespace: &str) -> ObjectReference {
+        ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.to_owned()),
+            name: Some(self.name.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+/// The Services of `namespace` in `services`: those a pod there may concern (one whose
+/// selector no longer picks a relabelled pod must drop it too, so all of them).
+pub(crate) fn services_in(namespace: &str, services: &Store<Service>) -> Vec<ObjectRef<Service>> {
+    let state = services.state();
+    let matching = state.iter().filter(|s| s.metadata.namespace.as_deref() == Some(namespace));
+    matching.map(|s| ObjectRef::from_obj(s.as_ref())).collect()
 }
 
 /// Whether the Service's selector picks the pod: every pair present. A Service without a

@@ -57,12 +57,6 @@ impl Context {
     }
 }
 
-fn in_namespace(namespace: &str, services: &Store<Service>) -> Vec<ObjectRef<Service>> {
-    let state = services.state();
-    let matching = state.iter().filter(|s| s.namespace().as_deref() == Some(namespace));
-    matching.map(|s| ObjectRef::from_obj(s.as_ref())).collect()
-}
-
 /// Runs the controller until its streams end.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
@@ -83,7 +77,9 @@ pub async fn run(credentials: Credentials) {
     let context =
         Arc::new(Context { credentials, pods, slices, created: Mutex::default(), ready: tokio::sync::OnceCell::new() });
     controller
-        .watches_stream(pod_events, move |pod| in_namespace(&pod.namespace().unwrap_or_default(), &services))
+        .watches_stream(pod_events, move |pod| {
+            service_pods::services_in(&pod.namespace().unwrap_or_default(), &services)
+        })
         .watches_stream(slice_events, |slice| {
             let service = slice.labels().get(plan::SERVICE_NAME)?;
             Some(ObjectRef::<Service>::new(service).within(&slice.namespace().unwrap_or_default()))

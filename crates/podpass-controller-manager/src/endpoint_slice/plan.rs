@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -53,13 +53,7 @@ fn endpoint(namespace: &str, b: &Backend) -> Endpoint {
         }),
         hostname: b.hostname.clone(),
         node_name: b.node.clone(),
-        target_ref: Some(ObjectReference {
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.to_owned()),
-            name: Some(b.name.clone()),
-            uid: Some(b.uid.clone()),
-            ..Default::default()
-        }),
+        target_ref: Some(b.pod_reference(namespace)),
         ..Default::default()
     }
 }

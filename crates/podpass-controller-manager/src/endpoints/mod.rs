@@ -41,14 +41,6 @@ struct Context {
     ready: tokio::sync::OnceCell<bool>,
 }
 
-/// The Services a pod may concern: every Service of its namespace (one whose selector no
-/// longer picks a relabelled pod must drop it too).
-fn services_of_namespace(namespace: &str, services: &Store<Service>) -> Vec<ObjectRef<Service>> {
-    let state = services.state();
-    let in_namespace = state.iter().filter(|s| s.namespace().as_deref() == Some(namespace));
-    in_namespace.map(|s| ObjectRef::from_obj(s.as_ref())).collect()
-}
-
 /// Runs the controller until its streams end.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
@@ -70,7 +62,9 @@ pub async fn run(credentials: Credentials) {
     let context =
         Arc::new(Context { credentials: credentials.clone(), pods, endpoints, ready: tokio::sync::OnceCell::new() });
     let work = controller
-        .watches_stream(pod_events, move |pod| services_of_namespace(&pod.namespace().unwrap_or_default(), &services))
+        .watches_stream(pod_events, move |pod| {
+            service_pods::services_in(&pod.namespace().unwrap_or_default(), &services)
+        })
         .watches_stream(endpoint_events, |ep| {
             Some(ObjectRef::<Service>::new(&ep.name_any()).within(&ep.namespace().unwrap_or_default()))
         })

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Service};
 
 use crate::service_pods::{Backend, BackendPort};
 
@@ -33,13 +33,7 @@ fn address(namespace: &str, b: &Backend) -> EndpointAddress {
         ip: b.ip.clone(),
         hostname: b.hostname.clone(),
         node_name: b.node.clone(),
-        target_ref: Some(ObjectReference {
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.to_owned()),
-            name: Some(b.name.clone()),
-            uid: Some(b.uid.clone()),
-            ..Default::default()
-        }),
+        target_ref: Some(b.pod_reference(namespace)),
     }
 }
 
