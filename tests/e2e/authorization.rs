@@ -9,6 +9,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use support::*;
 
@@ -33,6 +34,7 @@ fn nodes_get_tokens_only_for_their_pods_and_allowed_audiences() {
     let admin_cfg = d.join("admin.kubeconfig");
     let admin = |args: &[&str]| kubectl(&admin_cfg, &d.join("cache-admin"), args);
     ok(admin(&["create", "namespace", "team"]), "namespace");
+    wait_namespace_ready(&_s, "team");
     ok(admin(&["-n", "team", "create", "serviceaccount", "builder"]), "sa");
     ok(admin(&["-n", "team", "create", "serviceaccount", "other"]), "sa other");
     for (name, node) in [("web", "n1"), ("far", "n2")] {
@@ -179,6 +181,7 @@ fn tenant_cannot_escalate_through_rbac() {
     let admin_cfg = d.join("admin.kubeconfig");
     let admin = |args: &[&str]| kubectl(&admin_cfg, &d.join("cache-admin"), args);
     ok(admin(&["create", "namespace", "team"]), "namespace");
+    wait_namespace_ready(&_s, "team");
     // alice may manage RBAC objects in her namespace and read pods; nothing more
     ok(
         admin(&[
@@ -323,8 +326,11 @@ fn tenant_cannot_escalate_through_rbac() {
     ok(admin(&["create", "-f", agg.to_str().unwrap()]), "aggregated role");
     ok(admin(&["create", "clusterrole", "cm-reader", "--verb=get", "--resource=configmaps"]), "cm-reader");
     ok(admin(&["label", "clusterrole", "cm-reader", "example.com/aggregate-to-gather=true"]), "label");
-    let rules = ok(admin(&["get", "clusterrole", "gather", "-o", "jsonpath={.rules}"]), "gathered");
-    assert!(rules.contains("configmaps"), "{rules}");
+    // gathered by the controller manager's aggregation controller, a moment later
+    wait_for("the aggregated rule", Duration::from_secs(30), || {
+        let rules = ok(admin(&["get", "clusterrole", "gather", "-o", "jsonpath={.rules}"]), "gathered");
+        rules.contains("configmaps").then_some(serde_json::Value::Null)
+    });
     // she cannot bind the aggregate, whose rules she does not hold; once bound to her, she can
     let err = failed(alice(&["create", "clusterrolebinding", "g", "--clusterrole=gather", "--user=alice"]), "agg");
     assert!(err.contains(r#"{APIGroups:[""], Resources:["configmaps"], Verbs:["get"]}"#), "{err}");
@@ -393,6 +399,7 @@ fn can_i_list_shows_the_rules_rbac_grants_and_local_reviews_stay_in_their_namesp
     let _s = start(d, &[]);
     let kubectl = |args: &[&str]| kubectl_with(&d.join("admin.kubeconfig"), &d.join("kube-cache"), args);
     ok(kubectl(&["create", "namespace", "team"]), "namespace");
+    wait_namespace_ready(&_s, "team");
     ok(kubectl(&["-n", "team", "create", "role", "reader", "--verb=get,list", "--resource=configmaps"]), "role");
     ok(kubectl(&["-n", "team", "create", "rolebinding", "alice-reads", "--role=reader", "--user=alice"]), "binding");
     let list = ok(kubectl(&["auth", "can-i", "--list", "-n", "team", "--as=alice"]), "can-i --list");

@@ -108,6 +108,7 @@ fn bookmarks_carry_the_stores_progress_before_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(dir.path(), &[]);
     post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    wait_namespace_ready(&s, "other");
     let (established, watching) = std::sync::mpsc::channel();
     let watcher = {
         let (dir, url) = (s.dir.clone(), s.url.clone());
@@ -655,6 +656,7 @@ fn delete_collection_is_served_with_selectors_dry_run_and_its_own_verb() {
     let s = start(dir.path(), &[]);
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dc"}});
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces", Some(ns)).0, 201);
+    wait_namespace_ready(&s, "dc");
     let cms = "/api/v1/namespaces/dc/configmaps";
     for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
         post(
@@ -794,8 +796,9 @@ fn kubectl_create_rolebinding_with_the_bootstrap_edit_admin_and_view_roles_grant
         "metadata": {"name": "leases-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]});
     post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterroles", extra);
-    assert_eq!(can("dave", "list", "leases"), "yes");
-    assert_eq!(can("alice", "list", "leases"), "yes", "view aggregates into edit");
+    wait_for("view aggregating leases-view, and edit view", Duration::from_secs(30), || {
+        (can("dave", "list", "leases") == "yes" && can("alice", "list", "leases") == "yes").then_some(Value::Null)
+    });
 }
 
 #[test]
@@ -868,4 +871,47 @@ fn the_kubernetes_service_names_the_api_server_and_is_put_back_and_cluster_info_
     readdressed["metadata"]["resourceVersion"] = Value::Null;
     let (code, status) = admin_request(&s, reqwest::Method::PUT, path, Some(readdressed));
     assert_eq!(code, 422, "{status}");
+}
+
+/// PodGC (`gcOrphaned`): a pod bound to a node that goes away is never removed by the API
+/// server itself; the controller manager's pod garbage collector, once the node has been
+/// gone for its 40 s quarantine, marks it `Failed` with `DisruptionTarget`
+/// (`DeletionByPodGC`) and force-deletes it.
+#[test]
+fn the_pods_of_a_deleted_node_are_failed_and_removed_by_pod_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path(), &[]);
+    post(&s, "/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gone"}}));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranded"},
+        "spec": {"nodeName": "gone", "automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "registry.example/app"}]}});
+    let created = post(&s, "/api/v1/namespaces/default/pods", pod);
+    let rv = created["metadata"]["resourceVersion"].as_str().unwrap().to_owned();
+    let (code, _) = admin_request(&s, reqwest::Method::DELETE, "/api/v1/nodes/gone", None);
+    assert_eq!(code, 200);
+    // Every change of the pod from its creation on, until it is deleted (3 minutes at most).
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods?watch=true&fieldSelector=metadata.name%3Dstranded&resourceVersion={rv}",
+        s.url
+    );
+    let resp =
+        streaming_client(&s.dir, Duration::from_secs(180)).get(url).bearer_auth(admin_token(&s.dir)).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut failed_first = None;
+    for line in BufReader::new(resp).lines() {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let pod = &event["object"];
+        if event["type"] == "MODIFIED" && pod["status"]["phase"] == "Failed" {
+            failed_first = pod["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "DisruptionTarget").cloned());
+        }
+        if event["type"] == "DELETED" {
+            break;
+        }
+    }
+    let condition = failed_first.expect("marked Failed with DisruptionTarget before it was removed");
+    assert_eq!(condition["reason"], "DeletionByPodGC");
+    assert_eq!(condition["message"], "PodGC: node no longer exists");
+    assert_eq!(admin_get(&s, "/api/v1/namespaces/default/pods/stranded").0, 404);
 }

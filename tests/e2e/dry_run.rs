@@ -16,6 +16,7 @@ fn dry_runs_answer_what_would_result_and_persist_nothing() {
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "team"},
                     "data": {"mode": "blue"}});
     assert_eq!(admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/team/configmaps", Some(cm)).0, 201);
@@ -114,6 +115,7 @@ fn a_dry_run_token_request_is_checked_but_signs_counts_and_records_nothing() {
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     ok(admin_kubectl(d, &["-n", "team", "create", "serviceaccount", "builder"]), "create sa");
     let issued = || -> u64 {
         let text =

@@ -115,6 +115,35 @@ impl Drop for Etcd {
 const ADMIN: &str = "admin-token-shared-by-both-replicas";
 const BOB: &str = "bob-token-with-no-grants-of-his-own";
 const NODE: &str = "node-n1-token";
+const MANAGER: &str = "controller-manager-token";
+
+/// The replicas' controller manager, a client of replica `s` (the key of [`replica_flags`]
+/// signs its legacy tokens, `s`'s CA goes into `kube-root-ca.crt`).
+fn cluster_manager(d: &Path, s: &Server) -> Manager {
+    let ca = s.dir.join("pki/ca.crt");
+    let kubeconfig = d.join("controller-manager.kubeconfig");
+    let text = podpass_apiserver::kubeconfig(
+        &s.url,
+        &std::fs::read_to_string(&ca).unwrap(),
+        "system:kube-controller-manager",
+        MANAGER,
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let key = d.join("sa.pem");
+    let flags = ["--service-account-private-key-file", key.to_str().unwrap(), "--root-ca-file", ca.to_str().unwrap()];
+    manager_with(&kubeconfig, &d.join("controller-manager.log"), &flags)
+}
+
+/// Waits until namespace `ns` has its `default` account and `kube-root-ca.crt`.
+fn namespace_ready(s: &Server, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(s, &format!("/api/v1/namespaces/{ns}/serviceaccounts/default")).0 != 200
+        || get(s, &format!("/api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt")).0 != 200
+    {
+        assert!(Instant::now() < deadline, "namespace {ns} never got its default account and root CA");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 fn call(s: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let client = reqwest::blocking::Client::builder()
@@ -158,7 +187,7 @@ fn replica_flags(d: &Path, etcd: &Etcd) -> Vec<String> {
     );
     let tokens = d.join("tokens.csv");
     let users = format!(
-        "{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n{NODE},system:node:n1,n1-uid,\"system:nodes\"\n"
+        "{ADMIN},admin,admin-uid,\"system:masters\"\n{BOB},bob,bob-uid,\"\"\n{NODE},system:node:n1,n1-uid,\"system:nodes\"\n{MANAGER},system:kube-controller-manager,kcm-uid,\"\"\n"
     );
     std::fs::write(&tokens, users).unwrap();
     [
@@ -196,6 +225,8 @@ fn two_replicas_share_objects_watches_and_tokens_and_survive_an_etcd_restart() {
 
     // objects written through A are served by B, same uid and resourceVersion
     post(&a, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    let _manager = cluster_manager(d, &a);
+    namespace_ready(&a, "team");
     let pod = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
                "spec": {"serviceAccountName": "default", "nodeName": "n1", "containers": [{"name": "c", "image": "r.example/app"}]}})
@@ -358,20 +389,15 @@ fn abandoned_watches_cancel_their_etcd_watchers() {
 
     // Without the watch cache each watch is an etcd watcher, cancelled when its client goes;
     // the server's own informers hold one per RBAC resource and one for pods (the Node
-    // authorizer's graph), the tokens controller one for token Secrets and one for
-    // service accounts, the root CA publisher one for namespaces and one for
-    // kube-root-ca.crt ConfigMaps (these once elected: a sole replica is), token revocation
-    // one each for pods, service accounts, nodes and secrets, and the revoked tokens' one.
-    // The scheduler is a client of its own, none of the server's.
+    // authorizer's graph), token revocation one each for pods, service accounts, nodes and
+    // secrets, and the revoked tokens' one. The scheduler and the controller manager are
+    // clients of their own, none of the server's.
     std::fs::create_dir(d.join("a")).unwrap();
     let flags = ["--etcd-servers", etcd_url.as_str(), "--token-auth-file", tokens.to_str().unwrap()];
     let none = etcd_watchers(&etcd);
     let a = start(&d.join("a"), &[&flags[..], &["--watch-cache=false"]].concat());
-    let baseline = none + 14;
-    wait_for(
-        &|n| n == baseline,
-        "the informers' five watchers, the tokens controller's two, the publisher's two, revocation's four, revoked tokens' one",
-    );
+    let baseline = none + 10;
+    wait_for(&|n| n == baseline, "the informers' five watchers, revocation's four, revoked tokens' one");
     let watches = open(&a);
     wait_for(&|n| n >= baseline + 20, "watches registered in etcd");
     // the clients go away; no event ever matched, yet every etcd watcher is cancelled
@@ -405,6 +431,8 @@ fn the_watch_cache_reads_consistently_across_replicas() {
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     let (a, b) = (start(&d.join("a"), &flags), start(&d.join("b"), &flags));
     post(&a, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    let _manager = cluster_manager(d, &a);
+    namespace_ready(&a, "team");
     let cm = |name: &str, v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}});
 
     // Read-your-writes across replicas: every write through A, read back through B at once.
@@ -556,12 +584,12 @@ fn the_watch_cache_reads_consistently_across_replicas() {
 }
 
 /// Leader election among replicas for the controllers the API server runs itself: one holds
-/// the Lease `kube-system/podpass-apiserver-controllers` and publishes `kube-root-ca.crt` with its CA; a
-/// second replica with another CA leaves it alone while the holder renews (no rewriting it
-/// back and forth); stopped, the holder releases the lease and the other takes over at once
-/// and publishes its own.
+/// the Lease `kube-system/podpass-apiserver-controllers` and publishes the `kubernetes`
+/// Endpoints with its own address; a second replica leaves them alone while the holder
+/// renews (no rewriting them back and forth); stopped, the holder releases the lease and the
+/// other takes over at once and publishes its own.
 #[test]
-fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stops() {
+fn one_elected_replica_publishes_the_kubernetes_endpoints_and_another_takes_over_when_it_stops() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -569,8 +597,9 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
     let owned = replica_flags(d, &etcd);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
     let lease_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/podpass-apiserver-controllers";
-    let cm_path = "/api/v1/namespaces/default/configmaps/kube-root-ca.crt";
-    let ca_of = |r: &str| std::fs::read_to_string(d.join(r).join("pki/ca.crt")).unwrap();
+    let ep_path = "/api/v1/namespaces/default/endpoints/kubernetes";
+    let port_of = |s: &Server| s.url.rsplit(':').next().unwrap().parse::<u64>().unwrap();
+    let published_port = |s: &Server| get(s, ep_path).1["subsets"][0]["ports"][0]["port"].as_u64();
     let until = |what: &str, f: &mut dyn FnMut() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(40);
         while !f() {
@@ -586,12 +615,12 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
         holder_a = lease["spec"]["holderIdentity"].as_str().unwrap_or_default().to_owned();
         code == 200 && !holder_a.is_empty() && lease["spec"]["leaseDurationSeconds"] == 15
     });
-    until("a's CA published", &mut || get(&a, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("a")));
+    until("a's address published", &mut || published_port(&a) == Some(port_of(&a)));
 
-    // b joins; while a renews (twice seen), b neither takes the lease nor touches the map.
+    // b joins; while a renews (twice seen), b neither takes the lease nor touches them.
     let b = start(&d.join("b"), &flags);
-    assert_ne!(ca_of("a"), ca_of("b"), "each replica made its own CA");
-    let cm_before = get(&b, cm_path).1;
+    assert_ne!(port_of(&a), port_of(&b));
+    let ep_before = get(&b, ep_path).1;
     let renewed = |s: &Server| get(s, lease_path).1["spec"]["renewTime"].as_str().unwrap_or_default().to_owned();
     for _ in 0..2 {
         let seen = renewed(&b);
@@ -599,13 +628,13 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
     }
     let lease = get(&b, lease_path).1;
     assert_eq!(lease["spec"]["holderIdentity"].as_str(), Some(holder_a.as_str()), "{lease}");
-    let cm_after = get(&b, cm_path).1;
-    assert_eq!(cm_after["metadata"]["resourceVersion"], cm_before["metadata"]["resourceVersion"], "{cm_after}");
-    // a deleted map comes back from the leader, with the leader's CA
-    assert_eq!(call(&b, reqwest::Method::DELETE, cm_path, None).0, 200);
-    until("recreated by a", &mut || get(&b, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("a")));
+    let ep_after = get(&b, ep_path).1;
+    assert_eq!(ep_after["metadata"]["resourceVersion"], ep_before["metadata"]["resourceVersion"], "{ep_after}");
+    // deleted, they come back from the leader, with the leader's address
+    assert_eq!(call(&b, reqwest::Method::DELETE, ep_path, None).0, 200);
+    until("recreated by a", &mut || published_port(&b) == Some(port_of(&a)));
 
-    // a stops (SIGTERM): it releases the lease, b takes it and publishes b's CA.
+    // a stops (SIGTERM): it releases the lease, b takes it and publishes its own address.
     let transitions = lease["spec"]["leaseTransitions"].as_u64().unwrap();
     let stopped = Command::new("kill").args(["-TERM", &a.child.id().to_string()]).status().unwrap();
     assert!(stopped.success());
@@ -615,7 +644,7 @@ fn one_elected_replica_publishes_the_root_ca_and_another_takes_over_when_it_stop
         let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
         !holder.is_empty() && holder != holder_a && lease["spec"]["leaseTransitions"] == transitions + 1
     });
-    until("b's CA published", &mut || get(&b, cm_path).1["data"]["ca.crt"].as_str() == Some(&ca_of("b")));
+    until("b's address published", &mut || published_port(&b) == Some(port_of(&b)));
 }
 
 /// Cluster IPs across replicas: an address is an IPAddress object in the shared store, so

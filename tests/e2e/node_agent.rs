@@ -149,6 +149,7 @@ fn node_with_team(d: &std::path::Path, extra: &[&str]) -> (Server, std::path::Pa
         "/api/v1/namespaces",
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
     );
+    wait_namespace_ready(&s, "team");
     (s, root, agent)
 }
 
@@ -309,6 +310,7 @@ fn a_pod_pulls_with_its_own_token_and_a_neighbour_backs_off_until_its_secret_exi
             "/api/v1/namespaces",
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
+        wait_namespace_ready(&s, ns);
         post(
             &s,
             &format!("/api/v1/namespaces/{ns}/serviceaccounts"),
@@ -564,6 +566,7 @@ fn the_agent_converges_after_kill_9_mid_pull_and_under_an_api_server_restart() {
         "/api/v1/namespaces",
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
     );
+    wait_namespace_ready(&s, "team");
     let config = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, reg.host);
     post(
         &s,
@@ -677,6 +680,7 @@ fn on_containerd_a_pod_is_prepared_with_its_secret_and_a_neighbour_without_one_i
             "/api/v1/namespaces",
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
+        wait_namespace_ready(&s, ns);
     }
     let secret = post(
         &s,

@@ -105,6 +105,7 @@ fn pods_get_credentials_from_plugins_fed_their_own_token() {
     std::fs::set_permissions(bin.join("sa-plugin"), std::fs::Permissions::from_mode(0o755)).unwrap();
 
     post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+    wait_namespace_ready(&s, "team");
     let sa = post(
         &s,
         "/api/v1/namespaces/team/serviceaccounts",

@@ -622,6 +622,7 @@ fn through_the_api_a_pod_of_another_tenant_cannot_use_an_image_pulled_with_a_sec
             "/api/v1/namespaces",
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
+        support::wait_namespace_ready(&server, ns);
     }
     let config = format!(r#"{{"auths":{{"{}":{{"username":"alice","password":"wonderland"}}}}}}"#, s.registry.host);
     let secret = api_post(
@@ -708,6 +709,7 @@ fn a_pod_pulls_with_its_own_service_account_token_and_only_that_identity_is_reco
     let (server, kubeconfig) = control_plane(&s);
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
     api_post(&server, "/api/v1/namespaces", ns);
+    support::wait_namespace_ready(&server, "team");
     let sa = api_post(
         &server,
         "/api/v1/namespaces/team/serviceaccounts",

@@ -53,6 +53,7 @@ fn tenants_are_held_to_baseline_warned_of_restricted_and_audited() {
         &["--admission-control-config-file", admission.to_str().unwrap(), "--audit-log-path", audit.to_str().unwrap()],
     );
     ok(admin_kubectl(&api, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&_s, "team");
 
     // A hostNetwork pod in a tenant's namespace: refused, as upstream words it.
     let host = apply(&api, &pod("team", "sniffer", "  hostNetwork: true\n"));
@@ -130,6 +131,7 @@ fn tenants_are_held_to_baseline_warned_of_restricted_and_audited() {
 
     // A namespace an admin labelled privileged admits the host network; kube-system is exempt.
     ok(admin_kubectl(&api, &["create", "namespace", "ops"]), "create namespace ops");
+    wait_namespace_ready(&_s, "ops");
     ok(admin_kubectl(&api, &["label", "namespace", "ops", "pod-security.kubernetes.io/enforce=privileged"]), "label");
     let allowed = apply(&api, &pod("ops", "capture", "  hostNetwork: true\n"));
     assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));

@@ -52,6 +52,7 @@ fn client_go_protobuf_bodies_for_every_kind_and_delete_options() {
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
 
     // A Pod that opts out of the automounted token and projects its own.
     let token = [bytes(1, b"registry.example"), number(2, 3600), bytes(3, b"token")].concat();

@@ -25,6 +25,7 @@ fn a_quota_refuses_past_its_hard_limit_as_upstream_even_under_racing_creates() {
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     ok(admin_kubectl(d, &["-n", "team", "create", "quota", "two", "--hard=pods=2,count/configmaps=2"]), "create quota");
     let pods = "/api/v1/namespaces/team/pods";
 
@@ -128,6 +129,7 @@ fn a_limit_range_defaults_and_bounds_a_tenants_containers() {
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     let lr = json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "bounds"},
         "spec": {"limits": [{"type": "Container",
             "default": {"cpu": "500m", "memory": "128Mi", "ephemeral-storage": "1Gi"},

@@ -130,6 +130,7 @@ fn cluster(dir: &Path) -> Cluster {
     }
     for (ns, pod) in [("team-a", "web"), ("team-b", "web2")] {
         post(&s, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        wait_namespace_ready(&s, ns);
         post(
             &s,
             &format!("/api/v1/namespaces/{ns}/serviceaccounts"),

@@ -57,6 +57,7 @@ fn a_projected_token_is_rotated_at_eighty_percent_of_its_lifetime() {
         "/api/v1/namespaces",
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
     );
+    wait_namespace_ready(&s, "team");
     let pod = post(
         "/api/v1/namespaces/team/pods",
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},

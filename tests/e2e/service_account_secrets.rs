@@ -60,6 +60,7 @@ fn token_secrets_are_filled_authenticate_while_held_and_go_with_their_account() 
     let d = dir.path();
     let s = start(d, &[]);
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     ok(admin_kubectl(d, &["-n", "team", "create", "serviceaccount", "deployer"]), "create serviceaccount");
     let sa_uid = admin_get(&s, "/api/v1/namespaces/team/serviceaccounts/deployer").1["metadata"]["uid"].clone();
     let manifest = d.join("secret.yaml");

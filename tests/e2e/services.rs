@@ -67,7 +67,10 @@ fn services_get_cluster_ips_and_endpoints_from_their_ready_pods() {
     let api = d.join("api");
     std::fs::create_dir(&api).unwrap();
     let audit = d.join("audit.log");
-    let s = start(&api, &["--service-cluster-ip-range", "10.96.0.0/16", "--audit-log-path", audit.to_str().unwrap()]);
+    let s = start_without_manager(
+        &api,
+        &["--service-cluster-ip-range", "10.96.0.0/16", "--audit-log-path", audit.to_str().unwrap()],
+    );
 
     // The kubernetes Service's address is recorded as any other.
     wait_for("the kubernetes Service's IPAddress", Duration::from_secs(40), || {

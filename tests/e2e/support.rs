@@ -7,17 +7,23 @@ use std::time::{Duration, Instant};
 
 pub const PODPASS: &str = env!("PODPASS_BIN");
 
-/// A server process and the scheduler beside it (`podpass scheduler`, as
-/// `system:kube-scheduler`: kube-apiserver binds no pod by itself), killed on drop.
+/// A server process with the scheduler (`podpass scheduler`, as `system:kube-scheduler`:
+/// kube-apiserver binds no pod by itself) and the controller manager beside it (each
+/// namespace's `default` account and `kube-root-ca.crt` are its controllers'), killed on
+/// drop.
 pub struct Server {
     pub child: Child,
     pub url: String,
     pub dir: PathBuf,
     pub scheduler: Option<Child>,
+    pub manager: Option<Manager>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The manager first, while the server still answers its Lease release: the next
+        // server on this data dir then has a leader at once.
+        drop(self.manager.take());
         if let Some(scheduler) = self.scheduler.as_mut() {
             let _ = scheduler.kill();
             let _ = scheduler.wait();
@@ -32,6 +38,38 @@ pub fn start(dir: &Path, extra: &[&str]) -> Server {
 }
 
 pub fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
+    let mut server = start_alone(dir, port, extra);
+    // A server given its own --token-auth-file has no identities to mint here: its test
+    // names whom it trusts, and starts a scheduler and a manager itself if it needs them.
+    if dir.join("tokens.csv").exists() {
+        server.scheduler = Some(spawn_scheduler(dir));
+        server.manager = Some(spawn_manager(dir));
+        // Ready as a cluster is once its controllers ran: `default` can run pods, and the
+        // user-facing roles hold their aggregated rules.
+        wait_namespace_ready(&server, "default");
+        wait_for("admin, edit and view aggregated", Duration::from_secs(60), || {
+            let aggregated = ["admin", "edit", "view"].iter().all(|role| {
+                let (_, r) = admin_get(&server, &format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{role}"));
+                r["rules"].as_array().is_some_and(|rules| !rules.is_empty())
+            });
+            aggregated.then_some(serde_json::Value::Null)
+        });
+    }
+    server
+}
+
+/// A server with the scheduler but no controller manager: for the tests that run their
+/// own managers (several at once, or killed on purpose).
+pub fn start_without_manager(dir: &Path, extra: &[&str]) -> Server {
+    let mut server = start_alone(dir, "0", extra);
+    if dir.join("tokens.csv").exists() {
+        server.scheduler = Some(spawn_scheduler(dir));
+    }
+    server
+}
+
+/// The server process alone.
+fn start_alone(dir: &Path, port: &str, extra: &[&str]) -> Server {
     let _ = std::fs::remove_file(dir.join("server-url"));
     let child = Command::new(PODPASS)
         .args(["apiserver", "--data-dir", dir.to_str().unwrap(), "--secure-port", port])
@@ -41,13 +79,32 @@ pub fn start_on(dir: &Path, port: &str, extra: &[&str]) -> Server {
         .spawn()
         .unwrap();
     let url = wait_for_url(dir);
-    let mut server = Server { child, url, dir: dir.to_path_buf(), scheduler: None };
-    // A server given its own --token-auth-file has no identities to mint here: its test
-    // names whom it trusts, and starts a scheduler itself if it needs one.
-    if dir.join("tokens.csv").exists() {
-        server.scheduler = Some(spawn_scheduler(dir));
+    Server { child, url, dir: dir.to_path_buf(), scheduler: None, manager: None }
+}
+
+/// `podpass controller-manager` for the control plane whose data dir is `dir`, as
+/// `system:kube-controller-manager` (its kubeconfig written there, its log in
+/// `controller-manager.log`).
+pub fn spawn_manager(dir: &Path) -> Manager {
+    let kubeconfig = dir.join("controller-manager.kubeconfig");
+    if !kubeconfig.exists() {
+        let identity = identity_output(dir, "system:kube-controller-manager", &[]);
+        std::fs::write(&kubeconfig, ok(identity, "controller manager identity")).unwrap();
     }
-    server
+    let key = dir.join("sa.key");
+    let ca = dir.join("pki/ca.crt");
+    let flags = ["--service-account-private-key-file", key.to_str().unwrap(), "--root-ca-file", ca.to_str().unwrap()];
+    manager_with(&kubeconfig, &dir.join("controller-manager.log"), &flags)
+}
+
+/// Waits until namespace `ns` holds what the controller manager gives every namespace: the
+/// `default` account and `kube-root-ca.crt` (60 s at most).
+pub fn wait_namespace_ready(s: &Server, ns: &str) {
+    wait_for(&format!("namespace {ns}'s default account and root CA"), Duration::from_secs(60), || {
+        let (sa, _) = admin_get(s, &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"));
+        let (cm, _) = admin_get(s, &format!("/api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt"));
+        (sa == 200 && cm == 200).then_some(serde_json::Value::Null)
+    });
 }
 
 /// `podpass scheduler` for the control plane whose data dir is `dir` (its kubeconfig
@@ -299,6 +356,14 @@ pub struct Manager(pub Child, pub std::path::PathBuf);
 
 impl Drop for Manager {
     fn drop(&mut self) {
+        // SIGTERM: a manager that stops cleanly gives its Lease back (a test killing one
+        // with -9 on purpose has done so already).
+        let pid = rustix::process::Pid::from_child(&self.0);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
         if std::thread::panicking() {
@@ -313,9 +378,15 @@ impl Drop for Manager {
 }
 
 pub fn manager(kubeconfig: &Path, log_path: &Path) -> Manager {
+    manager_with(kubeconfig, log_path, &[])
+}
+
+/// A controller manager with `extra` flags.
+pub fn manager_with(kubeconfig: &Path, log_path: &Path, extra: &[&str]) -> Manager {
     let log = std::fs::File::create(log_path).unwrap();
     let child = Command::new(PODPASS)
         .args(["controller-manager", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .args(extra)
         // A shorter lease than upstream's 15 s, so the takeover below is quicker, but a renew
         // deadline a loaded machine's slow API calls stay well within: a leader that misses
         // it exits, and nothing restarts it here.

@@ -69,7 +69,7 @@ fn a_manager_killed_mid_rollout_is_replaced_without_duplicates_and_the_api_serve
     let d = dir.path();
     let api = d.join("api");
     std::fs::create_dir(&api).unwrap();
-    let s = start(&api, &[]);
+    let s = start_without_manager(&api, &[]);
     let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cat", "touch", "sleep"]);
     let kubeconfig = node_kubeconfig(&api, &d.join("n1.kubeconfig"));
     let port = free_port().to_string();

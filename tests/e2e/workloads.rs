@@ -69,13 +69,14 @@ fn replica_sets_run_from_the_controller_manager_as_its_own_service_account() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let audit = d.join("audit.log");
-    let s = start(d, &["--audit-log-path", audit.to_str().unwrap()]);
+    let s = start_without_manager(d, &["--audit-log-path", audit.to_str().unwrap()]);
     let kubeconfig = d.join("cm.kubeconfig");
     std::fs::write(&kubeconfig, ok(identity_output(d, "system:kube-controller-manager", &[]), "cm identity")).unwrap();
     let leader = manager(&kubeconfig, &d.join("cm-1.log"));
 
     // An orphan that the set selects is adopted, not doubled.
     ok(admin_kubectl(d, &["create", "namespace", "team"]), "create namespace");
+    wait_namespace_ready(&s, "team");
     let orphan = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "orphan", "namespace": "team", "labels": {"app": "web"}}, "spec": busybox()});
     let (code, _) = admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/team/pods", Some(orphan));

@@ -12,6 +12,8 @@ pub mod image_url;
 pub mod int_or_percent;
 pub mod label_selector;
 pub mod quantity;
+pub mod quota;
+pub mod rbac_aggregation;
 pub mod taint;
 pub mod validation;
 

@@ -12,20 +12,32 @@ use crate::leader::Election;
 pub const LEASE_NAME: &str = "kube-controller-manager";
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 7] = [
+pub const CONTROLLERS: [&str; 14] = [
+    crate::service_account_token::NAME,
+    crate::service_account::NAME,
+    crate::root_ca_publisher::NAME,
     crate::deployment::NAME,
     crate::replica_set::NAME,
     crate::job::NAME,
     crate::cron_job::NAME,
     crate::endpoints::NAME,
     crate::endpoint_slice::NAME,
+    crate::resource_quota::NAME,
+    crate::namespace::NAME,
+    crate::clusterrole_aggregation::NAME,
+    crate::pod_gc::NAME,
     crate::garbage_collector::NAME,
 ];
 
 /// A controller's old short name where it is not its name less `-controller`
 /// (kube-controller-manager's aliases).
 fn alias(controller: &str) -> Option<&'static str> {
-    (controller == crate::endpoints::NAME).then_some("endpoint")
+    match controller {
+        crate::endpoints::NAME => Some("endpoint"),
+        crate::root_ca_publisher::NAME => Some("root-ca-cert-publisher"),
+        crate::pod_gc::NAME => Some("podgc"),
+        _ => None,
+    }
 }
 
 /// The flags of `podpass controller-manager`: declared once here, parsed by the CLI.
@@ -44,6 +56,14 @@ pub struct Config {
     /// Controllers to run: `*` for all, `name` to add one, `-name` to leave one out.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
+    /// The cluster CA (PEM) the root CA publisher puts in every namespace's
+    /// `kube-root-ca.crt`; by default the CA the kubeconfig trusts.
+    #[arg(long)]
+    pub root_ca_file: Option<PathBuf>,
+    /// The service-account key (PEM) the tokens controller signs legacy token Secrets with;
+    /// without it that controller does not run, as kube-controller-manager's.
+    #[arg(long)]
+    pub service_account_private_key_file: Option<PathBuf>,
 }
 
 /// A configuration checked whole, ready to run.
@@ -52,6 +72,10 @@ pub struct Prepared {
     pub(crate) election: Option<Election>,
     pub(crate) per_controller: bool,
     pub(crate) controllers: Vec<&'static str>,
+    /// `--root-ca-file`'s PEM, when given.
+    pub(crate) root_ca: Option<String>,
+    /// `--service-account-private-key-file`'s key, when given.
+    pub(crate) signing_key: Option<podpass_token::SigningKey>,
 }
 
 impl Config {
@@ -86,12 +110,30 @@ impl Config {
             }
         }
         controllers.dedup();
+        let root_ca = self.root_ca_file.as_ref().and_then(|path| match std::fs::read_to_string(path) {
+            Ok(pem) if pem.contains("-----BEGIN CERTIFICATE-----") => Some(pem),
+            Ok(_) => {
+                problems.push_value("--root-ca-file", path.display(), "holds no PEM certificate");
+                None
+            }
+            Err(e) => {
+                problems.push_value("--root-ca-file", path.display(), e);
+                None
+            }
+        });
+        let flag = "--service-account-private-key-file";
+        let signing_key = self.service_account_private_key_file.as_ref().and_then(|path| {
+            let pem = problems.check_value(flag, path.display(), std::fs::read(path))?;
+            problems.check_value(flag, path.display(), podpass_token::SigningKey::from_pem(&pem))
+        });
         problems.finish()?;
         Ok(Prepared {
             kubeconfig: self.kubeconfig.clone(),
             election,
             per_controller: self.use_service_account_credentials,
             controllers,
+            root_ca,
+            signing_key,
         })
     }
 }
@@ -123,11 +165,45 @@ mod tests {
             "10s",
             "--controllers",
             "*,widgets",
+            "--root-ca-file",
+            "/nonexistent/ca.crt",
+            "--service-account-private-key-file",
+            "/nonexistent/sa.key",
         ]);
         let Err(errors) = c.prepare() else { panic!("a bad configuration was prepared") };
-        for flag in ["--kubeconfig", "--leader-elect-lease-duration", "--controllers"] {
+        for flag in [
+            "--kubeconfig",
+            "--leader-elect-lease-duration",
+            "--controllers",
+            "--root-ca-file",
+            "--service-account-private-key-file",
+        ] {
             assert!(errors.names(flag), "{errors}");
         }
+    }
+
+    #[test]
+    fn a_ca_without_a_certificate_and_a_key_that_is_none_are_refused() {
+        let dir = std::env::temp_dir().join(format!("cm-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let (kubeconfig, ca, key) = (dir.join("kubeconfig"), dir.join("ca.crt"), dir.join("sa.key"));
+        std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\n").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&ca, "not a certificate").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let path = |p: &std::path::Path| p.display().to_string();
+        let c = parse(&[
+            "--kubeconfig",
+            &path(&kubeconfig),
+            "--root-ca-file",
+            &path(&ca),
+            "--service-account-private-key-file",
+            &path(&key),
+        ]);
+        let Err(errors) = c.prepare() else { panic!("a bad CA and key were taken") };
+        assert!(errors.names("--root-ca-file") && errors.names("--service-account-private-key-file"), "{errors}");
+        assert!(errors.to_string().contains("holds no PEM certificate"), "{errors}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -142,7 +218,7 @@ mod tests {
             "--kubeconfig",
             &path,
             "--controllers",
-            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice",
+            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation",
         ])
         .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);

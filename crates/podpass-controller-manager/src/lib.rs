@@ -7,9 +7,11 @@
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
 //! - The controllers: the Deployment, ReplicaSet, Job and CronJob controllers (the Job
 //!   controller also deletes finished Jobs past their TTL), the Endpoints and EndpointSlice
-//!   controllers, and the garbage collector.
+//!   controllers, the garbage collector, the service account controller (each namespace's
+//!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`).
 
 mod claim;
+mod clusterrole_aggregation;
 use podpass_component::events;
 pub use podpass_component::leader;
 mod config;
@@ -20,7 +22,13 @@ mod endpoint_slice;
 mod endpoints;
 mod garbage_collector;
 mod job;
+mod namespace;
+mod pod_gc;
 mod replica_set;
+mod resource_quota;
+mod root_ca_publisher;
+mod service_account;
+mod service_account_token;
 mod service_pods;
 mod sync_error;
 
@@ -33,11 +41,23 @@ pub use podpass_component::RunError;
 /// Runs the prepared manager until `shutdown` resolves or it stops leading.
 pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output = ()>) -> Result<(), RunError> {
     let (root, config) = podpass_component::client(&prepared.kubeconfig).await?;
+    let root_ca = match prepared.root_ca {
+        Some(pem) => pem,
+        None => root_ca_publisher::pem_of(config.root_cert.as_deref().unwrap_or_default()),
+    };
     let credentials = Credentials::new(root.clone(), config, prepared.per_controller);
+    let mut signing_key = prepared.signing_key;
     let controllers = prepared.controllers;
     let work = move || {
         futures::future::join_all(controllers.into_iter().map(move |name| {
             let credentials = credentials.clone();
+            let root_ca = root_ca.clone();
+            let signer = (name == service_account_token::NAME).then(|| signing_key.take()).flatten().map(|key| {
+                service_account_token::TokenSigner {
+                    generator: podpass_token::TokenGenerator::new(podpass_token::LEGACY_ISSUER, key),
+                    ca_pem: root_ca.clone(),
+                }
+            });
             async move {
                 tracing::info!(controller = name, "starting controller");
                 match name {
@@ -48,6 +68,19 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                     garbage_collector::NAME => garbage_collector::run(credentials).await,
                     endpoints::NAME => endpoints::run(credentials).await,
                     endpoint_slice::NAME => endpoint_slice::run(credentials).await,
+                    clusterrole_aggregation::NAME => clusterrole_aggregation::run(credentials).await,
+                    namespace::NAME => namespace::run(credentials).await,
+                    pod_gc::NAME => pod_gc::run(credentials).await,
+                    resource_quota::NAME => resource_quota::run(credentials).await,
+                    service_account::NAME => service_account::run(credentials).await,
+                    root_ca_publisher::NAME => root_ca_publisher::run(credentials, root_ca).await,
+                    service_account_token::NAME => match signer {
+                        Some(signer) => service_account_token::run(credentials, signer).await,
+                        None => tracing::warn!(
+                            controller = name,
+                            "not started: no --service-account-private-key-file to sign tokens with"
+                        ),
+                    },
                     _ => {}
                 }
             }

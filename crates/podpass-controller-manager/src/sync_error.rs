@@ -12,6 +12,9 @@ pub enum SyncError {
     /// An API call.
     #[error("{0}")]
     Api(#[from] kube::Error),
+    /// Something of the controller's own failed (signing a token).
+    #[error("{0}")]
+    Internal(String),
     /// A cache the controller reads stopped (`pods`, `replicasets`).
     #[error("the {0} cache stopped")]
     CacheGone(&'static str),

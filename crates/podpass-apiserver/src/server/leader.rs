@@ -1,9 +1,10 @@
 //! Leader election for the controllers the API server still runs itself, whose answer
 //! depends on the replica (client-go `leaderelection` with a Lease lock): of the API server
 //! replicas sharing one etcd, one holds the Lease `kube-system/podpass-apiserver-controllers`
-//! and runs them. Without it two replicas with different serving CAs would rewrite
-//! `kube-root-ca.crt` back and forth forever. `kube-system/kube-controller-manager` is the
-//! controller manager's (`podpass controller-manager`), where these controllers move.
+//! and runs them. Without it two replicas would rewrite the `kubernetes` Endpoints, each
+//! with its own address, back and forth forever. `kube-system/kube-controller-manager` is
+//! the controller manager's (`podpass controller-manager`), where kube-controller-manager's
+//! controllers run.
 //!
 //! As client-go: a candidate retries every `RetryPeriod`; a lease held by another is only
 //! taken once it was seen unchanged for `LeaseDuration` on this replica's own clock (no

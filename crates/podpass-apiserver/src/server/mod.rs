@@ -16,7 +16,6 @@ mod leader;
 mod lookup;
 mod metrics;
 pub(crate) mod rest;
-mod root_ca_publisher;
 mod routing;
 /// The accept loop and its bounds, shared with every podpass server.
 mod serve {
@@ -29,7 +28,6 @@ mod status;
 mod token_authn;
 mod token_cache;
 mod token_revocation;
-mod tokens_controller;
 
 use std::sync::Arc;
 
@@ -87,7 +85,6 @@ pub(crate) struct AppState {
     oidc_config: Vec<u8>,
     jwks: Vec<u8>,
     server_url: String,
-    ca_pem: String,
     audit: Option<audit::AuditLog>,
     metrics: metrics::ApiServerMetrics,
     token_cache: token_cache::TokenCache,

@@ -1,7 +1,7 @@
 //! Start-up: [`Prepared::bind`] connects the store, binds, derives what depends on the
 //! bound port (issuer default, OIDC documents, kubeconfig), builds the shared state and runs
-//! the start-up reconcilers (pending deletions, system namespaces, bootstrap RBAC,
-//! aggregation); [`Bound::serve`] then serves until shutdown.
+//! the start-up reconcilers (system namespaces, bootstrap RBAC); [`Bound::serve`] then
+//! serves until shutdown.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -57,11 +57,6 @@ impl Bound {
             async move { elector.run(state).await }
         });
         // One replica at a time.
-        let tokens = elected("tokens-controller", &elector, &state, super::tokens_controller::run);
-        let root_ca = serve::spawn_named(
-            "root-ca-publisher",
-            super::root_ca_publisher::run(Arc::clone(&state), elector.subscribe()),
-        );
         let kubernetes_service = {
             // The address clients reach: a wildcard bind is reached on loopback.
             let ip =
@@ -72,25 +67,19 @@ impl Bound {
                 super::kubernetes_service::run(Arc::clone(&state), service_ip, endpoint, elector.subscribe()),
             )
         };
-        let quotas = elected("resource-quota", &elector, &state, super::rest::admission::quota::run);
-        let pod_gc = elected("pod-gc", &elector, &state, super::rest::collect_orphans_forever);
         let revoked_gc = elected("revoked-token-gc", &elector, &state, super::revoked_tokens::collect);
         let service_ip_repair = elected("service-ip-repair", &elector, &state, super::service_ips::repair_forever);
         let server = serve::spawn_named("accept", serve::accept_loop(listener, Some(tls), app, limits));
         shutdown.await;
         server.abort();
         reaper.abort();
-        tokens.abort();
         revocation.abort();
         revoked.abort();
         revoked_gc.abort();
         service_ip_repair.abort();
-        root_ca.abort();
         kubernetes_service.abort();
         election.abort();
         elector.release(&state).await;
-        quotas.abort();
-        pod_gc.abort();
     }
 }
 
@@ -225,18 +214,12 @@ impl Prepared {
             oidc_config,
             jwks,
             server_url: server_url.clone(),
-            ca_pem: self.ca_pem.clone(),
         });
         let failed = |step: &'static str| {
             move |e: &dyn std::fmt::Display| StartError::Reconcile { step, message: e.to_string() }
         };
-        rest::resume_pending_deletions(&state).await.map_err(|e| failed("pending deletions")(&e))?;
-        rest::lifecycle::resume_terminating_namespaces(&state)
-            .await
-            .map_err(|e| failed("terminating namespaces")(&e))?;
         rest::ensure_system_namespaces(&state).await.map_err(|e| failed("system namespaces")(&e.message))?;
         authz::bootstrap::ensure(&state).await.map_err(|e| failed("bootstrap RBAC")(&e.message))?;
-        authz::aggregation::reconcile(state.store.as_ref()).await.map_err(|e| failed("aggregated roles")(&e))?;
         // After the bootstrap policy is written: the index starts with all of it.
         state.rbac.start(Arc::clone(&state.store)).await.map_err(|e| failed("RBAC informer")(&e))?;
         state.nodes.start(Arc::clone(&state.store)).await.map_err(|e| failed("node informer")(&e))?;

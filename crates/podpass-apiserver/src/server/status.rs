@@ -88,8 +88,8 @@ impl StatusError {
     }
 }
 
-/// A write the server makes of an object of its own (the `kubernetes` Service, a
-/// namespace's root CA) failed.
+/// A write the server makes of an object of its own (the `kubernetes` Service and its
+/// endpoints) failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OwnWriteError {
     /// The store refused it.
@@ -101,9 +101,6 @@ pub(crate) enum OwnWriteError {
     /// The object the server made is not valid.
     #[error("{}", .0.message)]
     Invalid(StatusError),
-    /// Others kept changing it.
-    #[error("{0} kept changing during {1} attempts")]
-    KeptChanging(&'static str, usize),
 }
 
 impl From<crate::store::StoreError> for StatusError {

@@ -245,7 +245,7 @@ async fn start_with(
         host: local_addr.to_string(),
         token: admin_token(&data_dir.join("tokens.csv"))?,
     };
-    let pod_uids = setup(&api, clients, node, image).await?;
+    let pod_uids = setup(&api, clients, node, image, &String::from_utf8_lossy(&ca)).await?;
     Ok((api, pod_uids))
 }
 
@@ -484,16 +484,21 @@ impl Api {
     }
 }
 
-/// Namespace `bench`, ServiceAccount `bench`, Node `node` and one pod per client on it;
-/// returns the pods' UIDs. Objects that exist already (an earlier phase on the same etcd)
-/// are used as they are.
-async fn setup(api: &Api, clients: usize, node: &str, image: &str) -> Result<Vec<String>> {
+/// Namespace `bench`, ServiceAccount `bench`, the namespace's `kube-root-ca.crt` with `ca`
+/// (the controller manager's root CA publisher would write it: the bench runs none), Node
+/// `node` and one pod per client on it; returns the pods' UIDs. Objects that exist already
+/// (an earlier phase on the same etcd) are used as they are.
+async fn setup(api: &Api, clients: usize, node: &str, image: &str, ca: &str) -> Result<Vec<String>> {
     let mut conn = api.connect().await?;
     let objects = [
         ("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})),
         (
             "/api/v1/namespaces/bench/serviceaccounts",
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench"}}),
+        ),
+        (
+            "/api/v1/namespaces/bench/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": ca}}),
         ),
         ("/api/v1/nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})),
     ];

@@ -57,8 +57,12 @@ pub(super) fn controller_manager(l: &Layout, tools: &Tools) -> Result<Part> {
     type Flags = podpass_controller_manager::Config;
     let user = "system:kube-controller-manager";
     let kubeconfig = identity_kubeconfig(&l.data, &l.data.join("controller-manager.kubeconfig"), user, &[])?;
+    // As kubeadm runs it: the service-account key signs the legacy token Secrets, the
+    // cluster CA goes into every namespace's `kube-root-ca.crt`.
     let line = CommandLine::<Flags>::new(&["controller-manager"], true)
         .path(field!(Flags, kubeconfig), &kubeconfig)
+        .path(field!(Flags, service_account_private_key_file), &l.data.join("sa.key"))
+        .path(field!(Flags, root_ca_file), &l.data.join("pki").join("ca.crt"))
         .build(CONTROLLER_MANAGER)?;
     Ok(Part {
         name: CONTROLLER_MANAGER.to_owned(),

@@ -498,11 +498,12 @@ async fn start(
     out.done(CONTROL_PLANE, &format!("{}   issuer {issuer}", api.url), began);
     let probes = Probes { client: Some(&client), api: Some(&api) };
 
-    // The controller manager: ReplicaSets, through the API as the controllers' own
-    // service accounts.
+    // The controller manager: kube-controller-manager's controllers (workloads, each
+    // namespace's account and root CA, quotas, namespace deletion, garbage collection),
+    // through the API as the controllers' own service accounts.
     let (leader, began) = launch(&core_parts::controller_manager(l, tools)?, parts, out, &probes).await?;
-    let controllers = podpass_controller_manager::CONTROLLERS.join(", ");
-    out.done(core_parts::CONTROLLER_MANAGER, &format!("leader {leader}   {controllers}"), began);
+    let controllers = podpass_controller_manager::CONTROLLERS.len();
+    out.done(core_parts::CONTROLLER_MANAGER, &format!("leader {leader}   {controllers} controllers"), began);
     let (leader, began) = launch(&core_parts::scheduler(l, tools)?, parts, out, &probes).await?;
     out.done(core_parts::SCHEDULER, &format!("leader {leader}   {}", podpass_scheduler::SCHEDULER_NAME), began);
 

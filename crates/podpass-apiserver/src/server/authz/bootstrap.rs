@@ -2,7 +2,8 @@
 //! bootstrappolicy): the roles and bindings podpass's users rely on, among them the
 //! user-facing `admin`, `edit` and `view`, aggregated (`rbac.authorization.k8s.io/
 //! aggregate-to-*` labels) from `system:aggregate-to-*` as upstream's, so a role labelled
-//! by an admin extends them.
+//! by an admin extends them (the controller manager's aggregation controller gathers the
+//! rules).
 //!
 //! Reconciled on every start as upstream's `ensureRBACPolicy`: a missing object is created;
 //! an existing one annotated `rbac.authorization.kubernetes.io/autoupdate` other than
@@ -429,7 +430,7 @@ mod tests {
         for _ in 0..roles.len() {
             let snapshot = roles.clone();
             for role in &mut roles {
-                if let Some(rules) = super::super::aggregation::aggregated_rules(role, &snapshot) {
+                if let Some(rules) = podpass_api::rbac_aggregation::aggregated_rules(role, &snapshot) {
                     role["rules"] = Value::Array(rules);
                 }
             }

@@ -72,8 +72,12 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         rule(&["create"], &["coordination.k8s.io"], &["leases"]),
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["kube-controller-manager"],
          "verbs": ["get", "update"]},
-        // --use-service-account-credentials: the controllers' accounts and their tokens.
-        rule(&["get", "create"], &[""], &["serviceaccounts"]),
+        // --use-service-account-credentials: the controllers' accounts and their tokens;
+        // the tokens controller (which runs as the manager itself) fills token Secrets.
+        rule(&["create"], &[""], &["secrets", "serviceaccounts"]),
+        rule(&["delete"], &[""], &["secrets"]),
+        rule(&["get"], &[""], &["namespaces", "secrets", "serviceaccounts", "configmaps"]),
+        rule(&["update"], &[""], &["secrets", "serviceaccounts"]),
         rule(&["create"], &[""], &["serviceaccounts/token"]),
         // Delegated authentication and authorization checks.
         rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
@@ -152,6 +156,43 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
             rule(&["get", "list", "create", "update", "delete"], &["discovery.k8s.io"], &["endpointslices"]),
             events(),
         ]),
+    ));
+    policy.extend(controller(
+        "service-account-controller",
+        json!([rule(&["create"], &[""], &["serviceaccounts"]), events()]),
+    ));
+    policy.extend(controller(
+        "root-ca-cert-publisher",
+        json!([rule(&["create", "update"], &[""], &["configmaps"]), events()]),
+    ));
+    policy.extend(controller(
+        "resourcequota-controller",
+        json!([
+            // Counting any resource.
+            rule(&["list", "watch"], &["*"], &["*"]),
+            rule(&["update"], &[""], &["resourcequotas/status"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
+        "pod-garbage-collector",
+        json!([
+            rule(&["list", "watch", "delete"], &[""], &["pods"]),
+            rule(&["get", "list"], &[""], &["nodes"]),
+            rule(&["patch"], &[""], &["pods/status"]),
+        ]),
+    ));
+    policy.extend(controller(
+        "namespace-controller",
+        json!([
+            rule(&["get", "list", "watch", "delete"], &[""], &["namespaces"]),
+            rule(&["update"], &[""], &["namespaces/finalize", "namespaces/status"]),
+            rule(&["get", "list", "delete", "deletecollection"], &["*"], &["*"]),
+        ]),
+    ));
+    policy.extend(controller(
+        "clusterrole-aggregation-controller",
+        json!([rule(&["escalate", "get", "list", "patch", "update", "watch"], &[RBAC], &["clusterroles"])]),
     ));
     policy.extend(controller(
         "ttl-after-finished-controller",

@@ -3,7 +3,6 @@
 //! or Deny wins, no opinion from all means forbidden. Also the upstream forbidden messages,
 //! impersonation, and the bootstrap RBAC policy.
 
-pub mod aggregation;
 pub mod bootstrap;
 mod controller_policy;
 pub mod escalation;

@@ -7,7 +7,6 @@
 //! through `lifecycle`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -15,13 +14,13 @@ use serde_json::{Value, json};
 
 use super::admission::{self, Attributes, Operation};
 use super::kinds::Written;
-use super::resources::{RESOURCES, Resource};
+use super::resources::Resource;
 use super::write::Target;
 use super::{json_response, key, lifecycle};
 use crate::field::Field;
-use crate::server::AppState;
+
 use crate::server::status::StatusError;
-use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
+use crate::store::{ObjectKey, StoreError, Stored};
 
 /// `gracePeriodSeconds` from the query or the DeleteOptions; a value that is not an
 /// integer is a 400 naming it.
@@ -277,8 +276,9 @@ async fn delete_current(
         }
         let mut marked = current.object.clone();
         lifecycle::mark_deleted(&mut marked, podpass_token::now_unix(), grace);
+        // Removed by its node once the containers stopped (a delete with no grace), or by
+        // the pod garbage collector if the node is gone: never by the server on a timer.
         let updated = state.store.update(k, marked, Some(current.revision)).await?;
-        schedule_removal(Arc::clone(state), k.clone(), updated.object.field("/metadata/uid").cloned(), grace);
         return Ok(json_response(StatusCode::OK, updated.object));
     }
     if res.strategy.deleted_by_controller() {
@@ -290,125 +290,6 @@ async fn delete_current(
     let deleted = state.store.delete(k, Some(current.revision)).await?;
     t.after_write(Written::Deleted, name, &deleted, None).await?;
     Ok(json_response(StatusCode::OK, deleted.object))
-}
-
-/// Once a gracefully deleted pod's grace period is over: removed if its node no longer
-/// exists (PodGC `gcOrphaned`: nothing would ever confirm it), else left Terminating for its
-/// node to confirm once its containers are stopped — never removed while a node may still
-/// run it. Nothing is done if the pod was replaced (another uid) in between.
-pub(crate) fn schedule_removal(state: Arc<AppState>, key: ObjectKey, uid: Option<Value>, grace: i64) {
-    podpass_serve::spawn_named("graceful-removal", async move {
-        tokio::time::sleep(std::time::Duration::from_secs(u64::try_from(grace).unwrap_or(0))).await;
-        // A lost compare-and-swap (the node posting the pod's status meanwhile) is retried
-        // on the latest pod.
-        for attempt in 0..=DELETE_RETRIES {
-            let Ok(current) = state.store.get(&key).await else { return };
-            if current.object.field("/metadata/uid") != uid.as_ref() {
-                return;
-            }
-            let node = current.object.field("/spec/nodeName").and_then(Value::as_str).unwrap_or_default();
-            if !node.is_empty() {
-                match state.store.get(&ObjectKey::cluster("nodes", node)).await {
-                    // The node confirms (kubelet: the status manager's zero-grace delete).
-                    Ok(_) => return,
-                    Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => {
-                        tracing::warn!(pod = ?key, error = %e, "reading a terminating pod's node failed");
-                        return;
-                    }
-                }
-            }
-            let result = if lifecycle::finalizers(&current.object).is_empty() {
-                state.store.delete(&key, Some(current.revision)).await.map(drop)
-            } else {
-                // Grace is over; the pod goes when its last finalizer is removed.
-                let mut done = current.object.clone();
-                done["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                state.store.update(&key, done, Some(current.revision)).await.map(drop)
-            };
-            match result {
-                Err(StoreError::Conflict { .. }) if attempt < DELETE_RETRIES => {}
-                Err(e) => {
-                    tracing::warn!(pod = ?key, error = %e, "removing a gracefully deleted pod failed");
-                    return;
-                }
-                Ok(()) => return,
-            }
-        }
-    });
-}
-
-/// How often terminating pods are looked at for a node that went away meanwhile.
-const POD_GC_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// PodGC for terminating pods (`gcOrphaned`): a pod past its deletion time whose node was
-/// deleted after its grace ended has nothing left to confirm it; it is removed as
-/// [`schedule_removal`] would. Runs until dropped.
-pub(crate) async fn collect_orphans_forever(state: Arc<AppState>) {
-    loop {
-        tokio::time::sleep(POD_GC_PERIOD).await;
-        let pods = match state.store.list("pods", None, &ListOptions::default()).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::debug!(error = %e, "pod GC: listing pods failed");
-                continue;
-            }
-        };
-        let now = podpass_token::now_unix();
-        for pod in pods {
-            let due = pod
-                .field("/metadata/deletionTimestamp")
-                .and_then(Value::as_str)
-                .and_then(crate::time::parse_rfc3339)
-                .is_some_and(|at| at <= now);
-            if !due {
-                continue;
-            }
-            let (Some(ns), Some(name)) = (
-                pod.field("/metadata/namespace").and_then(Value::as_str),
-                pod.field("/metadata/name").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            // schedule_removal checks the node (and the uid) again before it removes anything.
-            schedule_removal(
-                Arc::clone(&state),
-                ObjectKey::namespaced("pods", ns, name),
-                pod.field("/metadata/uid").cloned(),
-                0,
-            );
-        }
-    }
-}
-
-/// At start-up: objects whose graceful deletion was pending when the server stopped
-/// (marked with a grace period, which only a strategy's `graceful_delete` gives) are
-/// removed when their deletion time comes.
-pub(crate) async fn resume_pending_deletions(state: &Arc<AppState>) -> Result<(), StoreError> {
-    let now = podpass_token::now_unix();
-    for res in RESOURCES.iter().filter(|r| r.owns_storage() && !r.strategy.deleted_by_controller()) {
-        for object in state.store.list(res.plural, None, &ListOptions::default()).await?.items {
-            let graceful =
-                object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0) > 0;
-            let Some(at) = object
-                .field("/metadata/deletionTimestamp")
-                .and_then(Value::as_str)
-                .and_then(crate::time::parse_rfc3339)
-                .filter(|_| graceful)
-            else {
-                continue;
-            };
-            let Some(name) = object.field("/metadata/name").and_then(Value::as_str) else { continue };
-            let ns = object.field("/metadata/namespace").and_then(Value::as_str);
-            schedule_removal(
-                Arc::clone(state),
-                key(res, ns, name),
-                object.field("/metadata/uid").cloned(),
-                (at - now).max(0),
-            );
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,16 +5,15 @@
 //! emptied, then removed).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::resources::{RESOURCES, Resource};
+use super::resources::Resource;
 use crate::field::Field;
 use crate::server::AppState;
 use crate::server::status::StatusError;
-use crate::store::{ListOptions, ObjectKey, StoreError, Stored};
+use crate::store::{ObjectKey, StoreError, Stored};
 use crate::time::format_rfc3339;
 
 /// Namespaces upstream refuses to delete.
@@ -135,7 +134,9 @@ pub async fn finish_if_finalized(state: &AppState, key: &ObjectKey, updated: Sto
     let grace_over = updated.object.field("/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0)
         == 0
         || key.resource != "pods";
-    if being_deleted(&updated.object) && finalizers(&updated.object).is_empty() && grace_over {
+    // The namespace REST's ShouldDeleteDuringUpdate: its `spec.finalizers` hold it too.
+    let namespace_held = key.resource == "namespaces" && !str_list(updated.object.field("/spec/finalizers")).is_empty();
+    if being_deleted(&updated.object) && finalizers(&updated.object).is_empty() && grace_over && !namespace_held {
         match state.store.delete(key, Some(updated.revision)).await {
             Ok(_) | Err(StoreError::NotFound { .. } | StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -160,17 +161,26 @@ pub fn namespace_defaults(object: &mut Value) {
     obj.insert("status".into(), json!({"phase": "Active"}));
 }
 
-/// `DELETE /api/v1/namespaces/{name}`: refuses the immortal ones; otherwise marks the
-/// namespace `Terminating` and starts the controller that empties and removes it.
+/// `DELETE /api/v1/namespaces/{name}` (the namespace registry's `Delete`): refuses the
+/// immortal ones; marks an active namespace `Terminating` for the namespace controller
+/// (`podpass controller-manager`) to empty; removes a terminating one whose `spec.finalizers`
+/// the controller emptied (kept, marked, while `metadata.finalizers` hold it); refuses a
+/// terminating one still being emptied.
 pub async fn delete_namespace(state: &Arc<AppState>, name: &str, current: Stored) -> Result<Value, StatusError> {
     check_deletable_namespace(name)?;
+    let key = ObjectKey::cluster("namespaces", name);
     if being_deleted(&current.object) {
-        return Err(namespace_terminating_conflict(name));
+        if !str_list(current.object.field("/spec/finalizers")).is_empty() {
+            return Err(namespace_terminating_conflict(name));
+        }
+        if !finalizers(&current.object).is_empty() {
+            return Ok(current.object);
+        }
+        return Ok(state.store.delete(&key, Some(current.revision)).await?.object);
     }
     let mut marked = current.object.clone();
     mark_terminating(&mut marked, podpass_token::now_unix());
-    let updated = state.store.update(&ObjectKey::cluster("namespaces", name), marked, Some(current.revision)).await?;
-    spawn_namespace_controller(Arc::clone(state), name.to_owned());
+    let updated = state.store.update(&key, marked, Some(current.revision)).await?;
     Ok(updated.object)
 }
 
@@ -206,95 +216,6 @@ pub fn namespace_terminating_conflict(name: &str) -> StatusError {
             "Operation cannot be fulfilled on namespaces {name:?}: The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
         ),
     )
-}
-
-/// Pause between passes while content with finalizers is still being finalized.
-const CONTROLLER_RETRY: Duration = Duration::from_millis(500);
-
-/// Runs the namespace controller for one terminating namespace until it is gone.
-pub fn spawn_namespace_controller(state: Arc<AppState>, name: String) {
-    podpass_serve::spawn_named("namespace-controller", async move {
-        loop {
-            match namespace_pass(&state, &name).await {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => tracing::warn!(namespace = %name, error = %e, "namespace deletion pass failed; retrying"),
-            }
-            tokio::time::sleep(CONTROLLER_RETRY).await;
-        }
-    });
-}
-
-/// One pass: delete every object in the namespace; when a pass finds nothing left, drop
-/// the controller's finalizer and remove the namespace (if no other finalizer holds it).
-/// Returns whether the namespace is finished.
-async fn namespace_pass(state: &AppState, name: &str) -> Result<bool, StoreError> {
-    let key = ObjectKey::cluster("namespaces", name);
-    let current = match state.store.get(&key).await {
-        Ok(c) => c,
-        Err(StoreError::NotFound { .. }) => return Ok(true),
-        Err(e) => return Err(e),
-    };
-    if !being_deleted(&current.object) {
-        return Ok(true);
-    }
-    let mut remaining = 0usize;
-    for r in RESOURCES.iter().filter(|r| r.namespaced && r.owns_storage()) {
-        for item in state.store.list(r.plural, Some(name), &ListOptions::default()).await?.items {
-            remaining += 1;
-            let Some(n) = item.field("/metadata/name").and_then(Value::as_str) else { continue };
-            let k = ObjectKey::namespaced(r.plural, name, n);
-            let revision = crate::store::resource_version_of(&item);
-            if !finalizers(&item).is_empty() {
-                if !being_deleted(&item) {
-                    let stored = Stored { object: item.clone(), revision: revision.unwrap_or(0) };
-                    match mark_if_finalized(state, &k, &stored).await {
-                        Ok(_) => {}
-                        Err(e) => tracing::debug!(key = ?k, error = %e.message, "marking for deletion"),
-                    }
-                }
-                continue;
-            }
-            match state.store.delete(&k, None).await {
-                Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    if remaining > 0 {
-        return Ok(false);
-    }
-    // Empty: finalize (spec.finalizers without ours), then remove if metadata.finalizers
-    // hold nothing either.
-    let mut finalized = current.object.clone();
-    let spec_finalizers: Vec<String> =
-        str_list(current.object.field("/spec/finalizers")).into_iter().filter(|f| f != NAMESPACE_FINALIZER).collect();
-    finalized["spec"]["finalizers"] = json!(spec_finalizers);
-    let updated = match state.store.update(&key, finalized, Some(current.revision)).await {
-        Ok(u) => u,
-        Err(StoreError::Conflict { .. }) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    if spec_finalizers.is_empty() && finalizers(&updated.object).is_empty() {
-        match state.store.delete(&key, Some(updated.revision)).await {
-            Ok(_) | Err(StoreError::NotFound { .. }) => return Ok(true),
-            Err(StoreError::Conflict { .. }) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
-}
-
-/// At start-up: namespaces that were terminating when the server stopped finish.
-pub async fn resume_terminating_namespaces(state: &Arc<AppState>) -> Result<(), StoreError> {
-    for ns in state.store.list("namespaces", None, &ListOptions::default()).await?.items {
-        if being_deleted(&ns)
-            && let Some(name) = ns.field("/metadata/name").and_then(Value::as_str)
-        {
-            spawn_namespace_controller(Arc::clone(state), name.to_owned());
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         (&Method::PUT, Some(name), sub)
             if res.stored
-                && let Some(part) = part_of(res, sub) =>
+                && let Some(part) = part_of(res, sub, "update") =>
         {
             let (object, warnings) = validated(res.group, res.kind, false)?;
             let object = to_stored(object, None)?;
@@ -306,7 +306,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
         }
         (&Method::PATCH, Some(name), sub)
             if res.stored
-                && let Some(part) = part_of(res, sub) =>
+                && let Some(part) = part_of(res, sub, "patch") =>
         {
             let (response, warnings) =
                 write::patch(&target, name, part, &Body { content_type, bytes: body, mode }).await?;
@@ -374,15 +374,19 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
     Ok(with_warnings(dry_run_audited(response, write), &warnings))
 }
 
-/// The part of the object a path writes: the main resource, or a subresource the kind
-/// declares as a part of it (`None` for any other subresource).
-fn part_of(res: &Resource, sub: Option<&str>) -> Option<kinds::Part> {
+/// The part of the object a path reads or writes with `verb`: the main resource, or a
+/// subresource the kind declares as a part of it and serves `verb` on (`None` for any
+/// other subresource, and `namespaces/finalize` but for `update`).
+fn part_of(res: &Resource, sub: Option<&str>, verb: &str) -> Option<kinds::Part> {
     match sub {
         None => Some(kinds::Part::Main),
-        Some(sub) => match res.subresource(sub)?.serves {
-            kinds::Serves::Part(part) => Some(part),
-            _ => None,
-        },
+        Some(sub) => {
+            let declared = res.subresource(sub)?;
+            match declared.serves {
+                kinds::Serves::Part(part) if declared.serves.verbs().contains(&verb) => Some(part),
+                _ => None,
+            }
+        }
     }
 }
 
@@ -475,7 +479,7 @@ async fn reads(
         .map_err(|e| StatusError::bad_request(e.to_string()))?;
     let shape = shape::Shape::of(accept, include);
     match (method, path.name.as_deref(), path.subresource.as_deref()) {
-        (&Method::GET, Some(name), sub) if res.stored && part_of(res, sub).is_some() => {
+        (&Method::GET, Some(name), sub) if res.stored && part_of(res, sub, "get").is_some() => {
             let res = t.served;
             let stored = state.store.get_with(&key(res, ns, name), freshness(query)?).await?;
             match shape {
@@ -520,6 +524,5 @@ fn freshness(query: &HashMap<String, String>) -> Result<ReadConsistency, StatusE
         .map_err(StatusError::bad_request)
 }
 
-pub(crate) use delete::{collect_orphans_forever, resume_pending_deletions};
 pub(crate) use kinds::ensure_system_namespaces;
 pub(crate) use kinds::revoked_token::expires_at as revocation_end;

@@ -259,7 +259,8 @@ fn dry_run_update(
 
 /// What a write may change: through `/status` the status only (everything else is the
 /// current object's, upstream's status strategies), through `pods/ephemeralcontainers`
-/// `spec.ephemeralContainers` only (podEphemeralContainersStrategy); through the main
+/// `spec.ephemeralContainers` only (podEphemeralContainersStrategy), through
+/// `namespaces/finalize` `spec.finalizers` only; through the main
 /// resource what the kind's `PrepareForUpdate` leaves (kinds with a `/status` subresource
 /// keep the stored status).
 fn split_status(res: &Resource, part: Part, current: &Value, object: &mut Value) {
@@ -277,6 +278,22 @@ fn split_status(res: &Resource, part: Part, current: &Value, object: &mut Value)
                     Some(e) => spec.insert("ephemeralContainers".into(), e),
                     None => spec.remove("ephemeralContainers"),
                 };
+            }
+        }
+        Part::Finalize => {
+            // namespaceFinalizeStrategy: the finalizers are the one thing written.
+            let finalizers = object.field("/spec/finalizers").cloned();
+            *object = current.clone();
+            if !object["spec"].is_object() {
+                object["spec"] = json!({});
+            }
+            match finalizers {
+                Some(f) => object["spec"]["finalizers"] = f,
+                None => {
+                    if let Some(spec) = object["spec"].as_object_mut() {
+                        spec.remove("finalizers");
+                    }
+                }
             }
         }
         Part::Main => res.strategy.prepare_for_update(object, current),

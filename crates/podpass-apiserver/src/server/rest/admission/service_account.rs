@@ -3,6 +3,8 @@
 //! the automounted token volume (`kube-api-access-<suffix>`) is added and mounted at
 //! `/var/run/secrets/kubernetes.io/serviceaccount` unless automounting is off.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
@@ -18,20 +20,41 @@ const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Admits a new pod named `name` in `ns`.
 pub(super) async fn admit_pod(state: &AppState, ns: &str, name: &str, pod: &mut Value) -> Result<(), StatusError> {
     let sa_name = pod_service_account(pod);
-    let sa = match state.store.get(&ObjectKey::namespaced("serviceaccounts", ns, &sa_name)).await {
-        Ok(sa) => sa.object,
-        Err(StoreError::NotFound { .. }) => {
-            return Err(StatusError::new(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                format!(
-                    "pods {name:?} is forbidden: error looking up service account {ns}/{sa_name}: serviceaccount {sa_name:?} not found"
-                ),
-            ));
+    let key = ObjectKey::namespaced("serviceaccounts", ns, &sa_name);
+    // upstream `getServiceAccount`: `default` is the service account controller's to
+    // create, so a pod made right after its namespace waits for it a moment (10 lookups).
+    let attempts = if sa_name == "default" { DEFAULT_ACCOUNT_LOOKUPS } else { 1 };
+    let pause = Duration::from_millis(100 + u64::from(rand_byte()) * 100 / 255);
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            tokio::time::sleep(pause).await;
         }
-        Err(e) => return Err(e.into()),
-    };
-    mount_token(pod, &sa)
+        match state.store.get(&key).await {
+            Ok(sa) => return mount_token(pod, &sa.object),
+            Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StatusError::new(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        format!(
+            "pods {name:?} is forbidden: error looking up service account {ns}/{sa_name}: serviceaccount {sa_name:?} not found"
+        ),
+    ))
+}
+
+/// How often a missing `default` account is looked up before the pod is refused.
+const DEFAULT_ACCOUNT_LOOKUPS: usize = 10;
+
+/// A random byte: upstream spreads the lookups' pause over 100–200 ms so that many pods
+/// waiting at once do not ask together.
+fn rand_byte() -> u8 {
+    let mut b = [0u8; 1];
+    match aws_lc_rs::rand::fill(&mut b) {
+        Ok(()) => b[0],
+        Err(_) => 128,
+    }
 }
 
 /// The automounted token volume upstream's ServiceAccount admission adds to pods

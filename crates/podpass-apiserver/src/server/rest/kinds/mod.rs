@@ -120,6 +120,8 @@ pub(crate) enum Part {
     Status,
     /// `pods/ephemeralcontainers`.
     EphemeralContainers,
+    /// `namespaces/finalize`: `spec.finalizers`, which the namespace controller empties.
+    Finalize,
 }
 
 /// What serves a subresource (upstream: the REST storage its path is registered with).
@@ -143,6 +145,8 @@ impl Serves {
     /// The verbs discovery lists for it.
     pub(crate) fn verbs(self) -> &'static [&'static str] {
         match self {
+            // namespaceFinalizeStrategy's REST serves Update alone.
+            Self::Part(Part::Finalize) => &["update"],
             Self::Part(_) | Self::Scale => &["get", "patch", "update"],
             Self::Log => &["get"],
             Self::Stream => &["create", "get"],
@@ -467,9 +471,9 @@ mod declared_subresources {
         ];
         assert_eq!(pods, expect.map(|(n, v)| (n.to_owned(), v)).to_vec());
         assert_eq!(listed("", "serviceaccounts"), [("token".to_owned(), vec!["create"])]);
-        for plural in ["nodes", "namespaces"] {
-            assert_eq!(listed("", plural), [("status".to_owned(), vec!["get", "patch", "update"])], "{plural}");
-        }
+        assert_eq!(listed("", "nodes"), [("status".to_owned(), vec!["get", "patch", "update"])]);
+        let namespaces = [("status", vec!["get", "patch", "update"]), ("finalize", vec!["update"])];
+        assert_eq!(listed("", "namespaces"), namespaces.map(|(n, v)| (n.to_owned(), v)).to_vec());
         assert!(listed("", "configmaps").is_empty());
         let reviews = find("authentication.k8s.io", "tokenreviews").map(|r| r.strategy.answers());
         assert_eq!(reviews, Some(Some(Answers::TokenReview)));

@@ -1,7 +1,7 @@
 //! Namespace (pkg/registry/core/namespace): a DNS-label name, `Active` with the namespace
-//! controller's finalizer on creation, a `/status` subresource, deletion through the
-//! namespace controller, and the objects every namespace gets (ServiceAccount `default`,
-//! ConfigMap `kube-root-ca.crt`).
+//! controller's finalizer on creation, a `/status` subresource and deletion through the
+//! namespace controller. What every namespace then holds (ServiceAccount `default`,
+//! ConfigMap `kube-root-ca.crt`) is the controller manager's to create, as upstream.
 
 use serde_json::{Value, json};
 
@@ -9,10 +9,10 @@ use super::super::lifecycle;
 use super::super::objects::prepare_new;
 use super::super::resources::find;
 use super::super::table::{age_column, column, name_column, name_middle_age, text};
-use super::{AfterWrite, Printer, Strategy, Written};
+use super::{Printer, Strategy};
 use crate::server::AppState;
 use crate::server::status::StatusError;
-use crate::store::{BoxFuture, ObjectKey, StoreError};
+use crate::store::{ObjectKey, StoreError};
 
 /// The namespace strategy.
 pub(crate) struct Namespace;
@@ -42,10 +42,31 @@ impl Strategy for Namespace {
 
     fn prepare_for_update(&self, object: &mut Value, old: &Value) {
         keep_status(object, old);
+        // namespaceStrategy: the finalizers change through `/finalize` only.
+        match old.pointer("/spec/finalizers") {
+            Some(f) => {
+                if !object["spec"].is_object() {
+                    object["spec"] = json!({});
+                }
+                object["spec"]["finalizers"] = f.clone();
+            }
+            None => {
+                if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("finalizers");
+                }
+            }
+        }
     }
 
     fn subresources(&self) -> &'static [super::Subresource] {
-        const SUBRESOURCES: [super::Subresource; 1] = [super::status("Namespace")];
+        const SUBRESOURCES: [super::Subresource; 2] = [
+            super::status("Namespace"),
+            super::Subresource {
+                name: "finalize",
+                kind: "Namespace",
+                serves: super::Serves::Part(super::Part::Finalize),
+            },
+        ];
         &SUBRESOURCES
     }
 
@@ -59,15 +80,6 @@ impl Strategy for Namespace {
     fn deleted_by_controller(&self) -> bool {
         true
     }
-
-    fn after_write<'a>(&'a self, state: &'a AppState, write: AfterWrite<'a>) -> BoxFuture<'a, Result<(), StatusError>> {
-        Box::pin(async move {
-            if write.written == Written::Created {
-                default_objects(state, write.name).await?;
-            }
-            Ok(())
-        })
-    }
 }
 
 /// `PrepareForUpdate` of kinds with a `/status` subresource: a main-resource write keeps
@@ -80,27 +92,8 @@ pub(super) fn keep_status(object: &mut Value, old: &Value) {
     };
 }
 
-/// What upstream's controllers add to every namespace: ServiceAccount `default` and
-/// ConfigMap `kube-root-ca.crt` with the cluster CA.
-async fn default_objects(state: &AppState, ns: &str) -> Result<(), StatusError> {
-    let now = podpass_token::now_unix();
-    let sa_res = find("", "serviceaccounts").ok_or_else(StatusError::not_found_path)?;
-    let cm_res = find("", "configmaps").ok_or_else(StatusError::not_found_path)?;
-    let mut sa = json!({"metadata": {"name": "default"}});
-    prepare_new(sa_res, Some(ns), &mut sa, now)?;
-    let mut cm = crate::server::root_ca_publisher::root_ca_config_map(&state.ca_pem);
-    prepare_new(cm_res, Some(ns), &mut cm, now)?;
-    for (res, obj, name) in [(sa_res, sa, "default"), (cm_res, cm, "kube-root-ca.crt")] {
-        match state.store.create(&ObjectKey::namespaced(res.plural, ns, name), obj).await {
-            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
 /// At start-up: the namespaces every cluster has (`default`, `kube-system`, `kube-public`,
-/// `kube-node-lease`), each with its default objects.
+/// `kube-node-lease`), as kube-apiserver's system namespaces controller creates them.
 pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), StatusError> {
     let res = find("", "namespaces").ok_or_else(StatusError::not_found_path)?;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -111,7 +104,6 @@ pub(crate) async fn ensure_system_namespaces(state: &AppState) -> Result<(), Sta
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        default_objects(state, ns).await?;
     }
     Ok(())
 }

@@ -123,7 +123,7 @@ fn validate_role(namespaced: bool, object: &Value, errors: &mut Vec<FieldError>)
     }
     let empty = serde_json::Map::new();
     for (i, selector) in selectors.iter().enumerate() {
-        if crate::server::authz::aggregation::selector_matches(selector, &empty).is_none() {
+        if podpass_api::rbac_aggregation::selector_matches(selector, &empty).is_none() {
             errors.push(FieldError::invalid_rendered(
                 &format!("aggregationRule.clusterRoleSelectors[{i}]"),
                 selector.to_string(),
@@ -338,16 +338,12 @@ impl Strategy for Rbac {
         ))
     }
 
-    /// The aggregation controller's pass after a ClusterRole changed, and the RBAC index
-    /// caught up with the write before it is answered, so the writer may use it at once.
+    /// The RBAC index caught up with the write before it is answered, so the writer may
+    /// use it at once. (Roles aggregating this one follow when the controller manager's
+    /// aggregation controller has seen it, as upstream.)
     fn after_write<'a>(&'a self, state: &'a AppState, write: AfterWrite<'a>) -> BoxFuture<'a, Result<(), StatusError>> {
         Box::pin(async move {
-            let mut revision = write.revision;
-            if self.plural == "clusterroles" {
-                // the roles it aggregates into are written after it: wait for those too
-                revision = revision.max(crate::server::authz::aggregation::reconcile(state.store.as_ref()).await?);
-            }
-            state.rbac.wait_applied(self.plural, revision).await;
+            state.rbac.wait_applied(self.plural, write.revision).await;
             Ok(())
         })
     }

@@ -1,12 +1,10 @@
-//! The cluster-role aggregation controller (pkg/controller/clusterroleaggregation): a
-//! ClusterRole with an `aggregationRule` gets, as its `rules`, every rule of the other
-//! ClusterRoles its `clusterRoleSelectors` match (roles in name order, each rule once).
-//! Run after every ClusterRole write and at start-up, so RBAC decisions and the escalation
-//! check both see aggregated rules.
+//! ClusterRole aggregation (`pkg/controller/clusterroleaggregation`): a ClusterRole with
+//! an `aggregationRule` gets, as its `rules`, every rule of the other ClusterRoles its
+//! `clusterRoleSelectors` match (roles in name order, each rule once). Pure over the roles'
+//! JSON: the controller manager's aggregation controller applies it, the API server's RBAC
+//! validation checks the selectors with it.
 
 use serde_json::Value;
-
-use crate::store::{ListOptions, ObjectKey, Store, StoreError};
 
 /// Whether `labels` satisfy one `metav1.LabelSelector` (matchLabels and matchExpressions,
 /// ANDed). `None` for a selector upstream would refuse to convert (such a selector
@@ -62,47 +60,6 @@ pub fn aggregated_rules(role: &Value, roles: &[Value]) -> Option<Vec<Value>> {
         }
     }
     Some(rules)
-}
-
-/// Brings every aggregating ClusterRole's `rules` up to date. Aggregations of aggregations
-/// settle in a few rounds; the number of rounds is bounded by the number of roles. Returns
-/// the revision of its last write (0: none), for a caller that must see the result.
-pub async fn reconcile(store: &dyn Store) -> Result<u64, StoreError> {
-    let mut rounds = 0usize;
-    let mut last_write = 0u64;
-    loop {
-        let listed = store.list("clusterroles", None, &ListOptions::default()).await?;
-        let mut roles = listed.items;
-        roles.sort_by(|a, b| {
-            let name = |v: &Value| v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-            name(a).cmp(&name(b))
-        });
-        let mut changed = false;
-        for role in &roles {
-            let Some(rules) = aggregated_rules(role, &roles) else { continue };
-            let current = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
-            if current == rules {
-                continue;
-            }
-            let Some(name) = role.pointer("/metadata/name").and_then(Value::as_str) else { continue };
-            let revision = crate::store::resource_version_of(role);
-            let mut updated = role.clone();
-            updated["rules"] = Value::Array(rules);
-            match store.update(&ObjectKey::cluster("clusterroles", name), updated, revision).await {
-                Ok(written) => {
-                    last_write = last_write.max(written.revision);
-                    changed = true;
-                }
-                // A concurrent write is picked up by the next round.
-                Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => changed = true,
-                Err(e) => return Err(e),
-            }
-        }
-        rounds += 1;
-        if !changed || rounds > roles.len() {
-            return Ok(last_write);
-        }
-    }
 }
 
 #[cfg(test)]
