@@ -433,3 +433,99 @@ fn can_i_list_shows_the_rules_rbac_grants_and_local_reviews_stay_in_their_namesp
     assert_eq!(code, 422, "{status}");
     assert!(status["message"].as_str().unwrap().contains("must match metadata.namespace"), "{status}");
 }
+
+/// A bootstrap token Secret `kube-system/bootstrap-token-<id>` as `kubeadm token create`
+/// writes it, expiring `ttl` seconds from now.
+fn bootstrap_token_secret(token: &str, ttl: i64, usages: &[&str]) -> serde_json::Value {
+    let expires = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_secs(ttl)).unwrap();
+    let expires = expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    podpass_api::bootstrap_token::secret(
+        token,
+        Some(&expires),
+        Some("e2e"),
+        usages,
+        &[podpass_api::bootstrap_token::NODE_GROUP],
+    )
+    .unwrap()
+}
+
+/// Bootstrap tokens as kubeadm uses them: with `--enable-bootstrap-token-auth` a token
+/// authenticates as `system:bootstrap:<id>` in `system:bootstrappers` and its extra groups
+/// while its Secret allows it; the controller manager's bootstrap signer (named, as kubeadm
+/// names it) signs `kube-public/cluster-info` with each signing token in force, and its
+/// token cleaner deletes an expired token's Secret, whose signature then goes too.
+#[test]
+fn bootstrap_tokens_authenticate_sign_cluster_info_and_are_cleaned_when_expired() {
+    use podpass_api::bootstrap_token::detached_signature;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start_without_manager(d, &["--enable-bootstrap-token-auth=true"]);
+    let cm = d.join("cm.kubeconfig");
+    std::fs::write(&cm, ok(identity_output(d, "system:kube-controller-manager", &[]), "cm identity")).unwrap();
+    let _manager = manager_with(&cm, &d.join("cm.log"), &["--controllers", "*,bootstrapsigner,tokencleaner"]);
+    let post = |path: &str, body: serde_json::Value| {
+        let (code, answer) = admin_request(&s, reqwest::Method::POST, path, Some(body));
+        assert_eq!(code, 201, "{answer}");
+    };
+    let (long, short) = ("abcdef.0123456789abcdef", "zyxwvu.fedcba9876543210");
+    let secrets = "/api/v1/namespaces/kube-system/secrets";
+    post(secrets, bootstrap_token_secret(long, 3600, &["authentication", "signing"]));
+    post(secrets, bootstrap_token_secret(short, 6, &["authentication", "signing"]));
+    post(secrets, bootstrap_token_secret("nosign.0123456789abcdef", 3600, &["signing"]));
+
+    let whoami = |token: &str| {
+        client(d)
+            .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+            .send()
+            .unwrap()
+    };
+    let me = whoami(long);
+    assert_eq!(me.status().as_u16(), 201);
+    let me: serde_json::Value = me.json().unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], "system:bootstrap:abcdef");
+    assert_eq!(
+        me["status"]["userInfo"]["groups"],
+        serde_json::json!([
+            "system:bootstrappers",
+            "system:bootstrappers:kubeadm:default-node-token",
+            "system:authenticated"
+        ])
+    );
+    assert_eq!(whoami("abcdef.0123456789abcdee").status().as_u16(), 401, "another secret");
+    assert_eq!(whoami("nosign.0123456789abcdef").status().as_u16(), 401, "not for authentication");
+    assert_eq!(whoami("qqqqqq.0123456789abcdef").status().as_u16(), 401, "no such token");
+
+    // cluster-info, as kubeadm writes it, gets a signature per signing token in force.
+    let kubeconfig =
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    server: https://127.0.0.1:6443\n";
+    post(
+        "/api/v1/namespaces/kube-public/configmaps",
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-info"},
+                           "data": {"kubeconfig": kubeconfig}}),
+    );
+    let info = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
+    let signed = wait_for("cluster-info signed by both tokens", Duration::from_secs(60), || {
+        let (_, cm) = admin_get(&s, info);
+        let data = cm["data"].as_object().cloned().unwrap_or_default();
+        (data.contains_key("jws-kubeconfig-abcdef") && data.contains_key("jws-kubeconfig-zyxwvu")).then_some(cm)
+    });
+    assert_eq!(signed["data"]["jws-kubeconfig-abcdef"], detached_signature(kubeconfig, "abcdef", "0123456789abcdef"));
+    assert_eq!(signed["data"]["jws-kubeconfig-zyxwvu"], detached_signature(kubeconfig, "zyxwvu", "fedcba9876543210"));
+    assert!(signed["data"].get("jws-kubeconfig-nosign").is_some(), "a signing-only token signs");
+    assert_eq!(whoami(short).status().as_u16(), 201, "in force");
+
+    // Expired: refused at once, its Secret deleted by the cleaner, its signature removed.
+    wait_for("the short token expired", Duration::from_secs(30), || {
+        (whoami(short).status().as_u16() == 401).then_some(serde_json::Value::Null)
+    });
+    wait_for("the expired token's Secret deleted", Duration::from_secs(60), || {
+        (admin_get(&s, &format!("{secrets}/bootstrap-token-zyxwvu")).0 == 404).then_some(serde_json::Value::Null)
+    });
+    wait_for("its signature removed", Duration::from_secs(60), || {
+        let (_, cm) = admin_get(&s, info);
+        cm["data"].get("jws-kubeconfig-zyxwvu").is_none().then_some(cm)
+    });
+    assert_eq!(admin_get(&s, &format!("{secrets}/bootstrap-token-abcdef")).0, 200, "the one in force stays");
+}

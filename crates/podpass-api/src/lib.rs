@@ -3,6 +3,7 @@
 //! provider config and exec protocol, image URL matching, resource quantities, and
 //! apimachinery-worded field errors.
 
+pub mod bootstrap_token;
 pub mod credential_provider;
 pub mod cron;
 pub mod duration;

@@ -29,10 +29,16 @@ pub const CONTROLLERS: [&str; 14] = [
     crate::garbage_collector::NAME,
 ];
 
+/// The controllers `*` leaves out, run only when named (kube-controller-manager's
+/// disabled-by-default ones; kubeadm names them).
+pub const OFF_BY_DEFAULT: [&str; 2] = [crate::bootstrap::SIGNER, crate::bootstrap::CLEANER];
+
 /// A controller's old short name where it is not its name less `-controller`
 /// (kube-controller-manager's aliases).
 fn alias(controller: &str) -> Option<&'static str> {
     match controller {
+        crate::bootstrap::SIGNER => Some("bootstrapsigner"),
+        crate::bootstrap::CLEANER => Some("tokencleaner"),
         crate::endpoints::NAME => Some("endpoint"),
         crate::root_ca_publisher::NAME => Some("root-ca-cert-publisher"),
         crate::pod_gc::NAME => Some("podgc"),
@@ -53,7 +59,8 @@ pub struct Config {
     /// kubeadm runs kube-controller-manager); false: all as the manager's identity.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub use_service_account_credentials: bool,
-    /// Controllers to run: `*` for all, `name` to add one, `-name` to leave one out.
+    /// Controllers to run: `*` for all but the bootstrap signer and token cleaner, `name` to
+    /// add one, `-name` to leave one out.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
     /// The cluster CA (PEM) the root CA publisher puts in every namespace's
@@ -94,6 +101,7 @@ impl Config {
                 controllers.extend(CONTROLLERS);
             } else if let Some(known) = CONTROLLERS
                 .iter()
+                .chain(OFF_BY_DEFAULT.iter())
                 .find(|c| **c == bare || c.trim_end_matches("-controller") == bare || alias(c) == Some(bare))
             {
                 if off {
@@ -105,7 +113,11 @@ impl Config {
                 problems.push_value(
                     "--controllers",
                     name,
-                    format_args!("unknown controller (known: {})", CONTROLLERS.join(", ")),
+                    format_args!(
+                        "unknown controller (known: {}, {})",
+                        CONTROLLERS.join(", "),
+                        OFF_BY_DEFAULT.join(", ")
+                    ),
                 );
             }
         }
@@ -222,6 +234,11 @@ mod tests {
         ])
         .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);
+        // kubeadm's line: the bootstrap controllers only when named.
+        let kubeadm = parse(&["--kubeconfig", &path, "--controllers", "*,bootstrapsigner,tokencleaner"]).prepare();
+        let kubeadm = kubeadm.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(kubeadm.len(), CONTROLLERS.len() + 2);
+        assert!(kubeadm.ends_with(&[crate::bootstrap::SIGNER, crate::bootstrap::CLEANER]), "{kubeadm:?}");
         let unelected = parse(&["--kubeconfig", &path, "--leader-elect=false"]).prepare();
         assert!(unelected.is_ok_and(|p| p.election.is_none()));
         let _ = std::fs::remove_file(file);

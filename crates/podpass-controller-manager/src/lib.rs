@@ -10,6 +10,7 @@
 //!   controllers, the garbage collector, the service account controller (each namespace's
 //!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`).
 
+mod bootstrap;
 mod claim;
 mod clusterrole_aggregation;
 use podpass_component::events;
@@ -32,7 +33,7 @@ mod service_account_token;
 mod service_pods;
 mod sync_error;
 
-pub use config::{CONTROLLERS, Config, Prepared};
+pub use config::{CONTROLLERS, Config, OFF_BY_DEFAULT, Prepared};
 pub use credentials::{CONTROLLER_NAMESPACE, CredentialError, Credentials};
 pub use sync_error::SyncError;
 
@@ -68,6 +69,8 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                     garbage_collector::NAME => garbage_collector::run(credentials).await,
                     endpoints::NAME => endpoints::run(credentials).await,
                     endpoint_slice::NAME => endpoint_slice::run(credentials).await,
+                    bootstrap::SIGNER => bootstrap::run_signer(credentials).await,
+                    bootstrap::CLEANER => bootstrap::run_cleaner(credentials).await,
                     clusterrole_aggregation::NAME => clusterrole_aggregation::run(credentials).await,
                     namespace::NAME => namespace::run(credentials).await,
                     pod_gc::NAME => pod_gc::run(credentials).await,

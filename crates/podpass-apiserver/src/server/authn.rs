@@ -1,5 +1,6 @@
 //! Authentication: the bearer token of a request (`bearertoken.Authenticator`), checked
-//! against the static token file, then as a service-account token; no token is
+//! against the static token file, then as a bootstrap token (with
+//! `--enable-bootstrap-token-auth`), then as a service-account token; no token is
 //! `system:anonymous`.
 
 use super::AppState;
@@ -41,9 +42,41 @@ pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>
     if let Some(user) = state.token_file.lookup(token) {
         return Ok(user.into());
     }
+    if state.bootstrap_token_auth
+        && let Some((id, _)) = podpass_api::bootstrap_token::parse(token)
+    {
+        return bootstrap_user(state, id, token).await;
+    }
     match state.authenticate_cached(token, None).await {
         Ok(a) => Ok(User::from_token(&a)),
         Err(_) => Err(StatusError::unauthorized()),
+    }
+}
+
+/// A bootstrap token's user (upstream `TokenAuthenticator.AuthenticateToken`), from its
+/// Secret `kube-system/bootstrap-token-<id>` as the store has it now: a token whose Secret
+/// is missing, deleting, of another type or secret, expired, not for authentication or with
+/// a bad extra group is 401, the reason logged and never told.
+async fn bootstrap_user(state: &AppState, id: &str, token: &str) -> Result<User, StatusError> {
+    use podpass_api::bootstrap_token::{NAMESPACE, SECRET_PREFIX, TokenSecret};
+    let key = crate::store::ObjectKey::namespaced("secrets", NAMESPACE, &format!("{SECRET_PREFIX}{id}"));
+    let secret = match state.store.get_shared(&key).await {
+        Ok(secret) => TokenSecret::from_secret(&secret.object),
+        Err(crate::store::StoreError::NotFound { .. }) => {
+            tracing::debug!(token_id = id, "no secret to match a bootstrap bearer token");
+            return Err(StatusError::unauthorized());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match secret.authenticate(token, podpass_token::now_unix()) {
+        Ok((name, mut groups)) => {
+            groups.push("system:authenticated".into());
+            Ok(User { name, uid: String::new(), groups, extra: Default::default() })
+        }
+        Err(why) => {
+            tracing::debug!(token_id = id, "bootstrap token secret {SECRET_PREFIX}{id} {why}");
+            Err(StatusError::unauthorized())
+        }
     }
 }
 

@@ -63,6 +63,10 @@ pub struct ApiServerConfig {
     /// with an admin token).
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
+    /// Authenticate bootstrap tokens (`<id>.<secret>`, Secrets `kube-system/bootstrap-token-<id>`)
+    /// as `system:bootstrap:<id>` in `system:bootstrappers`, as a joining node uses them.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_bootstrap_token_auth: bool,
     /// Feature gates, e.g. `ServiceAccountTokenJTI=false`.
     #[arg(long, default_value = "")]
     pub feature_gates: FeatureGates,

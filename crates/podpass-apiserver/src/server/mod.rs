@@ -71,6 +71,8 @@ pub(crate) struct AppState {
     features: TokenFeatures,
     api_audiences: Vec<String>,
     extend_expiration: bool,
+    /// `--enable-bootstrap-token-auth`.
+    bootstrap_token_auth: bool,
     max_token_expiration: Option<i64>,
     token_request_uid_validation: bool,
     authorization_modes: Vec<authz::AuthorizationMode>,

@@ -193,6 +193,7 @@ impl Prepared {
             features: settings.features,
             api_audiences: audiences,
             extend_expiration: self.config.extend_token_expiration,
+            bootstrap_token_auth: self.config.enable_bootstrap_token_auth,
             max_token_expiration: settings.max_token_expiration,
             token_request_uid_validation: settings.token_request_uid_validation,
             authorization_modes: self.config.authorization_modes.0.clone(),

@@ -326,7 +326,12 @@ pub(crate) async fn ensure(state: &AppState) -> Result<(), StatusError> {
     for (resource, mut object) in policy() {
         let res = find(RBAC, resource).ok_or_else(StatusError::not_found_path)?;
         let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
-        let key = ObjectKey::cluster(resource, &name);
+        // upstream's NamespaceRoles: a Role and its binding in a system namespace.
+        let namespace = object.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_owned);
+        let key = match &namespace {
+            Some(ns) => ObjectKey::namespaced(resource, ns, &name),
+            None => ObjectKey::cluster(resource, &name),
+        };
         match state.store.get(&key).await {
             Ok(current) => {
                 if let Some(reconciled) = reconcile(&current.object, &object) {
@@ -339,7 +344,7 @@ pub(crate) async fn ensure(state: &AppState) -> Result<(), StatusError> {
                 }
             }
             Err(StoreError::NotFound { .. }) => {
-                prepare_new(res, None, &mut object, podpass_token::now_unix())?;
+                prepare_new(res, namespace.as_deref(), &mut object, podpass_token::now_unix())?;
                 match state.store.create(&key, object).await {
                     Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
                     Err(e) => return Err(e.into()),

@@ -33,6 +33,19 @@ fn controller(name: &str, rules: Value) -> [(&'static str, Value); 2] {
     [("clusterroles", role), ("clusterrolebindings", binding)]
 }
 
+/// A controller's Role in `namespace` and its binding to `kube-system/<name>` (upstream
+/// `addNamespaceRole`).
+fn namespaced_controller(namespace: &str, name: &str, rules: Value) -> [(&'static str, Value); 2] {
+    let mut role = labelled("Role", &format!("system:controller:{name}"));
+    role["metadata"]["namespace"] = json!(namespace);
+    role["rules"] = rules;
+    let mut binding = labelled("RoleBinding", &format!("system:controller:{name}"));
+    binding["metadata"]["namespace"] = json!(namespace);
+    binding["roleRef"] = json!({"apiGroup": RBAC, "kind": "Role", "name": format!("system:controller:{name}")});
+    binding["subjects"] = json!([{"kind": "ServiceAccount", "name": name, "namespace": "kube-system"}]);
+    [("roles", role), ("rolebindings", binding)]
+}
+
 /// `system:kube-scheduler` and its binding to the user of that name.
 fn scheduler() -> [(&'static str, Value); 2] {
     const READ: [&str; 3] = ["get", "list", "watch"];
@@ -193,6 +206,26 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
     policy.extend(controller(
         "clusterrole-aggregation-controller",
         json!([rule(&["escalate", "get", "list", "patch", "update", "watch"], &[RBAC], &["clusterroles"])]),
+    ));
+    // The bootstrap token controllers (upstream's NamespaceRoles).
+    policy.extend(namespaced_controller(
+        "kube-system",
+        "bootstrap-signer",
+        json!([rule(&["get", "list", "watch"], &[""], &["secrets"])]),
+    ));
+    policy.extend(namespaced_controller(
+        "kube-public",
+        "bootstrap-signer",
+        json!([
+            rule(&["get", "list", "watch"], &[""], &["configmaps"]),
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-info"], "verbs": ["update"]},
+            events(),
+        ]),
+    ));
+    policy.extend(namespaced_controller(
+        "kube-system",
+        "token-cleaner",
+        json!([rule(&["delete", "get", "list", "watch"], &[""], &["secrets"]), events()]),
     ));
     policy.extend(controller(
         "ttl-after-finished-controller",
