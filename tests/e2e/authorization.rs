@@ -469,7 +469,23 @@ fn bootstrap_tokens_authenticate_sign_cluster_info_and_are_cleaned_when_expired(
     };
     let (long, short) = ("abcdef.0123456789abcdef", "zyxwvu.fedcba9876543210");
     let secrets = "/api/v1/namespaces/kube-system/secrets";
-    post(secrets, bootstrap_token_secret(long, 3600, &["authentication", "signing"]));
+    // `podpass token create` as `kubeadm token create`: kubeadm's defaults (24 h, both
+    // usages, the node group); a usage kubeadm does not know is refused naming the flag.
+    let create = |args: &[&str]| {
+        Command::new(PODPASS)
+            .args(["token", "create", "--kubeconfig", d.join("admin.kubeconfig").to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(ok(create(&[long]), "token create").trim(), long);
+    let refused = create(&["--usages", "signing,sudo"]);
+    assert_eq!(refused.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--usages"), "{refused:?}");
+    let random = ok(create(&["--ttl", "1h", "--description", "another"]), "random token");
+    assert!(podpass_api::bootstrap_token::parse(random.trim()).is_some(), "{random}");
+    let (_, made) = admin_get(&s, &format!("{secrets}/bootstrap-token-{}", &random.trim()[..6]));
+    assert_eq!(made["type"], "bootstrap.kubernetes.io/token", "{made}");
     post(secrets, bootstrap_token_secret(short, 6, &["authentication", "signing"]));
     post(secrets, bootstrap_token_secret("nosign.0123456789abcdef", 3600, &["signing"]));
 

@@ -772,6 +772,41 @@ fn a_new_pod_pulls_after_its_accounts_previous_pod_is_gone(data: &Path, image: &
     admin(data, Method::DELETE, &format!("{pods}/second"), None);
 }
 
+/// What a joining node starts from, as kubeadm's cluster has it: `kube-public/cluster-info`
+/// (the server and its CA) is readable without credentials, and a token from
+/// `podpass token create` signs it (the bootstrap signer) and authenticates as
+/// `system:bootstrap:<id>` (the API server's bootstrap token authentication).
+fn a_bootstrap_token_signs_the_cluster_info_anyone_may_read(data: &Path) {
+    let out = Command::new(PODPASS)
+        .args(["token", "create", "--kubeconfig", data.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let token = ok(out, "podpass token create").trim().to_owned();
+    let (id, secret) = podpass_api::bootstrap_token::parse(&token).unwrap_or_else(|| panic!("{token:?}"));
+    let url = std::fs::read_to_string(data.join("server-url")).unwrap();
+    let anonymous = client(data);
+    let info = wait_for("cluster-info signed with the new token", Duration::from_secs(60), || {
+        let resp =
+            anonymous.get(format!("{url}/api/v1/namespaces/kube-public/configmaps/cluster-info")).send().unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "cluster-info is readable without credentials");
+        let cm: Value = resp.json().unwrap();
+        cm["data"].get(format!("jws-kubeconfig-{id}")).is_some().then_some(cm)
+    });
+    let kubeconfig = info["data"]["kubeconfig"].as_str().unwrap();
+    assert!(kubeconfig.contains(&format!("server: {url}")), "{kubeconfig}");
+    let signature = info["data"][format!("jws-kubeconfig-{id}")].as_str().unwrap();
+    assert!(podpass_api::bootstrap_token::signature_is_valid(signature, kubeconfig, id, secret));
+    let me: Value = anonymous
+        .post(format!("{url}/apis/authentication.k8s.io/v1/selfsubjectreviews"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], format!("system:bootstrap:{id}"));
+}
+
 fn revoked_credentials_are_refused(data: &Path) {
     use reqwest::Method;
     let (auth, http) = registry_auth_as_node(data);
@@ -1083,6 +1118,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     an_ephemeral_container_is_bounded_by_its_pods_memory_limit(&data, &image_in(&out));
     a_changed_image_the_pod_may_not_use_stops_the_old_container(dir.path(), &data, &image_in(&out));
     the_nodes_port_takes_a_service_account_token(&data);
+    a_bootstrap_token_signs_the_cluster_info_anyone_may_read(&data);
     pods_over_their_storage_limits_are_evicted(&data, &image_in(&out));
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused

@@ -19,6 +19,7 @@ macro_rules! outln {
 mod apiserver;
 mod audit_images;
 mod bench;
+mod bootstrap_token;
 mod controller_manager;
 mod node;
 mod node_explain;

@@ -35,6 +35,9 @@ pub enum TokenCommand {
     Verify(VerifyArgs),
     /// Print a token's header and claims WITHOUT verifying it.
     Decode(DecodeArgs),
+    /// Create a bootstrap token for a joining node (kubeadm's `token create`): its Secret
+    /// in kube-system, the token printed.
+    Create(crate::bootstrap_token::CreateArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -183,6 +186,7 @@ pub fn run(cmd: TokenCommand) -> ExitCode {
         TokenCommand::Kid(a) => kid(a).map_err(Failure::from),
         TokenCommand::Verify(a) => verify(a),
         TokenCommand::Decode(a) => decode(a).map_err(Failure::from),
+        TokenCommand::Create(a) => return crate::bootstrap_token::create(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

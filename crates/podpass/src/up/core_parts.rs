@@ -38,6 +38,8 @@ pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission:
         // Who wrote what (a controller's writes name its own service account): a file of
         // its own, rotated by size.
         .path(field!(Flags, audit.audit_log_path), &l.logs.join(API_AUDIT_LOG))
+        // As kubeadm runs it: a joining node authenticates with a bootstrap token.
+        .set(field!(Flags, enable_bootstrap_token_auth), true)
         .build(CONTROL_PLANE)?;
     Ok(Part {
         name: CONTROL_PLANE.to_owned(),
@@ -63,6 +65,7 @@ pub(super) fn controller_manager(l: &Layout, tools: &Tools) -> Result<Part> {
         .path(field!(Flags, kubeconfig), &kubeconfig)
         .path(field!(Flags, service_account_private_key_file), &l.data.join("sa.key"))
         .path(field!(Flags, root_ca_file), &l.data.join("pki").join("ca.crt"))
+        .set(field!(Flags, controllers), "*,bootstrapsigner,tokencleaner")
         .build(CONTROLLER_MANAGER)?;
     Ok(Part {
         name: CONTROLLER_MANAGER.to_owned(),

@@ -491,7 +491,7 @@ async fn start(
     let (_, began) = launch(&core_parts::control_plane(args, l, tools, &admission)?, parts, out, &first).await?;
     let api = Api::from_data_dir(&l.data)?;
     let client = cluster_http_client(&l.data, Duration::from_secs(5))?;
-    bootstrap(&api).await?;
+    bootstrap(&api, &l.data.join("pki").join("ca.crt")).await?;
     let discovery = api.get_ok("/.well-known/openid-configuration").await?;
     let issuer =
         discovery["issuer"].as_str().context("the control plane's discovery document has no issuer")?.to_owned();
@@ -612,7 +612,7 @@ where
 /// relying party outside the cluster), and nodes may request tokens for registry-auth's
 /// audience (upstream's verb `request-serviceaccounts-token-audience`); registry-auth may
 /// review tokens and read service accounts.
-async fn bootstrap(api: &Api) -> Result<()> {
+async fn bootstrap(api: &Api, ca: &Path) -> Result<()> {
     let crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
     let binding = |name: &str, role: &str, group: &str| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
@@ -667,7 +667,42 @@ async fn bootstrap(api: &Api) -> Result<()> {
     .await?;
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
         .await?;
-    Ok(())
+    cluster_info(api, ca).await
+}
+
+/// What kubeadm's `bootstrap-token` phase writes for nodes to join: `kube-public/cluster-info`
+/// (a kubeconfig naming the server and its CA, no user; the bootstrap signer signs it with
+/// each bootstrap token) and its Role letting anyone read it, signed, before they trust the
+/// cluster.
+async fn cluster_info(api: &Api, ca: &Path) -> Result<()> {
+    use podpass_api::bootstrap_token::{CLUSTER_INFO, KUBECONFIG_KEY, PUBLIC_NAMESPACE};
+    let ca = std::fs::read(ca).with_context(|| format!("reading the cluster CA {}", ca.display()))?;
+    let kubeconfig = format!(
+        "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: {}\n  name: \"\"\ncontexts: null\ncurrent-context: \"\"\nkind: Config\npreferences: {{}}\nusers: null\n",
+        data_encoding::BASE64.encode(&ca),
+        api.url
+    );
+    api.ensure(
+        &format!("/api/v1/namespaces/{PUBLIC_NAMESPACE}/configmaps"),
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CLUSTER_INFO},
+                "data": {KUBECONFIG_KEY: kubeconfig}}),
+    )
+    .await?;
+    let name = "kubeadm:bootstrap-signer-clusterinfo";
+    api.ensure(
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{PUBLIC_NAMESPACE}/roles"),
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name},
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"],
+                           "resourceNames": [CLUSTER_INFO]}]}),
+    )
+    .await?;
+    api.ensure(
+        &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{PUBLIC_NAMESPACE}/rolebindings"),
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}]}),
+    )
+    .await
 }
 
 /// How containerd reaches the cluster's registry: podpass's own (and registry-auth, its
