@@ -39,6 +39,12 @@ fn serves_https_with_generated_pki_and_authenticates() {
     assert_eq!((code, status["reason"].as_str()), (401, Some("Unauthorized")));
     let (code, versions) = get(&s, "/api", Some(&admin_token(dir.path())));
     assert_eq!((code, versions["versions"][0].as_str()), (200, Some("v1")));
+    // The roots answer with a trailing slash too, as upstream's (the Python client's
+    // VersionApi asks for `/version/`).
+    assert_eq!(get(&s, "/version/", None).1, version);
+    assert_eq!(get(&s, "/api/", Some(&admin_token(dir.path()))).1, versions);
+    let (code, groups) = get(&s, "/apis/", Some(&admin_token(dir.path())));
+    assert_eq!((code, groups["kind"].as_str()), (200, Some("APIGroupList")));
     assert_eq!(get(&s, "/api/v1/nothing-here", Some(&admin_token(dir.path()))).0, 404);
 
     // a kubeconfig added while the server runs works at once (token file reload)

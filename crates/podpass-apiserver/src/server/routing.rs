@@ -22,7 +22,10 @@ use super::{AppState, KUBE_MINOR, audit, authz, rest};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
+        // go-restful serves the version at both (the Python client's VersionApi asks for
+        // `/version/`).
         .route("/version", get(version))
+        .route("/version/", get(version))
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(ok))
@@ -208,7 +211,7 @@ fn non_resource(
 ) -> Result<Option<Response>, StatusError> {
     let get = method == axum::http::Method::GET;
     let response = match path {
-        "/api" => {
+        "/api" | "/api/" => {
             let address = state.server_url.trim_start_matches("https://").to_owned();
             axum::Json(json!({
                 "kind": "APIVersions",
@@ -217,7 +220,7 @@ fn non_resource(
             }))
             .into_response()
         }
-        "/apis" => rest::group_list(),
+        "/apis" | "/apis/" => rest::group_list(),
         OPENID_CONFIG_PATH if get => json_bytes(state.oidc_config.clone(), "application/json"),
         JWKS_PATH if get => json_bytes(state.jwks.clone(), "application/jwk-set+json"),
         "/openapi/v3" => axum::Json(rest::openapi::root()).into_response(),

@@ -65,11 +65,23 @@ pub fn check_type(res: &Resource, object: &mut Value) -> Result<(), StatusError>
 pub fn validate_name(res: &Resource, name: &str) -> Result<(), StatusError> {
     match res.strategy.name_problem(name) {
         None => Ok(()),
-        Some(problem) => Err(StatusError::invalid(format!(
-            "{} {name:?} is invalid: metadata.name: Invalid value: {}: {problem}",
-            res.qualified_kind(),
-            podpass_api::validation::quote(name)
-        ))),
+        Some(problem) => invalid_metadata(
+            res,
+            name,
+            format!("metadata.name: Invalid value: {}: {problem}", podpass_api::validation::quote(name)),
+        ),
+    }
+}
+
+/// A 422 for one field error of an object's metadata, worded and with `details.causes` as
+/// every other 422 (`errors.NewInvalid`).
+fn invalid_metadata(res: &Resource, name: &str, error: String) -> Result<(), StatusError> {
+    match super::kinds::invalid(res.kind, name, vec![error.clone()]) {
+        Err(mut e) => {
+            e.message = format!("{} {name:?} is invalid: {error}", res.qualified_kind());
+            Err(e)
+        }
+        Ok(()) => Ok(()),
     }
 }
 
@@ -89,10 +101,9 @@ pub fn prepare_new(
         None => match meta.get("generateName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
             Some(prefix) => format!("{prefix}{}", random_suffix(5)?),
             None => {
-                return Err(StatusError::invalid(format!(
-                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
-                    res.kind
-                )));
+                let required = "metadata.name: Required value: name or generateName is required";
+                invalid_metadata(res, "", required.to_owned())?;
+                return Err(StatusError::invalid(required));
             }
         },
     };
@@ -165,4 +176,32 @@ pub fn prepare_update(res: &Resource, old: &Value, new: &mut Value, name: &str) 
     let generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
     meta.insert("generation".into(), json!(if spec_changed { generation + 1 } else { generation }));
     Ok(())
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+    use crate::server::rest::resources::find;
+
+    #[test]
+    fn a_bad_name_is_a_422_with_its_cause_as_every_other() {
+        let (Some(cms), Some(roles)) = (find("", "configmaps"), find("rbac.authorization.k8s.io", "roles")) else {
+            panic!("configmaps and roles are served")
+        };
+        let long = "a".repeat(254);
+        let Err(e) = validate_name(cms, &long) else { panic!("254 characters taken") };
+        assert_eq!(e.code, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(
+            e.message.starts_with(&format!("ConfigMap {long:?} is invalid: metadata.name: Invalid value:")),
+            "{}",
+            e.message
+        );
+        let details = e.details.as_deref().cloned().unwrap_or_default();
+        assert_eq!(details["causes"][0]["reason"], "FieldValueInvalid", "{details}");
+        assert_eq!(details["causes"][0]["field"], "metadata.name", "{details}");
+        assert_eq!(details["kind"], "ConfigMap");
+        let Err(e) = validate_name(roles, "a/b") else { panic!("a slash taken") };
+        assert!(e.message.starts_with("Role.rbac.authorization.k8s.io \"a/b\" is invalid"), "{}", e.message);
+        assert_eq!(e.details.as_deref().map(|d| d["group"].clone()), Some(json!("rbac.authorization.k8s.io")));
+    }
 }

@@ -477,14 +477,14 @@ async fn apply_config(
         let current = match state.store.get(&k).await {
             Ok(current) => current,
             Err(StoreError::NotFound { .. }) if part == Part::Main => {
-                // A uid in the configuration is a precondition: it names an object that
-                // does not exist (any more).
+                // A uid in the configuration names an object that does not exist (any
+                // more): the patch handler's conflict (patch.go, applyPatch).
                 if let Some(uid) = config.pointer("/metadata/uid").and_then(Value::as_str).filter(|u| !u.is_empty()) {
                     return Err(StatusError::new(
                         StatusCode::CONFLICT,
                         "Conflict",
                         format!(
-                            "Operation cannot be fulfilled on {} {name:?}: Precondition failed: UID in precondition: {uid}, UID in object meta: ",
+                            "Operation cannot be fulfilled on {} {name:?}: uid mismatch: the provided object specified uid {uid}, and no existing object was found",
                             res.plural
                         ),
                     ));

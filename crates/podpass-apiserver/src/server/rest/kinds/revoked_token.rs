@@ -111,7 +111,8 @@ fn spec_errors(object: &Value) -> Vec<String> {
         Some(_) => {}
     }
     if let Some(reason) = object.pointer("/spec/reason").and_then(Value::as_str)
-        && reason.chars().count() > MAX_REASON
+        // Bytes, as the message says (apimachinery's TooLong counts bytes).
+        && reason.len() > MAX_REASON
     {
         errors.push(format!("spec.reason: Too long: may not be more than {MAX_REASON} bytes"));
     }
@@ -157,5 +158,8 @@ mod tests {
                 "spec.reason: Too long: may not be more than 1024 bytes",
             ]
         );
+        // 600 characters of two bytes each: too long in bytes.
+        let wide = json!({"spec": {"expirationTimestamp": "2026-11-27T16:00:00Z", "reason": "é".repeat(600)}});
+        assert_eq!(spec_errors(&wide), ["spec.reason: Too long: may not be more than 1024 bytes"]);
     }
 }
