@@ -91,7 +91,12 @@ pub async fn run(credentials: Credentials) {
 }
 
 fn error_policy(_quota: Arc<ResourceQuota>, error: &SyncError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %error, "quota sync failed; retrying");
+    // Admission writes the status of what it admits: a lost race with it is routine.
+    if error.is_conflict() {
+        tracing::debug!(error = %error, "quota sync lost a race; retrying");
+    } else {
+        tracing::warn!(error = %error, "quota sync failed; retrying");
+    }
     Action::requeue(if error.is_conflict() { Duration::from_millis(200) } else { RESYNC })
 }
 
@@ -163,8 +168,12 @@ async fn sync(quota: Arc<ResourceQuota>, ctx: Arc<Context>) -> Result<Action, Sy
     updated["status"] = status;
     let api: Api<ResourceQuota> = Api::namespaced(client, &namespace);
     let body: ResourceQuota = serde_json::from_value(updated).map_err(|e| SyncError::Internal(e.to_string()))?;
-    api.replace_status(&quota.name_any(), &PostParams::default(), &body).await?;
-    tracing::debug!("quota usage written");
+    match api.replace_status(&quota.name_any(), &PostParams::default(), &body).await {
+        Ok(_) => tracing::debug!("quota usage written"),
+        // Deleted meanwhile: nothing to count for.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+        Err(e) => return Err(e.into()),
+    }
     Ok(Action::requeue(RESYNC))
 }
 
