@@ -915,3 +915,80 @@ fn the_pods_of_a_deleted_node_are_failed_and_removed_by_pod_gc() {
     assert_eq!(condition["message"], "PodGC: node no longer exists");
     assert_eq!(admin_get(&s, "/api/v1/namespaces/default/pods/stranded").0, 404);
 }
+
+/// CertificateSigningRequests as upstream serves them: the server records who asked, the
+/// body's claim notwithstanding; `kubectl get csr` prints upstream's columns; `kubectl
+/// certificate approve` writes through `/approval` (a requester may not), `/status` cannot
+/// take an approval back, and a request that is no CSR is refused naming the field.
+#[test]
+fn certificate_signing_requests_record_their_requester_and_are_approved_through_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let s = start(d, &[]);
+    let (key, pem) = (d.join("k.pem"), d.join("csr.pem"));
+    let openssl = Command::new("openssl")
+        .args(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-subj", "/O=system:nodes/CN=system:node:n1", "-keyout", key.to_str().unwrap(), "-out"])
+        .arg(&pem)
+        .output()
+        .unwrap();
+    assert!(openssl.status.success(), "{openssl:?}");
+    let request = data_encoding::BASE64.encode(&std::fs::read(&pem).unwrap());
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "bob-bootstraps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-bootstrapper"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding);
+    let bob = d.join("bob.kubeconfig");
+    std::fs::write(&bob, ok(identity_output(d, "bob", &["joiners"]), "bob")).unwrap();
+    let as_bob = |args: &[&str]| kubectl_with(&bob, &d.join("cache-bob"), args);
+    let csr = |request: &str| {
+        json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "n1"},
+               "spec": {"request": request, "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                        "usages": ["digital signature", "client auth"], "expirationSeconds": 3600,
+                        "username": "admin", "groups": ["system:masters"]}})
+    };
+    let file = d.join("csr.json");
+    let not_a_csr = data_encoding::BASE64.encode(b"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n");
+    std::fs::write(&file, csr(&not_a_csr).to_string()).unwrap();
+    let refused = as_bob(&["create", "-f", file.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("spec.request: Invalid value: PEM block type must be CERTIFICATE REQUEST"),
+        "{refused:?}"
+    );
+    std::fs::write(&file, csr(&request).to_string()).unwrap();
+    ok(as_bob(&["create", "-f", file.to_str().unwrap()]), "bob's request");
+    let (_, stored) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1");
+    assert_eq!(stored["spec"]["username"], "bob", "the server says who asked: {stored}");
+    assert_eq!(stored["spec"]["groups"], json!(["joiners", "system:authenticated"]));
+    let table = ok(admin_kubectl(d, &["get", "csr"]), "get csr");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "AGE", "SIGNERNAME", "REQUESTOR", "REQUESTEDDURATION", "CONDITION"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[2..], ["kubernetes.io/kube-apiserver-client-kubelet", "bob", "60m", "Pending"], "{table}");
+
+    let denied = as_bob(&["certificate", "approve", "n1"]);
+    assert!(!denied.status.success(), "a requester approved its own request");
+    assert_eq!(
+        ok(admin_kubectl(d, &["certificate", "approve", "n1"]), "approve").trim(),
+        "certificatesigningrequest.certificates.k8s.io/n1 approved"
+    );
+    let (_, approved) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1");
+    let condition = &approved["status"]["conditions"][0];
+    assert_eq!((condition["type"].as_str(), condition["reason"].as_str()), (Some("Approved"), Some("KubectlApprove")));
+    assert!(condition["lastTransitionTime"].is_string(), "{approved}");
+    // `/status` keeps the approval whatever it is sent; the spec never changes.
+    let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1/status";
+    let mut cleared = approved.clone();
+    cleared["status"]["conditions"] = json!([]);
+    cleared["spec"]["signerName"] = json!("example.com/other");
+    let (code, after) = admin_request(&s, reqwest::Method::PUT, path, Some(cleared));
+    assert_eq!(code, 200, "{after}");
+    assert_eq!(after["status"]["conditions"][0]["type"], "Approved", "{after}");
+    assert_eq!(after["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert!(
+        ok(admin_kubectl(d, &["get", "csr", "n1"]), "get").lines().nth(1).unwrap().ends_with("Approved"),
+        "the table shows the approval"
+    );
+}

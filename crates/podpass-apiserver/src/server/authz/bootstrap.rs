@@ -226,6 +226,19 @@ fn user_facing_roles() -> Vec<Value> {
                 rule(&["list", "watch"], "discovery.k8s.io", &["endpointslices"]),
             ]),
         ),
+        // A node's TLS bootstrap (bound by whoever runs the cluster, as kubeadm does).
+        role(
+            "system:node-bootstrapper",
+            json!([rule(&["create", "get", "list", "watch"], "certificates.k8s.io", &["certificatesigningrequests"])]),
+        ),
+        role(
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            json!([rule(&["create"], "certificates.k8s.io", &["certificatesigningrequests/nodeclient"])]),
+        ),
+        role(
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            json!([rule(&["create"], "certificates.k8s.io", &["certificatesigningrequests/selfnodeclient"])]),
+        ),
     ]
 }
 

@@ -83,7 +83,7 @@ impl Target<'_> {
 
     /// The strategy's reservation for a write of `object` (replacing `old`).
     async fn begin_write(&self, name: &str, old: Option<&Value>, object: &mut Value) -> Result<Reserved, StatusError> {
-        let write = BeginWrite { namespace: self.ns, name, old, dry_run: self.write.is_dry_run() };
+        let write = BeginWrite { namespace: self.ns, name, old, dry_run: self.write.is_dry_run(), user: self.user };
         self.res.strategy.begin_write(self.state, write, object).await
     }
 }
@@ -265,10 +265,11 @@ fn dry_run_update(
 /// keep the stored status).
 fn split_status(res: &Resource, part: Part, current: &Value, object: &mut Value) {
     match part {
-        Part::Status => {
+        Part::Status | Part::Approval => {
             let status = object.get("status").cloned().unwrap_or(Value::Null);
             *object = current.clone();
             object["status"] = status;
+            res.strategy.prepare_for_part_update(part, object, current);
         }
         Part::EphemeralContainers => {
             let ephemeral = object.field("/spec/ephemeralContainers").cloned();

@@ -9,6 +9,7 @@
 //! sees a write it has been decoded as the kind's k8s-openapi type ([`types`]: unknown
 //! fields dropped, wrong types refused), so its shape is the type's.
 
+mod certificate_signing_request;
 mod config_map;
 mod cron_job;
 mod deployment;
@@ -64,6 +65,7 @@ pub const RESOURCES: &[Resource] = &[
     service::ENDPOINTS_RESOURCE,
     endpoint_slice::RESOURCE,
     ip_address::RESOURCE,
+    certificate_signing_request::RESOURCE,
     events_v1::RESOURCE,
     lease::RESOURCE,
     revoked_token::RESOURCE,
@@ -122,6 +124,8 @@ pub(crate) enum Part {
     EphemeralContainers,
     /// `namespaces/finalize`: `spec.finalizers`, which the namespace controller empties.
     Finalize,
+    /// `certificatesigningrequests/approval`: the Approved and Denied conditions.
+    Approval,
 }
 
 /// What serves a subresource (upstream: the REST storage its path is registered with).
@@ -214,6 +218,8 @@ pub(crate) struct BeginWrite<'a> {
     pub old: Option<&'a Value>,
     /// A dry run: nothing may be reserved.
     pub dry_run: bool,
+    /// Who writes (a CSR records its requester).
+    pub user: &'a crate::server::authn::User,
 }
 
 /// What [`Strategy::begin_write`] reserved in the store: the objects it created, removed
@@ -255,6 +261,10 @@ pub(crate) trait Strategy: Send + Sync {
 
     /// `PrepareForUpdate`: what a main-resource update may not change, taken from `old`.
     fn prepare_for_update(&self, _object: &mut Value, _old: &Value) {}
+
+    /// What a write through a part subresource (`/status`, `/approval`) may not change
+    /// beyond the part itself, after the part was taken from the request.
+    fn prepare_for_part_update(&self, _part: Part, _object: &mut Value, _old: &Value) {}
 
     /// `Validate` of a new object: a 422 naming each bad field.
     fn validate(&self, _name: &str, _object: &Value) -> Result<(), StatusError> {
