@@ -974,21 +974,71 @@ fn certificate_signing_requests_record_their_requester_and_are_approved_through_
         ok(admin_kubectl(d, &["certificate", "approve", "n1"]), "approve").trim(),
         "certificatesigningrequest.certificates.k8s.io/n1 approved"
     );
-    let (_, approved) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1");
+    let csr_path = "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1";
+    let (_, approved) = admin_get(&s, csr_path);
     let condition = &approved["status"]["conditions"][0];
     assert_eq!((condition["type"].as_str(), condition["reason"].as_str()), (Some("Approved"), Some("KubectlApprove")));
     assert!(condition["lastTransitionTime"].is_string(), "{approved}");
-    // `/status` keeps the approval whatever it is sent; the spec never changes.
+    // The controller manager's signer issues it under the cluster CA, for the hour asked.
+    let issued = wait_for("n1's certificate", Duration::from_secs(60), || {
+        let (_, csr) = admin_get(&s, csr_path);
+        csr["status"]["certificate"].is_string().then_some(csr)
+    });
+    let subject = certificate_text(d, &issued);
+    assert!(subject.contains("CN = system:node:n1") && subject.contains("O = system:nodes"), "{subject}");
+    assert!(
+        ok(admin_kubectl(d, &["get", "csr", "n1"]), "get").lines().nth(1).unwrap().ends_with("Approved,Issued"),
+        "the table shows the approval and the certificate"
+    );
+    // `/status` keeps the approval whatever it is sent; the spec never changes; the
+    // certificate, once issued, is never replaced.
     let path = "/apis/certificates.k8s.io/v1/certificatesigningrequests/n1/status";
-    let mut cleared = approved.clone();
+    let mut cleared = issued.clone();
     cleared["status"]["conditions"] = json!([]);
     cleared["spec"]["signerName"] = json!("example.com/other");
     let (code, after) = admin_request(&s, reqwest::Method::PUT, path, Some(cleared));
     assert_eq!(code, 200, "{after}");
     assert_eq!(after["status"]["conditions"][0]["type"], "Approved", "{after}");
     assert_eq!(after["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    let mut replaced = after.clone();
+    replaced["status"]["certificate"] = json!(data_encoding::BASE64.encode(b"not the one issued"));
+    let (code, refused) = admin_request(&s, reqwest::Method::PUT, path, Some(replaced));
+    assert_eq!(code, 422, "{refused}");
     assert!(
-        ok(admin_kubectl(d, &["get", "csr", "n1"]), "get").lines().nth(1).unwrap().ends_with("Approved"),
-        "the table shows the approval"
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("status.certificate: Forbidden: updates may not modify existing certificate content"),
+        "{refused}"
     );
+
+    // Allowed `nodeclient`, bob's next kubelet client request is approved by the controller
+    // manager's approver after a SubjectAccessReview, and issued.
+    let nodeclient = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "bob-nodeclient"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "system:certificates.k8s.io:certificatesigningrequests:nodeclient"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", nodeclient);
+    let mut second = csr(&request);
+    second["metadata"]["name"] = json!("n2");
+    std::fs::write(&file, second.to_string()).unwrap();
+    ok(as_bob(&["create", "-f", file.to_str().unwrap()]), "bob's second request");
+    let auto = wait_for("n2 approved by the approver and issued", Duration::from_secs(60), || {
+        let (_, csr) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/n2");
+        csr["status"]["certificate"].is_string().then_some(csr)
+    });
+    let condition = &auto["status"]["conditions"][0];
+    assert_eq!(condition["reason"], "AutoApproved", "{auto}");
+    assert_eq!(condition["message"], "Auto approving kubelet client certificate after SubjectAccessReview.");
+}
+
+/// The subject and issuer of a CSR's issued certificate, as openssl prints them.
+fn certificate_text(d: &Path, csr: &Value) -> String {
+    let pem = data_encoding::BASE64.decode(csr["status"]["certificate"].as_str().unwrap().as_bytes()).unwrap();
+    let file = d.join("issued.pem");
+    std::fs::write(&file, pem).unwrap();
+    let out =
+        Command::new("openssl").args(["x509", "-noout", "-subject", "-issuer", "-in"]).arg(&file).output().unwrap();
+    ok(out, "openssl x509")
 }

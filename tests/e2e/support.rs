@@ -92,8 +92,17 @@ pub fn spawn_manager(dir: &Path) -> Manager {
         std::fs::write(&kubeconfig, ok(identity, "controller manager identity")).unwrap();
     }
     let key = dir.join("sa.key");
-    let ca = dir.join("pki/ca.crt");
-    let flags = ["--service-account-private-key-file", key.to_str().unwrap(), "--root-ca-file", ca.to_str().unwrap()];
+    let (ca, ca_key) = (dir.join("pki/ca.crt"), dir.join("pki/ca.key"));
+    let flags = [
+        "--service-account-private-key-file",
+        key.to_str().unwrap(),
+        "--root-ca-file",
+        ca.to_str().unwrap(),
+        "--cluster-signing-cert-file",
+        ca.to_str().unwrap(),
+        "--cluster-signing-key-file",
+        ca_key.to_str().unwrap(),
+    ];
     manager_with(&kubeconfig, &dir.join("controller-manager.log"), &flags)
 }
 

@@ -12,7 +12,7 @@ use crate::leader::Election;
 pub const LEASE_NAME: &str = "kube-controller-manager";
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 14] = [
+pub const CONTROLLERS: [&str; 16] = [
     crate::service_account_token::NAME,
     crate::service_account::NAME,
     crate::root_ca_publisher::NAME,
@@ -25,6 +25,8 @@ pub const CONTROLLERS: [&str; 14] = [
     crate::resource_quota::NAME,
     crate::namespace::NAME,
     crate::clusterrole_aggregation::NAME,
+    crate::certificates::APPROVER,
+    crate::certificates::SIGNER,
     crate::pod_gc::NAME,
     crate::garbage_collector::NAME,
 ];
@@ -38,6 +40,8 @@ pub const OFF_BY_DEFAULT: [&str; 2] = [crate::bootstrap::SIGNER, crate::bootstra
 fn alias(controller: &str) -> Option<&'static str> {
     match controller {
         crate::bootstrap::SIGNER => Some("bootstrapsigner"),
+        crate::certificates::APPROVER => Some("csrapproving"),
+        crate::certificates::SIGNER => Some("csrsigning"),
         crate::bootstrap::CLEANER => Some("tokencleaner"),
         crate::endpoints::NAME => Some("endpoint"),
         crate::root_ca_publisher::NAME => Some("root-ca-cert-publisher"),
@@ -71,6 +75,16 @@ pub struct Config {
     /// without it that controller does not run, as kube-controller-manager's.
     #[arg(long)]
     pub service_account_private_key_file: Option<PathBuf>,
+    /// The CA certificate (PEM) the certificate signer signs kubelet certificates with;
+    /// without it and its key the signer does not run.
+    #[arg(long)]
+    pub cluster_signing_cert_file: Option<PathBuf>,
+    /// That CA's private key (PEM).
+    #[arg(long)]
+    pub cluster_signing_key_file: Option<PathBuf>,
+    /// The longest lifetime of a signed certificate (Go duration).
+    #[arg(long, default_value = "8760h")]
+    pub cluster_signing_duration: podpass_api::GoDuration,
 }
 
 /// A configuration checked whole, ready to run.
@@ -83,6 +97,8 @@ pub struct Prepared {
     pub(crate) root_ca: Option<String>,
     /// `--service-account-private-key-file`'s key, when given.
     pub(crate) signing_key: Option<podpass_token::SigningKey>,
+    /// The signer's CA, when both its files are given.
+    pub(crate) signing_ca: Option<crate::certificates::SigningCa>,
 }
 
 impl Config {
@@ -138,6 +154,7 @@ impl Config {
             let pem = problems.check_value(flag, path.display(), std::fs::read(path))?;
             problems.check_value(flag, path.display(), podpass_token::SigningKey::from_pem(&pem))
         });
+        let signing_ca = self.signing_ca(&mut problems);
         problems.finish()?;
         Ok(Prepared {
             kubeconfig: self.kubeconfig.clone(),
@@ -146,7 +163,44 @@ impl Config {
             controllers,
             root_ca,
             signing_key,
+            signing_ca,
         })
+    }
+}
+
+impl Config {
+    /// `--cluster-signing-*`: both files or neither, each readable PEM, a positive duration.
+    fn signing_ca(&self, problems: &mut Problems) -> Option<crate::certificates::SigningCa> {
+        let duration = match self.cluster_signing_duration.to_std() {
+            Some(d) if !d.is_zero() => Some(d),
+            _ => {
+                problems.push_value("--cluster-signing-duration", self.cluster_signing_duration, "must be positive");
+                None
+            }
+        };
+        let (cert, key) = match (&self.cluster_signing_cert_file, &self.cluster_signing_key_file) {
+            (None, None) => return None,
+            (Some(cert), Some(key)) => (cert, key),
+            (Some(_), None) => {
+                problems.push("--cluster-signing-key-file", "required with --cluster-signing-cert-file");
+                return None;
+            }
+            (None, Some(_)) => {
+                problems.push("--cluster-signing-cert-file", "required with --cluster-signing-key-file");
+                return None;
+            }
+        };
+        let cert_pem =
+            problems.check_value("--cluster-signing-cert-file", cert.display(), std::fs::read_to_string(cert))?;
+        if rcgen::Issuer::from_ca_cert_pem(&cert_pem, rcgen::KeyPair::generate().ok()?).is_err() {
+            problems.push_value("--cluster-signing-cert-file", cert.display(), "holds no PEM CA certificate");
+            return None;
+        }
+        let key_pem =
+            problems.check_value("--cluster-signing-key-file", key.display(), std::fs::read_to_string(key))?;
+        let key =
+            problems.check_value("--cluster-signing-key-file", key.display(), rcgen::KeyPair::from_pem(&key_pem))?;
+        Some(crate::certificates::SigningCa { cert_pem, key, duration: duration? })
     }
 }
 
@@ -230,7 +284,7 @@ mod tests {
             "--kubeconfig",
             &path,
             "--controllers",
-            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation",
+            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation,-csrapproving,-csrsigning",
         ])
         .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);

@@ -11,6 +11,7 @@
 //!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`).
 
 mod bootstrap;
+mod certificates;
 mod claim;
 mod clusterrole_aggregation;
 use podpass_component::events;
@@ -48,6 +49,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
     };
     let credentials = Credentials::new(root.clone(), config, prepared.per_controller);
     let mut signing_key = prepared.signing_key;
+    let mut signing_ca = prepared.signing_ca;
     let controllers = prepared.controllers;
     let work = move || {
         futures::future::join_all(controllers.into_iter().map(move |name| {
@@ -59,6 +61,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                     ca_pem: root_ca.clone(),
                 }
             });
+            let ca = (name == certificates::SIGNER).then(|| signing_ca.take()).flatten();
             async move {
                 tracing::info!(controller = name, "starting controller");
                 match name {
@@ -70,6 +73,14 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                     endpoints::NAME => endpoints::run(credentials).await,
                     endpoint_slice::NAME => endpoint_slice::run(credentials).await,
                     bootstrap::SIGNER => bootstrap::run_signer(credentials).await,
+                    certificates::APPROVER => certificates::run_approver(credentials).await,
+                    certificates::SIGNER => match ca {
+                        Some(ca) => certificates::run_signer(credentials, ca).await,
+                        None => tracing::warn!(
+                            controller = name,
+                            "not started: no --cluster-signing-cert-file and --cluster-signing-key-file to sign with"
+                        ),
+                    },
                     bootstrap::CLEANER => bootstrap::run_cleaner(credentials).await,
                     clusterrole_aggregation::NAME => clusterrole_aggregation::run(credentials).await,
                     namespace::NAME => namespace::run(credentials).await,

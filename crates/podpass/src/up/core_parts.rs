@@ -60,11 +60,14 @@ pub(super) fn controller_manager(l: &Layout, tools: &Tools) -> Result<Part> {
     let user = "system:kube-controller-manager";
     let kubeconfig = identity_kubeconfig(&l.data, &l.data.join("controller-manager.kubeconfig"), user, &[])?;
     // As kubeadm runs it: the service-account key signs the legacy token Secrets, the
-    // cluster CA goes into every namespace's `kube-root-ca.crt`.
+    // cluster CA goes into every namespace's `kube-root-ca.crt` and signs the nodes'
+    // certificates.
     let line = CommandLine::<Flags>::new(&["controller-manager"], true)
         .path(field!(Flags, kubeconfig), &kubeconfig)
         .path(field!(Flags, service_account_private_key_file), &l.data.join("sa.key"))
         .path(field!(Flags, root_ca_file), &l.data.join("pki").join("ca.crt"))
+        .path(field!(Flags, cluster_signing_cert_file), &l.data.join("pki").join("ca.crt"))
+        .path(field!(Flags, cluster_signing_key_file), &l.data.join("pki").join("ca.key"))
         .set(field!(Flags, controllers), "*,bootstrapsigner,tokencleaner")
         .build(CONTROLLER_MANAGER)?;
     Ok(Part {

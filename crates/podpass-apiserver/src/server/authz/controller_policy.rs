@@ -228,6 +228,24 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         json!([rule(&["delete", "get", "list", "watch"], &[""], &["secrets"]), events()]),
     ));
     policy.extend(controller(
+        "certificate-controller",
+        json!([
+            rule(&["get", "list", "watch", "delete"], &["certificates.k8s.io"], &["certificatesigningrequests"]),
+            rule(
+                &["update"],
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests/status", "certificatesigningrequests/approval"]
+            ),
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
+             "resourceNames": ["kubernetes.io/kube-apiserver-client-kubelet"]},
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["sign"],
+             "resourceNames": ["kubernetes.io/legacy-unknown", "kubernetes.io/kube-apiserver-client",
+                               "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]},
+            rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "ttl-after-finished-controller",
         json!([rule(&["get", "list", "watch", "delete"], &["batch"], &["jobs"]), events()]),
     ));
