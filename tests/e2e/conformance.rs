@@ -1031,6 +1031,65 @@ fn certificate_signing_requests_record_their_requester_and_are_approved_through_
     let condition = &auto["status"]["conditions"][0];
     assert_eq!(condition["reason"], "AutoApproved", "{auto}");
     assert_eq!(condition["message"], "Auto approving kubelet client certificate after SubjectAccessReview.");
+
+    // CertificateApproval: writing `/approval` is not enough, the signer's `approve` is
+    // needed (its name, or its domain's `*`).
+    let approver = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "csr-approver"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get", "list"]},
+                  {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"]}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterroles", approver);
+    let carol_binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "carol-approves"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "csr-approver"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", carol_binding);
+    let carol = d.join("carol.kubeconfig");
+    std::fs::write(&carol, ok(identity_output(d, "carol", &[]), "carol")).unwrap();
+    let mut mine = csr(&request);
+    mine["metadata"]["name"] = json!("mine");
+    mine["spec"]["signerName"] = json!("example.com/mine");
+    post(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests", mine);
+    let refused = kubectl_with(&carol, &d.join("cache-carol"), &["certificate", "approve", "mine"]);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains(r#"user not permitted to approve requests with signerName "example.com/mine""#),
+        "{refused:?}"
+    );
+    let signers = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "example-signers"},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
+                   "resourceNames": ["example.com/*"]}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterroles", signers);
+    let signers_binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "carol-example-signers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "example-signers"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}]});
+    post(&s, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", signers_binding);
+    ok(kubectl_with(&carol, &d.join("cache-carol"), &["certificate", "approve", "mine"]), "approved by the domain's *");
+
+    // CertificateSubjectRestriction: no system:masters from the API server's client signer.
+    let masters = d.join("masters.pem");
+    let openssl = Command::new("openssl")
+        .args(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-subj", "/O=system:masters/CN=mallory", "-keyout", key.to_str().unwrap(), "-out"])
+        .arg(&masters)
+        .output()
+        .unwrap();
+    assert!(openssl.status.success(), "{openssl:?}");
+    let mut root = csr(&data_encoding::BASE64.encode(&std::fs::read(&masters).unwrap()));
+    root["metadata"]["name"] = json!("root");
+    root["spec"]["signerName"] = json!("kubernetes.io/kube-apiserver-client");
+    let (code, answer) =
+        admin_request(&s, reqwest::Method::POST, "/apis/certificates.k8s.io/v1/certificatesigningrequests", Some(root));
+    assert_eq!(code, 403, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"),
+        "{answer}"
+    );
 }
 
 /// The subject and issuer of a CSR's issued certificate, as openssl prints them.

@@ -180,7 +180,7 @@ async fn admit_replacement(
         admission::mutate_update(&t.attributes(name, Operation::Update), object);
     }
     let reserved = t.begin_write(name, Some(current), object).await?;
-    match validate_replacement(t, name, current, object).await {
+    match validate_replacement(t, name, part, current, object).await {
         Ok(()) => Ok(reserved),
         Err(e) => {
             reserved.release(t.state).await;
@@ -190,8 +190,17 @@ async fn admit_replacement(
 }
 
 /// `ValidateUpdate` and validating admission of a replacement.
-async fn validate_replacement(t: &Target<'_>, name: &str, current: &Value, object: &Value) -> Result<(), StatusError> {
+async fn validate_replacement(
+    t: &Target<'_>,
+    name: &str,
+    part: Part,
+    current: &Value,
+    object: &Value,
+) -> Result<(), StatusError> {
     t.res.strategy.validate_update(name, object, current)?;
+    if part != Part::Main {
+        admission::validate_part(t.state, &t.attributes(name, Operation::Update), part, object, current).await?;
+    }
     // A version served from another's storage adds its own update rules (events.k8s.io/v1:
     // ValidateEventUpdate), on the stored shapes as upstream's internal Event.
     if let Some(conversion) = t.served.conversion {

@@ -4,6 +4,7 @@
 //! itself which resources it guards, as upstream's do. NamespaceLifecycle is
 //! [`namespace_lifecycle`]; it runs first, on every create in a namespace.
 
+mod certificates;
 mod default_toleration_seconds;
 pub(crate) mod limit_ranger;
 mod node_restriction;
@@ -109,6 +110,23 @@ pub(crate) async fn mutate(state: &AppState, attrs: &Attributes<'_>, object: &mu
     quota::mutate(state, attrs, object).await
 }
 
+/// Validating admission of a write through a part subresource of a kind's object
+/// (`/approval`, `/status`): the certificate plugins for CertificateSigningRequests.
+pub(crate) async fn validate_part(
+    state: &AppState,
+    attrs: &Attributes<'_>,
+    part: crate::server::rest::kinds::Part,
+    object: &Value,
+    old: &Value,
+) -> Result<(), StatusError> {
+    match (attrs.res.group, attrs.res.plural) {
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            certificates::admit_part(state, attrs.user, part, object, old).await
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Mutating admission of an update of an object itself (not through `/status`): the
 /// plugins upstream runs on updates too (DefaultTolerationSeconds).
 pub(crate) fn mutate_update(attrs: &Attributes<'_>, object: &mut Value) {
@@ -177,6 +195,9 @@ async fn validate_plugins(
         (group, plural, Some(object)) if let Some(template) = pod_security::pod_template(group, plural, object) => {
             let old_template = old.and_then(|o| pod_security::pod_template(group, plural, o));
             pod_security::admit_pod_controller(state, &state.pod_security, attrs, (template, old_template)).await
+        }
+        ("certificates.k8s.io", "certificatesigningrequests", Some(object)) if attrs.operation == Operation::Create => {
+            certificates::admit_create(attrs.name, object)
         }
         (RBAC_GROUP, plural, Some(new)) => {
             let write = RbacWrite { user: attrs.user, resource: plural, namespace: ns, name: attrs.name, new, old };
