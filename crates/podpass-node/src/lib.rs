@@ -14,8 +14,10 @@
 //!   image pulls through containerd's CRI or the embedded OCI store.
 //! - [`runtime`]: containers through containerd's CRI runtime service, containerd's own
 //!   configuration, and the runnable images (sandbox, demo) podpass makes locally.
+//! - [`join`]: joining a cluster as kubeadm's `join` (token discovery of `cluster-info`,
+//!   the CA pinned).
 //!
-//! The three public modules are namespaces with a curated surface, as the crate root is:
+//! The four public modules are namespaces with a curated surface, as the crate root is:
 //! their own submodules are private to the crate, and what they offer is their `pub use`
 //! list (runtime's `archive`, `cni` and `containerd` are the tools `podpass up`, the CNI
 //! plugin and the benches call by name). Everything else is private.
@@ -27,6 +29,7 @@ mod cri;
 mod eviction_thresholds;
 mod identity;
 pub mod images;
+pub mod join;
 mod kubelet_config;
 mod request_error;
 pub mod runtime;
