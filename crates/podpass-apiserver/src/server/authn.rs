@@ -1,11 +1,13 @@
-//! Authentication: the bearer token of a request (`bearertoken.Authenticator`), checked
-//! against the static token file, then as a bootstrap token (with
-//! `--enable-bootstrap-token-auth`), then as a service-account token; no token is
-//! `system:anonymous`.
+//! Authentication, in kube-apiserver's order: a client certificate the TLS layer verified
+//! against `--client-ca-file` (`x509.CommonNameUserConversion`), then the bearer token of a
+//! request (`bearertoken.Authenticator`), checked against the static token file, then as a
+//! bootstrap token (with `--enable-bootstrap-token-auth`), then as a service-account token;
+//! neither is `system:anonymous`.
 
 use super::AppState;
 use super::status::StatusError;
 use crate::token_file::StaticUser;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 /// The authenticated user of a request.
 #[derive(Debug, Clone)]
@@ -28,9 +30,17 @@ impl From<StaticUser> for User {
     }
 }
 
-/// Authenticates the bearer token: static token file first, then service-account tokens
-/// (validated against the store). No token is `system:anonymous`; a bad one is 401.
-pub(crate) async fn authenticate(state: &AppState, authorization: Option<String>) -> Result<User, StatusError> {
+/// Authenticates a request: its verified client certificate first, then its bearer token
+/// (static token file, bootstrap tokens, service-account tokens validated against the
+/// store). Neither is `system:anonymous`; a bad token is 401.
+pub(crate) async fn authenticate(
+    state: &AppState,
+    client_certificates: &[CertificateDer<'_>],
+    authorization: Option<String>,
+) -> Result<User, StatusError> {
+    if let Some(user) = client_certificates.first().and_then(|leaf| certificate_user(leaf)) {
+        return Ok(user);
+    }
     let anonymous = || User {
         name: "system:anonymous".into(),
         uid: String::new(),
@@ -78,6 +88,23 @@ async fn bootstrap_user(state: &AppState, id: &str, token: &str) -> Result<User,
             Err(StatusError::unauthorized())
         }
     }
+}
+
+/// `x509.CommonNameUserConversion`: the user of a client certificate the TLS layer
+/// verified, its subject's common name, with its organizations as groups (in the
+/// certificate's order). A certificate without a common name authenticates nobody, and
+/// the request goes on to its bearer token, as upstream's union of authenticators.
+fn certificate_user(der: &CertificateDer<'_>) -> Option<User> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let subject = cert.subject();
+    let name = subject.iter_common_name().next()?.as_str().ok()?;
+    if name.is_empty() {
+        return None;
+    }
+    let mut groups: Vec<String> =
+        subject.iter_organization().filter_map(|o| o.as_str().ok()).map(str::to_owned).collect();
+    groups.push("system:authenticated".into());
+    Some(User { name: name.to_owned(), uid: String::new(), groups, extra: Default::default() })
 }
 
 /// `bearertoken.Authenticator`: the token of an `Authorization` header. The scheme is

@@ -67,6 +67,12 @@ pub struct ApiServerConfig {
     /// as `system:bootstrap:<id>` in `system:bootstrappers`, as a joining node uses them.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub enable_bootstrap_token_auth: bool,
+    /// CA bundle (PEM) for client certificates, as kube-apiserver's: a certificate that
+    /// chains to it authenticates as its subject's CN, in its Os as groups (a joining
+    /// node's `system:node:<name>` in `system:nodes`); one that does not is refused at the
+    /// handshake.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
     /// Feature gates, e.g. `ServiceAccountTokenJTI=false`.
     #[arg(long, default_value = "")]
     pub feature_gates: FeatureGates,
@@ -443,12 +449,17 @@ impl ApiServerConfig {
             }
             _ => return None,
         };
-        match podpass_serve::tls_acceptor(&cert_pem, &key_pem, None) {
+        let client_ca = match &self.client_ca_file {
+            Some(path) => Some(read_file(problems, "--client-ca-file", path)?),
+            None => None,
+        };
+        match podpass_serve::tls_acceptor(&cert_pem, &key_pem, client_ca.as_deref()) {
             Ok(tls) => Some((tls, ca_pem)),
             Err(e) => {
                 match e {
                     podpass_serve::TlsError::CertChain(m) => problems.push("--tls-cert-file", m),
                     podpass_serve::TlsError::PrivateKey(m) => problems.push("--tls-private-key-file", m),
+                    podpass_serve::TlsError::ClientCa(m) => problems.push("--client-ca-file", m),
                     other => problems.push("--tls-cert-file", other),
                 }
                 None

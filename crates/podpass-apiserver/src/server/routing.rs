@@ -128,7 +128,8 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     // head; a watch's stream is not bounded by it.
     let request_timeout = state.request_timeout;
     let handled = async {
-        let (user, requester) = identify(&state, &parts.headers).await?;
+        let certificates = parts.extensions.get::<podpass_serve::Peer>().map(|p| Arc::clone(&p.client_certificates));
+        let (user, requester) = identify(&state, certificates.as_deref().unwrap_or_default(), &parts.headers).await?;
         tracing::Span::current().record("user", user.name.as_str());
         audit_user = Some(user.clone());
         // Work in flight, bounded per flow: who really asks, whoever it impersonates (a
@@ -175,13 +176,17 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     response
 }
 
-/// Who the request is from: its bearer token, then `Impersonate-*` headers if the
+/// Who the request is from: its client certificate or bearer token, then `Impersonate-*` headers if the
 /// authenticated user may impersonate; with who authenticated (the same user when nobody
 /// is impersonated).
-async fn identify(state: &AppState, headers: &axum::http::HeaderMap) -> Result<(User, User), StatusError> {
+async fn identify(
+    state: &AppState,
+    client_certificates: &[tokio_rustls::rustls::pki_types::CertificateDer<'static>],
+    headers: &axum::http::HeaderMap,
+) -> Result<(User, User), StatusError> {
     // A header that is not visible ASCII cannot hold a token: refused, never anonymous.
     let auth = headers.get(AUTHORIZATION).map(|h| h.to_str().unwrap_or("Bearer \u{0}").to_owned());
-    let requester = authenticate(state, auth).await?;
+    let requester = authenticate(state, client_certificates, auth).await?;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let groups: Vec<String> =
         headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(str::to_owned)).collect();

@@ -267,6 +267,13 @@ fn condition_column(object: &Value) -> String {
 }
 
 impl Strategy for CertificateSigningRequest {
+    /// `ValidateCertificateRequestName` takes any name ("we don't care what you call your
+    /// certificate requests": the kubelet's are base64url, capitals included); only what
+    /// cannot be a path segment is refused, as the registry's key function does.
+    fn name_problem(&self, name: &str) -> Option<String> {
+        super::rbac::rbac_name_problem(name)
+    }
+
     fn prepare_for_create(&self, object: &mut Value) {
         if let Some(obj) = object.as_object_mut() {
             obj.remove("status");
@@ -410,6 +417,15 @@ mod tests {
     fn csr(usages: &[&str]) -> Value {
         json!({"spec": {"request": data_encoding::BASE64.encode(csr_pem().as_bytes()),
                         "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": usages}})
+    }
+
+    #[test]
+    fn any_name_that_is_a_path_segment_is_taken() {
+        let s = CertificateSigningRequest;
+        assert_eq!(s.name_problem("node-csr-VgD4xBj8ib5120-AcJAdievQQ_xBYC6TMbpTY827zbA0"), None);
+        assert_eq!(s.name_problem("csr-Ab.9"), None);
+        assert_eq!(s.name_problem("a/b").as_deref(), Some("may not contain '/'"));
+        assert_eq!(s.name_problem("..").as_deref(), Some("may not be '..'"));
     }
 
     #[test]
