@@ -24,6 +24,7 @@
 
 mod agent;
 mod api;
+mod certificate;
 pub mod credential;
 mod cri;
 mod eviction_thresholds;

@@ -24,6 +24,7 @@ mod known_pods;
 mod log_rotation;
 mod logs;
 mod machine;
+mod node_client;
 mod object_cache;
 mod ops;
 mod pleg;
@@ -66,9 +67,25 @@ pub use heartbeat::{HeartbeatError, LEASE_DURATION_SECONDS, NodeIdentity, RENEW_
 /// CLI (clap) or [`podpass_serve::parse_flags`], checked whole by [`AgentConfig::prepare`].
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct AgentConfig {
-    /// Kubeconfig of the node's identity (`system:node:<name>` in `system:nodes`).
+    /// Kubeconfig of the node's identity (`system:node:<name>` in `system:nodes`). With
+    /// `--bootstrap-kubeconfig`, written by the TLS bootstrap when it is missing or its
+    /// client certificate has expired.
     #[arg(long)]
     pub kubeconfig: PathBuf,
+    /// A bootstrap token's kubeconfig, as the kubelet's: the node asks the cluster for its
+    /// client certificate (`system:node:<name>`, signer
+    /// `kubernetes.io/kube-apiserver-client-kubelet`) and writes `--kubeconfig` naming it.
+    #[arg(long)]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the node's certificates are kept (`kubelet-client-current.pem`); default
+    /// `<root-dir>/pki`, as the kubelet's `/var/lib/kubelet/pki`.
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// Rotate the client certificate at 70–90% of its life, as the kubelet's
+    /// `rotateCertificates`: a new key, a request as the node, the new pair stored as
+    /// `kubelet-client-current.pem` and shown from the next connection on.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub rotate_certificates: bool,
     /// The Node's name.
     #[arg(long, alias = "hostname-override")]
     pub node_name: String,
@@ -172,10 +189,19 @@ impl AgentConfig {
         for m in podpass_api::validation::is_dns1123_subdomain(&self.node_name) {
             problems.push_value("--node-name", format_args!("{:?}", self.node_name), m);
         }
-        match std::fs::metadata(&self.kubeconfig) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => problems.push_value("--kubeconfig", self.kubeconfig.display(), "not a file"),
-            Err(e) => problems.push_value("--kubeconfig", self.kubeconfig.display(), e),
+        match (std::fs::metadata(&self.kubeconfig), &self.bootstrap_kubeconfig) {
+            (Ok(m), _) if m.is_file() => {}
+            (Ok(_), _) => problems.push_value("--kubeconfig", self.kubeconfig.display(), "not a file"),
+            // The bootstrap writes it.
+            (Err(e), Some(_)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            (Err(e), _) => problems.push_value("--kubeconfig", self.kubeconfig.display(), e),
+        }
+        if let Some(bootstrap) = &self.bootstrap_kubeconfig {
+            match std::fs::metadata(bootstrap) {
+                Ok(m) if m.is_file() => {}
+                Ok(_) => problems.push_value("--bootstrap-kubeconfig", bootstrap.display(), "not a file"),
+                Err(e) => problems.push_value("--bootstrap-kubeconfig", bootstrap.display(), e),
+            }
         }
         match podpass_serve::durable::private_dir(&self.root_dir) {
             Ok(Some(warning)) => tracing::warn!("--root-dir {warning}"),
@@ -304,6 +330,9 @@ pub enum AgentError {
     /// The Node could not be registered.
     #[error(transparent)]
     Register(#[from] HeartbeatError),
+    /// The TLS bootstrap got no client certificate.
+    #[error("TLS bootstrap: {0}")]
+    Bootstrap(#[from] crate::certificate::CertificateError),
     /// The container runtime could not be reached.
     #[error(transparent)]
     Runtime(crate::runtime::RuntimeError),
@@ -518,7 +547,9 @@ impl Bound {
     /// failing is an error.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
         let Bound { prepared: this, listeners, server } = self;
-        let client = crate::api::client_from_kubeconfig(&this.config.kubeconfig).await?;
+        let (client, rotation) = node_client::connect(&this.config, &this.identity.name).await?;
+        // The rotation stops with the agent.
+        let _rotation = rotation.map(node_client::AbortOnDrop);
         let mut identity = this.identity.clone();
         identity.machine = machine::Machine::read(&this.config.root_dir).await;
         identity.machine.max_pods = this.kubelet.max_pods;

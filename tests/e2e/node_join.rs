@@ -1,0 +1,286 @@
+//! End-to-end: a node's identity as the kubelet's TLS bootstrap. With only a bootstrap
+//! token, `podpass node run --bootstrap-kubeconfig` asks for its client certificate, the
+//! controller manager approves (after its SubjectAccessReview) and signs it, the node
+//! writes `kubelet-client-current.pem` and its kubeconfig, and from then on is
+//! `system:node:<name>` by its certificate, which the API server takes with
+//! `--client-ca-file`; restarted, it keeps its certificate and asks nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+/// kubeadm's bindings for joining nodes (`kubeadm init phase bootstrap-token`): the default
+/// node token's group may ask for and get node client certificates; nodes may renew their own.
+fn kubeadm_bindings(s: &Server) {
+    let group = podpass_api::bootstrap_token::NODE_GROUP;
+    for (name, role, subject) in [
+        ("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", group),
+        (
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            group,
+        ),
+        (
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
+    ] {
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": subject}]});
+        let (code, answer) = admin_request(
+            s,
+            reqwest::Method::POST,
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(binding),
+        );
+        assert_eq!(code, 201, "{answer}");
+    }
+}
+
+/// A kubeconfig for `token` against the server of `api_dir`, as kubeadm's bootstrap
+/// kubeconfig: the cluster's CA and the token, nothing else.
+fn bootstrap_kubeconfig(s: &Server, api_dir: &Path, token: &str, path: &Path) {
+    let ca = data_encoding::BASE64.encode(&std::fs::read(api_dir.join("pki/ca.crt")).unwrap());
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: tls-bootstrap-token-user@kubernetes\n  context:\n    cluster: kubernetes\n    user: tls-bootstrap-token-user\ncurrent-context: tls-bootstrap-token-user@kubernetes\nusers:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\n",
+        s.url
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// [`wait_for`], showing the agent's log when it times out.
+fn wait_logged(what: &str, log: &Path, limit: Duration, mut f: impl FnMut() -> Option<Value>) -> Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if std::time::Instant::now() >= deadline {
+            panic!("{what}; agent log:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn csrs(s: &Server) -> Vec<Value> {
+    let (_, list) = admin_get(s, "/apis/certificates.k8s.io/v1/certificatesigningrequests");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let api = d.join("api");
+    std::fs::create_dir(&api).unwrap();
+    let ca = api.join("pki/ca.crt");
+    let ca = ca.to_str().unwrap();
+    let s = start(&api, &["--enable-bootstrap-token-auth=true", "--client-ca-file", ca]);
+    kubeadm_bindings(&s);
+    let token = "abcdef.0123456789abcdef";
+    let created = std::process::Command::new(PODPASS)
+        .args(["token", "create", token, "--kubeconfig", api.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .unwrap();
+    ok(created, "token create");
+
+    // A token the cluster does not know: the node says so and stops.
+    let bogus = d.join("bogus.kubeconfig");
+    bootstrap_kubeconfig(&s, &api, "qqqqqq.0123456789abcdef", &bogus);
+    let root = d.join("root");
+    let kubeconfig = d.join("n1.kubeconfig");
+    let flags = |b: &Path| ["--bootstrap-kubeconfig".to_owned(), b.to_str().unwrap().to_owned()];
+    let bogus_flags = flags(&bogus);
+    let bogus_flags: Vec<&str> = bogus_flags.iter().map(String::as_str).collect();
+    let mut refused = spawn_agent_with(&kubeconfig, &root, Some(&d.join("refused.log")), &bogus_flags);
+    let status = wait_for("the agent with an unknown token stops", Duration::from_secs(60), || {
+        refused.0.try_wait().unwrap().map(|st| json!(st.code()))
+    });
+    assert_ne!(status, json!(0));
+    let log = std::fs::read_to_string(d.join("refused.log")).unwrap();
+    assert!(log.contains("TLS bootstrap") && log.contains("Unauthorized"), "{log}");
+    assert!(!kubeconfig.exists(), "nothing written without a certificate");
+
+    let bootstrap = d.join("bootstrap.kubeconfig");
+    bootstrap_kubeconfig(&s, &api, token, &bootstrap);
+    let good_flags = flags(&bootstrap);
+    let good_flags: Vec<&str> = good_flags.iter().map(String::as_str).collect();
+    let log = d.join("agent.log");
+    let agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &good_flags);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, node) = admin_get(&s, "/api/v1/nodes/n1");
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        if ready {
+            break;
+        }
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(std::time::Instant::now() < deadline, "node n1 not registered by its certificate; agent log:\n{log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // One request, under the kubelet's digested name, asked by the bootstrap token and
+    // approved by the controller manager's approver.
+    let requests = csrs(&s);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let csr = &requests[0];
+    let name = csr["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("node-csr-") && name.len() == "node-csr-".len() + 43, "{name}");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef");
+    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(csr["spec"]["usages"], json!(["digital signature", "client auth"]));
+    assert_eq!(csr["status"]["conditions"][0]["reason"], "AutoApproved");
+    assert_eq!(
+        csr["status"]["conditions"][0]["message"],
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+    );
+
+    // The kubelet's files: a dated pair, current pointing at it, no pending key.
+    let pki = root.join("pki");
+    let current = pki.join("kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).unwrap();
+    assert!(target.file_name().unwrap().to_str().unwrap().starts_with("kubelet-client-20"), "{target:?}");
+    assert!(!pki.join("kubelet-client.key.tmp").exists());
+    let written = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(written.contains("default-context") && written.contains("kubelet-client-current.pem"), "{written}");
+
+    // The real kubectl with the written kubeconfig: the node, by its certificate.
+    let whoami = ok(kubectl_with(&kubeconfig, &d.join("cache"), &["auth", "whoami", "-o", "json"]), "whoami");
+    let me: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], "system:node:n1", "{me}");
+    assert_eq!(me["status"]["userInfo"]["groups"], json!(["system:nodes", "system:authenticated"]));
+    // The Node authorizer holds it to its own: no other node's object.
+    let other = kubectl_with(&kubeconfig, &d.join("cache"), &["get", "node", "n2"]);
+    assert!(String::from_utf8_lossy(&other.stderr).contains("Forbidden"), "{other:?}");
+
+    // Restarted, it runs on the certificate it has: no second request.
+    drop(agent);
+    let lease = |s: &Server| {
+        let (_, l) = admin_get(s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        l["spec"]["renewTime"].as_str().unwrap_or_default().to_owned()
+    };
+    let before = lease(&s);
+    let log = d.join("agent2.log");
+    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &good_flags);
+    wait_for("the restarted node renews its lease", Duration::from_secs(60), || {
+        (lease(&s) != before).then_some(Value::Null)
+    });
+    assert_eq!(csrs(&s).len(), 1, "no new request");
+    assert_eq!(std::fs::read_link(&current).unwrap(), target, "the same certificate");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("client certificate still valid"), "{text}");
+}
+
+/// A client certificate for node n1 signed by the CA of `api_dir`, valid from `from` to
+/// `until` seconds from now; the PEM certificate and key.
+fn short_node_certificate(api_dir: &Path, from: i64, until: i64) -> (String, String) {
+    let ca_pem = std::fs::read_to_string(api_dir.join("pki/ca.crt")).unwrap();
+    let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(api_dir.join("pki/ca.key")).unwrap()).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "system:node:n1");
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let now = jiff::Timestamp::now().as_second();
+    let at = |offset: i64| rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs((now + offset) as u64);
+    params.not_before = at(from);
+    params.not_after = at(until);
+    (params.signed_by(&key, &issuer).unwrap().pem(), key.serialize_pem())
+}
+
+/// The notAfter (Unix seconds) of the first certificate of a PEM file.
+fn not_after(pem_path: &Path) -> i64 {
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
+        .arg(pem_path)
+        .output()
+        .unwrap();
+    let text = ok(out, "openssl x509 -enddate");
+    let date = text.trim().trim_start_matches("notAfter=").replace(' ', "T");
+    date.parse::<jiff::Timestamp>().unwrap_or_else(|e| panic!("{date}: {e}")).as_second()
+}
+
+/// `--rotate-certificates`: a node whose certificate is 70–90% through its life asks, as
+/// itself, for a new one (`csr-…`, approved through `selfnodeclient`), stores it as
+/// `kubelet-client-current.pem` and keeps renewing its lease past the old one's expiry;
+/// restarted, it runs on the rotated pair.
+#[test]
+fn a_node_rotates_its_client_certificate_before_it_expires_and_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let api = d.join("api");
+    std::fs::create_dir(&api).unwrap();
+    let ca = api.join("pki/ca.crt");
+    let s = start(&api, &["--client-ca-file", ca.to_str().unwrap()]);
+    kubeadm_bindings(&s);
+    // 150 s of life, 60 s of it gone: rotation due 45–75 s from now, expiry in 90 s.
+    let (cert, key) = short_node_certificate(&api, -60, 90);
+    let expires = jiff::Timestamp::now().as_second() + 90;
+    let b64 = |t: &str| data_encoding::BASE64.encode(t.as_bytes());
+    let kubeconfig = d.join("n1.kubeconfig");
+    let ca_data = data_encoding::BASE64.encode(&std::fs::read(&ca).unwrap());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {ca_data}\ncontexts:\n- name: n1\n  context:\n    cluster: c\n    user: n1\ncurrent-context: n1\nusers:\n- name: n1\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            s.url,
+            b64(&cert),
+            b64(&key)
+        ),
+    )
+    .unwrap();
+    let root = d.join("root");
+    let log = d.join("agent.log");
+    let agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &["--rotate-certificates=true"]);
+    let current = root.join("pki/kubelet-client-current.pem");
+    let rotated = wait_logged("a rotation request issued", &log, Duration::from_secs(150), || {
+        csrs(&s).into_iter().find(|c| {
+            c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("csr-"))
+                && c["status"]["certificate"].is_string()
+        })
+    });
+    assert_eq!(rotated["spec"]["username"], "system:node:n1", "asked as the node, by its certificate");
+    assert_eq!(
+        rotated["status"]["conditions"][0]["message"],
+        "Auto approving self kubelet client certificate after SubjectAccessReview."
+    );
+    wait_for("the rotated pair is current", Duration::from_secs(30), || {
+        (not_after(&current) > expires + 3600).then_some(Value::Null)
+    });
+
+    // Past the old certificate's expiry the node still renews its lease.
+    let lease = |s: &Server| {
+        let (_, l) = admin_get(s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
+        l["spec"]["renewTime"].as_str().unwrap_or_default().to_owned()
+    };
+    wait_for("the old certificate expired", Duration::from_secs(120), || {
+        (jiff::Timestamp::now().as_second() > expires + 1).then_some(Value::Null)
+    });
+    let before = lease(&s);
+    wait_for("a lease renewal after the old certificate expired", Duration::from_secs(60), || {
+        (lease(&s) != before).then_some(Value::Null)
+    });
+
+    // Restarted (its kubeconfig's pair long expired), it runs on the rotated one.
+    drop(agent);
+    let before = lease(&s);
+    let log2 = d.join("agent2.log");
+    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log2), &["--rotate-certificates=true"]);
+    wait_for("the restarted node renews its lease", Duration::from_secs(60), || {
+        (lease(&s) != before).then_some(Value::Null)
+    });
+    let rotations = csrs(&s).iter().filter(|c| c["metadata"]["name"].as_str().unwrap().starts_with("csr-")).count();
+    assert_eq!(rotations, 1, "a year-long certificate is not rotated again");
+}
