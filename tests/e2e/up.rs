@@ -807,6 +807,29 @@ fn a_bootstrap_token_signs_the_cluster_info_anyone_may_read(data: &Path) {
     assert_eq!(me["status"]["userInfo"]["username"], format!("system:bootstrap:{id}"));
 }
 
+/// node-1 joined as a joining node does (the kubelet's TLS bootstrap): its request, asked by
+/// a bootstrap token, auto-approved; its kubeconfig names its own certificate, and the
+/// static token file names no node.
+fn node_1_is_known_by_its_own_certificate(data: &Path) {
+    let csrs = admin(data, reqwest::Method::GET, "/apis/certificates.k8s.io/v1/certificatesigningrequests", None);
+    let bootstrap = csrs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metadata"]["name"].as_str().unwrap().starts_with("node-csr-"))
+        .unwrap_or_else(|| panic!("no node-csr- request: {csrs}"));
+    assert!(bootstrap["spec"]["username"].as_str().unwrap().starts_with("system:bootstrap:"), "{bootstrap}");
+    assert_eq!(bootstrap["status"]["conditions"][0]["reason"], "AutoApproved", "{bootstrap}");
+    let kubeconfig = data.join("node-1/kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(text.contains("kubelet-client-current.pem") && !text.contains("token:"), "{text}");
+    let whoami = ok(kubectl_with(&kubeconfig, &data.join("cache-node"), &["auth", "whoami", "-o", "json"]), "whoami");
+    let me: Value = serde_json::from_str(&whoami).unwrap();
+    assert_eq!(me["status"]["userInfo"]["username"], "system:node:node-1", "{me}");
+    let tokens = std::fs::read_to_string(data.join("tokens.csv")).unwrap();
+    assert!(!tokens.contains("system:node:"), "tokens.csv names a node:\n{tokens}");
+}
+
 fn revoked_credentials_are_refused(data: &Path) {
     use reqwest::Method;
     let (auth, http) = registry_auth_as_node(data);
@@ -1119,6 +1142,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     a_changed_image_the_pod_may_not_use_stops_the_old_container(dir.path(), &data, &image_in(&out));
     the_nodes_port_takes_a_service_account_token(&data);
     a_bootstrap_token_signs_the_cluster_info_anyone_may_read(&data);
+    node_1_is_known_by_its_own_certificate(&data);
     pods_over_their_storage_limits_are_evicted(&data, &image_in(&out));
 
     // node-1's provider configuration changes while the cluster runs: a bad one is refused

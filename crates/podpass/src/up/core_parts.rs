@@ -40,6 +40,8 @@ pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission:
         .path(field!(Flags, audit.audit_log_path), &l.logs.join(API_AUDIT_LOG))
         // As kubeadm runs it: a joining node authenticates with a bootstrap token.
         .set(field!(Flags, enable_bootstrap_token_auth), true)
+        // …and then by the client certificate the cluster's CA signed for it.
+        .path(field!(Flags, client_ca_file), &l.data.join("pki").join("ca.crt"))
         .build(CONTROL_PLANE)?;
     Ok(Part {
         name: CONTROL_PLANE.to_owned(),

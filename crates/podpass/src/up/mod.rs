@@ -667,6 +667,25 @@ async fn bootstrap(api: &Api, ca: &Path) -> Result<()> {
     .await?;
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
         .await?;
+    // kubeadm's bindings for joining nodes (`kubeadm init phase bootstrap-token`): the
+    // default node token's group may ask for node client certificates and have them
+    // approved; nodes may have their own renewals approved.
+    let node_group = podpass_api::bootstrap_token::NODE_GROUP;
+    for (name, role, group) in [
+        ("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", node_group),
+        (
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            node_group,
+        ),
+        (
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
+    ] {
+        api.ensure(crb, &binding(name, role, group)).await?;
+    }
     cluster_info(api, ca).await
 }
 

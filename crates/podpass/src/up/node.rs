@@ -6,13 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::checklist::Checklist;
 use super::command_line::{CommandLine, field};
 use super::part::{Part, Probes, Readiness, Restart, launch};
 use super::supervisor::Supervisor;
-use super::{PartCertificates, Tools, files, identity_kubeconfig};
+use super::{PartCertificates, Tools, files};
 
 /// One node: what differs between the nodes of a cluster.
 pub(super) struct NodePart {
@@ -52,21 +52,64 @@ pub(super) struct Cluster<'a> {
     pub runtime: Option<&'a podpass_node::runtime::containerd::Layout>,
 }
 
-/// The node's kubeconfig (`system:node:<name>` in `system:nodes`).
-fn kubeconfig(data: &Path, node: &NodePart) -> Result<PathBuf> {
-    identity_kubeconfig(
-        data,
-        &node.dir.join("kubeconfig"),
-        &format!("system:node:{}", node.name),
-        &["system:nodes".to_owned()],
+/// How long the token a node bootstraps with lives: its own certificate (a year, rotated)
+/// outlives it, and the token cleaner removes it after.
+const BOOTSTRAP_TOKEN_TTL_SECONDS: i64 = 3600;
+
+/// The node's identity as a joining node gets it (the kubelet's TLS bootstrap): a bootstrap
+/// token in kubeadm's default node group and its kubeconfig (the cluster's server and CA),
+/// from which the agent asks for its client certificate (`system:node:<name>` in
+/// `system:nodes`) and writes `kubeconfig`. A kubeconfig naming another server (the
+/// control plane's port changed) is bootstrapped again. The paths of both kubeconfigs.
+async fn identity(data: &Path, node: &NodePart, api: &super::api::Api) -> Result<(PathBuf, PathBuf)> {
+    use podpass_api::bootstrap_token;
+    let kubeconfig = node.dir.join("kubeconfig");
+    let server = std::fs::read_to_string(data.join("server-url")).context("reading server-url")?;
+    let server = server.trim();
+    if let Ok(current) = std::fs::read_to_string(&kubeconfig)
+        && !current.contains(&format!("server: {server}\n"))
+    {
+        std::fs::remove_file(&kubeconfig).with_context(|| format!("removing the stale {}", kubeconfig.display()))?;
+    }
+    let token = bootstrap_token::generate().map_err(|_| anyhow::anyhow!("the random source failed"))?;
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(BOOTSTRAP_TOKEN_TTL_SECONDS))
+        .context("the bootstrap token's expiry")?
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let description = format!("podpass up: {}'s TLS bootstrap", node.name);
+    let secret = bootstrap_token::secret(
+        &token,
+        Some(&expires),
+        Some(&description),
+        &["authentication", "signing"],
+        &[bootstrap_token::NODE_GROUP],
     )
+    .context("the bootstrap token's Secret")?;
+    api.post(&format!("/api/v1/namespaces/{}/secrets", bootstrap_token::NAMESPACE), &secret).await?;
+    let ca = std::fs::read(data.join("pki").join("ca.crt")).context("reading the cluster CA")?;
+    let bootstrap = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\ncontexts:\n- name: tls-bootstrap-token-user@kubernetes\n  context:\n    cluster: kubernetes\n    user: tls-bootstrap-token-user\ncurrent-context: tls-bootstrap-token-user@kubernetes\nusers:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\n",
+        data_encoding::BASE64.encode(&ca)
+    );
+    let bootstrap_path = node.dir.join("bootstrap-kubeconfig");
+    podpass_apiserver::write_atomic(&bootstrap_path, bootstrap.as_bytes(), 0o600, true)?;
+    Ok((kubeconfig, bootstrap_path))
 }
 
 /// The agent's part: `podpass node run` as this node.
-fn agent(node: &NodePart, c: &Cluster<'_>, kubeconfig: &Path, providers: &Path, kubelet: &Path) -> Result<Part> {
+fn agent(
+    node: &NodePart,
+    c: &Cluster<'_>,
+    (kubeconfig, bootstrap): (&Path, &Path),
+    providers: &Path,
+    kubelet: &Path,
+) -> Result<Part> {
     type Flags = podpass_node::AgentConfig;
     let mut line = CommandLine::<Flags>::new(&["node", "run"], true)
         .path(field!(Flags, kubeconfig), kubeconfig)
+        .path(field!(Flags, bootstrap_kubeconfig), bootstrap)
+        .set(field!(Flags, rotate_certificates), true)
         .set(field!(Flags, node_name), &node.name)
         .path(field!(Flags, root_dir), &node.root())
         .path(field!(Flags, image_credential_provider_config), providers)
@@ -112,12 +155,13 @@ pub(super) async fn start(
     out: &mut Checklist,
     probes: &Probes<'_>,
 ) -> Result<()> {
-    let kubeconfig = kubeconfig(c.data, node)?;
+    let api = probes.api.context("the node's bootstrap needs the control plane")?;
+    let (kubeconfig, bootstrap) = identity(c.data, node, api).await?;
     let providers = node.dir.join("credential-provider.yaml");
     files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki)?;
     let kubelet_config = node.dir.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config, &node.eviction)?;
-    let part = agent(node, c, &kubeconfig, &providers, &kubelet_config)?;
+    let part = agent(node, c, (&kubeconfig, &bootstrap), &providers, &kubelet_config)?;
     let (_, began) = launch(&part, parts, out, probes).await?;
     out.done(
         &part.name,
