@@ -93,6 +93,41 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
         .unwrap();
     ok(created, "token create");
 
+    // kubeadm's --print-join-command: the server and its CA's pin from the kubeconfig.
+    let line = ok(
+        std::process::Command::new(PODPASS)
+            .args(["token", "create", "--print-join-command", "--kubeconfig"])
+            .arg(api.join("admin.kubeconfig"))
+            .output()
+            .unwrap(),
+        "token create --print-join-command",
+    );
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..5], ["podpass", "node", "join", "--server", s.url.as_str()], "{line}");
+    let pem = std::fs::read_to_string(api.join("pki/ca.crt")).unwrap();
+    let pin = podpass_node::join::ca_cert_hashes(&pem).unwrap().remove(0);
+    assert_eq!(words[7..], ["--discovery-token-ca-cert-hash", pin.as_str()], "{line}");
+    // This server lets nobody read cluster-info (nor signs it): discovery gives up in its time,
+    // saying why, and the node writes nothing.
+    let joined = d.join("joined");
+    let refused = std::process::Command::new(PODPASS)
+        .args(["node", "join", "--server", &s.url, "--token", words[6], "--discovery-token-ca-cert-hash", &pin])
+        .args(["--discovery-timeout", "6s", "--data-dir", joined.to_str().unwrap(), "--node-name", "n9"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("couldn't validate the identity of the API Server within 6s") && said.contains("403 Forbidden"),
+        "{said}"
+    );
+    assert!(!joined.join("bootstrap-kubeconfig").exists());
+    let bad_pin = std::process::Command::new(PODPASS)
+        .args(["node", "join", "--server", &s.url, "--token", words[6], "--discovery-token-ca-cert-hash", "sha256:12"])
+        .output()
+        .unwrap();
+    assert_eq!(bad_pin.status.code(), Some(64), "{bad_pin:?}");
+
     // A token the cluster does not know: the node says so and stops.
     let bogus = d.join("bogus.kubeconfig");
     bootstrap_kubeconfig(&s, &api, "qqqqqq.0123456789abcdef", &bogus);

@@ -830,6 +830,72 @@ fn node_1_is_known_by_its_own_certificate(data: &Path) {
     assert!(!tokens.contains("system:node:"), "tokens.csv names a node:\n{tokens}");
 }
 
+/// The join command `podpass up` printed, run from a second data dir on this machine:
+/// discovery (the signed cluster-info, the CA pinned), the TLS bootstrap, and node-2
+/// Ready, acting for a pod bound to it (its token volume names node-2). node-2 then goes,
+/// its Node with it, so nothing later is scheduled there.
+fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, said: &str) {
+    let prefix = "another node joins with (its token lives 24 h): ";
+    let line =
+        said.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no join command in:\n{said}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..3], ["podpass", "node", "join"], "{line}");
+    let node_dir = dir.join("node-2");
+    let out = dir.join("node-2.out");
+    let child = Command::new(PODPASS)
+        .args(&words[1..])
+        .args(["--data-dir", node_dir.to_str().unwrap(), "--node-name", "node-2", "--"])
+        .args(["--port", "0", "--healthz-port", "0", "--prepare-only", "--eviction-hard", TEST_EVICTION_HARD])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::from(std::fs::File::options().append(true).open(&out).unwrap()))
+        .spawn()
+        .unwrap();
+    let node2 = Agent(child, node_dir.join("root"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, node) = admin_status(data, "/api/v1/nodes/node-2");
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        if ready {
+            break;
+        }
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        assert!(Instant::now() < deadline, "node-2 did not join:\n{text}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("[discovery] cluster-info from") && text.contains("[kubelet-start]"), "{text}");
+    let joined = std::fs::read_to_string(node_dir.join("kubeconfig")).unwrap();
+    assert!(joined.contains("kubelet-client-current.pem"), "{joined}");
+
+    let pod = admin(
+        data,
+        reqwest::Method::POST,
+        "/api/v1/namespaces/team-a/pods",
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-node-2"},
+            "spec": {"nodeName": "node-2", "serviceAccountName": "app",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "app", "image": "registry.invalid/none:1",
+                                "securityContext": {"allowPrivilegeEscalation": false,
+                                                    "capabilities": {"drop": ["ALL"]}}}]}})),
+    );
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    let volumes = node_dir.join(format!("root/pods/{uid}/volumes/kubernetes.io~projected"));
+    let token = wait_for("node-2 writes its pod's token", Duration::from_secs(60), || {
+        let dir = std::fs::read_dir(&volumes).ok()?.flatten().next()?;
+        std::fs::read_to_string(dir.path().join("token")).ok().map(Value::String)
+    });
+    let payload = token.as_str().unwrap().split('.').nth(1).unwrap().to_owned();
+    let claims: Value =
+        serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap();
+    assert_eq!(claims["kubernetes.io"]["node"]["name"], "node-2", "{claims}");
+    admin(data, reqwest::Method::DELETE, "/api/v1/namespaces/team-a/pods/on-node-2?gracePeriodSeconds=0", None);
+    drop(node2);
+    admin(data, reqwest::Method::DELETE, "/api/v1/nodes/node-2", None);
+}
+
 fn revoked_credentials_are_refused(data: &Path) {
     use reqwest::Method;
     let (auth, http) = registry_auth_as_node(data);
@@ -1252,6 +1318,7 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert_eq!(records(&data), kept_records, "explain wrote no record");
 
     a_revocation_reaches_registry_auth_after_its_watches_idled(&data, revocations_quiet_since);
+    a_second_data_dir_joins_with_the_printed_command(dir.path(), &data, &std::fs::read_to_string(&log2).unwrap());
 
     a_replica_set_runs_team_as_pods_each_pulling_as_itself(&data, &image_in(&out));
     a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir.path(), &data, &image_in(&out));

@@ -28,6 +28,20 @@ pub struct CreateArgs {
     /// Extra groups it authenticates as (each `system:bootstrappers:…`).
     #[arg(long, value_delimiter = ',', default_value = podpass_api::bootstrap_token::NODE_GROUP)]
     pub groups: Vec<String>,
+    /// Print the whole `podpass node join` command for the token (the kubeconfig's server
+    /// and its CA's pin), as kubeadm's `--print-join-command`.
+    #[arg(long)]
+    pub print_join_command: bool,
+}
+
+/// kubeadm's join command for `token` against the server `server`, whose CA (DER) is
+/// `ca`: the pin is the `sha256:` of its SubjectPublicKeyInfo.
+pub fn join_command(server: &str, ca: &[u8], token: &str) -> Result<String, podpass_node::join::DiscoveryError> {
+    let pin = podpass_node::join::ca_cert_hash(ca)?;
+    Ok(format!(
+        "podpass node join --server {} --token {token} --discovery-token-ca-cert-hash {pin}",
+        server.trim_end_matches('/')
+    ))
 }
 
 /// Creates the token and prints it; exit 64 for a flag kubeadm would refuse, 1 when the API
@@ -48,14 +62,31 @@ pub fn create(args: CreateArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        let client = match podpass_component::client(&args.kubeconfig).await {
-            Ok((client, _)) => client,
+        let (client, config) = match podpass_component::client(&args.kubeconfig).await {
+            Ok(pair) => pair,
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(crate::EXIT_USAGE);
             }
         };
         match podpass_component::create_bootstrap_token(&client, &request).await {
+            Ok(token) if args.print_join_command => {
+                let server = config.cluster_url.to_string();
+                let Some(ca) = config.root_cert.as_ref().and_then(|certs| certs.first()) else {
+                    eprintln!("error: --print-join-command: --kubeconfig names no cluster CA to pin");
+                    return ExitCode::FAILURE;
+                };
+                match join_command(&server, ca, &token) {
+                    Ok(line) => {
+                        println!("{line}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: --print-join-command: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
             Ok(token) => {
                 println!("{token}");
                 ExitCode::SUCCESS

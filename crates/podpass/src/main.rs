@@ -24,6 +24,7 @@ mod controller_manager;
 mod node;
 mod node_explain;
 mod node_images;
+mod node_join;
 mod pull_progress;
 mod registry_auth;
 mod scheduler;

@@ -42,6 +42,10 @@ pub enum NodeCommand {
     /// images with its own credentials, and posts Events and pod status. SIGTERM or Ctrl-C
     /// stops it.
     Run(Box<podpass_node::AgentConfig>),
+    /// Join a cluster as kubeadm's `join`: discover it with a bootstrap token (the signed
+    /// cluster-info, the CA pinned), then run the node agent, which asks the cluster for its
+    /// own certificate and registers the Node.
+    Join(Box<crate::node_join::JoinArgs>),
 }
 
 /// Flags of `podpass node credentials`.
@@ -106,6 +110,7 @@ pub fn run(cmd: NodeCommand) -> ExitCode {
         NodeCommand::Explain(a) => block_on(crate::node_explain::explain(*a)),
         NodeCommand::Gc(a) => block_on(async { ni::gc(a).await.map(|()| true) }),
         NodeCommand::Run(a) => run_agent(*a),
+        NodeCommand::Join(a) => crate::node_join::join(*a),
     }
 }
 

@@ -57,6 +57,16 @@ pub fn ca_cert_hash(certificate_der: &[u8]) -> Result<String, DiscoveryError> {
     Ok(format!("sha256:{}", data_encoding::HEXLOWER.encode(digest.as_ref())))
 }
 
+/// [`ca_cert_hash`] of each certificate of a PEM bundle, in its order.
+pub fn ca_cert_hashes(pem: &str) -> Result<Vec<String>, DiscoveryError> {
+    let mut hashes = Vec::new();
+    for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
+        let block = block.map_err(|e| DiscoveryError::BadKubeconfig(format!("its CA: {e}")))?;
+        hashes.push(ca_cert_hash(&block.contents)?);
+    }
+    Ok(hashes)
+}
+
 /// `pubkeypin.Set.Allow`: a pin is `sha256:` and 64 hex digits (case as written).
 pub fn check_pin(pin: &str) -> Result<String, DiscoveryError> {
     let bad = |why: &str| DiscoveryError::BadPin(pin.to_owned(), why.to_owned());
@@ -103,11 +113,7 @@ pub fn validate(cluster_info: &Value, token: &str, pins: &[String]) -> Result<Cl
         .ok_or_else(|| DiscoveryError::BadKubeconfig("no certificate-authority-data".into()))?;
     let ca_pem = String::from_utf8(ca).map_err(|_| DiscoveryError::BadKubeconfig("a CA that is no PEM".into()))?;
     if !pins.is_empty() {
-        let mut hashes = Vec::new();
-        for block in x509_parser::pem::Pem::iter_from_buffer(ca_pem.as_bytes()) {
-            let block = block.map_err(|e| DiscoveryError::BadKubeconfig(format!("its CA: {e}")))?;
-            hashes.push(ca_cert_hash(&block.contents)?);
-        }
+        let hashes = ca_cert_hashes(&ca_pem)?;
         if !hashes.iter().any(|h| pins.contains(h)) {
             return Err(DiscoveryError::NotPinned(hashes.join(":")));
         }

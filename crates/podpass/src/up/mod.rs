@@ -259,6 +259,10 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         l.logs.display(),
         if external_registry { "" } else { "registry," }
     ));
+    match node::join_command(&l.data, &running.api).await {
+        Ok(line) => out.say(&format!("another node joins with (its token lives 24 h): {line}")),
+        Err(e) => out.say(&format!("warning: no join command: {e:#}")),
+    }
 
     let mut code = ExitCode::SUCCESS;
     if args.demo {

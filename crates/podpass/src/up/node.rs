@@ -62,7 +62,6 @@ const BOOTSTRAP_TOKEN_TTL_SECONDS: i64 = 3600;
 /// `system:nodes`) and writes `kubeconfig`. A kubeconfig naming another server (the
 /// control plane's port changed) is bootstrapped again. The paths of both kubeconfigs.
 async fn identity(data: &Path, node: &NodePart, api: &super::api::Api) -> Result<(PathBuf, PathBuf)> {
-    use podpass_api::bootstrap_token;
     let kubeconfig = node.dir.join("kubeconfig");
     let server = std::fs::read_to_string(data.join("server-url")).context("reading server-url")?;
     let server = server.trim();
@@ -71,27 +70,10 @@ async fn identity(data: &Path, node: &NodePart, api: &super::api::Api) -> Result
     {
         std::fs::remove_file(&kubeconfig).with_context(|| format!("removing the stale {}", kubeconfig.display()))?;
     }
-    let token = bootstrap_token::generate().map_err(|_| anyhow::anyhow!("the random source failed"))?;
-    let expires = jiff::Timestamp::now()
-        .checked_add(jiff::SignedDuration::from_secs(BOOTSTRAP_TOKEN_TTL_SECONDS))
-        .context("the bootstrap token's expiry")?
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
     let description = format!("podpass up: {}'s TLS bootstrap", node.name);
-    let secret = bootstrap_token::secret(
-        &token,
-        Some(&expires),
-        Some(&description),
-        &["authentication", "signing"],
-        &[bootstrap_token::NODE_GROUP],
-    )
-    .context("the bootstrap token's Secret")?;
-    api.post(&format!("/api/v1/namespaces/{}/secrets", bootstrap_token::NAMESPACE), &secret).await?;
-    let ca = std::fs::read(data.join("pki").join("ca.crt")).context("reading the cluster CA")?;
-    let bootstrap = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\ncontexts:\n- name: tls-bootstrap-token-user@kubernetes\n  context:\n    cluster: kubernetes\n    user: tls-bootstrap-token-user\ncurrent-context: tls-bootstrap-token-user@kubernetes\nusers:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\n",
-        data_encoding::BASE64.encode(&ca)
-    );
+    let token = create_token(api, BOOTSTRAP_TOKEN_TTL_SECONDS, &description).await?;
+    let ca = std::fs::read_to_string(data.join("pki").join("ca.crt")).context("reading the cluster CA")?;
+    let bootstrap = podpass_node::join::bootstrap_kubeconfig(server, &ca, &token);
     let bootstrap_path = node.dir.join("bootstrap-kubeconfig");
     podpass_apiserver::write_atomic(&bootstrap_path, bootstrap.as_bytes(), 0o600, true)?;
     Ok((kubeconfig, bootstrap_path))
@@ -177,4 +159,41 @@ pub(super) async fn start(
         began,
     );
     Ok(())
+}
+
+/// How long the printed join command's token lives (kubeadm's default).
+const JOIN_TOKEN_TTL_SECONDS: i64 = 24 * 3600;
+
+/// A bootstrap token for another machine to join with, and the `podpass node join` command
+/// that uses it (the server and its CA's pin, as kubeadm prints it).
+pub(super) async fn join_command(data: &Path, api: &super::api::Api) -> Result<String> {
+    let token = create_token(api, JOIN_TOKEN_TTL_SECONDS, "podpass up: the printed join command").await?;
+    let ca = std::fs::read_to_string(data.join("pki").join("ca.crt")).context("reading the cluster CA")?;
+    let pin = podpass_node::join::ca_cert_hashes(&ca)?
+        .into_iter()
+        .next()
+        .context("the cluster CA file holds no certificate")?;
+    Ok(format!("podpass node join --server {} --token {token} --discovery-token-ca-cert-hash {pin}", api.url))
+}
+
+/// A bootstrap token in kubeadm's default node group, for authentication and signing,
+/// living `ttl` seconds.
+async fn create_token(api: &super::api::Api, ttl: i64, description: &str) -> Result<String> {
+    use podpass_api::bootstrap_token;
+    let token = bootstrap_token::generate().map_err(|_| anyhow::anyhow!("the random source failed"))?;
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(ttl))
+        .context("the bootstrap token's expiry")?
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let secret = bootstrap_token::secret(
+        &token,
+        Some(&expires),
+        Some(description),
+        &["authentication", "signing"],
+        &[bootstrap_token::NODE_GROUP],
+    )
+    .context("the bootstrap token's Secret")?;
+    api.post(&format!("/api/v1/namespaces/{}/secrets", bootstrap_token::NAMESPACE), &secret).await?;
+    Ok(token)
 }

@@ -1,0 +1,118 @@
+//! `podpass node join`: kubeadm's `join` for a podpass node. The cluster is discovered
+//! with a bootstrap token (the signed `cluster-info`, the CA's public key pinned) by
+//! [`podpass_node::join`], the bootstrap kubeconfig written, and the node agent started on
+//! it: the agent asks the cluster for its own client certificate (the kubelet's TLS
+//! bootstrap) and registers the Node. This parses flags, prints a line per step and hands
+//! over to `podpass node run`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use podpass_api::GoDuration;
+
+/// `podpass node join`'s flags (kubeadm's names).
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The API server, `https://host:port` or `host:port`.
+    #[arg(long)]
+    pub server: String,
+    /// The bootstrap token (`podpass token create`), `[a-z0-9]{6}.[a-z0-9]{16}`.
+    #[arg(long)]
+    pub token: String,
+    /// The cluster CA's public key pin, `sha256:<hex>` (repeatable: any may match).
+    #[arg(long = "discovery-token-ca-cert-hash", required = true)]
+    pub ca_cert_hashes: Vec<String>,
+    /// How long discovery keeps asking for a signed `cluster-info` (Go duration).
+    #[arg(long, default_value = "5m")]
+    pub discovery_timeout: GoDuration,
+    /// The node's files: its kubeconfigs, certificates (`pki/`) and root dir (`root/`).
+    #[arg(long, default_value = "./podpass-node")]
+    pub data_dir: PathBuf,
+    /// The Node's name (default: this machine's host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// Further `podpass node run` flags, after `--` (ports, the container runtime, …).
+    #[arg(last = true)]
+    pub agent_args: Vec<String>,
+}
+
+/// This machine's host name, lowercased as the kubelet's default node name.
+fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(name.trim().to_lowercase()).filter(|n| !n.is_empty())
+}
+
+/// Discovers, writes the bootstrap kubeconfig, then becomes the node agent. Exit 64 for a
+/// bad flag, 1 when discovery fails; otherwise the agent's exit status.
+pub fn join(args: JoinArgs) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let Some(timeout) = args.discovery_timeout.to_std().filter(|d| !d.is_zero()) else {
+        eprintln!("error: --discovery-timeout {}: must be positive", args.discovery_timeout);
+        return ExitCode::from(crate::EXIT_USAGE);
+    };
+    let Some(node) = args.node_name.clone().or_else(hostname) else {
+        eprintln!("error: --node-name: this machine has no host name to default to; name the node");
+        return ExitCode::from(crate::EXIT_USAGE);
+    };
+    let runtime = match crate::runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let discovered =
+        runtime.block_on(podpass_node::join::discover(&args.server, &args.token, &args.ca_cert_hashes, timeout));
+    drop(runtime);
+    let info = match discovered {
+        Ok(info) => info,
+        Err(e @ podpass_node::join::JoinError::Discovery(_)) | Err(e @ podpass_node::join::JoinError::Server(_)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(crate::EXIT_USAGE);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            eprintln!(
+                "  is the token in force (podpass token create) and the controller manager's bootstrap signer running?"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let id = args.token.split('.').next().unwrap_or_default();
+    println!(
+        "[discovery] cluster-info from {} signed by token {id}, its CA pinned; API server {}",
+        args.server, info.server
+    );
+    if let Err(e) = podpass_serve::durable::private_dir(&args.data_dir) {
+        eprintln!("error: --data-dir {}: {e}", args.data_dir.display());
+        return ExitCode::from(crate::EXIT_USAGE);
+    }
+    let bootstrap = args.data_dir.join("bootstrap-kubeconfig");
+    let text = podpass_node::join::bootstrap_kubeconfig(&info.server, &info.ca_pem, &args.token);
+    if let Err(e) = podpass_serve::durable::replace(&bootstrap, text.as_bytes(), 0o600) {
+        eprintln!("error: writing {}: {e}", bootstrap.display());
+        return ExitCode::FAILURE;
+    }
+    println!("[kubelet-start] bootstrap kubeconfig written to {}", bootstrap.display());
+    let program = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: finding this program to run the node agent: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (kubeconfig, root) = (args.data_dir.join("kubeconfig"), args.data_dir.join("root"));
+    println!(
+        "[kubelet-start] starting the node agent as node {node}: it asks the cluster for its client certificate, then registers"
+    );
+    let err = std::process::Command::new(program)
+        .args(["node", "run", "--node-name", &node, "--rotate-certificates=true"])
+        .arg("--bootstrap-kubeconfig")
+        .arg(&bootstrap)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--root-dir")
+        .arg(&root)
+        .args(&args.agent_args)
+        .exec();
+    eprintln!("error: starting the node agent: {err}");
+    ExitCode::FAILURE
+}
