@@ -893,6 +893,29 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
     assert_eq!(claims["kubernetes.io"]["node"]["name"], "node-2", "{claims}");
     admin(data, reqwest::Method::DELETE, "/api/v1/namespaces/team-a/pods/on-node-2?gracePeriodSeconds=0", None);
     drop(node2);
+
+    // The same command again (the machine restarted): its certificate is enough.
+    let lease = || {
+        let (_, l) = admin_status(data, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-2");
+        l["spec"]["renewTime"].as_str().unwrap_or_default().to_owned()
+    };
+    let before = lease();
+    let again_out = dir.join("node-2-again.out");
+    let again = Command::new(PODPASS)
+        .args(&words[1..])
+        .args(["--data-dir", node_dir.to_str().unwrap(), "--node-name", "node-2", "--"])
+        .args(["--port", "0", "--healthz-port", "0", "--prepare-only", "--eviction-hard", TEST_EVICTION_HARD])
+        .stdout(std::fs::File::create(&again_out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let again = Agent(again, node_dir.join("root"));
+    wait_for("the rejoined node-2 renews its lease", Duration::from_secs(60), || {
+        (lease() != before).then_some(Value::Null)
+    });
+    let said = std::fs::read_to_string(&again_out).unwrap();
+    assert!(said.contains("joined before, no discovery"), "{said}");
+    drop(again);
     admin(data, reqwest::Method::DELETE, "/api/v1/nodes/node-2", None);
 }
 

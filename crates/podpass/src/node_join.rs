@@ -46,7 +46,6 @@ fn hostname() -> Option<String> {
 /// Discovers, writes the bootstrap kubeconfig, then becomes the node agent. Exit 64 for a
 /// bad flag, 1 when discovery fails; otherwise the agent's exit status.
 pub fn join(args: JoinArgs) -> ExitCode {
-    use std::os::unix::process::CommandExt;
     let Some(timeout) = args.discovery_timeout.to_std().filter(|d| !d.is_zero()) else {
         eprintln!("error: --discovery-timeout {}: must be positive", args.discovery_timeout);
         return ExitCode::from(crate::EXIT_USAGE);
@@ -55,6 +54,14 @@ pub fn join(args: JoinArgs) -> ExitCode {
         eprintln!("error: --node-name: this machine has no host name to default to; name the node");
         return ExitCode::from(crate::EXIT_USAGE);
     };
+    let (kubeconfig, root) = (args.data_dir.join("kubeconfig"), args.data_dir.join("root"));
+    let bootstrap = args.data_dir.join("bootstrap-kubeconfig");
+    // Joined before (a restart of this machine): the node's own certificate is all it
+    // needs, whether or not the token is still in force.
+    if podpass_node::join::holds_valid_client_certificate(&kubeconfig) {
+        println!("[kubelet-start] {} holds this node's certificate: joined before, no discovery", kubeconfig.display());
+        return run_agent(&node, &bootstrap, &kubeconfig, &root, &args.agent_args);
+    }
     let runtime = match crate::runtime() {
         Ok(r) => r,
         Err(code) => return code,
@@ -85,13 +92,28 @@ pub fn join(args: JoinArgs) -> ExitCode {
         eprintln!("error: --data-dir {}: {e}", args.data_dir.display());
         return ExitCode::from(crate::EXIT_USAGE);
     }
-    let bootstrap = args.data_dir.join("bootstrap-kubeconfig");
     let text = podpass_node::join::bootstrap_kubeconfig(&info.server, &info.ca_pem, &args.token);
     if let Err(e) = podpass_serve::durable::replace(&bootstrap, text.as_bytes(), 0o600) {
         eprintln!("error: writing {}: {e}", bootstrap.display());
         return ExitCode::FAILURE;
     }
     println!("[kubelet-start] bootstrap kubeconfig written to {}", bootstrap.display());
+    println!(
+        "[kubelet-start] starting the node agent as node {node}: it asks the cluster for its client certificate, then registers"
+    );
+    run_agent(&node, &bootstrap, &kubeconfig, &root, &args.agent_args)
+}
+
+/// Becomes `podpass node run` as `node` on the bootstrap kubeconfig (TLS bootstrap and
+/// rotation on); returns only if it cannot.
+fn run_agent(
+    node: &str,
+    bootstrap: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    root: &std::path::Path,
+    extra: &[String],
+) -> ExitCode {
+    use std::os::unix::process::CommandExt;
     let program = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -99,20 +121,13 @@ pub fn join(args: JoinArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (kubeconfig, root) = (args.data_dir.join("kubeconfig"), args.data_dir.join("root"));
-    println!(
-        "[kubelet-start] starting the node agent as node {node}: it asks the cluster for its client certificate, then registers"
-    );
-    let err = std::process::Command::new(program)
-        .args(["node", "run", "--node-name", &node, "--rotate-certificates=true"])
-        .arg("--bootstrap-kubeconfig")
-        .arg(&bootstrap)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--root-dir")
-        .arg(&root)
-        .args(&args.agent_args)
-        .exec();
+    let mut command = std::process::Command::new(program);
+    command.args(["node", "run", "--node-name", node, "--rotate-certificates=true"]);
+    if bootstrap.exists() {
+        // An expired certificate is bootstrapped again with it, as the kubelet does.
+        command.arg("--bootstrap-kubeconfig").arg(bootstrap);
+    }
+    let err = command.arg("--kubeconfig").arg(kubeconfig).arg("--root-dir").arg(root).args(extra).exec();
     eprintln!("error: starting the node agent: {err}");
     ExitCode::FAILURE
 }

@@ -124,7 +124,7 @@ pub fn kubeconfig_client_pair(path: &Path) -> Option<(Vec<u8>, Vec<u8>)> {
 /// kubelet `isClientConfigStillValid`: the kubeconfig exists, its current user has a client
 /// certificate, and no certificate of it has expired. Anything else (unreadable, no
 /// certificate, a token instead) means bootstrapping.
-fn client_config_still_valid(path: &Path) -> bool {
+pub fn client_config_still_valid(path: &Path) -> bool {
     let Some((pem, _)) = kubeconfig_client_pair(path) else { return false };
     let now = jiff::Timestamp::now().as_second();
     let mut any = false;

@@ -13,7 +13,10 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-pub use bootstrap::{BOOTSTRAP_TIMEOUT, BootstrapPaths, Bootstrapped, kubeconfig_client_pair, load_client_cert};
+pub use bootstrap::{
+    BOOTSTRAP_TIMEOUT, BootstrapPaths, Bootstrapped, client_config_still_valid, kubeconfig_client_pair,
+    load_client_cert,
+};
 pub use client::{RotatingIdentity, client_with_identity};
 pub use manager::rotate_client_certificate;
 pub use request::Template;

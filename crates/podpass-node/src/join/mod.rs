@@ -9,3 +9,7 @@ pub use discovery::{
     ClusterInfo, DiscoveryError, ca_cert_hash, ca_cert_hashes, check_pin, validate as validate_cluster_info,
 };
 pub use fetch::{JoinError, bootstrap_kubeconfig, discover, server_url};
+
+/// Whether a kubeconfig names a client certificate that has not expired (kubelet
+/// `isClientConfigStillValid`): a node that joined before runs on it without discovery.
+pub use crate::certificate::client_config_still_valid as holds_valid_client_certificate;
