@@ -97,14 +97,7 @@ pub async fn cluster_ca_pem(path: &Path) -> Result<String, ApiClientError> {
     if certs.is_empty() {
         return Err(err("no cluster CA: the node's server needs one to check client certificates".into()));
     }
-    Ok(certs
-        .iter()
-        .map(|der| {
-            let b64 = data_encoding::BASE64.encode(der);
-            let lines: Vec<&str> = b64.as_bytes().chunks(64).filter_map(|c| std::str::from_utf8(c).ok()).collect();
-            format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
-        })
-        .collect())
+    Ok(certs.iter().map(|der| podpass_token::pem::encode("CERTIFICATE", der)).collect())
 }
 
 /// A pod as the credential lookup needs it.

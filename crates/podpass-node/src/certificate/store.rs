@@ -133,11 +133,7 @@ pub(super) fn parse_pair(text: &str) -> Result<StoredPair, MalformedPair> {
     let (_, cert) =
         x509_parser::parse_x509_certificate(&leaf.contents).map_err(|e| MalformedPair(format!("certificate: {e}")))?;
     let validity = cert.validity();
-    let pem = |label: &str, der: &[u8]| {
-        let b64 = data_encoding::BASE64.encode(der);
-        let lines: Vec<&str> = b64.as_bytes().chunks(64).filter_map(|c| std::str::from_utf8(c).ok()).collect();
-        format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
-    };
+    let pem = podpass_token::pem::encode;
     Ok(StoredPair {
         cert_pem: certs.iter().map(|c| pem("CERTIFICATE", &c.contents)).collect(),
         key_pem: pem(&key.label, &key.contents),
