@@ -86,6 +86,11 @@ fn start_alone(dir: &Path, port: &str, extra: &[&str]) -> Server {
 /// `system:kube-controller-manager` (its kubeconfig written there, its log in
 /// `controller-manager.log`).
 pub fn spawn_manager(dir: &Path) -> Manager {
+    spawn_manager_with(dir, &[])
+}
+
+/// [`spawn_manager`] with further flags.
+pub fn spawn_manager_with(dir: &Path, extra: &[&str]) -> Manager {
     let kubeconfig = dir.join("controller-manager.kubeconfig");
     if !kubeconfig.exists() {
         let identity = identity_output(dir, "system:kube-controller-manager", &[]);
@@ -103,7 +108,8 @@ pub fn spawn_manager(dir: &Path) -> Manager {
         "--cluster-signing-key-file",
         ca_key.to_str().unwrap(),
     ];
-    manager_with(&kubeconfig, &dir.join("controller-manager.log"), &flags)
+    let all: Vec<&str> = flags.iter().chain(extra).copied().collect();
+    manager_with(&kubeconfig, &dir.join("controller-manager.log"), &all)
 }
 
 /// Waits until namespace `ns` holds what the controller manager gives every namespace: the
@@ -278,7 +284,8 @@ pub fn spawn_agent_with(kubeconfig: &Path, root: &Path, log: Option<&Path>, extr
     Agent(
         Command::new(PODPASS)
             .args(["--log-format", "json", "node", "run", "--kubeconfig", kubeconfig.to_str().unwrap()])
-            .args(["--node-name", "n1", "--root-dir", root.to_str().unwrap()])
+            .args(if extra.contains(&"--node-name") { &[][..] } else { &["--node-name", "n1"][..] })
+            .args(["--root-dir", root.to_str().unwrap()])
             .args(if extra.contains(&"--healthz-port") { &[][..] } else { &["--healthz-port", "0"][..] })
             .args(if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] })
             .args(if extra.contains(&"--eviction-hard") {

@@ -53,13 +53,16 @@ impl Recorder {
             metadata: ObjectMeta {
                 // client-go: `<object>.<unix nanos in hex>`.
                 name: Some(format!("{}.{:x}", regarding.name, now.as_nanosecond())),
-                namespace: Some(regarding.namespace.to_owned()),
+                // client-go: a cluster-scoped object's events live in `default`.
+                namespace: Some(
+                    if regarding.namespace.is_empty() { "default" } else { regarding.namespace }.to_owned(),
+                ),
                 ..Default::default()
             },
             involved_object: ObjectReference {
                 api_version: Some(regarding.api_version.to_owned()),
                 kind: Some(regarding.kind.to_owned()),
-                namespace: Some(regarding.namespace.to_owned()),
+                namespace: (!regarding.namespace.is_empty()).then(|| regarding.namespace.to_owned()),
                 name: Some(regarding.name.to_owned()),
                 uid: (!regarding.uid.is_empty()).then(|| regarding.uid.to_owned()),
                 ..Default::default()
@@ -74,7 +77,8 @@ impl Recorder {
             reporting_component: Some(self.component.clone()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), regarding.namespace);
+        let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             tracing::warn!(reason, error = %e, "could not record an event");
         }

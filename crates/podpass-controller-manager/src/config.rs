@@ -12,7 +12,7 @@ use crate::leader::Election;
 pub const LEASE_NAME: &str = "kube-controller-manager";
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 16] = [
+pub const CONTROLLERS: [&str; 18] = [
     crate::service_account_token::NAME,
     crate::service_account::NAME,
     crate::root_ca_publisher::NAME,
@@ -29,6 +29,8 @@ pub const CONTROLLERS: [&str; 16] = [
     crate::certificates::SIGNER,
     crate::pod_gc::NAME,
     crate::garbage_collector::NAME,
+    crate::node_lifecycle::NAME,
+    crate::taint_eviction::NAME,
 ];
 
 /// The controllers `*` leaves out, run only when named (kube-controller-manager's
@@ -46,6 +48,7 @@ fn alias(controller: &str) -> Option<&'static str> {
         crate::endpoints::NAME => Some("endpoint"),
         crate::root_ca_publisher::NAME => Some("root-ca-cert-publisher"),
         crate::pod_gc::NAME => Some("podgc"),
+        crate::node_lifecycle::NAME => Some("nodelifecycle"),
         _ => None,
     }
 }
@@ -85,6 +88,28 @@ pub struct Config {
     /// The longest lifetime of a signed certificate (Go duration).
     #[arg(long, default_value = "8760h")]
     pub cluster_signing_duration: podpass_api::GoDuration,
+    /// How often the node lifecycle controller looks at the nodes.
+    #[arg(long, default_value = "5s")]
+    pub node_monitor_period: podpass_api::GoDuration,
+    /// How long a node may stop renewing its Lease and posting its status before it is
+    /// marked `Unknown`; more than the node's renew interval (10 s) several times over.
+    #[arg(long, default_value = "50s")]
+    pub node_monitor_grace_period: podpass_api::GoDuration,
+    /// The same for a node that never posted a Ready condition.
+    #[arg(long, default_value = "1m")]
+    pub node_startup_grace_period: podpass_api::GoDuration,
+    /// Nodes per second whose pods are evicted (NoExecute-tainted) in a healthy zone.
+    #[arg(long, default_value_t = 0.1)]
+    pub node_eviction_rate: f64,
+    /// The same in a large zone mostly not Ready.
+    #[arg(long, default_value_t = 0.01)]
+    pub secondary_node_eviction_rate: f64,
+    /// A zone of more nodes than this is large (under it, a mostly down zone evicts nothing).
+    #[arg(long, default_value_t = 50)]
+    pub large_cluster_size_threshold: usize,
+    /// The share of not-Ready nodes (of more than two) that makes a zone unhealthy.
+    #[arg(long, default_value_t = 0.55)]
+    pub unhealthy_zone_threshold: f64,
 }
 
 /// A configuration checked whole, ready to run.
@@ -99,6 +124,7 @@ pub struct Prepared {
     pub(crate) signing_key: Option<podpass_token::SigningKey>,
     /// The signer's CA, when both its files are given.
     pub(crate) signing_ca: Option<crate::certificates::SigningCa>,
+    pub(crate) node_lifecycle: crate::node_lifecycle::Settings,
 }
 
 impl Config {
@@ -155,6 +181,7 @@ impl Config {
             problems.check_value(flag, path.display(), podpass_token::SigningKey::from_pem(&pem))
         });
         let signing_ca = self.signing_ca(&mut problems);
+        let node_lifecycle = self.node_lifecycle(&mut problems);
         problems.finish()?;
         Ok(Prepared {
             kubeconfig: self.kubeconfig.clone(),
@@ -164,7 +191,54 @@ impl Config {
             root_ca,
             signing_key,
             signing_ca,
+            node_lifecycle,
         })
+    }
+}
+
+impl Config {
+    /// The node lifecycle flags: positive periods, a grace period longer than the period
+    /// (else every node would blink `Unknown` between two looks), rates and a share that
+    /// mean something.
+    fn node_lifecycle(&self, problems: &mut Problems) -> crate::node_lifecycle::Settings {
+        let mut positive = |flag: &str, d: podpass_api::GoDuration| match d.to_std() {
+            Some(d) if !d.is_zero() => d,
+            _ => {
+                problems.push_value(flag, d, "must be positive");
+                std::time::Duration::from_secs(1)
+            }
+        };
+        let period = positive("--node-monitor-period", self.node_monitor_period);
+        let monitor = positive("--node-monitor-grace-period", self.node_monitor_grace_period);
+        let startup = positive("--node-startup-grace-period", self.node_startup_grace_period);
+        if monitor <= period {
+            problems.push_value(
+                "--node-monitor-grace-period",
+                self.node_monitor_grace_period,
+                format_args!("must be longer than --node-monitor-period ({})", self.node_monitor_period),
+            );
+        }
+        for (flag, rate) in [
+            ("--node-eviction-rate", self.node_eviction_rate),
+            ("--secondary-node-eviction-rate", self.secondary_node_eviction_rate),
+        ] {
+            if !rate.is_finite() || rate < 0.0 {
+                problems.push_value(flag, rate, "must be a number of nodes per second, 0 or more");
+            }
+        }
+        if !(self.unhealthy_zone_threshold > 0.0 && self.unhealthy_zone_threshold <= 1.0) {
+            problems.push_value("--unhealthy-zone-threshold", self.unhealthy_zone_threshold, "must be in (0, 1]");
+        }
+        crate::node_lifecycle::Settings {
+            period,
+            grace: crate::node_lifecycle::Grace { monitor, startup },
+            rates: crate::node_lifecycle::Rates {
+                primary: self.node_eviction_rate,
+                secondary: self.secondary_node_eviction_rate,
+                large_zone: self.large_cluster_size_threshold,
+                unhealthy: self.unhealthy_zone_threshold,
+            },
+        }
     }
 }
 
@@ -235,6 +309,11 @@ mod tests {
             "/nonexistent/ca.crt",
             "--service-account-private-key-file",
             "/nonexistent/sa.key",
+            "--node-monitor-grace-period",
+            "5s",
+            "--node-eviction-rate=-1",
+            "--unhealthy-zone-threshold",
+            "2",
         ]);
         let Err(errors) = c.prepare() else { panic!("a bad configuration was prepared") };
         for flag in [
@@ -243,6 +322,9 @@ mod tests {
             "--controllers",
             "--root-ca-file",
             "--service-account-private-key-file",
+            "--node-monitor-grace-period",
+            "--node-eviction-rate",
+            "--unhealthy-zone-threshold",
         ] {
             assert!(errors.names(flag), "{errors}");
         }
@@ -284,7 +366,7 @@ mod tests {
             "--kubeconfig",
             &path,
             "--controllers",
-            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation,-csrapproving,-csrsigning",
+            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation,-csrapproving,-csrsigning,-nodelifecycle,-taint-eviction",
         ])
         .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);

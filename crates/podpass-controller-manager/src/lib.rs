@@ -8,7 +8,9 @@
 //! - The controllers: the Deployment, ReplicaSet, Job and CronJob controllers (the Job
 //!   controller also deletes finished Jobs past their TTL), the Endpoints and EndpointSlice
 //!   controllers, the garbage collector, the service account controller (each namespace's
-//!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`).
+//!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`), the node
+//!   lifecycle controller (silent nodes turn `Unknown` and are tainted) and the taint
+//!   eviction controller (pods leave nodes whose NoExecute taints they do not tolerate).
 
 mod bootstrap;
 mod certificates;
@@ -25,6 +27,7 @@ mod endpoints;
 mod garbage_collector;
 mod job;
 mod namespace;
+mod node_lifecycle;
 mod pod_gc;
 mod replica_set;
 mod resource_quota;
@@ -33,6 +36,7 @@ mod service_account;
 mod service_account_token;
 mod service_pods;
 mod sync_error;
+mod taint_eviction;
 
 pub use config::{CONTROLLERS, Config, OFF_BY_DEFAULT, Prepared};
 pub use credentials::{CONTROLLER_NAMESPACE, CredentialError, Credentials};
@@ -51,6 +55,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
     let mut signing_key = prepared.signing_key;
     let mut signing_ca = prepared.signing_ca;
     let controllers = prepared.controllers;
+    let node_lifecycle = prepared.node_lifecycle;
     let work = move || {
         futures::future::join_all(controllers.into_iter().map(move |name| {
             let credentials = credentials.clone();
@@ -85,6 +90,8 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                     clusterrole_aggregation::NAME => clusterrole_aggregation::run(credentials).await,
                     namespace::NAME => namespace::run(credentials).await,
                     pod_gc::NAME => pod_gc::run(credentials).await,
+                    node_lifecycle::NAME => node_lifecycle::run(credentials, node_lifecycle).await,
+                    taint_eviction::NAME => taint_eviction::run(credentials).await,
                     resource_quota::NAME => resource_quota::run(credentials).await,
                     service_account::NAME => service_account::run(credentials).await,
                     root_ca_publisher::NAME => root_ca_publisher::run(credentials, root_ca).await,

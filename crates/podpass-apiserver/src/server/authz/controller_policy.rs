@@ -196,6 +196,26 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "node-controller",
+        json!([
+            rule(&["get", "list", "update", "delete", "patch"], &[""], &["nodes"]),
+            rule(&["patch", "update"], &[""], &["nodes/status"]),
+            // Pods marked not Ready on a silent node.
+            rule(&["patch", "update"], &[""], &["pods/status"]),
+            rule(&["list", "delete"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
+        "taint-eviction-controller",
+        json!([
+            // The DisruptionTarget condition before the eviction.
+            rule(&["patch", "update"], &[""], &["pods/status"]),
+            rule(&["list", "get", "delete"], &[""], &["pods"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "namespace-controller",
         json!([
             rule(&["get", "list", "watch", "delete"], &[""], &["namespaces"]),
