@@ -26,6 +26,10 @@ pub(super) struct NodeState {
     pub cpu: i128,
     /// Their memory requests, in thousandths of a byte.
     pub memory: i128,
+    /// Their cpu requests as scoring counts them ([`crate::score::non_zero_request`]).
+    pub nz_cpu: i128,
+    /// Their memory requests as scoring counts them.
+    pub nz_memory: i128,
     /// Its lease was renewed within the grace period.
     pub reachable: bool,
 }
@@ -143,7 +147,7 @@ fn requirement_matches(requirement: &Value, actual: Option<&str>) -> bool {
 
 /// `NodeSelectorTerm`: every expression and field requirement holds (an empty term
 /// matches nothing, as upstream).
-fn term_matches(term: &Value, node: &Value) -> bool {
+pub(super) fn term_matches(term: &Value, node: &Value) -> bool {
     let expressions = term.field("/matchExpressions").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     let fields = term.field("/matchFields").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
     if expressions.is_empty() && fields.is_empty() {
@@ -231,7 +235,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const UP: NodeState = NodeState { pods: 0, cpu: 0, memory: 0, reachable: true };
+    const UP: NodeState = NodeState { pods: 0, cpu: 0, memory: 0, nz_cpu: 0, nz_memory: 0, reachable: true };
 
     #[test]
     fn requests_fit_what_the_node_has_left_as_node_resources_fit() {

@@ -2,7 +2,9 @@
 //! client of any Kubernetes API server, as `system:kube-scheduler`. Every pod without a
 //! node whose `schedulerName` is `default-scheduler` is bound through `pods/binding` to a
 //! node it fits ([`fit`]: NodeResourcesFit, NodePorts aside, TaintToleration, NodeAffinity,
-//! NodeUnschedulable, NodeName), preferring the node with the fewest pods; a pod no node
+//! NodeUnschedulable, NodeName) and scored by upstream's default plugins and weights
+//! ([`score`]: TaintToleration, NodeAffinity, PodTopologySpread's system defaults,
+//! NodeResourcesFit LeastAllocated, BalancedAllocation, ImageLocality); a pod no node
 //! takes gets `PodScheduled=False` and upstream's FitError message. One scheduler at a
 //! time leads, through the Lease `kube-system/kube-scheduler`.
 //!
@@ -12,6 +14,7 @@ mod cluster;
 mod config;
 mod fit;
 mod schedule;
+mod score;
 
 pub use cluster::SCHEDULER_NAME;
 pub use config::{Config, LEASE_NAME, Prepared};

@@ -1,5 +1,6 @@
-//! The scheduling loop (kube-scheduler's `scheduleOne`, on one goroutine): pods, nodes and
-//! node leases watched into the [`Cluster`]; after each batch of events every pending pod
+//! The scheduling loop (kube-scheduler's `scheduleOne`, on one goroutine): pods, nodes,
+//! node leases, and the Services and ReplicaSets spreading counts by, watched into the
+//! [`Cluster`]; after each batch of events every pending pod
 //! is tried — bound through `pods/binding` with a `Scheduled` event, or marked
 //! `PodScheduled=False` (`Unschedulable`, upstream's FitError message) with one
 //! `FailedScheduling` event per new message — and pending pods are tried again every
@@ -9,8 +10,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -20,7 +22,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::cluster::{Change, Cluster, Place, SCHEDULER_NAME, Unschedulable, text, wants_scheduling};
-use crate::fit;
 
 /// Unschedulable pods are tried again this often even when nothing is seen to change.
 pub const RETRY_UNSCHEDULABLE: Duration = Duration::from_secs(5);
@@ -29,12 +30,15 @@ const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Lost compare-and-swaps a status write retries on the latest pod.
 const STATUS_RETRIES: usize = 5;
 
-/// Which of the three watches an event came from.
+/// Which of the watches an event came from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Source {
     Pods,
     Nodes,
     Leases,
+    /// Services and ReplicaSets: the selectors spreading spreads by.
+    Services,
+    ReplicaSets,
 }
 
 /// A watch event as JSON, tagged with its watch.
@@ -51,7 +55,7 @@ fn as_value<K: Serialize>(event: watcher::Event<K>) -> watcher::Event<Value> {
     }
 }
 
-/// The three watches, tagged and merged.
+/// The watches, tagged and merged.
 fn watches(client: &Client) -> impl futures::Stream<Item = Tagged> + Send + use<> {
     let config = watcher::Config::default;
     let pods =
@@ -61,7 +65,14 @@ fn watches(client: &Client) -> impl futures::Stream<Item = Tagged> + Send + use<
     let leases = watcher(Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE), config())
         .default_backoff()
         .map(|e| (Source::Leases, e.map(as_value)));
-    futures::stream::select(futures::stream::select(pods, nodes), leases)
+    let services = watcher(Api::<Service>::all(client.clone()), config())
+        .default_backoff()
+        .map(|e| (Source::Services, e.map(as_value)));
+    let replica_sets = watcher(Api::<ReplicaSet>::all(client.clone()), config())
+        .default_backoff()
+        .map(|e| (Source::ReplicaSets, e.map(as_value)));
+    let selectors = futures::stream::select(services, replica_sets);
+    futures::stream::select(futures::stream::select(futures::stream::select(pods, nodes), leases), selectors)
 }
 
 /// What the loop knows beyond the cluster: which watches are listed.
@@ -70,11 +81,13 @@ struct Listed {
     pods: bool,
     nodes: bool,
     leases: bool,
+    services: bool,
+    replica_sets: bool,
 }
 
 impl Listed {
     fn all(&self) -> bool {
-        self.pods && self.nodes && self.leases
+        self.pods && self.nodes && self.leases && self.services && self.replica_sets
     }
 
     fn set(&mut self, source: Source, listed: bool) {
@@ -82,6 +95,8 @@ impl Listed {
             Source::Pods => self.pods = listed,
             Source::Nodes => self.nodes = listed,
             Source::Leases => self.leases = listed,
+            Source::Services => self.services = listed,
+            Source::ReplicaSets => self.replica_sets = listed,
         }
     }
 }
@@ -98,6 +113,8 @@ fn take_in(cluster: &mut Cluster, listed: &mut Listed, (source, event): Tagged) 
         Source::Pods => cluster.pod_event(change, object),
         Source::Nodes => cluster.node_event(change, object),
         Source::Leases => cluster.lease_event(change, &object),
+        Source::Services => cluster.selector_event("Service", change, &object),
+        Source::ReplicaSets => cluster.selector_event("ReplicaSet", change, &object),
     };
     match event {
         watcher::Event::Init => {
@@ -106,6 +123,8 @@ fn take_in(cluster: &mut Cluster, listed: &mut Listed, (source, event): Tagged) 
                 Source::Pods => cluster.forget_pods(),
                 Source::Nodes => cluster.nodes.clear(),
                 Source::Leases => cluster.renewed.clear(),
+                Source::Services => cluster.forget_selectors("Service"),
+                Source::ReplicaSets => cluster.forget_selectors("ReplicaSet"),
             }
         }
         watcher::Event::InitApply(o) | watcher::Event::Apply(o) => apply(cluster, Change::Applied, o),
@@ -174,8 +193,7 @@ async fn schedule_pending(client: &Client, recorder: &Recorder, cluster: &mut Cl
             Ok(node) => match bind(client, &ns, &name, &uid, &node).await {
                 Ok(()) => {
                     tracing::info!(pod = %format!("{ns}/{name}"), %node, "scheduled");
-                    let (cpu, memory) = (fit::pod_request(&pod, "cpu"), fit::pod_request(&pod, "memory"));
-                    cluster.place(&key, Some(Place { node: node.clone(), cpu, memory }));
+                    cluster.place(&key, Some(Place::of(&pod, node.clone())));
                     cluster.pending.remove(&key);
                     cluster.reported.remove(&key);
                     let message = format!("Successfully assigned {ns}/{name} to {node}");
