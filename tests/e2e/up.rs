@@ -1518,8 +1518,11 @@ fn a_port_in_use_a_missing_registry_or_containerd_is_one_line_saying_what_to_do_
 /// asking for credentials: containerd pulls through it, so its pulls prove nothing. The
 /// demo's story still holds — team-a's pod runs with its layers from the mirror, team-b's is
 /// refused — because the node verifies each pull at the registry itself.
+/// `podpass up --nodes 3 --demo`, its registry behind a mirror: three nodes, each with its
+/// own containerd, certificate and pull records; team-a's replicas spread over two of them,
+/// each pulling as itself; team-b is refused on a node where team-a's image already is.
 #[test]
-fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
+fn up_three_nodes_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -1528,14 +1531,31 @@ fn up_demo_through_a_mirror_that_asks_no_credentials_still_refuses_team_b() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
     let mirror = registry::Registry::anonymous_over(&dir.path().join("mirror"), &data.join("registry/storage"));
-    let out = demo(dir.path(), &data, &["--demo", "--registry-mirror", &format!("http://{}", mirror.host)]);
+    let mirror_url = format!("http://{}", mirror.host);
+    let out = demo(dir.path(), &data, &["--demo", "--nodes", "3", "--registry-mirror", &mirror_url]);
     for step in [
         "2. pod team-a/app (service account team-a/app, no pull secret) pulled",
         "3. pod team-b/app on the same image: refused — ErrImagePull",
         "its container never started",
+        "where team-a's replica pulled it: its ReplicaSet keeps pod",
         "demo: every step held.",
     ] {
         assert!(out.contains(step), "{step:?} in:\n{out}");
+    }
+    // Every node came up with its own containerd.
+    for part in ["containerd node-2", "containerd node-3", "node node-2", "node node-3"] {
+        assert!(out.contains(part), "{part:?} in:\n{out}");
+    }
+    assert!(data.join("node-3/containerd").is_dir() && data.join("logs/containerd-node-3.log").is_file());
+    // team-a's two replicas went to two nodes.
+    let spread = out.lines().find(|l| l.contains("each replica's pod pulled")).unwrap_or_default();
+    let nodes: std::collections::BTreeSet<&str> =
+        spread.split("(on ").skip(1).filter_map(|rest| rest.split(')').next()).collect();
+    assert_eq!(nodes.len(), 2, "{spread}");
+    // Each node knew itself by its own certificate, from the same bootstrap path.
+    for node in ["node-2", "node-3"] {
+        let current = data.join(node).join("root/pki/kubelet-client-current.pem");
+        assert!(current.exists(), "{} missing", current.display());
     }
     // containerd took the layers from the mirror (which the registry never asked about)...
     let mirror_log = std::fs::read_to_string(mirror.dir.join("registry.log")).unwrap();

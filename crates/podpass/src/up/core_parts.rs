@@ -3,7 +3,7 @@
 //! daemons' command lines come from their own flag types ([`CommandLine`]), so a flag is
 //! spelled once, where the daemon declares it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -162,9 +162,31 @@ pub(super) fn registry_auth(
 
 /// Starts containerd as a part (its files under the data dir), waits for its CRI, and
 /// loads podpass's sandbox image; the endpoint for the node.
+/// Where one node's containerd lives and how its part is named.
+pub(super) struct ContainerdPart {
+    name: String,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl ContainerdPart {
+    /// Node `i`'s: node-1's is `containerd` (as a one-node cluster's always was), the
+    /// others' `containerd node-<i>`.
+    pub(super) fn for_node(i: u8, dir: PathBuf, logs: &Path) -> Self {
+        let log = if i == 1 { logs.join("containerd.log") } else { logs.join(format!("containerd-node-{i}.log")) };
+        Self { name: Self::part_name(i), dir, log }
+    }
+
+    /// Node `i`'s containerd part's name.
+    pub(super) fn part_name(i: u8) -> String {
+        if i == 1 { CONTAINERD.to_owned() } else { format!("{CONTAINERD} node-{i}") }
+    }
+}
+
+/// A node's containerd, with podpass's sandbox image imported.
 pub(super) async fn start_containerd(
     c: &ContainerTools,
-    l: &Layout,
+    at: &ContainerdPart,
     tools: &Tools,
     registries: &[podpass_node::runtime::containerd::RegistryHost],
     parts: &mut Supervisor,
@@ -172,23 +194,23 @@ pub(super) async fn start_containerd(
     probes: &Probes<'_>,
 ) -> Result<podpass_node::runtime::containerd::Layout> {
     use podpass_node::runtime::containerd;
-    let layout = containerd::Layout::new(&l.containerd);
+    let layout = containerd::Layout::new(&at.dir);
     layout.write(&tools.podpass, registries)?;
     let part = Part {
-        name: CONTAINERD.to_owned(),
+        name: at.name.clone(),
         program: c.containerd.clone(),
         args: vec!["--config".to_owned(), path_str(&layout.config())],
-        log: l.logs.join("containerd.log"),
+        log: at.log.clone(),
         ready: Readiness::Cri { endpoint: layout.endpoint() },
         waiting_for: "its CRI socket".to_owned(),
         restart: Restart::Always,
         after: Vec::new(),
     };
     let (version, began) = launch(&part, parts, out, probes).await?;
-    let archive = l.containerd.join("sandbox-image.tar");
+    let archive = at.dir.join("sandbox-image.tar");
     std::fs::write(&archive, containerd::sandbox_image(&c.busybox)?).context("writing the sandbox image")?;
     containerd::import(&c.ctr, &layout.socket(), &archive, containerd::SANDBOX_IMAGE, READY_TIMEOUT).await?;
-    out.done(CONTAINERD, &format!("{version}   sandbox image {}", containerd::SANDBOX_IMAGE), began);
+    out.done(&at.name, &format!("{version}   sandbox image {}", containerd::SANDBOX_IMAGE), began);
     Ok(layout)
 }
 

@@ -84,17 +84,19 @@ pub fn token_auth_block(realm: &str, bundle: &Path) -> String {
     )
 }
 
-/// The kubelet CredentialProviderConfig of node-1: `podpass-credential-provider` in
+/// The kubelet CredentialProviderConfig of node `node`: `podpass-credential-provider` in
 /// exchange mode for the registry's host, fed with the pod's service-account token.
 pub fn write_provider_config(
     path: &Path,
     registry_host: &str,
     exchange_url: &str,
     pki: &super::PartCertificates,
+    node: &str,
 ) -> Result<()> {
     // The plugin verifies registry-auth against the cluster's CA and shows it the node's
     // client certificate (registry-auth's --node-binding require).
-    let (ca, cert, key) = (pki.ca.display(), pki.node_client.0.display(), pki.node_client.1.display());
+    let (cert, key) = pki.node_client(node);
+    let (ca, cert, key) = (pki.ca.display(), cert.display(), key.display());
     let config = format!(
         "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\", \"--exchange-ca\", \"{ca}\", \"--client-certificate\", \"{cert}\", \"--client-key\", \"{key}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: Token\n    requireServiceAccount: true\n"
     );

@@ -74,6 +74,12 @@ pub struct UpArgs {
     /// The node agent's HTTPS port (container logs for `kubectl logs`, and /metrics).
     #[arg(long, default_value_t = podpass_node::DEFAULT_PORT)]
     node_port: u16,
+    /// How many nodes: node-1…node-N, each with its own containerd, image store, pull
+    /// records and certificate, all joining through the TLS bootstrap. node-i listens on
+    /// --node-healthz-port and --node-port plus 10·(i−1). A resumed cluster started with
+    /// fewer keeps the others' Node objects, NotReady until they come back or are deleted.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=9))]
+    nodes: u8,
     /// A node that prepares pods (tokens, volumes, images) but runs no containers: no
     /// containerd, no root needed.
     #[arg(long)]
@@ -157,6 +163,16 @@ struct Layout {
 }
 
 impl Layout {
+    /// Node `i`'s directory (node-1's is `node-1/`, as a one-node cluster's always was).
+    fn node_dir(&self, i: u8) -> PathBuf {
+        self.data.join(node_name(i))
+    }
+
+    /// Node `i`'s containerd directory (node-1's is `containerd/`).
+    fn containerd_dir(&self, i: u8) -> PathBuf {
+        if i == 1 { self.containerd.clone() } else { self.node_dir(i).join("containerd") }
+    }
+
     fn new(data: PathBuf) -> Layout {
         Layout {
             logs: data.join("logs"),
@@ -167,6 +183,18 @@ impl Layout {
             data,
         }
     }
+}
+
+/// Node `i`'s name.
+fn node_name(i: u8) -> String {
+    format!("node-{i}")
+}
+
+/// A running node: what stopping it needs.
+pub struct RunningNode {
+    name: String,
+    root: PathBuf,
+    runtime: Option<podpass_node::runtime::containerd::Layout>,
 }
 
 /// What the demo needs to know about the running cluster.
@@ -186,8 +214,10 @@ pub struct Running {
     auth_audit: PathBuf,
     /// The API server's audit log (one JSON event per line).
     api_audit: PathBuf,
-    /// containerd, when the node runs containers.
+    /// node-1's containerd, when the nodes run containers.
     runtime: Option<podpass_node::runtime::containerd::Layout>,
+    /// Every node, node-1 first.
+    nodes: Vec<RunningNode>,
 }
 
 async fn up(args: UpArgs) -> Result<ExitCode> {
@@ -224,7 +254,8 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     }
     let tools = preflight(&args, external_registry)?;
     let mut warnings: Vec<String> = loose.into_iter().collect();
-    for d in [&l.logs, &l.auth, &l.registry, &l.node, &l.containerd] {
+    let node_dirs: Vec<PathBuf> = (2..=args.nodes).flat_map(|i| [l.node_dir(i), l.containerd_dir(i)]).collect();
+    for d in [&l.logs, &l.auth, &l.registry, &l.node, &l.containerd].into_iter().chain(&node_dirs) {
         warnings.extend(podpass_serve::durable::private_dir(d).with_context(|| format!("creating {}", d.display()))?);
         // tmp files of writes a killed run left (`durable::replace`)
         podpass_serve::durable::remove_stale_tmp(d);
@@ -248,14 +279,18 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         Err(e) => {
             out.fail();
             parts.stop().await;
-            let _ = podpass_node::unmount_all_under(&l.node.join("root"));
+            for i in 1..=args.nodes {
+                let _ = podpass_node::unmount_all_under(&l.node_dir(i).join("root"));
+            }
             return Err(e);
         }
     };
     out.say("");
     out.say(&format!("export KUBECONFIG={}", l.data.join("admin.kubeconfig").display()));
+    let node_names: Vec<&str> = running.nodes.iter().map(|n| n.name.as_str()).collect();
+    let node_names = node_names.join(",");
     out.say(&format!(
-        "logs: {}/{{apiserver,controller-manager,scheduler,registry-auth,{}{NODE}}}.log; audit: {{apiserver,registry-auth,{NODE}}}-audit.log",
+        "logs: {}/{{apiserver,controller-manager,scheduler,registry-auth,{}{node_names}}}.log; audit: {{apiserver,registry-auth,{node_names}}}-audit.log",
         l.logs.display(),
         if external_registry { "" } else { "registry," }
     ));
@@ -280,7 +315,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
             }
         }
         if !args.keep {
-            stop(&mut parts, &mut out, running.runtime.as_ref(), &l.node.join("root")).await;
+            stop(&mut parts, &mut out, &running.nodes).await;
             return Ok(code);
         }
         out.say("");
@@ -305,34 +340,32 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         eprintln!("error: {report}");
         code = ExitCode::from(1);
     }
-    stop(&mut parts, &mut out, running.runtime.as_ref(), &l.node.join("root")).await;
+    stop(&mut parts, &mut out, &running.nodes).await;
     Ok(code)
 }
 
-async fn stop(
-    parts: &mut Supervisor,
-    out: &mut Checklist,
-    runtime: Option<&podpass_node::runtime::containerd::Layout>,
-    node_root: &Path,
-) {
-    // The containers the node started are stopped too (their shims outlive containerd),
-    // once the node is (it would start them again); a later `podpass up` starts them
+async fn stop(parts: &mut Supervisor, out: &mut Checklist, nodes: &[RunningNode]) {
+    // The containers the nodes started are stopped too (their shims outlive containerd),
+    // once their node is (it would start them again); a later `podpass up` starts them
     // again for the pods still there.
     let mut killed: Vec<String> = Vec::new();
-    if let Some(layout) = runtime {
-        killed.extend(parts.stop_one(&format!("node {NODE}")).await);
-        match stop_containers(layout).await {
+    for node in nodes {
+        let Some(layout) = &node.runtime else { continue };
+        killed.extend(parts.stop_one(&format!("node {}", node.name)).await);
+        match stop_containers(layout, &node.name).await {
             Ok(0) => {}
-            Ok(n) => out.say(&format!("stopped the containers of {n} pods")),
-            Err(e) => eprintln!("warning: stopping the pods' containers: {e:#}"),
+            Ok(n) => out.say(&format!("stopped the containers of {n} pods on {}", node.name)),
+            Err(e) => eprintln!("warning: stopping the pods' containers on {}: {e:#}", node.name),
         }
     }
     killed.extend(parts.stop().await);
     // The pods' secret and projected volumes are tmpfs mounts: gone with the node, so the
     // data dir holds no mount (and can be removed); a later `up` mounts and writes them
     // again, with fresh tokens.
-    if let Err(e) = podpass_node::unmount_all_under(node_root) {
-        eprintln!("warning: unmounting the pods' volumes: {e}");
+    for node in nodes {
+        if let Err(e) = podpass_node::unmount_all_under(&node.root) {
+            eprintln!("warning: unmounting the pods' volumes on {}: {e}", node.name);
+        }
     }
     if killed.is_empty() {
         out.say("stopped.");
@@ -341,10 +374,10 @@ async fn stop(
     }
 }
 
-/// Stops and removes every sandbox (with its containers) the node started; how many.
-async fn stop_containers(layout: &podpass_node::runtime::containerd::Layout) -> Result<usize> {
+/// Stops and removes every sandbox (with its containers) node `name` started; how many.
+async fn stop_containers(layout: &podpass_node::runtime::containerd::Layout, name: &str) -> Result<usize> {
     let cri = podpass_node::runtime::CriRuntime::connect(&layout.endpoint()).await?;
-    let ours = std::collections::HashMap::from([(podpass_node::runtime::NODE_LABEL.to_owned(), NODE.to_owned())]);
+    let ours = std::collections::HashMap::from([(podpass_node::runtime::NODE_LABEL.to_owned(), name.to_owned())]);
     Ok(cri.remove_pods(ours, 10).await?)
 }
 
@@ -515,7 +548,7 @@ async fn start(
     // node's client identity get certificates from the cluster's CA: no credential crosses
     // a socket in clear, loopback included (a hostNetwork pod could capture `lo`).
     files::ensure_registry_auth_files(&l.auth)?;
-    let pki = issue_part_certificates(&l.data.join("pki"))?;
+    let pki = issue_part_certificates(&l.data.join("pki"), args.nodes)?;
     let auth_url = format!("https://127.0.0.1:{}", args.registry_auth_port);
     let auth_audit = l.logs.join("registry-auth-audit.log");
     let auth = core_parts::registry_auth(args, l, tools, &pki, &issuer, &auth_audit)?;
@@ -535,35 +568,21 @@ async fn start(
     )
     .await?;
 
-    // 4. containerd, with podpass's sandbox image and pod network, when the node runs
-    // containers.
-    let runtime = match &tools.containers {
-        Some(c) => {
-            let mut registries = containerd_registries(l, registry_url, registry_host, external_registry);
-            if let Some(mirror) = &args.registry_mirror {
-                use podpass_node::runtime::containerd::RegistryHost;
-                let origin =
-                    registries.pop().context("--registry-mirror: the registry is not containerd's to configure")?;
-                registries.push(RegistryHost::Mirrored {
-                    mirror: mirror.trim_end_matches('/').to_owned(),
-                    origin: Box::new(origin),
-                });
-            }
-            Some(core_parts::start_containerd(c, l, tools, &registries, parts, out, &probes).await?)
+    // 4. Each node: its containerd (with podpass's sandbox image and pod network) when the
+    // nodes run containers, its identity, its credential provider, the agent.
+    // Each node's containerd shows registry-auth that node's own certificate.
+    let registries = |name: &str| -> Result<Vec<podpass_node::runtime::containerd::RegistryHost>> {
+        let mut registries = containerd_registries(&pki, name, registry_url, registry_host, external_registry);
+        if let Some(mirror) = &args.registry_mirror {
+            use podpass_node::runtime::containerd::RegistryHost;
+            let origin =
+                registries.pop().context("--registry-mirror: the registry is not containerd's to configure")?;
+            registries.push(RegistryHost::Mirrored {
+                mirror: mirror.trim_end_matches('/').to_owned(),
+                origin: Box::new(origin),
+            });
         }
-        None => None,
-    };
-
-    // 5. node-1: its identity, its credential provider, the agent.
-    let node = node::NodePart {
-        name: NODE.to_owned(),
-        healthz_port: args.node_healthz_port,
-        port: args.node_port,
-        dir: l.node.clone(),
-        eviction: files::EvictionSettings {
-            hard: args.eviction_hard.clone(),
-            transition_period: args.eviction_pressure_transition_period.clone(),
-        },
+        Ok(registries)
     };
     let ctx = node::Cluster {
         data: &l.data,
@@ -573,9 +592,37 @@ async fn start(
         registry_host,
         auth_url: &auth_url,
         external_registry,
-        runtime: runtime.as_ref(),
     };
-    node::start(&node, &ctx, parts, out, &probes).await?;
+    let mut nodes = Vec::new();
+    for i in 1..=args.nodes {
+        let name = node_name(i);
+        let runtime = match &tools.containers {
+            Some(c) => {
+                let containerd = core_parts::ContainerdPart::for_node(i, l.containerd_dir(i), &l.logs);
+                let registries = registries(&name)?;
+                Some(core_parts::start_containerd(c, &containerd, tools, &registries, parts, out, &probes).await?)
+            }
+            None => None,
+        };
+        let offset = 10 * u16::from(i - 1);
+        let ports = |port: u16, flag: &str| {
+            port.checked_add(offset).with_context(|| format!("{flag} {port} leaves no port for {name}"))
+        };
+        let node = node::NodePart {
+            name: name.clone(),
+            healthz_port: ports(args.node_healthz_port, "--node-healthz-port")?,
+            port: ports(args.node_port, "--node-port")?,
+            dir: l.node_dir(i),
+            eviction: files::EvictionSettings {
+                hard: args.eviction_hard.clone(),
+                transition_period: args.eviction_pressure_transition_period.clone(),
+            },
+            runtime: runtime.clone(),
+            containerd_part: core_parts::ContainerdPart::part_name(i),
+        };
+        node::start(&node, &ctx, parts, out, &probes).await?;
+        nodes.push(RunningNode { name, root: node.root(), runtime });
+    }
     Ok(Running {
         api,
         registry_host: registry_host.to_owned(),
@@ -585,7 +632,8 @@ async fn start(
         node_root: l.node.join("root"),
         auth_audit,
         api_audit: l.logs.join(core_parts::API_AUDIT_LOG),
-        runtime,
+        runtime: nodes.first().and_then(|n| n.runtime.clone()),
+        nodes,
     })
 }
 
@@ -733,7 +781,8 @@ async fn cluster_info(api: &Api, ca: &Path) -> Result<()> {
 /// certificate (registry-auth's proof that a node-bound credential comes from its node); a
 /// plain-HTTP one named by `--registry` as it is; another left to containerd's defaults.
 fn containerd_registries(
-    l: &Layout,
+    pki: &PartCertificates,
+    node: &str,
     registry_url: &str,
     registry_host: &str,
     external_registry: bool,
@@ -743,9 +792,7 @@ fn containerd_registries(
     if registry_url.starts_with("http://") {
         vec![RegistryHost::PlainHttp(host)]
     } else if !external_registry {
-        let pki = l.data.join("pki");
-        let client = Some((pki.join(format!("{NODE}-client.crt")), pki.join(format!("{NODE}-client.key"))));
-        vec![RegistryHost::Tls { host, ca: pki.join("ca.crt"), client }]
+        vec![RegistryHost::Tls { host, ca: pki.ca.clone(), client: Some(pki.node_client(node)) }]
     } else {
         Vec::new()
     }
@@ -759,13 +806,21 @@ pub struct PartCertificates {
     pub registry_auth: (PathBuf, PathBuf),
     /// The registry's serving certificate and key.
     pub registry: (PathBuf, PathBuf),
-    /// node-1's client certificate and key (`system:node:node-1` in `system:nodes`), which
-    /// its credential plugin shows registry-auth as the node's proof.
-    pub node_client: (PathBuf, PathBuf),
+    /// Where each node's client certificate and key are ([`PartCertificates::node_client`]).
+    pub dir: PathBuf,
+}
+
+impl PartCertificates {
+    /// Node `name`'s client certificate and key (`system:node:<name>` in `system:nodes`),
+    /// which its credential plugin, its containerd and its own registry checks show
+    /// registry-auth as the node's proof.
+    pub fn node_client(&self, name: &str) -> (PathBuf, PathBuf) {
+        (self.dir.join(format!("{name}-client.crt")), self.dir.join(format!("{name}-client.key")))
+    }
 }
 
 /// Issues [`PartCertificates`] into the control plane's `pki` directory.
-fn issue_part_certificates(pki: &Path) -> Result<PartCertificates> {
+fn issue_part_certificates(pki: &Path, nodes: u8) -> Result<PartCertificates> {
     use podpass_apiserver::{CertificateRequest, CertificateUse, issue_certificate};
     let loopback = [std::net::IpAddr::from([127, 0, 0, 1]), std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)];
     let server = |file_stem, common_name| CertificateRequest {
@@ -776,28 +831,28 @@ fn issue_part_certificates(pki: &Path) -> Result<PartCertificates> {
         ips: &loopback,
         usage: CertificateUse::Server,
     };
-    let node_user = format!("system:node:{NODE}");
-    let node_stem = format!("{NODE}-client");
-    for request in [
-        server("registry-auth", "podpass-registry-auth"),
-        server("registry", "podpass-registry"),
-        CertificateRequest {
-            file_stem: &node_stem,
-            common_name: &node_user,
+    for request in [server("registry-auth", "podpass-registry-auth"), server("registry", "podpass-registry")] {
+        issue_certificate(pki, &request).with_context(|| format!("issuing the {} certificate", request.file_stem))?;
+    }
+    for i in 1..=nodes {
+        let name = node_name(i);
+        let (user, stem) = (format!("system:node:{name}"), format!("{name}-client"));
+        let request = CertificateRequest {
+            file_stem: &stem,
+            common_name: &user,
             organizations: &["system:nodes"],
             dns_names: &[],
             ips: &[],
             usage: CertificateUse::Client,
-        },
-    ] {
-        issue_certificate(pki, &request).with_context(|| format!("issuing the {} certificate", request.file_stem))?;
+        };
+        issue_certificate(pki, &request).with_context(|| format!("issuing the {stem} certificate"))?;
     }
     let pair = |stem: &str| (pki.join(format!("{stem}.crt")), pki.join(format!("{stem}.key")));
     Ok(PartCertificates {
         ca: pki.join("ca.crt"),
         registry_auth: pair("registry-auth"),
         registry: pair("registry"),
-        node_client: pair(&node_stem),
+        dir: pki.to_owned(),
     })
 }
 

@@ -26,6 +26,10 @@ pub(super) struct NodePart {
     pub dir: PathBuf,
     /// Its eviction settings.
     pub eviction: files::EvictionSettings,
+    /// Its containerd, when it runs containers.
+    pub runtime: Option<podpass_node::runtime::containerd::Layout>,
+    /// That containerd's part, which the agent starts after.
+    pub containerd_part: String,
 }
 
 impl NodePart {
@@ -49,7 +53,6 @@ pub(super) struct Cluster<'a> {
     pub registry_host: &'a str,
     pub auth_url: &'a str,
     pub external_registry: bool,
-    pub runtime: Option<&'a podpass_node::runtime::containerd::Layout>,
 }
 
 /// How long the token a node bootstraps with lives: its own certificate (a year, rotated)
@@ -101,18 +104,19 @@ fn agent(
         .path(field!(Flags, kubelet_config), kubelet)
         // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
         .path(field!(Flags, audit.audit_log_path), &c.logs.join(format!("{}-audit.log", node.name)))
-        .maybe(field!(Flags, container_runtime_endpoint), c.runtime.map(|layout| layout.endpoint()));
+        .maybe(field!(Flags, container_runtime_endpoint), node.runtime.as_ref().map(|layout| layout.endpoint()));
     if !c.external_registry {
         // The node proves containerd's pulls at the registry itself, showing its
         // certificate to registry-auth as containerd does.
+        let (cert, key) = c.pki.node_client(&node.name);
         line = line
             .path(field!(Flags, registry_ca_file), &c.pki.ca)
-            .path(field!(Flags, origin.registry_client_cert_file), &c.pki.node_client.0)
-            .path(field!(Flags, origin.registry_client_key_file), &c.pki.node_client.1);
+            .path(field!(Flags, origin.registry_client_cert_file), &cert)
+            .path(field!(Flags, origin.registry_client_key_file), &key);
     }
     let mut after = vec![super::core_parts::REGISTRY_AUTH.to_owned()];
-    if c.runtime.is_some() {
-        after.push(super::core_parts::CONTAINERD.to_owned());
+    if node.runtime.is_some() {
+        after.push(node.containerd_part.clone());
     }
     Ok(Part {
         name: node.part_name(),
@@ -140,7 +144,7 @@ pub(super) async fn start(
     let api = probes.api.context("the node's bootstrap needs the control plane")?;
     let (kubeconfig, bootstrap) = identity(c.data, node, api).await?;
     let providers = node.dir.join("credential-provider.yaml");
-    files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki)?;
+    files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki, &node.name)?;
     let kubelet_config = node.dir.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config, &node.eviction)?;
     let part = agent(node, c, (&kubeconfig, &bootstrap), &providers, &kubelet_config)?;
@@ -149,7 +153,7 @@ pub(super) async fn start(
         &part.name,
         &format!(
             "Ready   {}; podpass-credential-provider (exchange mode) for {}",
-            if c.runtime.is_some() {
+            if node.runtime.is_some() {
                 "runs containers on containerd"
             } else {
                 "embedded image store, prepares pods only"

@@ -5,8 +5,11 @@
 //!    own service-account identity (registry-auth's audit names each pod).
 //! 8. Rolled to a new image version (what `kubectl set image` does): a new ReplicaSet,
 //!    revision 2, whose pods pull the new version under the same identity.
-//! 9. team-b's Deployment on team-a's image never has a running pod: its ReplicaSet keeps
-//!    its pods, the node refuses each one the image, and the events say why.
+//! 9. team-b's Deployment on team-a's image, on a node where a team-a replica pulled it,
+//!    never has a running pod: its ReplicaSet keeps its pods, the node refuses each one the
+//!    image (its pull record names no team-b credential), and the events say why.
+//!
+//! On several nodes (`--nodes`), team-a's replicas are spread over two of them.
 
 use std::time::Instant;
 
@@ -136,6 +139,13 @@ pub(super) async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     let (first_set, first_pods) = new_set_pods(r, &d).await?;
     ensure!(first_pods.len() == 2, "team-a's Deployment runs {} pods, not 2", first_pods.len());
     let names = grants_for(r, from, &first_pods)?;
+    let node_of = |p: &Value| p["spec"]["nodeName"].as_str().unwrap_or_default().to_owned();
+    let first_nodes: Vec<String> = first_pods.iter().map(node_of).collect();
+    // More than one node: the scheduler spreads a ReplicaSet's pods (PodTopologySpread's
+    // system defaults), so the two replicas pull on two nodes, each as itself.
+    if r.nodes.len() > 1 {
+        ensure!(first_nodes[0] != first_nodes[1], "both of team-a's replicas went to {}", first_nodes[0]);
+    }
     // The pods were created by the ReplicaSet controller's own identity (the API server's
     // audit), so they passed authentication, RBAC and admission as anyone's.
     let creators: Vec<String> = audit(&r.api_audit)
@@ -154,9 +164,10 @@ pub(super) async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     out.say(&format!(
         "  7. deployment team-a/{NAME} (2 replicas, service account team-a/app): ReplicaSet {first_set}, whose pods {controller} created (logs/apiserver-audit.log)"
     ));
+    let placed: Vec<String> = names.iter().zip(&first_nodes).map(|(pod, node)| format!("{pod} (on {node})")).collect();
     out.say(&format!(
-        "       each replica's pod pulled {v1} with team-a's own identity: registry-auth granted repository:{REPO}:pull to team-a/app for pods {} (node {NODE})",
-        names.join(" and ")
+        "       each replica's pod pulled {v1} with team-a's own identity: registry-auth granted repository:{REPO}:pull to team-a/app for pods {}",
+        placed.join(" and ")
     ));
 
     // 8. A new version, rolled out as `kubectl set image` does; the same identity pulls it.
@@ -192,8 +203,14 @@ pub(super) async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
     ));
     out.say(&format!("       its pods {} pulled v2 as team-a/app too; the old pods are gone", names.join(" and ")));
 
-    // 9. team-b's Deployment on team-a's image: never a running pod.
-    r.api.post("/apis/apps/v1/namespaces/team-b/deployments", &deployment(&v1, 1, "IfNotPresent")).await?;
+    // 9. team-b's Deployment on team-a's image, on a node where that image already is:
+    // never a running pod.
+    // Another node than node-1 (where steps 2–3 told it) when there is one.
+    let target =
+        first_nodes.iter().find(|n| *n != NODE).or(first_nodes.first()).cloned().unwrap_or_else(|| NODE.to_owned());
+    let mut team_b = deployment(&v1, 1, "IfNotPresent");
+    team_b["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": target});
+    r.api.post("/apis/apps/v1/namespaces/team-b/deployments", &team_b).await?;
     let (pod, why) = wait("team-b's Deployment's pod refused its image", || async {
         let pods = pods(r, "team-b").await?;
         Ok(pods.into_iter().find_map(|p| refused(&p).map(|why| (p, why))))
@@ -210,8 +227,10 @@ pub(super) async fn run(r: &Running, out: &mut Checklist) -> Result<()> {
         "team-b's Deployment has an available replica"
     );
     let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let on = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    ensure!(on == target, "team-b's pod ran on {on}, not {target}");
     out.say(&format!(
-        "  9. deployment team-b/{NAME} on {v1}: its ReplicaSet keeps pod {name}, which never runs — {why}"
+        "  9. deployment team-b/{NAME} on {v1}, on {on} where team-a's replica pulled it: its ReplicaSet keeps pod {name}, which never runs — {why}"
     ));
     out.say("       (kubectl describe deployment/web -n team-b: 0 available; the pod's events say why)");
     clean(r).await
