@@ -3,9 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use super::CertificateError;
 
@@ -169,6 +171,11 @@ pub async fn request_certificate(
     let csr_name = created.metadata.name.clone().unwrap_or_default();
     tracing::info!(csr = %csr_name, signer = template.signer_name, "certificate requested; waiting for it to be issued");
     let mut current = created;
+    // client-go's WaitForCertificate watches the request: the certificate is taken the
+    // moment it is issued. The poll stays beside it, for a watch that fails or misses the
+    // request's deletion.
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={csr_name}"));
+    let mut updates = std::pin::pin!(watcher(api.clone(), by_name).default_backoff().applied_objects());
     loop {
         if let Some(status) = &current.status {
             for c in status.conditions.iter().flatten() {
@@ -190,7 +197,22 @@ pub async fn request_certificate(
         if Instant::now() >= deadline {
             return Err(CertificateError::Timeout { name: csr_name, seconds: timeout.as_secs() });
         }
-        tokio::time::sleep(POLL).await;
+        let watched = tokio::select! {
+            next = updates.next() => match next {
+                Some(Ok(csr)) => Some(csr).filter(|c| c.metadata.name.as_deref() == Some(csr_name.as_str())),
+                Some(Err(_)) => None,
+                // The watch never ends by itself; if it did, the poll alone goes on.
+                None => {
+                    tokio::time::sleep(POLL).await;
+                    None
+                }
+            },
+            () = tokio::time::sleep(POLL) => None,
+        };
+        if let Some(csr) = watched {
+            current = csr;
+            continue;
+        }
         match api.get(&csr_name).await {
             Ok(csr) => current = csr,
             Err(kube::Error::Api(status)) if status.code == 404 => {

@@ -24,6 +24,7 @@ mod credentials;
 mod floor;
 mod http;
 mod images;
+mod join;
 mod node;
 mod raw;
 mod registry_auth;
@@ -40,6 +41,9 @@ pub enum BenchCommand {
     /// Pull manager at node scale: MustAttemptImagePull over 100 000 records, cold start-up,
     /// memory per record, durable record writes against raw fsync+rename.
     Images(images::ImagesBench),
+    /// On a running `podpass up` cluster: machines joining with the printed command, to
+    /// their Node Ready (p50 of 10), against the same node started again on its certificate.
+    Join(join::JoinBench),
     /// The node agent: pod created to token file written (one at a time and 100 at once)
     /// against a bare TokenRequest round trip, memory per pod, wakeups of idle pods.
     Node(node::NodeBench),
@@ -47,7 +51,8 @@ pub enum BenchCommand {
     /// raw ES256 verify + sign pair, p99 at 64 clients.
     RegistryAuth(registry_auth::RegistryAuthBench),
     /// On a running `podpass up --demo` cluster: a Deployment of 100 replicas created → all
-    /// Running, against 100 bare pods at once (goal ≤ 1.3×), and a rolling update of 100.
+    /// Running, against 100 bare pods at once (goal ≤ 1.3×), and a rolling update of 100;
+    /// with `up --nodes 3`, how the replicas spread.
     Workloads(workloads::WorkloadsBench),
 }
 
@@ -103,6 +108,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Apiserver(args) => apiserver(args),
         BenchCommand::Credentials(args) => credentials::run(args),
         BenchCommand::Images(args) => images::run(args),
+        BenchCommand::Join(args) => join::run(args),
         BenchCommand::Node(args) => node::run(args),
         BenchCommand::RegistryAuth(args) => registry_auth::run(args),
         BenchCommand::Workloads(args) => workloads::run(args),

@@ -2,8 +2,9 @@
 //! `podpass up --demo` pushed team-a's images `v1` and `v2`, a Deployment of N replicas
 //! created → every pod Running, against N bare pods created at once → every pod Running on
 //! the same cluster (the floor: the same pods without a controller; goal ≤ 1.3×), then a
-//! rolling update of N to `v2` → rolled out. Every pod pulls and runs on the node's
-//! containerd as team-a's own service account, as the demo's do.
+//! rolling update of N to `v2` → rolled out. Every pod pulls and runs on its node's
+//! containerd as team-a's own service account, as the demo's do. On a cluster of several
+//! nodes (`podpass up --nodes 3`) it prints how the scheduler spread the replicas.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -108,13 +109,36 @@ async fn drive(args: &WorkloadsBench) -> Result<()> {
         until("an earlier run's pods gone", limit, || gone(&api, kind)).await?;
     }
 
-    // A warm-up pod, so the image is on the node before anything is timed.
-    let warm = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-warm-up", "labels": {LABEL: "bare"}},
-        "spec": pod_spec(&v1)});
-    api.post(&format!("/api/v1/namespaces/{NS}/pods"), &warm).await?;
-    until("the warm-up pod Running", limit, || running(&api, "bare", 1)).await?;
-    api.delete(&format!("/api/v1/namespaces/{NS}/pods/bench-warm-up")).await?;
-    until("the warm-up pod gone", limit, || gone(&api, "bare")).await?;
+    // A warm-up pod per node, so the image is on every node before anything is timed.
+    let nodes = api.get_ok("/api/v1/nodes").await?;
+    let names: Vec<String> = nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            n["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    if names.is_empty() {
+        bail!("no Ready node");
+    }
+    for (i, node) in names.iter().enumerate() {
+        let mut spec = pod_spec(&v1);
+        spec["nodeName"] = json!(node);
+        let warm = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("bench-warm-up-{i}"), "labels": {LABEL: "bare"}}, "spec": spec});
+        api.post(&format!("/api/v1/namespaces/{NS}/pods"), &warm).await?;
+    }
+    until("the warm-up pods Running", limit, || running(&api, "bare", names.len())).await?;
+    for i in 0..names.len() {
+        api.delete(&format!("/api/v1/namespaces/{NS}/pods/bench-warm-up-{i}")).await?;
+    }
+    until("the warm-up pods gone", limit, || gone(&api, "bare")).await?;
 
     eprintln!("workloads: a Deployment of {n} replicas…");
     let deployment = |image: &str| {
@@ -126,6 +150,12 @@ async fn drive(args: &WorkloadsBench) -> Result<()> {
     api.post(&deployments, &deployment(&v1)).await?;
     until("the Deployment's pods Running", limit, || running(&api, "deployment", n)).await?;
     let deployed = began.elapsed();
+    // How the scheduler spread them: pods per node.
+    let mut per_node: std::collections::BTreeMap<String, usize> = names.iter().map(|n| (n.clone(), 0)).collect();
+    for pod in pods(&api, "deployment").await? {
+        *per_node.entry(pod["spec"]["nodeName"].as_str().unwrap_or("none").to_owned()).or_default() += 1;
+    }
+    let spread: Vec<String> = per_node.values().map(usize::to_string).collect();
 
     eprintln!("workloads: a rolling update of {n} to v2…");
     let began = Instant::now();
@@ -166,7 +196,9 @@ async fn drive(args: &WorkloadsBench) -> Result<()> {
 
     let ratio = deployed.as_secs_f64() / bare.as_secs_f64().max(f64::EPSILON);
     println!(
-        "workloads: replicas={n} deployment_running_s={:.2} bare_pods_running_s={:.2} ratio={ratio:.2} (goal <= 1.30) rolling_update_s={:.2}",
+        "workloads: nodes={} replicas={n} spread={} deployment_running_s={:.2} bare_pods_running_s={:.2} ratio={ratio:.2} (goal <= 1.30) rolling_update_s={:.2}",
+        names.len(),
+        spread.join("/"),
         deployed.as_secs_f64(),
         bare.as_secs_f64(),
         rolled.as_secs_f64()

@@ -13,7 +13,7 @@ mod core_parts;
 mod demo;
 mod files;
 mod logs;
-mod node;
+pub(crate) mod node;
 mod part;
 mod push;
 mod supervisor;

@@ -170,7 +170,7 @@ const JOIN_TOKEN_TTL_SECONDS: i64 = 24 * 3600;
 
 /// A bootstrap token for another machine to join with, and the `podpass node join` command
 /// that uses it (the server and its CA's pin, as kubeadm prints it).
-pub(super) async fn join_command(data: &Path, api: &super::api::Api) -> Result<String> {
+pub(crate) async fn join_command(data: &Path, api: &super::api::Api) -> Result<String> {
     let token = create_token(api, JOIN_TOKEN_TTL_SECONDS, "podpass up: the printed join command").await?;
     let ca = std::fs::read_to_string(data.join("pki").join("ca.crt")).context("reading the cluster CA")?;
     let pin = podpass_node::join::ca_cert_hashes(&ca)?
