@@ -215,6 +215,40 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
     assert_eq!(std::fs::read_link(&current).unwrap(), target, "the same certificate");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("client certificate still valid"), "{text}");
+
+    // Serving certificates: the node asks, as itself, for one of its own names and
+    // address (approved by podpass, issued), and for another node's name (never approved).
+    let serving = |name: &str, cn: &str, sans: &[&str]| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": name},
+            "spec": {"signerName": "kubernetes.io/kubelet-serving", "usages": ["digital signature", "server auth"],
+                     "request": data_encoding::BASE64.encode(pem.as_bytes())}});
+        let file = d.join(format!("{name}.json"));
+        std::fs::write(&file, csr.to_string()).unwrap();
+        ok(kubectl_with(&kubeconfig, &d.join("cache"), &["create", "-f", file.to_str().unwrap()]), name);
+    };
+    serving("serving-own", "system:node:n1", &["n1", "127.0.0.1"]);
+    serving("serving-other", "system:node:n2", &["n2"]);
+    let issued = wait_for("n1's own serving certificate issued", Duration::from_secs(60), || {
+        let (_, csr) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/serving-own");
+        csr["status"]["certificate"].is_string().then_some(csr)
+    });
+    let approved = issued["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Approved").unwrap();
+    assert_eq!(approved["reason"], "AutoApproved", "{approved}");
+    let (_, other) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/serving-other");
+    assert!(other["status"]["conditions"].is_null() && other["status"]["certificate"].is_null(), "{other}");
+    // Nor may the node approve it itself.
+    let approve = kubectl_with(&kubeconfig, &d.join("cache"), &["certificate", "approve", "serving-other"]);
+    assert!(!approve.status.success(), "{approve:?}");
+    assert!(String::from_utf8_lossy(&approve.stderr).contains("Forbidden"), "{approve:?}");
+    let (_, other) = admin_get(&s, "/apis/certificates.k8s.io/v1/certificatesigningrequests/serving-other");
+    assert!(other["status"]["conditions"].is_null(), "{other}");
 }
 
 /// A client certificate for node n1 signed by the CA of `api_dir`, valid from `from` to

@@ -5,7 +5,9 @@
 //!   (`kubernetes.io/kube-apiserver-client-kubelet`) is approved, `AutoApproved`, when a
 //!   SubjectAccessReview says its requester may `create certificatesigningrequests/
 //!   selfnodeclient` (renewing its own node's) or `/nodeclient` (a new node's);
-//!   kubelet-serving requests are left to a person (`kubectl certificate approve`);
+//!   beyond upstream (which leaves them to a person), a kubelet-serving request is
+//!   approved when a node asks for its own name and every DNS name and IP address it
+//!   names is one of its Node's `status.addresses` ([`serving_refusal`]);
 //! - the signer (`signer/signer.go`): an approved, unfailed, unsigned request for
 //!   `kubernetes.io/kube-apiserver-client-kubelet` or `kubernetes.io/kubelet-serving` is
 //!   signed with the cluster CA (`--cluster-signing-cert-file`/`-key-file`) for
@@ -135,6 +137,39 @@ pub(crate) fn kubelet_serving_problem(request: &Request, usages: &[String]) -> O
     (!ok).then_some("usages must be digital signature, (key encipherment), server auth")
 }
 
+/// Why podpass does not approve a kubelet serving request (`None`: it does): the
+/// requester must be the node the subject names, in `system:nodes`, whose Node exists, and
+/// every DNS name and IP address asked for must be among that Node's addresses (its
+/// hostname, internal or external DNS names and IPs). A node therefore never gets a
+/// serving certificate for another node's name, nor for an address that is not its own.
+pub(crate) fn serving_refusal(
+    request: &Request,
+    requester: &str,
+    groups: &[String],
+    node: Option<&k8s_openapi::api::core::v1::Node>,
+) -> Option<String> {
+    if requester != request.common_name || !groups.iter().any(|g| g == "system:nodes") {
+        return Some(format!("{requester:?} asks for {:?}: a node asks for its own name only", request.common_name));
+    }
+    let Some(node) = node else {
+        return Some(format!("no Node {:?}", request.common_name.trim_start_matches("system:node:")));
+    };
+    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_deref()).unwrap_or_default();
+    let named =
+        |kinds: &[&str], value: &str| addresses.iter().any(|a| kinds.contains(&a.type_.as_str()) && a.address == value);
+    for dns in &request.dns_names {
+        if !named(&["Hostname", "InternalDNS", "ExternalDNS"], dns) {
+            return Some(format!("DNS name {dns:?} is not one of the Node's addresses"));
+        }
+    }
+    for ip in &request.ip_addresses {
+        if !named(&["InternalIP", "ExternalIP"], &ip.to_string()) {
+            return Some(format!("IP address {ip} is not one of the Node's addresses"));
+        }
+    }
+    None
+}
+
 /// The certificate's lifetime (`duration`): the signer's, or the shorter one asked for
 /// (never under ten minutes).
 pub(crate) fn lifetime(max: Duration, expiration_seconds: Option<i32>) -> Duration {
@@ -186,7 +221,13 @@ pub async fn run_approver(credentials: Credentials) {
 async fn approve(csr: Arc<CertificateSigningRequest>, credentials: Arc<Credentials>) -> Result<Action, SyncError> {
     let span = tracing::info_span!("reconcile", controller = APPROVER, csr = %csr.name_any());
     let work = async {
-        if csr.spec.signer_name != KUBELET_CLIENT || has(&csr, "Approved") || has(&csr, "Denied") {
+        if has(&csr, "Approved") || has(&csr, "Denied") {
+            return Ok(Action::await_change());
+        }
+        if csr.spec.signer_name == KUBELET_SERVING {
+            return approve_serving(&csr, &credentials).await;
+        }
+        if csr.spec.signer_name != KUBELET_CLIENT {
             return Ok(Action::await_change());
         }
         let usages = csr.spec.usages.clone().unwrap_or_default();
@@ -237,6 +278,46 @@ async fn approve(csr: Arc<CertificateSigningRequest>, credentials: Arc<Credentia
         Ok(Action::await_change())
     };
     tracing::Instrument::instrument(work, span).await
+}
+
+/// A kubelet serving request: approved when [`serving_refusal`] finds nothing against it;
+/// otherwise left for a person, as upstream leaves every one.
+async fn approve_serving(csr: &CertificateSigningRequest, credentials: &Credentials) -> Result<Action, SyncError> {
+    let usages = csr.spec.usages.clone().unwrap_or_default();
+    let Some(request) = request_bytes(csr).and_then(read_request) else { return Ok(Action::await_change()) };
+    if kubelet_serving_problem(&request, &usages).is_some() {
+        return Ok(Action::await_change());
+    }
+    let client = credentials.client(ACCOUNT).await?;
+    let requester = csr.spec.username.clone().unwrap_or_default();
+    let groups = csr.spec.groups.clone().unwrap_or_default();
+    let node = match request.common_name.strip_prefix("system:node:") {
+        Some(name) if requester == request.common_name => {
+            Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).get_opt(name).await?
+        }
+        _ => None,
+    };
+    if let Some(why) = serving_refusal(&request, &requester, &groups, node.as_ref()) {
+        tracing::info!(reason = %why, "kubelet serving request left for a person");
+        // Its own name: the Node may not have posted its addresses yet, look again in a
+        // while. Another's: never.
+        return Ok(if requester == request.common_name {
+            Action::requeue(Duration::from_secs(30))
+        } else {
+            Action::await_change()
+        });
+    }
+    let mut approved = csr.clone();
+    approved.status.get_or_insert_default().conditions.get_or_insert_default().push(condition(
+        "Approved",
+        "AutoApproved",
+        "Auto approving kubelet serving certificate: its names and addresses are its Node's.",
+    ));
+    Api::<CertificateSigningRequest>::all(client)
+        .replace_subresource("approval", &csr.name_any(), &PostParams::default(), &approved)
+        .await?;
+    tracing::info!("kubelet serving certificate request approved");
+    Ok(Action::await_change())
 }
 
 /// The cluster CA the signer signs with, and the longest lifetime it gives.
@@ -356,6 +437,40 @@ mod tests {
 
     fn usages(list: &[&str]) -> Vec<String> {
         list.iter().map(|u| (*u).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_node_gets_a_serving_certificate_only_for_its_own_names_and_addresses() {
+        use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+        let node = Node {
+            status: Some(NodeStatus {
+                addresses: Some(vec![
+                    NodeAddress { type_: "InternalIP".into(), address: "127.0.0.1".into() },
+                    NodeAddress { type_: "Hostname".into(), address: "n1".into() },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let nodes = vec!["system:nodes".to_owned()];
+        let ask = |cn: &str, sans: &[&str]| {
+            read_request(request_pem(cn, &["system:nodes"], sans).as_bytes()).unwrap_or_default()
+        };
+        let own = ask("system:node:n1", &["n1", "127.0.0.1"]);
+        assert_eq!(serving_refusal(&own, "system:node:n1", &nodes, Some(&node)), None);
+        // Another node's name, asked by n1.
+        let other = ask("system:node:n2", &["n2"]);
+        let why = serving_refusal(&other, "system:node:n1", &nodes, Some(&node)).unwrap_or_default();
+        assert!(why.contains("its own name only"), "{why}");
+        // Its own name, an address that is not its Node's.
+        let stray = ask("system:node:n1", &["n1", "10.0.0.9"]);
+        let why = serving_refusal(&stray, "system:node:n1", &nodes, Some(&node)).unwrap_or_default();
+        assert!(why.contains("10.0.0.9"), "{why}");
+        let name = ask("system:node:n1", &["evil.example"]);
+        assert!(serving_refusal(&name, "system:node:n1", &nodes, Some(&node)).is_some());
+        // Not a node, or no Node yet.
+        assert!(serving_refusal(&own, "system:node:n1", &[], Some(&node)).is_some());
+        assert!(serving_refusal(&own, "system:node:n1", &nodes, None).is_some_and(|w| w.contains("no Node")));
     }
 
     #[test]

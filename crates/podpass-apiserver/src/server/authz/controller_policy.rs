@@ -256,8 +256,11 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
                 &["certificates.k8s.io"],
                 &["certificatesigningrequests/status", "certificatesigningrequests/approval"]
             ),
+            // Beyond upstream: podpass also approves a node's serving certificate whose
+            // names and addresses are its Node's, reading that Node.
             {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"],
-             "resourceNames": ["kubernetes.io/kube-apiserver-client-kubelet"]},
+             "resourceNames": ["kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]},
+            rule(&["get"], &[""], &["nodes"]),
             {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["sign"],
              "resourceNames": ["kubernetes.io/legacy-unknown", "kubernetes.io/kube-apiserver-client",
                                "kubernetes.io/kube-apiserver-client-kubelet", "kubernetes.io/kubelet-serving"]},
