@@ -145,6 +145,21 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
     assert!(log.contains("TLS bootstrap") && log.contains("Unauthorized"), "{log}");
     assert!(!kubeconfig.exists(), "nothing written without a certificate");
 
+    // A token past its expiration (whether or not the token cleaner took its Secret yet):
+    // refused as the API server's bootstrap authenticator refuses it.
+    let expired = json!({"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": "bootstrap-token-expird", "namespace": "kube-system"},
+        "stringData": {"token-id": "expird", "token-secret": "0123456789abcdef", "expiration": "2020-01-01T00:00:00Z",
+                       "usage-bootstrap-authentication": "true", "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"}});
+    let (code, answer) =
+        admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/kube-system/secrets", Some(expired));
+    assert_eq!(code, 201, "{answer}");
+    let late = d.join("expired.kubeconfig");
+    bootstrap_kubeconfig(&s, &api, "expird.0123456789abcdef", &late);
+    let whoami = kubectl_with(&late, &d.join("cache"), &["auth", "whoami"]);
+    assert!(!whoami.status.success(), "{whoami:?}");
+    assert!(String::from_utf8_lossy(&whoami.stderr).contains("Unauthorized"), "{whoami:?}");
+
     let bootstrap = d.join("bootstrap.kubeconfig");
     bootstrap_kubeconfig(&s, &api, token, &bootstrap);
     let good_flags = flags(&bootstrap);
