@@ -13,6 +13,7 @@
 //!   eviction controller (pods leave nodes whose NoExecute taints they do not tolerate).
 
 mod bootstrap;
+mod cache;
 mod certificates;
 mod claim;
 mod clusterrole_aggregation;

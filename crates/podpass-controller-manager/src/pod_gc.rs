@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -114,23 +113,9 @@ pub(crate) fn plan(
 /// Runs the collector until the task is dropped.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    );
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    );
-    let drive = async {
-        futures::future::join(
-            futures::StreamExt::for_each(pod_stream, |_| async {}),
-            futures::StreamExt::for_each(node_stream, |_| async {}),
-        )
-        .await
-    };
+    let (pods, fill_pods) = crate::cache::cached(Api::<Pod>::all(root.clone()));
+    let (nodes, fill_nodes) = crate::cache::cached(Api::<Node>::all(root));
+    let drive = futures::future::join(fill_pods, fill_nodes);
     tokio::join!(drive, collect(credentials, pods, nodes));
 }
 

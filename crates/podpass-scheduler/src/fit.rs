@@ -38,13 +38,19 @@ pub(super) struct NodeState {
 /// (`PodRequests`): the containers' sum, at least the largest init container's; a
 /// container without a request counts its limit (API defaulting), else nothing.
 pub(super) fn pod_request(pod: &Value, resource: &str) -> i128 {
+    pod_request_or(pod, resource, 0)
+}
+
+/// [`pod_request`] with a container that states neither request nor limit counting
+/// `default` (scoring's `NonZeroRequested`).
+pub(super) fn pod_request_or(pod: &Value, resource: &str, default: i128) -> i128 {
     let amount = |c: &Value| -> i128 {
         let get = |kind: &str| {
             c.field(&format!("/resources/{kind}/{resource}"))
                 .and_then(Value::as_str)
                 .and_then(|q| podpass_api::quantity::parse_milli(q).ok())
         };
-        get("requests").or_else(|| get("limits")).unwrap_or(0)
+        get("requests").or_else(|| get("limits")).unwrap_or(default)
     };
     let list = |name: &str| pod.field(&format!("/spec/{name}")).and_then(Value::as_array).cloned().unwrap_or_default();
     let sum: i128 = list("containers").iter().map(amount).sum();
@@ -53,7 +59,7 @@ pub(super) fn pod_request(pod: &Value, resource: &str) -> i128 {
 }
 
 /// A node's allocatable `resource` in milli-units (none stated: none).
-fn allocatable(node: &Value, resource: &str) -> i128 {
+pub(super) fn allocatable(node: &Value, resource: &str) -> i128 {
     node.field(&format!("/status/allocatable/{resource}"))
         .and_then(Value::as_str)
         .and_then(|q| podpass_api::quantity::parse_milli(q).ok())

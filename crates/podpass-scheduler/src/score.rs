@@ -49,32 +49,14 @@ pub(crate) fn non_zero_request(pod: &Value, resource: &str) -> i128 {
         "memory" => DEFAULT_MEMORY_BYTES * 1000,
         _ => 0,
     };
-    let amount = |c: &Value| -> i128 {
-        let get = |kind: &str| {
-            c.field(&format!("/resources/{kind}/{resource}"))
-                .and_then(Value::as_str)
-                .and_then(|q| podpass_api::quantity::parse_milli(q).ok())
-        };
-        get("requests").or_else(|| get("limits")).unwrap_or(default)
-    };
-    let list = |name: &str| pod.field(&format!("/spec/{name}")).and_then(Value::as_array).cloned().unwrap_or_default();
-    let sum: i128 = list("containers").iter().map(amount).sum();
-    let init = list("initContainers").iter().map(amount).max().unwrap_or(0);
-    sum.max(init)
-}
-
-fn allocatable(node: &Value, resource: &str) -> i128 {
-    node.field(&format!("/status/allocatable/{resource}"))
-        .and_then(Value::as_str)
-        .and_then(|q| podpass_api::quantity::parse_milli(q).ok())
-        .unwrap_or(0)
+    fit::pod_request_or(pod, resource, default)
 }
 
 /// NodeResourcesFit's `LeastAllocated`: the free share of each resource after the pod,
 /// averaged (cpu and memory weigh 1 each).
 pub(crate) fn least_allocated(pod: &Value, c: &Candidate<'_>) -> i64 {
     let score = |resource: &str, placed: i128| {
-        let capacity = allocatable(c.node, resource);
+        let capacity = fit::allocatable(c.node, resource);
         let requested = placed + non_zero_request(pod, resource);
         if capacity == 0 || requested > capacity {
             0
@@ -89,7 +71,7 @@ pub(crate) fn least_allocated(pod: &Value, c: &Candidate<'_>) -> i64 {
 /// the node would have in use, each at most 1), on the requests as asked.
 pub(crate) fn balanced_allocation(pod: &Value, c: &Candidate<'_>) -> i64 {
     let share = |resource: &str, placed: i128| {
-        let capacity = allocatable(c.node, resource);
+        let capacity = fit::allocatable(c.node, resource);
         if capacity == 0 {
             return 1.0;
         }

@@ -28,8 +28,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -231,29 +230,10 @@ impl Lifecycle {
 /// Runs the controller until the task is dropped.
 pub(crate) async fn run(credentials: Credentials, settings: Settings) {
     let root = credentials.root();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (leases, lease_writer) = reflector::store::<Lease>();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    );
-    let lease_stream = reflector::reflector(
-        lease_writer,
-        watcher(Api::<Lease>::namespaced(root.clone(), LEASE_NAMESPACE), watcher::Config::default()).default_backoff(),
-    );
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    );
-    let drive = async {
-        futures::future::join3(
-            futures::StreamExt::for_each(node_stream, |_| async {}),
-            futures::StreamExt::for_each(lease_stream, |_| async {}),
-            futures::StreamExt::for_each(pod_stream, |_| async {}),
-        )
-        .await
-    };
+    let (nodes, fill_nodes) = crate::cache::cached(Api::<Node>::all(root.clone()));
+    let (leases, fill_leases) = crate::cache::cached(Api::<Lease>::namespaced(root.clone(), LEASE_NAMESPACE));
+    let (pods, fill_pods) = crate::cache::cached(Api::<Pod>::all(root));
+    let drive = futures::future::join3(fill_nodes, fill_leases, fill_pods);
     tokio::join!(drive, monitor(credentials, settings, nodes, leases, pods));
 }
 
