@@ -1297,7 +1297,10 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     };
     let explain = |extra: &[&str]| explain_for(&["--pod", "team-b/app"], extra);
     let text = explain(&[]);
-    let first: Vec<&str> = text.lines().take(4).collect();
+    let mut lines = text.lines();
+    // The node it looks at, named by the certificate in its root dir.
+    assert!(lines.next().is_some_and(|l| l.starts_with("node node-1 (its records and images under ")), "{text}");
+    let first: Vec<&str> = lines.take(4).collect();
     assert!(first[0].starts_with("pod team-b/app (service account team-b/app, node node-1)"), "{text}");
     assert!(first[1].ends_with("NOT usable without a pull"), "{text}");
     assert!(first[2].starts_with("  decision: pull to prove access"), "{text}");
@@ -1310,6 +1313,8 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
         "the record's holder: {text}"
     );
     let json: Value = serde_json::from_str(&explain(&["-o", "json"])).unwrap();
+    assert_eq!(json["node"]["name"], "node-1", "{json}");
+    assert!(json["node"]["podBoundElsewhere"].is_null(), "{json}");
     let c = &json["containers"][0];
     assert_eq!(c["present"], true);
     assert_eq!(c["verification"]["result"], "mustAuthenticate");

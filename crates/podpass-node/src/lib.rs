@@ -25,6 +25,13 @@
 mod agent;
 mod api;
 mod certificate;
+
+/// The node whose client certificate the kubelet root dir `root` holds
+/// (`<root>/pki/kubelet-client-current.pem`, `CN=system:node:<name>`), when it holds one.
+pub fn certificate_node_name(root: &std::path::Path) -> Option<String> {
+    let pair = certificate::CertificateStore::new(&root.join("pki"), certificate::CLIENT_PREFIX).current().ok()??;
+    pair.common_name.strip_prefix("system:node:").map(str::to_owned)
+}
 pub mod credential;
 mod cri;
 mod eviction_thresholds;

@@ -195,9 +195,28 @@ pub async fn explain(a: ExplainArgs) -> Result<bool> {
             "serviceAccount": identity.service_account, "node": node_name,
         })
     });
+    // Which node's records and images these are: its certificate in the root dir says.
+    let looked_at = podpass_node::certificate_node_name(&a.root_dir);
+    let elsewhere = match (&looked_at, &node_name) {
+        (Some(here), Some(bound)) if here != bound => Some(bound.clone()),
+        _ => None,
+    };
     if a.output == "json" {
-        outln!("{}", serde_json::to_string_pretty(&json!({"pod": pod, "containers": reports, "noExec": a.no_exec}))?);
+        let node = json!({"name": looked_at, "rootDir": a.root_dir, "podBoundElsewhere": elsewhere});
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"node": node, "pod": pod, "containers": reports, "noExec": a.no_exec})
+            )?
+        );
     } else {
+        match &looked_at {
+            Some(here) => outln!("node {here} (its records and images under {})", a.root_dir.display()),
+            None => outln!("the node whose root dir is {} (no node certificate there names it)", a.root_dir.display()),
+        }
+        if let (Some(bound), Some(here)) = (&elsewhere, &looked_at) {
+            outln!("note: the pod is bound to {bound}, not {here}: this is what {here} would decide");
+        }
         print_text(&pod, &reports);
     }
     Ok(true)

@@ -98,7 +98,13 @@ mod tests {
     use super::*;
 
     fn pair(not_before: i64, not_after: i64) -> StoredPair {
-        StoredPair { cert_pem: String::new(), key_pem: String::new(), not_before, not_after }
+        StoredPair {
+            cert_pem: String::new(),
+            key_pem: String::new(),
+            not_before,
+            not_after,
+            common_name: String::new(),
+        }
     }
 
     #[test]

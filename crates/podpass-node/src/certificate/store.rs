@@ -20,6 +20,8 @@ pub struct StoredPair {
     pub not_before: i64,
     /// The leaf's notAfter, Unix seconds.
     pub not_after: i64,
+    /// The leaf's subject common name (`system:node:<name>` for a kubelet's).
+    pub common_name: String,
 }
 
 impl std::fmt::Debug for StoredPair {
@@ -139,6 +141,13 @@ pub(super) fn parse_pair(text: &str) -> Result<StoredPair, MalformedPair> {
         key_pem: pem(&key.label, &key.contents),
         not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
+        common_name: cert
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|c| c.as_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
     })
 }
 
@@ -175,6 +184,9 @@ mod tests {
         assert!(!dir.path().join("pki/kubelet-client-updated.pem").exists(), "the updated link was renamed");
         let read = store.current().unwrap().unwrap();
         assert_eq!(read, stored);
+        assert_eq!(read.common_name, "system:node:n1");
+        // What `podpass node explain` names the root dir by.
+        assert_eq!(crate::certificate_node_name(dir.path()).as_deref(), Some("n1"));
         assert!(read.cert_pem.contains("BEGIN CERTIFICATE") && read.key_pem.contains("BEGIN PRIVATE KEY"));
 
         // A second update makes the new pair current.
