@@ -45,14 +45,18 @@ pub(crate) struct Place {
     pub terminating: bool,
 }
 
+/// A pod's labels.
+fn labels_of(pod: &Value) -> BTreeMap<String, String> {
+    pod.field("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+        .unwrap_or_default()
+}
+
 impl Place {
     /// `pod`'s place on `node`.
     pub(crate) fn of(pod: &Value, node: String) -> Self {
-        let labels = pod
-            .field("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default();
+        let labels = labels_of(pod);
         Place {
             node,
             cpu: fit::pod_request(pod, "cpu"),
@@ -233,7 +237,7 @@ impl Cluster {
     /// that select it (none: no spreading).
     fn default_selector(&self, pod: &Value) -> Vec<&Selector> {
         let (ns, _) = pod_key(pod);
-        let labels = Place::of(pod, String::new()).labels;
+        let labels = labels_of(pod);
         self.selectors.iter().filter(|((n, _, _), s)| *n == ns && s.selects(&labels)).map(|(_, s)| s).collect()
     }
 
