@@ -567,6 +567,9 @@ fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unkn
 
     // 64 requests at once with a kid cluster A never published: all refused, and at most
     // one fetch of A's keys per 2 s interval (the burst takes less than two intervals).
+    // One address may have 32 exchanges in flight before its credential verifies, so on a
+    // loaded machine part of the burst is throttled (429) instead: never granted, and the
+    // first 32 at least reach the keys and are refused for them.
     let rogue = d.join("rogue.pem");
     keygen(&rogue);
     let unknown_kid = mint_builder(&rogue, &a.issuer);
@@ -583,7 +586,8 @@ fn one_registry_auth_serves_two_clusters_picks_up_key_rotation_and_outlasts_unkn
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let took = started.elapsed();
-    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
+    assert!(statuses.iter().filter(|s| **s == 401).count() >= 32, "{statuses:?}");
     let fetched = fetches(&url, &a.issuer) - before;
     let allowed = 1.0 + (took.as_secs_f64() / 2.0).floor();
     assert!(fetched <= allowed, "{fetched} fetches for 64 unknown-kid requests in {took:?}");
