@@ -1,6 +1,6 @@
 //! Wire and configuration types of the kubelet and kube-apiserver that `k8s-openapi` does
 //! not carry, with their validation: `--feature-gates`, Go durations, the credential
-//! provider config and exec protocol, image URL matching, resource quantities, and
+//! provider config and exec protocol, image URL matching, node affinity, resource quantities, and
 //! apimachinery-worded field errors.
 
 pub mod bootstrap_token;
@@ -12,6 +12,7 @@ pub mod field;
 pub mod image_url;
 pub mod int_or_percent;
 pub mod label_selector;
+pub mod node_affinity;
 pub mod quantity;
 pub mod quota;
 pub mod rbac_aggregation;

@@ -12,12 +12,13 @@ use crate::leader::Election;
 pub const LEASE_NAME: &str = "kube-controller-manager";
 
 /// The controllers this manager runs (kube-controller-manager's names).
-pub const CONTROLLERS: [&str; 18] = [
+pub const CONTROLLERS: [&str; 19] = [
     crate::service_account_token::NAME,
     crate::service_account::NAME,
     crate::root_ca_publisher::NAME,
     crate::deployment::NAME,
     crate::replica_set::NAME,
+    crate::daemon_set::NAME,
     crate::job::NAME,
     crate::cron_job::NAME,
     crate::endpoints::NAME,
@@ -49,6 +50,7 @@ fn alias(controller: &str) -> Option<&'static str> {
         crate::root_ca_publisher::NAME => Some("root-ca-cert-publisher"),
         crate::pod_gc::NAME => Some("podgc"),
         crate::node_lifecycle::NAME => Some("nodelifecycle"),
+        crate::daemon_set::NAME => Some("daemonset"),
         _ => None,
     }
 }
@@ -366,7 +368,7 @@ mod tests {
             "--kubeconfig",
             &path,
             "--controllers",
-            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation,-csrapproving,-csrsigning,-nodelifecycle,-taint-eviction",
+            "*,-replicaset,-deployment,-job,-cronjob,-endpoint,-endpointslice,-serviceaccount,-root-ca-cert-publisher,-serviceaccount-token,-resourcequota,-podgc,-namespace,-clusterrole-aggregation,-csrapproving,-csrsigning,-nodelifecycle,-taint-eviction,-daemonset",
         ])
         .prepare();
         assert_eq!(gc_only.map(|p| p.controllers).unwrap_or_else(|e| panic!("{e}")), [crate::garbage_collector::NAME]);

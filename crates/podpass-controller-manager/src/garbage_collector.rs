@@ -1,6 +1,6 @@
 //! The garbage collector (`pkg/controller/garbagecollector`), for the kinds podpass's
-//! controllers own — pods, ReplicaSets, Deployments, Jobs, CronJobs, Services and
-//! EndpointSlices, watched as metadata only — as
+//! controllers own — pods, ReplicaSets, Deployments, DaemonSets, ControllerRevisions, Jobs,
+//! CronJobs, Services and EndpointSlices, watched as metadata only — as
 //! `generic-garbage-collector`:
 //!
 //! - a dependent whose owners are all gone (404, or another object of the same name: a UID
@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, ReplicaSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -97,6 +97,8 @@ struct Caches {
     cron_jobs: Store<PartialObjectMeta<CronJob>>,
     services: Store<PartialObjectMeta<Service>>,
     slices: Store<PartialObjectMeta<EndpointSlice>>,
+    daemon_sets: Store<PartialObjectMeta<DaemonSet>>,
+    revisions: Store<PartialObjectMeta<ControllerRevision>>,
 }
 
 /// A metadata cache of `K` and the stream that fills it.
@@ -124,10 +126,12 @@ pub async fn run(credentials: Credentials) {
     let (cron_jobs, drive_cron_jobs) = cache::<CronJob>(&root);
     let (services, drive_services) = cache::<Service>(&root);
     let (slices, drive_slices) = cache::<EndpointSlice>(&root);
-    let caches = Caches { pods, sets, deployments, jobs, cron_jobs, services, slices };
+    let (daemon_sets, drive_daemon_sets) = cache::<DaemonSet>(&root);
+    let (revisions, drive_revisions) = cache::<ControllerRevision>(&root);
+    let caches = Caches { pods, sets, deployments, jobs, cron_jobs, services, slices, daemon_sets, revisions };
     let drive = futures::future::join(
         futures::future::join5(drive_pods, drive_sets, drive_deployments, drive_jobs, drive_cron_jobs),
-        futures::future::join(drive_services, drive_slices),
+        futures::future::join4(drive_services, drive_slices, drive_daemon_sets, drive_revisions),
     );
     let sweep = async {
         let ready = caches.pods.wait_until_ready().await.is_ok()
@@ -136,7 +140,9 @@ pub async fn run(credentials: Credentials) {
             && caches.jobs.wait_until_ready().await.is_ok()
             && caches.cron_jobs.wait_until_ready().await.is_ok()
             && caches.services.wait_until_ready().await.is_ok()
-            && caches.slices.wait_until_ready().await.is_ok();
+            && caches.slices.wait_until_ready().await.is_ok()
+            && caches.daemon_sets.wait_until_ready().await.is_ok()
+            && caches.revisions.wait_until_ready().await.is_ok();
         if !ready {
             return;
         }
@@ -161,7 +167,9 @@ fn items(caches: &Caches) -> Vec<Item> {
     let c = caches.cron_jobs.state().into_iter().map(|m| Item { kind: "CronJob", meta: m.metadata.clone() });
     let v = caches.services.state().into_iter().map(|m| Item { kind: "Service", meta: m.metadata.clone() });
     let e = caches.slices.state().into_iter().map(|m| Item { kind: "EndpointSlice", meta: m.metadata.clone() });
-    p.chain(s).chain(d).chain(j).chain(c).chain(v).chain(e).collect()
+    let ds = caches.daemon_sets.state().into_iter().map(|m| Item { kind: "DaemonSet", meta: m.metadata.clone() });
+    let r = caches.revisions.state().into_iter().map(|m| Item { kind: "ControllerRevision", meta: m.metadata.clone() });
+    p.chain(s).chain(d).chain(j).chain(c).chain(v).chain(e).chain(ds).chain(r).collect()
 }
 
 async fn sweep_once(credentials: &Credentials, caches: &Caches) -> Result<(), kube::Error> {
@@ -231,7 +239,7 @@ fn state_of(meta: &ObjectMeta) -> Owner {
 }
 
 /// The kinds the collector knows, by kind and apiVersion.
-const KINDS: [(&str, &str); 7] = [
+const KINDS: [(&str, &str); 9] = [
     ("Pod", "v1"),
     ("ReplicaSet", "apps/v1"),
     ("Deployment", "apps/v1"),
@@ -239,6 +247,8 @@ const KINDS: [(&str, &str); 7] = [
     ("CronJob", "batch/v1"),
     ("Service", "v1"),
     ("EndpointSlice", "discovery.k8s.io/v1"),
+    ("DaemonSet", "apps/v1"),
+    ("ControllerRevision", "apps/v1"),
 ];
 
 /// The API of `item`'s kind in its namespace.
@@ -251,6 +261,8 @@ fn api_of(client: &kube::Client, item: &Item) -> Api<kube::api::DynamicObject> {
         "CronJob" => kube::discovery::ApiResource::erase::<CronJob>(&()),
         "Service" => kube::discovery::ApiResource::erase::<Service>(&()),
         "EndpointSlice" => kube::discovery::ApiResource::erase::<EndpointSlice>(&()),
+        "DaemonSet" => kube::discovery::ApiResource::erase::<DaemonSet>(&()),
+        "ControllerRevision" => kube::discovery::ApiResource::erase::<ControllerRevision>(&()),
         _ => kube::discovery::ApiResource::erase::<ReplicaSet>(&()),
     };
     Api::namespaced_with(client.clone(), &ns, &resource)

@@ -5,7 +5,7 @@
 //! Lease `kube-system/kube-controller-manager` (client-go's election, [`leader`]).
 //!
 //! - [`Config`] → [`Config::prepare`] (every problem at once) → [`run`].
-//! - The controllers: the Deployment, ReplicaSet, Job and CronJob controllers (the Job
+//! - The controllers: the Deployment, ReplicaSet, DaemonSet, Job and CronJob controllers (the Job
 //!   controller also deletes finished Jobs past their TTL), the Endpoints and EndpointSlice
 //!   controllers, the garbage collector, the service account controller (each namespace's
 //!   `default`) and the root CA publisher (each namespace's `kube-root-ca.crt`), the node
@@ -22,9 +22,11 @@ pub use podpass_component::leader;
 mod config;
 mod credentials;
 mod cron_job;
+mod daemon_set;
 mod deployment;
 mod endpoint_slice;
 mod endpoints;
+mod expectations;
 mod garbage_collector;
 mod job;
 mod namespace;
@@ -73,6 +75,7 @@ pub async fn run(prepared: Prepared, shutdown: impl std::future::Future<Output =
                 match name {
                     deployment::NAME => deployment::run(credentials).await,
                     replica_set::NAME => replica_set::run(credentials).await,
+                    daemon_set::NAME => daemon_set::run(credentials).await,
                     job::NAME => job::run(credentials).await,
                     cron_job::NAME => cron_job::run(credentials).await,
                     garbage_collector::NAME => garbage_collector::run(credentials).await,

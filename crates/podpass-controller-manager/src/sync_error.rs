@@ -18,16 +18,17 @@ pub enum SyncError {
     /// A cache the controller reads stopped (`pods`, `replicasets`).
     #[error("the {0} cache stopped")]
     CacheGone(&'static str),
-    /// A ReplicaSet of another owner or template holds a Deployment's new set's name: the
+    /// An object of another owner or template holds the name a Deployment's new
+    /// ReplicaSet or a DaemonSet's new ControllerRevision hashes to (kind, name): the
     /// collision count was raised, the next sync hashes anew.
-    #[error("replicaset {0:?} exists and is not this deployment's: hash collision, the collision count is raised")]
-    Collision(String),
+    #[error("{0} {1:?} exists and holds another template: hash collision, the collision count is raised")]
+    Collision(&'static str, String),
 }
 
 impl SyncError {
     /// Whether the cache lagged the controller's own write (a 409): worth a quick retry on
     /// the fresh object rather than the full back-off.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, SyncError::Api(kube::Error::Api(s)) if s.code == 409) || matches!(self, SyncError::Collision(_))
+        matches!(self, SyncError::Api(kube::Error::Api(s)) if s.code == 409) || matches!(self, SyncError::Collision(..))
     }
 }

@@ -129,55 +129,11 @@ fn taints(node: &Value, state: NodeState) -> Vec<(String, String, String)> {
     out
 }
 
-/// One `NodeSelectorRequirement` against the node's labels (or its name, for matchFields).
-fn requirement_matches(requirement: &Value, actual: Option<&str>) -> bool {
-    let values: Vec<&str> = requirement
-        .field("/values")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match (text(requirement, "/operator"), actual) {
-        ("In", Some(v)) => values.contains(&v),
-        ("In", None) => false,
-        ("NotIn", Some(v)) => !values.contains(&v),
-        ("NotIn", None) | ("Exists", Some(_)) | ("DoesNotExist", None) => true,
-        ("Exists", None) | ("DoesNotExist", Some(_)) => false,
-        ("Gt", Some(v)) => matches!((number(v), values.first().and_then(|w| number(w))), (Some(a), Some(b)) if a > b),
-        ("Lt", Some(v)) => matches!((number(v), values.first().and_then(|w| number(w))), (Some(a), Some(b)) if a < b),
-        _ => false,
-    }
-}
-
-/// `NodeSelectorTerm`: every expression and field requirement holds (an empty term
-/// matches nothing, as upstream).
-pub(super) fn term_matches(term: &Value, node: &Value) -> bool {
-    let expressions = term.field("/matchExpressions").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-    let fields = term.field("/matchFields").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-    if expressions.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let labels = node.field("/metadata/labels");
-    expressions
-        .iter()
-        .all(|r| requirement_matches(r, labels.and_then(|l| l.get(text(r, "/key"))).and_then(Value::as_str)))
-        && fields.iter().all(|r| {
-            let actual = (text(r, "/key") == "metadata.name").then(|| text(node, "/metadata/name"));
-            requirement_matches(r, actual)
-        })
-}
+pub(super) use podpass_api::node_affinity::term_matches;
 
 /// NodeAffinity's filter: `nodeSelector` and the required node affinity's terms (any).
 fn affinity_matches(pod: &Value, node: &Value) -> bool {
-    let labels = node.field("/metadata/labels");
-    let selector = pod.field("/spec/nodeSelector").and_then(Value::as_object);
-    let selected = selector.into_iter().flatten().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
-    let terms = pod
-        .field("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
-        .and_then(Value::as_array);
-    selected && terms.is_none_or(|terms| terms.iter().any(|t| term_matches(t, node)))
+    pod.field("/spec").is_none_or(|spec| podpass_api::node_affinity::required_matches(spec, node))
 }
 
 /// The `pods` a node holds (`status.allocatable.pods`; none stated is none, as upstream).

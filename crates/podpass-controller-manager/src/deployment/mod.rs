@@ -397,7 +397,7 @@ async fn create_new(
                 let mut status = s.d.status.clone().unwrap_or_default();
                 status.collision_count = Some(collisions.unwrap_or(0).saturating_add(1));
                 s.write_status(status).await?;
-                return Err(SyncError::Collision(name));
+                return Err(SyncError::Collision("replicaset", name));
             }
             (existing, true)
         }

@@ -14,7 +14,7 @@ pub(crate) mod plan;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetStatus};
@@ -28,30 +28,21 @@ use kube::{Api, ResourceExt};
 
 use crate::credentials::Credentials;
 use crate::events::{Recorder, Regarding};
+use crate::expectations::Expectations;
 
 /// The controller's name and service account.
 pub const NAME: &str = "replicaset-controller";
 /// `--concurrent-replicaset-syncs`' default.
 const CONCURRENCY: u16 = 5;
-/// Expectations not met within this long are dropped (upstream `ExpectationsTimeout`).
-const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 /// How soon a sync waiting on its expectations looks again.
 const EXPECTATIONS_RETRY: Duration = Duration::from_secs(1);
 
 pub use crate::sync_error::SyncError;
 
-/// What a ReplicaSet's last sync asked for that the cache has not shown yet.
-#[derive(Debug)]
-struct Expected {
-    created: HashSet<String>,
-    deleted: HashSet<String>,
-    at: Instant,
-}
-
 struct Context {
     credentials: Credentials,
     pods: Store<Pod>,
-    expectations: Mutex<HashMap<String, Expected>>,
+    expectations: Expectations,
     /// Syncs in a row whose creates or deletes failed, by ReplicaSet UID: the back-off
     /// before the next try (the work queue's per-item rate limit, 5 ms doubling to 1000 s).
     failures: Mutex<HashMap<String, u32>>,
@@ -64,30 +55,6 @@ struct Context {
 /// The work queue's per-item back-off after `n` failures in a row.
 fn failure_backoff(n: u32) -> Duration {
     Duration::from_millis(5).saturating_mul(1u32 << n.min(20)).min(Duration::from_secs(1000))
-}
-
-impl Context {
-    /// Whether what the last sync of `uid` did is in the cache (or expired).
-    fn satisfied(&self, uid: &str, namespace: &str) -> bool {
-        let mut all = self.expectations.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(e) = all.get(uid) else { return true };
-        let seen = |name: &String| self.pods.get(&ObjectRef::new(name).within(namespace));
-        let created = e.created.iter().all(|n| seen(n).is_some());
-        let deleted = e.deleted.iter().all(|n| seen(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some()));
-        if (created && deleted) || e.at.elapsed() > EXPECTATIONS_TIMEOUT {
-            all.remove(uid);
-            return true;
-        }
-        false
-    }
-
-    fn expect(&self, uid: &str, created: HashSet<String>, deleted: HashSet<String>) {
-        if created.is_empty() && deleted.is_empty() {
-            return;
-        }
-        let mut all = self.expectations.lock().unwrap_or_else(PoisonError::into_inner);
-        all.insert(uid.to_owned(), Expected { created, deleted, at: Instant::now() });
-    }
 }
 
 /// The ReplicaSets a pod concerns: its controller when that is a ReplicaSet, else (an
@@ -125,7 +92,7 @@ pub async fn run(credentials: Credentials) {
     let context = Arc::new(Context {
         credentials,
         pods,
-        expectations: Mutex::default(),
+        expectations: Expectations::default(),
         failures: Mutex::default(),
         pods_ready: tokio::sync::OnceCell::new(),
     });
@@ -189,7 +156,7 @@ async fn sync(rs: Arc<ReplicaSet>, ctx: Arc<Context>) -> Result<Action, SyncErro
     }
     let namespace = rs.namespace().unwrap_or_default();
     let uid = rs.metadata.uid.clone().unwrap_or_default();
-    if !ctx.satisfied(&uid, &namespace) {
+    if !ctx.expectations.satisfied(&uid, &namespace, &ctx.pods) {
         tracing::debug!("waiting for the cache to show this set's last creates and deletes");
         return Ok(Action::requeue(EXPECTATIONS_RETRY));
     }
@@ -346,7 +313,7 @@ async fn manage(
                     break 'batches;
                 }
             }
-            ctx.expect(uid, created, HashSet::new());
+            ctx.expectations.expect(uid, created, HashSet::new());
             failure
         }
         plan::Scale::Delete(names) => {
@@ -366,7 +333,7 @@ async fn manage(
                     }
                 }
             }
-            ctx.expect(uid, HashSet::new(), deleted);
+            ctx.expectations.expect(uid, HashSet::new(), deleted);
             failure
         }
     }

@@ -83,7 +83,13 @@ fn phase_rank(pod: &Pod) -> u8 {
     }
 }
 
-fn ready_since(pod: &Pod) -> Option<jiff::Timestamp> {
+/// `IsPodAvailable`: Ready, for at least `min_ready` seconds.
+pub(crate) fn is_available(pod: &Pod, min_ready: i64, now: jiff::Timestamp) -> bool {
+    ready_since(pod).is_some_and(|since| now.as_second() - since.as_second() >= min_ready)
+}
+
+/// When the pod turned Ready (`None`: it is not).
+pub(crate) fn ready_since(pod: &Pod) -> Option<jiff::Timestamp> {
     let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref())?;
     let ready = conditions.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
     Some(ready.last_transition_time.as_ref().map_or(jiff::Timestamp::UNIX_EPOCH, |t| t.0))
@@ -141,7 +147,7 @@ pub(crate) fn status(
     let count = |f: &dyn Fn(&Pod) -> bool| i32::try_from(active.iter().filter(|p| f(p)).count()).unwrap_or(i32::MAX);
     let fully_labeled = count(&|p| template.iter().all(|(k, v)| labels(p).get(k) == Some(v)));
     let ready = count(&|p| ready_since(p).is_some());
-    let available = count(&|p| ready_since(p).is_some_and(|since| now.as_second() - since.as_second() >= min_ready));
+    let available = count(&|p| is_available(p, min_ready, now));
     let mut conditions: Vec<_> = previous.and_then(|p| p.conditions.clone()).unwrap_or_default();
     let was = conditions.iter().find(|c| c.type_ == "ReplicaFailure" && c.status == "True").cloned();
     conditions.retain(|c| c.type_ != "ReplicaFailure");

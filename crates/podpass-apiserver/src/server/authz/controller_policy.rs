@@ -115,6 +115,19 @@ pub(crate) fn policy() -> Vec<(&'static str, Value)> {
         ]),
     ));
     policy.extend(controller(
+        "daemon-set-controller",
+        json!([
+            rule(&["get", "list", "watch"], &["extensions", "apps"], &["daemonsets"]),
+            rule(&["update"], &["extensions", "apps"], &["daemonsets/status"]),
+            rule(&["update"], &["extensions", "apps"], &["daemonsets/finalizers"]),
+            rule(&["list", "watch"], &[""], &["nodes"]),
+            rule(&["list", "watch", "create", "delete", "patch"], &[""], &["pods"]),
+            rule(&["create"], &[""], &["pods/binding"]),
+            rule(&["get", "list", "watch", "create", "delete", "update", "patch"], &["apps"], &["controllerrevisions"]),
+            events(),
+        ]),
+    ));
+    policy.extend(controller(
         "deployment-controller",
         json!([
             rule(&["get", "list", "watch", "update"], &["apps", "extensions"], &["deployments"]),

@@ -11,7 +11,9 @@
 
 mod certificate_signing_request;
 mod config_map;
+mod controller_revision;
 mod cron_job;
+mod daemon_set;
 mod deployment;
 mod endpoint_slice;
 mod event;
@@ -81,6 +83,8 @@ pub const RESOURCES: &[Resource] = &[
     reviews::LOCAL_SUBJECT_ACCESS_REVIEW,
     deployment::RESOURCE,
     replica_set::RESOURCE,
+    daemon_set::RESOURCE,
+    controller_revision::RESOURCE,
     job::RESOURCE,
     cron_job::RESOURCE,
 ];

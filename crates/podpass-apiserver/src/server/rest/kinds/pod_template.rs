@@ -24,7 +24,7 @@ fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool 
 }
 
 /// Whether a selector selects nothing in particular (no pairs, no expressions): upstream
-/// refuses it for a workload ("empty selector is invalid for deployment", whatever the kind).
+/// refuses it for a workload ("empty selector is invalid for deployment", or "for daemonset").
 fn is_empty(selector: &LabelSelector) -> bool {
     selector.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
         && selector.match_expressions.as_ref().is_none_or(Vec::is_empty)
@@ -44,6 +44,18 @@ pub(crate) fn errors(
     template: Option<&PodTemplateSpec>,
     restart_policies: &[&str],
 ) -> Vec<String> {
+    workload_errors(object, selector, template, restart_policies, "deployment")
+}
+
+/// [`errors`], an empty selector refused "for `workload`" (upstream's words per kind:
+/// ReplicaSets, Deployments and Jobs say `deployment`, DaemonSets `daemonset`).
+pub(crate) fn workload_errors(
+    object: &Value,
+    selector: Option<&LabelSelector>,
+    template: Option<&PodTemplateSpec>,
+    restart_policies: &[&str],
+    workload: &str,
+) -> Vec<String> {
     let mut errors = Vec::new();
     let empty = LabelSelector::default();
     let selector_value = object.pointer("/spec/selector").filter(|v| !v.is_null());
@@ -51,7 +63,7 @@ pub(crate) fn errors(
         (None, _) | (_, None) => errors.push("spec.selector: Required value".to_owned()),
         (Some(_), Some(s)) if is_empty(s) => {
             let shown = serde_json::to_string(s).unwrap_or_default();
-            errors.push(format!("spec.selector: Invalid value: {shown}: empty selector is invalid for deployment"));
+            errors.push(format!("spec.selector: Invalid value: {shown}: empty selector is invalid for {workload}"));
         }
         _ => {}
     }

@@ -11,21 +11,21 @@
 use super::schema::{Field, Message, Ty::*};
 
 /// Every message the server decodes, by index.
-pub(super) static MESSAGES: [Message; 271] = [
+pub(super) static MESSAGES: [Message; 278] = [
     // 0
     Message {
         name: "api.certificates.v1.CertificateSigningRequest",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(35), repeated: false },
-            Field { number: 3, json: "status", ty: Message(36), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(37), repeated: false },
+            Field { number: 3, json: "status", ty: Message(38), repeated: false },
         ],
     },
     // 1
     Message {
         name: "api.core.v1.ConfigMap",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "data", ty: Map(&String), repeated: false },
             Field { number: 3, json: "binaryData", ty: Map(&Bytes), repeated: false },
             Field { number: 4, json: "immutable", ty: Bool, repeated: false },
@@ -33,317 +33,335 @@ pub(super) static MESSAGES: [Message; 271] = [
     },
     // 2
     Message {
-        name: "api.batch.v1.CronJob",
+        name: "api.apps.v1.ControllerRevision",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(37), repeated: false },
-            Field { number: 3, json: "status", ty: Message(38), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "data", ty: RawJson, repeated: false },
+            Field { number: 3, json: "revision", ty: Int64, repeated: false },
         ],
     },
     // 3
     Message {
-        name: "api.apps.v1.Deployment",
+        name: "api.batch.v1.CronJob",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(39), repeated: false },
             Field { number: 3, json: "status", ty: Message(40), repeated: false },
         ],
     },
     // 4
     Message {
-        name: "api.discovery.v1.EndpointSlice",
+        name: "api.apps.v1.DaemonSet",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "endpoints", ty: Message(41), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(42), repeated: true },
-            Field { number: 4, json: "addressType", ty: String, repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(41), repeated: false },
+            Field { number: 3, json: "status", ty: Message(42), repeated: false },
         ],
     },
     // 5
     Message {
+        name: "api.apps.v1.Deployment",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(43), repeated: false },
+            Field { number: 3, json: "status", ty: Message(44), repeated: false },
+        ],
+    },
+    // 6
+    Message {
+        name: "api.discovery.v1.EndpointSlice",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "endpoints", ty: Message(45), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(46), repeated: true },
+            Field { number: 4, json: "addressType", ty: String, repeated: false },
+        ],
+    },
+    // 7
+    Message {
         name: "api.core.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "involvedObject", ty: Message(43), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "involvedObject", ty: Message(47), repeated: false },
             Field { number: 3, json: "reason", ty: String, repeated: false },
             Field { number: 4, json: "message", ty: String, repeated: false },
-            Field { number: 5, json: "source", ty: Message(44), repeated: false },
+            Field { number: 5, json: "source", ty: Message(48), repeated: false },
             Field { number: 6, json: "firstTimestamp", ty: Time, repeated: false },
             Field { number: 7, json: "lastTimestamp", ty: Time, repeated: false },
             Field { number: 8, json: "count", ty: Int32, repeated: false },
             Field { number: 9, json: "type", ty: String, repeated: false },
             Field { number: 10, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 11, json: "series", ty: Message(45), repeated: false },
+            Field { number: 11, json: "series", ty: Message(49), repeated: false },
             Field { number: 12, json: "action", ty: String, repeated: false },
-            Field { number: 13, json: "related", ty: Message(43), repeated: false },
+            Field { number: 13, json: "related", ty: Message(47), repeated: false },
             Field { number: 14, json: "reportingComponent", ty: String, repeated: false },
             Field { number: 15, json: "reportingInstance", ty: String, repeated: false },
         ],
     },
-    // 6
+    // 8
     Message {
         name: "api.events.v1.Event",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "eventTime", ty: MicroTime, repeated: false },
-            Field { number: 3, json: "series", ty: Message(46), repeated: false },
+            Field { number: 3, json: "series", ty: Message(50), repeated: false },
             Field { number: 4, json: "reportingController", ty: String, repeated: false },
             Field { number: 5, json: "reportingInstance", ty: String, repeated: false },
             Field { number: 6, json: "action", ty: String, repeated: false },
             Field { number: 7, json: "reason", ty: String, repeated: false },
-            Field { number: 8, json: "regarding", ty: Message(43), repeated: false },
-            Field { number: 9, json: "related", ty: Message(43), repeated: false },
+            Field { number: 8, json: "regarding", ty: Message(47), repeated: false },
+            Field { number: 9, json: "related", ty: Message(47), repeated: false },
             Field { number: 10, json: "note", ty: String, repeated: false },
             Field { number: 11, json: "type", ty: String, repeated: false },
-            Field { number: 12, json: "deprecatedSource", ty: Message(44), repeated: false },
+            Field { number: 12, json: "deprecatedSource", ty: Message(48), repeated: false },
             Field { number: 13, json: "deprecatedFirstTimestamp", ty: Time, repeated: false },
             Field { number: 14, json: "deprecatedLastTimestamp", ty: Time, repeated: false },
             Field { number: 15, json: "deprecatedCount", ty: Int32, repeated: false },
         ],
     },
-    // 7
+    // 9
     Message {
         name: "api.networking.v1.IPAddress",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(47), repeated: false },
-        ],
-    },
-    // 8
-    Message {
-        name: "api.batch.v1.Job",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(48), repeated: false },
-            Field { number: 3, json: "status", ty: Message(49), repeated: false },
-        ],
-    },
-    // 9
-    Message {
-        name: "api.coordination.v1.Lease",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(50), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(51), repeated: false },
         ],
     },
     // 10
     Message {
-        name: "api.core.v1.LimitRange",
+        name: "api.batch.v1.Job",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(51), repeated: false },
-        ],
-    },
-    // 11
-    Message {
-        name: "api.autoscaling.v1.Scale",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(52), repeated: false },
             Field { number: 3, json: "status", ty: Message(53), repeated: false },
         ],
     },
+    // 11
+    Message {
+        name: "api.coordination.v1.Lease",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
+        ],
+    },
     // 12
     Message {
-        name: "api.core.v1.Namespace",
+        name: "api.core.v1.LimitRange",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(54), repeated: false },
-            Field { number: 3, json: "status", ty: Message(55), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(55), repeated: false },
         ],
     },
     // 13
     Message {
-        name: "api.core.v1.Node",
+        name: "api.autoscaling.v1.Scale",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(56), repeated: false },
             Field { number: 3, json: "status", ty: Message(57), repeated: false },
         ],
     },
     // 14
     Message {
-        name: "api.core.v1.Pod",
+        name: "api.core.v1.Namespace",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(58), repeated: false },
             Field { number: 3, json: "status", ty: Message(59), repeated: false },
         ],
     },
     // 15
     Message {
-        name: "api.core.v1.Binding",
+        name: "api.core.v1.Node",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "target", ty: Message(43), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(60), repeated: false },
+            Field { number: 3, json: "status", ty: Message(61), repeated: false },
         ],
     },
     // 16
     Message {
-        name: "api.rbac.v1.Role",
+        name: "api.core.v1.Pod",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(60), repeated: true },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
+            Field { number: 3, json: "status", ty: Message(63), repeated: false },
         ],
     },
     // 17
     Message {
-        name: "api.rbac.v1.RoleBinding",
+        name: "api.core.v1.Binding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(61), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(62), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "target", ty: Message(47), repeated: false },
         ],
     },
     // 18
     Message {
-        name: "api.rbac.v1.ClusterRole",
+        name: "api.rbac.v1.Role",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "rules", ty: Message(60), repeated: true },
-            Field { number: 3, json: "aggregationRule", ty: Message(63), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(64), repeated: true },
         ],
     },
     // 19
     Message {
-        name: "api.rbac.v1.ClusterRoleBinding",
+        name: "api.rbac.v1.RoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "subjects", ty: Message(61), repeated: true },
-            Field { number: 3, json: "roleRef", ty: Message(62), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(65), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(66), repeated: false },
         ],
     },
     // 20
     Message {
-        name: "api.apps.v1.ReplicaSet",
+        name: "api.rbac.v1.ClusterRole",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(64), repeated: false },
-            Field { number: 3, json: "status", ty: Message(65), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "rules", ty: Message(64), repeated: true },
+            Field { number: 3, json: "aggregationRule", ty: Message(67), repeated: false },
         ],
     },
     // 21
     Message {
-        name: "api.core.v1.ResourceQuota",
+        name: "api.rbac.v1.ClusterRoleBinding",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(66), repeated: false },
-            Field { number: 3, json: "status", ty: Message(67), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "subjects", ty: Message(65), repeated: true },
+            Field { number: 3, json: "roleRef", ty: Message(66), repeated: false },
         ],
     },
     // 22
     Message {
-        name: "api.authentication.v1.TokenReview",
+        name: "api.apps.v1.ReplicaSet",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(68), repeated: false },
             Field { number: 3, json: "status", ty: Message(69), repeated: false },
         ],
     },
     // 23
     Message {
-        name: "api.authentication.v1.SelfSubjectReview",
+        name: "api.core.v1.ResourceQuota",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "status", ty: Message(70), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(70), repeated: false },
+            Field { number: 3, json: "status", ty: Message(71), repeated: false },
         ],
     },
     // 24
     Message {
-        name: "api.authorization.v1.SelfSubjectAccessReview",
+        name: "api.authentication.v1.TokenReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(71), repeated: false },
-            Field { number: 3, json: "status", ty: Message(72), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(72), repeated: false },
+            Field { number: 3, json: "status", ty: Message(73), repeated: false },
         ],
     },
     // 25
     Message {
-        name: "api.authorization.v1.SubjectAccessReview",
+        name: "api.authentication.v1.SelfSubjectReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(73), repeated: false },
-            Field { number: 3, json: "status", ty: Message(72), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "status", ty: Message(74), repeated: false },
         ],
     },
     // 26
     Message {
-        name: "api.authorization.v1.SelfSubjectRulesReview",
+        name: "api.authorization.v1.SelfSubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(74), repeated: false },
-            Field { number: 3, json: "status", ty: Message(75), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(75), repeated: false },
+            Field { number: 3, json: "status", ty: Message(76), repeated: false },
         ],
     },
     // 27
     Message {
-        name: "api.authorization.v1.LocalSubjectAccessReview",
+        name: "api.authorization.v1.SubjectAccessReview",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(73), repeated: false },
-            Field { number: 3, json: "status", ty: Message(72), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(77), repeated: false },
+            Field { number: 3, json: "status", ty: Message(76), repeated: false },
         ],
     },
     // 28
     Message {
+        name: "api.authorization.v1.SelfSubjectRulesReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(78), repeated: false },
+            Field { number: 3, json: "status", ty: Message(79), repeated: false },
+        ],
+    },
+    // 29
+    Message {
+        name: "api.authorization.v1.LocalSubjectAccessReview",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(77), repeated: false },
+            Field { number: 3, json: "status", ty: Message(76), repeated: false },
+        ],
+    },
+    // 30
+    Message {
         name: "api.core.v1.Secret",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "data", ty: Map(&Bytes), repeated: false },
             Field { number: 3, json: "type", ty: String, repeated: false },
             Field { number: 4, json: "stringData", ty: Map(&String), repeated: false },
             Field { number: 5, json: "immutable", ty: Bool, repeated: false },
         ],
     },
-    // 29
+    // 31
     Message {
         name: "api.core.v1.Service",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(76), repeated: false },
-            Field { number: 3, json: "status", ty: Message(77), repeated: false },
-        ],
-    },
-    // 30
-    Message {
-        name: "api.core.v1.Endpoints",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "subsets", ty: Message(78), repeated: true },
-        ],
-    },
-    // 31
-    Message {
-        name: "api.core.v1.ServiceAccount",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "secrets", ty: Message(43), repeated: true },
-            Field { number: 3, json: "imagePullSecrets", ty: Message(79), repeated: true },
-            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-        ],
-    },
-    // 32
-    Message {
-        name: "api.authentication.v1.TokenRequest",
-        fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
             Field { number: 2, json: "spec", ty: Message(80), repeated: false },
             Field { number: 3, json: "status", ty: Message(81), repeated: false },
         ],
     },
+    // 32
+    Message {
+        name: "api.core.v1.Endpoints",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "subsets", ty: Message(82), repeated: true },
+        ],
+    },
     // 33
+    Message {
+        name: "api.core.v1.ServiceAccount",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "secrets", ty: Message(47), repeated: true },
+            Field { number: 3, json: "imagePullSecrets", ty: Message(83), repeated: true },
+            Field { number: 4, json: "automountServiceAccountToken", ty: Bool, repeated: false },
+        ],
+    },
+    // 34
+    Message {
+        name: "api.authentication.v1.TokenRequest",
+        fields: &[
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(84), repeated: false },
+            Field { number: 3, json: "status", ty: Message(85), repeated: false },
+        ],
+    },
+    // 35
     Message {
         name: "apimachinery.pkg.apis.meta.v1.DeleteOptions",
         fields: &[
             Field { number: 1, json: "gracePeriodSeconds", ty: Int64, repeated: false },
-            Field { number: 2, json: "preconditions", ty: Message(82), repeated: false },
+            Field { number: 2, json: "preconditions", ty: Message(86), repeated: false },
             Field { number: 3, json: "orphanDependents", ty: Bool, repeated: false },
             Field { number: 4, json: "propagationPolicy", ty: String, repeated: false },
             Field { number: 5, json: "dryRun", ty: String, repeated: true },
             Field { number: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Bool, repeated: false },
         ],
     },
-    // 34
+    // 36
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ObjectMeta",
         fields: &[
@@ -359,12 +377,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 10, json: "deletionGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 11, json: "labels", ty: Map(&String), repeated: false },
             Field { number: 12, json: "annotations", ty: Map(&String), repeated: false },
-            Field { number: 13, json: "ownerReferences", ty: Message(83), repeated: true },
+            Field { number: 13, json: "ownerReferences", ty: Message(87), repeated: true },
             Field { number: 14, json: "finalizers", ty: String, repeated: true },
-            Field { number: 17, json: "managedFields", ty: Message(84), repeated: true },
+            Field { number: 17, json: "managedFields", ty: Message(88), repeated: true },
         ],
     },
-    // 35
+    // 37
     Message {
         name: "api.certificates.v1.CertificateSigningRequestSpec",
         fields: &[
@@ -378,15 +396,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 8, json: "expirationSeconds", ty: Int32, repeated: false },
         ],
     },
-    // 36
+    // 38
     Message {
         name: "api.certificates.v1.CertificateSigningRequestStatus",
         fields: &[
-            Field { number: 1, json: "conditions", ty: Message(85), repeated: true },
+            Field { number: 1, json: "conditions", ty: Message(89), repeated: true },
             Field { number: 2, json: "certificate", ty: Bytes, repeated: false },
         ],
     },
-    // 37
+    // 39
     Message {
         name: "api.batch.v1.CronJobSpec",
         fields: &[
@@ -394,36 +412,63 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "startingDeadlineSeconds", ty: Int64, repeated: false },
             Field { number: 3, json: "concurrencyPolicy", ty: String, repeated: false },
             Field { number: 4, json: "suspend", ty: Bool, repeated: false },
-            Field { number: 5, json: "jobTemplate", ty: Message(86), repeated: false },
+            Field { number: 5, json: "jobTemplate", ty: Message(90), repeated: false },
             Field { number: 6, json: "successfulJobsHistoryLimit", ty: Int32, repeated: false },
             Field { number: 7, json: "failedJobsHistoryLimit", ty: Int32, repeated: false },
             Field { number: 8, json: "timeZone", ty: String, repeated: false },
         ],
     },
-    // 38
+    // 40
     Message {
         name: "api.batch.v1.CronJobStatus",
         fields: &[
-            Field { number: 1, json: "active", ty: Message(43), repeated: true },
+            Field { number: 1, json: "active", ty: Message(47), repeated: true },
             Field { number: 4, json: "lastScheduleTime", ty: Time, repeated: false },
             Field { number: 5, json: "lastSuccessfulTime", ty: Time, repeated: false },
         ],
     },
-    // 39
+    // 41
+    Message {
+        name: "api.apps.v1.DaemonSetSpec",
+        fields: &[
+            Field { number: 1, json: "selector", ty: Message(91), repeated: false },
+            Field { number: 2, json: "template", ty: Message(92), repeated: false },
+            Field { number: 3, json: "updateStrategy", ty: Message(93), repeated: false },
+            Field { number: 4, json: "minReadySeconds", ty: Int32, repeated: false },
+            Field { number: 6, json: "revisionHistoryLimit", ty: Int32, repeated: false },
+        ],
+    },
+    // 42
+    Message {
+        name: "api.apps.v1.DaemonSetStatus",
+        fields: &[
+            Field { number: 1, json: "currentNumberScheduled", ty: Int32, repeated: false },
+            Field { number: 2, json: "numberMisscheduled", ty: Int32, repeated: false },
+            Field { number: 3, json: "desiredNumberScheduled", ty: Int32, repeated: false },
+            Field { number: 4, json: "numberReady", ty: Int32, repeated: false },
+            Field { number: 5, json: "observedGeneration", ty: Int64, repeated: false },
+            Field { number: 6, json: "updatedNumberScheduled", ty: Int32, repeated: false },
+            Field { number: 7, json: "numberAvailable", ty: Int32, repeated: false },
+            Field { number: 8, json: "numberUnavailable", ty: Int32, repeated: false },
+            Field { number: 9, json: "collisionCount", ty: Int32, repeated: false },
+            Field { number: 10, json: "conditions", ty: Message(94), repeated: true },
+        ],
+    },
+    // 43
     Message {
         name: "api.apps.v1.DeploymentSpec",
         fields: &[
             Field { number: 1, json: "replicas", ty: Int32, repeated: false },
-            Field { number: 2, json: "selector", ty: Message(87), repeated: false },
-            Field { number: 3, json: "template", ty: Message(88), repeated: false },
-            Field { number: 4, json: "strategy", ty: Message(89), repeated: false },
+            Field { number: 2, json: "selector", ty: Message(91), repeated: false },
+            Field { number: 3, json: "template", ty: Message(92), repeated: false },
+            Field { number: 4, json: "strategy", ty: Message(95), repeated: false },
             Field { number: 5, json: "minReadySeconds", ty: Int32, repeated: false },
             Field { number: 6, json: "revisionHistoryLimit", ty: Int32, repeated: false },
             Field { number: 7, json: "paused", ty: Bool, repeated: false },
             Field { number: 9, json: "progressDeadlineSeconds", ty: Int32, repeated: false },
         ],
     },
-    // 40
+    // 44
     Message {
         name: "api.apps.v1.DeploymentStatus",
         fields: &[
@@ -432,27 +477,27 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "updatedReplicas", ty: Int32, repeated: false },
             Field { number: 4, json: "availableReplicas", ty: Int32, repeated: false },
             Field { number: 5, json: "unavailableReplicas", ty: Int32, repeated: false },
-            Field { number: 6, json: "conditions", ty: Message(90), repeated: true },
+            Field { number: 6, json: "conditions", ty: Message(96), repeated: true },
             Field { number: 7, json: "readyReplicas", ty: Int32, repeated: false },
             Field { number: 8, json: "collisionCount", ty: Int32, repeated: false },
             Field { number: 9, json: "terminatingReplicas", ty: Int32, repeated: false },
         ],
     },
-    // 41
+    // 45
     Message {
         name: "api.discovery.v1.Endpoint",
         fields: &[
             Field { number: 1, json: "addresses", ty: String, repeated: true },
-            Field { number: 2, json: "conditions", ty: Message(91), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(97), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
-            Field { number: 4, json: "targetRef", ty: Message(43), repeated: false },
+            Field { number: 4, json: "targetRef", ty: Message(47), repeated: false },
             Field { number: 5, json: "deprecatedTopology", ty: Map(&String), repeated: false },
             Field { number: 6, json: "nodeName", ty: String, repeated: false },
             Field { number: 7, json: "zone", ty: String, repeated: false },
-            Field { number: 8, json: "hints", ty: Message(92), repeated: false },
+            Field { number: 8, json: "hints", ty: Message(98), repeated: false },
         ],
     },
-    // 42
+    // 46
     Message {
         name: "api.discovery.v1.EndpointPort",
         fields: &[
@@ -462,7 +507,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 43
+    // 47
     Message {
         name: "api.core.v1.ObjectReference",
         fields: &[
@@ -475,7 +520,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 44
+    // 48
     Message {
         name: "api.core.v1.EventSource",
         fields: &[
@@ -483,7 +528,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 45
+    // 49
     Message {
         name: "api.core.v1.EventSeries",
         fields: &[
@@ -491,7 +536,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 46
+    // 50
     Message {
         name: "api.events.v1.EventSeries",
         fields: &[
@@ -499,51 +544,51 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "lastObservedTime", ty: MicroTime, repeated: false },
         ],
     },
-    // 47
+    // 51
     Message {
         name: "api.networking.v1.IPAddressSpec",
-        fields: &[Field { number: 1, json: "parentRef", ty: Message(93), repeated: false }],
+        fields: &[Field { number: 1, json: "parentRef", ty: Message(99), repeated: false }],
     },
-    // 48
+    // 52
     Message {
         name: "api.batch.v1.JobSpec",
         fields: &[
             Field { number: 1, json: "parallelism", ty: Int32, repeated: false },
             Field { number: 2, json: "completions", ty: Int32, repeated: false },
             Field { number: 3, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(87), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(91), repeated: false },
             Field { number: 5, json: "manualSelector", ty: Bool, repeated: false },
-            Field { number: 6, json: "template", ty: Message(88), repeated: false },
+            Field { number: 6, json: "template", ty: Message(92), repeated: false },
             Field { number: 7, json: "backoffLimit", ty: Int32, repeated: false },
             Field { number: 8, json: "ttlSecondsAfterFinished", ty: Int32, repeated: false },
             Field { number: 9, json: "completionMode", ty: String, repeated: false },
             Field { number: 10, json: "suspend", ty: Bool, repeated: false },
-            Field { number: 11, json: "podFailurePolicy", ty: Message(94), repeated: false },
+            Field { number: 11, json: "podFailurePolicy", ty: Message(100), repeated: false },
             Field { number: 12, json: "backoffLimitPerIndex", ty: Int32, repeated: false },
             Field { number: 13, json: "maxFailedIndexes", ty: Int32, repeated: false },
             Field { number: 14, json: "podReplacementPolicy", ty: String, repeated: false },
             Field { number: 15, json: "managedBy", ty: String, repeated: false },
-            Field { number: 16, json: "successPolicy", ty: Message(95), repeated: false },
+            Field { number: 16, json: "successPolicy", ty: Message(101), repeated: false },
         ],
     },
-    // 49
+    // 53
     Message {
         name: "api.batch.v1.JobStatus",
         fields: &[
-            Field { number: 1, json: "conditions", ty: Message(96), repeated: true },
+            Field { number: 1, json: "conditions", ty: Message(102), repeated: true },
             Field { number: 2, json: "startTime", ty: Time, repeated: false },
             Field { number: 3, json: "completionTime", ty: Time, repeated: false },
             Field { number: 4, json: "active", ty: Int32, repeated: false },
             Field { number: 5, json: "succeeded", ty: Int32, repeated: false },
             Field { number: 6, json: "failed", ty: Int32, repeated: false },
             Field { number: 7, json: "completedIndexes", ty: String, repeated: false },
-            Field { number: 8, json: "uncountedTerminatedPods", ty: Message(97), repeated: false },
+            Field { number: 8, json: "uncountedTerminatedPods", ty: Message(103), repeated: false },
             Field { number: 9, json: "ready", ty: Int32, repeated: false },
             Field { number: 10, json: "failedIndexes", ty: String, repeated: false },
             Field { number: 11, json: "terminating", ty: Int32, repeated: false },
         ],
     },
-    // 50
+    // 54
     Message {
         name: "api.coordination.v1.LeaseSpec",
         fields: &[
@@ -556,17 +601,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "preferredHolder", ty: String, repeated: false },
         ],
     },
-    // 51
+    // 55
     Message {
         name: "api.core.v1.LimitRangeSpec",
-        fields: &[Field { number: 1, json: "limits", ty: Message(98), repeated: true }],
+        fields: &[Field { number: 1, json: "limits", ty: Message(104), repeated: true }],
     },
-    // 52
+    // 56
     Message {
         name: "api.autoscaling.v1.ScaleSpec",
         fields: &[Field { number: 1, json: "replicas", ty: Int32, repeated: false }],
     },
-    // 53
+    // 57
     Message {
         name: "api.autoscaling.v1.ScaleStatus",
         fields: &[
@@ -574,20 +619,20 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "selector", ty: String, repeated: false },
         ],
     },
-    // 54
+    // 58
     Message {
         name: "api.core.v1.NamespaceSpec",
         fields: &[Field { number: 1, json: "finalizers", ty: String, repeated: true }],
     },
-    // 55
+    // 59
     Message {
         name: "api.core.v1.NamespaceStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(99), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(105), repeated: true },
         ],
     },
-    // 56
+    // 60
     Message {
         name: "api.core.v1.NodeSpec",
         fields: &[
@@ -595,36 +640,36 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "externalID", ty: String, repeated: false },
             Field { number: 3, json: "providerID", ty: String, repeated: false },
             Field { number: 4, json: "unschedulable", ty: Bool, repeated: false },
-            Field { number: 5, json: "taints", ty: Message(100), repeated: true },
-            Field { number: 6, json: "configSource", ty: Message(101), repeated: false },
+            Field { number: 5, json: "taints", ty: Message(106), repeated: true },
+            Field { number: 6, json: "configSource", ty: Message(107), repeated: false },
             Field { number: 7, json: "podCIDRs", ty: String, repeated: true },
         ],
     },
-    // 57
+    // 61
     Message {
         name: "api.core.v1.NodeStatus",
         fields: &[
             Field { number: 1, json: "capacity", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "allocatable", ty: Map(&Quantity), repeated: false },
             Field { number: 3, json: "phase", ty: String, repeated: false },
-            Field { number: 4, json: "conditions", ty: Message(102), repeated: true },
-            Field { number: 5, json: "addresses", ty: Message(103), repeated: true },
-            Field { number: 6, json: "daemonEndpoints", ty: Message(104), repeated: false },
-            Field { number: 7, json: "nodeInfo", ty: Message(105), repeated: false },
-            Field { number: 8, json: "images", ty: Message(106), repeated: true },
+            Field { number: 4, json: "conditions", ty: Message(108), repeated: true },
+            Field { number: 5, json: "addresses", ty: Message(109), repeated: true },
+            Field { number: 6, json: "daemonEndpoints", ty: Message(110), repeated: false },
+            Field { number: 7, json: "nodeInfo", ty: Message(111), repeated: false },
+            Field { number: 8, json: "images", ty: Message(112), repeated: true },
             Field { number: 9, json: "volumesInUse", ty: String, repeated: true },
-            Field { number: 10, json: "volumesAttached", ty: Message(107), repeated: true },
-            Field { number: 11, json: "config", ty: Message(108), repeated: false },
-            Field { number: 12, json: "runtimeHandlers", ty: Message(109), repeated: true },
-            Field { number: 13, json: "features", ty: Message(110), repeated: false },
+            Field { number: 10, json: "volumesAttached", ty: Message(113), repeated: true },
+            Field { number: 11, json: "config", ty: Message(114), repeated: false },
+            Field { number: 12, json: "runtimeHandlers", ty: Message(115), repeated: true },
+            Field { number: 13, json: "features", ty: Message(116), repeated: false },
         ],
     },
-    // 58
+    // 62
     Message {
         name: "api.core.v1.PodSpec",
         fields: &[
-            Field { number: 1, json: "volumes", ty: Message(111), repeated: true },
-            Field { number: 2, json: "containers", ty: Message(112), repeated: true },
+            Field { number: 1, json: "volumes", ty: Message(117), repeated: true },
+            Field { number: 2, json: "containers", ty: Message(118), repeated: true },
             Field { number: 3, json: "restartPolicy", ty: String, repeated: false },
             Field { number: 4, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
             Field { number: 5, json: "activeDeadlineSeconds", ty: Int64, repeated: false },
@@ -636,61 +681,61 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 11, json: "hostNetwork", ty: Bool, repeated: false },
             Field { number: 12, json: "hostPID", ty: Bool, repeated: false },
             Field { number: 13, json: "hostIPC", ty: Bool, repeated: false },
-            Field { number: 14, json: "securityContext", ty: Message(113), repeated: false },
-            Field { number: 15, json: "imagePullSecrets", ty: Message(79), repeated: true },
+            Field { number: 14, json: "securityContext", ty: Message(119), repeated: false },
+            Field { number: 15, json: "imagePullSecrets", ty: Message(83), repeated: true },
             Field { number: 16, json: "hostname", ty: String, repeated: false },
             Field { number: 17, json: "subdomain", ty: String, repeated: false },
-            Field { number: 18, json: "affinity", ty: Message(114), repeated: false },
+            Field { number: 18, json: "affinity", ty: Message(120), repeated: false },
             Field { number: 19, json: "schedulerName", ty: String, repeated: false },
-            Field { number: 20, json: "initContainers", ty: Message(112), repeated: true },
+            Field { number: 20, json: "initContainers", ty: Message(118), repeated: true },
             Field { number: 21, json: "automountServiceAccountToken", ty: Bool, repeated: false },
-            Field { number: 22, json: "tolerations", ty: Message(115), repeated: true },
-            Field { number: 23, json: "hostAliases", ty: Message(116), repeated: true },
+            Field { number: 22, json: "tolerations", ty: Message(121), repeated: true },
+            Field { number: 23, json: "hostAliases", ty: Message(122), repeated: true },
             Field { number: 24, json: "priorityClassName", ty: String, repeated: false },
             Field { number: 25, json: "priority", ty: Int32, repeated: false },
-            Field { number: 26, json: "dnsConfig", ty: Message(117), repeated: false },
+            Field { number: 26, json: "dnsConfig", ty: Message(123), repeated: false },
             Field { number: 27, json: "shareProcessNamespace", ty: Bool, repeated: false },
-            Field { number: 28, json: "readinessGates", ty: Message(118), repeated: true },
+            Field { number: 28, json: "readinessGates", ty: Message(124), repeated: true },
             Field { number: 29, json: "runtimeClassName", ty: String, repeated: false },
             Field { number: 30, json: "enableServiceLinks", ty: Bool, repeated: false },
             Field { number: 31, json: "preemptionPolicy", ty: String, repeated: false },
             Field { number: 32, json: "overhead", ty: Map(&Quantity), repeated: false },
-            Field { number: 33, json: "topologySpreadConstraints", ty: Message(119), repeated: true },
-            Field { number: 34, json: "ephemeralContainers", ty: Message(120), repeated: true },
+            Field { number: 33, json: "topologySpreadConstraints", ty: Message(125), repeated: true },
+            Field { number: 34, json: "ephemeralContainers", ty: Message(126), repeated: true },
             Field { number: 35, json: "setHostnameAsFQDN", ty: Bool, repeated: false },
-            Field { number: 36, json: "os", ty: Message(121), repeated: false },
+            Field { number: 36, json: "os", ty: Message(127), repeated: false },
             Field { number: 37, json: "hostUsers", ty: Bool, repeated: false },
-            Field { number: 38, json: "schedulingGates", ty: Message(122), repeated: true },
-            Field { number: 39, json: "resourceClaims", ty: Message(123), repeated: true },
-            Field { number: 40, json: "resources", ty: Message(124), repeated: false },
+            Field { number: 38, json: "schedulingGates", ty: Message(128), repeated: true },
+            Field { number: 39, json: "resourceClaims", ty: Message(129), repeated: true },
+            Field { number: 40, json: "resources", ty: Message(130), repeated: false },
             Field { number: 41, json: "hostnameOverride", ty: String, repeated: false },
         ],
     },
-    // 59
+    // 63
     Message {
         name: "api.core.v1.PodStatus",
         fields: &[
             Field { number: 1, json: "phase", ty: String, repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(125), repeated: true },
+            Field { number: 2, json: "conditions", ty: Message(131), repeated: true },
             Field { number: 3, json: "message", ty: String, repeated: false },
             Field { number: 4, json: "reason", ty: String, repeated: false },
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
             Field { number: 6, json: "podIP", ty: String, repeated: false },
             Field { number: 7, json: "startTime", ty: Time, repeated: false },
-            Field { number: 8, json: "containerStatuses", ty: Message(126), repeated: true },
+            Field { number: 8, json: "containerStatuses", ty: Message(132), repeated: true },
             Field { number: 9, json: "qosClass", ty: String, repeated: false },
-            Field { number: 10, json: "initContainerStatuses", ty: Message(126), repeated: true },
+            Field { number: 10, json: "initContainerStatuses", ty: Message(132), repeated: true },
             Field { number: 11, json: "nominatedNodeName", ty: String, repeated: false },
-            Field { number: 12, json: "podIPs", ty: Message(127), repeated: true },
-            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(126), repeated: true },
+            Field { number: 12, json: "podIPs", ty: Message(133), repeated: true },
+            Field { number: 13, json: "ephemeralContainerStatuses", ty: Message(132), repeated: true },
             Field { number: 14, json: "resize", ty: String, repeated: false },
-            Field { number: 15, json: "resourceClaimStatuses", ty: Message(128), repeated: true },
-            Field { number: 16, json: "hostIPs", ty: Message(129), repeated: true },
+            Field { number: 15, json: "resourceClaimStatuses", ty: Message(134), repeated: true },
+            Field { number: 16, json: "hostIPs", ty: Message(135), repeated: true },
             Field { number: 17, json: "observedGeneration", ty: Int64, repeated: false },
-            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(130), repeated: false },
+            Field { number: 18, json: "extendedResourceClaimStatus", ty: Message(136), repeated: false },
         ],
     },
-    // 60
+    // 64
     Message {
         name: "api.rbac.v1.PolicyRule",
         fields: &[
@@ -701,7 +746,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 61
+    // 65
     Message {
         name: "api.rbac.v1.Subject",
         fields: &[
@@ -711,7 +756,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "namespace", ty: String, repeated: false },
         ],
     },
-    // 62
+    // 66
     Message {
         name: "api.rbac.v1.RoleRef",
         fields: &[
@@ -720,22 +765,22 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 63
+    // 67
     Message {
         name: "api.rbac.v1.AggregationRule",
-        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(87), repeated: true }],
+        fields: &[Field { number: 1, json: "clusterRoleSelectors", ty: Message(91), repeated: true }],
     },
-    // 64
+    // 68
     Message {
         name: "api.apps.v1.ReplicaSetSpec",
         fields: &[
             Field { number: 1, json: "replicas", ty: Int32, repeated: false },
-            Field { number: 2, json: "selector", ty: Message(87), repeated: false },
-            Field { number: 3, json: "template", ty: Message(88), repeated: false },
+            Field { number: 2, json: "selector", ty: Message(91), repeated: false },
+            Field { number: 3, json: "template", ty: Message(92), repeated: false },
             Field { number: 4, json: "minReadySeconds", ty: Int32, repeated: false },
         ],
     },
-    // 65
+    // 69
     Message {
         name: "api.apps.v1.ReplicaSetStatus",
         fields: &[
@@ -744,20 +789,20 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "observedGeneration", ty: Int64, repeated: false },
             Field { number: 4, json: "readyReplicas", ty: Int32, repeated: false },
             Field { number: 5, json: "availableReplicas", ty: Int32, repeated: false },
-            Field { number: 6, json: "conditions", ty: Message(131), repeated: true },
+            Field { number: 6, json: "conditions", ty: Message(137), repeated: true },
             Field { number: 7, json: "terminatingReplicas", ty: Int32, repeated: false },
         ],
     },
-    // 66
+    // 70
     Message {
         name: "api.core.v1.ResourceQuotaSpec",
         fields: &[
             Field { number: 1, json: "hard", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "scopes", ty: String, repeated: true },
-            Field { number: 3, json: "scopeSelector", ty: Message(132), repeated: false },
+            Field { number: 3, json: "scopeSelector", ty: Message(138), repeated: false },
         ],
     },
-    // 67
+    // 71
     Message {
         name: "api.core.v1.ResourceQuotaStatus",
         fields: &[
@@ -765,7 +810,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "used", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 68
+    // 72
     Message {
         name: "api.authentication.v1.TokenReviewSpec",
         fields: &[
@@ -773,30 +818,30 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 69
+    // 73
     Message {
         name: "api.authentication.v1.TokenReviewStatus",
         fields: &[
             Field { number: 1, json: "authenticated", ty: Bool, repeated: false },
-            Field { number: 2, json: "user", ty: Message(133), repeated: false },
+            Field { number: 2, json: "user", ty: Message(139), repeated: false },
             Field { number: 3, json: "error", ty: String, repeated: false },
             Field { number: 4, json: "audiences", ty: String, repeated: true },
         ],
     },
-    // 70
+    // 74
     Message {
         name: "api.authentication.v1.SelfSubjectReviewStatus",
-        fields: &[Field { number: 1, json: "userInfo", ty: Message(133), repeated: false }],
+        fields: &[Field { number: 1, json: "userInfo", ty: Message(139), repeated: false }],
     },
-    // 71
+    // 75
     Message {
         name: "api.authorization.v1.SelfSubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(134), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(135), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(140), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(141), repeated: false },
         ],
     },
-    // 72
+    // 76
     Message {
         name: "api.authorization.v1.SubjectAccessReviewStatus",
         fields: &[
@@ -806,38 +851,38 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "denied", ty: Bool, repeated: false },
         ],
     },
-    // 73
+    // 77
     Message {
         name: "api.authorization.v1.SubjectAccessReviewSpec",
         fields: &[
-            Field { number: 1, json: "resourceAttributes", ty: Message(134), repeated: false },
-            Field { number: 2, json: "nonResourceAttributes", ty: Message(135), repeated: false },
+            Field { number: 1, json: "resourceAttributes", ty: Message(140), repeated: false },
+            Field { number: 2, json: "nonResourceAttributes", ty: Message(141), repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "groups", ty: String, repeated: true },
             Field { number: 5, json: "extra", ty: Map(&StringList), repeated: false },
             Field { number: 6, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 74
+    // 78
     Message {
         name: "api.authorization.v1.SelfSubjectRulesReviewSpec",
         fields: &[Field { number: 1, json: "namespace", ty: String, repeated: false }],
     },
-    // 75
+    // 79
     Message {
         name: "api.authorization.v1.SubjectRulesReviewStatus",
         fields: &[
-            Field { number: 1, json: "resourceRules", ty: Message(136), repeated: true },
-            Field { number: 2, json: "nonResourceRules", ty: Message(137), repeated: true },
+            Field { number: 1, json: "resourceRules", ty: Message(142), repeated: true },
+            Field { number: 2, json: "nonResourceRules", ty: Message(143), repeated: true },
             Field { number: 3, json: "incomplete", ty: Bool, repeated: false },
             Field { number: 4, json: "evaluationError", ty: String, repeated: false },
         ],
     },
-    // 76
+    // 80
     Message {
         name: "api.core.v1.ServiceSpec",
         fields: &[
-            Field { number: 1, json: "ports", ty: Message(138), repeated: true },
+            Field { number: 1, json: "ports", ty: Message(144), repeated: true },
             Field { number: 2, json: "selector", ty: Map(&String), repeated: false },
             Field { number: 3, json: "clusterIP", ty: String, repeated: false },
             Field { number: 4, json: "type", ty: String, repeated: false },
@@ -849,7 +894,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 11, json: "externalTrafficPolicy", ty: String, repeated: false },
             Field { number: 12, json: "healthCheckNodePort", ty: Int32, repeated: false },
             Field { number: 13, json: "publishNotReadyAddresses", ty: Bool, repeated: false },
-            Field { number: 14, json: "sessionAffinityConfig", ty: Message(139), repeated: false },
+            Field { number: 14, json: "sessionAffinityConfig", ty: Message(145), repeated: false },
             Field { number: 17, json: "ipFamilyPolicy", ty: String, repeated: false },
             Field { number: 18, json: "clusterIPs", ty: String, repeated: true },
             Field { number: 19, json: "ipFamilies", ty: String, repeated: true },
@@ -859,38 +904,38 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 23, json: "trafficDistribution", ty: String, repeated: false },
         ],
     },
-    // 77
+    // 81
     Message {
         name: "api.core.v1.ServiceStatus",
         fields: &[
-            Field { number: 1, json: "loadBalancer", ty: Message(140), repeated: false },
-            Field { number: 2, json: "conditions", ty: Message(141), repeated: true },
+            Field { number: 1, json: "loadBalancer", ty: Message(146), repeated: false },
+            Field { number: 2, json: "conditions", ty: Message(147), repeated: true },
         ],
     },
-    // 78
+    // 82
     Message {
         name: "api.core.v1.EndpointSubset",
         fields: &[
-            Field { number: 1, json: "addresses", ty: Message(142), repeated: true },
-            Field { number: 2, json: "notReadyAddresses", ty: Message(142), repeated: true },
-            Field { number: 3, json: "ports", ty: Message(143), repeated: true },
+            Field { number: 1, json: "addresses", ty: Message(148), repeated: true },
+            Field { number: 2, json: "notReadyAddresses", ty: Message(148), repeated: true },
+            Field { number: 3, json: "ports", ty: Message(149), repeated: true },
         ],
     },
-    // 79
+    // 83
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 80
+    // 84
     Message {
         name: "api.authentication.v1.TokenRequestSpec",
         fields: &[
             Field { number: 1, json: "audiences", ty: String, repeated: true },
-            Field { number: 3, json: "boundObjectRef", ty: Message(144), repeated: false },
+            Field { number: 3, json: "boundObjectRef", ty: Message(150), repeated: false },
             Field { number: 4, json: "expirationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 81
+    // 85
     Message {
         name: "api.authentication.v1.TokenRequestStatus",
         fields: &[
@@ -898,7 +943,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "expirationTimestamp", ty: Time, repeated: false },
         ],
     },
-    // 82
+    // 86
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Preconditions",
         fields: &[
@@ -906,7 +951,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "resourceVersion", ty: String, repeated: false },
         ],
     },
-    // 83
+    // 87
     Message {
         name: "apimachinery.pkg.apis.meta.v1.OwnerReference",
         fields: &[
@@ -918,7 +963,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "blockOwnerDeletion", ty: Bool, repeated: false },
         ],
     },
-    // 84
+    // 88
     Message {
         name: "apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         fields: &[
@@ -931,7 +976,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 8, json: "subresource", ty: String, repeated: false },
         ],
     },
-    // 85
+    // 89
     Message {
         name: "api.certificates.v1.CertificateSigningRequestCondition",
         fields: &[
@@ -943,39 +988,58 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "status", ty: String, repeated: false },
         ],
     },
-    // 86
+    // 90
     Message {
         name: "api.batch.v1.JobTemplateSpec",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(48), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(52), repeated: false },
         ],
     },
-    // 87
+    // 91
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelector",
         fields: &[
             Field { number: 1, json: "matchLabels", ty: Map(&String), repeated: false },
-            Field { number: 2, json: "matchExpressions", ty: Message(145), repeated: true },
+            Field { number: 2, json: "matchExpressions", ty: Message(151), repeated: true },
         ],
     },
-    // 88
+    // 92
     Message {
         name: "api.core.v1.PodTemplateSpec",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(58), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(62), repeated: false },
         ],
     },
-    // 89
+    // 93
+    Message {
+        name: "api.apps.v1.DaemonSetUpdateStrategy",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "rollingUpdate", ty: Message(152), repeated: false },
+        ],
+    },
+    // 94
+    Message {
+        name: "api.apps.v1.DaemonSetCondition",
+        fields: &[
+            Field { number: 1, json: "type", ty: String, repeated: false },
+            Field { number: 2, json: "status", ty: String, repeated: false },
+            Field { number: 3, json: "lastTransitionTime", ty: Time, repeated: false },
+            Field { number: 4, json: "reason", ty: String, repeated: false },
+            Field { number: 5, json: "message", ty: String, repeated: false },
+        ],
+    },
+    // 95
     Message {
         name: "api.apps.v1.DeploymentStrategy",
         fields: &[
             Field { number: 1, json: "type", ty: String, repeated: false },
-            Field { number: 2, json: "rollingUpdate", ty: Message(146), repeated: false },
+            Field { number: 2, json: "rollingUpdate", ty: Message(153), repeated: false },
         ],
     },
-    // 90
+    // 96
     Message {
         name: "api.apps.v1.DeploymentCondition",
         fields: &[
@@ -987,7 +1051,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "lastTransitionTime", ty: Time, repeated: false },
         ],
     },
-    // 91
+    // 97
     Message {
         name: "api.discovery.v1.EndpointConditions",
         fields: &[
@@ -996,15 +1060,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "terminating", ty: Bool, repeated: false },
         ],
     },
-    // 92
+    // 98
     Message {
         name: "api.discovery.v1.EndpointHints",
         fields: &[
-            Field { number: 1, json: "forZones", ty: Message(147), repeated: true },
-            Field { number: 2, json: "forNodes", ty: Message(148), repeated: true },
+            Field { number: 1, json: "forZones", ty: Message(154), repeated: true },
+            Field { number: 2, json: "forNodes", ty: Message(155), repeated: true },
         ],
     },
-    // 93
+    // 99
     Message {
         name: "api.networking.v1.ParentReference",
         fields: &[
@@ -1014,17 +1078,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "name", ty: String, repeated: false },
         ],
     },
-    // 94
+    // 100
     Message {
         name: "api.batch.v1.PodFailurePolicy",
-        fields: &[Field { number: 1, json: "rules", ty: Message(149), repeated: true }],
+        fields: &[Field { number: 1, json: "rules", ty: Message(156), repeated: true }],
     },
-    // 95
+    // 101
     Message {
         name: "api.batch.v1.SuccessPolicy",
-        fields: &[Field { number: 1, json: "rules", ty: Message(150), repeated: true }],
+        fields: &[Field { number: 1, json: "rules", ty: Message(157), repeated: true }],
     },
-    // 96
+    // 102
     Message {
         name: "api.batch.v1.JobCondition",
         fields: &[
@@ -1036,7 +1100,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 97
+    // 103
     Message {
         name: "api.batch.v1.UncountedTerminatedPods",
         fields: &[
@@ -1044,7 +1108,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "failed", ty: String, repeated: true },
         ],
     },
-    // 98
+    // 104
     Message {
         name: "api.core.v1.LimitRangeItem",
         fields: &[
@@ -1056,7 +1120,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "maxLimitRequestRatio", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 99
+    // 105
     Message {
         name: "api.core.v1.NamespaceCondition",
         fields: &[
@@ -1067,7 +1131,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 100
+    // 106
     Message {
         name: "api.core.v1.Taint",
         fields: &[
@@ -1077,12 +1141,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "timeAdded", ty: Time, repeated: false },
         ],
     },
-    // 101
+    // 107
     Message {
         name: "api.core.v1.NodeConfigSource",
-        fields: &[Field { number: 2, json: "configMap", ty: Message(151), repeated: false }],
+        fields: &[Field { number: 2, json: "configMap", ty: Message(158), repeated: false }],
     },
-    // 102
+    // 108
     Message {
         name: "api.core.v1.NodeCondition",
         fields: &[
@@ -1094,7 +1158,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 103
+    // 109
     Message {
         name: "api.core.v1.NodeAddress",
         fields: &[
@@ -1102,12 +1166,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "address", ty: String, repeated: false },
         ],
     },
-    // 104
+    // 110
     Message {
         name: "api.core.v1.NodeDaemonEndpoints",
-        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(152), repeated: false }],
+        fields: &[Field { number: 1, json: "kubeletEndpoint", ty: Message(159), repeated: false }],
     },
-    // 105
+    // 111
     Message {
         name: "api.core.v1.NodeSystemInfo",
         fields: &[
@@ -1121,10 +1185,10 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 8, json: "kubeProxyVersion", ty: String, repeated: false },
             Field { number: 9, json: "operatingSystem", ty: String, repeated: false },
             Field { number: 10, json: "architecture", ty: String, repeated: false },
-            Field { number: 11, json: "swap", ty: Message(153), repeated: false },
+            Field { number: 11, json: "swap", ty: Message(160), repeated: false },
         ],
     },
-    // 106
+    // 112
     Message {
         name: "api.core.v1.ContainerImage",
         fields: &[
@@ -1132,7 +1196,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "sizeBytes", ty: Int64, repeated: false },
         ],
     },
-    // 107
+    // 113
     Message {
         name: "api.core.v1.AttachedVolume",
         fields: &[
@@ -1140,38 +1204,38 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 108
+    // 114
     Message {
         name: "api.core.v1.NodeConfigStatus",
         fields: &[
-            Field { number: 1, json: "assigned", ty: Message(101), repeated: false },
-            Field { number: 2, json: "active", ty: Message(101), repeated: false },
-            Field { number: 3, json: "lastKnownGood", ty: Message(101), repeated: false },
+            Field { number: 1, json: "assigned", ty: Message(107), repeated: false },
+            Field { number: 2, json: "active", ty: Message(107), repeated: false },
+            Field { number: 3, json: "lastKnownGood", ty: Message(107), repeated: false },
             Field { number: 4, json: "error", ty: String, repeated: false },
         ],
     },
-    // 109
+    // 115
     Message {
         name: "api.core.v1.NodeRuntimeHandler",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "features", ty: Message(154), repeated: false },
+            Field { number: 2, json: "features", ty: Message(161), repeated: false },
         ],
     },
-    // 110
+    // 116
     Message {
         name: "api.core.v1.NodeFeatures",
         fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Bool, repeated: false }],
     },
-    // 111
+    // 117
     Message {
         name: "api.core.v1.Volume",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "", ty: Inline(155), repeated: false },
+            Field { number: 2, json: "", ty: Inline(162), repeated: false },
         ],
     },
-    // 112
+    // 118
     Message {
         name: "api.core.v1.Container",
         fields: &[
@@ -1180,57 +1244,57 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(156), repeated: true },
-            Field { number: 7, json: "env", ty: Message(157), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(124), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(158), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(159), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(159), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(160), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(163), repeated: true },
+            Field { number: 7, json: "env", ty: Message(164), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(130), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(165), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(166), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(166), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(167), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(161), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(168), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(162), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(169), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(163), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(159), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(164), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(170), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(166), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(171), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(165), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(172), repeated: true },
         ],
     },
-    // 113
+    // 119
     Message {
         name: "api.core.v1.PodSecurityContext",
         fields: &[
-            Field { number: 1, json: "seLinuxOptions", ty: Message(166), repeated: false },
+            Field { number: 1, json: "seLinuxOptions", ty: Message(173), repeated: false },
             Field { number: 2, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 3, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 4, json: "supplementalGroups", ty: Int64, repeated: true },
             Field { number: 5, json: "fsGroup", ty: Int64, repeated: false },
             Field { number: 6, json: "runAsGroup", ty: Int64, repeated: false },
-            Field { number: 7, json: "sysctls", ty: Message(167), repeated: true },
-            Field { number: 8, json: "windowsOptions", ty: Message(168), repeated: false },
+            Field { number: 7, json: "sysctls", ty: Message(174), repeated: true },
+            Field { number: 8, json: "windowsOptions", ty: Message(175), repeated: false },
             Field { number: 9, json: "fsGroupChangePolicy", ty: String, repeated: false },
-            Field { number: 10, json: "seccompProfile", ty: Message(169), repeated: false },
-            Field { number: 11, json: "appArmorProfile", ty: Message(170), repeated: false },
+            Field { number: 10, json: "seccompProfile", ty: Message(176), repeated: false },
+            Field { number: 11, json: "appArmorProfile", ty: Message(177), repeated: false },
             Field { number: 12, json: "supplementalGroupsPolicy", ty: String, repeated: false },
             Field { number: 13, json: "seLinuxChangePolicy", ty: String, repeated: false },
         ],
     },
-    // 114
+    // 120
     Message {
         name: "api.core.v1.Affinity",
         fields: &[
-            Field { number: 1, json: "nodeAffinity", ty: Message(171), repeated: false },
-            Field { number: 2, json: "podAffinity", ty: Message(172), repeated: false },
-            Field { number: 3, json: "podAntiAffinity", ty: Message(173), repeated: false },
+            Field { number: 1, json: "nodeAffinity", ty: Message(178), repeated: false },
+            Field { number: 2, json: "podAffinity", ty: Message(179), repeated: false },
+            Field { number: 3, json: "podAntiAffinity", ty: Message(180), repeated: false },
         ],
     },
-    // 115
+    // 121
     Message {
         name: "api.core.v1.Toleration",
         fields: &[
@@ -1241,7 +1305,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "tolerationSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 116
+    // 122
     Message {
         name: "api.core.v1.HostAlias",
         fields: &[
@@ -1249,50 +1313,50 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "hostnames", ty: String, repeated: true },
         ],
     },
-    // 117
+    // 123
     Message {
         name: "api.core.v1.PodDnsConfig",
         fields: &[
             Field { number: 1, json: "nameservers", ty: String, repeated: true },
             Field { number: 2, json: "searches", ty: String, repeated: true },
-            Field { number: 3, json: "options", ty: Message(174), repeated: true },
+            Field { number: 3, json: "options", ty: Message(181), repeated: true },
         ],
     },
-    // 118
+    // 124
     Message {
         name: "api.core.v1.PodReadinessGate",
         fields: &[Field { number: 1, json: "conditionType", ty: String, repeated: false }],
     },
-    // 119
+    // 125
     Message {
         name: "api.core.v1.TopologySpreadConstraint",
         fields: &[
             Field { number: 1, json: "maxSkew", ty: Int32, repeated: false },
             Field { number: 2, json: "topologyKey", ty: String, repeated: false },
             Field { number: 3, json: "whenUnsatisfiable", ty: String, repeated: false },
-            Field { number: 4, json: "labelSelector", ty: Message(87), repeated: false },
+            Field { number: 4, json: "labelSelector", ty: Message(91), repeated: false },
             Field { number: 5, json: "minDomains", ty: Int32, repeated: false },
             Field { number: 6, json: "nodeAffinityPolicy", ty: String, repeated: false },
             Field { number: 7, json: "nodeTaintsPolicy", ty: String, repeated: false },
             Field { number: 8, json: "matchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 120
+    // 126
     Message {
         name: "api.core.v1.EphemeralContainer",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(175), repeated: false },
+            Field { number: 1, json: "", ty: Inline(182), repeated: false },
             Field { number: 2, json: "targetContainerName", ty: String, repeated: false },
         ],
     },
-    // 121
+    // 127
     Message { name: "api.core.v1.PodOs", fields: &[Field { number: 1, json: "name", ty: String, repeated: false }] },
-    // 122
+    // 128
     Message {
         name: "api.core.v1.PodSchedulingGate",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 123
+    // 129
     Message {
         name: "api.core.v1.PodResourceClaim",
         fields: &[
@@ -1301,16 +1365,16 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "resourceClaimTemplateName", ty: String, repeated: false },
         ],
     },
-    // 124
+    // 130
     Message {
         name: "api.core.v1.ResourceRequirements",
         fields: &[
             Field { number: 1, json: "limits", ty: Map(&Quantity), repeated: false },
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
-            Field { number: 3, json: "claims", ty: Message(176), repeated: true },
+            Field { number: 3, json: "claims", ty: Message(183), repeated: true },
         ],
     },
-    // 125
+    // 131
     Message {
         name: "api.core.v1.PodCondition",
         fields: &[
@@ -1323,13 +1387,13 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "observedGeneration", ty: Int64, repeated: false },
         ],
     },
-    // 126
+    // 132
     Message {
         name: "api.core.v1.ContainerStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "state", ty: Message(177), repeated: false },
-            Field { number: 3, json: "lastState", ty: Message(177), repeated: false },
+            Field { number: 2, json: "state", ty: Message(184), repeated: false },
+            Field { number: 3, json: "lastState", ty: Message(184), repeated: false },
             Field { number: 4, json: "ready", ty: Bool, repeated: false },
             Field { number: 5, json: "restartCount", ty: Int32, repeated: false },
             Field { number: 6, json: "image", ty: String, repeated: false },
@@ -1337,16 +1401,16 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 8, json: "containerID", ty: String, repeated: false },
             Field { number: 9, json: "started", ty: Bool, repeated: false },
             Field { number: 10, json: "allocatedResources", ty: Map(&Quantity), repeated: false },
-            Field { number: 11, json: "resources", ty: Message(124), repeated: false },
-            Field { number: 12, json: "volumeMounts", ty: Message(178), repeated: true },
-            Field { number: 13, json: "user", ty: Message(179), repeated: false },
-            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(180), repeated: true },
+            Field { number: 11, json: "resources", ty: Message(130), repeated: false },
+            Field { number: 12, json: "volumeMounts", ty: Message(185), repeated: true },
+            Field { number: 13, json: "user", ty: Message(186), repeated: false },
+            Field { number: 14, json: "allocatedResourcesStatus", ty: Message(187), repeated: true },
             Field { number: 15, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 127
+    // 133
     Message { name: "api.core.v1.PodIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 128
+    // 134
     Message {
         name: "api.core.v1.PodResourceClaimStatus",
         fields: &[
@@ -1354,17 +1418,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 129
+    // 135
     Message { name: "api.core.v1.HostIp", fields: &[Field { number: 1, json: "ip", ty: String, repeated: false }] },
-    // 130
+    // 136
     Message {
         name: "api.core.v1.PodExtendedResourceClaimStatus",
         fields: &[
-            Field { number: 1, json: "requestMappings", ty: Message(181), repeated: true },
+            Field { number: 1, json: "requestMappings", ty: Message(188), repeated: true },
             Field { number: 2, json: "resourceClaimName", ty: String, repeated: false },
         ],
     },
-    // 131
+    // 137
     Message {
         name: "api.apps.v1.ReplicaSetCondition",
         fields: &[
@@ -1375,12 +1439,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "message", ty: String, repeated: false },
         ],
     },
-    // 132
+    // 138
     Message {
         name: "api.core.v1.ScopeSelector",
-        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(182), repeated: true }],
+        fields: &[Field { number: 1, json: "matchExpressions", ty: Message(189), repeated: true }],
     },
-    // 133
+    // 139
     Message {
         name: "api.authentication.v1.UserInfo",
         fields: &[
@@ -1390,7 +1454,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "extra", ty: Map(&StringList), repeated: false },
         ],
     },
-    // 134
+    // 140
     Message {
         name: "api.authorization.v1.ResourceAttributes",
         fields: &[
@@ -1401,11 +1465,11 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "resource", ty: String, repeated: false },
             Field { number: 6, json: "subresource", ty: String, repeated: false },
             Field { number: 7, json: "name", ty: String, repeated: false },
-            Field { number: 8, json: "fieldSelector", ty: Message(183), repeated: false },
-            Field { number: 9, json: "labelSelector", ty: Message(184), repeated: false },
+            Field { number: 8, json: "fieldSelector", ty: Message(190), repeated: false },
+            Field { number: 9, json: "labelSelector", ty: Message(191), repeated: false },
         ],
     },
-    // 135
+    // 141
     Message {
         name: "api.authorization.v1.NonResourceAttributes",
         fields: &[
@@ -1413,7 +1477,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "verb", ty: String, repeated: false },
         ],
     },
-    // 136
+    // 142
     Message {
         name: "api.authorization.v1.ResourceRule",
         fields: &[
@@ -1423,7 +1487,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "resourceNames", ty: String, repeated: true },
         ],
     },
-    // 137
+    // 143
     Message {
         name: "api.authorization.v1.NonResourceRule",
         fields: &[
@@ -1431,7 +1495,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "nonResourceURLs", ty: String, repeated: true },
         ],
     },
-    // 138
+    // 144
     Message {
         name: "api.core.v1.ServicePort",
         fields: &[
@@ -1443,17 +1507,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 139
+    // 145
     Message {
         name: "api.core.v1.SessionAffinityConfig",
-        fields: &[Field { number: 1, json: "clientIP", ty: Message(185), repeated: false }],
+        fields: &[Field { number: 1, json: "clientIP", ty: Message(192), repeated: false }],
     },
-    // 140
+    // 146
     Message {
         name: "api.core.v1.LoadBalancerStatus",
-        fields: &[Field { number: 1, json: "ingress", ty: Message(186), repeated: true }],
+        fields: &[Field { number: 1, json: "ingress", ty: Message(193), repeated: true }],
     },
-    // 141
+    // 147
     Message {
         name: "apimachinery.pkg.apis.meta.v1.Condition",
         fields: &[
@@ -1465,17 +1529,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "message", ty: String, repeated: false },
         ],
     },
-    // 142
+    // 148
     Message {
         name: "api.core.v1.EndpointAddress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
-            Field { number: 2, json: "targetRef", ty: Message(43), repeated: false },
+            Field { number: 2, json: "targetRef", ty: Message(47), repeated: false },
             Field { number: 3, json: "hostname", ty: String, repeated: false },
             Field { number: 4, json: "nodeName", ty: String, repeated: false },
         ],
     },
-    // 143
+    // 149
     Message {
         name: "api.core.v1.EndpointPort",
         fields: &[
@@ -1485,7 +1549,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "appProtocol", ty: String, repeated: false },
         ],
     },
-    // 144
+    // 150
     Message {
         name: "api.authentication.v1.BoundObjectReference",
         fields: &[
@@ -1495,7 +1559,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "uid", ty: String, repeated: false },
         ],
     },
-    // 145
+    // 151
     Message {
         name: "apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         fields: &[
@@ -1504,7 +1568,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 146
+    // 152
+    Message {
+        name: "api.apps.v1.RollingUpdateDaemonSet",
+        fields: &[
+            Field { number: 1, json: "maxUnavailable", ty: IntOrString, repeated: false },
+            Field { number: 2, json: "maxSurge", ty: IntOrString, repeated: false },
+        ],
+    },
+    // 153
     Message {
         name: "api.apps.v1.RollingUpdateDeployment",
         fields: &[
@@ -1512,26 +1584,26 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "maxSurge", ty: IntOrString, repeated: false },
         ],
     },
-    // 147
+    // 154
     Message {
         name: "api.discovery.v1.ForZone",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 148
+    // 155
     Message {
         name: "api.discovery.v1.ForNode",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 149
+    // 156
     Message {
         name: "api.batch.v1.PodFailurePolicyRule",
         fields: &[
             Field { number: 1, json: "action", ty: String, repeated: false },
-            Field { number: 2, json: "onExitCodes", ty: Message(187), repeated: false },
-            Field { number: 3, json: "onPodConditions", ty: Message(188), repeated: true },
+            Field { number: 2, json: "onExitCodes", ty: Message(194), repeated: false },
+            Field { number: 3, json: "onPodConditions", ty: Message(195), repeated: true },
         ],
     },
-    // 150
+    // 157
     Message {
         name: "api.batch.v1.SuccessPolicyRule",
         fields: &[
@@ -1539,7 +1611,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "succeededCount", ty: Int32, repeated: false },
         ],
     },
-    // 151
+    // 158
     Message {
         name: "api.core.v1.ConfigMapNodeConfigSource",
         fields: &[
@@ -1550,17 +1622,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "kubeletConfigKey", ty: String, repeated: false },
         ],
     },
-    // 152
+    // 159
     Message {
         name: "api.core.v1.DaemonEndpoint",
         fields: &[Field { number: 1, json: "Port", ty: Int32, repeated: false }],
     },
-    // 153
+    // 160
     Message {
         name: "api.core.v1.NodeSwapStatus",
         fields: &[Field { number: 1, json: "capacity", ty: Int64, repeated: false }],
     },
-    // 154
+    // 161
     Message {
         name: "api.core.v1.NodeRuntimeHandlerFeatures",
         fields: &[
@@ -1568,43 +1640,43 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "userNamespaces", ty: Bool, repeated: false },
         ],
     },
-    // 155
+    // 162
     Message {
         name: "api.core.v1.VolumeSource",
         fields: &[
-            Field { number: 1, json: "hostPath", ty: Message(189), repeated: false },
-            Field { number: 2, json: "emptyDir", ty: Message(190), repeated: false },
-            Field { number: 3, json: "gcePersistentDisk", ty: Message(191), repeated: false },
-            Field { number: 4, json: "awsElasticBlockStore", ty: Message(192), repeated: false },
-            Field { number: 5, json: "gitRepo", ty: Message(193), repeated: false },
-            Field { number: 6, json: "secret", ty: Message(194), repeated: false },
-            Field { number: 7, json: "nfs", ty: Message(195), repeated: false },
-            Field { number: 8, json: "iscsi", ty: Message(196), repeated: false },
-            Field { number: 9, json: "glusterfs", ty: Message(197), repeated: false },
-            Field { number: 10, json: "persistentVolumeClaim", ty: Message(198), repeated: false },
-            Field { number: 11, json: "rbd", ty: Message(199), repeated: false },
-            Field { number: 12, json: "flexVolume", ty: Message(200), repeated: false },
-            Field { number: 13, json: "cinder", ty: Message(201), repeated: false },
-            Field { number: 14, json: "cephfs", ty: Message(202), repeated: false },
-            Field { number: 15, json: "flocker", ty: Message(203), repeated: false },
-            Field { number: 16, json: "downwardAPI", ty: Message(204), repeated: false },
-            Field { number: 17, json: "fc", ty: Message(205), repeated: false },
-            Field { number: 18, json: "azureFile", ty: Message(206), repeated: false },
-            Field { number: 19, json: "configMap", ty: Message(207), repeated: false },
-            Field { number: 20, json: "vsphereVolume", ty: Message(208), repeated: false },
-            Field { number: 21, json: "quobyte", ty: Message(209), repeated: false },
-            Field { number: 22, json: "azureDisk", ty: Message(210), repeated: false },
-            Field { number: 23, json: "photonPersistentDisk", ty: Message(211), repeated: false },
-            Field { number: 24, json: "portworxVolume", ty: Message(212), repeated: false },
-            Field { number: 25, json: "scaleIO", ty: Message(213), repeated: false },
-            Field { number: 26, json: "projected", ty: Message(214), repeated: false },
-            Field { number: 27, json: "storageos", ty: Message(215), repeated: false },
-            Field { number: 28, json: "csi", ty: Message(216), repeated: false },
-            Field { number: 29, json: "ephemeral", ty: Message(217), repeated: false },
-            Field { number: 30, json: "image", ty: Message(218), repeated: false },
+            Field { number: 1, json: "hostPath", ty: Message(196), repeated: false },
+            Field { number: 2, json: "emptyDir", ty: Message(197), repeated: false },
+            Field { number: 3, json: "gcePersistentDisk", ty: Message(198), repeated: false },
+            Field { number: 4, json: "awsElasticBlockStore", ty: Message(199), repeated: false },
+            Field { number: 5, json: "gitRepo", ty: Message(200), repeated: false },
+            Field { number: 6, json: "secret", ty: Message(201), repeated: false },
+            Field { number: 7, json: "nfs", ty: Message(202), repeated: false },
+            Field { number: 8, json: "iscsi", ty: Message(203), repeated: false },
+            Field { number: 9, json: "glusterfs", ty: Message(204), repeated: false },
+            Field { number: 10, json: "persistentVolumeClaim", ty: Message(205), repeated: false },
+            Field { number: 11, json: "rbd", ty: Message(206), repeated: false },
+            Field { number: 12, json: "flexVolume", ty: Message(207), repeated: false },
+            Field { number: 13, json: "cinder", ty: Message(208), repeated: false },
+            Field { number: 14, json: "cephfs", ty: Message(209), repeated: false },
+            Field { number: 15, json: "flocker", ty: Message(210), repeated: false },
+            Field { number: 16, json: "downwardAPI", ty: Message(211), repeated: false },
+            Field { number: 17, json: "fc", ty: Message(212), repeated: false },
+            Field { number: 18, json: "azureFile", ty: Message(213), repeated: false },
+            Field { number: 19, json: "configMap", ty: Message(214), repeated: false },
+            Field { number: 20, json: "vsphereVolume", ty: Message(215), repeated: false },
+            Field { number: 21, json: "quobyte", ty: Message(216), repeated: false },
+            Field { number: 22, json: "azureDisk", ty: Message(217), repeated: false },
+            Field { number: 23, json: "photonPersistentDisk", ty: Message(218), repeated: false },
+            Field { number: 24, json: "portworxVolume", ty: Message(219), repeated: false },
+            Field { number: 25, json: "scaleIO", ty: Message(220), repeated: false },
+            Field { number: 26, json: "projected", ty: Message(221), repeated: false },
+            Field { number: 27, json: "storageos", ty: Message(222), repeated: false },
+            Field { number: 28, json: "csi", ty: Message(223), repeated: false },
+            Field { number: 29, json: "ephemeral", ty: Message(224), repeated: false },
+            Field { number: 30, json: "image", ty: Message(225), repeated: false },
         ],
     },
-    // 156
+    // 163
     Message {
         name: "api.core.v1.ContainerPort",
         fields: &[
@@ -1615,16 +1687,16 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "hostIP", ty: String, repeated: false },
         ],
     },
-    // 157
+    // 164
     Message {
         name: "api.core.v1.EnvVar",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "value", ty: String, repeated: false },
-            Field { number: 3, json: "valueFrom", ty: Message(219), repeated: false },
+            Field { number: 3, json: "valueFrom", ty: Message(226), repeated: false },
         ],
     },
-    // 158
+    // 165
     Message {
         name: "api.core.v1.VolumeMount",
         fields: &[
@@ -1637,11 +1709,11 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 159
+    // 166
     Message {
         name: "api.core.v1.Probe",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(220), repeated: false },
+            Field { number: 1, json: "", ty: Inline(227), repeated: false },
             Field { number: 2, json: "initialDelaySeconds", ty: Int32, repeated: false },
             Field { number: 3, json: "timeoutSeconds", ty: Int32, repeated: false },
             Field { number: 4, json: "periodSeconds", ty: Int32, repeated: false },
@@ -1650,43 +1722,43 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "terminationGracePeriodSeconds", ty: Int64, repeated: false },
         ],
     },
-    // 160
+    // 167
     Message {
         name: "api.core.v1.Lifecycle",
         fields: &[
-            Field { number: 1, json: "postStart", ty: Message(221), repeated: false },
-            Field { number: 2, json: "preStop", ty: Message(221), repeated: false },
+            Field { number: 1, json: "postStart", ty: Message(228), repeated: false },
+            Field { number: 2, json: "preStop", ty: Message(228), repeated: false },
             Field { number: 3, json: "stopSignal", ty: String, repeated: false },
         ],
     },
-    // 161
+    // 168
     Message {
         name: "api.core.v1.SecurityContext",
         fields: &[
-            Field { number: 1, json: "capabilities", ty: Message(222), repeated: false },
+            Field { number: 1, json: "capabilities", ty: Message(229), repeated: false },
             Field { number: 2, json: "privileged", ty: Bool, repeated: false },
-            Field { number: 3, json: "seLinuxOptions", ty: Message(166), repeated: false },
+            Field { number: 3, json: "seLinuxOptions", ty: Message(173), repeated: false },
             Field { number: 4, json: "runAsUser", ty: Int64, repeated: false },
             Field { number: 5, json: "runAsNonRoot", ty: Bool, repeated: false },
             Field { number: 6, json: "readOnlyRootFilesystem", ty: Bool, repeated: false },
             Field { number: 7, json: "allowPrivilegeEscalation", ty: Bool, repeated: false },
             Field { number: 8, json: "runAsGroup", ty: Int64, repeated: false },
             Field { number: 9, json: "procMount", ty: String, repeated: false },
-            Field { number: 10, json: "windowsOptions", ty: Message(168), repeated: false },
-            Field { number: 11, json: "seccompProfile", ty: Message(169), repeated: false },
-            Field { number: 12, json: "appArmorProfile", ty: Message(170), repeated: false },
+            Field { number: 10, json: "windowsOptions", ty: Message(175), repeated: false },
+            Field { number: 11, json: "seccompProfile", ty: Message(176), repeated: false },
+            Field { number: 12, json: "appArmorProfile", ty: Message(177), repeated: false },
         ],
     },
-    // 162
+    // 169
     Message {
         name: "api.core.v1.EnvFromSource",
         fields: &[
             Field { number: 1, json: "prefix", ty: String, repeated: false },
-            Field { number: 2, json: "configMapRef", ty: Message(223), repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(224), repeated: false },
+            Field { number: 2, json: "configMapRef", ty: Message(230), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(231), repeated: false },
         ],
     },
-    // 163
+    // 170
     Message {
         name: "api.core.v1.VolumeDevice",
         fields: &[
@@ -1694,7 +1766,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "devicePath", ty: String, repeated: false },
         ],
     },
-    // 164
+    // 171
     Message {
         name: "api.core.v1.ContainerResizePolicy",
         fields: &[
@@ -1702,15 +1774,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "restartPolicy", ty: String, repeated: false },
         ],
     },
-    // 165
+    // 172
     Message {
         name: "api.core.v1.ContainerRestartRule",
         fields: &[
             Field { number: 1, json: "action", ty: String, repeated: false },
-            Field { number: 2, json: "exitCodes", ty: Message(225), repeated: false },
+            Field { number: 2, json: "exitCodes", ty: Message(232), repeated: false },
         ],
     },
-    // 166
+    // 173
     Message {
         name: "api.core.v1.SeLinuxOptions",
         fields: &[
@@ -1720,7 +1792,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "level", ty: String, repeated: false },
         ],
     },
-    // 167
+    // 174
     Message {
         name: "api.core.v1.Sysctl",
         fields: &[
@@ -1728,7 +1800,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 168
+    // 175
     Message {
         name: "api.core.v1.WindowsSecurityContextOptions",
         fields: &[
@@ -1738,7 +1810,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "hostProcess", ty: Bool, repeated: false },
         ],
     },
-    // 169
+    // 176
     Message {
         name: "api.core.v1.SeccompProfile",
         fields: &[
@@ -1746,7 +1818,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 170
+    // 177
     Message {
         name: "api.core.v1.AppArmorProfile",
         fields: &[
@@ -1754,61 +1826,61 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "localhostProfile", ty: String, repeated: false },
         ],
     },
-    // 171
+    // 178
     Message {
         name: "api.core.v1.NodeAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(226),
+                ty: Message(233),
                 repeated: false,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(227),
+                ty: Message(234),
                 repeated: true,
             },
         ],
     },
-    // 172
+    // 179
     Message {
         name: "api.core.v1.PodAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(228),
+                ty: Message(235),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(229),
+                ty: Message(236),
                 repeated: true,
             },
         ],
     },
-    // 173
+    // 180
     Message {
         name: "api.core.v1.PodAntiAffinity",
         fields: &[
             Field {
                 number: 1,
                 json: "requiredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(228),
+                ty: Message(235),
                 repeated: true,
             },
             Field {
                 number: 2,
                 json: "preferredDuringSchedulingIgnoredDuringExecution",
-                ty: Message(229),
+                ty: Message(236),
                 repeated: true,
             },
         ],
     },
-    // 174
+    // 181
     Message {
         name: "api.core.v1.PodDnsConfigOption",
         fields: &[
@@ -1816,7 +1888,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 175
+    // 182
     Message {
         name: "api.core.v1.EphemeralContainerCommon",
         fields: &[
@@ -1825,29 +1897,29 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "command", ty: String, repeated: true },
             Field { number: 4, json: "args", ty: String, repeated: true },
             Field { number: 5, json: "workingDir", ty: String, repeated: false },
-            Field { number: 6, json: "ports", ty: Message(156), repeated: true },
-            Field { number: 7, json: "env", ty: Message(157), repeated: true },
-            Field { number: 8, json: "resources", ty: Message(124), repeated: false },
-            Field { number: 9, json: "volumeMounts", ty: Message(158), repeated: true },
-            Field { number: 10, json: "livenessProbe", ty: Message(159), repeated: false },
-            Field { number: 11, json: "readinessProbe", ty: Message(159), repeated: false },
-            Field { number: 12, json: "lifecycle", ty: Message(160), repeated: false },
+            Field { number: 6, json: "ports", ty: Message(163), repeated: true },
+            Field { number: 7, json: "env", ty: Message(164), repeated: true },
+            Field { number: 8, json: "resources", ty: Message(130), repeated: false },
+            Field { number: 9, json: "volumeMounts", ty: Message(165), repeated: true },
+            Field { number: 10, json: "livenessProbe", ty: Message(166), repeated: false },
+            Field { number: 11, json: "readinessProbe", ty: Message(166), repeated: false },
+            Field { number: 12, json: "lifecycle", ty: Message(167), repeated: false },
             Field { number: 13, json: "terminationMessagePath", ty: String, repeated: false },
             Field { number: 14, json: "imagePullPolicy", ty: String, repeated: false },
-            Field { number: 15, json: "securityContext", ty: Message(161), repeated: false },
+            Field { number: 15, json: "securityContext", ty: Message(168), repeated: false },
             Field { number: 16, json: "stdin", ty: Bool, repeated: false },
             Field { number: 17, json: "stdinOnce", ty: Bool, repeated: false },
             Field { number: 18, json: "tty", ty: Bool, repeated: false },
-            Field { number: 19, json: "envFrom", ty: Message(162), repeated: true },
+            Field { number: 19, json: "envFrom", ty: Message(169), repeated: true },
             Field { number: 20, json: "terminationMessagePolicy", ty: String, repeated: false },
-            Field { number: 21, json: "volumeDevices", ty: Message(163), repeated: true },
-            Field { number: 22, json: "startupProbe", ty: Message(159), repeated: false },
-            Field { number: 23, json: "resizePolicy", ty: Message(164), repeated: true },
+            Field { number: 21, json: "volumeDevices", ty: Message(170), repeated: true },
+            Field { number: 22, json: "startupProbe", ty: Message(166), repeated: false },
+            Field { number: 23, json: "resizePolicy", ty: Message(171), repeated: true },
             Field { number: 24, json: "restartPolicy", ty: String, repeated: false },
-            Field { number: 25, json: "restartPolicyRules", ty: Message(165), repeated: true },
+            Field { number: 25, json: "restartPolicyRules", ty: Message(172), repeated: true },
         ],
     },
-    // 176
+    // 183
     Message {
         name: "api.core.v1.ResourceClaim",
         fields: &[
@@ -1855,16 +1927,16 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "request", ty: String, repeated: false },
         ],
     },
-    // 177
+    // 184
     Message {
         name: "api.core.v1.ContainerState",
         fields: &[
-            Field { number: 1, json: "waiting", ty: Message(230), repeated: false },
-            Field { number: 2, json: "running", ty: Message(231), repeated: false },
-            Field { number: 3, json: "terminated", ty: Message(232), repeated: false },
+            Field { number: 1, json: "waiting", ty: Message(237), repeated: false },
+            Field { number: 2, json: "running", ty: Message(238), repeated: false },
+            Field { number: 3, json: "terminated", ty: Message(239), repeated: false },
         ],
     },
-    // 178
+    // 185
     Message {
         name: "api.core.v1.VolumeMountStatus",
         fields: &[
@@ -1874,20 +1946,20 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "recursiveReadOnly", ty: String, repeated: false },
         ],
     },
-    // 179
+    // 186
     Message {
         name: "api.core.v1.ContainerUser",
-        fields: &[Field { number: 1, json: "linux", ty: Message(233), repeated: false }],
+        fields: &[Field { number: 1, json: "linux", ty: Message(240), repeated: false }],
     },
-    // 180
+    // 187
     Message {
         name: "api.core.v1.ResourceStatus",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
-            Field { number: 2, json: "resources", ty: Message(234), repeated: true },
+            Field { number: 2, json: "resources", ty: Message(241), repeated: true },
         ],
     },
-    // 181
+    // 188
     Message {
         name: "api.core.v1.ContainerExtendedResourceRequest",
         fields: &[
@@ -1896,7 +1968,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "requestName", ty: String, repeated: false },
         ],
     },
-    // 182
+    // 189
     Message {
         name: "api.core.v1.ScopedResourceSelectorRequirement",
         fields: &[
@@ -1905,38 +1977,38 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 183
+    // 190
     Message {
         name: "api.authorization.v1.FieldSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(235), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(242), repeated: true },
         ],
     },
-    // 184
+    // 191
     Message {
         name: "api.authorization.v1.LabelSelectorAttributes",
         fields: &[
             Field { number: 1, json: "rawSelector", ty: String, repeated: false },
-            Field { number: 2, json: "requirements", ty: Message(145), repeated: true },
+            Field { number: 2, json: "requirements", ty: Message(151), repeated: true },
         ],
     },
-    // 185
+    // 192
     Message {
         name: "api.core.v1.ClientIpConfig",
         fields: &[Field { number: 1, json: "timeoutSeconds", ty: Int32, repeated: false }],
     },
-    // 186
+    // 193
     Message {
         name: "api.core.v1.LoadBalancerIngress",
         fields: &[
             Field { number: 1, json: "ip", ty: String, repeated: false },
             Field { number: 2, json: "hostname", ty: String, repeated: false },
             Field { number: 3, json: "ipMode", ty: String, repeated: false },
-            Field { number: 4, json: "ports", ty: Message(236), repeated: true },
+            Field { number: 4, json: "ports", ty: Message(243), repeated: true },
         ],
     },
-    // 187
+    // 194
     Message {
         name: "api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
         fields: &[
@@ -1945,7 +2017,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "values", ty: Int32, repeated: true },
         ],
     },
-    // 188
+    // 195
     Message {
         name: "api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
         fields: &[
@@ -1953,7 +2025,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "status", ty: String, repeated: false },
         ],
     },
-    // 189
+    // 196
     Message {
         name: "api.core.v1.HostPathVolumeSource",
         fields: &[
@@ -1961,7 +2033,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "type", ty: String, repeated: false },
         ],
     },
-    // 190
+    // 197
     Message {
         name: "api.core.v1.EmptyDirVolumeSource",
         fields: &[
@@ -1969,7 +2041,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "sizeLimit", ty: Quantity, repeated: false },
         ],
     },
-    // 191
+    // 198
     Message {
         name: "api.core.v1.GcePersistentDiskVolumeSource",
         fields: &[
@@ -1979,7 +2051,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 192
+    // 199
     Message {
         name: "api.core.v1.AwsElasticBlockStoreVolumeSource",
         fields: &[
@@ -1989,7 +2061,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 193
+    // 200
     Message {
         name: "api.core.v1.GitRepoVolumeSource",
         fields: &[
@@ -1998,17 +2070,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "directory", ty: String, repeated: false },
         ],
     },
-    // 194
+    // 201
     Message {
         name: "api.core.v1.SecretVolumeSource",
         fields: &[
             Field { number: 1, json: "secretName", ty: String, repeated: false },
-            Field { number: 2, json: "items", ty: Message(237), repeated: true },
+            Field { number: 2, json: "items", ty: Message(244), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 195
+    // 202
     Message {
         name: "api.core.v1.NfsVolumeSource",
         fields: &[
@@ -2017,7 +2089,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 196
+    // 203
     Message {
         name: "api.core.v1.IscsiVolumeSource",
         fields: &[
@@ -2029,12 +2101,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 7, json: "portals", ty: String, repeated: true },
             Field { number: 8, json: "chapAuthDiscovery", ty: Bool, repeated: false },
-            Field { number: 10, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 10, json: "secretRef", ty: Message(83), repeated: false },
             Field { number: 11, json: "chapAuthSession", ty: Bool, repeated: false },
             Field { number: 12, json: "initiatorName", ty: String, repeated: false },
         ],
     },
-    // 197
+    // 204
     Message {
         name: "api.core.v1.GlusterfsVolumeSource",
         fields: &[
@@ -2043,7 +2115,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 198
+    // 205
     Message {
         name: "api.core.v1.PersistentVolumeClaimVolumeSource",
         fields: &[
@@ -2051,7 +2123,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 199
+    // 206
     Message {
         name: "api.core.v1.RbdVolumeSource",
         fields: &[
@@ -2061,32 +2133,32 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "pool", ty: String, repeated: false },
             Field { number: 5, json: "user", ty: String, repeated: false },
             Field { number: 6, json: "keyring", ty: String, repeated: false },
-            Field { number: 7, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 7, json: "secretRef", ty: Message(83), repeated: false },
             Field { number: 8, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 200
+    // 207
     Message {
         name: "api.core.v1.FlexVolumeSource",
         fields: &[
             Field { number: 1, json: "driver", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(83), repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 5, json: "options", ty: Map(&String), repeated: false },
         ],
     },
-    // 201
+    // 208
     Message {
         name: "api.core.v1.CinderVolumeSource",
         fields: &[
             Field { number: 1, json: "volumeID", ty: String, repeated: false },
             Field { number: 2, json: "fsType", ty: String, repeated: false },
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 4, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 4, json: "secretRef", ty: Message(83), repeated: false },
         ],
     },
-    // 202
+    // 209
     Message {
         name: "api.core.v1.CephFsVolumeSource",
         fields: &[
@@ -2094,11 +2166,11 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "path", ty: String, repeated: false },
             Field { number: 3, json: "user", ty: String, repeated: false },
             Field { number: 4, json: "secretFile", ty: String, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(83), repeated: false },
             Field { number: 6, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 203
+    // 210
     Message {
         name: "api.core.v1.FlockerVolumeSource",
         fields: &[
@@ -2106,15 +2178,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "datasetUUID", ty: String, repeated: false },
         ],
     },
-    // 204
+    // 211
     Message {
         name: "api.core.v1.DownwardAPIVolumeSource",
         fields: &[
-            Field { number: 1, json: "items", ty: Message(238), repeated: true },
+            Field { number: 1, json: "items", ty: Message(245), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 205
+    // 212
     Message {
         name: "api.core.v1.FcVolumeSource",
         fields: &[
@@ -2125,7 +2197,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 5, json: "wwids", ty: String, repeated: true },
         ],
     },
-    // 206
+    // 213
     Message {
         name: "api.core.v1.AzureFileVolumeSource",
         fields: &[
@@ -2134,17 +2206,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 207
+    // 214
     Message {
         name: "api.core.v1.ConfigMapVolumeSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(239), repeated: false },
-            Field { number: 2, json: "items", ty: Message(237), repeated: true },
+            Field { number: 1, json: "", ty: Inline(246), repeated: false },
+            Field { number: 2, json: "items", ty: Message(244), repeated: true },
             Field { number: 3, json: "defaultMode", ty: Int32, repeated: false },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 208
+    // 215
     Message {
         name: "api.core.v1.VsphereVirtualDiskVolumeSource",
         fields: &[
@@ -2154,7 +2226,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "storagePolicyID", ty: String, repeated: false },
         ],
     },
-    // 209
+    // 216
     Message {
         name: "api.core.v1.QuobyteVolumeSource",
         fields: &[
@@ -2166,7 +2238,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "tenant", ty: String, repeated: false },
         ],
     },
-    // 210
+    // 217
     Message {
         name: "api.core.v1.AzureDiskVolumeSource",
         fields: &[
@@ -2178,7 +2250,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "kind", ty: String, repeated: false },
         ],
     },
-    // 211
+    // 218
     Message {
         name: "api.core.v1.PhotonPersistentDiskVolumeSource",
         fields: &[
@@ -2186,7 +2258,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "fsType", ty: String, repeated: false },
         ],
     },
-    // 212
+    // 219
     Message {
         name: "api.core.v1.PortworxVolumeSource",
         fields: &[
@@ -2195,13 +2267,13 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 213
+    // 220
     Message {
         name: "api.core.v1.ScaleIoVolumeSource",
         fields: &[
             Field { number: 1, json: "gateway", ty: String, repeated: false },
             Field { number: 2, json: "system", ty: String, repeated: false },
-            Field { number: 3, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 3, json: "secretRef", ty: Message(83), repeated: false },
             Field { number: 4, json: "sslEnabled", ty: Bool, repeated: false },
             Field { number: 5, json: "protectionDomain", ty: String, repeated: false },
             Field { number: 6, json: "storagePool", ty: String, repeated: false },
@@ -2211,15 +2283,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 10, json: "readOnly", ty: Bool, repeated: false },
         ],
     },
-    // 214
+    // 221
     Message {
         name: "api.core.v1.ProjectedVolumeSource",
         fields: &[
-            Field { number: 1, json: "sources", ty: Message(240), repeated: true },
+            Field { number: 1, json: "sources", ty: Message(247), repeated: true },
             Field { number: 2, json: "defaultMode", ty: Int32, repeated: false },
         ],
     },
-    // 215
+    // 222
     Message {
         name: "api.core.v1.StorageOsVolumeSource",
         fields: &[
@@ -2227,10 +2299,10 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "volumeNamespace", ty: String, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "readOnly", ty: Bool, repeated: false },
-            Field { number: 5, json: "secretRef", ty: Message(79), repeated: false },
+            Field { number: 5, json: "secretRef", ty: Message(83), repeated: false },
         ],
     },
-    // 216
+    // 223
     Message {
         name: "api.core.v1.CSIVolumeSource",
         fields: &[
@@ -2238,15 +2310,15 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "readOnly", ty: Bool, repeated: false },
             Field { number: 3, json: "fsType", ty: String, repeated: false },
             Field { number: 4, json: "volumeAttributes", ty: Map(&String), repeated: false },
-            Field { number: 5, json: "nodePublishSecretRef", ty: Message(79), repeated: false },
+            Field { number: 5, json: "nodePublishSecretRef", ty: Message(83), repeated: false },
         ],
     },
-    // 217
+    // 224
     Message {
         name: "api.core.v1.EphemeralVolumeSource",
-        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(241), repeated: false }],
+        fields: &[Field { number: 1, json: "volumeClaimTemplate", ty: Message(248), repeated: false }],
     },
-    // 218
+    // 225
     Message {
         name: "api.core.v1.ImageVolumeSource",
         fields: &[
@@ -2254,38 +2326,38 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "pullPolicy", ty: String, repeated: false },
         ],
     },
-    // 219
+    // 226
     Message {
         name: "api.core.v1.EnvVarSource",
         fields: &[
-            Field { number: 1, json: "fieldRef", ty: Message(242), repeated: false },
-            Field { number: 2, json: "resourceFieldRef", ty: Message(243), repeated: false },
-            Field { number: 3, json: "configMapKeyRef", ty: Message(244), repeated: false },
-            Field { number: 4, json: "secretKeyRef", ty: Message(245), repeated: false },
-            Field { number: 5, json: "fileKeyRef", ty: Message(246), repeated: false },
+            Field { number: 1, json: "fieldRef", ty: Message(249), repeated: false },
+            Field { number: 2, json: "resourceFieldRef", ty: Message(250), repeated: false },
+            Field { number: 3, json: "configMapKeyRef", ty: Message(251), repeated: false },
+            Field { number: 4, json: "secretKeyRef", ty: Message(252), repeated: false },
+            Field { number: 5, json: "fileKeyRef", ty: Message(253), repeated: false },
         ],
     },
-    // 220
+    // 227
     Message {
         name: "api.core.v1.ProbeHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(247), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(248), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(249), repeated: false },
-            Field { number: 4, json: "grpc", ty: Message(250), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(254), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(255), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(256), repeated: false },
+            Field { number: 4, json: "grpc", ty: Message(257), repeated: false },
         ],
     },
-    // 221
+    // 228
     Message {
         name: "api.core.v1.LifecycleHandler",
         fields: &[
-            Field { number: 1, json: "exec", ty: Message(247), repeated: false },
-            Field { number: 2, json: "httpGet", ty: Message(248), repeated: false },
-            Field { number: 3, json: "tcpSocket", ty: Message(249), repeated: false },
-            Field { number: 4, json: "sleep", ty: Message(251), repeated: false },
+            Field { number: 1, json: "exec", ty: Message(254), repeated: false },
+            Field { number: 2, json: "httpGet", ty: Message(255), repeated: false },
+            Field { number: 3, json: "tcpSocket", ty: Message(256), repeated: false },
+            Field { number: 4, json: "sleep", ty: Message(258), repeated: false },
         ],
     },
-    // 222
+    // 229
     Message {
         name: "api.core.v1.Capabilities",
         fields: &[
@@ -2293,23 +2365,23 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "drop", ty: String, repeated: true },
         ],
     },
-    // 223
+    // 230
     Message {
         name: "api.core.v1.ConfigMapEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(252), repeated: false },
+            Field { number: 1, json: "", ty: Inline(259), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 224
+    // 231
     Message {
         name: "api.core.v1.SecretEnvSource",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(253), repeated: false },
+            Field { number: 1, json: "", ty: Inline(260), repeated: false },
             Field { number: 2, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 225
+    // 232
     Message {
         name: "api.core.v1.ContainerRestartRuleOnExitCodes",
         fields: &[
@@ -2317,40 +2389,40 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "values", ty: Int32, repeated: true },
         ],
     },
-    // 226
+    // 233
     Message {
         name: "api.core.v1.NodeSelector",
-        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(254), repeated: true }],
+        fields: &[Field { number: 1, json: "nodeSelectorTerms", ty: Message(261), repeated: true }],
     },
-    // 227
+    // 234
     Message {
         name: "api.core.v1.PreferredSchedulingTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "preference", ty: Message(254), repeated: false },
+            Field { number: 2, json: "preference", ty: Message(261), repeated: false },
         ],
     },
-    // 228
+    // 235
     Message {
         name: "api.core.v1.PodAffinityTerm",
         fields: &[
-            Field { number: 1, json: "labelSelector", ty: Message(87), repeated: false },
+            Field { number: 1, json: "labelSelector", ty: Message(91), repeated: false },
             Field { number: 2, json: "namespaces", ty: String, repeated: true },
             Field { number: 3, json: "topologyKey", ty: String, repeated: false },
-            Field { number: 4, json: "namespaceSelector", ty: Message(87), repeated: false },
+            Field { number: 4, json: "namespaceSelector", ty: Message(91), repeated: false },
             Field { number: 5, json: "matchLabelKeys", ty: String, repeated: true },
             Field { number: 6, json: "mismatchLabelKeys", ty: String, repeated: true },
         ],
     },
-    // 229
+    // 236
     Message {
         name: "api.core.v1.WeightedPodAffinityTerm",
         fields: &[
             Field { number: 1, json: "weight", ty: Int32, repeated: false },
-            Field { number: 2, json: "podAffinityTerm", ty: Message(228), repeated: false },
+            Field { number: 2, json: "podAffinityTerm", ty: Message(235), repeated: false },
         ],
     },
-    // 230
+    // 237
     Message {
         name: "api.core.v1.ContainerStateWaiting",
         fields: &[
@@ -2358,12 +2430,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "message", ty: String, repeated: false },
         ],
     },
-    // 231
+    // 238
     Message {
         name: "api.core.v1.ContainerStateRunning",
         fields: &[Field { number: 1, json: "startedAt", ty: Time, repeated: false }],
     },
-    // 232
+    // 239
     Message {
         name: "api.core.v1.ContainerStateTerminated",
         fields: &[
@@ -2376,7 +2448,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 7, json: "containerID", ty: String, repeated: false },
         ],
     },
-    // 233
+    // 240
     Message {
         name: "api.core.v1.LinuxContainerUser",
         fields: &[
@@ -2385,7 +2457,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "supplementalGroups", ty: Int64, repeated: true },
         ],
     },
-    // 234
+    // 241
     Message {
         name: "api.core.v1.ResourceHealth",
         fields: &[
@@ -2393,7 +2465,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "health", ty: String, repeated: false },
         ],
     },
-    // 235
+    // 242
     Message {
         name: "apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         fields: &[
@@ -2402,7 +2474,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 236
+    // 243
     Message {
         name: "api.core.v1.PortStatus",
         fields: &[
@@ -2411,7 +2483,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "error", ty: String, repeated: false },
         ],
     },
-    // 237
+    // 244
     Message {
         name: "api.core.v1.KeyToPath",
         fields: &[
@@ -2420,42 +2492,42 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 238
+    // 245
     Message {
         name: "api.core.v1.DownwardAPIVolumeFile",
         fields: &[
             Field { number: 1, json: "path", ty: String, repeated: false },
-            Field { number: 2, json: "fieldRef", ty: Message(242), repeated: false },
-            Field { number: 3, json: "resourceFieldRef", ty: Message(243), repeated: false },
+            Field { number: 2, json: "fieldRef", ty: Message(249), repeated: false },
+            Field { number: 3, json: "resourceFieldRef", ty: Message(250), repeated: false },
             Field { number: 4, json: "mode", ty: Int32, repeated: false },
         ],
     },
-    // 239
+    // 246
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 240
+    // 247
     Message {
         name: "api.core.v1.VolumeProjection",
         fields: &[
-            Field { number: 1, json: "secret", ty: Message(255), repeated: false },
-            Field { number: 2, json: "downwardAPI", ty: Message(256), repeated: false },
-            Field { number: 3, json: "configMap", ty: Message(257), repeated: false },
-            Field { number: 4, json: "serviceAccountToken", ty: Message(258), repeated: false },
-            Field { number: 5, json: "clusterTrustBundle", ty: Message(259), repeated: false },
-            Field { number: 6, json: "podCertificate", ty: Message(260), repeated: false },
+            Field { number: 1, json: "secret", ty: Message(262), repeated: false },
+            Field { number: 2, json: "downwardAPI", ty: Message(263), repeated: false },
+            Field { number: 3, json: "configMap", ty: Message(264), repeated: false },
+            Field { number: 4, json: "serviceAccountToken", ty: Message(265), repeated: false },
+            Field { number: 5, json: "clusterTrustBundle", ty: Message(266), repeated: false },
+            Field { number: 6, json: "podCertificate", ty: Message(267), repeated: false },
         ],
     },
-    // 241
+    // 248
     Message {
         name: "api.core.v1.PersistentVolumeClaimTemplate",
         fields: &[
-            Field { number: 1, json: "metadata", ty: Message(34), repeated: false },
-            Field { number: 2, json: "spec", ty: Message(261), repeated: false },
+            Field { number: 1, json: "metadata", ty: Message(36), repeated: false },
+            Field { number: 2, json: "spec", ty: Message(268), repeated: false },
         ],
     },
-    // 242
+    // 249
     Message {
         name: "api.core.v1.ObjectFieldSelector",
         fields: &[
@@ -2463,7 +2535,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "fieldPath", ty: String, repeated: false },
         ],
     },
-    // 243
+    // 250
     Message {
         name: "api.core.v1.ResourceFieldSelector",
         fields: &[
@@ -2472,25 +2544,25 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "divisor", ty: Quantity, repeated: false },
         ],
     },
-    // 244
+    // 251
     Message {
         name: "api.core.v1.ConfigMapKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(262), repeated: false },
+            Field { number: 1, json: "", ty: Inline(269), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 245
+    // 252
     Message {
         name: "api.core.v1.SecretKeySelector",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(263), repeated: false },
+            Field { number: 1, json: "", ty: Inline(270), repeated: false },
             Field { number: 2, json: "key", ty: String, repeated: false },
             Field { number: 3, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 246
+    // 253
     Message {
         name: "api.core.v1.FileKeySelector",
         fields: &[
@@ -2500,12 +2572,12 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 247
+    // 254
     Message {
         name: "api.core.v1.ExecAction",
         fields: &[Field { number: 1, json: "command", ty: String, repeated: true }],
     },
-    // 248
+    // 255
     Message {
         name: "api.core.v1.HttpGetAction",
         fields: &[
@@ -2513,10 +2585,10 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "port", ty: IntOrString, repeated: false },
             Field { number: 3, json: "host", ty: String, repeated: false },
             Field { number: 4, json: "scheme", ty: String, repeated: false },
-            Field { number: 5, json: "httpHeaders", ty: Message(264), repeated: true },
+            Field { number: 5, json: "httpHeaders", ty: Message(271), repeated: true },
         ],
     },
-    // 249
+    // 256
     Message {
         name: "api.core.v1.TcpSocketAction",
         fields: &[
@@ -2524,7 +2596,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "host", ty: String, repeated: false },
         ],
     },
-    // 250
+    // 257
     Message {
         name: "api.core.v1.GrpcAction",
         fields: &[
@@ -2532,53 +2604,53 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "service", ty: String, repeated: false },
         ],
     },
-    // 251
+    // 258
     Message {
         name: "api.core.v1.SleepAction",
         fields: &[Field { number: 1, json: "seconds", ty: Int64, repeated: false }],
     },
-    // 252
+    // 259
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 253
+    // 260
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 254
+    // 261
     Message {
         name: "api.core.v1.NodeSelectorTerm",
         fields: &[
-            Field { number: 1, json: "matchExpressions", ty: Message(265), repeated: true },
-            Field { number: 2, json: "matchFields", ty: Message(265), repeated: true },
+            Field { number: 1, json: "matchExpressions", ty: Message(272), repeated: true },
+            Field { number: 2, json: "matchFields", ty: Message(272), repeated: true },
         ],
     },
-    // 255
+    // 262
     Message {
         name: "api.core.v1.SecretProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(266), repeated: false },
-            Field { number: 2, json: "items", ty: Message(237), repeated: true },
+            Field { number: 1, json: "", ty: Inline(273), repeated: false },
+            Field { number: 2, json: "items", ty: Message(244), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 256
+    // 263
     Message {
         name: "api.core.v1.DownwardAPIProjection",
-        fields: &[Field { number: 1, json: "items", ty: Message(238), repeated: true }],
+        fields: &[Field { number: 1, json: "items", ty: Message(245), repeated: true }],
     },
-    // 257
+    // 264
     Message {
         name: "api.core.v1.ConfigMapProjection",
         fields: &[
-            Field { number: 1, json: "", ty: Inline(267), repeated: false },
-            Field { number: 2, json: "items", ty: Message(237), repeated: true },
+            Field { number: 1, json: "", ty: Inline(274), repeated: false },
+            Field { number: 2, json: "items", ty: Message(244), repeated: true },
             Field { number: 4, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 258
+    // 265
     Message {
         name: "api.core.v1.ServiceAccountTokenProjection",
         fields: &[
@@ -2587,18 +2659,18 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "path", ty: String, repeated: false },
         ],
     },
-    // 259
+    // 266
     Message {
         name: "api.core.v1.ClusterTrustBundleProjection",
         fields: &[
             Field { number: 1, json: "name", ty: String, repeated: false },
             Field { number: 2, json: "signerName", ty: String, repeated: false },
-            Field { number: 3, json: "labelSelector", ty: Message(87), repeated: false },
+            Field { number: 3, json: "labelSelector", ty: Message(91), repeated: false },
             Field { number: 4, json: "path", ty: String, repeated: false },
             Field { number: 5, json: "optional", ty: Bool, repeated: false },
         ],
     },
-    // 260
+    // 267
     Message {
         name: "api.core.v1.PodCertificateProjection",
         fields: &[
@@ -2610,32 +2682,32 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 6, json: "certificateChainPath", ty: String, repeated: false },
         ],
     },
-    // 261
+    // 268
     Message {
         name: "api.core.v1.PersistentVolumeClaimSpec",
         fields: &[
             Field { number: 1, json: "accessModes", ty: String, repeated: true },
-            Field { number: 2, json: "resources", ty: Message(268), repeated: false },
+            Field { number: 2, json: "resources", ty: Message(275), repeated: false },
             Field { number: 3, json: "volumeName", ty: String, repeated: false },
-            Field { number: 4, json: "selector", ty: Message(87), repeated: false },
+            Field { number: 4, json: "selector", ty: Message(91), repeated: false },
             Field { number: 5, json: "storageClassName", ty: String, repeated: false },
             Field { number: 6, json: "volumeMode", ty: String, repeated: false },
-            Field { number: 7, json: "dataSource", ty: Message(269), repeated: false },
-            Field { number: 8, json: "dataSourceRef", ty: Message(270), repeated: false },
+            Field { number: 7, json: "dataSource", ty: Message(276), repeated: false },
+            Field { number: 8, json: "dataSourceRef", ty: Message(277), repeated: false },
             Field { number: 9, json: "volumeAttributesClassName", ty: String, repeated: false },
         ],
     },
-    // 262
+    // 269
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 263
+    // 270
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 264
+    // 271
     Message {
         name: "api.core.v1.HttpHeader",
         fields: &[
@@ -2643,7 +2715,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "value", ty: String, repeated: false },
         ],
     },
-    // 265
+    // 272
     Message {
         name: "api.core.v1.NodeSelectorRequirement",
         fields: &[
@@ -2652,17 +2724,17 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "values", ty: String, repeated: true },
         ],
     },
-    // 266
+    // 273
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 267
+    // 274
     Message {
         name: "api.core.v1.LocalObjectReference",
         fields: &[Field { number: 1, json: "name", ty: String, repeated: false }],
     },
-    // 268
+    // 275
     Message {
         name: "api.core.v1.VolumeResourceRequirements",
         fields: &[
@@ -2670,7 +2742,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 2, json: "requests", ty: Map(&Quantity), repeated: false },
         ],
     },
-    // 269
+    // 276
     Message {
         name: "api.core.v1.TypedLocalObjectReference",
         fields: &[
@@ -2679,7 +2751,7 @@ pub(super) static MESSAGES: [Message; 271] = [
             Field { number: 3, json: "name", ty: String, repeated: false },
         ],
     },
-    // 270
+    // 277
     Message {
         name: "api.core.v1.TypedObjectReference",
         fields: &[
