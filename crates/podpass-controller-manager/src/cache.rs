@@ -16,3 +16,15 @@ where
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
     (store, futures::StreamExt::for_each(stream, |_| async {}))
 }
+
+/// The store of everything `api` lists, and the stream of the objects it touches (to
+/// feed a Controller's `watches_stream`, so one watch both fills the store and wakes).
+pub(crate) fn cached_events<K>(api: Api<K>) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream =
+        reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).touched_objects();
+    (store, stream)
+}

@@ -31,8 +31,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use crate::credentials::Credentials;
@@ -105,24 +105,9 @@ fn concerned(meta: &ObjectMeta, sets: &Store<DaemonSet>) -> Vec<ObjectRef<Daemon
 /// identity, writes through the controller's.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let node_events = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
-    let (revisions, revision_writer) = reflector::store::<ControllerRevision>();
-    let revision_events = reflector::reflector(
-        revision_writer,
-        watcher(Api::<ControllerRevision>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
+    let (pods, pod_events) = crate::cache::cached_events(Api::<Pod>::all(root.clone()));
+    let (nodes, node_events) = crate::cache::cached_events(Api::<Node>::all(root.clone()));
+    let (revisions, revision_events) = crate::cache::cached_events(Api::<ControllerRevision>::all(root.clone()));
     let controller = Controller::new(Api::<DaemonSet>::all(root), watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let (for_pods, for_nodes, for_revisions) = (controller.store(), controller.store(), controller.store());

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
@@ -44,18 +44,8 @@ struct Context {
 /// Runs the controller until its streams end.
 pub async fn run(credentials: Credentials) {
     let root = credentials.root();
-    let (pods, pod_writer) = reflector::store::<Pod>();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
-    let (endpoints, ep_writer) = reflector::store::<Endpoints>();
-    let endpoint_events = reflector::reflector(
-        ep_writer,
-        watcher(Api::<Endpoints>::all(root.clone()), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
+    let (pods, pod_events) = crate::cache::cached_events(Api::<Pod>::all(root.clone()));
+    let (endpoints, endpoint_events) = crate::cache::cached_events(Api::<Endpoints>::all(root.clone()));
     let controller = Controller::new(Api::<Service>::all(root.clone()), watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let services = controller.store();
