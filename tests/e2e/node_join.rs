@@ -3,15 +3,19 @@
 //! controller manager approves (after its SubjectAccessReview) and signs it, the node
 //! writes `kubelet-client-current.pem` and its kubeconfig, and from then on is
 //! `system:node:<name>` by its certificate, which the API server takes with
-//! `--client-ca-file`; restarted, it keeps its certificate and asks nothing.
+//! `--client-ca-file`; killed (-9) and restarted, it keeps its certificate, asks nothing,
+//! and resumes the pod it runs (the same container, not restarted).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod containerd;
+mod registry;
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
+use containerd::APP_IMAGE;
 use serde_json::{Value, json};
 use support::*;
 
@@ -77,7 +81,8 @@ fn csrs(s: &Server) -> Vec<Value> {
 }
 
 #[test]
-fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_restart() {
+fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_and_its_pod_across_a_kill_and_restart() {
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let api = d.join("api");
@@ -162,7 +167,10 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
 
     let bootstrap = d.join("bootstrap.kubeconfig");
     bootstrap_kubeconfig(&s, &api, token, &bootstrap);
-    let good_flags = flags(&bootstrap);
+    let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "sleep"]);
+    let port = registry::free_port().to_string();
+    let mut good_flags = flags(&bootstrap).to_vec();
+    good_flags.extend(["--container-runtime-endpoint".into(), runtime.endpoint.clone(), "--port".into(), port]);
     let good_flags: Vec<&str> = good_flags.iter().map(String::as_str).collect();
     let log = d.join("agent.log");
     let agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &good_flags);
@@ -214,7 +222,20 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
     let other = kubectl_with(&kubeconfig, &d.join("cache"), &["get", "node", "n2"]);
     assert!(String::from_utf8_lossy(&other.stderr).contains("Forbidden"), "{other:?}");
 
-    // Restarted, it runs on the certificate it has: no second request.
+    // A pod on the joined node, running as the node's certificate reports it.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "resident"},
+        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 1, "containers": [{"name": "app",
+            "image": APP_IMAGE, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}});
+    let (code, answer) = admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/default/pods", Some(pod));
+    assert_eq!(code, 201, "{answer}");
+    let running = wait_logged("the pod Running on the joined node", &log, Duration::from_secs(90), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/resident");
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let container = running["status"]["containerStatuses"][0]["containerID"].as_str().unwrap().to_owned();
+
+    // Killed (-9) and restarted, it runs on the certificate it has (no second request)
+    // and resumes its pod: the same container, never restarted.
     drop(agent);
     let lease = |s: &Server| {
         let (_, l) = admin_get(s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
@@ -230,6 +251,21 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_across_a_
     assert_eq!(std::fs::read_link(&current).unwrap(), target, "the same certificate");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("client certificate still valid"), "{text}");
+    let resumed = wait_logged("the restarted node reports its pod", &log, Duration::from_secs(60), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/default/pods/resident");
+        let status = &p["status"]["containerStatuses"][0];
+        (p["status"]["phase"] == "Running" && status["ready"] == true).then_some(p)
+    });
+    let status = &resumed["status"]["containerStatuses"][0];
+    assert_eq!(status["containerID"], container.as_str(), "the same container: {resumed}");
+    assert_eq!(status["restartCount"], 0, "{resumed}");
+    // And it still manages it: deleted, the pod goes.
+    let (code, answer) = admin_request(&s, reqwest::Method::DELETE, "/api/v1/namespaces/default/pods/resident", None);
+    assert_eq!(code, 200, "{answer}");
+    wait_logged("the resumed pod removed by the restarted node", &log, Duration::from_secs(60), || {
+        let (code, _) = admin_get(&s, "/api/v1/namespaces/default/pods/resident");
+        (code == 404).then_some(Value::Null)
+    });
 
     // Serving certificates: the node asks, as itself, for one of its own names and
     // address (approved by podpass, issued), and for another node's name (never approved).

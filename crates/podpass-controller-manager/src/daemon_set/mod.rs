@@ -101,6 +101,34 @@ fn concerned(meta: &ObjectMeta, sets: &Store<DaemonSet>) -> Vec<ObjectRef<Daemon
         .collect()
 }
 
+/// What of each node the controller last acted on: its labels, its spec (taints,
+/// `unschedulable`) and its conditions' types and statuses.
+#[derive(Default)]
+struct NodesSeen(Mutex<HashMap<String, String>>);
+
+impl NodesSeen {
+    /// Whether `node`'s event changes nothing a daemon pod's placement reads (a deleted
+    /// node, gone from `cache`, always counts as a change).
+    fn unchanged(&self, node: &Node, cache: &Store<Node>) -> bool {
+        let name = node.name_any();
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.get(&ObjectRef::new(&name)).is_none() {
+            all.remove(&name);
+            return false;
+        }
+        let conditions: Vec<(&str, &str)> = node
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        let fingerprint = serde_json::json!([node.metadata.labels, node.spec, conditions]).to_string();
+        all.insert(name, fingerprint.clone()).is_some_and(|was| was == fingerprint)
+    }
+}
+
 /// Runs the controller until its streams end; watches through the manager's own
 /// identity, writes through the controller's.
 pub async fn run(credentials: Credentials) {
@@ -111,6 +139,7 @@ pub async fn run(credentials: Credentials) {
     let controller = Controller::new(Api::<DaemonSet>::all(root), watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let (for_pods, for_nodes, for_revisions) = (controller.store(), controller.store(), controller.store());
+    let (seen, node_cache) = (NodesSeen::default(), nodes.clone());
     let context = Arc::new(Context {
         credentials,
         pods,
@@ -123,8 +152,13 @@ pub async fn run(credentials: Credentials) {
     controller
         .watches_stream(pod_events, move |pod| concerned(&pod.metadata, &for_pods))
         .watches_stream(revision_events, move |r| concerned(&r.metadata, &for_revisions))
-        // A node's labels, taints or readiness may change where a daemon pod belongs.
-        .watches_stream(node_events, move |_| {
+        // A node's labels, taints or readiness may change where a daemon pod belongs; its
+        // heartbeats alone do not (`shouldIgnoreNodeUpdate`), or every status update of
+        // every node would sync every DaemonSet.
+        .watches_stream(node_events, move |node| {
+            if seen.unchanged(&node, &node_cache) {
+                return Vec::new();
+            }
             for_nodes.state().iter().map(|ds| ObjectRef::from_obj(ds.as_ref())).collect::<Vec<_>>()
         })
         .run(reconcile, error_policy, context)
@@ -503,5 +537,32 @@ async fn update_status(sets: &Api<DaemonSet>, ds: &DaemonSet, status: DaemonSetS
             Ok(())
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use kube::runtime::reflector;
+
+    fn node(zone: &str, ready: &str, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n1", "labels": {"zone": zone}},
+            "status": {"conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn heartbeats_alone_wake_no_daemon_set() {
+        let (store, mut writer) = reflector::store::<Node>();
+        let first = node("a", "True", "2026-12-03T10:00:00Z");
+        writer.apply_watcher_event(&watcher::Event::Apply(first.clone()));
+        let seen = NodesSeen::default();
+        assert!(!seen.unchanged(&first, &store), "a node first seen");
+        assert!(seen.unchanged(&node("a", "True", "2026-12-03T10:00:10Z"), &store), "a heartbeat");
+        assert!(!seen.unchanged(&node("b", "True", "2026-12-03T10:00:20Z"), &store), "a label");
+        assert!(!seen.unchanged(&node("b", "Unknown", "2026-12-03T10:00:20Z"), &store), "readiness");
+        writer.apply_watcher_event(&watcher::Event::Delete(first));
+        assert!(!seen.unchanged(&node("b", "Unknown", "2026-12-03T10:00:20Z"), &store), "a deleted node");
     }
 }
