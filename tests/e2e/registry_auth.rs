@@ -699,11 +699,25 @@ fn node_proof_is_the_nodes_client_certificate_and_forged_annotations_grant_nothi
     issue("server", "/CN=registry-auth", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n");
     issue("n1", "/O=system:nodes/CN=system:node:n1", "extendedKeyUsage=clientAuth\n");
     issue("n2", "/O=system:nodes/CN=system:node:n2", "extendedKeyUsage=clientAuth\n");
+    // Its reviewer follows the cluster's nodes, so a proof of a deleted node is refused.
+    let reviewer = d.join("reviewer.kubeconfig");
+    std::fs::write(&reviewer, ok(identity_output(&c.s.dir, "registry-auth", &[]), "reviewer kubeconfig")).unwrap();
+    bind_cluster_role(&c.s, "registry-auth", "system:auth-delegator", "User", "registry-auth");
+    post(
+        &c.s,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "registry-auth-watches"},
+               "rules": [{"apiGroups": [""], "resources": ["pods", "serviceaccounts", "nodes"], "verbs": ["get", "list", "watch"]}]}),
+    );
+    bind_cluster_role(&c.s, "registry-auth-watches", "registry-auth-watches", "User", "registry-auth");
+    let review = format!("{}={}", c.issuer, reviewer.display());
     let (_auth, url) = registry_auth_with(
         d,
         &[&c.issuer],
         &c.s.dir.join("pki/ca.crt"),
         &[
+            "--token-review-kubeconfig",
+            &review,
             "--tls-cert-file",
             d.join("server.crt").to_str().unwrap(),
             "--tls-private-key-file",
@@ -773,6 +787,26 @@ fn node_proof_is_the_nodes_client_certificate_and_forged_annotations_grant_nothi
     let last = audit_lines(d).pop().unwrap();
     assert_eq!(last["node_proof"], "certificate:n1", "{last}");
     assert_eq!(last["annotations"], "podpass.dev/team", "{last}");
+
+    // n1 deleted from the cluster: its certificate, still valid, proves nothing any more.
+    let resp = client(&c.s.dir)
+        .delete(format!("{}/api/v1/nodes/n1", c.s.url))
+        .bearer_auth(admin_token(&c.s.dir))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let refused = wait_for("n1's proof refused once n1 is gone", Duration::from_secs(30), || {
+        let (status, answer) = post_form(Some("n1"), &forged);
+        (status == 401).then_some(answer)
+    });
+    let said = refused.to_string();
+    assert!(said.contains(r#"proves node \"n1\", which no longer exists"#), "{said}");
+    let last = audit_lines(d).pop().unwrap();
+    assert_eq!(last["reason"], "node_deleted", "{last}");
+    // n2, still there, is still the node it proves.
+    let (status, answer) = post_form(Some("n2"), &forged);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["scope"], scope, "{answer}");
 }
 
 #[test]

@@ -165,6 +165,12 @@ impl TokenReviewer {
         self.deleted.any_deleted(uids, REVIEW_CACHE_TTL + DELETION_MARGIN)
     }
 
+    /// Whether the issuing cluster is known to have no node named `name` (its node watch
+    /// listed the nodes and `name` is not, or no longer, among them).
+    pub fn node_absent(&self, name: &str) -> bool {
+        self.deleted.node_absent(name)
+    }
+
     /// Follows the issuing cluster's revocations and deletions until the task is dropped.
     /// The kubeconfig's user needs `list` and `watch` on `revokedtokens.revocation.podpass.dev`,
     /// and on pods, service accounts and nodes for deletions to be pushed.

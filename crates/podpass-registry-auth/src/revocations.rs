@@ -98,10 +98,55 @@ impl Revocations {
 }
 
 /// UIDs of pods, service accounts and nodes deleted recently (for as long as a review
-/// answered before the deletion may still be cached), at most [`MAX_DELETED`].
+/// answered before the deletion may still be cached), at most [`MAX_DELETED`]; and the
+/// names of the cluster's nodes, to refuse a node proof of a node that no longer exists.
 #[derive(Debug, Default)]
 pub struct Deletions {
     inner: Mutex<DeletedUids>,
+    nodes: Mutex<NodeNames>,
+}
+
+/// The names of the cluster's nodes as the node watch last listed and followed them
+/// (`known` is `None` until a first list completes).
+#[derive(Debug, Default)]
+struct NodeNames {
+    known: Option<HashSet<String>>,
+    listing: Option<HashSet<String>>,
+}
+
+/// Node names remembered at most (a cluster with more is not followed by name: proofs of
+/// its nodes are then not checked for existence, as before the first list).
+const MAX_NODES: usize = 100_000;
+
+impl NodeNames {
+    fn observe<K: Resource>(&mut self, event: &Event<PartialObjectMeta<K>>) {
+        let name = |o: &PartialObjectMeta<K>| o.metadata.name.clone().unwrap_or_default();
+        match event {
+            Event::Init => self.listing = Some(HashSet::new()),
+            Event::InitApply(o) => {
+                if let Some(listing) = self.listing.as_mut() {
+                    listing.insert(name(o));
+                    if listing.len() > MAX_NODES {
+                        self.listing = None;
+                    }
+                }
+            }
+            Event::InitDone => self.known = self.listing.take(),
+            Event::Apply(o) => {
+                if let Some(known) = self.known.as_mut() {
+                    known.insert(name(o));
+                    if known.len() > MAX_NODES {
+                        self.known = None;
+                    }
+                }
+            }
+            Event::Delete(o) => {
+                if let Some(known) = self.known.as_mut() {
+                    known.remove(&name(o));
+                }
+            }
+        }
+    }
 }
 
 /// The deleted UIDs, and the order they came in (oldest first), so the expired and, past
@@ -119,6 +164,13 @@ const MAX_DELETED: usize = 65_536;
 impl Deletions {
     fn lock(&self) -> std::sync::MutexGuard<'_, DeletedUids> {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the cluster is known to have no node named `name` (`false` while its nodes
+    /// are not known: before the first list, or when they cannot be watched).
+    pub fn node_absent(&self, name: &str) -> bool {
+        let nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        nodes.known.as_ref().is_some_and(|known| !known.contains(name))
     }
 
     /// Whether any of `uids` names an object deleted within `window`.
@@ -153,7 +205,16 @@ impl Deletions {
         let nodes = watcher::watcher(Api::<PartialObjectMeta<Node>>::all(client), config()).default_backoff();
         let mut events = std::pin::pin!(futures::stream::select(
             futures::stream::select(pods.map(|e| e.map(uid_of_deleted)), accounts.map(|e| e.map(uid_of_deleted))),
-            nodes.map(|e| e.map(uid_of_deleted)),
+            nodes.map(|e| {
+                let mut names = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                match &e {
+                    Ok(event) => names.observe(event),
+                    // Nodes no longer followed are no longer known: no proof is refused on
+                    // a stale list (the watcher lists anew once it reconnects).
+                    Err(_) => names.known = None,
+                }
+                e.map(uid_of_deleted)
+            }),
         ));
         let mut failing = false;
         while let Some(event) = events.next().await {
@@ -186,6 +247,37 @@ fn uid_of_deleted<K: Resource>(event: Event<PartialObjectMeta<K>>) -> Option<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(name: &str) -> PartialObjectMeta<k8s_openapi::api::core::v1::Node> {
+        let mut o = PartialObjectMeta::<k8s_openapi::api::core::v1::Node>::default();
+        o.metadata.name = Some(name.into());
+        o
+    }
+
+    #[test]
+    fn nodes_are_known_absent_only_once_listed() {
+        let d = Deletions::default();
+        let observe = |e: Event<PartialObjectMeta<k8s_openapi::api::core::v1::Node>>| {
+            d.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).observe(&e);
+        };
+        assert!(!d.node_absent("n1"), "nothing known before a list");
+        observe(Event::Init);
+        observe(Event::InitApply(node("n1")));
+        assert!(!d.node_absent("n9"), "a list not yet done says nothing");
+        observe(Event::InitDone);
+        assert!(!d.node_absent("n1"));
+        assert!(d.node_absent("n9"));
+        observe(Event::Apply(node("n9")));
+        assert!(!d.node_absent("n9"), "a node that joined");
+        observe(Event::Delete(node("n1")));
+        assert!(d.node_absent("n1"), "a deleted node");
+        // A relist replaces what was known, once done.
+        observe(Event::Init);
+        observe(Event::InitApply(node("n1")));
+        assert!(d.node_absent("n1"));
+        observe(Event::InitDone);
+        assert!(!d.node_absent("n1") && d.node_absent("n9"));
+    }
 
     #[test]
     fn a_deletion_is_remembered_for_its_window_and_a_flood_forgets_the_oldest() {

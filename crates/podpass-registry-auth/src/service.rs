@@ -377,6 +377,16 @@ impl TokenService {
             ));
         }
         let proof = request.peer_node.clone().map_or(NodeProof::None, NodeProof::Certificate);
+        // A node's certificate outlives the node: a proof of a node the cluster deleted
+        // (decommissioned, or taken over) proves nothing any more.
+        if let NodeProof::Certificate(node) = &proof
+            && self.reviewers.iter().any(|r| r.issuer() == identity.issuer && r.node_absent(node))
+        {
+            return Err(Refusal::unauthorized(
+                "node_deleted",
+                format!("the client certificate proves node {node:?}, which no longer exists in the token's cluster"),
+            ));
+        }
         let node = node_binding::check(self.node_binding, identity.node.as_ref(), &proof)
             .map_err(|e| Refusal::unauthorized(node_reason(&e), e.to_string()))?;
         // Last of the checks on the credential: the only one that costs a round trip.
