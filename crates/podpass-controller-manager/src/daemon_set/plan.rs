@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use podpass_api::int_or_percent::IntOrPercent;
 use podpass_api::taint;
 
+use crate::deployment::plan::int_or_percent;
 use crate::replica_set::plan::{is_available, ready_since};
 
 /// The label tying a pod and a ControllerRevision to one template
@@ -226,11 +226,7 @@ pub(crate) fn allows_surge(ds: &DaemonSet) -> bool {
 }
 
 fn surge_nonzero(s: Option<IntOrString>) -> bool {
-    match s {
-        Some(IntOrString::Int(n)) => n != 0,
-        Some(IntOrString::String(p)) => IntOrPercent::String(&p).value().is_ok_and(|n| n != 0),
-        None => false,
-    }
+    s.as_ref().is_some_and(|s| int_or_percent(s).value().is_ok_and(|n| n != 0))
 }
 
 type Bounds = (Option<IntOrString>, Option<IntOrString>);
@@ -338,11 +334,7 @@ fn desired_bounds(ds: &DaemonSet, desired: usize) -> (usize, usize) {
     let Some((surge, unavailable)) = surge_and_unavailable(ds) else { return (0, 1) };
     let total = i32::try_from(desired).unwrap_or(i32::MAX);
     let scaled = |v: Option<IntOrString>, default: i32| {
-        let n = match &v {
-            Some(IntOrString::Int(n)) => *n,
-            Some(IntOrString::String(s)) => IntOrPercent::String(s).scaled(total, true).unwrap_or(default),
-            None => default,
-        };
+        let n = v.as_ref().map_or(default, |v| int_or_percent(v).scaled(total, true).unwrap_or(default));
         usize::try_from(n.max(0)).unwrap_or(0)
     };
     let (surge, mut unavailable) = (scaled(surge, 0), scaled(unavailable, 1));

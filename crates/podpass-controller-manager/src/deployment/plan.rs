@@ -117,7 +117,8 @@ pub(crate) fn find_new<'a>(d: &Deployment, sets: &[&'a ReplicaSet]) -> Option<&'
     sorted.into_iter().find(|rs| equal_ignore_hash(&template_of(rs), &template))
 }
 
-fn int_or_percent(v: &IntOrString) -> IntOrPercent<'_> {
+/// An IntOrString as `intstr` reads it (the DaemonSet controller's bounds too).
+pub(crate) fn int_or_percent(v: &IntOrString) -> IntOrPercent<'_> {
     match v {
         IntOrString::Int(n) => IntOrPercent::Int(*n),
         IntOrString::String(s) => IntOrPercent::String(s),

@@ -15,6 +15,7 @@ use podpass_api::int_or_percent::IntOrPercent;
 use serde_json::{Value, json};
 
 use super::super::table::{age_column, column, name_column, name_middle_age};
+use super::deployment::int_or_percent;
 use super::types::{TypeOf, read};
 use super::{Names, Printer, Resource, Strategy, invalid, pod_template};
 use crate::server::status::StatusError;
@@ -34,13 +35,6 @@ pub(crate) const RESOURCE: Resource = Resource::stored(
 )
 .with_short_names(&["ds"])
 .in_categories(&["all"]);
-
-fn int_or_percent(v: &IntOrString) -> IntOrPercent<'_> {
-    match v {
-        IntOrString::Int(n) => IntOrPercent::Int(*n),
-        IntOrString::String(s) => IntOrPercent::String(s),
-    }
-}
 
 /// `ValidateDaemonSetUpdateStrategy` and `ValidateRollingUpdateDaemonSet`.
 fn strategy_errors(ds: &DaemonSet) -> Vec<String> {

@@ -28,8 +28,8 @@ pub(crate) const RESOURCE: Resource = Resource::stored(
 .with_short_names(&["deploy"])
 .in_categories(&["all"]);
 
-/// An IntOrString as the validation reads it.
-fn int_or_percent(v: &IntOrString) -> IntOrPercent<'_> {
+/// An IntOrString as the validation reads it (the DaemonSet's too).
+pub(super) fn int_or_percent(v: &IntOrString) -> IntOrPercent<'_> {
     match v {
         IntOrString::Int(n) => IntOrPercent::Int(*n),
         IntOrString::String(s) => IntOrPercent::String(s),
