@@ -82,6 +82,8 @@ fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
     let api = d.join("api");
     std::fs::create_dir(&api).unwrap();
     let s = start(&api, &[]);
+    // (agent, containerd): a tuple drops its fields in order, so each agent stops before
+    // its containerd removes the sandboxes (no agent left to start one again).
     let mut _nodes = Vec::new();
     for name in ["n1", "n2"] {
         let runtime =
@@ -96,7 +98,7 @@ fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
             Some(&d.join(format!("{name}.log"))),
             &["--node-name", name, "--container-runtime-endpoint", &runtime.endpoint, "--port", &port],
         );
-        _nodes.push((runtime, agent));
+        _nodes.push((agent, runtime));
     }
     for name in ["n1", "n2"] {
         wait_for(&format!("{name} Ready"), Duration::from_secs(60), || {
