@@ -74,6 +74,46 @@ fn hash_of_revision(s: &Server, n: i64) -> String {
     found["metadata"]["labels"]["controller-revision-hash"].as_str().unwrap().to_owned()
 }
 
+/// Whether the cgroup `relative` (`/a/b`) exists, in the v2 hierarchy or v1's memory one.
+fn pod_cgroup_exists(relative: &str) -> bool {
+    let mount = std::path::Path::new("/sys/fs/cgroup");
+    let relative = relative.trim_start_matches('/');
+    if mount.join("cgroup.controllers").exists() {
+        mount.join(relative).is_dir()
+    } else {
+        mount.join("memory").join(relative).is_dir()
+    }
+}
+
+/// On drop, removes the empty cgroups below its path, deepest first (what the agents left:
+/// their `kubepods` and QoS cgroups), in every hierarchy.
+struct RemoveCgroups(String);
+
+impl Drop for RemoveCgroups {
+    fn drop(&mut self) {
+        remove_cgroups(&self.0);
+    }
+}
+
+fn remove_cgroups(relative: &str) {
+    fn remove(dir: &std::path::Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let mount = std::path::Path::new("/sys/fs/cgroup");
+    let relative = relative.trim_start_matches('/');
+    remove(&mount.join(relative));
+    for controller in ["memory", "cpu", "pids"] {
+        remove(&mount.join(controller).join(relative));
+    }
+}
+
 #[test]
 fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
     assert!(rustix::process::geteuid().is_root(), "running containers needs root");
@@ -84,6 +124,12 @@ fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
     let s = start(&api, &[]);
     // (agent, containerd): a tuple drops its fields in order, so each agent stops before
     // its containerd removes the sandboxes (no agent left to start one again).
+    // Each node's pods below a cgroup root of its own (kubelet --cgroup-root), as nodes
+    // sharing a machine need: this run's, so no other run's cgroups are touched, and
+    // removed after the nodes (declared first, dropped last).
+    let run_root = format!("/podpass-e2e-{}", d.file_name().unwrap().to_str().unwrap());
+    let _cgroups = RemoveCgroups(run_root.clone());
+    let cgroup_root = |name: &str| format!("{run_root}/{name}");
     let mut _nodes = Vec::new();
     for name in ["n1", "n2"] {
         let runtime =
@@ -96,7 +142,16 @@ fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
             &kubeconfig,
             &d.join(format!("root-{name}")),
             Some(&d.join(format!("{name}.log"))),
-            &["--node-name", name, "--container-runtime-endpoint", &runtime.endpoint, "--port", &port],
+            &[
+                "--node-name",
+                name,
+                "--container-runtime-endpoint",
+                &runtime.endpoint,
+                "--port",
+                &port,
+                "--cgroup-root",
+                &cgroup_root(name),
+            ],
         );
         _nodes.push((agent, runtime));
     }
@@ -130,6 +185,12 @@ fn a_daemon_set_runs_one_pod_per_node_rolls_undoes_and_follows_taints() {
         assert_eq!(pod["metadata"]["labels"]["pod-template-generation"], "1");
         assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "DaemonSet");
         assert_eq!(pod["metadata"]["generateName"], "agent-");
+        // Its cgroup is below its own node's root, not the other's nor the machine's /kubepods.
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let under = |root: &str| pod_cgroup_exists(&format!("{root}/kubepods/besteffort/pod{uid}"));
+        assert!(under(&cgroup_root(node)), "{node}'s pod {uid} below {}", cgroup_root(node));
+        let other = if node == "n1" { "n2" } else { "n1" };
+        assert!(!under(&cgroup_root(other)) && !under(""), "{node}'s pod {uid} elsewhere too");
     }
     let table = ok(admin_kubectl(&api, &["get", "ds", "agent"]), "kubectl get ds");
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();

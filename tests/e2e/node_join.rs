@@ -302,9 +302,10 @@ fn a_node_with_a_bootstrap_token_gets_its_own_certificate_and_keeps_it_and_its_p
     assert!(other["status"]["conditions"].is_null(), "{other}");
 }
 
-/// A client certificate for node n1 signed by the CA of `api_dir`, valid from `from` to
-/// `until` seconds from now; the PEM certificate and key.
-fn short_node_certificate(api_dir: &Path, from: i64, until: i64) -> (String, String) {
+/// A certificate for node n1 signed by the CA of `api_dir`, valid from `from` to `until`
+/// seconds from now: a client one, or (`serving`) a serving one for n1's names
+/// (`n1`, `127.0.0.1`); the PEM certificate and key.
+fn short_node_certificate(api_dir: &Path, from: i64, until: i64, serving: bool) -> (String, String) {
     let ca_pem = std::fs::read_to_string(api_dir.join("pki/ca.crt")).unwrap();
     let ca_key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(api_dir.join("pki/ca.key")).unwrap()).unwrap();
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
@@ -312,7 +313,13 @@ fn short_node_certificate(api_dir: &Path, from: i64, until: i64) -> (String, Str
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     params.distinguished_name.push(rcgen::DnType::CommonName, "system:node:n1");
     params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    if serving {
+        params.subject_alt_names =
+            vec![rcgen::SanType::DnsName("n1".try_into().unwrap()), rcgen::SanType::IpAddress([127, 0, 0, 1].into())];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    } else {
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    }
     let now = jiff::Timestamp::now().as_second();
     let at = |offset: i64| rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs((now + offset) as u64);
     params.not_before = at(from);
@@ -320,34 +327,83 @@ fn short_node_certificate(api_dir: &Path, from: i64, until: i64) -> (String, Str
     (params.signed_by(&key, &issuer).unwrap().pem(), key.serialize_pem())
 }
 
-/// The notAfter (Unix seconds) of the first certificate of a PEM file.
-fn not_after(pem_path: &Path) -> i64 {
-    let out = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601", "-in"])
-        .arg(pem_path)
-        .output()
+/// The notAfter (Unix seconds) of the first certificate of a PEM text.
+fn not_after_of(pem: &str) -> i64 {
+    let mut child = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-enddate", "-dateopt", "iso_8601"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let text = ok(out, "openssl x509 -enddate");
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
+    let text = ok(child.wait_with_output().unwrap(), "openssl x509 -enddate");
     let date = text.trim().trim_start_matches("notAfter=").replace(' ', "T");
     date.parse::<jiff::Timestamp>().unwrap_or_else(|e| panic!("{date}: {e}")).as_second()
 }
 
-/// `--rotate-certificates`: a node whose certificate is 70–90% through its life asks, as
-/// itself, for a new one (`csr-…`, approved through `selfnodeclient`), stores it as
-/// `kubelet-client-current.pem` and keeps renewing its lease past the old one's expiry;
-/// restarted, it runs on the rotated pair.
+/// The notAfter (Unix seconds) of the first certificate of a PEM file.
+fn not_after(pem_path: &Path) -> i64 {
+    not_after_of(&std::fs::read_to_string(pem_path).unwrap())
+}
+
+/// The serving certificate 127.0.0.1:`port` shows, once it verifies against `ca` for that
+/// address (`openssl s_client -verify_ip`); `None` while it does not.
+fn verified_serving_certificate(port: u16, ca: &Path) -> Option<String> {
+    let out = std::process::Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-verify_return_error", "-verify_ip"])
+        .args(["127.0.0.1", "-CAfile"])
+        .arg(ca)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !text.contains("Verify return code: 0 (ok)") {
+        return None;
+    }
+    let begin = text.find("-----BEGIN CERTIFICATE-----")?;
+    let end = text[begin..].find("-----END CERTIFICATE-----")? + begin + "-----END CERTIFICATE-----".len();
+    Some(text[begin..end].to_owned())
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A pod of the `default` service account on n1 (its automounted token volume).
+fn churn_pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry.example/app:1"}]}})
+}
+
+/// `--rotate-certificates` and `--rotate-server-certificates`, while pods come and go: a
+/// node whose client and serving certificates are 70–90% through their lives asks, as
+/// itself, for new ones (`csr-…`: the client one approved through `selfnodeclient`, the
+/// serving one for its Node's names and addresses), stores them as
+/// `kubelet-client-current.pem` and `kubelet-server-current.pem` and shows them from the
+/// next connection on. Every pod created meanwhile gets its token (TokenRequest as the
+/// node) and goes when deleted; past the old client certificate's expiry the node renews
+/// its lease; its HTTPS port's certificate verifies against the cluster's CA for its
+/// address before and after, and the API server, verifying it, reads through it; restarted,
+/// the node runs on the rotated pairs and asks nothing.
 #[test]
-fn a_node_rotates_its_client_certificate_before_it_expires_and_keeps_working() {
+fn a_node_rotates_its_client_and_serving_certificates_while_pods_churn_and_keeps_working() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let api = d.join("api");
     std::fs::create_dir(&api).unwrap();
     let ca = api.join("pki/ca.crt");
-    let s = start(&api, &["--client-ca-file", ca.to_str().unwrap()]);
+    let ca_flag = ca.to_str().unwrap();
+    let s = start(&api, &["--client-ca-file", ca_flag, "--kubelet-certificate-authority", ca_flag]);
     kubeadm_bindings(&s);
-    // 150 s of life, 60 s of it gone: rotation due 45–75 s from now, expiry in 90 s.
-    let (cert, key) = short_node_certificate(&api, -60, 90);
-    let expires = jiff::Timestamp::now().as_second() + 90;
+    // 80 s of life, 40 s of it gone: rotation due 16–32 s from now, expiry in 40 s.
+    let (cert, key) = short_node_certificate(&api, -40, 40, false);
+    let expires = jiff::Timestamp::now().as_second() + 40;
     let b64 = |t: &str| data_encoding::BASE64.encode(t.as_bytes());
     let kubeconfig = d.join("n1.kubeconfig");
     let ca_data = data_encoding::BASE64.encode(&std::fs::read(&ca).unwrap());
@@ -362,45 +418,141 @@ fn a_node_rotates_its_client_certificate_before_it_expires_and_keeps_working() {
     )
     .unwrap();
     let root = d.join("root");
+    // The serving pair the node kept from before, as short.
+    let (serving_cert, serving_key) = short_node_certificate(&api, -40, 40, true);
+    let serving_store = podpass_node::CertificateStore::new(&root.join("pki"), podpass_node::SERVER_PREFIX);
+    serving_store.update(&serving_cert, &serving_key).unwrap();
+    let port = registry::free_port();
+    let port_flag = port.to_string();
+    let flags = ["--rotate-certificates=true", "--rotate-server-certificates=true", "--port", port_flag.as_str()];
     let log = d.join("agent.log");
-    let agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &["--rotate-certificates=true"]);
-    let current = root.join("pki/kubelet-client-current.pem");
-    let rotated = wait_logged("a rotation request issued", &log, Duration::from_secs(150), || {
-        csrs(&s).into_iter().find(|c| {
-            c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("csr-"))
-                && c["status"]["certificate"].is_string()
-        })
+    let agent = spawn_agent_with(&kubeconfig, &root, Some(&log), &flags);
+    wait_for("the default service account", Duration::from_secs(30), || {
+        (admin_get(&s, "/api/v1/namespaces/default/serviceaccounts/default").0 == 200).then_some(Value::Null)
     });
-    assert_eq!(rotated["spec"]["username"], "system:node:n1", "asked as the node, by its certificate");
-    assert_eq!(
-        rotated["status"]["conditions"][0]["message"],
-        "Auto approving self kubelet client certificate after SubjectAccessReview."
-    );
-    wait_for("the rotated pair is current", Duration::from_secs(30), || {
-        (not_after(&current) > expires + 3600).then_some(Value::Null)
+    // The kept serving pair is shown, verified for the node's address.
+    let first = wait_logged("the kept serving certificate shown", &log, Duration::from_secs(30), || {
+        verified_serving_certificate(port, &ca).map(Value::String)
     });
+    assert_eq!(not_after_of(first.as_str().unwrap()), not_after_of(&serving_cert), "the kept pair, not a new one");
 
-    // Past the old certificate's expiry the node still renews its lease.
     let lease = |s: &Server| {
         let (_, l) = admin_get(s, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1");
         l["spec"]["renewTime"].as_str().unwrap_or_default().to_owned()
     };
-    wait_for("the old certificate expired", Duration::from_secs(120), || {
-        (jiff::Timestamp::now().as_second() > expires + 1).then_some(Value::Null)
-    });
-    let before = lease(&s);
-    wait_for("a lease renewal after the old certificate expired", Duration::from_secs(60), || {
-        (lease(&s) != before).then_some(Value::Null)
+    // Pods come and go while both certificates rotate.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let shown = std::thread::scope(|scope| {
+        // However the rest ends (a panic included), the churn stops and the scope ends.
+        let _stop_on_exit = StopOnDrop(&stop);
+        let churn = {
+            let (stop, s, root, log) = (&stop, &s, &root, &log);
+            scope.spawn(move || {
+                let mut cycles = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let name = format!("churn-{cycles}");
+                    let (code, pod) = admin_request(
+                        s,
+                        reqwest::Method::POST,
+                        "/api/v1/namespaces/default/pods",
+                        Some(churn_pod(&name)),
+                    );
+                    assert_eq!(code, 201, "{pod}");
+                    let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+                    let volumes = root.join("pods").join(&uid).join("volumes/kubernetes.io~projected");
+                    wait_logged(&format!("{name}'s token written"), log, Duration::from_secs(30), || {
+                        let entries = std::fs::read_dir(&volumes).ok()?;
+                        entries
+                            .flatten()
+                            .find(|e| e.path().join("token").is_file())
+                            .map(|e| Value::String(e.path().display().to_string()))
+                    });
+                    let path = format!("/api/v1/namespaces/default/pods/{name}");
+                    let (code, _) = admin_request(s, reqwest::Method::DELETE, &path, None);
+                    assert_eq!(code, 200, "deleting {name}");
+                    wait_logged(&format!("{name} gone"), log, Duration::from_secs(30), || {
+                        (admin_get(s, &path).0 == 404 && !root.join("pods").join(&uid).exists()).then_some(Value::Null)
+                    });
+                    cycles += 1;
+                }
+                cycles
+            })
+        };
+
+        let current = root.join("pki/kubelet-client-current.pem");
+        let rotated = |signer: &'static str| {
+            move |s: &Server| {
+                csrs(s).into_iter().find(|c| {
+                    c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("csr-"))
+                        && c["spec"]["signerName"] == signer
+                        && c["status"]["certificate"].is_string()
+                })
+            }
+        };
+        let client_csr = rotated("kubernetes.io/kube-apiserver-client-kubelet");
+        let serving_csr = rotated("kubernetes.io/kubelet-serving");
+        let (client_request, serving_request) =
+            wait_logged("both rotation requests issued", &log, Duration::from_secs(90), || {
+                Some(json!([client_csr(&s)?, serving_csr(&s)?]))
+            })
+            .as_array()
+            .map(|a| (a[0].clone(), a[1].clone()))
+            .unwrap();
+        assert_eq!(client_request["spec"]["username"], "system:node:n1", "asked as the node, by its certificate");
+        assert_eq!(
+            client_request["status"]["conditions"][0]["message"],
+            "Auto approving self kubelet client certificate after SubjectAccessReview."
+        );
+        assert_eq!(serving_request["spec"]["username"], "system:node:n1");
+        assert_eq!(serving_request["spec"]["usages"], json!(["digital signature", "server auth"]));
+        assert_eq!(
+            serving_request["status"]["conditions"][0]["message"],
+            "Auto approving kubelet serving certificate: its names and addresses are its Node's."
+        );
+        wait_for("the rotated client pair is current", Duration::from_secs(30), || {
+            (not_after(&current) > expires + 3600).then_some(Value::Null)
+        });
+        // The port shows the rotated serving certificate from its next handshake on.
+        let shown = wait_logged("the rotated serving certificate shown", &log, Duration::from_secs(30), || {
+            verified_serving_certificate(port, &ca).filter(|pem| not_after_of(pem) > expires + 3600).map(Value::String)
+        });
+        assert_eq!(not_after_of(shown.as_str().unwrap()), not_after(&serving_store.current_path()));
+
+        // Past the old client certificate's expiry the node still renews its lease, and pods
+        // still get their tokens.
+        wait_for("the old certificate expired", Duration::from_secs(60), || {
+            (jiff::Timestamp::now().as_second() > expires + 1).then_some(Value::Null)
+        });
+        let before = lease(&s);
+        wait_for("a lease renewal after the old certificate expired", Duration::from_secs(60), || {
+            (lease(&s) != before).then_some(Value::Null)
+        });
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let cycles = churn.join().expect("the pod churn failed");
+        assert!(cycles >= 2, "pods came and went across the rotation ({cycles})");
+        shown
     });
 
-    // Restarted (its kubeconfig's pair long expired), it runs on the rotated one.
+    // The API server, verifying the node's serving certificate, reads through its port: the
+    // node's own answer (a pod with no container running), not a TLS failure.
+    let (code, pod) =
+        admin_request(&s, reqwest::Method::POST, "/api/v1/namespaces/default/pods", Some(churn_pod("reader")));
+    assert_eq!(code, 201, "{pod}");
+    let (code, body) = admin_raw_request(&s, reqwest::Method::GET, "/api/v1/namespaces/default/pods/reader/log", None);
+    assert!(code != 503 && !body.to_string().contains("reading logs from node"), "{code}: {body}");
+
+    // Restarted (its kubeconfig's pair long expired), it runs on the rotated pairs.
     drop(agent);
     let before = lease(&s);
     let log2 = d.join("agent2.log");
-    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log2), &["--rotate-certificates=true"]);
+    let _agent = spawn_agent_with(&kubeconfig, &root, Some(&log2), &flags);
     wait_for("the restarted node renews its lease", Duration::from_secs(60), || {
         (lease(&s) != before).then_some(Value::Null)
     });
+    let again = wait_logged("the restarted node serves", &log2, Duration::from_secs(30), || {
+        verified_serving_certificate(port, &ca).map(Value::String)
+    });
+    assert_eq!(again, shown, "the stored serving pair, not a new one");
     let rotations = csrs(&s).iter().filter(|c| c["metadata"]["name"].as_str().unwrap().starts_with("csr-")).count();
-    assert_eq!(rotations, 1, "a year-long certificate is not rotated again");
+    assert_eq!(rotations, 2, "year-long certificates are not asked for again");
 }

@@ -201,14 +201,14 @@ fn refused_within(mut ask: impl FnMut() -> u16) -> Duration {
 
 /// registry-auth's URL and a client that asks it as node-1: it serves TLS from the
 /// cluster's CA, and takes a token naming node-1 only with node-1's certificate
-/// (--node-binding require).
+/// (--node-binding require): the one node-1 got by its TLS bootstrap and rotates, which its
+/// plugin, containerd and registry checks show too.
 fn registry_auth_as_node(data: &Path) -> (String, reqwest::blocking::Client) {
     let ports = std::fs::read_to_string(data.with_file_name("ports")).unwrap();
     let auth = format!("https://127.0.0.1:{}", ports.split_whitespace().nth(1).unwrap());
     let pki = data.join("pki");
     let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
-    let mut node = std::fs::read(pki.join("node-1-client.crt")).unwrap();
-    node.extend(std::fs::read(pki.join("node-1-client.key")).unwrap());
+    let node = std::fs::read(data.join("node-1/root/pki/kubelet-client-current.pem")).unwrap();
     let http = reqwest::blocking::Client::builder()
         .tls_certs_only([ca])
         .identity(reqwest::Identity::from_pem(&node).unwrap())

@@ -39,6 +39,13 @@ pub struct KubeletConfig {
     /// `seccompDefault` (default false, as upstream): a container whose pod and container
     /// name no seccomp profile runs under the runtime's default profile, not unconfined.
     pub seccomp_default: bool,
+    /// `serverTLSBootstrap` (default false, as upstream): the node's serving certificate is
+    /// asked of the cluster (signer `kubernetes.io/kubelet-serving`) and rotated, instead of
+    /// a self-signed one made at each start.
+    pub server_tls_bootstrap: bool,
+    /// `cgroupRoot` (default `/`): the node's `kubepods` cgroup is `<cgroupRoot>/kubepods`,
+    /// so nodes sharing a machine keep their pods apart.
+    pub cgroup_root: String,
     /// `cgroupsPerQOS` (default true): the `kubepods` cgroup sized to allocatable, a cgroup
     /// per QoS class and one per pod, every container under its pod's.
     pub cgroups_per_qos: bool,
@@ -93,6 +100,8 @@ impl Default for KubeletConfig {
             container_log_monitor_interval: DEFAULT_CONTAINER_LOG_MONITOR_INTERVAL,
             max_pods: DEFAULT_MAX_PODS,
             seccomp_default: false,
+            server_tls_bootstrap: false,
+            cgroup_root: "/".to_owned(),
             cgroups_per_qos: true,
             pod_pids_limit: -1,
             reserved: Reserved::default(),
@@ -130,6 +139,10 @@ struct Raw {
     max_pods: Option<i64>,
     #[serde(default)]
     seccomp_default: Option<bool>,
+    #[serde(default, rename = "serverTLSBootstrap")]
+    server_tls_bootstrap: Option<bool>,
+    #[serde(default)]
+    cgroup_root: Option<String>,
     #[serde(default, rename = "cgroupsPerQOS")]
     cgroups_per_qos: Option<bool>,
     #[serde(default)]
@@ -257,6 +270,16 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         }),
     };
     let reserved = reserved(&raw, &mut errors);
+    let cgroup_root = match raw.cgroup_root.as_deref() {
+        None | Some("") => "/".to_owned(),
+        Some(root) if crate::agent::kubepods_under(root).is_some() => root.to_owned(),
+        Some(root) => {
+            errors.push(format!(
+                "invalid configuration: cgroupRoot {root:?} must be an absolute path of cgroup names (letters, digits, '-', '_', '.'; no '.' or '..')"
+            ));
+            "/".to_owned()
+        }
+    };
     // As the kubelet: only a positive limit is applied.
     let pod_pids_limit = raw.pod_pids_limit.unwrap_or(-1);
     let eviction_hard = match &raw.eviction_hard {
@@ -292,6 +315,8 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         container_log_monitor_interval: interval,
         max_pods,
         seccomp_default: raw.seccomp_default.unwrap_or(false),
+        server_tls_bootstrap: raw.server_tls_bootstrap.unwrap_or(false),
+        cgroup_root,
         cgroups_per_qos: raw.cgroups_per_qos.unwrap_or(true),
         pod_pids_limit,
         reserved,
@@ -329,6 +354,11 @@ mod tests {
         let c = parse(format!("{head}podPidsLimit: 1024\ncgroupsPerQOS: false\nkubeReserved: {{cpu: 100m, memory: 100Mi, pid: \"100\"}}\nsystemReserved: {{cpu: \"1\", memory: 1Gi}}\n").as_bytes()).unwrap();
         assert_eq!((c.pod_pids_limit, c.cgroups_per_qos), (1024, false));
         assert_eq!(c.reserved, Reserved { cpu_milli: 1100, memory_bytes: (100 << 20) + (1 << 30) });
+        assert_eq!((c.cgroup_root.as_str(), c.server_tls_bootstrap), ("/", false), "upstream's defaults");
+        let c = parse(format!("{head}cgroupRoot: /podpass/node-2\nserverTLSBootstrap: true\n").as_bytes()).unwrap();
+        assert_eq!((c.cgroup_root.as_str(), c.server_tls_bootstrap), ("/podpass/node-2", true));
+        let errors = parse(format!("{head}cgroupRoot: /a/../b\n").as_bytes()).unwrap_err();
+        assert!(errors[0].starts_with("invalid configuration: cgroupRoot \"/a/../b\" must be"), "{errors:?}");
         let errors = parse(
             format!("{head}kubeReserved: {{memory: -1Mi, gpu: \"1\"}}\nsystemReserved: {{cpu: lots}}\n").as_bytes(),
         )

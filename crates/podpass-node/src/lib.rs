@@ -49,6 +49,9 @@ pub use api::{
     Client, KubeServiceAccounts, PodContainer, RequestError, client_from_kubeconfig, get_pod, get_pod_containers,
     pull_secrets,
 };
+/// The kubelet's certificate files (`<cert-dir>/kubelet-client-current.pem`,
+/// `kubelet-server-current.pem`), for what shows or seeds a node's certificates.
+pub use certificate::{CLIENT_PREFIX, CertificateStore, SERVER_PREFIX};
 pub use eviction_thresholds::{
     Signal as EvictionSignal, Threshold as EvictionThreshold, ThresholdValue as EvictionThresholdValue,
     parse_eviction_hard, parse_flag as parse_eviction_hard_flag,

@@ -35,4 +35,4 @@ pub use config::{ConfigErrors, ConfigProblem, EXIT_USAGE, Problems, parse_flags}
 pub use error_chain::error_chain;
 pub use inflight::{FairShare, InFlightPermit, InFlightRefusal};
 pub use task::spawn_named;
-pub use tls::{TlsError, tls_acceptor};
+pub use tls::{TlsError, tls_acceptor, tls_acceptor_resolving};

@@ -7,7 +7,7 @@ use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
 use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 
 /// A TLS configuration could not be built; the variant names the input at fault.
@@ -48,8 +48,29 @@ pub fn tls_acceptor(
 ) -> Result<TlsAcceptor, TlsError> {
     let certs = certificates(cert_chain_pem).map_err(TlsError::CertChain)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::PrivateKey(e.to_string()))?;
+    let config =
+        client_auth(client_ca_pem)?.with_single_cert(certs, key).map_err(|e| TlsError::Config(e.to_string()))?;
+    Ok(acceptor(config))
+}
+
+/// A TLS acceptor whose certificate `resolver` chooses at each handshake (a serving
+/// certificate that rotates under a running server, as the kubelet's
+/// `tlsConfig.GetCertificate` over its certificate manager); clients as [`tls_acceptor`].
+pub fn tls_acceptor_resolving(
+    resolver: Arc<dyn ResolvesServerCert>,
+    client_ca_pem: Option<&[u8]>,
+) -> Result<TlsAcceptor, TlsError> {
+    Ok(acceptor(client_auth(client_ca_pem)?.with_cert_resolver(resolver)))
+}
+
+/// The configuration's client authentication: none, or certificates chaining to the bundle
+/// (clients without one still served).
+fn client_auth(
+    client_ca_pem: Option<&[u8]>,
+) -> Result<tokio_rustls::rustls::ConfigBuilder<ServerConfig, tokio_rustls::rustls::server::WantsServerCert>, TlsError>
+{
     let builder = ServerConfig::builder();
-    let builder = match client_ca_pem {
+    Ok(match client_ca_pem {
         None => builder.with_no_client_auth(),
         Some(pem) => {
             let mut roots = RootCertStore::empty();
@@ -62,8 +83,10 @@ pub fn tls_acceptor(
                 .map_err(|e| TlsError::ClientCa(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
-    };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| TlsError::Config(e.to_string()))?;
+    })
+}
+
+fn acceptor(mut config: ServerConfig) -> TlsAcceptor {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    TlsAcceptor::from(Arc::new(config))
 }

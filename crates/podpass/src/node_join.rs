@@ -104,8 +104,8 @@ pub fn join(args: JoinArgs) -> ExitCode {
     run_agent(&node, &bootstrap, &kubeconfig, &root, &args.agent_args)
 }
 
-/// Becomes `podpass node run` as `node` on the bootstrap kubeconfig (TLS bootstrap and
-/// rotation on); returns only if it cannot.
+/// Becomes `podpass node run` as `node` on the bootstrap kubeconfig (TLS bootstrap, and
+/// rotation of its client and serving certificates, on); returns only if it cannot.
 fn run_agent(
     node: &str,
     bootstrap: &std::path::Path,
@@ -122,7 +122,16 @@ fn run_agent(
         }
     };
     let mut command = std::process::Command::new(program);
-    command.args(["node", "run", "--node-name", node, "--rotate-certificates=true"]);
+    // Its client and serving certificates both the cluster's, both rotated (podpass's
+    // approver grants a serving request for the node's own names and addresses).
+    command.args([
+        "node",
+        "run",
+        "--node-name",
+        node,
+        "--rotate-certificates=true",
+        "--rotate-server-certificates=true",
+    ]);
     if bootstrap.exists() {
         // An expired certificate is bootstrapped again with it, as the kubelet does.
         command.arg("--bootstrap-kubeconfig").arg(bootstrap);

@@ -41,6 +41,11 @@ pub struct ApiServerConfig {
     /// Serving private key (PEM).
     #[arg(long)]
     pub tls_private_key_file: Option<PathBuf>,
+    /// A PEM CA bundle the nodes' serving certificates are verified against (each for the
+    /// address it is reached at), as kube-apiserver's; without it they are not verified, as
+    /// upstream's default.
+    #[arg(long)]
+    pub kubelet_certificate_authority: Option<PathBuf>,
     /// Service addresses (IPv4 CIDR); its first address is the `kubernetes` Service's,
     /// which every pod reaches the API server at and the serving certificate names.
     #[arg(long, default_value = "10.96.0.0/12")]
@@ -202,6 +207,8 @@ pub struct Prepared {
     /// The client certificate and key shown to nodes (pods/log), when the data dir's CA
     /// issued one.
     pub(super) kubelet_client: Option<(String, String)>,
+    /// `--kubelet-certificate-authority`'s certificates, read and checked.
+    pub(super) kubelet_ca: Option<Vec<reqwest::Certificate>>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -277,6 +284,21 @@ impl ApiServerConfig {
         } else {
             None
         };
+        let kubelet_ca = self.kubelet_certificate_authority.as_ref().and_then(|path| {
+            let flag = "--kubelet-certificate-authority";
+            let pem = read_file(&mut problems, flag, path)?;
+            match reqwest::Certificate::from_pem_bundle(&pem) {
+                Ok(certs) if !certs.is_empty() => Some(certs),
+                Ok(_) => {
+                    problems.push_value(flag, path.display(), "holds no PEM certificate");
+                    None
+                }
+                Err(e) => {
+                    problems.push_value(flag, path.display(), e);
+                    None
+                }
+            }
+        });
         let (Some(signing_key), Some((tls, ca_pem)), Some(token_file)) = (signing_key, serving, token_file) else {
             // Each part that is missing recorded why (here only as a backstop).
             if problems.is_empty() {
@@ -292,6 +314,7 @@ impl ApiServerConfig {
             .and_then(|r| r.map_err(|e| tracing::warn!(error = %e, "no kubelet client certificate")).ok());
         Ok(Prepared {
             kubelet_client,
+            kubelet_ca,
             config: self,
             settings,
             signing_key,

@@ -166,15 +166,17 @@ impl Prepared {
 
         let metrics = metrics::ApiServerMetrics::with_store(store.as_ref());
         // Upstream without --kubelet-certificate-authority does not verify the kubelet's
-        // serving certificate; its own client certificate is what the node checks.
+        // serving certificate; its own client certificate is what the node checks. With it,
+        // only that CA's certificates for the node's address are trusted.
+        let kubelet_ca = self.kubelet_ca.clone();
         let kubelet_client = self.kubelet_client.as_ref().and_then(|(cert, key)| {
             let identity = reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).ok()?;
-            reqwest::Client::builder()
-                .identity(identity)
-                .tls_danger_accept_invalid_certs(true)
-                .connect_timeout(std::time::Duration::from_secs(10))
-                .build()
-                .ok()
+            let builder = reqwest::Client::builder().identity(identity);
+            let builder = match kubelet_ca {
+                Some(certs) => builder.tls_certs_only(certs),
+                None => builder.tls_danger_accept_invalid_certs(true),
+            };
+            builder.connect_timeout(std::time::Duration::from_secs(10)).build().ok()
         });
         let state = Arc::new(AppState {
             service_ips: settings.service_ips,

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-/// The node's cgroup for pods (kubelet: `defaultNodeAllocatableCgroupName`).
+/// The node's cgroup for pods below its cgroup root (kubelet:
+/// `defaultNodeAllocatableCgroupName`).
 pub(crate) const KUBEPODS: &str = "/kubepods";
 /// CFS period of every quota the kubelet sets (100 ms).
 const CPU_PERIOD_US: u64 = 100_000;
@@ -180,10 +181,30 @@ pub(crate) fn node_limits(cpus: u64, memory_bytes: u64, reserved: crate::kubelet
     }
 }
 
-/// The pod's cgroup (`/kubepods/burstable/pod<uid>`), the CRI `cgroup_parent` of its
-/// sandbox and containers.
-pub(crate) fn pod_cgroup(qos: QosClass, uid: &str) -> String {
-    format!("{KUBEPODS}{}/pod{uid}", qos.dir())
+/// The pod's cgroup below `kubepods` (`/kubepods/burstable/pod<uid>`), the CRI
+/// `cgroup_parent` of its sandbox and containers.
+pub(crate) fn pod_cgroup(kubepods: &str, qos: QosClass, uid: &str) -> String {
+    format!("{kubepods}{}/pod{uid}", qos.dir())
+}
+
+/// The `kubepods` cgroup below `cgroupRoot` (kubelet `--cgroup-root`, `/` by default): `/kubepods`,
+/// or `/<root>/kubepods`. `None` when the root is not an absolute path of plain segments (no
+/// `.`, `..` or empty ones), so no root names a cgroup outside the hierarchy.
+pub(crate) fn kubepods_under(cgroup_root: &str) -> Option<String> {
+    let relative = cgroup_root.strip_prefix('/')?.trim_end_matches('/');
+    if relative.is_empty() {
+        return Some(KUBEPODS.to_owned());
+    }
+    let plain = |seg: &str| {
+        !seg.is_empty()
+            && seg != "."
+            && seg != ".."
+            && seg.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if relative.len() > 512 || !relative.split('/').all(plain) {
+        return None;
+    }
+    Some(format!("/{relative}{KUBEPODS}"))
 }
 
 /// How the machine mounts cgroups.
@@ -200,6 +221,8 @@ enum Layout {
 pub(crate) struct Cgroups {
     mount: PathBuf,
     layout: Layout,
+    /// The node's `kubepods` ([`kubepods_under`] its cgroup root).
+    kubepods: String,
 }
 
 /// v1 controllers podpass sets limits in, and the files of each.
@@ -209,13 +232,25 @@ impl Cgroups {
     /// The cgroups mounted at `mount`: v2 when it holds `cgroup.controllers`, v1 when it
     /// holds a `memory` controller; `None` otherwise.
     pub(crate) fn detect(mount: &Path) -> Option<Self> {
-        if mount.join("cgroup.controllers").is_file() {
-            return Some(Self { mount: mount.to_owned(), layout: Layout::V2 });
-        }
-        if mount.join("memory").join("memory.limit_in_bytes").is_file() {
-            return Some(Self { mount: mount.to_owned(), layout: Layout::V1 });
-        }
-        None
+        let layout = if mount.join("cgroup.controllers").is_file() {
+            Layout::V2
+        } else if mount.join("memory").join("memory.limit_in_bytes").is_file() {
+            Layout::V1
+        } else {
+            return None;
+        };
+        Some(Self { mount: mount.to_owned(), layout, kubepods: KUBEPODS.to_owned() })
+    }
+
+    /// The same, with pods under `kubepods` (from [`kubepods_under`]).
+    pub(crate) fn with_kubepods(mut self, kubepods: String) -> Self {
+        self.kubepods = kubepods;
+        self
+    }
+
+    /// The node's `kubepods` cgroup.
+    pub(crate) fn kubepods(&self) -> &str {
+        &self.kubepods
     }
 
     /// `v1` or `v2` (logs).
@@ -229,10 +264,11 @@ impl Cgroups {
     /// Makes `kubepods` with `limits` and its QoS classes' cgroups (BestEffort with the
     /// smallest shares, as upstream's QoS container manager). Blocking.
     pub(crate) fn ensure_node(&self, limits: &CgroupLimits) -> io::Result<()> {
-        self.ensure(KUBEPODS, limits)?;
-        self.ensure(&format!("{KUBEPODS}/burstable"), &CgroupLimits::default())?;
+        let kubepods = &self.kubepods;
+        self.ensure(kubepods, limits)?;
+        self.ensure(&format!("{kubepods}/burstable"), &CgroupLimits::default())?;
         self.ensure(
-            &format!("{KUBEPODS}/besteffort"),
+            &format!("{kubepods}/besteffort"),
             &CgroupLimits { cpu_shares: Some(MIN_SHARES), ..Default::default() },
         )
     }
@@ -282,7 +318,7 @@ impl Cgroups {
         }
         let mut first = None;
         for qos in [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort] {
-            let relative = pod_cgroup(qos, uid);
+            let relative = pod_cgroup(&self.kubepods, qos, uid);
             let relative = relative.trim_start_matches('/');
             let dirs: Vec<PathBuf> = match self.layout {
                 Layout::V1 => V1_CONTROLLERS.iter().map(|c| self.mount.join(c).join(relative)).collect(),
@@ -308,7 +344,7 @@ impl Cgroups {
         if !crate::volumes::safe_segment(uid, true) {
             return None;
         }
-        let relative = pod_cgroup(qos, uid);
+        let relative = pod_cgroup(&self.kubepods, qos, uid);
         let relative = relative.trim_start_matches('/');
         let read = |p: PathBuf| std::fs::read_to_string(p).ok();
         let (usage, stat, inactive) = match self.layout {
@@ -366,7 +402,7 @@ impl PodCgroups {
         if !crate::volumes::safe_segment(uid, true) {
             return Err(PodCgroupError::UnsafeUid(uid.to_owned()));
         }
-        let name = pod_cgroup(qos_class(&spec), uid);
+        let name = pod_cgroup(self.cgroups.kubepods(), qos_class(&spec), uid);
         let limits = pod_limits(&spec, self.pod_pids_limit);
         let (cgroups, owned) = (self.cgroups.clone(), name.clone());
         let written = tokio::task::spawn_blocking(move || cgroups.ensure(&owned, &limits))
@@ -548,9 +584,16 @@ mod tests {
 
     #[test]
     fn names_and_node_limits() {
-        assert_eq!(pod_cgroup(QosClass::Guaranteed, "u1"), "/kubepods/podu1");
-        assert_eq!(pod_cgroup(QosClass::Burstable, "u1"), "/kubepods/burstable/podu1");
-        assert_eq!(pod_cgroup(QosClass::BestEffort, "u1"), "/kubepods/besteffort/podu1");
+        assert_eq!(pod_cgroup(KUBEPODS, QosClass::Guaranteed, "u1"), "/kubepods/podu1");
+        assert_eq!(pod_cgroup(KUBEPODS, QosClass::Burstable, "u1"), "/kubepods/burstable/podu1");
+        assert_eq!(pod_cgroup(KUBEPODS, QosClass::BestEffort, "u1"), "/kubepods/besteffort/podu1");
+        // kubelet --cgroup-root: the node's pods below it, never outside the hierarchy.
+        assert_eq!(kubepods_under("/").as_deref(), Some("/kubepods"));
+        assert_eq!(kubepods_under("/podpass/node-2/").as_deref(), Some("/podpass/node-2/kubepods"));
+        assert_eq!(kubepods_under("/podpass.slice").as_deref(), Some("/podpass.slice/kubepods"));
+        for bad in ["", "podpass", "/a/../b", "/a//b", "/./a", "/a\u{0}b"] {
+            assert_eq!(kubepods_under(bad), None, "{bad:?}");
+        }
         let reserved = crate::kubelet_config::Reserved { cpu_milli: 500, memory_bytes: 1 << 30 };
         let l = node_limits(2, 4 << 30, reserved);
         assert_eq!((l.cpu_shares, l.memory_bytes), (Some(1536), Some(3 << 30)));

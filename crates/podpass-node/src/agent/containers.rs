@@ -184,11 +184,13 @@ pub(super) fn host_network(pod: &Pod) -> bool {
 
 /// The pod's sandbox config (kubelet `generatePodSandboxConfig`).
 fn sandbox_config(rt: &PodRuntime, pod: &Pod, attempt: u32) -> PodSandboxConfig {
-    let cgroup_parent = if rt.cgroups.is_some() {
-        let spec = pod.spec.clone().unwrap_or_default();
-        super::cgroups::pod_cgroup(super::cgroups::qos_class(&spec), pod.metadata.uid.as_deref().unwrap_or_default())
-    } else {
-        String::new()
+    let cgroup_parent = match &rt.cgroups {
+        Some(pc) => {
+            let spec = pod.spec.clone().unwrap_or_default();
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            super::cgroups::pod_cgroup(pc.cgroups.kubepods(), super::cgroups::qos_class(&spec), uid)
+        }
+        None => String::new(),
     };
     let m = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();

@@ -51,6 +51,15 @@ impl NodeIdentity {
     pub fn internal_ip(&self) -> String {
         if self.address.is_unspecified() { "127.0.0.1".into() } else { self.address.to_string() }
     }
+
+    /// The Node's `status.addresses`: its `InternalIP` and its `Hostname` (its name), which
+    /// its serving certificate names too.
+    pub fn addresses(&self) -> Vec<NodeAddress> {
+        vec![
+            NodeAddress { type_: "InternalIP".into(), address: self.internal_ip() },
+            NodeAddress { type_: "Hostname".into(), address: self.name.clone() },
+        ]
+    }
 }
 
 fn go_os() -> &'static str {
@@ -91,10 +100,7 @@ pub fn node_status(id: &NodeIdentity, now: Timestamp, pressure: Pressure, previo
     NodeStatus {
         capacity: Some(m.capacity()),
         allocatable: Some(m.allocatable()),
-        addresses: Some(vec![
-            NodeAddress { type_: "InternalIP".into(), address: id.internal_ip() },
-            NodeAddress { type_: "Hostname".into(), address: id.name.clone() },
-        ]),
+        addresses: Some(id.addresses()),
         daemon_endpoints: Some(NodeDaemonEndpoints {
             kubelet_endpoint: Some(DaemonEndpoint { port: i32::from(id.port) }),
         }),

@@ -39,6 +39,7 @@ mod status;
 mod sync_error;
 mod worker;
 
+pub(crate) use cgroups::kubepods_under;
 pub use events::EventRecorder;
 pub use ops::ApiContact;
 pub use pods::MAX_CONCURRENT_SYNCS;
@@ -86,6 +87,12 @@ pub struct AgentConfig {
     /// `kubelet-client-current.pem` and shown from the next connection on.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub rotate_certificates: bool,
+    /// Ask the cluster for the node's serving certificate (signer
+    /// `kubernetes.io/kubelet-serving`, for the Node's addresses) and rotate it, as the
+    /// kubelet's flag and its configuration's `serverTLSBootstrap`: the HTTPS port answers
+    /// once one is issued. Without it (and `serverTLSBootstrap`), a self-signed one.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub rotate_server_certificates: bool,
     /// The Node's name.
     #[arg(long, alias = "hostname-override")]
     pub node_name: String,
@@ -96,6 +103,11 @@ pub struct AgentConfig {
     /// gates).
     #[arg(long = "config")]
     pub kubelet_config: Option<PathBuf>,
+    /// The cgroup the node's pods go below (`<root>/kubepods`), as the kubelet's: it replaces
+    /// the configuration's `cgroupRoot` (default `/`). Nodes sharing a machine each need
+    /// their own, or one node's limits and clean-up would reach another's pods.
+    #[arg(long)]
+    pub cgroup_root: Option<String>,
     /// Hard eviction thresholds, as the kubelet's `--eviction-hard`
     /// (`memory.available<100Mi,nodefs.available<10%`): they replace the configuration's
     /// `evictionHard` (and upstream's defaults) when given.
@@ -126,6 +138,12 @@ pub struct AgentConfig {
     /// `--trust-runtime-pulls`).
     #[command(flatten)]
     pub origin: crate::images::OriginFlags,
+    /// Show registries that ask for a client certificate the node's own (the one its
+    /// kubeconfig names, or with `--rotate-certificates` the current
+    /// `kubelet-client-current.pem`, followed across each rotation) when the node verifies
+    /// a pull at the image's registry (beyond upstream: registry-auth's node binding).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, conflicts_with = "registry_client_cert_file")]
+    pub registry_node_certificate: bool,
     /// Where the node's image decisions are audited, one JSON line each (beyond upstream):
     /// the keys registry-auth's grants carry, for `podpass audit images`.
     #[command(flatten)]
@@ -183,6 +201,11 @@ pub struct Prepared {
 }
 
 impl AgentConfig {
+    /// `--cert-dir`, or `<root-dir>/pki` (the kubelet's `/var/lib/kubelet/pki`).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir.clone().unwrap_or_else(|| self.root_dir.join("pki"))
+    }
+
     /// Validates every flag and reads the files they name; reports all problems together.
     pub fn prepare(self) -> Result<Prepared, ConfigErrors> {
         let mut problems = Problems::default();
@@ -233,6 +256,17 @@ impl AgentConfig {
                         problems.push_value("--eviction-hard", flag, e);
                     }
                 }
+            }
+        }
+        if let Some(root) = &self.cgroup_root {
+            if cgroups::kubepods_under(root).is_some() {
+                kubelet.cgroup_root = root.clone();
+            } else {
+                problems.push_value(
+                    "--cgroup-root",
+                    format_args!("{root:?}"),
+                    "must be an absolute path of cgroup names (letters, digits, '-', '_', '.'; no '.' or '..')",
+                );
             }
         }
         let pull_timeout = self
@@ -377,17 +411,23 @@ const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 async fn cgroups_for(machine: &machine::Machine, kubelet: &KubeletConfig) -> Result<cgroups::PodCgroups, AgentError> {
     let limits = cgroups::node_limits(machine.cpus, machine.memory_bytes, kubelet.reserved);
     let pod_pids_limit = kubelet.pod_pids_limit;
+    // Checked when the configuration was read.
+    let kubepods = cgroups::kubepods_under(&kubelet.cgroup_root)
+        .ok_or_else(|| AgentError::Cgroups(format!("cgroupRoot {:?} names no cgroup", kubelet.cgroup_root)))?;
     tokio::task::spawn_blocking(move || {
         let mount = std::path::Path::new(CGROUP_MOUNT);
-        let cg = cgroups::Cgroups::detect(mount).ok_or_else(|| {
-            AgentError::Cgroups(format!("no cgroup v1 memory controller or cgroup v2 hierarchy at {CGROUP_MOUNT}"))
-        })?;
+        let cg = cgroups::Cgroups::detect(mount)
+            .ok_or_else(|| {
+                AgentError::Cgroups(format!("no cgroup v1 memory controller or cgroup v2 hierarchy at {CGROUP_MOUNT}"))
+            })?
+            .with_kubepods(kubepods);
         cg.ensure_node(&limits).map_err(|e| AgentError::Cgroups(e.to_string()))?;
         tracing::info!(
             version = cg.version(),
             memory_bytes = limits.memory_bytes.unwrap_or(-1),
             pod_pids_limit,
-            "pod cgroups under /kubepods"
+            kubepods = cg.kubepods(),
+            "pod cgroups made"
         );
         Ok(cgroups::PodCgroups { cgroups: cg, pod_pids_limit })
     })
@@ -405,6 +445,7 @@ impl Prepared {
         cgroups: Option<cgroups::PodCgroups>,
         machine: &machine::Machine,
         pressure: tokio::sync::watch::Receiver<pressure::Pressure>,
+        node_pairs: Option<tokio::sync::watch::Receiver<crate::certificate::StoredPair>>,
     ) -> Result<Shared, AgentError> {
         let root = &self.config.root_dir;
         let backend = Backend::open(root, self.config.container_runtime_endpoint.as_deref(), Vec::new())
@@ -416,6 +457,9 @@ impl Prepared {
             insecure_registries: Vec::new(),
         };
         let origin = crate::images::assembly::origin_check(&backend, &self.config.origin, &settings)?;
+        if let (Some(check), Some(pairs)) = (&origin, node_pairs) {
+            podpass_serve::spawn_named("registry-identity", follow_node_certificate(check.clone(), pairs));
+        }
         let (images, pull_manager, warnings) = crate::images::assembly::image_manager(
             root,
             Arc::new(backend),
@@ -547,7 +591,8 @@ impl Bound {
     /// failing is an error.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
         let Bound { prepared: this, listeners, server } = self;
-        let (client, rotation) = node_client::connect(&this.config, &this.identity.name).await?;
+        let node_client::NodeClient { client, rotation, pairs } =
+            node_client::connect(&this.config, &this.identity.name).await?;
         // The rotation stops with the agent.
         let _rotation = rotation.map(node_client::AbortOnDrop);
         let mut identity = this.identity.clone();
@@ -588,8 +633,9 @@ impl Bound {
             None => None,
         };
         let (pressure_tx, mut pressure_rx) = tokio::sync::watch::channel(pressure::Pressure::default());
+        let pairs = pairs.filter(|_| this.config.registry_node_certificate);
         let shared =
-            Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine, pressure_rx.clone()).await?);
+            Arc::new(this.assemble(client.clone(), cri, cgroups, &identity.machine, pressure_rx.clone(), pairs).await?);
         if let Some(listener) = server {
             spawn_node_server(&this, &client, id, &shared, listener).await?;
         }
@@ -648,8 +694,11 @@ impl Bound {
     }
 }
 
-/// The node's authenticated HTTPS port (logs, `/metrics`): a serving certificate for its
-/// names, clients verified against the cluster's CA or by TokenReview.
+/// The node's authenticated HTTPS port (logs, `/metrics`), clients verified against the
+/// cluster's CA or by TokenReview. Its serving certificate is, with `serverTLSBootstrap`,
+/// the cluster's (kept in `kubelet-server-current.pem`, asked for when missing, expired or
+/// for other names, rotated at 70–90% of its life), the port answering from the moment one
+/// is shown; otherwise a self-signed one for its names, made at each start.
 async fn spawn_node_server(
     this: &Prepared,
     client: &kube::Client,
@@ -657,14 +706,11 @@ async fn spawn_node_server(
     shared: &Arc<Shared>,
     listener: tokio::net::TcpListener,
 ) -> Result<(), AgentError> {
+    use crate::certificate::{
+        CertificateStore, SERVER_PREFIX, ServingIdentity, ShowsCertificate, Template, issue_with_retry,
+        rotate_certificate, still_serves,
+    };
     let ca = crate::api::cluster_ca_pem(&this.config.kubeconfig).await?;
-    let mut names = vec![id.name.clone(), "localhost".to_owned()];
-    if !this.config.address.is_unspecified() {
-        names.push(this.config.address.to_string());
-    }
-    let (cert, key) = server::self_signed(&names).map_err(|e| AgentError::Tls(e.to_string()))?;
-    let tls = podpass_serve::tls_acceptor(cert.as_bytes(), key.as_bytes(), Some(ca.as_bytes()))
-        .map_err(|e| AgentError::Tls(e.to_string()))?;
     let node_server = Arc::new(server::NodeServer {
         client: client.clone(),
         reviewed: Default::default(),
@@ -673,16 +719,63 @@ async fn spawn_node_server(
         runtime: shared.runtime.clone(),
         shared: shared.clone(),
     });
-    podpass_serve::spawn_named(
-        "node-server",
-        podpass_serve::accept_loop(
-            listener,
-            Some(tls),
-            server::router(node_server),
-            podpass_serve::ServeLimits::default(),
-        ),
-    );
+    let router = server::router(node_server);
+    let limits = podpass_serve::ServeLimits::default();
+    if !(this.config.rotate_server_certificates || this.kubelet.server_tls_bootstrap) {
+        let mut names = vec![id.name.clone(), "localhost".to_owned()];
+        if !this.config.address.is_unspecified() {
+            names.push(this.config.address.to_string());
+        }
+        let (cert, key) = server::self_signed(&names).map_err(|e| AgentError::Tls(e.to_string()))?;
+        let tls = podpass_serve::tls_acceptor(cert.as_bytes(), key.as_bytes(), Some(ca.as_bytes()))
+            .map_err(|e| AgentError::Tls(e.to_string()))?;
+        podpass_serve::spawn_named("node-server", podpass_serve::accept_loop(listener, Some(tls), router, limits));
+        return Ok(());
+    }
+    let identity = Arc::new(ServingIdentity::default());
+    let tls = podpass_serve::tls_acceptor_resolving(identity.clone(), Some(ca.as_bytes()))
+        .map_err(|e| AgentError::Tls(e.to_string()))?;
+    let store = CertificateStore::new(&this.config.cert_dir(), SERVER_PREFIX);
+    let template = Template::kubelet_serving(&id.name, &id.addresses());
+    let client = client.clone();
+    podpass_serve::spawn_named("serving-certificate", async move {
+        let seed = store.clone();
+        let stored = tokio::task::spawn_blocking(move || seed.current()).await;
+        let now = jiff::Timestamp::now().as_second();
+        let pair = match stored {
+            Ok(Ok(Some(pair))) if still_serves(&pair, &template, &ca, now) && identity.show(&pair).is_ok() => pair,
+            other => {
+                if let Ok(Err(e)) = other {
+                    tracing::warn!(error = %e, "the stored serving certificate is unreadable; asking for a new one");
+                }
+                issue_with_retry(&client, &store, &template, identity.as_ref()).await
+            }
+        };
+        tracing::info!(expires = pair.not_after, path = %store.current_path().display(), "serving with the cluster's certificate");
+        podpass_serve::spawn_named("node-server", podpass_serve::accept_loop(listener, Some(tls), router, limits));
+        rotate_certificate(client, store, template, identity, pair).await;
+    });
     Ok(())
+}
+
+/// Shows registries the node's client certificate, each rotated one from the moment it is
+/// current (`--registry-node-certificate`), until the rotation ends.
+async fn follow_node_certificate(
+    check: crate::images::OriginCheck,
+    mut pairs: tokio::sync::watch::Receiver<crate::certificate::StoredPair>,
+) {
+    loop {
+        let pem = {
+            let pair = pairs.borrow_and_update();
+            format!("{}\n{}", pair.cert_pem.trim_end(), pair.key_pem)
+        };
+        if let Err(e) = check.set_client_identity(pem.as_bytes()) {
+            tracing::warn!(error = %e, "the node's certificate cannot be shown to registries; the previous one stays");
+        }
+        if pairs.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// What runs beside the pod loop until `stopped`: the operations listeners, the runtime's

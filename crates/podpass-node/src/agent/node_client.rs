@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::certificate::{
     BOOTSTRAP_TIMEOUT, BootstrapPaths, Bootstrapped, CLIENT_PREFIX, CertificateError, CertificateStore,
-    RotatingIdentity, Template, client_with_identity, kubeconfig_client_pair, load_client_cert,
+    RotatingIdentity, StoredPair, Template, client_with_identity, kubeconfig_client_pair, load_client_cert,
     rotate_client_certificate,
 };
 
@@ -22,12 +22,19 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The client the node runs with, and the rotation task when it rotates.
-pub(super) async fn connect(
-    config: &AgentConfig,
-    node: &str,
-) -> Result<(kube::Client, Option<tokio::task::JoinHandle<()>>), AgentError> {
-    let cert_dir = config.cert_dir.clone().unwrap_or_else(|| config.root_dir.join("pki"));
+/// The client the node runs with.
+pub(super) struct NodeClient {
+    pub client: kube::Client,
+    /// The rotation task, when it rotates.
+    pub rotation: Option<tokio::task::JoinHandle<()>>,
+    /// The client certificate it shows, and each rotated one; `None` when its kubeconfig
+    /// names none (a token).
+    pub pairs: Option<tokio::sync::watch::Receiver<StoredPair>>,
+}
+
+/// The client the node runs with (see [`NodeClient`]).
+pub(super) async fn connect(config: &AgentConfig, node: &str) -> Result<NodeClient, AgentError> {
+    let cert_dir = config.cert_dir();
     if let Some(bootstrap) = &config.bootstrap_kubeconfig {
         let paths = BootstrapPaths {
             kubeconfig: config.kubeconfig.clone(),
@@ -44,7 +51,19 @@ pub(super) async fn connect(
         }
     }
     if !config.rotate_certificates {
-        return Ok((crate::api::client_from_kubeconfig(&config.kubeconfig).await?, None));
+        let client = crate::api::client_from_kubeconfig(&config.kubeconfig).await?;
+        let kubeconfig = config.kubeconfig.clone();
+        // What the kubeconfig shows, never changing.
+        let fixed = tokio::task::spawn_blocking(move || {
+            let (cert, key) = kubeconfig_client_pair(&kubeconfig)?;
+            let text = |b: Vec<u8>| String::from_utf8(b).unwrap_or_default();
+            crate::certificate::parse_stored_pair(&format!("{}\n{}", text(cert).trim_end(), text(key))).ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        let pairs = fixed.map(|pair| tokio::sync::watch::channel(pair).1);
+        return Ok(NodeClient { client, rotation: None, pairs });
     }
     // The manager's store first; a node not bootstrapped by us starts it from the pair its
     // kubeconfig names (client-go: the bootstrap certificate and key).
@@ -65,10 +84,11 @@ pub(super) async fn connect(
     .await
     .map_err(|e| CertificateError::Key(format!("file task: {e}")))??;
     let identity = Arc::new(RotatingIdentity::new(&pair)?);
+    let pairs = identity.pairs();
     let client = client_with_identity(&config.kubeconfig, Arc::clone(&identity)).await?;
     let rotation = podpass_serve::spawn_named(
         "certificate-rotation",
         rotate_client_certificate(client.clone(), store, Template::kubelet_client(node), identity, pair),
     );
-    Ok((client, Some(rotation)))
+    Ok(NodeClient { client, rotation: Some(rotation), pairs: Some(pairs) })
 }

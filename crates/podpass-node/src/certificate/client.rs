@@ -17,12 +17,14 @@ use super::store::StoredPair;
 #[derive(Debug)]
 pub struct RotatingIdentity {
     current: RwLock<Arc<CertifiedKey>>,
+    /// The pair shown, for whoever shows it elsewhere (the node's registry checks).
+    pairs: tokio::sync::watch::Sender<StoredPair>,
 }
 
 impl RotatingIdentity {
     /// An identity showing `pair`.
     pub fn new(pair: &StoredPair) -> Result<Self, CertificateError> {
-        Ok(Self { current: RwLock::new(certified_key(pair)?) })
+        Ok(Self { current: RwLock::new(certified_key(pair)?), pairs: tokio::sync::watch::Sender::new(pair.clone()) })
     }
 
     /// Shows `pair` from the next handshake on.
@@ -32,7 +34,13 @@ impl RotatingIdentity {
             Ok(mut current) => *current = key,
             Err(poisoned) => *poisoned.into_inner() = key,
         }
+        self.pairs.send_replace(pair.clone());
         Ok(())
+    }
+
+    /// The pair shown now, and each one shown after it.
+    pub fn pairs(&self) -> tokio::sync::watch::Receiver<StoredPair> {
+        self.pairs.subscribe()
     }
 
     fn get(&self) -> Arc<CertifiedKey> {
@@ -53,7 +61,7 @@ impl rustls::client::ResolvesClientCert for RotatingIdentity {
     }
 }
 
-fn certified_key(pair: &StoredPair) -> Result<Arc<CertifiedKey>, CertificateError> {
+pub(super) fn certified_key(pair: &StoredPair) -> Result<Arc<CertifiedKey>, CertificateError> {
     let bad = |e: String| CertificateError::Issued { reason: e };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
         .collect::<Result<_, _>>()

@@ -38,6 +38,18 @@ fn retry_after(failures: u32) -> Duration {
 /// How long a rotation's request is waited for before it is asked again.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
+/// Whatever shows a certificate: the API client's identity, the node server's.
+pub trait ShowsCertificate: Send + Sync {
+    /// Shows `pair` from the next handshake on.
+    fn show(&self, pair: &StoredPair) -> Result<(), super::CertificateError>;
+}
+
+impl ShowsCertificate for RotatingIdentity {
+    fn show(&self, pair: &StoredPair) -> Result<(), super::CertificateError> {
+        self.set(pair)
+    }
+}
+
 /// Rotates the node's client certificate until dropped: sleeps until the rotation deadline
 /// of the stored pair, then asks for a new one with `client` (which shows `identity`), stores
 /// it and makes `identity` show it. Failures are logged and retried with backoff; the old
@@ -47,31 +59,55 @@ pub async fn rotate_client_certificate(
     store: CertificateStore,
     template: Template,
     identity: Arc<RotatingIdentity>,
+    pair: StoredPair,
+) {
+    rotate_certificate(client, store, template, identity, pair).await
+}
+
+/// Rotates one certificate of the node until dropped, as client-go's manager: at the
+/// rotation deadline of `pair` a new key and request; the issued pair stored and shown by
+/// `shown`; a failure logged and asked again after a backoff, the current pair still shown.
+pub async fn rotate_certificate(
+    client: kube::Client,
+    store: CertificateStore,
+    template: Template,
+    shown: Arc<dyn ShowsCertificate>,
     mut pair: StoredPair,
 ) {
-    let mut failures = 0u32;
+    let role = store.prefix();
     loop {
         let deadline = rotation_deadline(&pair, random_fraction());
         let now = jiff::Timestamp::now().as_second();
         let wait = Duration::from_secs(deadline.saturating_sub(now).max(0) as u64);
         tracing::info!(
+            certificate = role,
             expires = pair.not_after,
             rotation_in_seconds = wait.as_secs(),
-            "client certificate rotation scheduled"
+            "certificate rotation scheduled"
         );
         tokio::time::sleep(wait).await;
-        match rotate_once(&client, &store, &template, &identity).await {
-            Ok(new) => {
-                failures = 0;
-                tracing::info!(expires = new.not_after, "client certificate rotated");
-                pair = new;
-            }
+        pair = issue_with_retry(&client, &store, &template, shown.as_ref()).await;
+        tracing::info!(certificate = role, expires = pair.not_after, "certificate rotated");
+    }
+}
+
+/// A new pair for `template`, asked for until one is issued (client-go's backoff between
+/// failures, each logged), stored and shown.
+pub async fn issue_with_retry(
+    client: &kube::Client,
+    store: &CertificateStore,
+    template: &Template,
+    shown: &dyn ShowsCertificate,
+) -> StoredPair {
+    let mut failures = 0u32;
+    loop {
+        match rotate_once(client, store, template, shown).await {
+            Ok(new) => return new,
             Err(e) => {
                 let again = retry_after(failures);
                 failures = failures.saturating_add(1);
-                tracing::warn!(error = %e, retry_in_seconds = again.as_secs(), "client certificate rotation failed");
+                tracing::warn!(certificate = store.prefix(), error = %e, retry_in_seconds = again.as_secs(), "certificate request failed");
                 tokio::time::sleep(again).await;
-                // Asked again at once: the deadline is behind us.
             }
         }
     }
@@ -81,7 +117,7 @@ async fn rotate_once(
     client: &kube::Client,
     store: &CertificateStore,
     template: &Template,
-    identity: &RotatingIdentity,
+    shown: &dyn ShowsCertificate,
 ) -> Result<StoredPair, super::CertificateError> {
     let key = new_private_key()?;
     let cert = request_certificate(client, template, &key, RequestName::Generate("csr-"), REQUEST_TIMEOUT).await?;
@@ -89,7 +125,7 @@ async fn rotate_once(
     let pair = tokio::task::spawn_blocking(move || store.update(&cert, &key))
         .await
         .map_err(|e| super::CertificateError::Key(format!("file task: {e}")))??;
-    identity.set(&pair)?;
+    shown.show(&pair)?;
     Ok(pair)
 }
 

@@ -1,12 +1,14 @@
 //! The node's own certificates, as the kubelet's `pkg/kubelet/certificate` and client-go's
 //! certificate manager keep them: the TLS bootstrap from a bootstrap token
 //! ([`load_client_cert`]), certificates asked of the cluster as CertificateSigningRequests,
-//! and the `kubelet-client-current.pem` file layout.
+//! the serving certificate of `serverTLSBootstrap` ([`ServingIdentity`]), and the
+//! `kubelet-client-current.pem` / `kubelet-server-current.pem` file layout.
 
 mod bootstrap;
 mod client;
 mod manager;
 mod request;
+mod serving;
 mod store;
 
 use std::path::PathBuf;
@@ -18,9 +20,15 @@ pub use bootstrap::{
     load_client_cert,
 };
 pub use client::{RotatingIdentity, client_with_identity};
-pub use manager::rotate_client_certificate;
+pub use manager::{ShowsCertificate, issue_with_retry, rotate_certificate, rotate_client_certificate};
 pub use request::Template;
-pub use store::{CLIENT_PREFIX, CertificateStore};
+pub use serving::{ServingIdentity, still_serves};
+pub use store::{CLIENT_PREFIX, CertificateStore, SERVER_PREFIX, StoredPair};
+
+/// A PEM text holding a certificate chain and its one key, read as a stored pair.
+pub fn parse_stored_pair(text: &str) -> Result<StoredPair, CertificateError> {
+    store::parse_pair(text).map_err(|e| CertificateError::Issued { reason: e.to_string() })
+}
 
 /// A certificate could not be had or kept.
 #[derive(Debug, Error)]

@@ -14,6 +14,9 @@ use super::CertificateError;
 /// The kubelet's client signer.
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
+/// The kubelet's serving signer.
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
 /// The Organization of every node's certificate.
 pub const NODES_GROUP: &str = "system:nodes";
 
@@ -37,6 +40,10 @@ pub struct Template {
     pub usages: Vec<String>,
     /// The signer.
     pub signer_name: &'static str,
+    /// The DNS names asked for (a serving certificate's).
+    pub dns_names: Vec<String>,
+    /// The IP addresses asked for (a serving certificate's).
+    pub ip_addresses: Vec<std::net::IpAddr>,
 }
 
 impl Template {
@@ -49,6 +56,42 @@ impl Template {
             organizations: vec![NODES_GROUP.to_owned()],
             usages: vec!["digital signature".to_owned(), "client auth".to_owned()],
             signer_name: KUBELET_CLIENT_SIGNER,
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+        }
+    }
+
+    /// A node's serving certificate (kubelet `NewKubeletServerCertificateManager`):
+    /// `system:node:<name>` in `system:nodes`, digital signature and server auth, for the
+    /// Node's addresses (`addressesToHostnamesAndIPs`: its Hostname and DNS addresses as DNS
+    /// names, its IPs as IP addresses, each once, in order).
+    pub fn kubelet_serving(node: &str, addresses: &[k8s_openapi::api::core::v1::NodeAddress]) -> Self {
+        let mut dns_names: Vec<String> = Vec::new();
+        let mut ip_addresses: Vec<std::net::IpAddr> = Vec::new();
+        for a in addresses {
+            match a.type_.as_str() {
+                "Hostname" | "InternalDNS" | "ExternalDNS"
+                    if !a.address.is_empty() && !dns_names.contains(&a.address) =>
+                {
+                    dns_names.push(a.address.clone());
+                }
+                "InternalIP" | "ExternalIP" => {
+                    if let Ok(ip) = a.address.parse()
+                        && !ip_addresses.contains(&ip)
+                    {
+                        ip_addresses.push(ip);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Self {
+            common_name: format!("system:node:{node}"),
+            organizations: vec![NODES_GROUP.to_owned()],
+            usages: vec!["digital signature".to_owned(), "server auth".to_owned()],
+            signer_name: KUBELET_SERVING_SIGNER,
+            dns_names,
+            ip_addresses,
         }
     }
 }
@@ -70,6 +113,12 @@ pub fn csr_pem(template: &Template, key_pem: &str) -> Result<String, Certificate
     for o in &template.organizations {
         params.distinguished_name.push(rcgen::DnType::OrganizationName, o.as_str());
     }
+    for dns in &template.dns_names {
+        let name =
+            rcgen::string::Ia5String::try_from(dns.as_str()).map_err(|e| CertificateError::Key(e.to_string()))?;
+        params.subject_alt_names.push(rcgen::SanType::DnsName(name));
+    }
+    params.subject_alt_names.extend(template.ip_addresses.iter().map(|ip| rcgen::SanType::IpAddress(*ip)));
     params.serialize_request(&key).and_then(|r| r.pem()).map_err(|e| CertificateError::Key(e.to_string()))
 }
 

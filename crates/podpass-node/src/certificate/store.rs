@@ -42,6 +42,9 @@ pub struct CertificateStore {
 /// What the kubelet names its client certificate's files.
 pub const CLIENT_PREFIX: &str = "kubelet-client";
 
+/// What the kubelet names its serving certificate's files.
+pub const SERVER_PREFIX: &str = "kubelet-server";
+
 /// Largest stored PEM read back: a chain and a key are a few KiB.
 const MAX_PEM_BYTES: u64 = 256 * 1024;
 
@@ -49,6 +52,11 @@ impl CertificateStore {
     /// The store of `prefix` in `dir` (created 0700 on the first update).
     pub fn new(dir: &Path, prefix: &'static str) -> Self {
         Self { dir: dir.to_path_buf(), prefix }
+    }
+
+    /// The role's file prefix (`kubelet-client`).
+    pub fn prefix(&self) -> &'static str {
+        self.prefix
     }
 
     /// `<prefix>-current.pem`: what a kubeconfig names as its client certificate and key.

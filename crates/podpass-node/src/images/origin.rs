@@ -15,6 +15,7 @@
 //! a redirect; every answer is bounded in size and time.
 
 use podpass_serve::error_chain;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -135,10 +136,12 @@ impl OriginFlags {
     }
 }
 
-/// The origin checker: one HTTP client, no redirects.
+/// The origin checker: one HTTP client, no redirects. Its clones share the client, which
+/// [`OriginCheck::set_client_identity`] replaces (a rotated node certificate).
 #[derive(Debug, Clone)]
 pub struct OriginCheck {
-    http: reqwest::Client,
+    http: Arc<std::sync::RwLock<reqwest::Client>>,
+    registry_ca: Option<Vec<u8>>,
     tls_everywhere: bool,
     insecure_registries: Vec<String>,
 }
@@ -181,26 +184,52 @@ struct HeadFailed {
 impl OriginCheck {
     /// A checker with `settings`' trust and identity.
     pub fn new(settings: &OriginSettings) -> Result<Self, OriginClientError> {
+        let http = Self::client(settings.registry_ca.as_deref(), settings.client_identity.as_deref())?;
+        Ok(Self {
+            http: Arc::new(std::sync::RwLock::new(http)),
+            registry_ca: settings.registry_ca.clone(),
+            tls_everywhere: settings.registry_ca.is_some(),
+            insecure_registries: settings.insecure_registries.clone(),
+        })
+    }
+
+    /// Shows `pem` (certificate and key) from the next connection on, in every clone; an
+    /// identity that does not parse leaves the current one.
+    pub fn set_client_identity(&self, pem: &[u8]) -> Result<(), OriginClientError> {
+        let http = Self::client(self.registry_ca.as_deref(), Some(pem))?;
+        match self.http.write() {
+            Ok(mut current) => *current = http,
+            Err(poisoned) => *poisoned.into_inner() = http,
+        }
+        Ok(())
+    }
+
+    fn http(&self) -> reqwest::Client {
+        match self.http.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn client(
+        registry_ca: Option<&[u8]>,
+        client_identity: Option<&[u8]>,
+    ) -> Result<reqwest::Client, OriginClientError> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .timeout(DEADLINE)
             .user_agent(concat!("podpass/", env!("CARGO_PKG_VERSION")));
-        if let Some(pem) = &settings.registry_ca {
+        if let Some(pem) = registry_ca {
             for cert in reqwest::Certificate::from_pem_bundle(pem).map_err(OriginClientError::RegistryCa)? {
                 builder = builder.add_root_certificate(cert);
             }
         }
-        if let Some(pem) = &settings.client_identity {
+        if let Some(pem) = client_identity {
             let identity = reqwest::Identity::from_pem(pem).map_err(OriginClientError::ClientCertificate)?;
             builder = builder.identity(identity);
         }
-        let http = builder.build().map_err(OriginClientError::Client)?;
-        Ok(Self {
-            http,
-            tls_everywhere: settings.registry_ca.is_some(),
-            insecure_registries: settings.insecure_registries.clone(),
-        })
+        builder.build().map_err(OriginClientError::Client)
     }
 
     fn plain_http(&self, registry: &str) -> bool {
@@ -286,7 +315,7 @@ impl OriginCheck {
     }
 
     async fn head(&self, url: &str, credential: Option<Credential<'_>>) -> Result<Answer, HeadFailed> {
-        let mut request = self.http.head(url).header(ACCEPT, ACCEPTED);
+        let mut request = self.http().head(url).header(ACCEPT, ACCEPTED);
         request = match credential {
             Some(Credential::Basic(a)) => request.basic_auth(&a.username, Some(&a.password)),
             Some(Credential::Bearer(t)) => request.bearer_auth(t),
@@ -337,7 +366,7 @@ impl OriginCheck {
             }
             q.append_pair("scope", &format!("repository:{repository}:pull"));
         }
-        let mut request = self.http.get(url.as_str());
+        let mut request = self.http().get(url.as_str());
         if let Some(a) = auth {
             request = request.basic_auth(&a.username, Some(&a.password));
         }

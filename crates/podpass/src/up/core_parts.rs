@@ -42,6 +42,8 @@ pub(super) fn control_plane(args: &UpArgs, l: &Layout, tools: &Tools, admission:
         .set(field!(Flags, enable_bootstrap_token_auth), true)
         // …and then by the client certificate the cluster's CA signed for it.
         .path(field!(Flags, client_ca_file), &l.data.join("pki").join("ca.crt"))
+        // Each node's serving certificate is the cluster's (serverTLSBootstrap): verified.
+        .path(field!(Flags, kubelet_certificate_authority), &l.data.join("pki").join("ca.crt"))
         .build(CONTROL_PLANE)?;
     Ok(Part {
         name: CONTROL_PLANE.to_owned(),

@@ -91,11 +91,13 @@ pub fn write_provider_config(
     registry_host: &str,
     exchange_url: &str,
     pki: &super::PartCertificates,
-    node: &str,
+    node_dir: &Path,
 ) -> Result<()> {
     // The plugin verifies registry-auth against the cluster's CA and shows it the node's
-    // client certificate (registry-auth's --node-binding require).
-    let (cert, key) = pki.node_client(node);
+    // client certificate (registry-auth's --node-binding require), the current one of its
+    // rotation (read afresh at each run).
+    let cert = super::node_certificate(node_dir);
+    let key = cert.clone();
     let (ca, cert, key) = (pki.ca.display(), cert.display(), key.display());
     let config = format!(
         "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\", \"--exchange-ca\", \"{ca}\", \"--client-certificate\", \"{cert}\", \"--client-key\", \"{key}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: Token\n    requireServiceAccount: true\n"

@@ -548,7 +548,7 @@ async fn start(
     // node's client identity get certificates from the cluster's CA: no credential crosses
     // a socket in clear, loopback included (a hostNetwork pod could capture `lo`).
     files::ensure_registry_auth_files(&l.auth)?;
-    let pki = issue_part_certificates(&l.data.join("pki"), args.nodes)?;
+    let pki = issue_part_certificates(&l.data.join("pki"))?;
     let auth_url = format!("https://127.0.0.1:{}", args.registry_auth_port);
     let auth_audit = l.logs.join("registry-auth-audit.log");
     let auth = core_parts::registry_auth(args, l, tools, &pki, &issuer, &auth_audit)?;
@@ -571,8 +571,8 @@ async fn start(
     // 4. Each node: its containerd (with podpass's sandbox image and pod network) when the
     // nodes run containers, its identity, its credential provider, the agent.
     // Each node's containerd shows registry-auth that node's own certificate.
-    let registries = |name: &str| -> Result<Vec<podpass_node::runtime::containerd::RegistryHost>> {
-        let mut registries = containerd_registries(&pki, name, registry_url, registry_host, external_registry);
+    let registries = |node_dir: &Path| -> Result<Vec<podpass_node::runtime::containerd::RegistryHost>> {
+        let mut registries = containerd_registries(&pki, node_dir, registry_url, registry_host, external_registry);
         if let Some(mirror) = &args.registry_mirror {
             use podpass_node::runtime::containerd::RegistryHost;
             let origin =
@@ -599,7 +599,7 @@ async fn start(
         let runtime = match &tools.containers {
             Some(c) => {
                 let containerd = core_parts::ContainerdPart::for_node(i, l.containerd_dir(i), &l.logs);
-                let registries = registries(&name)?;
+                let registries = registries(&l.node_dir(i))?;
                 Some(core_parts::start_containerd(c, &containerd, tools, &registries, parts, out, &probes).await?)
             }
             None => None,
@@ -619,6 +619,8 @@ async fn start(
             },
             runtime: runtime.clone(),
             containerd_part: core_parts::ContainerdPart::part_name(i),
+            // node-1 where a one-node cluster always had its pods; each other below its own.
+            cgroup_root: (i > 1).then(|| format!("/podpass/{name}")),
         };
         node::start(&node, &ctx, parts, out, &probes).await?;
         nodes.push(RunningNode { name, root: node.root(), runtime });
@@ -782,7 +784,7 @@ async fn cluster_info(api: &Api, ca: &Path) -> Result<()> {
 /// plain-HTTP one named by `--registry` as it is; another left to containerd's defaults.
 fn containerd_registries(
     pki: &PartCertificates,
-    node: &str,
+    node_dir: &Path,
     registry_url: &str,
     registry_host: &str,
     external_registry: bool,
@@ -792,7 +794,8 @@ fn containerd_registries(
     if registry_url.starts_with("http://") {
         vec![RegistryHost::PlainHttp(host)]
     } else if !external_registry {
-        vec![RegistryHost::Tls { host, ca: pki.ca.clone(), client: Some(pki.node_client(node)) }]
+        let certificate = node_certificate(node_dir);
+        vec![RegistryHost::Tls { host, ca: pki.ca.clone(), client: Some((certificate.clone(), certificate)) }]
     } else {
         Vec::new()
     }
@@ -806,21 +809,18 @@ pub struct PartCertificates {
     pub registry_auth: (PathBuf, PathBuf),
     /// The registry's serving certificate and key.
     pub registry: (PathBuf, PathBuf),
-    /// Where each node's client certificate and key are ([`PartCertificates::node_client`]).
-    pub dir: PathBuf,
 }
 
-impl PartCertificates {
-    /// Node `name`'s client certificate and key (`system:node:<name>` in `system:nodes`),
-    /// which its credential plugin, its containerd and its own registry checks show
-    /// registry-auth as the node's proof.
-    pub fn node_client(&self, name: &str) -> (PathBuf, PathBuf) {
-        (self.dir.join(format!("{name}-client.crt")), self.dir.join(format!("{name}-client.key")))
-    }
+/// Node `node_dir`'s own client certificate and key, one file (`system:node:<name>` in
+/// `system:nodes`, from its TLS bootstrap and rotated by it: `root/pki/
+/// kubelet-client-current.pem`), which its credential plugin, its containerd and its own
+/// registry checks show registry-auth as the node's proof.
+pub(super) fn node_certificate(node_dir: &Path) -> PathBuf {
+    podpass_node::CertificateStore::new(&node_dir.join("root").join("pki"), podpass_node::CLIENT_PREFIX).current_path()
 }
 
 /// Issues [`PartCertificates`] into the control plane's `pki` directory.
-fn issue_part_certificates(pki: &Path, nodes: u8) -> Result<PartCertificates> {
+fn issue_part_certificates(pki: &Path) -> Result<PartCertificates> {
     use podpass_apiserver::{CertificateRequest, CertificateUse, issue_certificate};
     let loopback = [std::net::IpAddr::from([127, 0, 0, 1]), std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)];
     let server = |file_stem, common_name| CertificateRequest {
@@ -834,26 +834,8 @@ fn issue_part_certificates(pki: &Path, nodes: u8) -> Result<PartCertificates> {
     for request in [server("registry-auth", "podpass-registry-auth"), server("registry", "podpass-registry")] {
         issue_certificate(pki, &request).with_context(|| format!("issuing the {} certificate", request.file_stem))?;
     }
-    for i in 1..=nodes {
-        let name = node_name(i);
-        let (user, stem) = (format!("system:node:{name}"), format!("{name}-client"));
-        let request = CertificateRequest {
-            file_stem: &stem,
-            common_name: &user,
-            organizations: &["system:nodes"],
-            dns_names: &[],
-            ips: &[],
-            usage: CertificateUse::Client,
-        };
-        issue_certificate(pki, &request).with_context(|| format!("issuing the {stem} certificate"))?;
-    }
     let pair = |stem: &str| (pki.join(format!("{stem}.crt")), pki.join(format!("{stem}.key")));
-    Ok(PartCertificates {
-        ca: pki.join("ca.crt"),
-        registry_auth: pair("registry-auth"),
-        registry: pair("registry"),
-        dir: pki.to_owned(),
-    })
+    Ok(PartCertificates { ca: pki.join("ca.crt"), registry_auth: pair("registry-auth"), registry: pair("registry") })
 }
 
 /// An HTTP client trusting the cluster's CA beside the system's roots.

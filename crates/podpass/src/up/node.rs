@@ -30,6 +30,9 @@ pub(super) struct NodePart {
     pub runtime: Option<podpass_node::runtime::containerd::Layout>,
     /// That containerd's part, which the agent starts after.
     pub containerd_part: String,
+    /// Its `--cgroup-root` (none: the kubelet's `/`): nodes sharing this machine keep
+    /// their pods' cgroups apart.
+    pub cgroup_root: Option<String>,
 }
 
 impl NodePart {
@@ -95,6 +98,8 @@ fn agent(
         .path(field!(Flags, kubeconfig), kubeconfig)
         .path(field!(Flags, bootstrap_kubeconfig), bootstrap)
         .set(field!(Flags, rotate_certificates), true)
+        // Its serving certificate from the cluster too: the API server verifies it.
+        .set(field!(Flags, rotate_server_certificates), true)
         .set(field!(Flags, node_name), &node.name)
         .path(field!(Flags, root_dir), &node.root())
         .path(field!(Flags, image_credential_provider_config), providers)
@@ -104,15 +109,13 @@ fn agent(
         .path(field!(Flags, kubelet_config), kubelet)
         // Its image decisions, beside registry-auth's audit: `podpass audit images` joins them.
         .path(field!(Flags, audit.audit_log_path), &c.logs.join(format!("{}-audit.log", node.name)))
-        .maybe(field!(Flags, container_runtime_endpoint), node.runtime.as_ref().map(|layout| layout.endpoint()));
+        .maybe(field!(Flags, container_runtime_endpoint), node.runtime.as_ref().map(|layout| layout.endpoint()))
+        .maybe(field!(Flags, cgroup_root), node.cgroup_root.as_deref());
     if !c.external_registry {
-        // The node proves containerd's pulls at the registry itself, showing its
-        // certificate to registry-auth as containerd does.
-        let (cert, key) = c.pki.node_client(&node.name);
-        line = line
-            .path(field!(Flags, registry_ca_file), &c.pki.ca)
-            .path(field!(Flags, origin.registry_client_cert_file), &cert)
-            .path(field!(Flags, origin.registry_client_key_file), &key);
+        // The node proves containerd's pulls at the registry itself, showing its own
+        // (rotated) certificate to registry-auth as containerd does.
+        line =
+            line.path(field!(Flags, registry_ca_file), &c.pki.ca).set(field!(Flags, registry_node_certificate), true);
     }
     let mut after = vec![super::core_parts::REGISTRY_AUTH.to_owned()];
     if node.runtime.is_some() {
@@ -144,7 +147,7 @@ pub(super) async fn start(
     let api = probes.api.context("the node's bootstrap needs the control plane")?;
     let (kubeconfig, bootstrap) = identity(c.data, node, api).await?;
     let providers = node.dir.join("credential-provider.yaml");
-    files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki, &node.name)?;
+    files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki, &node.dir)?;
     let kubelet_config = node.dir.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config, &node.eviction)?;
     let part = agent(node, c, (&kubeconfig, &bootstrap), &providers, &kubelet_config)?;
