@@ -831,9 +831,10 @@ fn node_1_is_known_by_its_own_certificate(data: &Path) {
 }
 
 /// The join command `podpass up` printed, run from a second data dir on this machine:
-/// discovery (the signed cluster-info, the CA pinned), the TLS bootstrap, and node-2
-/// Ready, acting for a pod bound to it (its token volume names node-2). node-2 then goes,
-/// its Node with it, so nothing later is scheduled there.
+/// discovery (the signed cluster-info, the CA pinned), the TLS bootstrap, its own
+/// containerd, and node-2 Ready, running a pod bound to it (its token volume names
+/// node-2); stopped (SIGTERM), it leaves no container running. node-2 then goes, its Node
+/// with it, so nothing later is scheduled there.
 fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, said: &str) {
     let prefix = "another node joins with (its token lives 24 h): ";
     let line =
@@ -845,7 +846,7 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
     let child = Command::new(PODPASS)
         .args(&words[1..])
         .args(["--data-dir", node_dir.to_str().unwrap(), "--node-name", "node-2", "--"])
-        .args(["--port", "0", "--healthz-port", "0", "--prepare-only", "--eviction-hard", TEST_EVICTION_HARD])
+        .args(["--port", "0", "--healthz-port", "0", "--eviction-hard", TEST_EVICTION_HARD])
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(Stdio::from(std::fs::File::options().append(true).open(&out).unwrap()))
         .spawn()
@@ -864,8 +865,12 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
         assert!(Instant::now() < deadline, "node-2 did not join:\n{text}");
         std::thread::sleep(Duration::from_millis(500));
     }
-    let text = std::fs::read_to_string(&out).unwrap();
-    assert!(text.contains("[discovery] cluster-info from") && text.contains("[kubelet-start]"), "{text}");
+    let text = wait_for("node-2 says it joined", Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        text.contains("this node has joined the cluster").then_some(Value::String(text))
+    });
+    let text = text.as_str().unwrap();
+    assert!(text.contains("[discovery] cluster-info from") && text.contains("[kubelet-start] containerd ("), "{text}");
     let joined = std::fs::read_to_string(node_dir.join("kubeconfig")).unwrap();
     assert!(joined.contains("kubelet-client-current.pem"), "{joined}");
 
@@ -877,11 +882,18 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
             "spec": {"nodeName": "node-2", "serviceAccountName": "app",
                 "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [{"name": "app", "image": "registry.invalid/none:1",
+                "containers": [{"name": "app", "image": podpass_node::runtime::containerd::SANDBOX_IMAGE,
+                                "imagePullPolicy": "Never",
                                 "securityContext": {"allowPrivilegeEscalation": false,
                                                     "capabilities": {"drop": ["ALL"]}}}]}})),
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
+    // It runs, on node-2's own containerd.
+    wait_for("node-2 runs its pod", Duration::from_secs(60), || {
+        let (_, p) = admin_status(data, "/api/v1/namespaces/team-a/pods/on-node-2");
+        (p["status"]["phase"] == "Running" && p["status"]["containerStatuses"][0]["state"]["running"].is_object())
+            .then_some(p)
+    });
     let volumes = node_dir.join(format!("root/pods/{uid}/volumes/kubernetes.io~projected"));
     let token = wait_for("node-2 writes its pod's token", Duration::from_secs(60), || {
         let dir = std::fs::read_dir(&volumes).ok()?.flatten().next()?;
@@ -892,6 +904,23 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
         serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap();
     assert_eq!(claims["kubernetes.io"]["node"]["name"], "node-2", "{claims}");
     admin(data, reqwest::Method::DELETE, "/api/v1/namespaces/team-a/pods/on-node-2?gracePeriodSeconds=0", None);
+    // Stopped as a person would (Ctrl-C): the agent, the containers, then containerd.
+    let mut node2 = node2;
+    let pid = rustix::process::Pid::from_raw(node2.0.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = wait_for("node-2's join stops", Duration::from_secs(60), || {
+        node2.0.try_wait().unwrap().map(|s| Value::from(s.code().unwrap_or(-1)))
+    });
+    assert_eq!(status, 0, "{}", std::fs::read_to_string(&out).unwrap_or_default());
+    let containerd_dir = node_dir.join("containerd");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(containerd_dir.to_str().unwrap()))
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
     drop(node2);
 
     // The same command again (the machine restarted): its certificate is enough.

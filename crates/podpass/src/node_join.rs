@@ -2,8 +2,10 @@
 //! with a bootstrap token (the signed `cluster-info`, the CA's public key pinned) by
 //! [`podpass_node::join`], the bootstrap kubeconfig written, and the node agent started on
 //! it: the agent asks the cluster for its own client certificate (the kubelet's TLS
-//! bootstrap) and registers the Node. This parses flags, prints a line per step and hands
-//! over to `podpass node run`.
+//! bootstrap) and registers the Node. Unless told of a container runtime (or to run no
+//! containers), the node runs its own containerd beside the agent ([`crate::up::joined`]);
+//! otherwise this process becomes `podpass node run`. This parses flags and prints a line
+//! per step.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,11 +58,35 @@ pub fn join(args: JoinArgs) -> ExitCode {
     };
     let (kubeconfig, root) = (args.data_dir.join("kubeconfig"), args.data_dir.join("root"));
     let bootstrap = args.data_dir.join("bootstrap-kubeconfig");
+    // Its own containerd, unless the agent is told of one or to run no containers; what
+    // that needs is checked before anything is asked of the cluster.
+    let own_runtime = !args.agent_args.iter().any(|a| {
+        a == "--prepare-only" || a.starts_with("--prepare-only=") || a.starts_with("--container-runtime-endpoint")
+    });
+    let tools = if own_runtime {
+        let fix = "or pass -- --container-runtime-endpoint unix://… of a running containerd, or -- --prepare-only for a node that prepares pods without running containers";
+        match crate::up::container_tools("podpass node join", fix) {
+            Ok(tools) => Some(tools),
+            Err(line) => {
+                eprintln!("error: {line}");
+                return ExitCode::from(crate::EXIT_USAGE);
+            }
+        }
+    } else {
+        None
+    };
+    let paths = AgentPaths {
+        node: &node,
+        bootstrap: &bootstrap,
+        kubeconfig: &kubeconfig,
+        root: &root,
+        data_dir: &args.data_dir,
+    };
     // Joined before (a restart of this machine): the node's own certificate is all it
     // needs, whether or not the token is still in force.
     if podpass_node::join::holds_valid_client_certificate(&kubeconfig) {
         println!("[kubelet-start] {} holds this node's certificate: joined before, no discovery", kubeconfig.display());
-        return run_agent(&node, &bootstrap, &kubeconfig, &root, &args.agent_args);
+        return run_node(&paths, tools, &args.agent_args);
     }
     let runtime = match crate::runtime() {
         Ok(r) => r,
@@ -98,21 +124,73 @@ pub fn join(args: JoinArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!("[kubelet-start] bootstrap kubeconfig written to {}", bootstrap.display());
-    println!(
-        "[kubelet-start] starting the node agent as node {node}: it asks the cluster for its client certificate, then registers"
-    );
-    run_agent(&node, &bootstrap, &kubeconfig, &root, &args.agent_args)
+    run_node(&paths, tools, &args.agent_args)
 }
 
-/// Becomes `podpass node run` as `node` on the bootstrap kubeconfig (TLS bootstrap, and
-/// rotation of its client and serving certificates, on); returns only if it cannot.
-fn run_agent(
-    node: &str,
-    bootstrap: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    root: &std::path::Path,
-    extra: &[String],
-) -> ExitCode {
+/// Where the node's files are.
+struct AgentPaths<'a> {
+    node: &'a str,
+    bootstrap: &'a std::path::Path,
+    kubeconfig: &'a std::path::Path,
+    root: &'a std::path::Path,
+    data_dir: &'a std::path::Path,
+}
+
+/// The node: with `tools`, its own containerd and the agent on it, supervised
+/// ([`crate::up::joined`]); otherwise this process becomes the agent.
+fn run_node(paths: &AgentPaths<'_>, tools: Option<crate::up::ContainerTools>, extra: &[String]) -> ExitCode {
+    let Some(tools) = tools else {
+        println!(
+            "[kubelet-start] starting the node agent as node {}: it asks the cluster for its client certificate, then registers",
+            paths.node
+        );
+        return run_agent(paths, extra);
+    };
+    let runtime = match crate::runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let node = crate::up::joined::JoinedNode {
+        data_dir: paths.data_dir,
+        node: paths.node,
+        agent_args: agent_args(paths, extra),
+        kubeconfig: paths.kubeconfig,
+        tools,
+    };
+    match runtime.block_on(crate::up::joined::run(node)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `podpass node run`'s arguments as `node` on the bootstrap kubeconfig (TLS bootstrap,
+/// and rotation of its client and serving certificates, on), then `extra`.
+fn agent_args(paths: &AgentPaths<'_>, extra: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = ["node", "run", "--node-name", paths.node, "--rotate-certificates=true"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    // Its serving certificate the cluster's too (podpass's approver grants a serving
+    // request for the node's own names and addresses).
+    args.push("--rotate-server-certificates=true".to_owned());
+    if paths.bootstrap.exists() {
+        // An expired certificate is bootstrapped again with it, as the kubelet does.
+        args.push("--bootstrap-kubeconfig".to_owned());
+        args.push(paths.bootstrap.display().to_string());
+    }
+    for (flag, path) in [("--kubeconfig", paths.kubeconfig), ("--root-dir", paths.root)] {
+        args.push(flag.to_owned());
+        args.push(path.display().to_string());
+    }
+    args.extend(extra.iter().cloned());
+    args
+}
+
+/// Becomes `podpass node run` ([`agent_args`]); returns only if it cannot.
+fn run_agent(paths: &AgentPaths<'_>, extra: &[String]) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let program = match std::env::current_exe() {
         Ok(p) => p,
@@ -121,22 +199,7 @@ fn run_agent(
             return ExitCode::FAILURE;
         }
     };
-    let mut command = std::process::Command::new(program);
-    // Its client and serving certificates both the cluster's, both rotated (podpass's
-    // approver grants a serving request for the node's own names and addresses).
-    command.args([
-        "node",
-        "run",
-        "--node-name",
-        node,
-        "--rotate-certificates=true",
-        "--rotate-server-certificates=true",
-    ]);
-    if bootstrap.exists() {
-        // An expired certificate is bootstrapped again with it, as the kubelet does.
-        command.arg("--bootstrap-kubeconfig").arg(bootstrap);
-    }
-    let err = command.arg("--kubeconfig").arg(kubeconfig).arg("--root-dir").arg(root).args(extra).exec();
+    let err = std::process::Command::new(program).args(agent_args(paths, extra)).exec();
     eprintln!("error: starting the node agent: {err}");
     ExitCode::FAILURE
 }

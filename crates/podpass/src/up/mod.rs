@@ -12,6 +12,7 @@ mod command_line;
 mod core_parts;
 mod demo;
 mod files;
+pub(crate) mod joined;
 mod logs;
 pub(crate) mod node;
 mod part;
