@@ -835,7 +835,7 @@ fn node_1_is_known_by_its_own_certificate(data: &Path) {
 /// containerd, and node-2 Ready, running a pod bound to it (its token volume names
 /// node-2); stopped (SIGTERM), it leaves no container running. node-2 then goes, its Node
 /// with it, so nothing later is scheduled there.
-fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, said: &str) {
+fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, said: &str, image: &str) {
     let prefix = "another node joins with (its token lives 24 h): ";
     let line =
         said.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no join command in:\n{said}"));
@@ -871,6 +871,11 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
     });
     let text = text.as_str().unwrap();
     assert!(text.contains("[discovery] cluster-info from") && text.contains("[kubelet-start] containerd ("), "{text}");
+    // It runs with the cluster's configuration, as kubeadm's join downloads it.
+    assert!(text.contains("Writing kubelet configuration (kube-system/kubelet-config)"), "{text}");
+    let kubelet = std::fs::read_to_string(node_dir.join("kubelet-config.yaml")).unwrap();
+    assert!(kubelet.contains("podPidsLimit: 1024") && kubelet.contains("seccompDefault: true"), "{kubelet}");
+    assert!(text.contains("pulled with each pod's own token through registry-auth at https://127.0.0.1:"), "{text}");
     let joined = std::fs::read_to_string(node_dir.join("kubeconfig")).unwrap();
     assert!(joined.contains("kubelet-client-current.pem"), "{joined}");
 
@@ -882,14 +887,16 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
             "spec": {"nodeName": "node-2", "serviceAccountName": "app",
                 "securityContext": {"runAsNonRoot": true, "runAsUser": 65534,
                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [{"name": "app", "image": podpass_node::runtime::containerd::SANDBOX_IMAGE,
-                                "imagePullPolicy": "Never",
+                "containers": [{"name": "app", "image": image, "imagePullPolicy": "Always",
+                                "command": ["/bin/sh", "-c", "exec sleep 3600"],
                                 "securityContext": {"allowPrivilegeEscalation": false,
                                                     "capabilities": {"drop": ["ALL"]}}}]}})),
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_owned();
-    // It runs, on node-2's own containerd.
-    wait_for("node-2 runs its pod", Duration::from_secs(60), || {
+    // It runs, on node-2's own containerd, pulled from the cluster's registry with the
+    // pod's own token (node-2's credential provider and hosts.toml, from the cluster), and
+    // node-2 records who pulled it.
+    wait_for("node-2 runs its pod", Duration::from_secs(120), || {
         let (_, p) = admin_status(data, "/api/v1/namespaces/team-a/pods/on-node-2");
         (p["status"]["phase"] == "Running" && p["status"]["containerStatuses"][0]["state"]["running"].is_object())
             .then_some(p)
@@ -903,6 +910,13 @@ fn a_second_data_dir_joins_with_the_printed_command(dir: &Path, data: &Path, sai
     let claims: Value =
         serde_json::from_slice(&data_encoding::BASE64URL_NOPAD.decode(payload.as_bytes()).unwrap()).unwrap();
     assert_eq!(claims["kubernetes.io"]["node"]["name"], "node-2", "{claims}");
+    let pulled: Vec<String> = std::fs::read_dir(node_dir.join("root/image_manager/pulled"))
+        .map(|d| d.flatten().map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).collect())
+        .unwrap_or_default();
+    assert!(
+        pulled.iter().any(|r| r.contains("\"team-a\"") && r.contains("\"app\"")),
+        "node-2's pull record names team-a/app: {pulled:?}"
+    );
     admin(data, reqwest::Method::DELETE, "/api/v1/namespaces/team-a/pods/on-node-2?gracePeriodSeconds=0", None);
     // Stopped as a person would (Ctrl-C): the agent, the containers, then containerd.
     let mut node2 = node2;
@@ -1375,7 +1389,12 @@ fn up_demo_tells_the_story_then_a_second_up_resumes_the_same_cluster_and_ctrl_c_
     assert_eq!(records(&data), kept_records, "explain wrote no record");
 
     a_revocation_reaches_registry_auth_after_its_watches_idled(&data, revocations_quiet_since);
-    a_second_data_dir_joins_with_the_printed_command(dir.path(), &data, &std::fs::read_to_string(&log2).unwrap());
+    a_second_data_dir_joins_with_the_printed_command(
+        dir.path(),
+        &data,
+        &std::fs::read_to_string(&log2).unwrap(),
+        &image_in(&out),
+    );
 
     a_replica_set_runs_team_as_pods_each_pulling_as_itself(&data, &image_in(&out));
     a_deployment_is_refused_then_rolls_scales_and_undoes_through_kubectl(dir.path(), &data, &image_in(&out));

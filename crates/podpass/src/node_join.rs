@@ -4,8 +4,11 @@
 //! it: the agent asks the cluster for its own client certificate (the kubelet's TLS
 //! bootstrap) and registers the Node. Unless told of a container runtime (or to run no
 //! containers), the node runs its own containerd beside the agent ([`crate::up::joined`]);
-//! otherwise this process becomes `podpass node run`. This parses flags and prints a line
-//! per step.
+//! otherwise this process becomes `podpass node run`. The cluster's configuration for its
+//! nodes (kubeadm's `kube-system/kubelet-config`, podpass's registry) is read with the token
+//! and kept ([`node_files`]). This parses flags and prints a line per step.
+
+mod node_files;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,7 +97,6 @@ pub fn join(args: JoinArgs) -> ExitCode {
     };
     let discovered =
         runtime.block_on(podpass_node::join::discover(&args.server, &args.token, &args.ca_cert_hashes, timeout));
-    drop(runtime);
     let info = match discovered {
         Ok(info) => info,
         Err(e @ podpass_node::join::JoinError::Discovery(_)) | Err(e @ podpass_node::join::JoinError::Server(_)) => {
@@ -124,6 +126,19 @@ pub fn join(args: JoinArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     println!("[kubelet-start] bootstrap kubeconfig written to {}", bootstrap.display());
+    // kubeadm's download of the kubelet's configuration, with the same token.
+    let configured = runtime.block_on(podpass_node::join::node_configuration(&info, &args.token));
+    drop(runtime);
+    let written = configured
+        .map_err(|e| e.to_string())
+        .and_then(|config| node_files::NodeFiles::new(&args.data_dir).write(&info.ca_pem, &config));
+    match written {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     run_node(&paths, tools, &args.agent_args)
 }
 
@@ -139,12 +154,20 @@ struct AgentPaths<'a> {
 /// The node: with `tools`, its own containerd and the agent on it, supervised
 /// ([`crate::up::joined`]); otherwise this process becomes the agent.
 fn run_node(paths: &AgentPaths<'_>, tools: Option<crate::up::ContainerTools>, extra: &[String]) -> ExitCode {
+    let files = node_files::NodeFiles::new(paths.data_dir);
+    let (args, registries) = match files.agent_flags(extra).and_then(|f| Ok((f, files.containerd_registries()?))) {
+        Ok((flags, registries)) => (agent_args(paths, &flags, extra), registries),
+        Err(line) => {
+            eprintln!("error: {line}");
+            return ExitCode::from(crate::EXIT_USAGE);
+        }
+    };
     let Some(tools) = tools else {
         println!(
             "[kubelet-start] starting the node agent as node {}: it asks the cluster for its client certificate, then registers",
             paths.node
         );
-        return run_agent(paths, extra);
+        return run_agent(&args);
     };
     let runtime = match crate::runtime() {
         Ok(r) => r,
@@ -153,7 +176,8 @@ fn run_node(paths: &AgentPaths<'_>, tools: Option<crate::up::ContainerTools>, ex
     let node = crate::up::joined::JoinedNode {
         data_dir: paths.data_dir,
         node: paths.node,
-        agent_args: agent_args(paths, extra),
+        agent_args: args,
+        registries,
         kubeconfig: paths.kubeconfig,
         tools,
     };
@@ -167,8 +191,9 @@ fn run_node(paths: &AgentPaths<'_>, tools: Option<crate::up::ContainerTools>, ex
 }
 
 /// `podpass node run`'s arguments as `node` on the bootstrap kubeconfig (TLS bootstrap,
-/// and rotation of its client and serving certificates, on), then `extra`.
-fn agent_args(paths: &AgentPaths<'_>, extra: &[String]) -> Vec<String> {
+/// and rotation of its client and serving certificates, on), then `configured` (from the
+/// cluster's configuration), then `extra`.
+fn agent_args(paths: &AgentPaths<'_>, configured: &[String], extra: &[String]) -> Vec<String> {
     let mut args: Vec<String> = ["node", "run", "--node-name", paths.node, "--rotate-certificates=true"]
         .into_iter()
         .map(str::to_owned)
@@ -185,12 +210,13 @@ fn agent_args(paths: &AgentPaths<'_>, extra: &[String]) -> Vec<String> {
         args.push(flag.to_owned());
         args.push(path.display().to_string());
     }
+    args.extend(configured.iter().cloned());
     args.extend(extra.iter().cloned());
     args
 }
 
-/// Becomes `podpass node run` ([`agent_args`]); returns only if it cannot.
-fn run_agent(paths: &AgentPaths<'_>, extra: &[String]) -> ExitCode {
+/// Becomes `podpass node run` with `args` ([`agent_args`]); returns only if it cannot.
+fn run_agent(args: &[String]) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let program = match std::env::current_exe() {
         Ok(p) => p,
@@ -199,7 +225,7 @@ fn run_agent(paths: &AgentPaths<'_>, extra: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let err = std::process::Command::new(program).args(agent_args(paths, extra)).exec();
+    let err = std::process::Command::new(program).args(args).exec();
     eprintln!("error: starting the node agent: {err}");
     ExitCode::FAILURE
 }

@@ -43,6 +43,9 @@ pub enum JoinError {
     /// The pinned fetch failed.
     #[error("fetching cluster-info over the pinned CA: {0}")]
     Pinned(String),
+    /// The cluster's node configuration could not be read, or is not valid.
+    #[error("reading the cluster's node configuration: {0}")]
+    Configuration(String),
 }
 
 /// `--server` as a URL: `host:port` as kubeadm takes it, or an `https://` URL.
@@ -117,19 +120,36 @@ struct FetchError {
 /// One GET of cluster-info, its body bounded.
 async fn fetch(client: &reqwest::Client, url: &str) -> Result<Value, FetchError> {
     let fail = |reason: String| FetchError { url: url.to_owned(), reason };
-    let mut resp = client.get(url).send().await.map_err(|e| fail(e.to_string()))?;
+    let resp = client.get(url).send().await.map_err(|e| fail(e.to_string()))?;
     let status = resp.status();
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| fail(e.to_string()))? {
-        if body.len() + chunk.len() > MAX_BODY_BYTES {
-            return Err(fail(format!("the answer is over {MAX_BODY_BYTES} bytes")));
-        }
-        body.extend_from_slice(&chunk);
-    }
+    let body = bounded_body(resp, MAX_BODY_BYTES).await.map_err(|e| fail(e.into()))?;
     if !status.is_success() {
         return Err(fail(status.to_string()));
     }
     serde_json::from_slice(&body).map_err(|e| fail(format!("not a ConfigMap: {e}")))
+}
+
+/// An answer's body that could not be read whole.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub(super) struct BodyError(String);
+
+impl From<BodyError> for String {
+    fn from(e: BodyError) -> String {
+        e.0
+    }
+}
+
+/// An answer's body, at most `max` bytes of it (more is an error, read no further).
+pub(super) async fn bounded_body(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| BodyError(e.to_string()))? {
+        if body.len() + chunk.len() > max {
+            return Err(BodyError(format!("the answer is over {max} bytes")));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A bootstrap kubeconfig (kubeadm's `bootstrap-kubelet.conf`): the cluster's server and CA,

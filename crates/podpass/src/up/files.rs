@@ -90,7 +90,7 @@ pub fn write_provider_config(
     path: &Path,
     registry_host: &str,
     exchange_url: &str,
-    pki: &super::PartCertificates,
+    ca: &Path,
     node_dir: &Path,
 ) -> Result<()> {
     // The plugin verifies registry-auth against the cluster's CA and shows it the node's
@@ -98,15 +98,15 @@ pub fn write_provider_config(
     // rotation (read afresh at each run).
     let cert = super::node_certificate(node_dir);
     let key = cert.clone();
-    let (ca, cert, key) = (pki.ca.display(), cert.display(), key.display());
+    let (ca, cert, key) = (ca.display(), cert.display(), key.display());
     let config = format!(
-        "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\", \"--exchange-ca\", \"{ca}\", \"--client-certificate\", \"{cert}\", \"--client-key\", \"{key}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: Token\n    requireServiceAccount: true\n"
+        "# written by podpass up or podpass node join at every start\napiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: podpass-credential-provider\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  matchImages: [\"{registry_host}\"]\n  defaultCacheDuration: 10m\n  args: [\"--mode\", \"exchange\", \"--exchange-url\", \"{exchange_url}\", \"--exchange-ca\", \"{ca}\", \"--client-certificate\", \"{cert}\", \"--client-key\", \"{key}\"]\n  tokenAttributes:\n    serviceAccountTokenAudience: {AUDIENCE}\n    cacheType: Token\n    requireServiceAccount: true\n"
     );
     write_atomic(path, config.as_bytes(), 0o644, true)?;
     Ok(())
 }
 
-/// The KubeletConfiguration of node-1: `seccompDefault: true`, so a tenant's container that
+/// The KubeletConfiguration of each node: `seccompDefault: true`, so a tenant's container that
 /// names no seccomp profile runs under the runtime's default one, never unconfined; pulls
 /// in parallel (`serializeImagePulls: false`, `maxParallelImagePulls: 4`), so one tenant's
 /// pull from a registry that never answers holds at most its share (half) of the node's
@@ -114,7 +114,15 @@ pub fn write_provider_config(
 /// upstream's unbounded default), so no tenant's fork bomb takes the node's; with the
 /// eviction settings `podpass up` was given (none: upstream's defaults).
 pub fn write_kubelet_config(path: &Path, eviction: &EvictionSettings) -> Result<()> {
-    let mut config = "# written by podpass up at every start\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\npodPidsLimit: 1024\n".to_owned();
+    let config = format!("# written by podpass up at every start\n{}", kubelet_config_text(eviction));
+    write_atomic(path, config.as_bytes(), 0o644, true)?;
+    Ok(())
+}
+
+/// The KubeletConfiguration [`write_kubelet_config`] writes, as YAML: what every node of
+/// the cluster runs with, joined ones too (`kube-system/kubelet-config`).
+pub fn kubelet_config_text(eviction: &EvictionSettings) -> String {
+    let mut config = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\nserializeImagePulls: false\nmaxParallelImagePulls: 4\npodPidsLimit: 1024\n".to_owned();
     if let Some(hard) = &eviction.hard {
         config.push_str("evictionHard:\n");
         for (signal, value) in hard {
@@ -129,8 +137,7 @@ pub fn write_kubelet_config(path: &Path, eviction: &EvictionSettings) -> Result<
     if let Some(period) = &eviction.transition_period {
         config.push_str(&format!("evictionPressureTransitionPeriod: {}\n", serde_json::Value::from(period.as_str())));
     }
-    write_atomic(path, config.as_bytes(), 0o644, true)?;
-    Ok(())
+    config
 }
 
 /// The node's eviction settings from `podpass up`'s flags.

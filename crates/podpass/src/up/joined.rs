@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use podpass_node::runtime::containerd;
+
 use super::part::Restart;
 use super::supervisor::{Supervision, Supervisor};
 use super::{ContainerTools, READY_TIMEOUT, on_path, stop_containers};
@@ -27,6 +29,8 @@ pub(crate) struct JoinedNode<'a> {
     pub node: &'a str,
     /// `podpass node run`'s arguments (the container runtime endpoint is added).
     pub agent_args: Vec<String>,
+    /// How its containerd reaches the cluster's registry (`hosts.toml`).
+    pub registries: Vec<containerd::RegistryHost>,
     /// Its kubeconfig, which holds the node's certificate once it has joined.
     pub kubeconfig: &'a Path,
     /// containerd, ctr and busybox.
@@ -36,7 +40,6 @@ pub(crate) struct JoinedNode<'a> {
 /// Runs the node (containerd, then the agent on it) until Ctrl-C or a part that keeps
 /// failing; one line per step on stdout.
 pub(crate) async fn run(j: JoinedNode<'_>) -> Result<ExitCode> {
-    use podpass_node::runtime::containerd;
     let podpass = std::env::current_exe().context("finding the podpass binary")?;
     // containerd's configuration names absolute paths.
     let data_dir = std::fs::canonicalize(j.data_dir).with_context(|| j.data_dir.display().to_string())?;
@@ -46,9 +49,9 @@ pub(crate) async fn run(j: JoinedNode<'_>) -> Result<ExitCode> {
         podpass_serve::durable::private_dir(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let layout = containerd::Layout::new(&dir);
-    // Registries are containerd's defaults: what this node trusts beyond them is the
-    // operator's (`hosts.toml` under containerd/certs.d).
-    layout.write(&podpass, &[])?;
+    // The cluster's registry as the cluster said at the join; any other is containerd's
+    // defaults or the operator's own `hosts.toml` under containerd/certs.d.
+    layout.write(&podpass, &j.registries)?;
     let mut parts = Supervisor::new(on_path("setpriv"));
     let config = layout.config().display().to_string();
     let result = async {

@@ -11,10 +11,11 @@ mod checklist;
 mod command_line;
 mod core_parts;
 mod demo;
-mod files;
+pub(crate) mod files;
 pub(crate) mod joined;
 mod logs;
 pub(crate) mod node;
+mod node_config;
 mod part;
 mod push;
 mod supervisor;
@@ -461,19 +462,7 @@ fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
         }
     }
     let podpass = std::env::current_exe().context("finding the podpass binary")?;
-    let plugin = "podpass-credential-provider";
-    let beside = podpass.with_file_name(plugin);
-    let plugin_dir = if beside.is_file() {
-        podpass.parent().map(Path::to_path_buf)
-    } else {
-        on_path(plugin).and_then(|p| p.parent().map(Path::to_path_buf))
-    };
-    if plugin_dir.is_none() {
-        problems.push(format!(
-            "{plugin} not found beside {} nor on PATH: cargo install --path crates/{plugin} (or cargo build -p {plugin})",
-            podpass.display()
-        ));
-    }
+    let plugin_dir = credential_provider_dir(&podpass).map_err(|p| problems.push(p)).ok();
     let registry = if external_registry { None } else { on_path("docker-registry") };
     if !external_registry && registry.is_none() {
         problems.push(
@@ -488,6 +477,24 @@ fn preflight(args: &UpArgs, external_registry: bool) -> Result<Tools> {
         bail!("{}", problems.join("\nerror: "));
     }
     Ok(Tools { podpass, plugin_dir: plugin_dir.unwrap_or_default(), registry, containers })
+}
+
+/// The directory of `podpass-credential-provider` (the kubelet's
+/// `--image-credential-provider-bin-dir`): beside `podpass`, or on PATH; otherwise the line
+/// saying how to get it.
+pub(crate) fn credential_provider_dir(podpass: &Path) -> Result<PathBuf, String> {
+    let plugin = "podpass-credential-provider";
+    let dir = if podpass.with_file_name(plugin).is_file() {
+        podpass.parent().map(Path::to_path_buf)
+    } else {
+        on_path(plugin).and_then(|p| p.parent().map(Path::to_path_buf))
+    };
+    dir.ok_or_else(|| {
+        format!(
+            "{plugin} not found beside {} nor on PATH: cargo install --path crates/{plugin} (or cargo build -p {plugin})",
+            podpass.display()
+        )
+    })
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -569,6 +576,19 @@ async fn start(
     )
     .await?;
 
+    // What a node joining later reads (kubeadm's `kube-system/kubelet-config`, and the
+    // registry): the same configuration as this run's nodes.
+    let eviction = files::EvictionSettings {
+        hard: args.eviction_hard.clone(),
+        transition_period: args.eviction_pressure_transition_period.clone(),
+    };
+    let registry_config = podpass_node::join::RegistryConfig {
+        host: registry_host.to_owned(),
+        exchange_url: auth_url.clone(),
+        transport: registry_transport(registry_url, external_registry),
+    };
+    node_config::publish(&api, &files::kubelet_config_text(&eviction), Some(&registry_config)).await?;
+
     // 4. Each node: its containerd (with podpass's sandbox image and pod network) when the
     // nodes run containers, its identity, its credential provider, the agent.
     // Each node's containerd shows registry-auth that node's own certificate.
@@ -614,10 +634,7 @@ async fn start(
             healthz_port: ports(args.node_healthz_port, "--node-healthz-port")?,
             port: ports(args.node_port, "--node-port")?,
             dir: l.node_dir(i),
-            eviction: files::EvictionSettings {
-                hard: args.eviction_hard.clone(),
-                transition_period: args.eviction_pressure_transition_period.clone(),
-            },
+            eviction: eviction.clone(),
             runtime: runtime.clone(),
             containerd_part: core_parts::ContainerdPart::part_name(i),
             // node-1 where a one-node cluster always had its pods; each other below its own.
@@ -802,6 +819,19 @@ fn containerd_registries(
     }
 }
 
+/// How containerd reaches the cluster's registry, as [`containerd_registries`] configures
+/// it: what a joining node is told.
+fn registry_transport(registry_url: &str, external_registry: bool) -> podpass_node::join::RegistryTransport {
+    use podpass_node::join::RegistryTransport;
+    if registry_url.starts_with("http://") {
+        RegistryTransport::Http
+    } else if !external_registry {
+        RegistryTransport::ClusterCa
+    } else {
+        RegistryTransport::System
+    }
+}
+
 /// The certificates `podpass up` issues its parts from the cluster's CA at every start.
 pub struct PartCertificates {
     /// The CA bundle.
@@ -816,7 +846,7 @@ pub struct PartCertificates {
 /// `system:nodes`, from its TLS bootstrap and rotated by it: `root/pki/
 /// kubelet-client-current.pem`), which its credential plugin, its containerd and its own
 /// registry checks show registry-auth as the node's proof.
-pub(super) fn node_certificate(node_dir: &Path) -> PathBuf {
+pub(crate) fn node_certificate(node_dir: &Path) -> PathBuf {
     podpass_node::CertificateStore::new(&node_dir.join("root").join("pki"), podpass_node::CLIENT_PREFIX).current_path()
 }
 

@@ -147,7 +147,7 @@ pub(super) async fn start(
     let api = probes.api.context("the node's bootstrap needs the control plane")?;
     let (kubeconfig, bootstrap) = identity(c.data, node, api).await?;
     let providers = node.dir.join("credential-provider.yaml");
-    files::write_provider_config(&providers, c.registry_host, c.auth_url, c.pki, &node.dir)?;
+    files::write_provider_config(&providers, c.registry_host, c.auth_url, &c.pki.ca, &node.dir)?;
     let kubelet_config = node.dir.join("kubelet-config.yaml");
     files::write_kubelet_config(&kubelet_config, &node.eviction)?;
     let part = agent(node, c, (&kubeconfig, &bootstrap), &providers, &kubelet_config)?;
