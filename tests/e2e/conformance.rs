@@ -571,8 +571,15 @@ fn kube_root_ca_crt_is_published_and_reconciled_in_every_namespace() {
     assert!(ca.contains("BEGIN CERTIFICATE"), "{first}");
 
     // deleted: created again, as a new object
-    let (code, _) = admin_request(&s, reqwest::Method::DELETE, path, None);
+    let (code, answer) = admin_request(&s, reqwest::Method::DELETE, path, None);
     assert_eq!(code, 200);
+    // genericregistry `finalizeDelete` (no `ReturnDeletedObject` for ConfigMaps): a Status
+    // naming what went, its resource as the kind, as the generated clients' V1Status decodes.
+    assert_eq!(
+        answer,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+               "details": {"name": "kube-root-ca.crt", "kind": "configmaps", "uid": first["metadata"]["uid"]}})
+    );
     let again = wait_for("kube-root-ca.crt recreated", Duration::from_secs(30), || {
         published(path).filter(|cm| cm["metadata"]["uid"] != first["metadata"]["uid"])
     });

@@ -289,7 +289,26 @@ async fn delete_current(
     }
     let deleted = state.store.delete(k, Some(current.revision)).await?;
     t.after_write(Written::Deleted, name, &deleted, None).await?;
-    Ok(json_response(StatusCode::OK, deleted.object))
+    if res.strategy.returns_deleted_object() {
+        return Ok(json_response(StatusCode::OK, deleted.object));
+    }
+    Ok(json_response(StatusCode::OK, deleted_status(res, &deleted.object)))
+}
+
+/// genericregistry `finalizeDelete`'s answer for an object removed: a `Status` of Success
+/// whose details name it, its group, its UID and, as upstream's comment says ("Yes we set
+/// Kind field to resource"), its resource as the kind.
+fn deleted_status(res: &Resource, object: &Value) -> Value {
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), object.field("/metadata/name").cloned().unwrap_or(Value::Null));
+    if !res.group.is_empty() {
+        details.insert("group".into(), json!(res.group));
+    }
+    details.insert("kind".into(), json!(res.plural));
+    if let Some(uid) = object.field("/metadata/uid") {
+        details.insert("uid".into(), uid.clone());
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
 
 #[cfg(test)]

@@ -323,6 +323,13 @@ pub(crate) trait Strategy: Send + Sync {
         None
     }
 
+    /// Whether a DELETE that removes the object answers with it (genericregistry
+    /// `ReturnDeletedObject`: pods, services and service accounts among ours) rather than
+    /// upstream's default `finalizeDelete` answer, a `Status` of Success naming it.
+    fn returns_deleted_object(&self) -> bool {
+        false
+    }
+
     /// Whether a delete hands the object to a controller that finalizes it (namespaces:
     /// Terminating, emptied, then removed) instead of removing it.
     fn deleted_by_controller(&self) -> bool {

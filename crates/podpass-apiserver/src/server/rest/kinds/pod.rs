@@ -43,6 +43,11 @@ pub(crate) const BINDING: super::Body = super::Body {
 };
 
 impl Strategy for Pod {
+    /// Upstream's storage sets `ReturnDeletedObject`.
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
     fn default(&self, _name: &str, object: &mut Value) -> Result<(), StatusError> {
         default_pod(object);
         Ok(())

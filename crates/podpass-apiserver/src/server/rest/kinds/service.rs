@@ -332,6 +332,11 @@ fn service_errors(service: &Value) -> Vec<String> {
 }
 
 impl Strategy for Service {
+    /// Upstream's storage sets `ReturnDeletedObject`.
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
     /// `SetDefaults_Service`: type ClusterIP, session affinity None, each port TCP with its
     /// own number as target.
     fn default(&self, _name: &str, object: &mut Value) -> Result<(), StatusError> {

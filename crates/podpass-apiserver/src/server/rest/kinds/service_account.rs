@@ -28,6 +28,11 @@ pub(crate) const TOKEN_REQUEST: super::Body = super::Body {
 };
 
 impl Strategy for ServiceAccount {
+    /// Upstream's storage sets `ReturnDeletedObject`.
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+
     fn subresources(&self) -> &'static [super::Subresource] {
         const SUBRESOURCES: [super::Subresource; 1] =
             [super::Subresource { name: "token", kind: "TokenRequest", serves: super::Serves::Token }];
