@@ -48,31 +48,7 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
     ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &["/bin/sh"], &[]).unwrap().0);
 
     let logs = dir.path().join("pods/team_web_uid-1");
-    let labels: HashMap<String, String> = [("io.kubernetes.pod.uid".to_owned(), "uid-1".to_owned())].into();
-    let sandbox_config = PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: "web".into(),
-            uid: "uid-1".into(),
-            namespace: "team".into(),
-            attempt: 0,
-        }),
-        hostname: "web".into(),
-        log_directory: logs.display().to_string(),
-        labels: labels.clone(),
-        linux: Some(LinuxPodSandboxConfig {
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NAMESPACE_POD,
-                    pid: 1,
-                    ipc: NAMESPACE_POD,
-                    target_id: String::new(),
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let (labels, sandbox_config) = sandbox_config(&logs, "uid-1");
     let sandbox = rt.run_pod_sandbox(sandbox_config.clone()).await.unwrap();
     let listed = rt.list_pod_sandboxes(labels.clone()).await.unwrap();
     assert_eq!(listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [sandbox.as_str()]);
@@ -135,4 +111,120 @@ async fn a_sandbox_runs_a_container_that_reads_its_mount_logs_and_exits_with_its
     rt.remove_pod_sandbox(&sandbox).await.unwrap();
     rt.remove_pod_sandbox(&sandbox).await.unwrap();
     assert!(rt.list_pod_sandboxes(labels).await.unwrap().is_empty());
+}
+
+/// A loopback-only pod sandbox `team/web` of `uid`, its logs under `logs`.
+fn sandbox_config(logs: &std::path::Path, uid: &str) -> (HashMap<String, String>, PodSandboxConfig) {
+    let labels: HashMap<String, String> = [("io.kubernetes.pod.uid".to_owned(), uid.to_owned())].into();
+    let config = PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: "web".into(),
+            uid: uid.into(),
+            namespace: "team".into(),
+            attempt: 0,
+        }),
+        hostname: "web".into(),
+        log_directory: logs.display().to_string(),
+        labels: labels.clone(),
+        linux: Some(LinuxPodSandboxConfig {
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NAMESPACE_POD,
+                    pid: 1,
+                    ipc: NAMESPACE_POD,
+                    target_id: String::new(),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    (labels, config)
+}
+
+/// Everything a stream reader gives until its end.
+async fn read_all(reader: &mut podpass_node::stream::spdy::StreamReader) -> Vec<u8> {
+    let mut all = Vec::new();
+    while let Some(chunk) = reader.next().await {
+        all.extend(chunk);
+    }
+    all
+}
+
+/// The kubelet's streaming proxy meets containerd (issue 55): CRI `Exec` answers a URL of
+/// containerd's stream server; podpass dials it, upgrades to SPDY/3.1 with the remote-command
+/// protocol v4 and opens error, stdin, stdout and stderr streams. What is written to stdin
+/// reaches the command, closing stdin is its end of input (the half-close a WebSocket v4
+/// could not say), stdout and stderr come apart, and the exit code comes in the error
+/// stream's Status; with a TTY, stderr is merged and a resize reaches the terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_streams_stdin_stdout_stderr_and_its_exit_code_over_spdy() {
+    use podpass_node::stream::remote_command::{self, Channels};
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix("ctd").tempdir_in("/tmp").unwrap();
+    let ctd = containerd::Containerd::start(&dir.path().join("c"));
+    let rt = connect(&ctd.endpoint).await;
+    let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+    ctd.import(SANDBOX_IMAGE, ctd_lib::sandbox_image(&busybox).unwrap());
+    let layer = archive::busybox_layer(&busybox, &["sh", "cat", "echo", "sleep", "stty", "wc"], vec![]).unwrap();
+    ctd.import(APP_IMAGE, archive::oci_image(APP_IMAGE, &layer, &["/bin/sh"], &[]).unwrap().0);
+    let (labels, sandbox_config) = sandbox_config(&dir.path().join("pods/team_web_uid-2"), "uid-2");
+    let sandbox = rt.run_pod_sandbox(sandbox_config.clone()).await.unwrap();
+    let config = ContainerConfig {
+        metadata: Some(ContainerMetadata { name: "app".into(), attempt: 0 }),
+        image: Some(ImageSpec { image: APP_IMAGE.into(), ..Default::default() }),
+        command: vec!["/bin/sleep".into(), "3600".into()],
+        labels: labels.clone(),
+        log_path: "app/0.log".into(),
+        ..Default::default()
+    };
+    let container = rt.create_container(&sandbox, config, sandbox_config).await.unwrap();
+    rt.start_container(&container).await.unwrap();
+
+    let all = Channels { stdin: true, stdout: true, stderr: true, tty: false };
+    let cmd = ["/bin/sh", "-c", "cat; echo oops >&2; exit 3"].map(str::to_owned).to_vec();
+    let url = rt.exec(&container, cmd, all).await.unwrap();
+    let mut exec = remote_command::connect(&url, all).await.unwrap();
+    let stdin = exec.stdin.take().unwrap();
+    // More than one data frame's worth, so the command reads several.
+    let input: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    stdin.write(&input).await.unwrap();
+    stdin.close().await.unwrap();
+    let (mut out, mut err) = (exec.stdout.take().unwrap(), exec.stderr.take().unwrap());
+    let (out, err, status) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(read_all(&mut out), read_all(&mut err), read_all(&mut exec.error))
+    })
+    .await
+    .expect("the exec ends once its input does");
+    assert_eq!(out, input, "stdin reached the command and its output came back whole");
+    assert_eq!(String::from_utf8_lossy(&err), "oops\n");
+    assert_eq!(remote_command::exit_code(&status), Ok(3), "{}", String::from_utf8_lossy(&status));
+
+    // A TTY: one output stream, a resize the terminal sees.
+    let tty = Channels { stdin: true, stdout: true, stderr: true, tty: true };
+    // The shell waits for the size it is told (bounded), so no ordering is assumed between
+    // the resize stream and the command's start.
+    let wait_for_size = "i=0; while [ \"$(stty size)\" != '37 91' ]; do i=$((i+1)); [ $i -gt 100000 ] && exit 9; done; read line; echo \"size-ok $line\"; echo to-stderr >&2";
+    let cmd = ["/bin/sh", "-c", wait_for_size].map(str::to_owned).to_vec();
+    let url = rt.exec(&container, cmd, tty).await.unwrap();
+    let mut exec = remote_command::connect(&url, tty).await.unwrap();
+    assert!(exec.stderr.is_none(), "a TTY merges stderr into stdout");
+    exec.resize.as_ref().unwrap().write(br#"{"Width":91,"Height":37}"#).await.unwrap();
+    exec.stdin.as_ref().unwrap().write(b"go\r").await.unwrap();
+    let mut out = exec.stdout.take().unwrap();
+    let (out, status) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(read_all(&mut out), read_all(&mut exec.error))
+    })
+    .await
+    .expect("the TTY exec ends");
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("size-ok go"), "{text}");
+    assert!(text.contains("to-stderr"), "{text}");
+    assert_eq!(remote_command::exit_code(&status), Ok(0), "{}", String::from_utf8_lossy(&status));
+
+    rt.stop_container(&container, 0).await.unwrap();
+    rt.remove_container(&container).await.unwrap();
+    rt.stop_pod_sandbox(&sandbox).await.unwrap();
+    rt.remove_pod_sandbox(&sandbox).await.unwrap();
 }

@@ -41,6 +41,7 @@ pub mod join;
 mod kubelet_config;
 mod request_error;
 pub mod runtime;
+pub mod stream;
 mod token;
 mod volumes;
 

@@ -711,6 +711,58 @@ pub struct UInt64Value {
     pub value: u64,
 }
 
+/// `ExecRequest`: a command to run in a container, streamed (the answer is a URL of the
+/// runtime's stream server).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExecRequest {
+    /// The container.
+    #[prost(string, tag = "1")]
+    pub container_id: String,
+    /// The command.
+    #[prost(string, repeated, tag = "2")]
+    pub cmd: Vec<String>,
+    /// A TTY.
+    #[prost(bool, tag = "3")]
+    pub tty: bool,
+    /// Standard input streamed.
+    #[prost(bool, tag = "4")]
+    pub stdin: bool,
+    /// Standard output streamed.
+    #[prost(bool, tag = "5")]
+    pub stdout: bool,
+    /// Standard error streamed.
+    #[prost(bool, tag = "6")]
+    pub stderr: bool,
+}
+
+/// `AttachRequest`: the streams of a container's own process.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AttachRequest {
+    /// The container.
+    #[prost(string, tag = "1")]
+    pub container_id: String,
+    /// Standard input streamed.
+    #[prost(bool, tag = "2")]
+    pub stdin: bool,
+    /// A TTY.
+    #[prost(bool, tag = "3")]
+    pub tty: bool,
+    /// Standard output streamed.
+    #[prost(bool, tag = "4")]
+    pub stdout: bool,
+    /// Standard error streamed.
+    #[prost(bool, tag = "5")]
+    pub stderr: bool,
+}
+
+/// `ExecResponse` and `AttachResponse`: where the streams are served.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StreamUrlResponse {
+    /// The stream server's URL for this request.
+    #[prost(string, tag = "1")]
+    pub url: String,
+}
+
 /// `ExecSyncRequest`: a command run in a container to its end (the prober's exec probe).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ExecSyncRequest {

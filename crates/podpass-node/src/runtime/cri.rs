@@ -165,6 +165,43 @@ impl CriRuntime {
         self.call("/runtime.v1.RuntimeService/ExecSync", req, timeout + Duration::from_secs(2)).await
     }
 
+    /// `Exec`: where the runtime's stream server runs `cmd` in container `id` with the
+    /// streams asked for (the URL is served once, for this request).
+    pub async fn exec(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        streams: crate::stream::remote_command::Channels,
+    ) -> Result<String, RuntimeError> {
+        let req = ExecRequest {
+            container_id: id.to_owned(),
+            cmd,
+            tty: streams.tty,
+            stdin: streams.stdin,
+            stdout: streams.stdout,
+            stderr: streams.stderr && !streams.tty,
+        };
+        let r: StreamUrlResponse = self.call("/runtime.v1.RuntimeService/Exec", req, REQUEST_TIMEOUT).await?;
+        Ok(r.url)
+    }
+
+    /// `Attach`: where the runtime's stream server attaches to container `id`'s process.
+    pub async fn attach(
+        &self,
+        id: &str,
+        streams: crate::stream::remote_command::Channels,
+    ) -> Result<String, RuntimeError> {
+        let req = AttachRequest {
+            container_id: id.to_owned(),
+            stdin: streams.stdin,
+            tty: streams.tty,
+            stdout: streams.stdout,
+            stderr: streams.stderr && !streams.tty,
+        };
+        let r: StreamUrlResponse = self.call("/runtime.v1.RuntimeService/Attach", req, REQUEST_TIMEOUT).await?;
+        Ok(r.url)
+    }
+
     /// `StartContainer`.
     pub async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let req = ContainerIdRequest { container_id: id.to_owned() };

@@ -1,0 +1,6 @@
+//! Streams into a pod's containers (the kubelet's streaming: exec, attach, port-forward),
+//! relayed to the runtime's stream server: SPDY/3.1 framing ([`spdy`]) and the remote-command
+//! protocol on it ([`remote_command`]).
+
+pub mod remote_command;
+pub mod spdy;

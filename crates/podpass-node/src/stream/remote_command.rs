@@ -1,0 +1,183 @@
+//! The client of the Kubernetes remote-command protocol `v4.channel.k8s.io` over SPDY
+//! (client-go `remotecommand` `streamProtocolV4`), as the kubelet's streaming proxy meets the
+//! runtime: the URL containerd answers a CRI `Exec` or `Attach` with is dialled (loopback
+//! only), upgraded to SPDY/3.1, and one stream opened per channel — `error` first, then
+//! `stdin`, `stdout`, `stderr` (none with a TTY) and `resize` (with one) — each named by its
+//! `streamType` header. The error stream carries the command's end as a `Status`.
+
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use thiserror::Error;
+
+use super::spdy::{self, Connection, SpdyError, StreamReader, StreamWriter};
+
+/// The protocol version asked for and required.
+pub const PROTOCOL_V4: &str = "v4.channel.k8s.io";
+
+/// How long dialling and the upgrade may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The channels a command has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Channels {
+    /// Standard input.
+    pub stdin: bool,
+    /// Standard output.
+    pub stdout: bool,
+    /// Standard error (never with a TTY: it is merged into stdout).
+    pub stderr: bool,
+    /// A TTY (and its resize channel).
+    pub tty: bool,
+}
+
+/// Opening the streams failed.
+#[derive(Debug, Error)]
+pub enum RemoteCommandError {
+    /// The URL the runtime answered is not a loopback http(s) URL.
+    #[error("the runtime's stream URL {0:?} is not a loopback http URL")]
+    Url(String),
+    /// Dialling or upgrading.
+    #[error("connecting to the runtime's stream server: {0}")]
+    Connect(String),
+    /// The runtime did not upgrade (its status and the start of its answer).
+    #[error("the runtime's stream server answered {status}: {body}")]
+    Refused {
+        /// Its status code.
+        status: u16,
+        /// Its answer's first bytes.
+        body: String,
+    },
+    /// The SPDY connection.
+    #[error(transparent)]
+    Spdy(#[from] SpdyError),
+}
+
+/// A running command's streams.
+pub struct RemoteCommand {
+    /// Its input (closing it is the command's end of input).
+    pub stdin: Option<StreamWriter>,
+    /// Its output.
+    pub stdout: Option<StreamReader>,
+    /// Its error output.
+    pub stderr: Option<StreamReader>,
+    /// TTY size changes (JSON `{"Width": w, "Height": h}`).
+    pub resize: Option<StreamWriter>,
+    /// The command's end: a `Status` (JSON), once it has exited.
+    pub error: StreamReader,
+    /// The connection, closed on drop.
+    pub connection: Connection,
+}
+
+/// Dials `url` (the runtime's answer to Exec or Attach) and opens the streams of `channels`.
+pub async fn connect(url: &str, channels: Channels) -> Result<RemoteCommand, RemoteCommandError> {
+    let parsed = url::Url::parse(url).map_err(|_| RemoteCommandError::Url(url.to_owned()))?;
+    let loopback = match parsed.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    };
+    // containerd's stream server is plain HTTP on loopback unless told otherwise; nothing
+    // the runtime names elsewhere is dialled.
+    if parsed.scheme() != "http" || !loopback {
+        return Err(RemoteCommandError::Url(url.to_owned()));
+    }
+    let io = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(&parsed))
+        .await
+        .map_err(|_| RemoteCommandError::Connect(format!("no upgrade within {} s", CONNECT_TIMEOUT.as_secs())))??;
+    let connection = Connection::start(io)?;
+    let open = |kind: &'static str| {
+        let c = &connection;
+        async move { c.open(&[("streamtype", kind)]).await }
+    };
+    let (_, error) = open("error").await?;
+    let stdin = if channels.stdin { Some(open("stdin").await?.0) } else { None };
+    let stdout = if channels.stdout { Some(open("stdout").await?.1) } else { None };
+    let stderr = if channels.stderr && !channels.tty { Some(open("stderr").await?.1) } else { None };
+    let resize = if channels.tty { Some(open("resize").await?.0) } else { None };
+    Ok(RemoteCommand { stdin, stdout, stderr, resize, error, connection })
+}
+
+/// The HTTP/1.1 upgrade to SPDY/3.1 with the v4 protocol; the upgraded connection.
+async fn upgrade(url: &url::Url) -> Result<TokioIo<hyper::upgrade::Upgraded>, RemoteCommandError> {
+    let fail = |e: String| RemoteCommandError::Connect(e);
+    let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| fail(e.to_string()))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| fail(e.to_string()))?;
+    podpass_serve::spawn_named("stream-upgrade", async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let request = http::Request::post(&url[url::Position::BeforePath..])
+        .header(http::header::HOST, &url[url::Position::BeforeHost..url::Position::AfterPort])
+        .header(http::header::CONNECTION, "Upgrade")
+        .header(http::header::UPGRADE, spdy::UPGRADE)
+        .header("X-Stream-Protocol-Version", PROTOCOL_V4)
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .map_err(|e| fail(e.to_string()))?;
+    let response = sender.send_request(request).await.map_err(|e| fail(e.to_string()))?;
+    let status = response.status().as_u16();
+    if status != 101 {
+        use http_body_util::BodyExt;
+        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let body = String::from_utf8_lossy(&body[..body.len().min(512)]).trim().to_owned();
+        return Err(RemoteCommandError::Refused { status, body });
+    }
+    let chosen = response.headers().get("X-Stream-Protocol-Version").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if chosen != PROTOCOL_V4 {
+        return Err(fail(format!("the runtime chose protocol {chosen:?}, not {PROTOCOL_V4}")));
+    }
+    let upgraded = hyper::upgrade::on(response).await.map_err(|e| fail(e.to_string()))?;
+    Ok(TokioIo::new(upgraded))
+}
+
+/// The exit code a v4 error stream's `Status` gives: 0 for Success, the `ExitCode` cause of
+/// a `NonZeroExitCode` failure; `None` for another failure (its message is the error).
+pub fn exit_code(status: &[u8]) -> Result<i32, String> {
+    if status.is_empty() {
+        return Ok(0);
+    }
+    let v: Value = serde_json::from_slice(status).map_err(|e| format!("the runtime's status: {e}"))?;
+    if v["status"] == "Success" {
+        return Ok(0);
+    }
+    if v["reason"] == "NonZeroExitCode"
+        && let Some(code) = v["details"]["causes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["reason"] == "ExitCode")
+            .and_then(|c| c["message"].as_str()?.parse().ok())
+    {
+        return Ok(code);
+    }
+    Err(v["message"].as_str().unwrap_or("the command failed").to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_code_is_read_from_the_status_as_client_go_reads_it() {
+        assert_eq!(exit_code(b""), Ok(0));
+        assert_eq!(exit_code(br#"{"status":"Success"}"#), Ok(0));
+        let failed = br#"{"status":"Failure","reason":"NonZeroExitCode","message":"command terminated with non-zero exit code: 3","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
+        assert_eq!(exit_code(failed), Ok(3));
+        assert_eq!(
+            exit_code(br#"{"status":"Failure","message":"executable file not found"}"#),
+            Err("executable file not found".into())
+        );
+        assert!(exit_code(b"not json").is_err());
+    }
+
+    #[tokio::test]
+    async fn only_a_loopback_http_url_is_dialled() {
+        for url in ["https://127.0.0.1:1/exec/x", "http://10.0.0.1:1/exec/x", "http://example.com/x", "nonsense"] {
+            assert!(matches!(connect(url, Channels::default()).await, Err(RemoteCommandError::Url(_))), "{url}");
+        }
+    }
+}
