@@ -134,13 +134,18 @@ async fn upgrade(url: &url::Url) -> Result<TokioIo<hyper::upgrade::Upgraded>, Re
     Ok(TokioIo::new(upgraded))
 }
 
+/// A command that did not run to an exit code: the runtime's message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct CommandError(pub String);
+
 /// The exit code a v4 error stream's `Status` gives: 0 for Success, the `ExitCode` cause of
-/// a `NonZeroExitCode` failure; `None` for another failure (its message is the error).
-pub fn exit_code(status: &[u8]) -> Result<i32, String> {
+/// a `NonZeroExitCode` failure; another failure is its message.
+pub fn exit_code(status: &[u8]) -> Result<i32, CommandError> {
     if status.is_empty() {
         return Ok(0);
     }
-    let v: Value = serde_json::from_slice(status).map_err(|e| format!("the runtime's status: {e}"))?;
+    let v: Value = serde_json::from_slice(status).map_err(|e| CommandError(format!("the runtime's status: {e}")))?;
     if v["status"] == "Success" {
         return Ok(0);
     }
@@ -154,7 +159,7 @@ pub fn exit_code(status: &[u8]) -> Result<i32, String> {
     {
         return Ok(code);
     }
-    Err(v["message"].as_str().unwrap_or("the command failed").to_owned())
+    Err(CommandError(v["message"].as_str().unwrap_or("the command failed").to_owned()))
 }
 
 #[cfg(test)]
@@ -169,7 +174,7 @@ mod tests {
         assert_eq!(exit_code(failed), Ok(3));
         assert_eq!(
             exit_code(br#"{"status":"Failure","message":"executable file not found"}"#),
-            Err("executable file not found".into())
+            Err(CommandError("executable file not found".into()))
         );
         assert!(exit_code(b"not json").is_err());
     }
