@@ -234,7 +234,9 @@ where
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-    let _ = builder.http1_only().serve_connection(TokioIo::new(stream), service).await;
+    // Upgrades (exec and attach streams, WebSocket or SPDY) leave the connection to their
+    // handler: it is no longer this server's, nor counted among its connections.
+    let _ = builder.http1_only().serve_connection_with_upgrades(TokioIo::new(stream), service).await;
 }
 
 /// The answer to a body that did not arrive in time; the connection closes after it.

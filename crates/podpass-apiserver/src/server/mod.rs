@@ -100,6 +100,8 @@ pub(crate) struct AppState {
     /// The HTTPS client to nodes (pods/log), with the kubelet client certificate; `None`
     /// without one.
     kubelet_client: Option<reqwest::Client>,
+    /// Exec and attach streams open now, per user.
+    streams: rest::pod_stream::StreamCounts,
 }
 
 impl AppState {

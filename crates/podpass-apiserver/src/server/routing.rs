@@ -103,7 +103,11 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
     // Wall-clock formatting costs on every request; only the audit log needs it.
     let received = state.audit.as_ref().map(|_| audit_time());
     let received_at = std::time::Instant::now();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // An upgrade (exec, attach) is taken by its handler, deep below: kept where it finds it.
+    if let Some(upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+        parts.extensions.insert(Arc::new(rest::pod_stream::PendingUpgrade(std::sync::Mutex::new(Some(upgrade)))));
+    }
     // Go's server hands handlers the decoded path; a malformed escape is a bad request.
     let Some(path) = rest::resources::decode_path(parts.uri.path()) else {
         return StatusError::bad_request(format!("invalid URL escape in path {:?}", parts.uri.path())).into_response();
@@ -137,7 +141,20 @@ async fn api_request(State(state): State<Arc<AppState>>, req: Request) -> Respon
         let follow = query.get("follow").is_some_and(|f| f == "true" || f == "1");
         let long_running = verb == "watch" || (follow && path.ends_with("/log"));
         let _in_flight = state.inflight.admit(&requester, long_running)?;
-        authorize(&state, &attributes(&user, &verb, &path, api_path.as_ref(), &query)).await?;
+        let attrs = attributes(&user, &verb, &path, api_path.as_ref(), &query);
+        authorize(&state, &attrs).await?;
+        // A WebSocket's GET to a pod's exec, attach or port-forward needs `create` too
+        // (upstream's AuthorizePodWebsocketUpgradeCreatePermission, on since 1.31): what
+        // a POST of the same stream needs.
+        if verb == "get"
+            && attrs.resource == "pods"
+            && ["exec", "attach", "portforward"].contains(&attrs.subresource.as_str())
+            && rest::pod_stream::is_upgrade(&parts.headers)
+        {
+            let mut create = attrs.clone();
+            create.verb = "create".to_owned();
+            authorize(&state, &create).await?;
+        }
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
             StatusError::new(
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE,
@@ -256,7 +273,16 @@ async fn dispatch(
     body: &[u8],
     user: &User,
 ) -> Result<Response, StatusError> {
-    match rest::resources::parse(path) {
+    let target = rest::resources::parse(path);
+    if let Some(rest::resources::Target::Resource(api_path)) = &target
+        && api_path.group.is_empty()
+        && api_path.resource == "pods"
+        && let (Some(ns), Some(name), Some(sub @ ("exec" | "attach"))) =
+            (api_path.namespace.as_deref(), api_path.name.as_deref(), api_path.subresource.as_deref())
+    {
+        return rest::pod_stream::connect(state, parts, (ns, name, sub), &user.name).await;
+    }
+    match target {
         Some(rest::resources::Target::Group(g)) => rest::group(&g),
         Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),
         Some(rest::resources::Target::Resource(api_path)) => {

@@ -181,6 +181,7 @@ impl Prepared {
         let state = Arc::new(AppState {
             service_ips: settings.service_ips,
             kubelet_client,
+            streams: Default::default(),
             rbac: super::informer::Informer::new(
                 authz::rbac_index::RbacIndex::default(),
                 &authz::rbac_index::RESOURCES,

@@ -36,6 +36,7 @@ mod provider_config;
 mod server;
 mod sources;
 mod status;
+mod streaming;
 mod sync_error;
 mod worker;
 
@@ -718,6 +719,7 @@ async fn spawn_node_server(
         pods: shared.pods.clone(),
         runtime: shared.runtime.clone(),
         shared: shared.clone(),
+        streams: Default::default(),
     });
     let router = server::router(node_server);
     let limits = podpass_serve::ServeLimits::default();

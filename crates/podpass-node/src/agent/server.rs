@@ -1,5 +1,6 @@
-//! The node's own HTTPS server, as the kubelet's on port 10250, serving container logs to
-//! the API server (`kubectl logs` is proxied here). Clients authenticate with a certificate
+//! The node's own HTTPS server, as the kubelet's on port 10250, serving container logs and
+//! exec and attach streams ([`super::streaming`]) to the API server (`kubectl logs` and
+//! `kubectl exec` are proxied here). Clients authenticate with a certificate
 //! from the cluster's CA (the API server's kubelet client certificate) or, as the kubelet's
 //! webhook authentication, a bearer token the API server's TokenReview authenticates (a
 //! Prometheus with a service-account token); each request is authorized as the kubelet's
@@ -50,9 +51,11 @@ pub(crate) struct NodeServer {
     pub runtime: Option<Arc<PodRuntime>>,
     /// What `/metrics` reads.
     pub shared: Arc<super::worker::Shared>,
+    /// Exec and attach streams open now.
+    pub streams: super::streaming::StreamSlots,
 }
 
-fn status(code: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn status(code: StatusCode, message: impl Into<String>) -> Response {
     (code, message.into()).into_response()
 }
 
@@ -65,14 +68,20 @@ fn identity(der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((user, groups))
 }
 
-/// Whether `user` in `groups` may `get nodes/<sub>` on this node (SubjectAccessReview).
-async fn authorized(s: &NodeServer, user: String, groups: Vec<String>, sub: &str) -> Result<bool, kube::Error> {
+/// Whether `user` in `groups` may `<verb> nodes/<sub>` on this node (SubjectAccessReview).
+async fn authorized(
+    s: &NodeServer,
+    user: String,
+    groups: Vec<String>,
+    verb: &str,
+    sub: &str,
+) -> Result<bool, kube::Error> {
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user),
             groups: Some(groups),
             resource_attributes: Some(ResourceAttributes {
-                verb: Some("get".into()),
+                verb: Some(verb.into()),
                 resource: Some("nodes".into()),
                 subresource: Some(sub.into()),
                 name: Some(s.node.clone()),
@@ -162,12 +171,13 @@ async fn requester(
     review_token(s, token).await
 }
 
-/// The requester (certificate or bearer token), authorized for `get nodes/<sub>` on this
+/// The requester (certificate or bearer token), authorized for `<verb> nodes/<sub>` on this
 /// node; otherwise the kubelet's 401/403 answer.
-async fn authorize(
+pub(super) async fn authorize(
     s: &NodeServer,
     peer: &podpass_serve::Peer,
     headers: &axum::http::HeaderMap,
+    verb: &str,
     sub: &str,
 ) -> Result<(), Response> {
     let (user, groups) = match requester(s, peer, headers).await {
@@ -175,11 +185,11 @@ async fn authorize(
         Ok(None) => return Err(status(StatusCode::UNAUTHORIZED, "Unauthorized")),
         Err(e) => return Err(status(StatusCode::INTERNAL_SERVER_ERROR, format!("authenticating the request: {e}"))),
     };
-    match authorized(s, user.clone(), groups, sub).await {
+    match authorized(s, user.clone(), groups, verb, sub).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(status(
             StatusCode::FORBIDDEN,
-            format!("Forbidden (user={user}, verb=get, resource=nodes, subresource={sub})"),
+            format!("Forbidden (user={user}, verb={verb}, resource=nodes, subresource={sub})"),
         )),
         Err(e) => Err(status(StatusCode::INTERNAL_SERVER_ERROR, format!("authorizing the request: {e}"))),
     }
@@ -192,7 +202,7 @@ async fn node_metrics(
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&s, &peer, &headers, "metrics").await {
+    if let Err(refused) = authorize(&s, &peer, &headers, "get", "metrics").await {
         return refused;
     }
     super::ops::render_metrics(s.shared.clone()).await
@@ -206,7 +216,7 @@ async fn container_logs(
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&s, &peer, &headers, "proxy").await {
+    if let Err(refused) = authorize(&s, &peer, &headers, "get", "proxy").await {
         return refused;
     }
     // Names are DNS labels and subdomains: nothing that could step outside the logs.
@@ -325,6 +335,8 @@ pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
     axum::Router::new()
         .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
         .route("/metrics", axum::routing::get(node_metrics))
+        .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::exec))
+        .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::attach))
         .with_state(server)
 }
 

@@ -16,6 +16,7 @@ mod openapi_v2_proto;
 pub(crate) mod pagination;
 mod patch;
 mod pod_log;
+pub(crate) mod pod_stream;
 mod protobuf;
 pub mod resources;
 mod reviews;
@@ -322,7 +323,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
                         StatusCode::METHOD_NOT_ALLOWED,
                         "MethodNotAllowed",
                         format!(
-                            "{}/{sub} is not supported by podpass: its nodes run containers but serve no exec, attach or port-forward streams",
+                            "{}/{sub} is not supported by podpass yet: its nodes serve exec and attach streams, not port-forward",
                             res.plural
                         ),
                     ));

@@ -30,7 +30,7 @@ fn names(pod: &Value, list: &str) -> Vec<String> {
 
 /// The container a log request names, or upstream's 400 (`a container name must be
 /// specified for pod web, choose one of: [a b]`, `container x is not valid for pod web`).
-fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, StatusError> {
+pub(super) fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, StatusError> {
     let (containers, inits) = (names(pod, "containers"), names(pod, "initContainers"));
     let ephemeral = names(pod, "ephemeralContainers");
     match asked {
@@ -51,15 +51,13 @@ fn container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, Sta
     }
 }
 
-/// GET `pods/{name}/log`.
-pub(super) async fn get(
+/// The kubelet client, the base URL of `pod`'s node (its `InternalIP`, else `ExternalIP`,
+/// else `Hostname`, and `daemonEndpoints.kubeletEndpoint.Port`) and the node's name.
+pub(super) async fn node_url(
     state: &AppState,
-    ns: &str,
+    pod: &Value,
     name: &str,
-    query: &HashMap<String, String>,
-) -> Result<Response, StatusError> {
-    let pod = state.store.get(&ObjectKey::namespaced("pods", ns, name)).await?.object;
-    let container = container(&pod, name, query.get("container").map(String::as_str))?;
+) -> Result<(reqwest::Client, reqwest::Url, String), StatusError> {
     let node = pod.field("/spec/nodeName").and_then(Value::as_str).unwrap_or_default().to_owned();
     if node.is_empty() {
         return Err(StatusError::bad_request(format!("pod {name} does not have a host assigned")));
@@ -76,7 +74,7 @@ pub(super) async fn get(
         return Err(StatusError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
-            format!("node {node} serves no container logs (no address or port in its status)"),
+            format!("node {node} serves no container logs or streams (no address or port in its status)"),
         ));
     }
     let Some(client) = &state.kubelet_client else {
@@ -87,8 +85,36 @@ pub(super) async fn get(
         ));
     };
     let host = if address.contains(':') { format!("[{address}]") } else { address };
-    let mut url = reqwest::Url::parse(&format!("https://{host}:{port}/"))
+    let url = reqwest::Url::parse(&format!("https://{host}:{port}/"))
         .map_err(|e| StatusError::internal(format!("node address: {e}")))?;
+    Ok((client.clone(), url, node))
+}
+
+/// An error answer of the node, as the API server's (its status and first 4 KiB).
+pub(super) async fn node_refusal(answer: reqwest::Response) -> StatusError {
+    let status = answer.status();
+    let text = answer.text().await.unwrap_or_default();
+    let code = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let reason = match code {
+        StatusCode::BAD_REQUEST => "BadRequest",
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::FORBIDDEN => "Forbidden",
+        StatusCode::TOO_MANY_REQUESTS => "TooManyRequests",
+        _ => "InternalError",
+    };
+    StatusError::new(code, reason, text.chars().take(4096).collect::<String>())
+}
+
+/// GET `pods/{name}/log`.
+pub(super) async fn get(
+    state: &AppState,
+    ns: &str,
+    name: &str,
+    query: &HashMap<String, String>,
+) -> Result<Response, StatusError> {
+    let pod = state.store.get(&ObjectKey::namespaced("pods", ns, name)).await?.object;
+    let container = container(&pod, name, query.get("container").map(String::as_str))?;
+    let (client, mut url, node) = node_url(state, &pod, name).await?;
     url.set_path(&format!("/containerLogs/{ns}/{name}/{container}"));
     for key in FORWARDED {
         if let Some(v) = query.get(key) {
@@ -107,17 +133,8 @@ pub(super) async fn get(
             format!("reading logs from node {node}: {e}"),
         )
     })?;
-    let status = answer.status();
-    if !status.is_success() {
-        let text = answer.text().await.unwrap_or_default();
-        let code = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let reason = match code {
-            StatusCode::BAD_REQUEST => "BadRequest",
-            StatusCode::NOT_FOUND => "NotFound",
-            StatusCode::FORBIDDEN => "Forbidden",
-            _ => "InternalError",
-        };
-        return Err(StatusError::new(code, reason, text.chars().take(4096).collect::<String>()));
+    if !answer.status().is_success() {
+        return Err(node_refusal(answer).await);
     }
     let body = axum::body::Body::from_stream(answer.bytes_stream());
     Ok((StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "text/plain")], body).into_response())

@@ -1,0 +1,315 @@
+//! The node's streaming endpoints, as the kubelet's `/exec/{namespace}/{pod}/{container}` and
+//! `/attach/...`: the requester authorized for `nodes/proxy` (the API server's client
+//! certificate, or an admin), the pod the node knows by that name and its running container
+//! found, the runtime asked (CRI `Exec`/`Attach`), and the client's WebSocket
+//! (`v5.channel.k8s.io`, with its close signal, or `v4.channel.k8s.io`) bridged to the
+//! runtime's stream server over SPDY ([`crate::stream::remote_command`]). Streams are bounded
+//! per pod and per node; nothing of a stream is logged but its metadata.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path as UrlPath, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use tokio::sync::mpsc;
+
+use super::containers::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
+use super::server::{NodeServer, authorize, status};
+use crate::runtime::CONTAINER_RUNNING;
+use crate::stream::remote_command::{self, Channels, RemoteCommand};
+
+/// The channel protocols served, most preferred first.
+const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+/// Streams one pod may have at once.
+const MAX_STREAMS_PER_POD: usize = 16;
+/// Streams the node serves at once.
+const MAX_STREAMS: usize = 256;
+/// The most a resize message may hold.
+const MAX_RESIZE: usize = 1024;
+/// The largest WebSocket message taken from the client.
+const MAX_MESSAGE: usize = 1 << 20;
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+/// v5's close signal: `[255, channel]`.
+const CLOSE: u8 = 255;
+
+/// Streams open now, by pod UID.
+#[derive(Default)]
+pub(crate) struct StreamSlots(Mutex<HashMap<String, usize>>);
+
+/// One stream's place, given back on drop.
+struct SlotGuard {
+    slots: Arc<NodeServer>,
+    uid: String,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut open = self.slots.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// A place for a stream into pod `uid`; `None` when the pod or the node has no room.
+fn take_slot(s: &Arc<NodeServer>, uid: &str) -> Option<SlotGuard> {
+    let mut open = s.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let total: usize = open.values().sum();
+    let pod = open.get(uid).copied().unwrap_or(0);
+    if pod >= MAX_STREAMS_PER_POD || total >= MAX_STREAMS {
+        return None;
+    }
+    *open.entry(uid.to_owned()).or_default() += 1;
+    Some(SlotGuard { slots: Arc::clone(s), uid: uid.to_owned() })
+}
+
+/// What a stream request asks (the kubelet's `streaming` options: `input`, `output`,
+/// `error`, `tty` and repeated `command`; the API server's names `stdin`, `stdout`, `stderr`
+/// too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StreamOptions {
+    channels: Channels,
+    command: Vec<String>,
+}
+
+/// A stream request that names no stream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("you must specify at least 1 of stdin, stdout, stderr")]
+struct NoStreams;
+
+fn options(query: &str) -> Result<StreamOptions, NoStreams> {
+    let pairs: Vec<(String, String)> =
+        url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let flag = |names: &[&str]| pairs.iter().any(|(k, v)| names.contains(&k.as_str()) && (v == "1" || v == "true"));
+    let channels = Channels {
+        stdin: flag(&["input", "stdin"]),
+        stdout: flag(&["output", "stdout"]),
+        stderr: flag(&["error", "stderr"]),
+        tty: flag(&["tty"]),
+    };
+    if !(channels.stdin || channels.stdout || channels.stderr) {
+        return Err(NoStreams);
+    }
+    let command: Vec<String> = pairs.into_iter().filter(|(k, _)| k == "command").map(|(_, v)| v).collect();
+    Ok(StreamOptions { channels, command })
+}
+
+/// GET `/exec/{namespace}/{pod}/{container}` (kubelet `getExec`).
+pub(super) async fn exec(
+    State(s): State<Arc<NodeServer>>,
+    UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+    headers: axum::http::HeaderMap,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    stream(s, (ns, pod, container), query, peer, headers, ws, true).await
+}
+
+/// GET `/attach/{namespace}/{pod}/{container}` (kubelet `getAttach`).
+pub(super) async fn attach(
+    State(s): State<Arc<NodeServer>>,
+    UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+    headers: axum::http::HeaderMap,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    stream(s, (ns, pod, container), query, peer, headers, ws, false).await
+}
+
+async fn stream(
+    s: Arc<NodeServer>,
+    (ns, pod, container): (String, String, String),
+    query: Option<String>,
+    peer: podpass_serve::Peer,
+    headers: axum::http::HeaderMap,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    is_exec: bool,
+) -> Response {
+    // The kubelet authorizes a stream as `create nodes/proxy` (its verb for a POST; a
+    // WebSocket's GET asks the same).
+    if let Err(refused) = authorize(&s, &peer, &headers, "create", "proxy").await {
+        return refused;
+    }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => return status(StatusCode::BAD_REQUEST, format!("a stream is a WebSocket upgrade ({e})")),
+    };
+    let opts = match options(query.as_deref().unwrap_or_default()) {
+        Ok(o) => o,
+        Err(e) => return status(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if is_exec && opts.command.is_empty() {
+        return status(StatusCode::BAD_REQUEST, "you must specify at least one command for the container");
+    }
+    let Some(known) = s.pods.get(&ns, &pod) else {
+        return status(StatusCode::NOT_FOUND, format!("pod {pod:?} does not exist"));
+    };
+    let uid = known.metadata.uid.clone().unwrap_or_default();
+    let Some(rt) = s.runtime.clone() else {
+        return status(StatusCode::NOT_FOUND, format!("node {} runs no containers", s.node));
+    };
+    let labels =
+        HashMap::from([(POD_UID_LABEL.to_owned(), uid.clone()), (CONTAINER_NAME_LABEL.to_owned(), container.clone())]);
+    let id = match rt.cri.list_containers(labels).await {
+        Ok(cs) => cs.into_iter().find(|c| c.state == CONTAINER_RUNNING).map(|c| c.id),
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("listing the pod's containers: {e}")),
+    };
+    let Some(id) = id else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            format!("container {container} is not running in pod {pod}: unable to upgrade connection"),
+        );
+    };
+    let Some(slot) = take_slot(&s, &uid) else {
+        return status(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("too many streams (at most {MAX_STREAMS_PER_POD} into one pod, {MAX_STREAMS} on this node)"),
+        );
+    };
+    let asked = if is_exec {
+        rt.cri.exec(&id, opts.command.clone(), opts.channels).await
+    } else {
+        rt.cri.attach(&id, opts.channels).await
+    };
+    let url = match asked {
+        Ok(url) => url,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("asking the runtime for the stream: {e}")),
+    };
+    let command = match remote_command::connect(&url, opts.channels).await {
+        Ok(c) => c,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    tracing::info!(
+        namespace = %ns, pod = %pod, container = %container, exec = is_exec, tty = opts.channels.tty,
+        "stream opened"
+    );
+    ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
+        let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
+        bridge(socket, command, v5).await;
+        tracing::info!(namespace = %ns, pod = %pod, container = %container, "stream closed");
+        drop(slot);
+    })
+}
+
+/// Relays the client's channels and the runtime's streams until the command ends (its
+/// output drained, its Status sent on the error channel) or the client goes away (then the
+/// runtime's connection is closed, which ends the command's streams).
+async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) {
+    let (mut sink, mut source) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<Message>(16);
+    let writer = podpass_serve::spawn_named("stream-ws-write", async move {
+        while let Some(message) = rx.recv().await {
+            let closing = matches!(message, Message::Close(_));
+            if sink.send(message).await.is_err() || closing {
+                break;
+            }
+        }
+    });
+    let pump = |reader: Option<crate::stream::spdy::StreamReader>, channel: u8, tx: mpsc::Sender<Message>| async move {
+        let Some(mut reader) = reader else { return };
+        while let Some(chunk) = reader.next().await {
+            let mut message = Vec::with_capacity(chunk.len() + 1);
+            message.push(channel);
+            message.extend(chunk);
+            if tx.send(Message::Binary(message.into())).await.is_err() {
+                return;
+            }
+        }
+    };
+    let output = {
+        let (stdout, stderr) = (command.stdout.take(), command.stderr.take());
+        let (a, b) = (tx.clone(), tx.clone());
+        async move {
+            tokio::join!(pump(stdout, STDOUT, a), pump(stderr, STDERR, b));
+        }
+    };
+    let (stdin, resize) = (command.stdin.take(), command.resize.take());
+    let input = async move {
+        while let Some(Ok(message)) = source.next().await {
+            let data = match message {
+                Message::Binary(d) => d,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let Some((&channel, payload)) = data.split_first() else { continue };
+            match channel {
+                STDIN => {
+                    if let Some(w) = &stdin
+                        && w.write(payload).await.is_err()
+                    {
+                        break;
+                    }
+                }
+                RESIZE if payload.len() <= MAX_RESIZE => {
+                    if let Some(w) = &resize {
+                        let _ = w.write(payload).await;
+                    }
+                }
+                CLOSE if v5 && payload.first() == Some(&STDIN) => {
+                    if let Some(w) = &stdin {
+                        let _ = w.close().await;
+                    }
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::pin!(input);
+    let ended = tokio::select! {
+        () = output => true,
+        () = &mut input => false,
+    };
+    if ended {
+        // The command's output is done: its Status follows on the error channel.
+        let mut status = Vec::new();
+        while let Some(chunk) = command.error.next().await {
+            status.extend(chunk);
+            if status.len() > MAX_MESSAGE {
+                break;
+            }
+        }
+        if !status.is_empty() {
+            let mut message = vec![ERROR];
+            message.extend(status);
+            let _ = tx.send(Message::Binary(message.into())).await;
+        }
+        let _ = tx.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+    }
+    // The client gone (or the command done): the runtime's connection goes with it.
+    command.connection.go_away().await;
+    drop(command);
+    drop(tx);
+    let _ = writer.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_options_are_read_as_the_kubelet_and_the_api_server_name_them() {
+        let o =
+            options("command=sh&command=-c&command=echo%20hi&input=1&output=1&tty=1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.command, ["sh", "-c", "echo hi"]);
+        assert_eq!(o.channels, Channels { stdin: true, stdout: true, stderr: false, tty: true });
+        let o = options("stdout=true&stderr=true&command=ls").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(o.channels, Channels { stdin: false, stdout: true, stderr: true, tty: false });
+        assert_eq!(
+            options("command=ls").err().map(|e| e.to_string()).as_deref(),
+            Some("you must specify at least 1 of stdin, stdout, stderr")
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! End-to-end: `kubectl exec` (issue 55) through the API server and the node to containerd.
+//! The real kubectl (≥ 1.30 speaks WebSocket `v5.channel.k8s.io`) asks the API server, which
+//! authorizes `pods/exec` (a WebSocket's GET needs `create`, as upstream since 1.31), audits
+//! it and splices the connection to the node's `/exec`; the node (which allows only
+//! identities with `nodes/proxy`) asks containerd over CRI `Exec` and relays to its stream
+//! server over SPDY. stdout and stderr arrive apart, stdin and its end reach the command,
+//! the exit code is kubectl's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+
+mod containerd;
+mod registry;
+mod support;
+use containerd::APP_IMAGE;
+use registry::free_port;
+use support::*;
+
+/// The real kubectl with `kubeconfig`, `input` on its stdin.
+fn kubectl_input(
+    kubeconfig: &std::path::Path,
+    cache: &std::path::Path,
+    args: &[&str],
+    input: &[u8],
+) -> std::process::Output {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
+    assert!(rustix::process::geteuid().is_root(), "running containers needs root");
+    let dir = tempfile::Builder::new().prefix("streams").tempdir_in("/tmp").unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("api")).unwrap();
+    let audit_log = d.join("audit.log");
+    let s = start(&d.join("api"), &["--audit-log-path", audit_log.to_str().unwrap()]);
+    let api = d.join("api");
+    let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cat", "sleep", "echo", "wc"]);
+    let kubeconfig = node_kubeconfig(&api, &d.join("n1.kubeconfig"));
+    let port = free_port();
+    let _agent = spawn_agent_with(
+        &kubeconfig,
+        &d.join("root"),
+        Some(&d.join("agent.log")),
+        &["--container-runtime-endpoint", &runtime.endpoint, "--port", &port.to_string()],
+    );
+    for ns in ["team", "other"] {
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces", Some(body)).0, 201);
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}});
+    for ns in ["team", "other"] {
+        let pods = format!("/api/v1/namespaces/{ns}/pods");
+        wait_for(&format!("pod {ns}/web created"), Duration::from_secs(30), || {
+            let (code, body) = admin_request(&s, Method::POST, &pods, Some(pod.clone()));
+            (code == 201 || code == 409).then_some(body)
+        });
+        wait_for(&format!("pod {ns}/web running"), Duration::from_secs(60), || {
+            let (_, p) = admin_get(&s, &format!("{pods}/web"));
+            (p["status"]["phase"] == "Running").then_some(p)
+        });
+    }
+
+    // stdout and stderr apart, the exit code kubectl's own.
+    let out =
+        admin_kubectl(&api, &["exec", "-n", "team", "web", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("err\n"), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    // stdin, and its end (v5's close signal): cat ends once its input does.
+    let input: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let cache = api.join("kube-cache");
+    let out =
+        kubectl_input(&api.join("admin.kubeconfig"), &cache, &["exec", "-i", "-n", "team", "web", "--", "cat"], &input);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, input, "stdin crossed whole and came back");
+    // The audit names the exec: user, pod, container and command (in the URI).
+    let audit = std::fs::read_to_string(&audit_log).unwrap_or_default();
+    let line = audit.lines().rev().find(|l| l.contains("/pods/web/exec?")).unwrap_or_default();
+    assert!(line.contains("command=cat") && line.contains("\"username\":\"admin\""), "{line}");
+    assert!(line.contains("\"subresource\":\"exec\"") && line.contains("\"code\":101"), "{line}");
+
+    // A tenant with `get` on pods/exec but not `create`: a WebSocket exec is refused (403).
+    std::fs::write(d.join("alice.kubeconfig"), ok(identity_output(&api, "alice", &[]), "alice kubeconfig")).unwrap();
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "exec"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}]});
+    assert_eq!(
+        admin_request(&s, Method::POST, "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles", Some(role)).0,
+        201
+    );
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "exec"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "exec"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]});
+    assert_eq!(
+        admin_request(
+            &s,
+            Method::POST,
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings",
+            Some(binding)
+        )
+        .0,
+        201
+    );
+    let alice = |args: &[&str]| kubectl_with(&d.join("alice.kubeconfig"), &d.join("alice-cache"), args);
+    let refused = alice(&["exec", "-n", "team", "web", "--", "echo", "hi"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("forbidden"), "{refused:?}");
+    // With `create`, it runs; another namespace's pod stays out of reach.
+    let patch = json!([{"op": "add", "path": "/rules/1/verbs/-", "value": "create"}]);
+    let (code, _) = admin_raw_request(
+        &s,
+        Method::PATCH,
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles/exec",
+        Some(("application/json-patch+json", patch.to_string().into_bytes())),
+    );
+    assert_eq!(code, 200);
+    let ran = wait_for("alice's exec allowed", Duration::from_secs(30), || {
+        let out = alice(&["exec", "-n", "team", "web", "--", "echo", "hi"]);
+        out.status.success().then(|| json!(String::from_utf8_lossy(&out.stdout)))
+    });
+    assert_eq!(ran, "hi\n");
+    let other = alice(&["exec", "-n", "other", "web", "--", "echo", "hi"]);
+    assert!(!other.status.success() && String::from_utf8_lossy(&other.stderr).contains("forbidden"), "{other:?}");
+
+    // The node's own streaming path: a tenant's bearer token is no `nodes/proxy`.
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "t"}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/serviceaccounts", Some(sa)).0, 201);
+    let tr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    let (code, issued) = admin_request(&s, Method::POST, "/api/v1/namespaces/team/serviceaccounts/t/token", Some(tr));
+    assert_eq!(code, 201, "{issued}");
+    let token = issued["status"]["token"].as_str().unwrap().to_owned();
+    let node = reqwest::blocking::Client::builder().tls_danger_accept_invalid_certs(true).build().unwrap();
+    let answer = node
+        .get(format!("https://127.0.0.1:{port}/exec/team/web/app?command=echo&output=1"))
+        .bearer_auth(&token)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-protocol", "v5.channel.k8s.io")
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 403, "{:?}", answer.text());
+}
