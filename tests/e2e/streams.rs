@@ -53,7 +53,8 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     let audit_log = d.join("audit.log");
     let s = start(&d.join("api"), &["--audit-log-path", audit_log.to_str().unwrap()]);
     let api = d.join("api");
-    let runtime = containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cat", "sleep", "echo", "wc"]);
+    let runtime =
+        containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cat", "sleep", "echo", "wc", "ps", "tty"]);
     let kubeconfig = node_kubeconfig(&api, &d.join("n1.kubeconfig"));
     let port = free_port();
     let _agent = spawn_agent_with(
@@ -101,6 +102,55 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     assert!(line.contains("command=cat") && line.contains("\"username\":\"admin\""), "{line}");
     assert!(line.contains("\"subresource\":\"exec\"") && line.contains("\"code\":101"), "{line}");
 
+    // A TTY (kubectl given a terminal by script(1)): the command sees one; stderr merged.
+    let tty = Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "kubectl --kubeconfig {} --cache-dir {} exec -it -n team web -- /bin/sh -c 'tty; echo to-stderr >&2'",
+            api.join("admin.kubeconfig").display(),
+            cache.display()
+        ))
+        .arg("/dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&tty.stdout);
+    assert!(said.contains("/dev/pts/") && said.contains("to-stderr"), "{tty:?}");
+
+    // The Python client's exec stream (WebSocket v4.channel.k8s.io, a GET).
+    let script = r#"
+import json, sys
+from kubernetes import client, config
+from kubernetes.stream import stream
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+r = stream(v1.connect_get_namespaced_pod_exec, "web", "team", command=["/bin/sh", "-c", "echo py-out; echo py-err >&2; exit 4"],
+           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+r.run_forever(timeout=30)
+print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.returncode}))
+"#;
+    let py = Command::new("python3")
+        .args(["-c", script, api.join("admin.kubeconfig").to_str().unwrap()])
+        .output()
+        .expect("python3 with the kubernetes client (scripts/install-test-deps)");
+    let said: serde_json::Value = serde_json::from_str(&ok(py, "python exec")).unwrap();
+    assert_eq!(said, json!({"out": "py-out\n", "err": "py-err\n", "code": 4}));
+
+    // kubectl attach: the container's own process, its stdin given.
+    let reader = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"},
+        "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never", "stdin": true,
+                "command": ["/bin/sh", "-c", "while read line; do echo \"got $line\"; done"]}]}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/pods", Some(reader)).0, 201);
+    wait_for("pod team/reader running", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/team/pods/reader");
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let attached =
+        kubectl_input(&api.join("admin.kubeconfig"), &cache, &["attach", "-i", "-n", "team", "reader"], b"one\ntwo\n");
+    let out = String::from_utf8_lossy(&attached.stdout);
+    assert!(out.contains("got one") && out.contains("got two"), "{attached:?}");
+
     // A tenant with `get` on pods/exec but not `create`: a WebSocket exec is refused (403).
     std::fs::write(d.join("alice.kubeconfig"), ok(identity_output(&api, "alice", &[]), "alice kubeconfig")).unwrap();
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "exec"},
@@ -143,6 +193,63 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     assert_eq!(ran, "hi\n");
     let other = alice(&["exec", "-n", "other", "web", "--", "echo", "hi"]);
     assert!(!other.status.success() && String::from_utf8_lossy(&other.stderr).contains("forbidden"), "{other:?}");
+
+    // alice opening streams without end is held to the pod's share (16): the rest are 429,
+    // while another tenant's exec, into its own pod, runs. Her clients gone, their
+    // commands go with them.
+    let flood = r#"
+import json, sys, time
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+held, refused = [], []
+for i in range(40):
+    try:
+        held.append(stream(v1.connect_get_namespaced_pod_exec, "web", "team", command=["/bin/sleep", "600"],
+                           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False))
+    except ApiException as e:
+        refused.append(str(e))
+print(json.dumps({"held": len(held), "refused": refused}), flush=True)
+sys.stdin.readline()
+for h in held:
+    h.close()
+"#;
+    let mut flooder = Command::new("python3")
+        .args(["-c", flood, d.join("alice.kubeconfig").to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(flooder.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let flooded: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(flooded["held"], 16, "{flooded}");
+    let refused = flooded["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 24, "{flooded}");
+    assert!(refused.iter().all(|r| r.to_string().contains("429")), "{flooded}");
+    let victim = admin_kubectl(&api, &["exec", "-n", "other", "web", "--", "echo", "unaffected"]);
+    assert_eq!(String::from_utf8_lossy(&victim.stdout), "unaffected\n", "{victim:?}");
+    // The pod is full: counted from the host (the flood's commands are this test's only
+    // `/bin/sleep 600`).
+    let sleeping = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|c| c == b"/bin/sleep\x00600\x00")
+            .count()
+    };
+    assert_eq!(sleeping(), 16);
+    let full = admin_kubectl(&api, &["exec", "-n", "team", "web", "--", "true"]);
+    assert!(String::from_utf8_lossy(&full.stderr).contains("too many streams"), "{full:?}");
+    drop(flooder.stdin.take());
+    flooder.wait().unwrap();
+    wait_for("the flood's commands ended with their clients", Duration::from_secs(60), || {
+        (sleeping() == 0).then_some(json!(null))
+    });
 
     // The node's own streaming path: a tenant's bearer token is no `nodes/proxy`.
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "t"}});

@@ -17,6 +17,7 @@ mod ephemeral;
 mod events;
 mod eviction;
 mod eviction_manager;
+mod exec_processes;
 mod heartbeat;
 mod image_audit;
 mod in_cluster;

@@ -6,7 +6,7 @@
 //! runtime's stream server over SPDY ([`crate::stream::remote_command`]). Streams are bounded
 //! per pod and per node; nothing of a stream is logged but its metadata.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -17,6 +17,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
 use super::containers::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
+use super::exec_processes::{self, Process};
 use super::server::{NodeServer, authorize, status};
 use crate::runtime::CONTAINER_RUNNING;
 use crate::stream::remote_command::{self, Channels, RemoteCommand};
@@ -40,9 +41,9 @@ const RESIZE: u8 = 4;
 /// v5's close signal: `[255, channel]`.
 const CLOSE: u8 = 255;
 
-/// Streams open now, by pod UID.
+/// Streams open now, by pod UID, and the exec'd processes they started.
 #[derive(Default)]
-pub(crate) struct StreamSlots(Mutex<HashMap<String, usize>>);
+pub(crate) struct StreamSlots(Mutex<HashMap<String, usize>>, Arc<Mutex<HashSet<Process>>>);
 
 /// One stream's place, given back on drop.
 struct SlotGuard {
@@ -143,10 +144,6 @@ async fn stream(
     if let Err(refused) = authorize(&s, &peer, &headers, "create", "proxy").await {
         return refused;
     }
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(e) => return status(StatusCode::BAD_REQUEST, format!("a stream is a WebSocket upgrade ({e})")),
-    };
     let opts = match options(query.as_deref().unwrap_or_default()) {
         Ok(o) => o,
         Err(e) => return status(StatusCode::BAD_REQUEST, e.to_string()),
@@ -179,6 +176,23 @@ async fn stream(
             format!("too many streams (at most {MAX_STREAMS_PER_POD} into one pod, {MAX_STREAMS} on this node)"),
         );
     };
+    // After the bounds, so a client falling back to SPDY hears why its WebSocket was refused.
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => {
+            return status(
+                StatusCode::BAD_REQUEST,
+                format!("podpass serves streams over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io), not SPDY ({e})"),
+            );
+        }
+    };
+    // The container's processes before: the exec's own is the one that appears after.
+    let before = if is_exec {
+        let id = id.clone();
+        tokio::task::spawn_blocking(move || exec_processes::roots(&id)).await.unwrap_or_default()
+    } else {
+        HashSet::new()
+    };
     let asked = if is_exec {
         rt.cri.exec(&id, opts.command.clone(), opts.channels).await
     } else {
@@ -196,18 +210,38 @@ async fn stream(
         namespace = %ns, pod = %pod, container = %container, exec = is_exec, tty = opts.channels.tty,
         "stream opened"
     );
+    // Found while the stream starts (the process appears once its streams are open).
+    let claims = Arc::clone(&s.streams.1);
+    let started = is_exec.then(|| {
+        let (id, claims) = (id.clone(), Arc::clone(&claims));
+        tokio::task::spawn_blocking(move || {
+            exec_processes::new_root(&id, &before, &claims, std::time::Duration::from_secs(2))
+        })
+    });
     ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
         let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
-        bridge(socket, command, v5).await;
-        tracing::info!(namespace = %ns, pod = %pod, container = %container, "stream closed");
+        let finished = bridge(socket, command, v5).await;
+        let root = match started {
+            Some(found) => found.await.ok().flatten(),
+            None => None,
+        };
+        if let Some(root) = root {
+            if !finished {
+                // The client went away mid-command: what it started goes too.
+                let id = id.clone();
+                let _ = tokio::task::spawn_blocking(move || exec_processes::kill_tree(&id, root)).await;
+            }
+            claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&root);
+        }
+        tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
         drop(slot);
     })
 }
 
 /// Relays the client's channels and the runtime's streams until the command ends (its
-/// output drained, its Status sent on the error channel) or the client goes away (then the
-/// runtime's connection is closed, which ends the command's streams).
-async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) {
+/// output drained, its Status sent on the error channel: `true`) or the client goes away
+/// (`false`; the runtime's connection is closed, which ends the command's streams).
+async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool {
     let (mut sink, mut source) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Message>(16);
     let writer = podpass_serve::spawn_named("stream-ws-write", async move {
@@ -293,6 +327,7 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) {
     drop(command);
     drop(tx);
     let _ = writer.await;
+    ended
 }
 
 #[cfg(test)]
