@@ -53,8 +53,10 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     let audit_log = d.join("audit.log");
     let s = start(&d.join("api"), &["--audit-log-path", audit_log.to_str().unwrap()]);
     let api = d.join("api");
-    let runtime =
-        containerd::Containerd::start_with_app(&d.join("c"), &["sh", "cat", "sleep", "echo", "wc", "ps", "tty"]);
+    let runtime = containerd::Containerd::start_with_app(
+        &d.join("c"),
+        &["sh", "cat", "sleep", "echo", "wc", "ps", "tty", "tar", "mkdir"],
+    );
     let kubeconfig = node_kubeconfig(&api, &d.join("n1.kubeconfig"));
     let port = free_port();
     let _agent = spawn_agent_with(
@@ -150,6 +152,47 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
         kubectl_input(&api.join("admin.kubeconfig"), &cache, &["attach", "-i", "-n", "team", "reader"], b"one\ntwo\n");
     let out = String::from_utf8_lossy(&attached.stdout);
     assert!(out.contains("got one") && out.contains("got two"), "{attached:?}");
+
+    // kubectl cp both ways, byte for byte (tar through exec's stdin and stdout).
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(d.join("payload.bin"), &payload).unwrap();
+    let cp = |args: &[&str]| {
+        let mut all = vec!["cp"];
+        all.extend_from_slice(args);
+        ok(admin_kubectl(&api, &all), "kubectl cp")
+    };
+    cp(&[d.join("payload.bin").to_str().unwrap(), "team/web:/tmp/payload.bin"]);
+    let back = d.join("back.bin");
+    cp(&["team/web:/tmp/payload.bin", back.to_str().unwrap()]);
+    assert!(std::fs::read(&back).unwrap() == payload, "the file came back as it went");
+
+    // kubectl run -i --rm: a pod attached to, then deleted.
+    let once = kubectl_input(
+        &api.join("admin.kubeconfig"),
+        &cache,
+        &[
+            "run",
+            "-n",
+            "team",
+            "twice",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "--image",
+            APP_IMAGE,
+            "--image-pull-policy",
+            "Never",
+            "--",
+            "/bin/sh",
+            "-c",
+            "read line; echo \"ran $line\"",
+        ],
+        b"it\n",
+    );
+    assert!(String::from_utf8_lossy(&once.stdout).contains("ran it"), "{once:?}");
+    wait_for("kubectl run --rm deleted its pod", Duration::from_secs(60), || {
+        (admin_get(&s, "/api/v1/namespaces/team/pods/twice").0 == 404).then_some(json!(null))
+    });
 
     // A tenant with `get` on pods/exec but not `create`: a WebSocket exec is refused (403).
     std::fs::write(d.join("alice.kubeconfig"), ok(identity_output(&api, "alice", &[]), "alice kubeconfig")).unwrap();
@@ -247,9 +290,18 @@ for h in held:
     assert!(String::from_utf8_lossy(&full.stderr).contains("too many streams"), "{full:?}");
     drop(flooder.stdin.take());
     flooder.wait().unwrap();
-    wait_for("the flood's commands ended with their clients", Duration::from_secs(60), || {
-        (sleeping() == 0).then_some(json!(null))
-    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sleeping() > 0 {
+        let log = std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
+        let tail: Vec<&str> =
+            log.lines().filter(|l| l.contains("exec process") || l.contains("stream closed")).collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flood's commands ended with their clients ({} left): {tail:#?}",
+            sleeping()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // The node's own streaming path: a tenant's bearer token is no `nodes/proxy`.
     let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "t"}});

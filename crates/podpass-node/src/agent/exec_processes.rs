@@ -46,15 +46,19 @@ pub(super) fn roots(container: &str) -> HashSet<Process> {
     all.into_iter().filter(|(_, ppid)| !pids.contains(ppid)).map(|(p, _)| p).collect()
 }
 
-/// Waits (at most `limit`) for a root that was not there `before` and is not `claimed`;
-/// the newest such.
+/// Waits (at most `limit`, and no longer once `done` is set) for a root that was not there
+/// `before` and is not `claimed`; the newest such, claimed.
 pub(super) fn new_root(
     container: &str,
     before: &HashSet<Process>,
     claimed: &std::sync::Mutex<HashSet<Process>>,
+    done: &std::sync::atomic::AtomicBool,
     limit: Duration,
 ) -> Option<Process> {
     let deadline = std::time::Instant::now() + limit;
+    // Quick at first (the process usually appears within milliseconds), then sparing: a
+    // loaded runtime may take seconds, and each look reads every process's cgroup.
+    let mut pause = Duration::from_millis(10);
     loop {
         let mut claimed = claimed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let fresh = roots(container)
@@ -66,10 +70,11 @@ pub(super) fn new_root(
             return Some(p);
         }
         drop(claimed);
-        if std::time::Instant::now() >= deadline {
+        if std::time::Instant::now() >= deadline || done.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(500));
     }
 }
 

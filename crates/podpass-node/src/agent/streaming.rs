@@ -41,9 +41,27 @@ const RESIZE: u8 = 4;
 /// v5's close signal: `[255, channel]`.
 const CLOSE: u8 = 255;
 
-/// Streams open now, by pod UID, and the exec'd processes they started.
+/// Streams open now, by pod UID; the exec'd processes they started; and, per container,
+/// the exec starting now (one at a time, so the process that appears is that exec's own).
 #[derive(Default)]
-pub(crate) struct StreamSlots(Mutex<HashMap<String, usize>>, Arc<Mutex<HashSet<Process>>>);
+pub(crate) struct StreamSlots(
+    Mutex<HashMap<String, usize>>,
+    Arc<Mutex<HashSet<Process>>>,
+    Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+);
+
+impl StreamSlots {
+    /// Waits for container `id`'s turn to start an exec.
+    async fn start_turn(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut turns = self.2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Containers no exec waits on any more are forgotten.
+            turns.retain(|_, l| Arc::strong_count(l) > 1);
+            Arc::clone(turns.entry(id.to_owned()).or_default())
+        };
+        lock.lock_owned().await
+    }
+}
 
 /// One stream's place, given back on drop.
 struct SlotGuard {
@@ -186,7 +204,9 @@ async fn stream(
             );
         }
     };
-    // The container's processes before: the exec's own is the one that appears after.
+    // The container's processes before: the exec's own is the one that appears after
+    // (no other exec of the container starting meanwhile).
+    let turn = if is_exec { Some(s.streams.start_turn(&id).await) } else { None };
     let before = if is_exec {
         let id = id.clone();
         tokio::task::spawn_blocking(move || exec_processes::roots(&id)).await.unwrap_or_default()
@@ -212,29 +232,36 @@ async fn stream(
     );
     // Found while the stream starts (the process appears once its streams are open).
     let claims = Arc::clone(&s.streams.1);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = is_exec.then(|| {
-        let (id, claims) = (id.clone(), Arc::clone(&claims));
+        let (id, claims, done) = (id.clone(), Arc::clone(&claims), Arc::clone(&done));
         tokio::task::spawn_blocking(move || {
-            exec_processes::new_root(&id, &before, &claims, std::time::Duration::from_secs(2))
+            let found = exec_processes::new_root(&id, &before, &claims, &done, std::time::Duration::from_secs(30));
+            drop(turn);
+            found
         })
     });
     ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
         let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
         let finished = bridge(socket, command, v5).await;
-        let root = match started {
-            Some(found) => found.await.ok().flatten(),
-            None => None,
-        };
-        if let Some(root) = root {
-            if !finished {
-                // The client went away mid-command: what it started goes too.
-                let id = id.clone();
-                let _ = tokio::task::spawn_blocking(move || exec_processes::kill_tree(&id, root)).await;
-            }
-            claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&root);
-        }
         tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
         drop(slot);
+        // A command that ended needs no search (it may never have been seen, so brief was
+        // it); one whose client went away is found, if it is still starting, and killed.
+        if finished {
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let Some(found) = started else { return };
+        let Ok(Some(root)) = found.await else {
+            tracing::debug!(finished, "exec process not found");
+            return;
+        };
+        tracing::debug!(finished, ?root, "exec process found");
+        if !finished {
+            let id = id.clone();
+            let _ = tokio::task::spawn_blocking(move || exec_processes::kill_tree(&id, root)).await;
+        }
+        claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&root);
     })
 }
 
