@@ -322,4 +322,34 @@ for h in held:
         .send()
         .unwrap();
     assert_eq!(answer.status().as_u16(), 403, "{:?}", answer.text());
+
+    // kubectl top: the metrics API from the node's samples (two, 10 s apart, make a rate).
+    let top = wait_for("kubectl top pod lists team's pods", Duration::from_secs(90), || {
+        let out = admin_kubectl(&api, &["top", "pod", "-n", "team", "--containers"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && text.lines().any(|l| l.starts_with("web "))).then_some(json!(text))
+    });
+    let text = top.as_str().unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["POD", "NAME", "CPU(cores)", "MEMORY(bytes)"], "{text}");
+    let row: Vec<&str> = text.lines().find(|l| l.starts_with("web ")).unwrap().split_whitespace().collect();
+    assert_eq!(row[1], "app", "{text}");
+    assert!(row[2].ends_with('m') && row[3].ends_with("Mi"), "{text}");
+    let nodes = ok(admin_kubectl(&api, &["top", "node"]), "kubectl top node");
+    let header: Vec<&str> = nodes.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header[..3], ["NAME", "CPU(cores)", "CPU(%)"], "{nodes}");
+    assert!(nodes.lines().any(|l| l.starts_with("n1 ")), "{nodes}");
+    let (code, one) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/web");
+    assert_eq!(code, 200, "{one}");
+    assert_eq!(
+        (one["kind"].as_str(), one["containers"][0]["name"].as_str()),
+        (Some("PodMetrics"), Some("app")),
+        "{one}"
+    );
+    assert!(one["window"].as_str().is_some_and(|w| w.ends_with('s')) && one["timestamp"].is_string(), "{one}");
+    let (code, _) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/absent");
+    assert_eq!(code, 404);
+    // alice's role names no metrics: refused as any other read.
+    let denied = alice(&["top", "pod", "-n", "team"]);
+    assert!(!denied.status.success() && String::from_utf8_lossy(&denied.stderr).contains("forbidden"), "{denied:?}");
 }

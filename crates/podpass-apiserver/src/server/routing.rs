@@ -282,6 +282,24 @@ async fn dispatch(
     {
         return rest::pod_stream::connect(state, parts, (ns, name, sub), &user.name).await;
     }
+    if let Some(rest::resources::Target::Resource(api_path)) = &target
+        && api_path.group == rest::metrics_api::GROUP
+    {
+        if parts.method != axum::http::Method::GET
+            || api_path.subresource.is_some()
+            || !["pods", "nodes"].contains(&api_path.resource.as_str())
+        {
+            return Err(StatusError::not_found_path());
+        }
+        return rest::metrics_api::serve(
+            state,
+            &api_path.resource,
+            api_path.namespace.as_deref(),
+            api_path.name.as_deref(),
+            &query,
+        )
+        .await;
+    }
     match target {
         Some(rest::resources::Target::Group(g)) => rest::group(&g),
         Some(rest::resources::Target::GroupVersion { group, version }) => rest::resource_list(&group, &version),

@@ -34,6 +34,7 @@ mod pods;
 mod pressure;
 mod prober;
 mod provider_config;
+mod resource_metrics;
 mod server;
 mod sources;
 mod status;
@@ -721,7 +722,12 @@ async fn spawn_node_server(
         runtime: shared.runtime.clone(),
         shared: shared.clone(),
         streams: Default::default(),
+        resources: Default::default(),
     });
+    podpass_serve::spawn_named(
+        "resource-metrics",
+        resource_metrics::sample_loop(node_server.resources.clone(), shared.runtime.clone()),
+    );
     let router = server::router(node_server);
     let limits = podpass_serve::ServeLimits::default();
     if !(this.config.rotate_server_certificates || this.kubelet.server_tls_bootstrap) {

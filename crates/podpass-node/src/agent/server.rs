@@ -53,6 +53,8 @@ pub(crate) struct NodeServer {
     pub shared: Arc<super::worker::Shared>,
     /// Exec and attach streams open now.
     pub streams: super::streaming::StreamSlots,
+    /// The resource metrics' last samples.
+    pub resources: Arc<super::resource_metrics::ResourceSamples>,
 }
 
 pub(super) fn status(code: StatusCode, message: impl Into<String>) -> Response {
@@ -208,6 +210,19 @@ async fn node_metrics(
     super::ops::render_metrics(s.shared.clone()).await
 }
 
+/// GET `/stats/summary`: the resource metrics (the Summary API's subset metrics-server
+/// reads), to an identity allowed `get nodes/stats`.
+async fn stats_summary(
+    State(s): State<Arc<NodeServer>>,
+    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    if let Err(refused) = authorize(&s, &peer, &headers, "get", "stats").await {
+        return refused;
+    }
+    axum::Json(s.resources.summary(&s.node)).into_response()
+}
+
 /// GET `/containerLogs/{namespace}/{pod}/{container}` (kubelet `getContainerLogs`).
 async fn container_logs(
     State(s): State<Arc<NodeServer>>,
@@ -335,6 +350,7 @@ pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
     axum::Router::new()
         .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
         .route("/metrics", axum::routing::get(node_metrics))
+        .route("/stats/summary", axum::routing::get(stats_summary))
         .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::exec))
         .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::attach))
         .with_state(server)

@@ -681,12 +681,79 @@ pub struct ContainerStatsResponse {
     pub stats: Option<ContainerStats>,
 }
 
-/// `ContainerStats` (the writable layer only: the eviction manager's rootfs usage).
+/// `ContainerStats`: the writable layer (the eviction manager's rootfs usage), CPU and
+/// memory (the resource metrics).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerStats {
+    /// Which container.
+    #[prost(message, optional, tag = "1")]
+    pub attributes: Option<ContainerAttributes>,
+    /// Its CPU.
+    #[prost(message, optional, tag = "2")]
+    pub cpu: Option<CpuUsage>,
+    /// Its memory.
+    #[prost(message, optional, tag = "3")]
+    pub memory: Option<MemoryUsage>,
     /// Usage of the container's writable layer.
     #[prost(message, optional, tag = "4")]
     pub writable_layer: Option<FilesystemUsage>,
+}
+
+/// `ContainerAttributes`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerAttributes {
+    /// The container's ID.
+    #[prost(string, tag = "1")]
+    pub id: String,
+    /// Its labels.
+    #[prost(map = "string, string", tag = "3")]
+    pub labels: HashMap<String, String>,
+}
+
+/// `CpuUsage`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CpuUsage {
+    /// When it was measured (ns since the epoch).
+    #[prost(int64, tag = "1")]
+    pub timestamp: i64,
+    /// CPU time used, cumulative (ns).
+    #[prost(message, optional, tag = "2")]
+    pub usage_core_nano_seconds: Option<UInt64Value>,
+}
+
+/// `MemoryUsage`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemoryUsage {
+    /// When it was measured (ns since the epoch).
+    #[prost(int64, tag = "1")]
+    pub timestamp: i64,
+    /// The working set (bytes).
+    #[prost(message, optional, tag = "2")]
+    pub working_set_bytes: Option<UInt64Value>,
+}
+
+/// `ContainerStatsFilter`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerStatsFilter {
+    /// Containers carrying every one of these labels.
+    #[prost(map = "string, string", tag = "3")]
+    pub label_selector: HashMap<String, String>,
+}
+
+/// `ListContainerStatsRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListContainerStatsRequest {
+    /// Which containers.
+    #[prost(message, optional, tag = "1")]
+    pub filter: Option<ContainerStatsFilter>,
+}
+
+/// `ListContainerStatsResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListContainerStatsResponse {
+    /// Each container's.
+    #[prost(message, repeated, tag = "1")]
+    pub stats: Vec<ContainerStats>,
 }
 
 /// `FilesystemUsage`.

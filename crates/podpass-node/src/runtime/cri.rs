@@ -202,6 +202,17 @@ impl CriRuntime {
         Ok(r.url)
     }
 
+    /// `ListContainerStats` of the containers carrying every label of `labels`.
+    pub async fn list_container_stats(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<ContainerStats>, RuntimeError> {
+        let req = ListContainerStatsRequest { filter: Some(ContainerStatsFilter { label_selector: labels }) };
+        let r: ListContainerStatsResponse =
+            self.call("/runtime.v1.RuntimeService/ListContainerStats", req, REQUEST_TIMEOUT).await?;
+        Ok(r.stats)
+    }
+
     /// `StartContainer`.
     pub async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let req = ContainerIdRequest { container_id: id.to_owned() };

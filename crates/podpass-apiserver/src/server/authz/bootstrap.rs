@@ -239,6 +239,17 @@ fn user_facing_roles() -> Vec<Value> {
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
             json!([rule(&["create"], "certificates.k8s.io", &["certificatesigningrequests/selfnodeclient"])]),
         ),
+        // metrics-server's own role: the resource metrics, read by whoever may view.
+        {
+            let mut r = role(
+                "system:aggregated-metrics-reader",
+                json!([rule(&["get", "list", "watch"], "metrics.k8s.io", &["pods", "nodes"])]),
+            );
+            for to in ["view", "edit", "admin"] {
+                r["metadata"]["labels"][format!("{RBAC}/aggregate-to-{to}")] = json!("true");
+            }
+            r
+        },
     ]
 }
 

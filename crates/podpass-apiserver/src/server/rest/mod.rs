@@ -10,6 +10,7 @@ pub mod field_validation;
 mod kinds;
 pub(crate) mod lifecycle;
 mod list;
+pub(crate) mod metrics_api;
 pub mod objects;
 pub mod openapi;
 mod openapi_v2_proto;
@@ -51,6 +52,9 @@ fn json_response(code: StatusCode, body: Value) -> Response {
 
 /// `/api/v1` or `/apis/<g>/v1`: the APIResourceList.
 pub fn resource_list(group: &str, version: &str) -> Result<Response, StatusError> {
+    if (group, version) == (metrics_api::GROUP, metrics_api::VERSION) {
+        return Ok(metrics_api::resource_list());
+    }
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
     let mut resources: Vec<Value> = Vec::new();
     for r in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
@@ -94,12 +98,19 @@ fn group_json(name: &str) -> Value {
 
 /// `/apis`: the APIGroupList.
 pub fn group_list() -> Response {
-    let groups: Vec<Value> = groups().into_iter().map(group_json).collect();
+    let mut groups: Vec<Value> = groups().into_iter().map(group_json).collect();
+    groups.push(metrics_api::group_entry());
     json_response(StatusCode::OK, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
 }
 
 /// `/apis/<g>`: one APIGroup.
 pub fn group(name: &str) -> Result<Response, StatusError> {
+    if name == metrics_api::GROUP {
+        let mut g = metrics_api::group_entry();
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        return Ok(json_response(StatusCode::OK, g));
+    }
     if !groups().contains(&name) {
         return Err(StatusError::not_found_path());
     }

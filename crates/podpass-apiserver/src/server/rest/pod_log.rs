@@ -63,6 +63,16 @@ pub(super) async fn node_url(
         return Err(StatusError::bad_request(format!("pod {name} does not have a host assigned")));
     }
     let node_obj = state.store.get(&ObjectKey::cluster("nodes", &node)).await?.object;
+    let (client, url) = node_endpoint(state, &node_obj)?;
+    Ok((client, url, node))
+}
+
+/// The kubelet client and the base URL of Node `node_obj`.
+pub(super) fn node_endpoint(
+    state: &AppState,
+    node_obj: &Value,
+) -> Result<(reqwest::Client, reqwest::Url), StatusError> {
+    let node = node_obj.field("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let addresses = node_obj.field("/status/addresses").and_then(Value::as_array).cloned().unwrap_or_default();
     let address = ["InternalIP", "ExternalIP", "Hostname"]
         .iter()
@@ -87,7 +97,7 @@ pub(super) async fn node_url(
     let host = if address.contains(':') { format!("[{address}]") } else { address };
     let url = reqwest::Url::parse(&format!("https://{host}:{port}/"))
         .map_err(|e| StatusError::internal(format!("node address: {e}")))?;
-    Ok((client.clone(), url, node))
+    Ok((client.clone(), url))
 }
 
 /// An error answer of the node, as the API server's (its status and first 4 KiB).

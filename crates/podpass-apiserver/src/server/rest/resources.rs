@@ -264,12 +264,17 @@ pub fn parse(path: &str) -> Option<Target> {
     match rest {
         [] => Some(Target::GroupVersion { group: group.clone(), version: version.clone() }),
         // /namespaces/<ns>/<resource>… unless <resource> is a subresource of the namespace
-        ["namespaces", ns, res, tail @ ..] if find(&group, res).is_some_and(|r| r.namespaced) => match tail {
-            [] => path(Some(ns), res, None, None),
-            [name] => path(Some(ns), res, Some(name), None),
-            [name, sub] => path(Some(ns), res, Some(name), Some(sub)),
-            _ => None,
-        },
+        ["namespaces", ns, res, tail @ ..]
+            if find(&group, res).is_some_and(|r| r.namespaced)
+                || (group == super::metrics_api::GROUP && *res == "pods") =>
+        {
+            match tail {
+                [] => path(Some(ns), res, None, None),
+                [name] => path(Some(ns), res, Some(name), None),
+                [name, sub] => path(Some(ns), res, Some(name), Some(sub)),
+                _ => None,
+            }
+        }
         [res] => path(None, res, None, None),
         [res, name] => path(None, res, Some(name), None),
         [res, name, sub] => path(None, res, Some(name), Some(sub)),
