@@ -194,6 +194,31 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
         (admin_get(&s, "/api/v1/namespaces/team/pods/twice").0 == 404).then_some(json!(null))
     });
 
+    // kubectl debug -i: an ephemeral container, attached to as it starts.
+    let debugged = kubectl_input(
+        &api.join("admin.kubeconfig"),
+        &cache,
+        &[
+            "debug",
+            "-i",
+            "-n",
+            "team",
+            "web",
+            "--image",
+            APP_IMAGE,
+            "--image-pull-policy",
+            "Never",
+            "-c",
+            "dbg",
+            "--target",
+            "app",
+            "--",
+            "/bin/sh",
+        ],
+        b"echo debugged-$((6*7))\nexit\n",
+    );
+    assert!(String::from_utf8_lossy(&debugged.stdout).contains("debugged-42"), "{debugged:?}");
+
     // A tenant with `get` on pods/exec but not `create`: a WebSocket exec is refused (403).
     std::fs::write(d.join("alice.kubeconfig"), ok(identity_output(&api, "alice", &[]), "alice kubeconfig")).unwrap();
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "exec"},
@@ -341,11 +366,9 @@ for h in held:
     assert!(nodes.lines().any(|l| l.starts_with("n1 ")), "{nodes}");
     let (code, one) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/web");
     assert_eq!(code, 200, "{one}");
-    assert_eq!(
-        (one["kind"].as_str(), one["containers"][0]["name"].as_str()),
-        (Some("PodMetrics"), Some("app")),
-        "{one}"
-    );
+    // Running containers only (the exited ephemeral `dbg` is not among them).
+    let names: Vec<&str> = one["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!((one["kind"].as_str(), names), (Some("PodMetrics"), vec!["app"]), "{one}");
     assert!(one["window"].as_str().is_some_and(|w| w.ends_with('s')) && one["timestamp"].is_string(), "{one}");
     let (code, _) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/absent");
     assert_eq!(code, 404);

@@ -65,9 +65,16 @@ impl ResourceSamples {
         let mut containers = HashMap::new();
         if let Some(rt) = runtime
             && let Ok(stats) = rt.cri.list_container_stats(HashMap::new()).await
+            && let Ok(listed) = rt.cri.list_containers(HashMap::new()).await
         {
+            // Running ones only, as the Summary API: an exited container uses nothing.
+            let running: std::collections::HashSet<String> =
+                listed.into_iter().filter(|c| c.state == crate::runtime::CONTAINER_RUNNING).map(|c| c.id).collect();
             for s in stats {
                 let Some(a) = s.attributes else { continue };
+                if !running.contains(&a.id) {
+                    continue;
+                }
                 let label = |k: &str| a.labels.get(k).cloned().unwrap_or_default();
                 let cpu = s.cpu.and_then(|c| c.usage_core_nano_seconds).map_or(0, |v| v.value);
                 let working_set = s.memory.and_then(|m| m.working_set_bytes).map_or(0, |v| v.value);
