@@ -63,6 +63,9 @@ pub struct KubeletConfig {
     /// `imageMinimumGCAge` (default 2m): an unused image first seen more recently is not
     /// removed to reclaim disk.
     pub image_minimum_gc_age: Duration,
+    /// `streamingConnectionIdleTimeout` (default 4h): an exec or attach stream with nothing
+    /// crossing it for that long is closed; zero never closes one.
+    pub streaming_connection_idle_timeout: Duration,
 }
 
 /// Resources kept from pods (`kubeReserved` + `systemReserved`).
@@ -108,9 +111,13 @@ impl Default for KubeletConfig {
             eviction_hard: crate::eviction_thresholds::default_eviction_hard(),
             eviction_pressure_transition_period: DEFAULT_EVICTION_PRESSURE_TRANSITION_PERIOD,
             image_minimum_gc_age: DEFAULT_IMAGE_MINIMUM_GC_AGE,
+            streaming_connection_idle_timeout: DEFAULT_STREAMING_CONNECTION_IDLE_TIMEOUT,
         }
     }
 }
+
+/// The kubelet's default `streamingConnectionIdleTimeout`.
+const DEFAULT_STREAMING_CONNECTION_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -157,6 +164,8 @@ struct Raw {
     eviction_pressure_transition_period: Option<String>,
     #[serde(default, rename = "imageMinimumGCAge")]
     image_minimum_gc_age: Option<String>,
+    #[serde(default)]
+    streaming_connection_idle_timeout: Option<String>,
 }
 
 /// A non-negative duration field (`5m`), its default when absent.
@@ -301,6 +310,12 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         DEFAULT_IMAGE_MINIMUM_GC_AGE,
         &mut errors,
     );
+    let idle = duration_field(
+        "streamingConnectionIdleTimeout",
+        raw.streaming_connection_idle_timeout.as_deref(),
+        DEFAULT_STREAMING_CONNECTION_IDLE_TIMEOUT,
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -323,6 +338,7 @@ pub fn parse(data: &[u8]) -> Result<KubeletConfig, Vec<String>> {
         eviction_hard,
         eviction_pressure_transition_period: transition,
         image_minimum_gc_age: image_age,
+        streaming_connection_idle_timeout: idle,
     })
 }
 
@@ -367,6 +383,19 @@ mod tests {
         assert!(errors.iter().any(|e| e.starts_with("kubeReserved: cannot reserve \"gpu\"")), "{errors:?}");
         assert!(errors.iter().any(|e| e.contains("cannot be negative")), "{errors:?}");
         assert!(errors.iter().any(|e| e.starts_with("systemReserved[cpu]")), "{errors:?}");
+    }
+
+    #[test]
+    fn the_streaming_idle_timeout_defaults_to_four_hours_and_names_its_field() {
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        assert_eq!(parse(head.as_bytes()).unwrap().streaming_connection_idle_timeout, Duration::from_secs(4 * 3600));
+        let short = format!("{head}streamingConnectionIdleTimeout: 90s\n");
+        assert_eq!(parse(short.as_bytes()).unwrap().streaming_connection_idle_timeout, Duration::from_secs(90));
+        let bad = format!("{head}streamingConnectionIdleTimeout: soon\n");
+        assert_eq!(
+            parse(bad.as_bytes()).unwrap_err(),
+            ["invalid configuration: streamingConnectionIdleTimeout \"soon\" must be a non-negative time duration"]
+        );
     }
 
     #[test]

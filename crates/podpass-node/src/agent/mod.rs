@@ -723,6 +723,7 @@ async fn spawn_node_server(
         shared: shared.clone(),
         streams: Default::default(),
         resources: Default::default(),
+        stream_idle_timeout: this.kubelet.streaming_connection_idle_timeout,
     });
     podpass_serve::spawn_named(
         "resource-metrics",

@@ -55,6 +55,8 @@ pub(crate) struct NodeServer {
     pub streams: super::streaming::StreamSlots,
     /// The resource metrics' last samples.
     pub resources: Arc<super::resource_metrics::ResourceSamples>,
+    /// `streamingConnectionIdleTimeout` (zero: none).
+    pub stream_idle_timeout: Duration,
 }
 
 pub(super) fn status(code: StatusCode, message: impl Into<String>) -> Response {

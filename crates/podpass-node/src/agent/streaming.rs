@@ -230,6 +230,7 @@ async fn stream(
         namespace = %ns, pod = %pod, container = %container, exec = is_exec, tty = opts.channels.tty,
         "stream opened"
     );
+    let idle_timeout = s.stream_idle_timeout;
     // Found while the stream starts (the process appears once its streams are open).
     let claims = Arc::clone(&s.streams.1);
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -243,7 +244,7 @@ async fn stream(
     });
     ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
         let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
-        let finished = bridge(socket, command, v5).await;
+        let finished = bridge(socket, command, v5, idle_timeout).await;
         tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
         drop(slot);
         // A command that ended needs no search (it may never have been seen, so brief was
@@ -265,11 +266,55 @@ async fn stream(
     })
 }
 
+/// When anything last crossed a stream (the kubelet's `streamingConnectionIdleTimeout`
+/// counts from it).
+struct Activity {
+    opened: tokio::time::Instant,
+    /// Milliseconds from `opened` to the last crossing.
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity { opened: tokio::time::Instant::now(), last_ms: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Returns once nothing has crossed for `timeout` (never, for zero).
+    async fn idle(&self, timeout: std::time::Duration) {
+        if timeout.is_zero() {
+            return std::future::pending::<()>().await;
+        }
+        loop {
+            let last = std::time::Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let quiet = self.opened.elapsed().saturating_sub(last);
+            if quiet >= timeout {
+                return;
+            }
+            tokio::time::sleep(timeout - quiet).await;
+        }
+    }
+}
+
 /// Relays the client's channels and the runtime's streams until the command ends (its
-/// output drained, its Status sent on the error channel: `true`) or the client goes away
-/// (`false`; the runtime's connection is closed, which ends the command's streams).
-async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool {
+/// output drained, its Status sent on the error channel: `true`) or the client goes away or
+/// nothing crosses for `idle_timeout` (`false`; the runtime's connection is closed, which
+/// ends the command's streams).
+async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool, idle_timeout: std::time::Duration) -> bool {
     let (mut sink, mut source) = socket.split();
+    let activity = Arc::new(Activity::new());
+    let touch = {
+        let activity = Arc::clone(&activity);
+        move || activity.touch()
+    };
+    let idle = {
+        let activity = Arc::clone(&activity);
+        async move { activity.idle(idle_timeout).await }
+    };
     let (tx, mut rx) = mpsc::channel::<Message>(16);
     let writer = podpass_serve::spawn_named("stream-ws-write", async move {
         while let Some(message) = rx.recv().await {
@@ -279,14 +324,18 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool
             }
         }
     });
-    let pump = |reader: Option<crate::stream::spdy::StreamReader>, channel: u8, tx: mpsc::Sender<Message>| async move {
-        let Some(mut reader) = reader else { return };
-        while let Some(chunk) = reader.next().await {
-            let mut message = Vec::with_capacity(chunk.len() + 1);
-            message.push(channel);
-            message.extend(chunk);
-            if tx.send(Message::Binary(message.into())).await.is_err() {
-                return;
+    let pump = |reader: Option<crate::stream::spdy::StreamReader>, channel: u8, tx: mpsc::Sender<Message>| {
+        let touch = touch.clone();
+        async move {
+            let Some(mut reader) = reader else { return };
+            while let Some(chunk) = reader.next().await {
+                touch();
+                let mut message = Vec::with_capacity(chunk.len() + 1);
+                message.push(channel);
+                message.extend(chunk);
+                if tx.send(Message::Binary(message.into())).await.is_err() {
+                    return;
+                }
             }
         }
     };
@@ -298,8 +347,11 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool
         }
     };
     let (stdin, resize) = (command.stdin.take(), command.resize.take());
+    let touch_input = touch.clone();
     let input = async move {
+        let touch = touch_input;
         while let Some(Ok(message)) = source.next().await {
+            touch();
             let data = match message {
                 Message::Binary(d) => d,
                 Message::Close(_) => break,
@@ -332,6 +384,10 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool
     let ended = tokio::select! {
         () = output => true,
         () = &mut input => false,
+        () = idle => {
+            tracing::info!(idle_seconds = idle_timeout.as_secs(), "stream idle for streamingConnectionIdleTimeout: closed");
+            false
+        }
     };
     if ended {
         // The command's output is done: its Status follows on the error channel.
@@ -360,6 +416,32 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_is_idle_once_nothing_crossed_for_the_timeout() {
+        let a = Arc::new(Activity::new());
+        let timeout = std::time::Duration::from_secs(60);
+        let watch = {
+            let a = Arc::clone(&a);
+            tokio::spawn(async move { a.idle(timeout).await })
+        };
+        // Something crosses every 40 s: never idle.
+        for _ in 0..5 {
+            tokio::time::sleep(std::time::Duration::from_secs(40)).await;
+            a.touch();
+            tokio::task::yield_now().await;
+            assert!(!watch.is_finished());
+        }
+        // Then nothing: idle 60 s after the last crossing.
+        tokio::time::sleep(std::time::Duration::from_secs(59)).await;
+        assert!(!watch.is_finished());
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        assert!(watch.await.is_ok());
+        // Zero never closes a stream.
+        let never =
+            tokio::time::timeout(std::time::Duration::from_secs(1 << 20), a.idle(std::time::Duration::ZERO)).await;
+        assert!(never.is_err());
+    }
 
     #[test]
     fn stream_options_are_read_as_the_kubelet_and_the_api_server_name_them() {
