@@ -44,6 +44,49 @@ fn kubectl_input(
     child.wait_with_output().unwrap()
 }
 
+/// The real kubectl as the admin of `api`, given `input` on a stdin kept open until its
+/// output shows every one of `expect` (at most a minute), then closed; what it printed.
+/// An attach without `stdinOnce` ends when its stdin does (upstream's semantics), so a
+/// person typing keeps it open as this does.
+fn interact(api: &std::path::Path, args: &[&str], input: &[u8], expect: &[&str]) -> String {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(api.join("admin.kubeconfig"))
+        .arg("--cache-dir")
+        .arg(api.join("kube-cache"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    while !expect.iter().all(|e| String::from_utf8_lossy(&seen).contains(e)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(chunk) => seen.extend(chunk),
+            Err(_) => break,
+        }
+    }
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 #[test]
 fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     assert!(rustix::process::geteuid().is_root(), "running containers needs root");
@@ -142,16 +185,14 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
     let reader = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader"},
         "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
             "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never", "stdin": true,
-                "command": ["/bin/sh", "-c", "while read line; do echo \"got $line\"; done"]}]}});
+                "command": ["/bin/sh", "-c", "while read line; do for i in 1 2; do echo \"got $line\"; sleep 1; done; done"]}]}});
     assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/pods", Some(reader)).0, 201);
     wait_for("pod team/reader running", Duration::from_secs(60), || {
         let (_, p) = admin_get(&s, "/api/v1/namespaces/team/pods/reader");
         (p["status"]["phase"] == "Running").then_some(p)
     });
-    let attached =
-        kubectl_input(&api.join("admin.kubeconfig"), &cache, &["attach", "-i", "-n", "team", "reader"], b"one\ntwo\n");
-    let out = String::from_utf8_lossy(&attached.stdout);
-    assert!(out.contains("got one") && out.contains("got two"), "{attached:?}");
+    let out = interact(&api, &["attach", "-i", "-n", "team", "reader"], b"one\ntwo\n", &["got one", "got two"]);
+    assert!(out.contains("got one") && out.contains("got two"), "{out}");
 
     // kubectl cp both ways, byte for byte (tar through exec's stdin and stdout).
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
@@ -185,7 +226,10 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
             "--",
             "/bin/sh",
             "-c",
-            "read line; echo \"ran $line\"",
+            // Said for a few seconds: containerd attaches stdin a moment before stdout, so
+            // a single answer written at once could go to the log only (the race kubectl's
+            // "If you don't see a command prompt, try pressing enter" is about).
+            "read line; for i in 1 2 3; do echo \"ran $line\"; sleep 1; done",
         ],
         b"it\n",
     );
@@ -195,9 +239,8 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
     });
 
     // kubectl debug -i: an ephemeral container, attached to as it starts.
-    let debugged = kubectl_input(
-        &api.join("admin.kubeconfig"),
-        &cache,
+    let debugged = interact(
+        &api,
         &[
             "debug",
             "-i",
@@ -215,9 +258,10 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
             "--",
             "/bin/sh",
         ],
-        b"echo debugged-$((6*7))\nexit\n",
+        b"for i in 1 2 3; do echo debugged-$((6*7)); sleep 1; done; exit\n",
+        &["debugged-42"],
     );
-    assert!(String::from_utf8_lossy(&debugged.stdout).contains("debugged-42"), "{debugged:?}");
+    assert!(debugged.contains("debugged-42"), "{debugged}");
 
     // A tenant with `get` on pods/exec but not `create`: a WebSocket exec is refused (403).
     std::fs::write(d.join("alice.kubeconfig"), ok(identity_output(&api, "alice", &[]), "alice kubeconfig")).unwrap();
@@ -364,11 +408,13 @@ for h in held:
     let header: Vec<&str> = nodes.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header[..3], ["NAME", "CPU(cores)", "CPU(%)"], "{nodes}");
     assert!(nodes.lines().any(|l| l.starts_with("n1 ")), "{nodes}");
-    let (code, one) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/web");
-    assert_eq!(code, 200, "{one}");
-    // Running containers only (the exited ephemeral `dbg` is not among them).
-    let names: Vec<&str> = one["containers"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!((one["kind"].as_str(), names), (Some("PodMetrics"), vec!["app"]), "{one}");
+    // Running containers only: the ephemeral `dbg` goes from the metrics once it has exited.
+    let one = wait_for("web's metrics name its running container only", Duration::from_secs(60), || {
+        let (code, one) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/web");
+        let names: Vec<&str> = one["containers"].as_array()?.iter().filter_map(|c| c["name"].as_str()).collect();
+        (code == 200 && names == ["app"]).then_some(one.clone())
+    });
+    assert_eq!(one["kind"], "PodMetrics", "{one}");
     assert!(one["window"].as_str().is_some_and(|w| w.ends_with('s')) && one["timestamp"].is_string(), "{one}");
     let (code, _) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/absent");
     assert_eq!(code, 404);
