@@ -28,6 +28,35 @@ fn serve(dir: &Path, config: &str) -> Child {
         .expect("docker-registry")
 }
 
+/// A registry serving `config(host)` on a free loopback port, once `ready(host)` holds: the
+/// process and its `host`. A port is only free until someone binds it (another test's
+/// containerd stream server, say): a registry that exits meanwhile is started again on another
+/// port; one that never gets ready is a failure showing its log.
+fn serve_on_free_port(dir: &Path, config: impl Fn(&str) -> String, ready: impl Fn(&str) -> bool) -> (Child, String) {
+    for _ in 0..5 {
+        let host = format!("127.0.0.1:{}", free_port());
+        let mut child = serve(dir, &config(&host));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if ready(&host) {
+                return (child, host);
+            }
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            let log = std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "registry at {host} not up in 20 s:\n{log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let log = std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default();
+    panic!("the registry exited at start five times:\n{log}");
+}
+
+fn answers(url: &str, status: u16) -> bool {
+    reqwest::blocking::get(url).is_ok_and(|r| r.status() == status)
+}
+
 /// Waits (20 s at most) until every URL answers 401: up, and asking for credentials.
 fn wait_for_401(urls: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -67,15 +96,14 @@ impl Registry {
             htpasswd.push('\n');
         }
         std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
-        let config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  htpasswd:\n    realm: basic-realm\n    path: {htpasswd}\n",
-            data = dir.join("data").display(),
-            htpasswd = dir.join("htpasswd").display(),
-        );
-        let child = serve(dir, &config);
-        wait_for_401(&[format!("http://{host}/v2/")]);
+        let config = |host: &str| {
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  htpasswd:\n    realm: basic-realm\n    path: {htpasswd}\n",
+                data = dir.join("data").display(),
+                htpasswd = dir.join("htpasswd").display(),
+            )
+        };
+        let (child, host) = serve_on_free_port(dir, config, |host| answers(&format!("http://{host}/v2/"), 401));
         Registry { child, host, dir: dir.to_path_buf() }
     }
 
@@ -89,17 +117,13 @@ impl Registry {
     /// exist yet), logging each request.
     pub fn anonymous_over(dir: &Path, storage: &Path) -> Registry {
         std::fs::create_dir_all(dir).unwrap();
-        let host = format!("127.0.0.1:{}", free_port());
-        let config = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\n",
-            data = storage.display(),
-        );
-        let child = serve(dir, &config);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !reqwest::blocking::get(format!("http://{host}/v2/")).is_ok_and(|r| r.status() == 200) {
-            assert!(Instant::now() < deadline, "mirror not up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let config = |host: &str| {
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\n",
+                data = storage.display(),
+            )
+        };
+        let (child, host) = serve_on_free_port(dir, config, |host| answers(&format!("http://{host}/v2/"), 200));
         Registry { child, host, dir: dir.to_path_buf() }
     }
 
@@ -273,16 +297,14 @@ pub fn serve_token_auth(
     bundle: &Path,
 ) -> (Child, String) {
     std::fs::create_dir_all(dir).unwrap();
-    let port = free_port();
-    let host = format!("127.0.0.1:{port}");
-    let config = format!(
-        "version: 0.1\nlog:\n  level: debug\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  token:\n    realm: {realm}\n    service: registry.local\n    issuer: {issuer}\n    rootcertbundle: {bundle}\n",
-        data = storage_of.dir.join("data").display(),
-        bundle = bundle.display(),
-    );
-    let registry = serve(dir, &config);
-    wait_for_401(&[format!("http://{host}/v2/")]);
-    (registry, host)
+    let config = |host: &str| {
+        format!(
+            "version: 0.1\nlog:\n  level: debug\nstorage:\n  filesystem:\n    rootdirectory: {data}\nhttp:\n  addr: {host}\n  secret: e2e-only\nauth:\n  token:\n    realm: {realm}\n    service: registry.local\n    issuer: {issuer}\n    rootcertbundle: {bundle}\n",
+            data = storage_of.dir.join("data").display(),
+            bundle = bundle.display(),
+        )
+    };
+    serve_on_free_port(dir, config, |host| answers(&format!("http://{host}/v2/"), 401))
 }
 
 /// A token-auth registry serving the storage of `storage_of` (read-only use), and its token
