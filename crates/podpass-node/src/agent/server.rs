@@ -353,8 +353,8 @@ pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
         .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
         .route("/metrics", axum::routing::get(node_metrics))
         .route("/stats/summary", axum::routing::get(stats_summary))
-        .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::exec))
-        .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::attach))
+        .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
+        .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
         .with_state(server)
 }
 

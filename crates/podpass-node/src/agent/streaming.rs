@@ -124,39 +124,18 @@ fn options(query: &str) -> Result<StreamOptions, NoStreams> {
     Ok(StreamOptions { channels, command })
 }
 
-/// GET `/exec/{namespace}/{pod}/{container}` (kubelet `getExec`).
-pub(super) async fn exec(
+/// GET `/exec/{namespace}/{pod}/{container}` (kubelet `getExec`) and `/attach/…` (kubelet
+/// `getAttach`): which one, the path's first segment says.
+pub(super) async fn stream(
     State(s): State<Arc<NodeServer>>,
     UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
+    uri: axum::http::Uri,
     RawQuery(query): RawQuery,
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
     headers: axum::http::HeaderMap,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
-    stream(s, (ns, pod, container), query, peer, headers, ws, true).await
-}
-
-/// GET `/attach/{namespace}/{pod}/{container}` (kubelet `getAttach`).
-pub(super) async fn attach(
-    State(s): State<Arc<NodeServer>>,
-    UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
-    headers: axum::http::HeaderMap,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> Response {
-    stream(s, (ns, pod, container), query, peer, headers, ws, false).await
-}
-
-async fn stream(
-    s: Arc<NodeServer>,
-    (ns, pod, container): (String, String, String),
-    query: Option<String>,
-    peer: podpass_serve::Peer,
-    headers: axum::http::HeaderMap,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-    is_exec: bool,
-) -> Response {
+    let is_exec = uri.path().starts_with("/exec/");
     // The kubelet authorizes a stream as `create nodes/proxy` (its verb for a POST; a
     // WebSocket's GET asks the same).
     if let Err(refused) = authorize(&s, &peer, &headers, "create", "proxy").await {

@@ -140,14 +140,8 @@ impl<'a> NodeFiles<'a> {
     /// How this node's containerd reaches the cluster's registry.
     pub(super) fn containerd_registries(&self) -> Result<Vec<RegistryHost>, String> {
         Ok(match self.registry_config()? {
-            Some(RegistryConfig { host, transport: RegistryTransport::ClusterCa, .. }) => {
-                let certificate = crate::up::node_certificate(self.dir);
-                vec![RegistryHost::Tls { host, ca: self.ca(), client: Some((certificate.clone(), certificate)) }]
-            }
-            Some(RegistryConfig { host, transport: RegistryTransport::Http, .. }) => {
-                vec![RegistryHost::PlainHttp(host)]
-            }
-            Some(RegistryConfig { transport: RegistryTransport::System, .. }) | None => Vec::new(),
+            Some(r) => crate::up::containerd_registries(&r.host, r.transport, &self.ca(), self.dir),
+            None => Vec::new(),
         })
     }
 }

@@ -593,7 +593,8 @@ async fn start(
     // nodes run containers, its identity, its credential provider, the agent.
     // Each node's containerd shows registry-auth that node's own certificate.
     let registries = |node_dir: &Path| -> Result<Vec<podpass_node::runtime::containerd::RegistryHost>> {
-        let mut registries = containerd_registries(&pki, node_dir, registry_url, registry_host, external_registry);
+        let transport = registry_transport(registry_url, external_registry);
+        let mut registries = containerd_registries(registry_host, transport, &pki.ca, node_dir);
         if let Some(mirror) = &args.registry_mirror {
             use podpass_node::runtime::containerd::RegistryHost;
             let origin =
@@ -796,31 +797,32 @@ async fn cluster_info(api: &Api, ca: &Path) -> Result<()> {
     .await
 }
 
-/// How containerd reaches the cluster's registry: podpass's own (and registry-auth, its
-/// token realm) verified against the cluster's CA, containerd showing the node's
-/// certificate (registry-auth's proof that a node-bound credential comes from its node); a
-/// plain-HTTP one named by `--registry` as it is; another left to containerd's defaults.
-fn containerd_registries(
-    pki: &PartCertificates,
+/// How containerd reaches the cluster's registry at `host` over `transport`: podpass's own
+/// (and registry-auth, its token realm) verified against the cluster's CA `ca`, containerd
+/// showing the node's certificate (under `node_dir`; registry-auth's proof that a node-bound
+/// credential comes from its node); a plain-HTTP one as it is; another left to containerd's
+/// defaults. `podpass up`'s nodes and joined ones alike.
+pub(crate) fn containerd_registries(
+    host: &str,
+    transport: podpass_node::join::RegistryTransport,
+    ca: &Path,
     node_dir: &Path,
-    registry_url: &str,
-    registry_host: &str,
-    external_registry: bool,
 ) -> Vec<podpass_node::runtime::containerd::RegistryHost> {
+    use podpass_node::join::RegistryTransport;
     use podpass_node::runtime::containerd::RegistryHost;
-    let host = registry_host.to_owned();
-    if registry_url.starts_with("http://") {
-        vec![RegistryHost::PlainHttp(host)]
-    } else if !external_registry {
-        let certificate = node_certificate(node_dir);
-        vec![RegistryHost::Tls { host, ca: pki.ca.clone(), client: Some((certificate.clone(), certificate)) }]
-    } else {
-        Vec::new()
+    let host = host.to_owned();
+    match transport {
+        RegistryTransport::Http => vec![RegistryHost::PlainHttp(host)],
+        RegistryTransport::ClusterCa => {
+            let certificate = node_certificate(node_dir);
+            vec![RegistryHost::Tls { host, ca: ca.to_path_buf(), client: Some((certificate.clone(), certificate)) }]
+        }
+        RegistryTransport::System => Vec::new(),
     }
 }
 
-/// How containerd reaches the cluster's registry, as [`containerd_registries`] configures
-/// it: what a joining node is told.
+/// How containerd reaches the cluster's registry (see [`containerd_registries`]): for
+/// `podpass up`'s nodes and what a joining node is told.
 fn registry_transport(registry_url: &str, external_registry: bool) -> podpass_node::join::RegistryTransport {
     use podpass_node::join::RegistryTransport;
     if registry_url.starts_with("http://") {
