@@ -98,7 +98,7 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
     let api = d.join("api");
     let runtime = containerd::Containerd::start_with_app(
         &d.join("c"),
-        &["sh", "cat", "sleep", "echo", "wc", "ps", "tty", "tar", "mkdir"],
+        &["sh", "cat", "sleep", "echo", "wc", "ps", "tty", "tar", "mkdir", "httpd", "ls"],
     );
     let kubeconfig = node_kubeconfig(&api, &d.join("n1.kubeconfig"));
     let port = free_port();
@@ -206,6 +206,82 @@ print(json.dumps({"out": r.read_stdout(), "err": r.read_stderr(), "code": r.retu
     let back = d.join("back.bin");
     cp(&["team/web:/tmp/payload.bin", back.to_str().unwrap()]);
     assert!(std::fs::read(&back).unwrap() == payload, "the file came back as it went");
+
+    // A tar whose paths climb out of its target (`../`, and through a link to `/`),
+    // unpacked by the container's tar as `kubectl cp` has it do: whatever the archive
+    // says, the exec runs in the container, so nothing outside it changes.
+    let marker = format!("podpass-escape-{}", std::process::id());
+    let hostile = podpass_node::runtime::archive::ustar(&[
+        podpass_node::runtime::archive::Entry::File {
+            name: format!("../../../../../../../tmp/{marker}-dots"),
+            mode: 0o644,
+            content: b"climbed".to_vec(),
+        },
+        podpass_node::runtime::archive::Entry::Symlink { name: "root".into(), target: "/".into() },
+        podpass_node::runtime::archive::Entry::File {
+            name: format!("root/tmp/{marker}-link"),
+            mode: 0o644,
+            content: b"linked".to_vec(),
+        },
+    ])
+    .unwrap();
+    let unpacked = kubectl_input(
+        &api.join("admin.kubeconfig"),
+        &cache,
+        &["exec", "-i", "-n", "team", "web", "--", "/bin/sh", "-c", "mkdir -p /tmp/target && tar -xf - -C /tmp/target"],
+        &hostile,
+    );
+    for suffix in ["dots", "link"] {
+        let host = std::path::Path::new("/tmp").join(format!("{marker}-{suffix}"));
+        assert!(!host.exists(), "{} written on the host: {unpacked:?}", host.display());
+    }
+    assert!(!std::path::Path::new("/tmp/target").exists(), "{unpacked:?}");
+
+    // kubectl port-forward to a server listening on the pod's own loopback (its network
+    // namespace has nothing else), reached through containerd: over WebSocket with SPDY
+    // tunneled (kubectl ≥ 1.31) and over plain SPDY (older clients), byte for byte.
+    let server = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server"},
+        "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
+            "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "mkdir -p /w && echo forwarded > /w/hello && exec httpd -f -p 127.0.0.1:8080 -h /w"]}]}});
+    assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces/team/pods", Some(server)).0, 201);
+    wait_for("pod team/server running", Duration::from_secs(60), || {
+        let (_, p) = admin_get(&s, "/api/v1/namespaces/team/pods/server");
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    cp(&[d.join("payload.bin").to_str().unwrap(), "team/server:/w/payload.bin"]);
+    for websockets in ["true", "false"] {
+        let local = free_port();
+        let mut forward = Command::new("kubectl")
+            .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
+            .arg("--kubeconfig")
+            .arg(api.join("admin.kubeconfig"))
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(["port-forward", "-n", "team", "pod/server", &format!("{local}:8080")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(forward.stdout.as_mut().unwrap()), &mut said).unwrap();
+        assert!(said.starts_with("Forwarding from 127.0.0.1:"), "websockets={websockets}: {said:?}");
+        let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let hello = http.get(format!("http://127.0.0.1:{local}/hello")).send().unwrap();
+        assert_eq!(hello.text().unwrap(), "forwarded\n", "websockets={websockets}");
+        // Several connections, one after another, on the same forward.
+        for _ in 0..3 {
+            let got = http.get(format!("http://127.0.0.1:{local}/payload.bin")).send().unwrap().bytes().unwrap();
+            assert!(got[..] == payload[..], "websockets={websockets}: {} bytes came back", got.len());
+        }
+        let _ = forward.kill();
+        let _ = forward.wait();
+    }
+    let audit = std::fs::read_to_string(&audit_log).unwrap_or_default();
+    assert!(
+        audit.lines().any(|l| l.contains("\"subresource\":\"portforward\"") && l.contains("\"code\":101")),
+        "the forward is audited"
+    );
 
     // kubectl run -i --rm: a pod attached to, then deleted.
     let once = kubectl_input(
@@ -391,6 +467,49 @@ for h in held:
         .send()
         .unwrap();
     assert_eq!(answer.status().as_u16(), 403, "{:?}", answer.text());
+    let answer = node
+        .post(format!("https://127.0.0.1:{port}/portForward/team/server?port=8080"))
+        .bearer_auth(&token)
+        .header("connection", "Upgrade")
+        .header("upgrade", "SPDY/3.1")
+        .header("x-stream-protocol-version", "portforward.k8s.io")
+        .send()
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 403, "{:?}", answer.text());
+    // A client certificate that claims the API server's name and `system:masters` but
+    // that the cluster's CA never signed is no identity at all.
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "kube-apiserver-kubelet-client");
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:masters");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let forged = params.self_signed(&key).unwrap();
+    let forged_pem = format!("{}{}", forged.pem(), key.serialize_pem()).into_bytes();
+    for (who, pem) in [("a forged certificate", forged_pem)] {
+        let with_cert = reqwest::blocking::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .identity(reqwest::Identity::from_pem(&pem).unwrap())
+            .build()
+            .unwrap();
+        for (method, path, upgrade, protocol) in [
+            (Method::GET, "/exec/team/web/app?command=echo&output=1", "websocket", "v5.channel.k8s.io"),
+            (Method::POST, "/portForward/team/server?port=8080", "SPDY/3.1", "portforward.k8s.io"),
+        ] {
+            let answer = with_cert
+                .request(method, format!("https://127.0.0.1:{port}{path}"))
+                .header("connection", "Upgrade")
+                .header("upgrade", upgrade)
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .header("sec-websocket-protocol", protocol)
+                .header("x-stream-protocol-version", protocol)
+                .send();
+            // Refused at the handshake, or answered 401/403: never a stream.
+            if let Ok(answer) = answer {
+                let code = answer.status().as_u16();
+                assert!(code == 401 || code == 403, "{who} at {path}: {code} {:?}", answer.text());
+            }
+        }
+    }
 
     // kubectl top: the metrics API from the node's samples (two, 10 s apart, make a rate).
     let top = wait_for("kubectl top pod lists team's pods", Duration::from_secs(90), || {

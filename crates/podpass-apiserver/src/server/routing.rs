@@ -277,7 +277,7 @@ async fn dispatch(
     if let Some(rest::resources::Target::Resource(api_path)) = &target
         && api_path.group.is_empty()
         && api_path.resource == "pods"
-        && let (Some(ns), Some(name), Some(sub @ ("exec" | "attach"))) =
+        && let (Some(ns), Some(name), Some(sub @ ("exec" | "attach" | "portforward"))) =
             (api_path.namespace.as_deref(), api_path.name.as_deref(), api_path.subresource.as_deref())
     {
         return rest::pod_stream::connect(state, parts, (ns, name, sub), &user.name).await;

@@ -31,6 +31,7 @@ mod ops;
 mod pleg;
 mod pod_actions;
 mod pods;
+mod port_forward;
 mod pressure;
 mod prober;
 mod provider_config;

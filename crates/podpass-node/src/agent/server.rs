@@ -355,6 +355,10 @@ pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
         .route("/stats/summary", axum::routing::get(stats_summary))
         .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
         .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
+        .route(
+            "/portForward/{namespace}/{pod}",
+            axum::routing::get(super::port_forward::port_forward).post(super::port_forward::port_forward),
+        )
         .with_state(server)
 }
 

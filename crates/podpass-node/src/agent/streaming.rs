@@ -25,9 +25,9 @@ use crate::stream::remote_command::{self, Channels, RemoteCommand};
 /// The channel protocols served, most preferred first.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 /// Streams one pod may have at once.
-const MAX_STREAMS_PER_POD: usize = 16;
+pub(super) const MAX_STREAMS_PER_POD: usize = 16;
 /// Streams the node serves at once.
-const MAX_STREAMS: usize = 256;
+pub(super) const MAX_STREAMS: usize = 256;
 /// The most a resize message may hold.
 const MAX_RESIZE: usize = 1024;
 /// The largest WebSocket message taken from the client.
@@ -64,7 +64,7 @@ impl StreamSlots {
 }
 
 /// One stream's place, given back on drop.
-struct SlotGuard {
+pub(super) struct SlotGuard {
     slots: Arc<NodeServer>,
     uid: String,
 }
@@ -82,7 +82,7 @@ impl Drop for SlotGuard {
 }
 
 /// A place for a stream into pod `uid`; `None` when the pod or the node has no room.
-fn take_slot(s: &Arc<NodeServer>, uid: &str) -> Option<SlotGuard> {
+pub(super) fn take_slot(s: &Arc<NodeServer>, uid: &str) -> Option<SlotGuard> {
     let mut open = s.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let total: usize = open.values().sum();
     let pod = open.get(uid).copied().unwrap_or(0);
@@ -247,24 +247,24 @@ pub(super) async fn stream(
 
 /// When anything last crossed a stream (the kubelet's `streamingConnectionIdleTimeout`
 /// counts from it).
-struct Activity {
+pub(super) struct Activity {
     opened: tokio::time::Instant,
     /// Milliseconds from `opened` to the last crossing.
     last_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Activity {
-    fn new() -> Activity {
+    pub(super) fn new() -> Activity {
         Activity { opened: tokio::time::Instant::now(), last_ms: std::sync::atomic::AtomicU64::new(0) }
     }
 
-    fn touch(&self) {
+    pub(super) fn touch(&self) {
         let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Returns once nothing has crossed for `timeout` (never, for zero).
-    async fn idle(&self, timeout: std::time::Duration) {
+    pub(super) async fn idle(&self, timeout: std::time::Duration) {
         if timeout.is_zero() {
             return std::future::pending::<()>().await;
         }

@@ -802,6 +802,17 @@ pub struct ExecRequest {
     pub stderr: bool,
 }
 
+/// `PortForwardRequest`: a stream to ports inside a pod sandbox's network namespace.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PortForwardRequest {
+    /// The sandbox.
+    #[prost(string, tag = "1")]
+    pub pod_sandbox_id: String,
+    /// The ports forwarded.
+    #[prost(int32, repeated, tag = "2")]
+    pub port: Vec<i32>,
+}
+
 /// `AttachRequest`: the streams of a container's own process.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct AttachRequest {

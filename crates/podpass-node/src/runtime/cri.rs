@@ -202,6 +202,14 @@ impl CriRuntime {
         Ok(r.url)
     }
 
+    /// `PortForward`: where the runtime's stream server forwards connections to `ports` on
+    /// sandbox `id`'s own loopback (the URL is served once, for this request).
+    pub async fn port_forward(&self, id: &str, ports: Vec<i32>) -> Result<String, RuntimeError> {
+        let req = PortForwardRequest { pod_sandbox_id: id.to_owned(), port: ports };
+        let r: StreamUrlResponse = self.call("/runtime.v1.RuntimeService/PortForward", req, REQUEST_TIMEOUT).await?;
+        Ok(r.url)
+    }
+
     /// `ListContainerStats` of the containers carrying every label of `labels`.
     pub async fn list_container_stats(
         &self,

@@ -1,23 +1,18 @@
 //! The client of the Kubernetes remote-command protocol `v4.channel.k8s.io` over SPDY
 //! (client-go `remotecommand` `streamProtocolV4`), as the kubelet's streaming proxy meets the
-//! runtime: the URL containerd answers a CRI `Exec` or `Attach` with is dialled (loopback
-//! only), upgraded to SPDY/3.1, and one stream opened per channel — `error` first, then
+//! runtime: the URL containerd answers a CRI `Exec` or `Attach` with is dialled
+//! ([`super::dial`]: loopback only), upgraded to SPDY/3.1, and one stream opened per channel — `error` first, then
 //! `stdin`, `stdout`, `stderr` (none with a TTY) and `resize` (with one) — each named by its
 //! `streamType` header. The error stream carries the command's end as a `Status`.
 
-use std::time::Duration;
-
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use thiserror::Error;
 
+use super::dial::{self, DialError};
 use super::spdy::{self, Connection, SpdyError, StreamReader, StreamWriter};
 
 /// The protocol version asked for and required.
 pub const PROTOCOL_V4: &str = "v4.channel.k8s.io";
-
-/// How long dialling and the upgrade may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The channels a command has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,20 +30,12 @@ pub struct Channels {
 /// Opening the streams failed.
 #[derive(Debug, Error)]
 pub enum RemoteCommandError {
-    /// The URL the runtime answered is not a loopback http(s) URL.
-    #[error("the runtime's stream URL {0:?} is not a loopback http URL")]
-    Url(String),
-    /// Dialling or upgrading.
-    #[error("connecting to the runtime's stream server: {0}")]
-    Connect(String),
-    /// The runtime did not upgrade (its status and the start of its answer).
-    #[error("the runtime's stream server answered {status}: {body}")]
-    Refused {
-        /// Its status code.
-        status: u16,
-        /// Its answer's first bytes.
-        body: String,
-    },
+    /// Dialling the runtime's stream server.
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    /// The runtime upgraded to another protocol than the one asked.
+    #[error("the runtime chose protocol {0:?}, not {PROTOCOL_V4}")]
+    Protocol(String),
     /// The SPDY connection.
     #[error(transparent)]
     Spdy(#[from] SpdyError),
@@ -72,21 +59,18 @@ pub struct RemoteCommand {
 
 /// Dials `url` (the runtime's answer to Exec or Attach) and opens the streams of `channels`.
 pub async fn connect(url: &str, channels: Channels) -> Result<RemoteCommand, RemoteCommandError> {
-    let parsed = url::Url::parse(url).map_err(|_| RemoteCommandError::Url(url.to_owned()))?;
-    let loopback = match parsed.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(d)) => d == "localhost",
-        None => false,
-    };
-    // containerd's stream server is plain HTTP on loopback unless told otherwise; nothing
-    // the runtime names elsewhere is dialled.
-    if parsed.scheme() != "http" || !loopback {
-        return Err(RemoteCommandError::Url(url.to_owned()));
+    let parsed = dial::loopback_url(url)?;
+    let handshake = [
+        (http::header::CONNECTION, http::HeaderValue::from_static("Upgrade")),
+        (http::header::UPGRADE, http::HeaderValue::from_static(spdy::UPGRADE)),
+        (http::HeaderName::from_static("x-stream-protocol-version"), http::HeaderValue::from_static(PROTOCOL_V4)),
+    ];
+    let upgraded = dial::upgrade(&parsed, http::Method::POST, &handshake).await?;
+    let chosen = upgraded.headers.get("X-Stream-Protocol-Version").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if chosen != PROTOCOL_V4 {
+        return Err(RemoteCommandError::Protocol(chosen.to_owned()));
     }
-    let io = tokio::time::timeout(CONNECT_TIMEOUT, upgrade(&parsed))
-        .await
-        .map_err(|_| RemoteCommandError::Connect(format!("no upgrade within {} s", CONNECT_TIMEOUT.as_secs())))??;
+    let io = upgraded.io;
     let connection = Connection::start(io)?;
     let open = |kind: &'static str| {
         let c = &connection;
@@ -98,40 +82,6 @@ pub async fn connect(url: &str, channels: Channels) -> Result<RemoteCommand, Rem
     let stderr = if channels.stderr && !channels.tty { Some(open("stderr").await?.1) } else { None };
     let resize = if channels.tty { Some(open("resize").await?.0) } else { None };
     Ok(RemoteCommand { stdin, stdout, stderr, resize, error, connection })
-}
-
-/// The HTTP/1.1 upgrade to SPDY/3.1 with the v4 protocol; the upgraded connection.
-async fn upgrade(url: &url::Url) -> Result<TokioIo<hyper::upgrade::Upgraded>, RemoteCommandError> {
-    let fail = |e: String| RemoteCommandError::Connect(e);
-    let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
-    let port = url.port_or_known_default().unwrap_or(80);
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| fail(e.to_string()))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| fail(e.to_string()))?;
-    podpass_serve::spawn_named("stream-upgrade", async move {
-        let _ = conn.with_upgrades().await;
-    });
-    let request = http::Request::post(&url[url::Position::BeforePath..])
-        .header(http::header::HOST, &url[url::Position::BeforeHost..url::Position::AfterPort])
-        .header(http::header::CONNECTION, "Upgrade")
-        .header(http::header::UPGRADE, spdy::UPGRADE)
-        .header("X-Stream-Protocol-Version", PROTOCOL_V4)
-        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
-        .map_err(|e| fail(e.to_string()))?;
-    let response = sender.send_request(request).await.map_err(|e| fail(e.to_string()))?;
-    let status = response.status().as_u16();
-    if status != 101 {
-        use http_body_util::BodyExt;
-        let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-        let body = String::from_utf8_lossy(&body[..body.len().min(512)]).trim().to_owned();
-        return Err(RemoteCommandError::Refused { status, body });
-    }
-    let chosen = response.headers().get("X-Stream-Protocol-Version").and_then(|v| v.to_str().ok()).unwrap_or("");
-    if chosen != PROTOCOL_V4 {
-        return Err(fail(format!("the runtime chose protocol {chosen:?}, not {PROTOCOL_V4}")));
-    }
-    let upgraded = hyper::upgrade::on(response).await.map_err(|e| fail(e.to_string()))?;
-    Ok(TokioIo::new(upgraded))
 }
 
 /// A command that did not run to an exit code: the runtime's message.
@@ -182,7 +132,10 @@ mod tests {
     #[tokio::test]
     async fn only_a_loopback_http_url_is_dialled() {
         for url in ["https://127.0.0.1:1/exec/x", "http://10.0.0.1:1/exec/x", "http://example.com/x", "nonsense"] {
-            assert!(matches!(connect(url, Channels::default()).await, Err(RemoteCommandError::Url(_))), "{url}");
+            assert!(
+                matches!(connect(url, Channels::default()).await, Err(RemoteCommandError::Dial(DialError::Url(_)))),
+                "{url}"
+            );
         }
     }
 }

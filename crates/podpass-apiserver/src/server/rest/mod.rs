@@ -333,10 +333,7 @@ pub(crate) async fn handle(state: &Arc<AppState>, req: ResourceRequest<'_>) -> R
                     return Err(StatusError::new(
                         StatusCode::METHOD_NOT_ALLOWED,
                         "MethodNotAllowed",
-                        format!(
-                            "{}/{sub} is not supported by podpass yet: its nodes serve exec and attach streams, not port-forward",
-                            res.plural
-                        ),
+                        format!("{}/{sub} is served as a connection upgrade only", res.plural),
                     ));
                 }
                 (kinds::Serves::Binding, &Method::POST) => {
