@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::containers::POD_UID_LABEL;
 use super::server::{NodeServer, authorize, status};
-use super::streaming::{Activity, MAX_STREAMS, MAX_STREAMS_PER_POD, take_slot};
+use super::streaming::{Activity, take_slot};
 use crate::runtime::SANDBOX_READY;
 use crate::stream::dial;
 
@@ -102,11 +102,9 @@ pub(super) async fn port_forward(
             format!("pod {pod} has no running sandbox: unable to upgrade connection"),
         );
     };
-    let Some(slot) = take_slot(&s, &uid) else {
-        return status(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("too many streams (at most {MAX_STREAMS_PER_POD} into one pod, {MAX_STREAMS} on this node)"),
-        );
+    let slot = match take_slot(&s, &uid) {
+        Ok(slot) => slot,
+        Err(full) => return axum::response::IntoResponse::into_response(full),
     };
     let url = match rt.cri.port_forward(&sandbox, ports.clone()).await {
         Ok(url) => url,

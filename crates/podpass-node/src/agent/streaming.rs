@@ -25,9 +25,9 @@ use crate::stream::remote_command::{self, Channels, RemoteCommand};
 /// The channel protocols served, most preferred first.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 /// Streams one pod may have at once.
-pub(super) const MAX_STREAMS_PER_POD: usize = 16;
+const MAX_STREAMS_PER_POD: usize = 16;
 /// Streams the node serves at once.
-pub(super) const MAX_STREAMS: usize = 256;
+const MAX_STREAMS: usize = 256;
 /// The most a resize message may hold.
 const MAX_RESIZE: usize = 1024;
 /// The largest WebSocket message taken from the client.
@@ -81,16 +81,28 @@ impl Drop for SlotGuard {
     }
 }
 
-/// A place for a stream into pod `uid`; `None` when the pod or the node has no room.
-pub(super) fn take_slot(s: &Arc<NodeServer>, uid: &str) -> Option<SlotGuard> {
+/// The pod or the node has no room for another stream: answered 429, saying which bound.
+pub(super) struct NoRoom;
+
+impl axum::response::IntoResponse for NoRoom {
+    fn into_response(self) -> Response {
+        status(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("too many streams (at most {MAX_STREAMS_PER_POD} into one pod, {MAX_STREAMS} on this node)"),
+        )
+    }
+}
+
+/// A place for a stream into pod `uid`, unless the pod or the node has no room.
+pub(super) fn take_slot(s: &Arc<NodeServer>, uid: &str) -> Result<SlotGuard, NoRoom> {
     let mut open = s.streams.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let total: usize = open.values().sum();
     let pod = open.get(uid).copied().unwrap_or(0);
     if pod >= MAX_STREAMS_PER_POD || total >= MAX_STREAMS {
-        return None;
+        return Err(NoRoom);
     }
     *open.entry(uid.to_owned()).or_default() += 1;
-    Some(SlotGuard { slots: Arc::clone(s), uid: uid.to_owned() })
+    Ok(SlotGuard { slots: Arc::clone(s), uid: uid.to_owned() })
 }
 
 /// What a stream request asks (the kubelet's `streaming` options: `input`, `output`,
@@ -167,11 +179,9 @@ pub(super) async fn stream(
             format!("container {container} is not running in pod {pod}: unable to upgrade connection"),
         );
     };
-    let Some(slot) = take_slot(&s, &uid) else {
-        return status(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("too many streams (at most {MAX_STREAMS_PER_POD} into one pod, {MAX_STREAMS} on this node)"),
-        );
+    let slot = match take_slot(&s, &uid) {
+        Ok(slot) => slot,
+        Err(full) => return axum::response::IntoResponse::into_response(full),
     };
     // After the bounds, so a client falling back to SPDY hears why its WebSocket was refused.
     let ws = match ws {
