@@ -110,8 +110,8 @@ fn pods_are_scheduled_onto_fitting_nodes_and_unschedulable_ones_say_why() {
         (pod["spec"]["nodeName"] == "n1").then_some(pod)
     });
 
-    // exec reaches the pod's node, which says why it has no stream for it; port-forward
-    // answers clearly that podpass serves none yet.
+    // exec reaches the pod's node, which says why it has no stream for it; a port-forward
+    // that asks for no upgrade is refused as upstream's UpgradeAwareHandler refuses it.
     let out = admin_kubectl(&api, &["exec", "web", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -121,7 +121,11 @@ fn pods_are_scheduled_onto_fitting_nodes_and_unschedulable_ones_say_why() {
         "{stderr}"
     );
     let (code, answer) = admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods/web/portforward", None);
-    assert_eq!((code, answer["reason"].as_str()), (405, Some("MethodNotAllowed")), "{answer}");
+    assert_eq!(
+        (code, answer["reason"].as_str(), answer["message"].as_str()),
+        (400, Some("BadRequest"), Some("Upgrade request required")),
+        "{answer}"
+    );
 
     // pods/binding by hand, for a pod another scheduler owns.
     let manual = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "manual"},
