@@ -112,6 +112,13 @@ impl Containerd {
         ctd
     }
 
+    /// Loads image `name`: busybox with `applets` and `extra`, `/bin/sh` its entrypoint.
+    pub fn import_busybox_image(&self, name: &str, applets: &[&str], extra: Vec<archive::Entry>) {
+        let busybox = std::fs::read("/bin/busybox").expect("/bin/busybox (Debian package busybox-static)");
+        let layer = archive::busybox_layer(&busybox, applets, extra).unwrap();
+        self.import(name, archive::oci_image(name, &layer, &[], &["/bin/sh"]).unwrap().0);
+    }
+
     /// Loads the OCI archive `bytes` of image `name` (`runtime::containerd::import`).
     pub fn import(&self, name: &str, bytes: Vec<u8>) {
         let path = self.layout.dir.join("image.tar");

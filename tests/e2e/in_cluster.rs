@@ -22,6 +22,42 @@ use containerd::CLIENT_IMAGE;
 use registry::free_port;
 use support::*;
 
+/// The image of the OIDC relying party run in a pod: busybox's `sh`, and the `podpass` of
+/// this build with the libraries it loads.
+const VALIDATOR_IMAGE: &str = "podpass.local/oidc-discovery-validator:1";
+
+/// `bin/podpass` (its debug sections stripped: the image stays small) and each library
+/// `ldd` names, at the paths it names, with their directories.
+fn podpass_with_its_libraries(scratch: &Path) -> Vec<podpass_node::runtime::archive::Entry> {
+    use podpass_node::runtime::archive::Entry;
+    let stripped = scratch.join("podpass.stripped");
+    let out = std::process::Command::new("strip")
+        .args(["--strip-debug", "-o"])
+        .arg(&stripped)
+        .arg(env!("PODPASS_BIN"))
+        .output()
+        .expect("strip (binutils)");
+    assert!(out.status.success(), "strip: {}", String::from_utf8_lossy(&out.stderr));
+    let ldd = std::process::Command::new("ldd").arg(&stripped).output().expect("ldd");
+    let libraries: Vec<String> = String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+        .map(str::to_owned)
+        .collect();
+    assert!(libraries.iter().any(|l| l.contains("libc.so")), "{libraries:?}");
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut files =
+        vec![Entry::File { name: "bin/podpass".into(), mode: 0o755, content: std::fs::read(&stripped).unwrap() }];
+    for library in &libraries {
+        let name = library.trim_start_matches('/').to_owned();
+        dirs.extend(Path::new(&name).ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()).map(Path::to_path_buf));
+        files.push(Entry::File { name, mode: 0o755, content: std::fs::read(library).unwrap() });
+    }
+    let mut entries: Vec<Entry> = dirs.into_iter().map(|d| Entry::Dir { name: d.display().to_string() }).collect();
+    entries.extend(files);
+    entries
+}
+
 fn start_runtime(dir: &Path) -> containerd::Containerd {
     containerd::Containerd::start_with_client(dir, &["sh", "echo", "env", "grep", "sort", "cat"])
 }
@@ -54,7 +90,8 @@ fn a_pod_without_host_network_reaches_the_api_server_as_in_cluster_config_expect
     let dir = tempfile::Builder::new().prefix("ic").tempdir_in("/tmp").unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("api")).unwrap();
-    let s = start(&d.join("api"), &[]);
+    let audit_log = d.join("audit.log");
+    let s = start(&d.join("api"), &["--audit-log-path", audit_log.to_str().unwrap()]);
     let api_port: u16 = s.url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap();
     let runtime = start_runtime(&d.join("c"));
     let kubeconfig = node_kubeconfig(&d.join("api"), &d.join("n1.kubeconfig"));
@@ -104,6 +141,46 @@ fn a_pod_without_host_network_reaches_the_api_server_as_in_cluster_config_expect
     assert_eq!(discovery["issuer"], s.url.trim_end_matches('/'), "{discovery}");
     let jwks: Value = serde_json::from_str(&lines[10]).unwrap_or_else(|e| panic!("{e}: {lines:#?}"));
     assert!(!jwks["keys"].as_array().unwrap().is_empty(), "{jwks}");
+
+    // Upstream's conformance case "ServiceAccountIssuerDiscovery should support OIDC
+    // discovery of service account issuer", as agnhost's test-service-account-issuer-discovery
+    // runs it with --in-cluster-discovery: a projected token of its own audience, whose `iss`
+    // the pod reaches itself — the discovery document at the issuer, then its jwks_uri —
+    // with the pod's service-account token as the bearer and the mounted CA, checking that
+    // the document names that very issuer and that its keys verify the token. The relying
+    // party is podpass's own (registry-auth's discovery), run inside the pod.
+    runtime.import_busybox_image(VALIDATOR_IMAGE, &["sh"], podpass_with_its_libraries(d));
+    let issuer = s.url.trim_end_matches('/');
+    let validate = format!(
+        "podpass token verify --discover --issuer {issuer} --audience oidc-discovery-test \
+           --bearer-token-file /var/run/secrets/kubernetes.io/serviceaccount/token \
+           --certificate-authority /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
+           < /var/run/secrets/tokens/sa-token"
+    );
+    let mut validator = client_pod("oidc-discovery-validator", &validate);
+    validator["spec"]["containers"][0]["image"] = json!(VALIDATOR_IMAGE);
+    validator["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "token", "mountPath": "/var/run/secrets/tokens", "readOnly": true}]);
+    validator["spec"]["volumes"] = json!([{"name": "token", "projected": {"sources": [{"serviceAccountToken":
+        {"path": "sa-token", "audience": "oidc-discovery-test", "expirationSeconds": 600}}]}}]);
+    let created = admin_request(&s, Method::POST, "/api/v1/namespaces/default/pods", Some(validator));
+    assert_eq!(created.0, 201, "{}", created.1);
+    let validator = finished(&s, "oidc-discovery-validator");
+    let lines = log_lines(&d.join("root"), &validator);
+    assert_eq!(validator["status"]["phase"], "Succeeded", "{lines:#?}\n{validator}");
+    let verified: Value = serde_json::from_str(&lines.join("\n")).unwrap_or_else(|e| panic!("{e}: {lines:#?}"));
+    assert_eq!(verified["username"], "system:serviceaccount:default:default", "{verified}");
+    assert_eq!(verified["extra"]["authentication.kubernetes.io/pod-name"], json!(["oidc-discovery-validator"]));
+    // Both documents were asked for at the API server by the pod's own account.
+    let audit = std::fs::read_to_string(&audit_log).unwrap();
+    for path in ["/.well-known/openid-configuration", "/openid/v1/jwks"] {
+        assert!(
+            audit.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|e| e["requestURI"] == path
+                && e["user"]["username"] == "system:serviceaccount:default:default"
+                && e["responseStatus"]["code"] == 200),
+            "no audited GET {path} by the pod's account"
+        );
+    }
 
     // hostNetwork: the node's namespace, so the API server's own address.
     let mut host = client_pod(

@@ -11,6 +11,14 @@
 //! credential crosses the relay in clear and the relay can read nothing. The relay's
 //! listener is bound before any container starts, so no container can take the address.
 //!
+//! The API server's own address (as the node reaches it) answers in the pod too, through the
+//! same relay: it is the service-account issuer and its `jwks_uri` unless the API server is
+//! told otherwise, and a token's `iss` must be reachable from the pod that holds it (upstream
+//! conformance: "ServiceAccountIssuerDiscovery should support OIDC discovery of service
+//! account issuer"). Inside the pod `https://127.0.0.1:<port>` would otherwise be the pod's
+//! own loopback; so every verifier, in a pod or outside, reads the same `iss`, discovery
+//! document and keys. That port of the pod's loopback is taken by the relay.
+//!
 //! A `hostNetwork` pod is in the node's namespace: its variables name the API server's own
 //! address instead. A relay ends when its namespace is gone (the sandbox stopped).
 
@@ -29,6 +37,8 @@ use crate::runtime::KeyValue;
 pub(crate) const MAX_CONNECTIONS_PER_POD: usize = 64;
 /// How often a relay checks that its namespace still exists.
 const NETNS_CHECK: Duration = Duration::from_secs(5);
+/// How long a relay waits after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long connecting to the API server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Service's name and namespace.
@@ -112,8 +122,9 @@ impl InCluster {
         }
     }
 
-    /// Makes the Service's address answer inside sandbox `sandbox`'s namespace at `netns`,
-    /// once: a relay already running for it is kept.
+    /// Makes the Service's address and the API server's own answer inside sandbox
+    /// `sandbox`'s namespace at `netns`, once: a relay already running for it is kept. An
+    /// address that cannot answer is reported; the others still relay.
     pub(crate) async fn ensure_relay(self: &Arc<Self>, sandbox: &str, netns: PathBuf) -> Result<(), RelayError> {
         let Some(service) = self.service().await else { return Ok(()) };
         {
@@ -123,53 +134,86 @@ impl InCluster {
             }
         }
         let path = netns.clone();
-        let listener = tokio::task::spawn_blocking(move || listen_in(&path, service))
+        let addresses = relayed_addresses(service, self.upstream);
+        let bound = tokio::task::spawn_blocking(move || listen_in(&path, &addresses))
             .await
             .map_err(|_| RelayError::Panicked)??;
-        let listener = tokio::net::TcpListener::from_std(listener).map_err(RelayError::Register)?;
-        let this = Arc::clone(self);
-        let id = sandbox.to_owned();
-        let span = tracing::info_span!("in_cluster_relay", sandbox = %id);
-        let task = tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                this.relay(listener, &netns).await;
-                let mut relays = this.relays.lock().unwrap_or_else(PoisonError::into_inner);
-                if relays.get(&id).is_some_and(tokio::task::JoinHandle::is_finished) {
-                    relays.remove(&id);
-                }
-            },
-            span,
-        ));
-        self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(sandbox.to_owned(), task);
-        Ok(())
+        let mut listeners = Vec::new();
+        let mut failed = None;
+        for listener in bound {
+            match listener.and_then(|l| tokio::net::TcpListener::from_std(l).map_err(RelayError::Register)) {
+                Ok(l) => listeners.push(l),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if !listeners.is_empty() {
+            let this = Arc::clone(self);
+            let id = sandbox.to_owned();
+            let span = tracing::info_span!("in_cluster_relay", sandbox = %id);
+            let task = tokio::spawn(tracing::Instrument::instrument(
+                async move {
+                    this.relay(listeners, &netns).await;
+                    let mut relays = this.relays.lock().unwrap_or_else(PoisonError::into_inner);
+                    if relays.get(&id).is_some_and(tokio::task::JoinHandle::is_finished) {
+                        relays.remove(&id);
+                    }
+                },
+                span,
+            ));
+            self.relays.lock().unwrap_or_else(PoisonError::into_inner).insert(sandbox.to_owned(), task);
+        }
+        failed.map_or(Ok(()), Err)
     }
 
-    /// Accepts until the namespace is gone, relaying each connection to the API server.
-    async fn relay(&self, listener: tokio::net::TcpListener, netns: &Path) {
+    /// Accepts on every listener until the namespace is gone, relaying each connection to
+    /// the API server; the pod's connections share one bound, whichever address they used.
+    async fn relay(&self, listeners: Vec<tokio::net::TcpListener>, netns: &Path) {
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS_PER_POD));
+        // Dropped on return, which stops every accept loop.
+        let mut accepting = tokio::task::JoinSet::new();
+        for listener in listeners {
+            accepting.spawn(tracing::Instrument::in_current_span(accept(listener, self.upstream, Arc::clone(&slots))));
+        }
         let mut check = tokio::time::interval(NETNS_CHECK);
         loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((mut inside, _)) = accepted else { continue };
-                    // Past the bound the connection is closed at once: one pod cannot hold
-                    // the node's file descriptors.
-                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else { continue };
-                    let upstream = self.upstream;
-                    tokio::spawn(tracing::Instrument::in_current_span(async move {
-                        let _slot = slot;
-                        let connected = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(upstream)).await;
-                        if let Ok(Ok(mut outside)) = connected {
-                            let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
-                        }
-                    }));
-                }
-                _ = check.tick() => if !netns.exists() {
-                    return;
-                }
+            check.tick().await;
+            if !netns.exists() {
+                return;
             }
         }
     }
+}
+
+/// Relays each connection `listener` accepts to `upstream`, while `slots` has room.
+async fn accept(listener: tokio::net::TcpListener, upstream: SocketAddr, slots: Arc<Semaphore>) {
+    loop {
+        let Ok((mut inside, _)) = listener.accept().await else {
+            // Out of descriptors, say: a pause, not a spin.
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+            continue;
+        };
+        // Past the bound the connection is closed at once: one pod cannot hold the node's
+        // file descriptors.
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else { continue };
+        tokio::spawn(tracing::Instrument::in_current_span(async move {
+            let _slot = slot;
+            let connected = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(upstream)).await;
+            if let Ok(Ok(mut outside)) = connected {
+                let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+            }
+        }));
+    }
+}
+
+/// Where the relay answers in a pod: the Service's address, then the API server's own (the
+/// default issuer's), unless that is no address a client could name.
+fn relayed_addresses(service: ServiceAddress, upstream: SocketAddr) -> Vec<SocketAddr> {
+    let service = SocketAddr::from((service.ip, service.port));
+    let mut addresses = vec![service];
+    if upstream != service && !upstream.ip().is_unspecified() {
+        addresses.push(upstream);
+    }
+    addresses
 }
 
 /// The Service's address of a Service object.
@@ -205,34 +249,48 @@ pub(crate) enum RelayError {
 }
 
 /// On a thread of its own (a namespace is entered per thread): enters the namespace at
-/// `netns`, puts the Service's address on its `lo` and listens there. The socket stays in
-/// that namespace after the thread ends.
-fn listen_in(netns: &Path, service: ServiceAddress) -> Result<std::net::TcpListener, RelayError> {
-    let netns = netns.to_owned();
+/// `netns`, puts each address on its `lo` (a loopback one is there already) and listens
+/// there, answering one listener or why not per address. The sockets stay in that namespace
+/// after the thread ends.
+fn listen_in(
+    netns: &Path,
+    addresses: &[SocketAddr],
+) -> Result<Vec<Result<std::net::TcpListener, RelayError>>, RelayError> {
+    let (netns, addresses) = (netns.to_owned(), addresses.to_vec());
     std::thread::spawn(move || {
         let ns = std::fs::File::open(&netns).map_err(|source| RelayError::Open { netns: netns.clone(), source })?;
         rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
             .map_err(|source| RelayError::Enter { netns: netns.clone(), source })?;
-        // This thread is in the pod's namespace, so the child `ip` is too. An address
-        // already there (a relay of an earlier agent) is no failure: the bind says whether
-        // the address is usable, and only a failed bind reports why the add failed.
-        let added = std::process::Command::new("ip")
-            .args(["address", "add", &format!("{}/32", service.ip), "dev", "lo"])
+        Ok(addresses.iter().map(|&address| listen_on(address)).collect())
+    })
+    .join()
+    .map_err(|_| RelayError::Panicked)?
+}
+
+/// In the namespace this thread is in: `address` on `lo`, and a listener on it.
+fn listen_on(address: SocketAddr) -> Result<std::net::TcpListener, RelayError> {
+    // This thread is in the pod's namespace, so the child `ip` is too. An address already
+    // there (a relay of an earlier agent) is no failure: the bind says whether the address
+    // is usable, and only a failed bind reports why the add failed.
+    let added = if address.ip().is_loopback() {
+        Ok(())
+    } else {
+        let prefix = if address.is_ipv4() { 32 } else { 128 };
+        std::process::Command::new("ip")
+            .args(["address", "add", &format!("{}/{prefix}", address.ip()), "dev", "lo"])
             .output()
             .map_err(|e| format!("running ip: {e}"))
             .and_then(|out| {
                 if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
-            });
-        let listener = std::net::TcpListener::bind((service.ip, service.port)).map_err(|source| RelayError::Bind {
-            address: format!("{}:{}", service.ip, service.port),
-            source,
-            added: added.err(),
-        })?;
-        listener.set_nonblocking(true).map_err(RelayError::Register)?;
-        Ok(listener)
-    })
-    .join()
-    .map_err(|_| RelayError::Panicked)?
+            })
+    };
+    let listener = std::net::TcpListener::bind(address).map_err(|source| RelayError::Bind {
+        address: address.to_string(),
+        source,
+        added: added.err(),
+    })?;
+    listener.set_nonblocking(true).map_err(RelayError::Register)?;
+    Ok(listener)
 }
 
 #[cfg(test)]
@@ -254,6 +312,16 @@ mod tests {
             ("KUBERNETES_PORT_443_TCP_ADDR", "10.96.0.1"),
         ];
         assert_eq!(env, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    }
+
+    #[test]
+    fn the_api_servers_own_address_answers_in_the_pod_beside_the_service() {
+        let service = ServiceAddress { ip: Ipv4Addr::new(10, 96, 0, 1), port: 443 };
+        let api: SocketAddr = "127.0.0.1:6443".parse().unwrap_or_else(|_| unreachable!());
+        assert_eq!(relayed_addresses(service, api), vec![SocketAddr::from(([10, 96, 0, 1], 443)), api]);
+        // Nothing twice, and never the address that means "any".
+        assert_eq!(relayed_addresses(service, "10.96.0.1:443".parse().unwrap_or(api)).len(), 1);
+        assert_eq!(relayed_addresses(service, "0.0.0.0:6443".parse().unwrap_or(api)).len(), 1);
     }
 
     #[test]
