@@ -112,7 +112,7 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
         let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         assert_eq!(admin_request(&s, Method::POST, "/api/v1/namespaces", Some(body)).0, 201);
     }
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "labels": {"app": "web"}},
         "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": false,
             "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
                 "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}});
@@ -537,6 +537,26 @@ for h in held:
     assert!(one["window"].as_str().is_some_and(|w| w.ends_with('s')) && one["timestamp"].is_string(), "{one}");
     let (code, _) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/namespaces/team/pods/absent");
     assert_eq!(code, 404);
+    // Selectors as metrics-server takes them: the pod's labels, its metadata's fields.
+    let selected = ok(admin_kubectl(&api, &["top", "pod", "-n", "team", "-l", "app=web"]), "kubectl top pod -l");
+    assert!(selected.lines().any(|l| l.starts_with("web ")), "{selected}");
+    let (code, both) = admin_get(
+        &s,
+        "/apis/metrics.k8s.io/v1beta1/pods?labelSelector=app%3Dweb&fieldSelector=metadata.namespace%3Dother",
+    );
+    let names: Vec<(&str, &str)> = both["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["metadata"]["namespace"].as_str().unwrap(), i["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!((code, names), (200, vec![("other", "web")]), "{both}");
+    let (code, none) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/pods?labelSelector=app%3Ddb");
+    assert_eq!((code, none["items"].as_array().map(Vec::len)), (200, Some(0)), "{none}");
+    let (code, nodes) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/nodes?fieldSelector=metadata.name%3Dn1");
+    assert_eq!((code, nodes["items"][0]["metadata"]["name"].as_str()), (200, Some("n1")), "{nodes}");
+    let (code, refused) = admin_get(&s, "/apis/metrics.k8s.io/v1beta1/pods?fieldSelector=spec.nodeName%3Dn1");
+    assert_eq!((code, refused["message"].as_str()), (400, Some("field label not supported: spec.nodeName")));
     // alice's role names no metrics: refused as any other read.
     let denied = alice(&["top", "pod", "-n", "team"]);
     assert!(!denied.status.success() && String::from_utf8_lossy(&denied.stderr).contains("forbidden"), "{denied:?}");

@@ -15,7 +15,7 @@ use super::json_response;
 use crate::field::Field;
 use crate::server::AppState;
 use crate::server::status::StatusError;
-use crate::store::{ListOptions, ObjectKey};
+use crate::store::{FieldSelector, LabelSelector, ListOptions, ObjectKey};
 
 /// The group.
 pub const GROUP: &str = "metrics.k8s.io";
@@ -75,6 +75,21 @@ async fn summaries(state: &AppState) -> Result<Vec<(Value, Value)>, StatusError>
     Ok(futures::future::join_all(asks).await.into_iter().flatten().collect())
 }
 
+/// The label and field selectors of a request, as metrics-server takes them: labels of the
+/// node or pod as the API has it now, fields of its metadata (`metadata.name`,
+/// `metadata.namespace`); any other field is a 400 naming it (metrics-server would match
+/// it against nothing and answer an empty list).
+fn selectors(query: &std::collections::HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), StatusError> {
+    let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
+    let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+        .map_err(|e| StatusError::bad_request(e.to_string()))?;
+    if let Some(path) = fields.paths().find(|p| !matches!(*p, "metadata.name" | "metadata.namespace")) {
+        return Err(StatusError::bad_request(format!("field label not supported: {path}")));
+    }
+    Ok((labels, fields))
+}
+
 /// GET of `nodes[/name]` or `[namespaces/ns/]pods[/name]`.
 pub(crate) async fn serve(
     state: &AppState,
@@ -83,16 +98,14 @@ pub(crate) async fn serve(
     name: Option<&str>,
     query: &std::collections::HashMap<String, String>,
 ) -> Result<Response, StatusError> {
-    if query.get("labelSelector").is_some_and(|s| !s.is_empty())
-        || query.get("fieldSelector").is_some_and(|s| !s.is_empty())
-    {
-        return Err(StatusError::bad_request("podpass's metrics API takes no label or field selector yet"));
-    }
+    let (labels, fields) = selectors(query)?;
+    let selected = |object: &Value| labels.matches(object) && fields.matches(object);
     let summaries = summaries(state).await?;
     let items: Vec<Value> = match resource {
         "nodes" => summaries
             .iter()
             .filter(|(node, _)| name.is_none_or(|n| node.field("/metadata/name").and_then(Value::as_str) == Some(n)))
+            .filter(|(node, _)| selected(node))
             .filter_map(|(node, summary)| {
                 let stats = summary.get("node")?;
                 stats.get("cpu")?;
@@ -116,7 +129,7 @@ pub(crate) async fn serve(
                     }
                     // The pod as the API has it now (its labels); one gone or replaced is left out.
                     let Ok(stored) = state.store.get(&ObjectKey::namespaced("pods", ns, pod_name)).await else { continue };
-                    if stored.object.field("/metadata/uid") != pod.field("/podRef/uid") {
+                    if stored.object.field("/metadata/uid") != pod.field("/podRef/uid") || !selected(&stored.object) {
                         continue;
                     }
                     let containers: Vec<Value> = pod["containers"]
@@ -163,6 +176,36 @@ pub(crate) async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> std::collections::HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn selectors_read_labels_and_metadata_fields() {
+        let pod = json!({"metadata": {"name": "web-1", "namespace": "team", "labels": {"app": "web"}}});
+        for (labels, fields, want) in [
+            ("", "", true),
+            ("app=web", "", true),
+            ("app in (db)", "", false),
+            ("", "metadata.name=web-1", true),
+            ("app=web", "metadata.namespace!=team", false),
+        ] {
+            let (l, f) = selectors(&query(&[("labelSelector", labels), ("fieldSelector", fields)]))
+                .unwrap_or_else(|e| panic!("{labels} {fields}: {e:?}"));
+            assert_eq!(l.matches(&pod) && f.matches(&pod), want, "{labels} {fields}");
+        }
+    }
+
+    #[test]
+    fn a_selector_it_cannot_answer_is_a_400_naming_it() {
+        let message = |q: &[(&str, &str)]| selectors(&query(q)).err().map(|e| e.message);
+        assert_eq!(
+            message(&[("fieldSelector", "spec.nodeName=n1")]).as_deref(),
+            Some("field label not supported: spec.nodeName")
+        );
+        assert!(message(&[("labelSelector", "app in web")]).is_some_and(|m| m.contains("unable to parse requirement")));
+    }
 
     #[test]
     fn usage_is_written_as_metrics_server_writes_it() {
