@@ -29,7 +29,19 @@ fn kubectl_input(
     args: &[&str],
     input: &[u8],
 ) -> std::process::Output {
+    kubectl_input_env(kubeconfig, cache, &[], args, input)
+}
+
+/// [`kubectl_input`] with `env` set for kubectl.
+fn kubectl_input_env(
+    kubeconfig: &std::path::Path,
+    cache: &std::path::Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    input: &[u8],
+) -> std::process::Output {
     let mut child = Command::new("kubectl")
+        .envs(env.iter().copied())
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .arg("--cache-dir")
@@ -141,6 +153,18 @@ fn kubectl_exec_runs_through_the_api_server_and_the_node_under_rbac() {
         kubectl_input(&api.join("admin.kubeconfig"), &cache, &["exec", "-i", "-n", "team", "web", "--", "cat"], &input);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout, input, "stdin crossed whole and came back");
+    // SPDY, as kubectl before 1.30 speaks it (and kubectl's fallback): the same streams,
+    // exit code and stdin's end, the connection passed whole to the runtime.
+    let spdy = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+    let kubeconfig = api.join("admin.kubeconfig");
+    let script = ["exec", "-n", "team", "web", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"];
+    let out = kubectl_input_env(&kubeconfig, &cache, &spdy, &script, b"");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n", "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("err\n"), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = kubectl_input_env(&kubeconfig, &cache, &spdy, &["exec", "-i", "-n", "team", "web", "--", "cat"], &input);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, input, "stdin crossed SPDY whole and came back");
     // The audit names the exec: user, pod, container and command (in the URI).
     let audit = std::fs::read_to_string(&audit_log).unwrap_or_default();
     let line = audit.lines().rev().find(|l| l.contains("/pods/web/exec?")).unwrap_or_default();

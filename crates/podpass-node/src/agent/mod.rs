@@ -38,6 +38,7 @@ mod provider_config;
 mod resource_metrics;
 mod server;
 mod sources;
+mod splice;
 mod status;
 mod streaming;
 mod sync_error;

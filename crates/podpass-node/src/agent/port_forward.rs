@@ -13,32 +13,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path as UrlPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::containers::POD_UID_LABEL;
 use super::server::{NodeServer, authorize, status};
-use super::streaming::{Activity, take_slot};
+use super::splice;
+use super::streaming::take_slot;
 use crate::runtime::SANDBOX_READY;
 use crate::stream::dial;
 
 /// The most ports one request may name.
 const MAX_PORTS: usize = 64;
-
-/// The client's handshake headers passed to the runtime.
-const HANDSHAKE_REQUEST: [&str; 6] = [
-    "connection",
-    "upgrade",
-    "x-stream-protocol-version",
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-protocol",
-];
-/// The runtime's handshake headers answered to the client.
-const HANDSHAKE_RESPONSE: [&str; 5] =
-    ["connection", "upgrade", "x-stream-protocol-version", "sec-websocket-accept", "sec-websocket-protocol"];
 
 /// A request's ports that cannot be forwarded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,7 +65,7 @@ pub(super) async fn port_forward(
     if let Err(refused) = authorize(&s, &peer, &headers, "create", "proxy").await {
         return refused;
     }
-    if !is_upgrade(&headers) {
+    if !splice::is_upgrade(&headers) {
         return status(StatusCode::BAD_REQUEST, "Upgrade request required");
     }
     let ports = match ports(request.uri().query().unwrap_or_default()) {
@@ -114,79 +101,21 @@ pub(super) async fn port_forward(
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let handshake: Vec<(HeaderName, HeaderValue)> = HANDSHAKE_REQUEST
-        .iter()
-        .flat_map(|name| headers.get_all(*name).iter().map(|v| (HeaderName::from_static(name), v.clone())))
-        .collect();
-    let upgraded = match dial::upgrade(&url, request.method().clone(), &handshake).await {
+    let upgraded = match splice::upgrade_runtime(&url, request.method().clone(), &headers).await {
         Ok(u) => u,
-        // The runtime's refusal (an unknown protocol, say) is the client's to read.
-        Err(dial::DialError::Refused { status: code, body }) => {
-            return status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY), body);
-        }
-        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => return splice::refusal(e),
     };
     let client = hyper::upgrade::on(&mut request);
-    let mut response = Response::new(axum::body::Body::empty());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    for name in HANDSHAKE_RESPONSE {
-        for value in upgraded.headers.get_all(name) {
-            response.headers_mut().append(name, value.clone());
-        }
-    }
+    let response = splice::switching(&upgraded);
     tracing::info!(namespace = %ns, pod = %pod, ports = ?ports, "port-forward opened");
     let idle_timeout = s.stream_idle_timeout;
     podpass_serve::spawn_named("port-forward", async move {
         let _held = slot;
         let Ok(client) = client.await else { return };
-        let quiet = splice(TokioIo::new(client), upgraded.io, idle_timeout).await;
-        tracing::info!(namespace = %ns, pod = %pod, idle = quiet, "port-forward closed");
+        let ended = splice::splice(TokioIo::new(client), upgraded.io, idle_timeout).await;
+        tracing::info!(namespace = %ns, pod = %pod, ?ended, "port-forward closed");
     });
     response
-}
-
-/// Whether the request asks to switch protocols.
-fn is_upgrade(headers: &axum::http::HeaderMap) -> bool {
-    headers
-        .get_all(axum::http::header::CONNECTION)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"))))
-        && headers.contains_key(axum::http::header::UPGRADE)
-}
-
-/// Passes bytes both ways until either side ends (which ends both) or nothing has crossed
-/// for `idle_timeout` (`true`).
-async fn splice<A, B>(a: A, b: B, idle_timeout: std::time::Duration) -> bool
-where
-    A: AsyncRead + AsyncWrite,
-    B: AsyncRead + AsyncWrite,
-{
-    let activity = Activity::new();
-    let (mut ar, mut aw) = tokio::io::split(a);
-    let (mut br, mut bw) = tokio::io::split(b);
-    let quiet = tokio::select! {
-        () = pass(&mut ar, &mut bw, &activity) => false,
-        () = pass(&mut br, &mut aw, &activity) => false,
-        () = activity.idle(idle_timeout) => true,
-    };
-    let _ = aw.shutdown().await;
-    let _ = bw.shutdown().await;
-    quiet
-}
-
-async fn pass<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(from: &mut R, to: &mut W, activity: &Activity) {
-    let mut buf = vec![0u8; 32 << 10];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                activity.touch();
-                if to.write_all(&buf[..n]).await.is_err() || to.flush().await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -203,33 +132,5 @@ mod tests {
         assert!(ports("port=http").is_err());
         let many = (1..=65).map(|p| format!("port={p}")).collect::<Vec<_>>().join("&");
         assert!(ports(&many).is_err_and(|e| e.0.contains("64 ports")));
-    }
-
-    #[tokio::test]
-    async fn a_splice_ends_both_sides_when_one_ends() {
-        let (client, mut client_far) = tokio::io::duplex(1024);
-        let (runtime, mut runtime_far) = tokio::io::duplex(1024);
-        let spliced = tokio::spawn(splice(client, runtime, std::time::Duration::from_secs(3600)));
-        client_far.write_all(b"ping").await.unwrap_or_else(|e| panic!("{e}"));
-        let mut got = [0u8; 4];
-        runtime_far.read_exact(&mut got).await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&got, b"ping");
-        runtime_far.write_all(b"pong").await.unwrap_or_else(|e| panic!("{e}"));
-        client_far.read_exact(&mut got).await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&got, b"pong");
-        // The client goes: the runtime's side reads its end.
-        drop(client_far);
-        assert!(!spliced.await.unwrap_or(true), "ended, not idle");
-        let mut rest = Vec::new();
-        assert_eq!(runtime_far.read_to_end(&mut rest).await.ok(), Some(0));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_quiet_splice_ends_at_the_idle_timeout() {
-        let (client, _client_far) = tokio::io::duplex(1024);
-        let (runtime, mut runtime_far) = tokio::io::duplex(1024);
-        assert!(splice(client, runtime, std::time::Duration::from_secs(60)).await, "idle");
-        let mut rest = Vec::new();
-        assert_eq!(runtime_far.read_to_end(&mut rest).await.ok(), Some(0));
     }
 }

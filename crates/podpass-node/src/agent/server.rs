@@ -353,8 +353,14 @@ pub(crate) fn router(server: Arc<NodeServer>) -> axum::Router {
         .route("/containerLogs/{namespace}/{pod}/{container}", axum::routing::get(container_logs))
         .route("/metrics", axum::routing::get(node_metrics))
         .route("/stats/summary", axum::routing::get(stats_summary))
-        .route("/exec/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
-        .route("/attach/{namespace}/{pod}/{container}", axum::routing::get(super::streaming::stream))
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            axum::routing::get(super::streaming::stream).post(super::streaming::stream),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            axum::routing::get(super::streaming::stream).post(super::streaming::stream),
+        )
         .route(
             "/portForward/{namespace}/{pod}",
             axum::routing::get(super::port_forward::port_forward).post(super::port_forward::port_forward),

@@ -19,7 +19,9 @@ use tokio::sync::mpsc;
 use super::containers::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
 use super::exec_processes::{self, Process};
 use super::server::{NodeServer, authorize, status};
+use super::splice::{self, Activity};
 use crate::runtime::CONTAINER_RUNNING;
+use crate::stream::dial;
 use crate::stream::remote_command::{self, Channels, RemoteCommand};
 
 /// The channel protocols served, most preferred first.
@@ -145,8 +147,9 @@ pub(super) async fn stream(
     RawQuery(query): RawQuery,
     axum::Extension(peer): axum::Extension<podpass_serve::Peer>,
     headers: axum::http::HeaderMap,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    request: axum::extract::Request,
 ) -> Response {
+    let (mut parts, _) = request.into_parts();
     let is_exec = uri.path().starts_with("/exec/");
     // The kubelet authorizes a stream as `create nodes/proxy` (its verb for a POST; a
     // WebSocket's GET asks the same).
@@ -183,14 +186,23 @@ pub(super) async fn stream(
         Ok(slot) => slot,
         Err(full) => return axum::response::IntoResponse::into_response(full),
     };
-    // After the bounds, so a client falling back to SPDY hears why its WebSocket was refused.
-    let ws = match ws {
-        Ok(ws) => ws,
-        Err(e) => {
-            return status(
-                StatusCode::BAD_REQUEST,
-                format!("podpass serves streams over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io), not SPDY ({e})"),
-            );
+    // After the bounds, so a client that cannot switch hears why.
+    let client = if is_spdy(&headers) {
+        match parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+            Some(upgrade) => Client::Spdy(upgrade),
+            None => return status(StatusCode::BAD_REQUEST, "Upgrade request required"),
+        }
+    } else {
+        match <WebSocketUpgrade as axum::extract::FromRequestParts<()>>::from_request_parts(&mut parts, &()).await {
+            Ok(ws) => Client::WebSocket(ws),
+            Err(e) => {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "podpass serves streams over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) or SPDY/3.1 ({e})"
+                    ),
+                );
+            }
         }
     };
     // The container's processes before: the exec's own is the one that appears after
@@ -211,81 +223,124 @@ pub(super) async fn stream(
         Ok(url) => url,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, format!("asking the runtime for the stream: {e}")),
     };
-    let command = match remote_command::connect(&url, opts.channels).await {
-        Ok(c) => c,
-        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
-    tracing::info!(
-        namespace = %ns, pod = %pod, container = %container, exec = is_exec, tty = opts.channels.tty,
-        "stream opened"
-    );
     let idle_timeout = s.stream_idle_timeout;
     // Found while the stream starts (the process appears once its streams are open).
     let claims = Arc::clone(&s.streams.1);
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let started = is_exec.then(|| {
-        let (id, claims, done) = (id.clone(), Arc::clone(&claims), Arc::clone(&done));
-        tokio::task::spawn_blocking(move || {
-            let found = exec_processes::new_root(&id, &before, &claims, &done, std::time::Duration::from_secs(30));
-            drop(turn);
-            found
-        })
-    });
-    ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
-        let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
-        let finished = bridge(socket, command, v5, idle_timeout).await;
-        tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
-        drop(slot);
+    let track = || Finish {
+        started: is_exec.then(|| {
+            let (id, claims, done) = (id.clone(), Arc::clone(&claims), Arc::clone(&done));
+            tokio::task::spawn_blocking(move || {
+                let found = exec_processes::new_root(&id, &before, &claims, &done, std::time::Duration::from_secs(30));
+                drop(turn);
+                found
+            })
+        }),
+        slot,
+        done: Arc::clone(&done),
+        claims: Arc::clone(&claims),
+        id: id.clone(),
+    };
+    let spdy = matches!(client, Client::Spdy(_));
+    let opened = || {
+        tracing::info!(
+            namespace = %ns, pod = %pod, container = %container, exec = is_exec, tty = opts.channels.tty, spdy,
+            "stream opened"
+        );
+    };
+    match client {
+        // The client's channels bridged to the runtime's, over podpass's own SPDY client.
+        Client::WebSocket(ws) => {
+            let command = match remote_command::connect(&url, opts.channels).await {
+                Ok(c) => c,
+                Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            };
+            opened();
+            let finish = track();
+            ws.protocols(PROTOCOLS).max_message_size(MAX_MESSAGE).on_upgrade(move |socket| async move {
+                let v5 = socket.protocol().and_then(|p| p.to_str().ok()) == Some(PROTOCOLS[0]);
+                let finished = bridge(socket, command, v5, idle_timeout).await;
+                tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
+                finish.run(finished).await;
+            })
+        }
+        // SPDY is the runtime's own protocol (kubectl before 1.30, and kubectl's fallback):
+        // the client's connection is passed whole, the protocol version the runtime's choice
+        // among the client's, as the kubelet's redirect-less proxy does.
+        Client::Spdy(upgrade) => {
+            let url = match dial::loopback_url(&url) {
+                Ok(u) => u,
+                Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            };
+            let upgraded = match splice::upgrade_runtime(&url, axum::http::Method::POST, &headers).await {
+                Ok(u) => u,
+                Err(e) => return splice::refusal(e),
+            };
+            opened();
+            let finish = track();
+            let response = splice::switching(&upgraded);
+            podpass_serve::spawn_named("stream-spdy", async move {
+                // The runtime ends the connection once the command is done and its Status
+                // sent; the client ending first (or quiet) leaves the command to be killed.
+                let ended = match upgrade.await {
+                    Ok(io) => Some(splice::splice(hyper_util::rt::TokioIo::new(io), upgraded.io, idle_timeout).await),
+                    Err(_) => None,
+                };
+                let finished = ended == Some(splice::Ended::Runtime);
+                tracing::info!(namespace = %ns, pod = %pod, container = %container, finished, "stream closed");
+                finish.run(finished).await;
+            });
+            response
+        }
+    }
+}
+
+/// How the client asked for its stream.
+enum Client {
+    /// A WebSocket of [`PROTOCOLS`].
+    WebSocket(WebSocketUpgrade),
+    /// `Upgrade: SPDY/3.1`.
+    Spdy(hyper::upgrade::OnUpgrade),
+}
+
+/// Whether the request asks for SPDY.
+fn is_spdy(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(crate::stream::spdy::UPGRADE))
+}
+
+/// What is left once a stream ends: its place freed, and an exec's process found and,
+/// when the client went first, killed.
+struct Finish {
+    slot: SlotGuard,
+    started: Option<tokio::task::JoinHandle<Option<Process>>>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    claims: Arc<Mutex<HashSet<Process>>>,
+    /// The container.
+    id: String,
+}
+
+impl Finish {
+    async fn run(self, finished: bool) {
+        drop(self.slot);
         // A command that ended needs no search (it may never have been seen, so brief was
         // it); one whose client went away is found, if it is still starting, and killed.
         if finished {
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.done.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let Some(found) = started else { return };
+        let Some(found) = self.started else { return };
         let Ok(Some(root)) = found.await else {
             tracing::debug!(finished, "exec process not found");
             return;
         };
         tracing::debug!(finished, ?root, "exec process found");
         if !finished {
-            let id = id.clone();
+            let id = self.id;
             let _ = tokio::task::spawn_blocking(move || exec_processes::kill_tree(&id, root)).await;
         }
-        claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&root);
-    })
-}
-
-/// When anything last crossed a stream (the kubelet's `streamingConnectionIdleTimeout`
-/// counts from it).
-pub(super) struct Activity {
-    opened: tokio::time::Instant,
-    /// Milliseconds from `opened` to the last crossing.
-    last_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Activity {
-    pub(super) fn new() -> Activity {
-        Activity { opened: tokio::time::Instant::now(), last_ms: std::sync::atomic::AtomicU64::new(0) }
-    }
-
-    pub(super) fn touch(&self) {
-        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Returns once nothing has crossed for `timeout` (never, for zero).
-    pub(super) async fn idle(&self, timeout: std::time::Duration) {
-        if timeout.is_zero() {
-            return std::future::pending::<()>().await;
-        }
-        loop {
-            let last = std::time::Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
-            let quiet = self.opened.elapsed().saturating_sub(last);
-            if quiet >= timeout {
-                return;
-            }
-            tokio::time::sleep(timeout - quiet).await;
-        }
+        self.claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&root);
     }
 }
 
@@ -405,32 +460,6 @@ async fn bridge(socket: WebSocket, mut command: RemoteCommand, v5: bool, idle_ti
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_stream_is_idle_once_nothing_crossed_for_the_timeout() {
-        let a = Arc::new(Activity::new());
-        let timeout = std::time::Duration::from_secs(60);
-        let watch = {
-            let a = Arc::clone(&a);
-            tokio::spawn(async move { a.idle(timeout).await })
-        };
-        // Something crosses every 40 s: never idle.
-        for _ in 0..5 {
-            tokio::time::sleep(std::time::Duration::from_secs(40)).await;
-            a.touch();
-            tokio::task::yield_now().await;
-            assert!(!watch.is_finished());
-        }
-        // Then nothing: idle 60 s after the last crossing.
-        tokio::time::sleep(std::time::Duration::from_secs(59)).await;
-        assert!(!watch.is_finished());
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-        assert!(watch.await.is_ok());
-        // Zero never closes a stream.
-        let never =
-            tokio::time::timeout(std::time::Duration::from_secs(1 << 20), a.idle(std::time::Duration::ZERO)).await;
-        assert!(never.is_err());
-    }
 
     #[test]
     fn stream_options_are_read_as_the_kubelet_and_the_api_server_name_them() {
