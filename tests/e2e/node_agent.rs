@@ -809,3 +809,33 @@ fn bench_node_runs_and_reports_its_floors_and_cpu() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--burst"));
 }
+
+#[test]
+fn bench_cluster_runs_hollow_nodes_through_the_bootstrap_and_prints_its_slo_line() {
+    // A smoke run: 3 hollow nodes (TLS bootstrap, registration, Leases, pod status) and 6
+    // pods in Deployments, rolled and deleted; the figures are read by people, the line's
+    // shape is asserted.
+    let out = Command::new(PODPASS)
+        .args(["bench", "cluster", "--nodes", "3", "--pods-per-node", "2", "--replicas-per-deployment", "4"])
+        .args(["--timeout-seconds", "300"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = stdout.lines().find(|l| l.starts_with("cluster-scale: ")).unwrap_or_else(|| panic!("{stdout}"));
+    let figures: std::collections::HashMap<&str, f64> = line
+        .trim_start_matches("cluster-scale: ")
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap_or(f64::NAN)))
+        .collect();
+    assert_eq!((figures["nodes"], figures["pods"]), (3.0, 6.0), "{line}");
+    for key in ["pod_startup_p99_ms", "mutating_p99_ms", "readonly_p99_ms", "list_p99_ms", "apiserver_rss_mib"] {
+        assert!(figures[key].is_finite() && figures[key] > 0.0, "{key} in {line}");
+    }
+    for line in ["cluster: mutating_p99_ms=", "cluster: watch_events_per_s=", "bytes_per_pod="] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
+    let out = Command::new(PODPASS).args(["bench", "cluster", "--nodes", "0"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--nodes"));
+}

@@ -35,6 +35,7 @@ pub fn certificate_node_name(root: &std::path::Path) -> Option<String> {
 pub mod credential;
 mod cri;
 mod eviction_thresholds;
+pub mod hollow;
 mod identity;
 pub mod images;
 pub mod join;

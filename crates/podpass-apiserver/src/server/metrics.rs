@@ -24,13 +24,31 @@ pub struct RequestLabels {
     pub code: String,
 }
 
-/// Labels of `apiserver_request_duration_seconds`.
+/// Labels of `apiserver_request_duration_seconds`: upstream's `verb`, `resource`,
+/// `subresource` and `scope` (what the scalability SLIs split on: a single object, a
+/// namespace's collection, the cluster's).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DurationLabels {
     /// Kubernetes verb.
     pub verb: String,
     /// Resource.
     pub resource: String,
+    /// Subresource.
+    pub subresource: String,
+    /// `resource` (one named object), `namespace` or `cluster` (a collection); empty for a
+    /// path that names no served resource.
+    pub scope: String,
+}
+
+/// Upstream's `scope` of a request on `path` (`CleanScope`).
+fn scope_of(path: Option<&crate::server::rest::resources::ApiPath>, resource: &str) -> &'static str {
+    match path {
+        _ if resource.is_empty() => "",
+        Some(p) if p.name.is_some() => "resource",
+        Some(p) if p.namespace.is_some() => "namespace",
+        Some(_) => "cluster",
+        None => "",
+    }
 }
 
 /// Labels of `apiserver_longrunning_requests` (upstream's label set).
@@ -258,8 +276,14 @@ impl ApiServerMetrics {
         seconds: f64,
     ) {
         let mut labels = request_labels(verb, path);
+        let scope = scope_of(path, &labels.resource).to_owned();
         self.durations
-            .get_or_create(&DurationLabels { verb: labels.verb.clone(), resource: labels.resource.clone() })
+            .get_or_create(&DurationLabels {
+                verb: labels.verb.clone(),
+                resource: labels.resource.clone(),
+                subresource: labels.subresource.clone(),
+                scope,
+            })
             .observe(seconds);
         labels.code = code.to_string();
         self.requests.get_or_create(&labels).inc();
@@ -283,6 +307,29 @@ mod tests {
         match parse(p) {
             Some(Target::Resource(r)) => Some(r),
             _ => None,
+        }
+    }
+
+    #[test]
+    fn durations_carry_upstreams_scope_and_subresource() {
+        let m = ApiServerMetrics::default();
+        m.observe_request("get", path("/api/v1/namespaces/ns/pods/p").as_ref(), 200, 0.001);
+        m.observe_request("list", path("/api/v1/namespaces/ns/pods").as_ref(), 200, 0.001);
+        m.observe_request("list", path("/api/v1/pods").as_ref(), 200, 0.001);
+        m.observe_request("create", path("/api/v1/namespaces/ns/serviceaccounts/sa/token").as_ref(), 201, 0.001);
+        m.observe_request("get", None, 404, 0.001);
+        let text = m.encode();
+        for labels in [
+            r#"verb="get",resource="pods",subresource="",scope="resource""#,
+            r#"verb="list",resource="pods",subresource="",scope="namespace""#,
+            r#"verb="list",resource="pods",subresource="",scope="cluster""#,
+            r#"verb="create",resource="serviceaccounts",subresource="token",scope="resource""#,
+            r#"verb="get",resource="",subresource="",scope="""#,
+        ] {
+            assert!(
+                text.contains(&format!("apiserver_request_duration_seconds_count{{{labels}}} 1")),
+                "{labels}\n{text}"
+            );
         }
     }
 

@@ -183,6 +183,10 @@ pub struct AgentConfig {
     /// The version reported in `nodeInfo.kubeletVersion` (set by the binary, not a flag).
     #[arg(skip)]
     pub version: String,
+    /// A hollow node's agent ([`crate::hollow`], never a flag): pod volumes are plain
+    /// directories, and pods get no in-cluster relay and no cgroups.
+    #[arg(skip)]
+    pub hollow: bool,
 }
 
 /// The kubelet's default `--healthz-port`.
@@ -501,6 +505,7 @@ impl Prepared {
         let providers = provider_config::Providers::load(source, &credential_metrics)?;
         let node_config = crate::credential::docker_config::read_node_config(root)?;
         let in_cluster = match crate::api::api_server_address(&self.config.kubeconfig).await {
+            _ if self.config.hollow => None,
             Ok(upstream) => Some(in_cluster::InCluster::new(client.clone(), upstream)),
             Err(e) => {
                 tracing::warn!(error = %e, "pods get no in-cluster access to the API server");
@@ -518,8 +523,10 @@ impl Prepared {
             node_config: Arc::new(node_config),
             events: EventRecorder::new(client, &self.identity.name),
             syncs: tokio::sync::Semaphore::new(MAX_CONCURRENT_SYNCS),
-            volume_medium: crate::volumes::VolumeMedium::Memory {
-                node_allocatable_memory: machine.allocatable_memory(),
+            volume_medium: if self.config.hollow {
+                crate::volumes::VolumeMedium::Disk
+            } else {
+                crate::volumes::VolumeMedium::Memory { node_allocatable_memory: machine.allocatable_memory() }
             },
             pleg: cri.is_some().then(|| Arc::new(pleg::Pleg::default())),
             pods: Arc::default(),
@@ -625,7 +632,9 @@ impl Bound {
         api.touch();
         tracing::info!(node = %id.name, uid = %node_uid, "node registered");
         let cgroups = match &cri {
-            Some(_) if this.kubelet.cgroups_per_qos => Some(cgroups_for(&identity.machine, &this.kubelet).await?),
+            Some(_) if this.kubelet.cgroups_per_qos && !this.config.hollow => {
+                Some(cgroups_for(&identity.machine, &this.kubelet).await?)
+            }
             _ => None,
         };
         // The runtime's image filesystem, observed for imagefs.* (the node's own when the

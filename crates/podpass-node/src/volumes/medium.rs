@@ -40,8 +40,8 @@ pub enum VolumeMedium {
         /// The node's allocatable memory in bytes.
         node_allocatable_memory: u64,
     },
-    /// Plain directories on the root dir's file system (tests that may not mount).
-    #[cfg(test)]
+    /// Plain directories on the root dir's file system (tests that may not mount, and
+    /// hollow nodes, whose thousands of pods would otherwise be as many mounts).
     Disk,
 }
 

@@ -19,6 +19,7 @@ use self::raw::{RawOp, raw_rate};
 
 mod authz;
 mod churn;
+mod cluster;
 mod containers;
 mod credentials;
 mod floor;
@@ -36,6 +37,9 @@ mod writes;
 pub enum BenchCommand {
     /// TokenRequest and TokenReview throughput of `podpass apiserver` against raw ES256.
     Apiserver(ApiserverBench),
+    /// The control plane at scale by simulation: N hollow nodes, N×M pods in Deployments,
+    /// upstream's scalability SLIs (pod startup, API latencies, memory per pod).
+    Cluster(cluster::ClusterBench),
     /// Credential provider exec overhead, cache-hit latency and shared execs.
     Credentials(credentials::CredentialsBench),
     /// Pull manager at node scale: MustAttemptImagePull over 100 000 records, cold start-up,
@@ -106,6 +110,7 @@ pub enum Only {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Apiserver(args) => apiserver(args),
+        BenchCommand::Cluster(args) => cluster::run(args),
         BenchCommand::Credentials(args) => credentials::run(args),
         BenchCommand::Images(args) => images::run(args),
         BenchCommand::Join(args) => join::run(args),

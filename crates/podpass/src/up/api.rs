@@ -13,6 +13,8 @@ const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Clone)]
 pub struct Api {
     client: reqwest::Client,
+    /// For watches: no deadline on the whole answer.
+    streaming: reqwest::Client,
     /// `https://127.0.0.1:<port>`.
     pub url: String,
     token: String,
@@ -28,11 +30,16 @@ impl Api {
         // The first line is the admin's (`podpass apiserver` writes it first).
         let token = tokens.split(',').next().unwrap_or_default().trim().to_owned();
         let client = reqwest::Client::builder()
-            .tls_certs_only([ca])
+            .tls_certs_only([ca.clone()])
             .timeout(Duration::from_secs(10))
             .build()
             .context("building the API client")?;
-        Ok(Api { client, url, token })
+        let streaming = reqwest::Client::builder()
+            .tls_certs_only([ca])
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("building the API client")?;
+        Ok(Api { client, streaming, url, token })
     }
 
     async fn send(&self, req: reqwest::RequestBuilder, what: &str) -> Result<(u16, Value)> {
@@ -63,6 +70,15 @@ impl Api {
             bail!("GET {path}: {status} {text}");
         }
         Ok(text)
+    }
+
+    /// GET `path` as a stream (a watch): the answer, which must be 200, its body unread.
+    pub async fn stream(&self, path: &str) -> Result<reqwest::Response> {
+        let resp = self.streaming.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await?;
+        if resp.status().as_u16() != 200 {
+            bail!("GET {path}: {}", resp.status());
+        }
+        Ok(resp)
     }
 
     /// GET `path`, which must exist.

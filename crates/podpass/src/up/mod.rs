@@ -687,11 +687,6 @@ where
 /// review tokens and read service accounts.
 async fn bootstrap(api: &Api, ca: &Path) -> Result<()> {
     let crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
-    let binding = |name: &str, role: &str, group: &str| {
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
-    };
     api.ensure(
         crb,
         &binding(
@@ -740,9 +735,22 @@ async fn bootstrap(api: &Api, ca: &Path) -> Result<()> {
     .await?;
     api.ensure(crb, &user_binding("podpass:registry-auth-service-accounts", "podpass:registry-auth-service-accounts"))
         .await?;
-    // kubeadm's bindings for joining nodes (`kubeadm init phase bootstrap-token`): the
-    // default node token's group may ask for node client certificates and have them
-    // approved; nodes may have their own renewals approved.
+    node_bootstrap_bindings(api).await?;
+    cluster_info(api, ca).await
+}
+
+/// A ClusterRoleBinding of `role` to `group`.
+fn binding(name: &str, role: &str, group: &str) -> serde_json::Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+           "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
+}
+
+/// kubeadm's bindings for joining nodes (`kubeadm init phase bootstrap-token`): the default
+/// node token's group may ask for node client certificates and have them approved; nodes
+/// may have their own renewals approved.
+pub(crate) async fn node_bootstrap_bindings(api: &Api) -> Result<()> {
+    let crb = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
     let node_group = podpass_api::bootstrap_token::NODE_GROUP;
     for (name, role, group) in [
         ("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", node_group),
@@ -759,7 +767,7 @@ async fn bootstrap(api: &Api, ca: &Path) -> Result<()> {
     ] {
         api.ensure(crb, &binding(name, role, group)).await?;
     }
-    cluster_info(api, ca).await
+    Ok(())
 }
 
 /// What kubeadm's `bootstrap-token` phase writes for nodes to join: `kube-public/cluster-info`
