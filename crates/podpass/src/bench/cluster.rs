@@ -350,11 +350,33 @@ fn deployment(name: &str, replicas: usize, revision: u32) -> Value {
                         "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}}}})
 }
 
+/// Descriptors each hollow node holds at most (its API connections, its runtime's socket
+/// both ends, its watches), and the control plane's own share of each.
+const FILES_PER_NODE: u64 = 16;
+
+/// Raises this process's open-file limit (the control plane's children inherit it) to its
+/// hard limit, which must hold `nodes`' worth.
+fn raise_file_limit(nodes: usize) -> Result<()> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    let needed = FILES_PER_NODE * nodes as u64 + 1024;
+    if limit.maximum.is_some_and(|hard| hard < needed) {
+        bail!(
+            "--nodes {nodes} needs about {needed} open files and this process may have {} at most (ulimit -Hn)",
+            limit.maximum.unwrap_or_default()
+        );
+    }
+    limit.current = limit.maximum;
+    setrlimit(Resource::Nofile, limit).context("raising the open-file limit to its maximum")?;
+    Ok(())
+}
+
 /// Runs the bench.
 pub fn run(args: ClusterBench) -> Result<()> {
     if args.nodes == 0 || args.pods_per_node == 0 {
         bail!("--nodes and --pods-per-node must be at least 1");
     }
+    raise_file_limit(args.nodes)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting runtime")?;
     runtime.block_on(drive(&args))
 }
